@@ -1,0 +1,103 @@
+"""Logical axis names and ``ShardingPlan``: how logical axes map onto mesh axes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Union
+
+MeshAxes = Union[str, tuple[str, ...], None]
+
+
+class Axis:
+    """Logical axis names that layers put on parameters and activations."""
+
+    BATCH = "batch"
+    SEQUENCE = "sequence"
+    EMBED = "embed"
+    MLP = "mlp"
+    HEADS = "heads"
+    KV_HEADS = "kv_heads"
+    HEAD_DIM = "head_dim"
+    VOCAB = "vocab"
+    POSITION = "position"
+    LAYERS = "layers"
+    NORM = "norm"
+
+
+class MeshAxis:
+    """Mesh axis names of the trainer's device mesh."""
+
+    DATA = "data"
+    MODEL = "model"
+
+
+def _normalize(value: MeshAxes) -> MeshAxes:
+    if isinstance(value, list):
+        value = tuple(value)
+    if isinstance(value, tuple) and len(value) == 1:
+        return value[0]
+    return value
+
+
+class ShardingPlan(Mapping[str, MeshAxes]):
+    """Maps logical axis names to mesh axis names (or None = replicated).
+
+    The empty plan leaves every parameter replicated. Plans compose with ``|``; mapping
+    one logical axis to two different mesh axes is an error naming the axis.
+    """
+
+    def __init__(self, rules: Mapping[str, MeshAxes] | Iterable[tuple[str, MeshAxes]] | None = None, **kwargs: MeshAxes) -> None:
+        items = dict(rules.items() if isinstance(rules, Mapping) else (rules or []))
+        items.update(kwargs)
+        self._rules: dict[str, MeshAxes] = {k: _normalize(v) for k, v in items.items()}
+
+    def __getitem__(self, axis: str) -> MeshAxes:
+        return self._rules[axis]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rules)
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def __repr__(self) -> str:
+        return f"ShardingPlan({self._rules!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ShardingPlan) and self._rules == other._rules
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._rules.items(), key=lambda kv: kv[0])))
+
+    def __or__(self, other: ShardingPlan) -> ShardingPlan:
+        return ShardingPlan.union(self, other)
+
+    @staticmethod
+    def union(*plans: ShardingPlan) -> ShardingPlan:
+        """Merge plans; conflicting mappings of one logical axis raise ValueError."""
+        merged: dict[str, MeshAxes] = {}
+        for plan in plans:
+            for axis, mesh in plan.items():
+                if axis in merged and merged[axis] != mesh:
+                    raise ValueError(
+                        f"sharding plans disagree on logical axis {axis!r}: {merged[axis]!r} vs {mesh!r}"
+                    )
+                merged[axis] = mesh
+        return ShardingPlan(merged)
+
+    def restricted(self, mesh_axes: Iterable[str]) -> ShardingPlan:
+        """Keep only mappings onto ``mesh_axes`` (others become replicated)."""
+        keep = set(mesh_axes)
+
+        def filt(value: MeshAxes) -> MeshAxes:
+            if value is None:
+                return None
+            names = (value,) if isinstance(value, str) else value
+            kept = tuple(n for n in names if n in keep)
+            return _normalize(kept) if kept else None
+
+        return ShardingPlan({k: filt(v) for k, v in self._rules.items()})
+
+    def rules(self) -> list[tuple[str, MeshAxes]]:
+        """The plan as a rule list for ``flax.linen.logical_axis_rules``."""
+        return list(self._rules.items())

@@ -1,0 +1,52 @@
+"""The Job protocol: what ``theseus run`` configures and runs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from theseus.config import Configuration, configure
+
+ROOT_ENV = "THESEUS_ROOT"
+
+
+def default_root() -> Path:
+    """``$THESEUS_ROOT`` if set, else ``~/.theseus``."""
+    env = os.environ.get(ROOT_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".theseus"
+
+
+@dataclass
+class JobContext:
+    """What a job is given by the CLI: its key, the root directory and the configuration."""
+
+    name: str
+    root: Path
+    config: Configuration
+    verbose: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Job:
+    """A runnable unit registered under a key (``theseus run KEY``).
+
+    ``CONFIG`` is a dataclass with ``field()`` attributes; ``config()`` lists every class
+    whose fields make up the job's schema; ``self.args`` is the hydrated ``CONFIG``.
+    """
+
+    CONFIG: ClassVar[type | None] = None
+    JOB_KEY: ClassVar[str | None] = None
+
+    def __init__(self, context: JobContext) -> None:
+        self.context = context
+        self.args: Any = configure(self.CONFIG) if self.CONFIG is not None else None
+
+    @classmethod
+    def config(cls) -> list[type]:
+        """Classes whose ``field()`` declarations make up this job's configuration."""
+        return [cls.CONFIG] if cls.CONFIG is not None else []
+
+    def run(self) -> None:
+        raise NotImplementedError(f"{type(self).__qualname__}.run() is not implemented")

@@ -1,0 +1,61 @@
+"""``theseus jobs`` / ``components`` / ``plugins``: listings that read metadata only."""
+
+from __future__ import annotations
+
+import click
+
+from theseus.registry import COMPONENT_KINDS, Registry
+from theseus.errors import TheseusError
+
+
+def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+    if not rows:
+        return ""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths)).rstrip()]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def warn_problems(registry: Registry, include_failures: bool = True) -> None:
+    if include_failures:
+        for failure in registry.failures:
+            click.echo(f"warning: {failure.message}", err=True)
+    for label, providers in registry.conflicts.items():
+        names = " and ".join(sorted({p.distribution for p in providers}))
+        click.echo(f"warning: {label} is provided by both {names}; it cannot be used until one is removed", err=True)
+
+
+def list_jobs(registry: Registry) -> None:
+    rows = [(name, e.provider) for name, e in sorted(registry.jobs.items())]
+    click.echo(_table(rows, ("JOB", "PROVIDED BY")) or "no jobs installed")
+    warn_problems(registry)
+
+
+def list_components(registry: Registry, kind: str | None) -> None:
+    if kind is not None and kind not in COMPONENT_KINDS:
+        raise TheseusError(f"unknown component kind {kind!r}; kinds are: {', '.join(COMPONENT_KINDS)}")
+    rows = [(e.key, e.provider, e.target) for e in registry.components_of(kind)]
+    click.echo(_table(rows, ("COMPONENT", "PROVIDED BY", "TARGET")) or "no components installed")
+    warn_problems(registry)
+
+
+def list_plugins(plugins: object) -> None:
+    from theseus.plugins.discovery import Plugins
+
+    assert isinstance(plugins, Plugins)
+    registry = plugins.registry
+    rows = []
+    for dist, version in sorted(registry.distributions.items()):
+        jobs = sum(1 for e in registry.jobs.values() if e.distribution == dist)
+        comps = sum(1 for e in registry.components.values() if e.distribution == dist and e.kind != "plugin")
+        hooks = ", ".join(plugins.hooks_of(dist)) or "-"
+        failures = sum(1 for f in registry.failures if f.distribution == dist)
+        status = f"{failures} failed" if failures else "ok"
+        rows.append((dist, version, str(jobs), str(comps), hooks, status))
+    for dist in sorted(registry.blocked):
+        rows.append((dist, "", "-", "-", "-", "blocked"))
+    click.echo(_table(rows, ("DISTRIBUTION", "VERSION", "JOBS", "COMPONENTS", "HOOKS", "STATUS")) or "no plugins installed")
+    for failure in registry.failures:
+        click.echo(f"  {failure.distribution}: {failure.message}")
+    warn_problems(registry, include_failures=False)

@@ -1,0 +1,182 @@
+"""The ``theseus`` command line."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from theseus.errors import TheseusError
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("theseus-core")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class TheseusGroup(click.Group):
+    """A click group that also offers commands contributed by plugins (loaded on demand)."""
+
+    def _plugin_commands(self) -> dict[str, click.Command]:
+        from theseus.plugins.discovery import plugins
+
+        commands: dict[str, click.Command] = {}
+        for _dist, result in plugins().call("theseus_cli_commands"):
+            for command in result:
+                if isinstance(command, click.Command) and command.name:
+                    commands.setdefault(command.name, command)
+        return commands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(super().list_commands(ctx))
+        try:
+            names |= set(self._plugin_commands())
+        except TheseusError:
+            pass
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        return self._plugin_commands().get(cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            import difflib
+
+            name = args[0] if args else ""
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            if close:
+                raise click.UsageError(f"no command {name!r}; did you mean {close[0]!r}?") from exc
+            raise
+
+
+@click.group(cls=TheseusGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", prog_name="theseus")
+@click.option("--verbose", "-v", is_flag=True, help="Show full tracebacks on errors.")
+@click.option(
+    "--load",
+    "loads",
+    multiple=True,
+    metavar="FILE_OR_MODULE",
+    help="Import a .py file or module holding @job classes (repeatable).",
+)
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool, loads: tuple[str, ...]) -> None:
+    """theseus: train language models with JAX, extended by plugins."""
+    ctx.ensure_object(dict)
+    ctx.obj["verbose"] = verbose
+    if loads:
+        from theseus.cli.loading import load_user_code
+
+        for target in loads:
+            load_user_code(target)
+
+
+@cli.command()
+def jobs() -> None:
+    """List the jobs of every installed distribution (and --load files)."""
+    from theseus.cli.listing import list_jobs
+    from theseus.registry import get_registry
+
+    list_jobs(get_registry())
+
+
+@cli.command()
+@click.option("--kind", default=None, help="Only this kind (model, dataset, optimizer, ...).")
+def components(kind: str | None) -> None:
+    """List registered components (models, datasets, optimizers, ...)."""
+    from theseus.cli.listing import list_components
+    from theseus.registry import get_registry
+
+    list_components(get_registry(), kind)
+
+
+@cli.command()
+def plugins() -> None:
+    """Show installed plugin distributions, what they register, and failures."""
+    from theseus.cli.listing import list_plugins
+    from theseus.plugins.discovery import plugins as get_plugins
+    from theseus.registry import get_registry
+
+    get_registry()
+    list_plugins(get_plugins())
+
+
+@cli.command()
+@click.argument("job")
+@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("overrides", nargs=-1)
+def configure(job: str, out: Path, overrides: tuple[str, ...]) -> None:
+    """Write JOB's full configuration (defaults + overrides) to OUT.yaml."""
+    from theseus.cli.running import configure_job
+
+    configure_job(job, out, list(overrides))
+
+
+@cli.command(context_settings={"ignore_unknown_options": False})
+@click.argument("job")
+@click.argument("overrides", nargs=-1)
+@click.option("--config", "config_file", type=click.Path(path_type=Path), default=None, help="YAML from 'theseus configure'.")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None, help="Root for data and runs (default $THESEUS_ROOT or ~/.theseus).")
+@click.option("--coordinator", default=None, help="host:port of process 0 for multi-process runs.")
+@click.option("--num-processes", type=int, default=None, help="Number of processes in a multi-process run.")
+@click.option("--process-id", type=int, default=None, help="This process's index in a multi-process run.")
+@click.pass_context
+def run(
+    ctx: click.Context,
+    job: str,
+    overrides: tuple[str, ...],
+    config_file: Path | None,
+    root: Path | None,
+    coordinator: str | None,
+    num_processes: int | None,
+    process_id: int | None,
+) -> None:
+    """Run JOB with its configuration (--config YAML, then key=value overrides)."""
+    from theseus.cli.running import run_job
+
+    distributed: dict[str, Any] = {
+        "coordinator": coordinator,
+        "num_processes": num_processes,
+        "process_id": process_id,
+    }
+    run_job(job, list(overrides), config_file, root, verbose=ctx.obj["verbose"], distributed=distributed)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user mistakes become one ``error:`` line and a non-zero exit."""
+    args = sys.argv[1:] if argv is None else argv
+    verbose = "--verbose" in args or "-v" in args
+    try:
+        cli.main(args=args, prog_name="theseus", standalone_mode=False)
+    except TheseusError as exc:
+        if verbose:
+            traceback.print_exc()
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

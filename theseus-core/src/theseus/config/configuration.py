@@ -1,0 +1,233 @@
+"""The active configuration: loading, validation, overrides, YAML, and ``configure()``."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from theseus.config.fields import KEY_METADATA, MISSING
+from theseus.config.schema import Schema
+from theseus.config.types import coerce, parse_override_value, type_name
+from theseus.errors import ConfigError
+
+T = TypeVar("T")
+
+
+class Configuration(Mapping[str, Any]):
+    """A validated flat mapping of slash keys to values."""
+
+    def __init__(self, values: Mapping[str, Any], schema: Schema | None = None) -> None:
+        self._values = dict(values)
+        self.schema = schema
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Configuration({self._values!r})"
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted((k, _freeze(v)) for k, v in self._values.items())))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self._values) == dict(other)
+
+    def replace(self, **values: Any) -> Configuration:
+        """A copy with some values changed (keys given with ``/`` replaced by ``__``)."""
+        updated = dict(self._values)
+        updated.update({k.replace("__", "/"): v for k, v in values.items()})
+        return Configuration(updated, self.schema)
+
+    def with_values(self, values: Mapping[str, Any]) -> Configuration:
+        updated = dict(self._values)
+        updated.update(values)
+        return Configuration(updated, self.schema)
+
+    def to_nested(self) -> dict[str, Any]:
+        return nest(self._values)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"a/b": 1}`` -> ``{"a": {"b": 1}}``."""
+    nested: dict[str, Any] = {}
+    for key in sorted(flat):
+        node = nested
+        *parents, leaf = key.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        value = flat[key]
+        node[leaf] = list(value) if isinstance(value, tuple) else value
+    return nested
+
+
+def flatten(nested: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a/b": 1}``."""
+    flat: dict[str, Any] = {}
+    for key, value in nested.items():
+        path = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, path))
+        else:
+            flat[path] = value
+    return flat
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a configuration YAML file into a flat ``{key: value}`` mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist; write one with 'theseus configure JOB {path}'")
+    try:
+        loaded = OmegaConf.load(path)
+        container = OmegaConf.to_container(loaded, resolve=True)
+    except (yaml.YAMLError, OmegaConfBaseException, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML ({first_line}); fix the file or regenerate it with 'theseus configure'") from exc
+    if container is None:
+        return {}
+    if not isinstance(container, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values, not a {type(container).__name__}")
+    return flatten(container)
+
+
+def write_yaml(values: Mapping[str, Any], path: str | Path, schema: Schema | None = None) -> Path:
+    """Write a flat mapping as nested YAML (required keys without a value as ``???``)."""
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    flat = {k: ("???" if v is MISSING else v) for k, v in values.items()}
+    text = OmegaConf.to_yaml(OmegaConf.create(nest(flat)))
+    header = "# theseus configuration; edit values and pass with --config\n"
+    if schema is not None:
+        required = [s.key for s in schema if s.required and values.get(s.key, MISSING) is MISSING]
+        if required:
+            header += "# required (replace ???): " + ", ".join(required) + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(header + text)
+    tmp.replace(path)
+    return path
+
+
+def parse_overrides(overrides: Iterable[str]) -> dict[str, Any]:
+    """Parse ``key=value`` arguments (keys with ``/`` or ``.`` separators)."""
+    parsed: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not of the form key=value (e.g. training/lr=3e-4)")
+        parsed[key.replace(".", "/")] = parse_override_value(value)
+    return parsed
+
+
+def resolve(
+    schema: Schema,
+    file_values: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Configuration:
+    """Validate values against ``schema``: defaults < file < overrides.
+
+    Unknown keys (with a suggestion), wrong types and missing required values are
+    reported as ConfigError.
+    """
+    values = schema.defaults()
+    for source, given in (("config file", file_values or {}), ("override", overrides or {})):
+        for key, value in given.items():
+            if key not in schema:
+                raise ConfigError(f"unknown configuration key {key!r} ({source}){schema.suggest(key)}")
+            if value == "???":
+                continue
+            values[key] = coerce(value, schema[key].type, key)
+    missing = [k for k, v in values.items() if v is MISSING]
+    if missing:
+        key = missing[0]
+        raise ConfigError(
+            f"missing required configuration value {key!r} ({type_name(schema[key].type)}); "
+            f"pass {key}=<value> or set it in the --config file"
+        )
+    return Configuration(values, schema)
+
+
+def load(
+    schema: Schema,
+    config_file: str | Path | None = None,
+    overrides: Iterable[str] = (),
+) -> Configuration:
+    """Resolve a configuration from an optional YAML file and ``key=value`` overrides."""
+    file_values = read_yaml(config_file) if config_file is not None else {}
+    return resolve(schema, file_values, parse_overrides(overrides))
+
+
+#: Modules keep the configuration they were built under in this attribute, so that
+#: ``configure(Child)`` inside a lazily run Flax ``setup()`` sees the same values.
+CONFIG_ATTRIBUTE = "theseus_config"
+
+_ACTIVE: contextvars.ContextVar[Configuration | None] = contextvars.ContextVar(
+    "theseus_configuration", default=None
+)
+
+
+@contextlib.contextmanager
+def configuration(cfg: Configuration | Mapping[str, Any]) -> Iterator[Configuration]:
+    """Make ``cfg`` the active configuration for ``configure()`` inside the block."""
+    if not isinstance(cfg, Configuration):
+        cfg = Configuration(cfg)
+    token = _ACTIVE.set(cfg)
+    try:
+        yield cfg
+    finally:
+        _ACTIVE.reset(token)
+
+
+def current_configuration() -> Configuration | None:
+    """The active configuration, or None outside ``with configuration(...)``."""
+    return _ACTIVE.get()
+
+
+def configure(cls: type[T], **overrides: Any) -> T:
+    """Build ``cls`` with its ``field()`` values taken from the active configuration.
+
+    Keys absent from the active configuration use their defaults; keyword ``overrides``
+    win over both. Works for dataclasses and Flax modules (also inside ``setup()``).
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise ConfigError(f"configure() needs a dataclass or Module class, got {cls!r}")
+    active = current_configuration() or {}
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        key = f.metadata.get(KEY_METADATA)
+        if key is None or f.name in overrides or not f.init:
+            continue
+        if key in active:
+            kwargs[f.name] = active[key]
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise ConfigError(
+                f"missing required configuration value {key!r} for {cls.__qualname__}; "
+                f"pass {key}=<value>"
+            )
+    if CONFIG_ATTRIBUTE in {f.name for f in dataclasses.fields(cls)} and CONFIG_ATTRIBUTE not in overrides:
+        kwargs[CONFIG_ATTRIBUTE] = current_configuration()
+    kwargs.update(overrides)
+    return cls(**kwargs)

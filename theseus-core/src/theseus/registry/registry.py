@@ -1,0 +1,198 @@
+"""The registry of jobs and components, filled from entry points, hooks and ``@job``."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from theseus.errors import PluginError
+from theseus.registry.entries import COMPONENT_KINDS, LOCAL, Entry
+
+BLOCK_ENV = "THESEUS_BLOCK_PLUGINS"
+STRICT_ENV = "THESEUS_STRICT_PLUGINS"
+
+
+@dataclass
+class Failure:
+    """A plugin problem found while discovering or loading: reported, then skipped."""
+
+    distribution: str
+    entry: str
+    message: str
+
+
+def blocked_distributions() -> set[str]:
+    raw = os.environ.get(BLOCK_ENV, "")
+    return {_normalize(name) for name in raw.replace(";", ",").split(",") if name.strip()}
+
+
+def strict_plugins() -> bool:
+    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _normalize(dist: str) -> str:
+    return dist.strip().lower().replace("_", "-").replace(".", "-")
+
+
+def _validate_job(entry: Entry, obj: Any) -> None:
+    from theseus.base.job import Job
+
+    if not (isinstance(obj, type) and issubclass(obj, Job)):
+        raise PluginError(
+            f"job {entry.name!r} from {entry.distribution} points at {entry.target!r}, which is "
+            f"not a Job class (got {type(obj).__name__}); point the entry point at a BaseTrainer or Job subclass"
+        )
+
+
+def _validate_component(entry: Entry, obj: Any) -> None:
+    kind = entry.kind
+    if kind in ("model", "layer"):
+        from theseus.model.module import Module
+
+        ok = isinstance(obj, type) and issubclass(obj, Module)
+        expected = "a theseus.model.module.Module subclass"
+    elif kind in ("optimizer", "schedule"):
+        ok = hasattr(obj, "config") and callable(getattr(obj, "factory", None))
+        expected = f"a {kind.capitalize()} factory container (config type + factory function)"
+    elif kind == "plugin":
+        ok, expected = True, ""
+    else:
+        ok = isinstance(obj, type)
+        expected = "a class"
+    if not ok:
+        raise PluginError(
+            f"component {entry.key!r} from {entry.distribution} points at {entry.target!r}, "
+            f"which is not {expected} (got {type(obj).__name__}); fix the entry point"
+        )
+
+
+class Registry:
+    """Jobs by key and components by ``(kind, name)``, each attributed to a distribution."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, Entry] = {}
+        self.components: dict[tuple[str, str], Entry] = {}
+        self.failures: list[Failure] = []
+        self.conflicts: dict[str, list[Entry]] = {}
+        self.distributions: dict[str, str] = {}  # name -> version, of every contributor
+        self.blocked: set[str] = set()
+        self._current_distribution: tuple[str, str] | None = None
+
+    # -- adding -----------------------------------------------------------------
+    def attributed(self, distribution: str, version: str = "") -> _Attribution:
+        """Context manager: entries added inside are attributed to ``distribution``."""
+        return _Attribution(self, distribution, version)
+
+    def add_job(self, name: str, target: str | type, *, distribution: str | None = None, version: str = "") -> None:
+        entry = self._entry("job", name, target, distribution, version, _validate_job)
+        self._insert(self.jobs, name, entry, f"job {name!r}")
+
+    def add_component(self, key: str, target: str | Any, *, distribution: str | None = None, version: str = "") -> None:
+        kind, sep, name = key.partition("/")
+        dist = distribution or (self._current_distribution or (LOCAL, ""))[0]
+        if not sep or not name:
+            self.report(dist, key, f"component name {key!r} must be 'kind/name' (e.g. 'model/gpt')")
+            return
+        if kind not in COMPONENT_KINDS:
+            kinds = ", ".join(COMPONENT_KINDS)
+            self.report(dist, key, f"component {key!r} has unknown kind {kind!r}; use one of: {kinds}")
+            return
+        entry = self._entry(kind, name, target, distribution, version, _validate_component)
+        self._insert(self.components, (kind, name), entry, f"component {key!r}")
+
+    def report(self, distribution: str, entry: str, message: str) -> None:
+        """Record a plugin failure (fatal when THESEUS_STRICT_PLUGINS is set)."""
+        if strict_plugins():
+            raise PluginError(message + f" ({STRICT_ENV} is set)")
+        self.failures.append(Failure(distribution, entry, message))
+
+    def _entry(
+        self,
+        kind: str,
+        name: str,
+        target: str | Any,
+        distribution: str | None,
+        version: str,
+        validate: Callable[[Entry, Any], None],
+    ) -> Entry:
+        if distribution is None and self._current_distribution is not None:
+            distribution, version = self._current_distribution
+        distribution = distribution or LOCAL
+        if distribution != LOCAL:
+            self.distributions.setdefault(distribution, version)
+        if isinstance(target, str):
+            return Entry(kind, name, target, distribution, version, validate=validate)
+        qual = f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', repr(target))}"
+        entry = Entry(kind, name, qual, distribution, version, validate=validate)
+        validate(entry, target)
+        entry.obj = target
+        return entry
+
+    def _insert(self, table: dict[Any, Entry], key: Any, entry: Entry, label: str) -> None:
+        existing = table.get(key)
+        if existing is None:
+            table[key] = entry
+            return
+        if existing.target == entry.target or (existing.obj is not None and existing.obj is entry.obj):
+            table[key] = entry  # the same object registered again (e.g. a file imported twice)
+            return
+        if existing.distribution == LOCAL and entry.distribution == LOCAL:
+            table[key] = entry  # a re-imported user file replaces its own registration
+            return
+        providers = self.conflicts.setdefault(label, [existing])
+        providers.append(entry)
+
+    # -- lookup -----------------------------------------------------------------
+    def _check_conflict(self, label: str) -> None:
+        providers = self.conflicts.get(label)
+        if providers:
+            names = " and ".join(sorted({f"{p.distribution} ({p.target})" for p in providers}))
+            raise PluginError(
+                f"{label} is provided by both {names}; uninstall one, or block one with {BLOCK_ENV}=<distribution>"
+            )
+
+    def job(self, name: str) -> Entry:
+        self._check_conflict(f"job {name!r}")
+        if name not in self.jobs:
+            close = difflib.get_close_matches(name, list(self.jobs), n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else "; run 'theseus jobs' to list them"
+            raise PluginError(f"unknown job {name!r}{hint}")
+        return self.jobs[name]
+
+    def load_job(self, name: str) -> type:
+        return self.job(name).load()  # type: ignore[no-any-return]
+
+    def component(self, kind: str, name: str) -> Entry:
+        if kind not in COMPONENT_KINDS:
+            close = difflib.get_close_matches(kind, list(COMPONENT_KINDS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; kinds are: {', '.join(COMPONENT_KINDS)}"
+            raise PluginError(f"unknown component kind {kind!r}{hint}")
+        self._check_conflict(f"component '{kind}/{name}'")
+        if (kind, name) not in self.components:
+            names = [n for (k, n) in self.components if k == kind]
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; installed: {', '.join(sorted(names)) or 'none'}"
+            raise PluginError(f"unknown {kind} {name!r}{hint}")
+        return self.components[(kind, name)]
+
+    def load_component(self, kind: str, name: str) -> Any:
+        return self.component(kind, name).load()
+
+    def components_of(self, kind: str | None = None) -> list[Entry]:
+        return [e for (k, _), e in sorted(self.components.items()) if kind is None or k == kind]
+
+
+class _Attribution:
+    def __init__(self, registry: Registry, distribution: str, version: str) -> None:
+        self.registry, self.value = registry, (distribution, version)
+
+    def __enter__(self) -> Registry:
+        self.previous = self.registry._current_distribution
+        self.registry._current_distribution = self.value
+        return self.registry
+
+    def __exit__(self, *exc: object) -> None:
+        self.registry._current_distribution = self.previous
