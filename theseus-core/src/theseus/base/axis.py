@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Union
 
-MeshAxes = Union[str, tuple[str, ...], None]
+MeshAxes = str | tuple[str, ...] | None
 
 
 class Axis:
@@ -46,7 +45,9 @@ class ShardingPlan(Mapping[str, MeshAxes]):
     one logical axis to two different mesh axes is an error naming the axis.
     """
 
-    def __init__(self, rules: Mapping[str, MeshAxes] | Iterable[tuple[str, MeshAxes]] | None = None, **kwargs: MeshAxes) -> None:
+    def __init__(
+        self, rules: Mapping[str, MeshAxes] | Iterable[tuple[str, MeshAxes]] | None = None, **kwargs: MeshAxes
+    ) -> None:
         items = dict(rules.items() if isinstance(rules, Mapping) else (rules or []))
         items.update(kwargs)
         self._rules: dict[str, MeshAxes] = {k: _normalize(v) for k, v in items.items()}
@@ -79,9 +80,7 @@ class ShardingPlan(Mapping[str, MeshAxes]):
         for plan in plans:
             for axis, mesh in plan.items():
                 if axis in merged and merged[axis] != mesh:
-                    raise ValueError(
-                        f"sharding plans disagree on logical axis {axis!r}: {merged[axis]!r} vs {mesh!r}"
-                    )
+                    raise ValueError(f"sharding plans disagree on logical axis {axis!r}: {merged[axis]!r} vs {mesh!r}")
                 merged[axis] = mesh
         return ShardingPlan(merged)
 

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import click
 
-from theseus.registry import COMPONENT_KINDS, Registry
 from theseus.errors import TheseusError
+from theseus.registry import COMPONENT_KINDS, Registry
 
 
-def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+def _table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
     if not rows:
         return ""
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths)).rstrip()]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=False)).rstrip()]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows]
     return "\n".join(lines)
 
 
@@ -55,7 +57,9 @@ def list_plugins(plugins: object) -> None:
         rows.append((dist, version, str(jobs), str(comps), hooks, status))
     for dist in sorted(registry.blocked):
         rows.append((dist, "", "-", "-", "-", "blocked"))
-    click.echo(_table(rows, ("DISTRIBUTION", "VERSION", "JOBS", "COMPONENTS", "HOOKS", "STATUS")) or "no plugins installed")
+    click.echo(
+        _table(rows, ("DISTRIBUTION", "VERSION", "JOBS", "COMPONENTS", "HOOKS", "STATUS")) or "no plugins installed"
+    )
     for failure in registry.failures:
         click.echo(f"  {failure.distribution}: {failure.message}")
     warn_problems(registry, include_failures=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import traceback
 from pathlib import Path
@@ -36,10 +37,8 @@ class TheseusGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = set(super().list_commands(ctx))
-        try:
+        with contextlib.suppress(TheseusError):
             names |= set(self._plugin_commands())
-        except TheseusError:
-            pass
         return sorted(names)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
@@ -48,7 +47,9 @@ class TheseusGroup(click.Group):
             return command
         return self._plugin_commands().get(cmd_name)
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         try:
             return super().resolve_command(ctx, args)
         except click.UsageError as exc:
@@ -127,8 +128,15 @@ def configure(job: str, out: Path, overrides: tuple[str, ...]) -> None:
 @cli.command(context_settings={"ignore_unknown_options": False})
 @click.argument("job")
 @click.argument("overrides", nargs=-1)
-@click.option("--config", "config_file", type=click.Path(path_type=Path), default=None, help="YAML from 'theseus configure'.")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None, help="Root for data and runs (default $THESEUS_ROOT or ~/.theseus).")
+@click.option(
+    "--config", "config_file", type=click.Path(path_type=Path), default=None, help="YAML from 'theseus configure'."
+)
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Root for data and runs (default $THESEUS_ROOT or ~/.theseus).",
+)
 @click.option("--coordinator", default=None, help="host:port of process 0 for multi-process runs.")
 @click.option("--num-processes", type=int, default=None, help="Number of processes in a multi-process run.")
 @click.option("--process-id", type=int, default=None, help="This process's index in a multi-process run.")
@@ -169,7 +177,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        hint = f" (see 'theseus {exc.ctx.info_name} --help')" if isinstance(exc, click.UsageError) and exc.ctx else ""
+        click.echo(f"error: {exc.format_message()}{hint}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

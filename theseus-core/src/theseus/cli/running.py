@@ -10,12 +10,12 @@ import click
 from theseus.errors import TheseusError
 
 
-def job_schema(name: str) -> tuple[type, Any]:
+def job_schema(name: str) -> tuple[Any, Any]:
     """The job class registered as ``name`` and the schema of its configuration."""
     from theseus.config import Schema
     from theseus.registry import get_registry
 
-    cls = get_registry().load_job(name)
+    cls: Any = get_registry().load_job(name)
     return cls, Schema.build(cls.config())
 
 

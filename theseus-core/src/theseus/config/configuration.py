@@ -104,12 +104,17 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         container = OmegaConf.to_container(loaded, resolve=True)
     except (yaml.YAMLError, OmegaConfBaseException, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML ({first_line}); fix the file or regenerate it with 'theseus configure'") from exc
+        raise ConfigError(
+            f"config file {str(path)!r} is not valid YAML ({first_line}); "
+            "fix the file or regenerate it with 'theseus configure'"
+        ) from exc
     if container is None:
         return {}
     if not isinstance(container, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values, not a {type(container).__name__}")
-    return flatten(container)
+        raise ConfigError(
+            f"config file {str(path)!r} must hold a mapping of keys to values, not a {type(container).__name__}"
+        )
+    return flatten({str(k): v for k, v in container.items()})
 
 
 def write_yaml(values: Mapping[str, Any], path: str | Path, schema: Schema | None = None) -> Path:
@@ -184,9 +189,7 @@ def load(
 #: ``configure(Child)`` inside a lazily run Flax ``setup()`` sees the same values.
 CONFIG_ATTRIBUTE = "theseus_config"
 
-_ACTIVE: contextvars.ContextVar[Configuration | None] = contextvars.ContextVar(
-    "theseus_configuration", default=None
-)
+_ACTIVE: contextvars.ContextVar[Configuration | None] = contextvars.ContextVar("theseus_configuration", default=None)
 
 
 @contextlib.contextmanager
@@ -214,7 +217,7 @@ def configure(cls: type[T], **overrides: Any) -> T:
     """
     if not dataclasses.is_dataclass(cls):
         raise ConfigError(f"configure() needs a dataclass or Module class, got {cls!r}")
-    active = current_configuration() or {}
+    active: Mapping[str, Any] = current_configuration() or {}
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         key = f.metadata.get(KEY_METADATA)
@@ -224,8 +227,7 @@ def configure(cls: type[T], **overrides: Any) -> T:
             kwargs[f.name] = active[key]
         elif f.default is MISSING and f.default_factory is MISSING:
             raise ConfigError(
-                f"missing required configuration value {key!r} for {cls.__qualname__}; "
-                f"pass {key}=<value>"
+                f"missing required configuration value {key!r} for {cls.__qualname__}; pass {key}=<value>"
             )
     if CONFIG_ATTRIBUTE in {f.name for f in dataclasses.fields(cls)} and CONFIG_ATTRIBUTE not in overrides:
         kwargs[CONFIG_ATTRIBUTE] = current_configuration()

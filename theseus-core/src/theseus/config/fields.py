@@ -32,15 +32,12 @@ def field(
     """
     if not isinstance(key, str) or not _KEY_PATTERN.match(key):
         raise ConfigError(
-            f"invalid configuration key {key!r}: use slash-separated names such as "
-            "'architecture/n_layers'"
+            f"invalid configuration key {key!r}: use slash-separated names such as 'architecture/n_layers'"
         )
     if default is not MISSING and default_factory is not MISSING:
         raise ConfigError(f"field {key!r}: give either default or default_factory, not both")
     if isinstance(default, (list, dict, set)):
-        raise ConfigError(
-            f"field {key!r}: a mutable default must be given as default_factory=lambda: ..."
-        )
+        raise ConfigError(f"field {key!r}: a mutable default must be given as default_factory=lambda: ...")
     metadata = {KEY_METADATA: key, HELP_METADATA: help}
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata, kw_only=True)
@@ -90,7 +87,7 @@ def declared_fields(cls: type) -> list[FieldSpec]:
         if f.default is not MISSING:
             default = f.default
         elif f.default_factory is not MISSING:
-            default = f.default_factory()
+            default = f.default_factory()  # type: ignore[misc,operator]
         else:
             default = MISSING
         specs.append(

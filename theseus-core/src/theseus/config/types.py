@@ -68,7 +68,7 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(args) != len(value):
                 raise _type_error(key, value, tp)
-            items = [coerce(v, a, key) for v, a in zip(value, args)]
+            items = [coerce(v, a, key) for v, a in zip(value, args, strict=False)]
         else:
             item_type = args[0] if args else Any
             items = [coerce(v, item_type, key) for v in value]
@@ -122,6 +122,5 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
 
 def _type_error(key: str, value: Any, tp: Any) -> ConfigError:
     return ConfigError(
-        f"{key}: expected {type_name(tp)}, got {value!r} ({type(value).__name__}); "
-        f"set it as {key}=<{type_name(tp)}>"
+        f"{key}: expected {type_name(tp)}, got {value!r} ({type(value).__name__}); set it as {key}=<{type_name(tp)}>"
     )

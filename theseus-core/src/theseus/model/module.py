@@ -41,14 +41,12 @@ class Module(nn.Module):
     )
     #: The configuration this module was built under (set by ``configure``); children
     #: built in ``setup()`` are configured from it.
-    theseus_config: Configuration | None = dataclasses.field(
-        default=None, kw_only=True, repr=False, compare=False
-    )
+    theseus_config: Configuration | None = dataclasses.field(default=None, kw_only=True, repr=False, compare=False)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         setup = cls.__dict__.get("setup")
         if setup is not None and not getattr(setup, "__theseus_wrapped__", False):
-            cls.setup = _with_own_configuration(setup)  # type: ignore[method-assign]
+            cls.setup = _with_own_configuration(setup)  # type: ignore[method-assign,assignment]
         super().__init_subclass__(**kwargs)
 
     @classmethod

@@ -94,11 +94,11 @@ class Registry:
         kind, sep, name = key.partition("/")
         dist = distribution or (self._current_distribution or (LOCAL, ""))[0]
         if not sep or not name:
-            self.report(dist, key, f"component name {key!r} must be 'kind/name' (e.g. 'model/gpt')")
+            self.report(dist, key, f"component name {key!r} from {dist} must be 'kind/name' (e.g. 'model/gpt')")
             return
         if kind not in COMPONENT_KINDS:
             kinds = ", ".join(COMPONENT_KINDS)
-            self.report(dist, key, f"component {key!r} has unknown kind {kind!r}; use one of: {kinds}")
+            self.report(dist, key, f"component {key!r} from {dist} has unknown kind {kind!r}; use one of: {kinds}")
             return
         entry = self._entry(kind, name, target, distribution, version, _validate_component)
         self._insert(self.components, (kind, name), entry, f"component {key!r}")

@@ -1,0 +1,54 @@
+"""The four distributions build as wheels that share the ``theseus`` namespace (PEP 420)."""
+
+from __future__ import annotations
+
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DISTRIBUTIONS, REPO, build_wheels, clean_env, make_venv, pip_install, run_cli
+
+SHARED_LEVELS = {"theseus/__init__.py", "theseus/model/__init__.py", "theseus/data/__init__.py"}
+
+
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    built = build_wheels(tmp_path_factory.mktemp("wheels"), [REPO / d for d in DISTRIBUTIONS])
+    assert len(built) == len(DISTRIBUTIONS), built
+    return built
+
+
+@pytest.fixture(scope="session")
+def wheel_python(wheels: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv holding the four wheels (no editable installs, no source tree on the path)."""
+    python = make_venv(tmp_path_factory.mktemp("wheel-venv"), inherit="packages")
+    pip_install(python, *wheels)
+    return python
+
+
+def test_no_wheel_ships_a_shared_namespace_level(wheels: list[Path]) -> None:
+    for wheel in wheels:
+        names = set(zipfile.ZipFile(wheel).namelist())
+        assert not names & SHARED_LEVELS, f"{wheel.name} ships {names & SHARED_LEVELS}"
+        assert any(name.endswith("entry_points.txt") for name in names), f"{wheel.name} registers nothing"
+
+
+def test_namespace_imports_from_wheels(wheel_python: Path) -> None:
+    code = (
+        "import theseus.model.module as m, theseus.model.models as mm, theseus.config, theseus.data.tokenizer\n"
+        "import theseus.data.datasets\n"
+        "print(m.__file__); print(mm.__file__)\n"
+    )
+    done = subprocess.run([str(wheel_python), "-c", code], capture_output=True, text=True, env=clean_env(), cwd="/")
+    assert done.returncode == 0, done.stderr
+    for line in done.stdout.splitlines():
+        assert "site-packages" in line and str(REPO) not in line
+
+
+def test_jobs_listed_from_wheels(wheel_python: Path) -> None:
+    done = run_cli(["plugins"], python=wheel_python, cwd="/")
+    assert done.returncode == 0, done.stderr
+    for dist in DISTRIBUTIONS:
+        assert dist in done.stdout
