@@ -1,0 +1,11 @@
+"""The flywheel: the training data loader over prepared token shards.
+
+``Flywheel(samplings, root=..., block_size=..., batch_size=..., seed=...)`` reads the datasets that
+``theseus run data/tokenize`` prepared under ``<root>/data/``; ``Sampling`` and ``Strategy`` (in
+``theseus.training.flywheel.strategy``) say which datasets to mix, at which rates and in which style.
+"""
+
+from theseus.training.flywheel.loader import Batch, Flywheel
+from theseus.training.flywheel.strategy import STYLES, Sampling, Strategy, dataset_name, strategy_of
+
+__all__ = ["STYLES", "Batch", "Flywheel", "Sampling", "Strategy", "dataset_name", "strategy_of"]

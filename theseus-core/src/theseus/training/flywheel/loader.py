@@ -1,0 +1,211 @@
+"""The Flywheel: batches from prepared data, a pure function of (seed, step, split, process index)."""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from theseus.data.format import Prepared
+from theseus.data.tokenizer import spec_identity
+from theseus.errors import DataError
+from theseus.training.flywheel.sources import Source
+from theseus.training.flywheel.strategy import Strategy, strategy_of
+
+Batch = dict[str, np.ndarray]
+
+
+def _split_code(split: str) -> int:
+    return zlib.crc32(split.encode("utf-8"))
+
+
+class Flywheel:
+    """Batches of ``{"x", "y", "padding_mask"}`` drawn from prepared datasets by a sampling strategy.
+
+    ``batch(step, split)`` depends only on ``(seed, step, split, process_index)`` (and the data), so a
+    resumed run sees exactly the batches an uninterrupted run would have, and processes read disjoint
+    data: each reads only its own contiguous ``1/process_count`` part of every split (a slice of the
+    tokens in ``"pmd"`` style, a run of whole documents in ``"padded"`` style).
+
+    Rows are assigned to samplings independently with probability ``rate``. ``x`` and ``y`` are int32
+    ``[batch_size, block_size]`` with ``y`` shifted by one token; ``y == -1`` marks targets that are
+    not learned (padding, and prompts of instruction data); ``padding_mask`` is True on real tokens.
+    Every call returns fresh arrays, so callers may modify them. A background thread prepares the
+    next ``prefetch`` steps of the split last asked for.
+    """
+
+    def __init__(
+        self,
+        samplings: Any,
+        *,
+        root: str | Path,
+        block_size: int,
+        batch_size: int,
+        seed: int = 0,
+        process_index: int = 0,
+        process_count: int = 1,
+        prefetch: int = 2,
+    ) -> None:
+        for label, value, low in (("block_size", block_size, 1), ("batch_size", batch_size, 1), ("seed", seed, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise DataError(f"Flywheel {label} must be an integer >= {low}, got {value!r}")
+        if not (isinstance(process_count, int) and process_count >= 1 and 0 <= process_index < process_count):
+            raise DataError(
+                f"Flywheel process_index {process_index!r} must lie in [0, process_count={process_count!r})"
+            )
+        self.strategy: Strategy = strategy_of(samplings)
+        self.root = Path(root).expanduser()
+        self.block_size = block_size
+        self.batch_size = batch_size
+        self.seed = seed
+        self.process_index = process_index
+        self.process_count = process_count
+        self.rates = np.asarray(self.strategy.rates, dtype=np.float64)
+        self.rates = self.rates / self.rates.sum()
+        self._cumulative = np.cumsum(self.rates)
+        self.sources = [self._open(s) for s in self.strategy]
+        self._check_tokenizers()
+        for source in self.sources:
+            for split in source.prepared.splits:
+                source.view(split)
+        self.prefetch = max(0, int(prefetch))
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[int, str], Future[Batch]] = {}
+        self._executor: ThreadPoolExecutor | None = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="flywheel") if self.prefetch else None
+        )
+
+    def _open(self, sampling: Any) -> Source:
+        name = sampling.name
+        prepared = Prepared.open(self.root, name, dataset=sampling.dataset_key)
+        prepared.verify()
+        return Source(
+            prepared,
+            sampling.style or prepared.header.style,
+            label=sampling.label,
+            dataset_key=sampling.dataset_key,
+            root=str(self.root),
+            block_size=self.block_size,
+            process_index=self.process_index,
+            process_count=self.process_count,
+        )
+
+    def _check_tokenizers(self) -> None:
+        first = self.sources[0].prepared.header
+        for source in self.sources[1:]:
+            header = source.prepared.header
+            if (
+                spec_identity(header.tokenizer) != spec_identity(first.tokenizer)
+                or header.vocab_size != first.vocab_size
+            ):
+                raise DataError(
+                    f"datasets {first.name!r} and {header.name!r} were prepared with different tokenizers "
+                    f"({first.tokenizer} vs {header.tokenizer}); re-prepare one with the other's tokenizer "
+                    "(data/tokenizer=... data/force=true)"
+                )
+
+    # -- what the trainer asks -------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary size (the model's ``vocab_size`` must be at least this)."""
+        return self.sources[0].prepared.header.vocab_size
+
+    @property
+    def eot_id(self) -> int:
+        return self.sources[0].prepared.header.eot_id
+
+    @property
+    def tokenizer_spec(self) -> dict[str, Any]:
+        """The spec of the tokenizer that prepared the data (``load_tokenizer(spec)`` rebuilds it)."""
+        return self.sources[0].prepared.tokenizer_spec
+
+    def tokenizer(self) -> Any:
+        """The tokenizer that prepared the data (checked against the header)."""
+        return self.sources[0].prepared.tokenizer()
+
+    def check_model(self, vocab_size: int, block_size: int) -> None:
+        """Raise DataError when a model with these sizes cannot train on this data."""
+        if vocab_size < self.vocab_size:
+            names = ", ".join(repr(s.name) for s in self.sources)
+            raise DataError(
+                f"model vocabulary {vocab_size} is smaller than the tokenizer's {self.vocab_size} "
+                f"(data {names}, tokenizer {self.sources[0].prepared.header.tokenizer}); "
+                f"set architecture/vocab_size={self.vocab_size} or larger"
+            )
+        if block_size < self.block_size:
+            raise DataError(
+                f"batches have {self.block_size} positions but the model's block_size is {block_size}; "
+                f"set architecture/block_size>={self.block_size} or read shorter batches"
+            )
+
+    def batch(self, step: int, split: str = "train") -> Batch:
+        """Batch ``step`` of ``split``: int32 ``x``, ``y`` and bool ``padding_mask``, ``[batch_size, block_size]``."""
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise DataError(f"batch step must be an integer >= 0, got {step!r}")
+        step = int(step)
+        future = None
+        with self._lock:
+            future = self._pending.pop((step, split), None)
+        result = future.result() if future is not None else self.assemble(step, split)
+        self._schedule(step, split)
+        return result
+
+    def assemble(self, step: int, split: str = "train") -> Batch:
+        """Build batch ``step`` of ``split`` now, in this thread (what ``batch`` returns, without prefetch)."""
+        seq = np.random.SeedSequence([self.seed, step, self.process_index, _split_code(split)])
+        rng = np.random.default_rng(seq)
+        b, t = self.batch_size, self.block_size
+        x = np.empty((b, t), dtype=np.int32)
+        y = np.empty((b, t), dtype=np.int32)
+        mask = np.empty((b, t), dtype=bool)
+        if len(self.sources) == 1:
+            self.sources[0].fill(rng, np.arange(b), split, x, y, mask)
+        else:
+            owner = np.minimum(np.searchsorted(self._cumulative, rng.random(b), side="right"), len(self.sources) - 1)
+            for i, source in enumerate(self.sources):
+                source.fill(rng, np.flatnonzero(owner == i), split, x, y, mask)
+        return {"x": x, "y": y, "padding_mask": mask}
+
+    def _schedule(self, step: int, split: str) -> None:
+        executor = self._executor
+        if executor is None:
+            return
+        with self._lock:
+            for key in [k for k in self._pending if k[1] == split and not step < k[0] <= step + self.prefetch]:
+                self._pending.pop(key).cancel()
+            for ahead in range(step + 1, step + 1 + self.prefetch):
+                key = (ahead, split)
+                if key not in self._pending:
+                    try:
+                        self._pending[key] = executor.submit(self.assemble, ahead, split)
+                    except RuntimeError:  # shut down meanwhile
+                        return
+
+    def close(self) -> None:
+        """Stop the prefetch thread and release the memory maps."""
+        executor, self._executor = self._executor, None
+        with self._lock:
+            for future in self._pending.values():
+                future.cancel()
+            self._pending.clear()
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+        for source in self.sources:
+            source.prepared.close()
+
+    def __enter__(self) -> Flywheel:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{s.name}:{s.style}@{r:g}" for s, r in zip(self.sources, self.rates, strict=True))
+        return (
+            f"Flywheel([{parts}], block_size={self.block_size}, batch_size={self.batch_size}, seed={self.seed}, "
+            f"process={self.process_index}/{self.process_count})"
+        )

@@ -1,0 +1,293 @@
+"""Preparing a dataset: stream documents, tokenize them in parallel, write token shards atomically.
+
+``prepare(dataset, root)`` is what ``theseus run data/tokenize`` runs; other jobs (e.g. an offline
+demo) call it directly to make sure their data exists.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Executor, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from theseus.config import configure
+from theseus.data.datasets.base import Dataset, Document, resolve_dataset
+from theseus.data.format import (
+    HEADER_FILE,
+    Prepared,
+    PreparedWriter,
+    data_folder,
+    preparation_lock,
+    remove_stale_staging,
+    token_dtype,
+)
+from theseus.data.tokenizer import Tokenizer, encode_arrays, load_tokenizer, spec_identity
+from theseus.errors import DataError
+
+#: Documents are sent to workers in chunks of about this many characters (or CHUNK_DOCUMENTS documents).
+CHUNK_CHARS = 1 << 20
+CHUNK_DOCUMENTS = 1024
+
+Encoded = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+_WORKER_TOKENIZER: Tokenizer | None = None
+
+
+def as_dataset(dataset: Dataset | type[Dataset] | str) -> Dataset:
+    """A dataset instance: names and classes are configured from the active configuration (or defaults)."""
+    resolved = resolve_dataset(dataset)
+    if isinstance(resolved, Dataset):
+        return resolved
+    if isinstance(resolved, type) and issubclass(resolved, Dataset):
+        return configure(resolved)
+    raise DataError(f"{dataset!r} is not a theseus.data.datasets.Dataset; register a Dataset subclass")
+
+
+def header_spec(tokenizer: Tokenizer) -> dict[str, Any]:
+    """The tokenizer spec as written in the header (copied files referred to by their name in the folder)."""
+    spec = dict(tokenizer.spec)
+    files = getattr(tokenizer, "files", None) or {}
+    if "path" in spec and files:
+        spec["path"] = next(iter(files))
+    return spec
+
+
+def check_existing(prepared: Prepared, dataset: Dataset, tokenizer: Tokenizer, command_hint: str) -> None:
+    """Raise DataError when existing prepared data was made differently from what is asked now."""
+    header = prepared.header
+    if spec_identity(header.tokenizer) != spec_identity(header_spec(tokenizer)):
+        raise DataError(
+            f"{prepared.folder} was prepared with tokenizer {spec_identity(header.tokenizer)}, not "
+            f"{spec_identity(header_spec(tokenizer))}; re-prepare it with {command_hint} data/force=true"
+        )
+    old = header.source.get("config", {})
+    new = dataset.describe().get("config", {})
+    changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if header.source.get("dataset") != dataset.name or changed:
+        what = ", ".join(f"{k}={old.get(k)!r} (now {new.get(k)!r})" for k in changed) or "another dataset"
+        raise DataError(
+            f"{prepared.folder} was prepared from {header.source.get('dataset')!r} with {what}; "
+            f"re-prepare it with data/force=true or choose another data/name"
+        )
+    prepared.verify()
+
+
+def prepare(
+    dataset: Dataset | type[Dataset] | str,
+    root: str | Path,
+    *,
+    tokenizer: str | Mapping[str, Any] | Tokenizer = "byte",
+    name: str | None = None,
+    workers: int = 0,
+    force: bool = False,
+    progress: bool = False,
+) -> Prepared:
+    """Tokenize ``dataset`` into ``<root>/data/<name>/`` and return the prepared data.
+
+    ``name`` defaults to the dataset's name. Data that is already prepared the same way is returned
+    as is unless ``force``; data prepared differently is a DataError. ``workers`` tokenizer processes
+    are used (0: automatic). ``progress`` shows a progress bar with documents/s and tokens/s.
+    """
+    ds = as_dataset(dataset)
+    name = name or ds.name
+    if not name:
+        raise DataError(f"{type(ds).__qualname__} has no name; set a 'name' class attribute or pass data/name=...")
+    tok = load_tokenizer(tokenizer)
+    folder = data_folder(root, name)
+    hint = f"'theseus run data/tokenize data/dataset={ds.name}" + (f" data/name={name}'" if name != ds.name else "'")
+    if not force and (folder / HEADER_FILE).is_file():
+        existing = Prepared(folder)
+        check_existing(existing, ds, tok, hint)
+        return existing
+    with preparation_lock(root, name):
+        remove_stale_staging(root, name)
+        return _write(ds, tok, root, name, workers=workers, progress=progress)
+
+
+def is_prepared(root: str | Path, name: str) -> bool:
+    """Whether ``<root>/data/<name>`` holds complete prepared data."""
+    return (data_folder(root, name) / HEADER_FILE).is_file()
+
+
+# -- tokenizing --------------------------------------------------------------------------------------
+def _init_worker(spec: Mapping[str, Any]) -> None:
+    global _WORKER_TOKENIZER
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    _WORKER_TOKENIZER = load_tokenizer(spec)
+
+
+def _encode_in_worker(chunk: list[tuple[str, str, str]]) -> Encoded:
+    assert _WORKER_TOKENIZER is not None
+    return encode_chunk(_WORKER_TOKENIZER, chunk)
+
+
+def encode_chunk(tokenizer: Tokenizer, chunk: list[tuple[str, str, str]]) -> Encoded:
+    """Encode ``(split, prompt, text)`` documents: per split, (tokens, lengths, prompt lengths).
+
+    Each document becomes its prompt's tokens, its text's tokens and the end-of-text id.
+    """
+    dtype = token_dtype(tokenizer.vocab_size)
+    eot = np.asarray([tokenizer.eot_id], dtype=np.int64)
+    texts = encode_arrays(tokenizer, [text for _, _, text in chunk])
+    with_prompt = [i for i, (_, prompt, _) in enumerate(chunk) if prompt]
+    prompts: dict[int, np.ndarray] = {}
+    if with_prompt:
+        encoded = encode_arrays(tokenizer, [chunk[i][1] for i in with_prompt])
+        prompts = dict(zip(with_prompt, encoded, strict=True))
+    grouped: dict[str, tuple[list[np.ndarray], list[int], list[int]]] = {}
+    for i, (split, _, _) in enumerate(chunk):
+        parts, lengths, prompt_lengths = grouped.setdefault(split, ([], [], []))
+        prompt = prompts.get(i)
+        if prompt is not None:
+            parts.append(prompt)
+        parts.append(texts[i])
+        parts.append(eot)
+        plen = 0 if prompt is None else int(prompt.size)
+        lengths.append(plen + int(texts[i].size) + 1)
+        prompt_lengths.append(plen)
+    out: Encoded = {}
+    for split, (parts, lengths, prompt_lengths) in grouped.items():
+        tokens = np.concatenate([p.astype(np.int64, copy=False) for p in parts])
+        if tokens.size and (tokens.min() < 0 or tokens.max() >= tokenizer.vocab_size):
+            raise DataError(f"tokenizer produced id {int(tokens.max())} outside its vocabulary {tokenizer.vocab_size}")
+        out[split] = (tokens.astype(dtype), np.asarray(lengths, np.int64), np.asarray(prompt_lengths, np.int64))
+    return out
+
+
+def _chunks(documents: Iterable[Document], limit_chars: int, limit_docs: int) -> Iterator[list[tuple[str, str, str]]]:
+    chunk: list[tuple[str, str, str]] = []
+    size = 0
+    for doc in documents:
+        chunk.append((doc.split or "train", doc.prompt, doc.text))
+        size += len(doc.text) + len(doc.prompt)
+        if size >= limit_chars or len(chunk) >= limit_docs:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def auto_workers(tokenizer: Tokenizer) -> int:
+    """Processes to tokenize with when ``data/workers=0``.
+
+    One (this process) for the byte tokenizer, which is cheaper than sending text to another process,
+    and for tokenizers with a native batch encoder (``encode_batch``: Hugging Face, tiktoken), which
+    already use every core from threads; every core (at most 8) for other tokenizers.
+    """
+    if tokenizer.spec.get("kind") == "byte" or callable(getattr(tokenizer, "encode_batch", None)):
+        return 1
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def _encoded_chunks(
+    tokenizer: Tokenizer, chunks: Iterator[list[tuple[str, str, str]]], workers: int
+) -> Iterator[Encoded]:
+    if workers <= 1:
+        for chunk in chunks:
+            yield encode_chunk(tokenizer, chunk)
+        return
+    context = multiprocessing.get_context("spawn")
+    executor: Executor = ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(tokenizer.spec,)
+    )
+    try:
+        pending: deque[Any] = deque()
+        for chunk in chunks:
+            pending.append(executor.submit(_encode_in_worker, chunk))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _write(ds: Dataset, tok: Tokenizer, root: str | Path, name: str, *, workers: int, progress: bool) -> Prepared:
+    workers = workers if workers > 0 else auto_workers(tok)
+    reporter = _Progress(f"tokenize {name}", ds.estimated_documents()) if progress else None
+    documents = 0
+    try:
+        with PreparedWriter(root, name, vocab_size=tok.vocab_size, eot_id=tok.eot_id) as writer:
+            for split in ds.splits:
+                writer.open_split(split)
+            chunks = _chunks(ds.documents(), CHUNK_CHARS, CHUNK_DOCUMENTS)
+            for encoded in _encoded_chunks(tok, chunks, workers):
+                tokens = 0
+                for split, (ids, lengths, prompt_lengths) in encoded.items():
+                    writer.append(split, ids, lengths, prompt_lengths)
+                    tokens += int(ids.size)
+                    documents += int(lengths.size)
+                if reporter is not None:
+                    reporter.advance(sum(int(v[1].size) for v in encoded.values()), tokens)
+            counts = writer.counts()
+            if documents == 0:
+                raise DataError(f"dataset {ds.name!r} yielded no documents; check its configuration (path, subset)")
+            for split, info in counts.items():
+                if info.documents == 0:
+                    raise DataError(
+                        f"split {split!r} of {name!r} got no documents ({documents} read); raise "
+                        "data/max_documents or data/val_fraction (0 leaves out the validation split)"
+                    )
+            for file_name, source in (getattr(tok, "files", None) or {}).items():
+                writer.add_file(source, file_name)
+            return writer.commit(tokenizer=header_spec(tok), source=ds.describe(), style=ds.style)
+    finally:
+        if reporter is not None:
+            reporter.close()
+
+
+class _Progress:
+    """A rich progress bar with documents/s and tokens/s."""
+
+    def __init__(self, description: str, total: int | None) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        columns: list[Any] = [SpinnerColumn(), TextColumn("[bold]{task.description}")]
+        if total is not None:
+            columns += [BarColumn(), MofNCompleteColumn()]
+        else:
+            columns += [TextColumn("{task.completed:,.0f} docs")]
+        columns += [
+            TextColumn("{task.fields[docs_rate]} docs/s"),
+            TextColumn("{task.fields[tokens]} tokens"),
+            TextColumn("{task.fields[tokens_rate]} tokens/s"),
+            TimeElapsedColumn(),
+        ]
+        self.progress = Progress(*columns)
+        self.task = self.progress.add_task(description, total=total, docs_rate="-", tokens="0", tokens_rate="-")
+        self.start = time.perf_counter()
+        self.documents = 0
+        self.tokens = 0
+        self.progress.start()
+
+    def advance(self, documents: int, tokens: int) -> None:
+        self.documents += documents
+        self.tokens += tokens
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        self.progress.update(
+            self.task,
+            advance=documents,
+            docs_rate=_human(self.documents / elapsed),
+            tokens=_human(self.tokens),
+            tokens_rate=_human(self.tokens / elapsed),
+        )
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def _human(value: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.1f}{unit}"
+    return f"{value:.0f}"
+
+
+__all__ = ["as_dataset", "encode_chunk", "is_prepared", "prepare"]
