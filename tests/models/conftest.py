@@ -1,0 +1,55 @@
+"""Fixtures for the model tests: tiny float32 GPT / Llama models with well-spread weights."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from theseus.config import configuration, configure
+from theseus.model.models import GPT, Llama, TransformerLM
+
+#: Small shapes shared by the parity, FLOP and decoding tests.
+TINY = {
+    "architecture/n_layers": 2,
+    "architecture/n_heads": 4,
+    "architecture/n_embd": 32,
+    "architecture/vocab_size": 64,
+    "architecture/block_size": 32,
+}
+LLAMA_TINY = {**TINY, "architecture/n_kv_heads": 2}
+
+
+def build(cls: type[TransformerLM], **values: Any) -> TransformerLM:
+    """``configure(cls)`` under the tiny configuration plus ``values`` (slash keys with ``__``)."""
+    base = LLAMA_TINY if cls is Llama else TINY
+    with configuration({**base, **{k.replace("__", "/"): v for k, v in values.items()}}):
+        return configure(cls)
+
+
+def random_params(model: TransformerLM, seed: int = 0, std: float = 0.3) -> Any:
+    """Parameters of ``model`` drawn with numpy (norm scales around 1) so logits are O(1) and differ
+    per token; only shapes come from Flax, so nothing is compiled."""
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])
+    flat, tree = jax.tree_util.tree_flatten_with_path(nn.unbox(shapes))
+    rng = np.random.default_rng(seed)
+    out = []
+    for path, leaf in flat:
+        noise = rng.normal(0.0, std, leaf.shape)
+        out.append(jnp.asarray(1.0 + noise if "scale" in jax.tree_util.keystr(path) else noise, leaf.dtype))
+    return jax.tree.unflatten(tree, out)
+
+
+@pytest.fixture(params=[GPT, Llama], ids=["gpt", "llama"])
+def family(request: pytest.FixtureRequest) -> type[TransformerLM]:
+    return request.param
+
+
+@pytest.fixture
+def make_model() -> Callable[..., TransformerLM]:
+    return build

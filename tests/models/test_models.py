@@ -1,0 +1,306 @@
+"""GPT and Llama: parity with a numpy reference, the masked loss, FLOPs, dtypes, presets, sharding."""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.models import reference
+from tests.models.conftest import build, random_params
+from theseus.base.axis import Axis, MeshAxis, ShardingPlan
+from theseus.config import Schema, configuration, configure
+from theseus.errors import ConfigError
+from theseus.model.models import GPT, Llama, TransformerLM, cross_entropy
+from theseus.registry import get_registry
+
+B, T = 3, 12
+
+
+def batch(vocab: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, vocab, (B, T)).astype(np.int32)
+    y = rng.integers(0, vocab, (B, T)).astype(np.int32)
+    mask = np.ones((B, T), bool)
+    mask[1, 9:] = False  # right padding
+    mask[2, :4] = False  # left padding
+    y[0, 0] = -1
+    y[0, 5] = -1
+    return x, y, mask
+
+
+def reference_logits(model: TransformerLM, params: dict, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    p64 = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+    arch = model.architecture
+    if isinstance(model, Llama):
+        return reference.llama_logits(p64, x, mask, n_heads=arch.n_heads, n_kv=arch.n_kv_heads, theta=arch.rope_theta)
+    return reference.gpt_logits(p64, x, mask, n_heads=arch.n_heads)
+
+
+def test_parity_with_numpy_reference(family: type[TransformerLM]) -> None:
+    model = build(family)
+    x, y, mask = batch()
+    params = random_params(model)
+    logits, loss = jax.jit(lambda p: model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True))(params)
+    assert logits.dtype == jnp.float32 and logits.shape == (B, T, 64)
+    expected = reference_logits(model, params, x, mask)
+    real = mask  # padded positions' outputs are unspecified
+    error = float(np.max(np.abs(np.asarray(logits)[real] - expected[real])))
+    assert float(np.std(expected[real])) > 0.5  # weights spread enough for the comparison to mean something
+    assert error <= 1e-5, f"max abs logit difference {error:.2e}"
+    assert loss.dtype == jnp.float32
+    assert float(loss) == pytest.approx(reference.masked_cross_entropy(expected, y, mask), rel=1e-5)
+
+
+def test_cross_entropy_masks_ignored_targets_and_padding() -> None:
+    rng = np.random.default_rng(3)
+    logits = rng.normal(0, 2, (2, 5, 7)).astype(np.float32)
+    y = rng.integers(0, 7, (2, 5)).astype(np.int32)
+    y[0, 1] = -1
+    mask = np.ones((2, 5), bool)
+    mask[1, 3:] = False
+    full = np.ones((2, 5), bool)
+    assert float(cross_entropy(logits, y)) == pytest.approx(reference.masked_cross_entropy(logits, y, full), rel=1e-6)
+    masked = float(cross_entropy(logits, y, mask))
+    assert masked == pytest.approx(reference.masked_cross_entropy(logits, y, mask), rel=1e-6)
+    y_changed = y.copy()
+    y_changed[1, 3:] = (y[1, 3:] + 1) % 7  # targets under padding do not matter
+    assert float(cross_entropy(logits, y_changed, mask)) == masked
+    assert float(cross_entropy(logits, np.full((2, 5), -1, np.int32))) == 0.0
+
+
+def test_without_targets_the_loss_is_none(family: type[TransformerLM]) -> None:
+    model = build(family)
+    x = jnp.zeros((2, 6), jnp.int32)
+    params = jax.eval_shape(lambda: model.init(jax.random.key(0), x)["params"])
+    logits, loss = jax.eval_shape(lambda p: model.apply({"params": p}, x, deterministic=True), params)
+    assert loss is None and logits.shape == (2, 6, 64) and logits.dtype == jnp.float32
+
+
+def test_padding_does_not_change_real_tokens(family: type[TransformerLM]) -> None:
+    model = build(family)
+    x, _, _ = batch()
+    params = random_params(model)
+    row = x[:1, :8]
+    padded_x = np.concatenate([np.full((1, 3), 5, np.int32), row], axis=1)
+    padded_mask = np.concatenate([np.zeros((1, 3), bool), np.ones((1, 8), bool)], axis=1)
+
+    @jax.jit
+    def both(p: dict) -> tuple[jax.Array, jax.Array]:
+        alone = model.apply({"params": p}, row, deterministic=True)[0]
+        left = model.apply({"params": p}, padded_x, padding_mask=padded_mask, deterministic=True)[0]
+        return alone, left
+
+    alone, left = both(params)
+    np.testing.assert_allclose(np.asarray(left)[:, 3:], np.asarray(alone), atol=2e-5)
+
+
+def analytic_flops(n_layers: int, width: int, d_ff: int, vocab: int, seq: int, kv_width: int, gated: bool) -> int:
+    per_layer = 2 * width * width + 2 * width * kv_width + (3 if gated else 2) * width * d_ff
+    return 6 * seq * (n_layers * per_layer + width * vocab) + 12 * n_layers * width * seq * seq
+
+
+def test_flops_formula_and_xla_cost_analysis() -> None:
+    model = build(GPT, architecture__n_embd=128, architecture__vocab_size=256, architecture__block_size=128)
+    seq = 128
+    assert model.flops(seq) == analytic_flops(2, 128, 512, 256, seq, 128, gated=False)
+
+    x = jnp.zeros((1, seq), jnp.int32)
+    params = jax.eval_shape(lambda: model.init(jax.random.key(0), x)["params"])
+
+    def train_step(p: dict, x: jax.Array) -> tuple[jax.Array, dict]:
+        return jax.value_and_grad(lambda p: model.apply({"params": p}, x, x, deterministic=True)[1])(p)
+
+    cost = jax.jit(train_step).lower(params, x).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    ratio = model.flops(seq) / cost["flops"]
+    assert 0.9 <= ratio <= 1.1, f"flops(seq) / XLA = {ratio:.3f}"
+
+
+def test_llama_flops_count_grouped_heads_and_swiglu() -> None:
+    model = build(Llama, architecture__n_embd=64, architecture__d_ff=96)
+    arch = model.architecture
+    assert (arch.n_kv_heads, arch.head_dim) == (2, 16)
+    assert model.flops(20) == analytic_flops(2, 64, 96, 64, 20, 2 * 16, gated=True)
+
+
+def test_layer_flops_add_up_to_the_model() -> None:
+    model = build(GPT)
+    arch = model.architecture
+    variables = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32)))
+    block = model.bind(variables).blocks[0]
+    seq = 10
+    layers = block.attn.flops(seq) + block.mlp.flops(seq)
+    assert block.flops(seq) == layers
+    assert model.flops(seq) == arch.n_layers * layers + 6 * seq * arch.n_embd * arch.vocab_size
+
+
+def test_bf16_activations_with_f32_params_stay_finite(family: type[TransformerLM]) -> None:
+    x, y, mask = batch()
+    model = build(family, model__activation_dtype="bfloat16", architecture__n_layers=1)  # bf16 compiles slowly on CPU
+    params = random_params(model, std=0.1)
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), x))
+    assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(shapes))
+
+    def loss_fn(p: dict) -> tuple[jax.Array, jax.Array]:
+        logits, loss = model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True)
+        return loss, logits
+
+    (loss, logits), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(params)
+    assert logits.dtype == jnp.float32 and loss.dtype == jnp.float32
+    assert np.isfinite(float(loss)) and bool(jnp.all(jnp.isfinite(logits)))
+    assert all(bool(jnp.all(jnp.isfinite(g))) and g.dtype == jnp.float32 for g in jax.tree.leaves(grads))
+    exact = reference.masked_cross_entropy(reference_logits(model, params, x, mask), y, mask)
+    assert float(loss) == pytest.approx(exact, rel=0.05)
+
+
+def test_dropout_needs_rng_only_when_training() -> None:
+    model = build(GPT, architecture__dropout=0.2)
+    plain = build(GPT)
+    x, _, _ = batch()
+    params = random_params(model, std=0.1)
+
+    @jax.jit
+    def run(p: dict) -> tuple[jax.Array, ...]:
+        eval_a = model.apply({"params": p}, x, deterministic=True)[0]
+        eval_b = plain.apply({"params": p}, x)[0]  # no dropout: no rng needed even when training
+        train_a = model.apply({"params": p}, x, rngs={"dropout": jax.random.key(1)})[0]
+        train_b = model.apply({"params": p}, x, rngs={"dropout": jax.random.key(2)})[0]
+        return eval_a, eval_b, train_a, train_b
+
+    eval_a, eval_b, train_a, train_b = run(params)
+    np.testing.assert_array_equal(eval_a, eval_b)
+    assert not np.allclose(train_a, train_b) and not np.allclose(train_a, eval_a)
+
+
+def test_remat_gives_the_same_loss_and_gradients() -> None:
+    x, y, mask = batch()
+    plain = build(Llama)
+    remat = build(Llama, model__remat=True)
+    params = random_params(plain, std=0.1)
+
+    def grads(model: TransformerLM) -> tuple[jax.Array, dict]:
+        fn = lambda p: model.apply({"params": p}, x, y, padding_mask=mask)[1]  # noqa: E731
+        return jax.value_and_grad(fn)(params)
+
+    (l1, g1), (l2, g2) = jax.jit(lambda: (grads(plain), grads(remat)))()
+    assert float(l1) == pytest.approx(float(l2), rel=1e-6)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def count(cls: type[TransformerLM], **values: object) -> int:
+    with configuration(values):
+        return configure(cls).parameter_count()
+
+
+def test_preset_parameter_counts() -> None:
+    assert (
+        count(
+            GPT,
+            **{"architecture/preset": "gpt2-124m", "architecture/vocab_size": 50257, "architecture/block_size": 1024},
+        )
+        == 124_439_808
+    )
+    tiny = count(GPT)
+    assert 0.8e6 <= tiny <= 1.2e6, tiny
+    llama_tiny = count(Llama)
+    assert 0.7e6 <= llama_tiny <= 1.2e6, llama_tiny
+    llama_124m = count(Llama, **{"architecture/preset": "llama-124m", "architecture/vocab_size": 32000})
+    assert 120e6 <= llama_124m <= 130e6, llama_124m
+
+
+def test_explicit_keys_override_the_preset() -> None:
+    with configuration({"architecture/preset": "gpt2-124m", "architecture/n_layers": 3}):
+        arch = configure(GPT).architecture
+    assert (arch.n_layers, arch.n_heads, arch.n_embd, arch.d_ff) == (3, 12, 768, 3072)
+    with configuration({"architecture/n_embd": 64}):
+        arch = configure(GPT).architecture
+    assert (arch.n_layers, arch.n_embd, arch.d_ff) == (4, 64, 256)  # d_ff follows n_embd
+    with configuration({"architecture/n_heads": 8}):
+        arch = configure(Llama).architecture
+    assert (arch.n_heads, arch.n_kv_heads) == (8, 4)  # the preset's 2:1 query/kv ratio is kept
+    with configuration({"architecture/activation": "swiglu", "architecture/d_ff": 100}):
+        arch = configure(GPT).architecture
+    assert (arch.activation, arch.d_ff, arch.gated) == ("swiglu", 100, True)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"architecture/preset": "huge"}, "unknown architecture/preset 'huge'"),
+        ({"architecture/n_embd": 30, "architecture/n_heads": 4}, "not divisible"),
+        ({"architecture/n_kv_heads": 3}, "must divide"),
+        ({"architecture/activation": "tanh"}, "unknown architecture/activation"),
+        ({"architecture/dropout": 1.5}, "dropout"),
+    ],
+)
+def test_bad_architectures_are_one_line_config_errors(values: dict, message: str) -> None:
+    with configuration(values), pytest.raises(ConfigError, match=message) as info:
+        configure(GPT).flops(8)
+    assert "\n" not in str(info.value)
+
+
+def test_sequence_longer_than_block_size_is_an_error() -> None:
+    model = build(GPT)
+    with pytest.raises(ConfigError, match="exceeds architecture/block_size=32"):
+        model.init(jax.random.key(0), jnp.zeros((1, 33), jnp.int32))
+
+
+def test_every_parameter_has_logical_axes_and_the_plan_covers_them(family: type[TransformerLM]) -> None:
+    model = build(family)
+    variables = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32)))
+    boxed = jax.tree.leaves(variables["params"], is_leaf=lambda v: isinstance(v, nn.LogicallyPartitioned))
+    assert boxed and all(isinstance(v, nn.LogicallyPartitioned) for v in boxed)
+    known = {v for k, v in vars(Axis).items() if k.isupper()}
+    for leaf in boxed:
+        assert len(leaf.names) == leaf.value.ndim and set(leaf.names) <= known, leaf.names
+    plan = model.sharding
+    assert plan == ShardingPlan(embed="data", mlp="model", heads="model", kv_heads="model", vocab="model")
+    specs = nn.logical_to_mesh(nn.get_partition_spec(variables["params"]), plan.rules())
+    embedding = specs["token_embedding"]["embedding"]
+    assert tuple(embedding) == (MeshAxis.MODEL, MeshAxis.DATA)
+    up = specs["blocks_0"]["mlp"]["up"]["kernel"]
+    assert tuple(up) == (MeshAxis.DATA, MeshAxis.MODEL)
+    fsdp = nn.logical_to_mesh(nn.get_partition_spec(variables["params"]), plan.restricted(["data"]).rules())
+    assert tuple(fsdp["blocks_0"]["mlp"]["up"]["kernel"]) == (MeshAxis.DATA, None)
+
+
+def test_models_and_layers_are_registered_components() -> None:
+    registry = get_registry()
+    assert registry.load_component("model", "gpt") is GPT
+    assert registry.load_component("model", "llama") is Llama
+    from theseus.model import layers
+
+    for name, cls in [
+        ("mlp", layers.MLP),
+        ("attention", layers.CausalSelfAttention),
+        ("rotary", layers.RotaryEmbedding),
+        ("layernorm", layers.LayerNorm),
+        ("rmsnorm", layers.RMSNorm),
+        ("token_embedding", layers.TokenEmbedding),
+        ("position_embedding", layers.PositionEmbedding),
+    ]:
+        assert registry.load_component("layer", name) is cls
+
+
+def test_model_schema_holds_every_key_it_honours() -> None:
+    keys = set(Schema.build(Llama.gather()).keys())
+    for key in (
+        "preset",
+        "vocab_size",
+        "block_size",
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "n_embd",
+        "d_ff",
+        "rope_theta",
+    ):
+        assert f"architecture/{key}" in keys
+    assert "architecture/rope_theta" not in set(Schema.build(GPT.gather()).keys())
+    assert math.isclose(Schema.build(GPT.gather())["architecture/norm_eps"].default, 1e-5)

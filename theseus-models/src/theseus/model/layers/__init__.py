@@ -1,0 +1,30 @@
+"""Layers of the theseus language models.
+
+Every layer is a :class:`theseus.model.module.Module`: its sizes come from ``architecture/*``
+configuration keys (``field()``), its parameters carry logical axis names from
+:class:`theseus.base.axis.Axis` (``nn.with_logical_partitioning``), parameters are stored in
+``model/param_dtype`` and computed in ``model/activation_dtype``, and ``flops(seq)`` counts
+forward + backward matmul FLOPs of one sequence.
+"""
+
+from theseus.model.layers.attention import CausalSelfAttention, attention_mask, dot_product_attention
+from theseus.model.layers.dense import Dense
+from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
+from theseus.model.layers.mlp import MLP, hidden_size
+from theseus.model.layers.norms import LayerNorm, RMSNorm
+from theseus.model.layers.rotary import RotaryEmbedding, rotary_angles
+
+__all__ = [
+    "MLP",
+    "CausalSelfAttention",
+    "Dense",
+    "LayerNorm",
+    "PositionEmbedding",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "TokenEmbedding",
+    "attention_mask",
+    "dot_product_attention",
+    "hidden_size",
+    "rotary_angles",
+]

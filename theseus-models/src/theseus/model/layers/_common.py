@@ -1,0 +1,86 @@
+"""Helpers shared by the layers: child construction, parameters with logical axes, constraints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from theseus.base.axis import Axis
+from theseus.config import configure
+from theseus.errors import ConfigError
+from theseus.model.module import Module
+
+T = TypeVar("T")
+
+#: The standard deviation of GPT-2 style normal initialisation.
+INIT_STD = 0.02
+
+#: Logical axes of a [batch, sequence, embed] activation.
+ACTIVATION_AXES = (Axis.BATCH, Axis.SEQUENCE, Axis.EMBED)
+
+
+def child(parent: Module, cls: type[T], **overrides: Any) -> T:
+    """``configure(cls)`` with the parent's dtypes, plus ``overrides``."""
+    return configure(
+        cls,
+        param_dtype=parent.param_dtype,
+        activation_dtype=parent.activation_dtype,
+        **overrides,
+    )
+
+
+def normal(std: float) -> Callable[..., jax.Array]:
+    return nn.initializers.normal(stddev=std)
+
+
+def param(
+    module: Module,
+    name: str,
+    init: Callable[..., jax.Array],
+    shape: Sequence[int],
+    axes: Sequence[str | None],
+) -> jax.Array:
+    """A parameter of ``module._param_dtype`` carrying logical axis names ``axes``."""
+    if len(axes) != len(shape):
+        raise ValueError(f"parameter {name!r}: {len(axes)} axis names for shape {tuple(shape)}")
+    boxed_init: Any = nn.with_logical_partitioning(init, tuple(axes))
+    value: jax.Array = module.param(name, boxed_init, tuple(shape), module._param_dtype)
+    return value
+
+
+def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
+    """Constrain an activation's sharding by logical axis names (a no-op without rules/mesh)."""
+    return nn.with_logical_constraint(x, tuple(axes))
+
+
+def cast(x: jax.Array, dtype: jnp.dtype) -> jax.Array:
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+def require(value: int | None, key: str, layer: str) -> int:
+    """``value`` or a ConfigError naming the configuration key that must be set."""
+    if value is None:
+        raise ConfigError(f"{layer} needs {key}; pass {key}=<value> (or use the layer inside a model)")
+    return value
+
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swiglu": jax.nn.silu,
+    "geglu": lambda x: jax.nn.gelu(x, approximate=True),
+}
+#: Activations whose MLP has a gate projection (``act(x W_gate) * (x W_up)``).
+GATED = frozenset({"swiglu", "geglu"})
+
+
+def check_activation(name: str) -> str:
+    if name not in ACTIVATIONS:
+        raise ConfigError(f"unknown architecture/activation {name!r}; choose one of {', '.join(sorted(ACTIVATIONS))}")
+    return name

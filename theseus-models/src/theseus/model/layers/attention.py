@@ -1,0 +1,264 @@
+"""``CausalSelfAttention``: multi-head / grouped-query causal attention with padding masks and a KV cache."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from theseus.base.axis import Axis, MeshAxis, ShardingPlan
+from theseus.config import field
+from theseus.errors import ConfigError
+from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require
+from theseus.model.layers.rotary import RotaryEmbedding
+from theseus.model.module import Module
+
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
+
+
+def attention_mask(padding_mask: jax.Array | None) -> jax.Array | None:
+    """A ``[B, 1, 1, S]`` key mask from a ``[B, S]`` padding mask (True = real token)."""
+    if padding_mask is None:
+        return None
+    return padding_mask.astype(jnp.bool_)[:, None, None, :]
+
+
+def missing_cache_error() -> ConfigError:
+    return ConfigError(
+        "decode=True needs a KV cache: create it with theseus.model.models.init_cache(model, batch, max_len) "
+        "and pass it in the 'cache' collection with mutable=['cache']"
+    )
+
+
+def _cudnn_eligible(q: jax.Array) -> bool:
+    head_dim = q.shape[-1]
+    return (
+        jax.default_backend() == "gpu"
+        and q.dtype in (jnp.bfloat16, jnp.float16)
+        and head_dim % 8 == 0
+        and head_dim <= 128
+    )
+
+
+#: Causal attention over longer sequences is split into query blocks that skip the fully masked
+#: part of the score matrix; blocks are at least this long.
+MIN_CAUSAL_BLOCK = 128
+MAX_CAUSAL_BLOCKS = 16
+
+
+def blocked_causal_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array | None, block: int
+) -> jax.Array:
+    """Causal attention computed per block of ``block`` queries against only the keys up to the
+    block's end, so the score matrix above the diagonal blocks is never formed (about half of it
+    for long sequences). ``key_mask``: bool ``[B, S]`` (True = real key) or None."""
+    steps = q.shape[1]
+    outputs = []
+    for start in range(0, steps, block):
+        end = min(start + block, steps)
+        causal = jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]  # [block, end]
+        mask = causal[None, None]
+        if key_mask is not None:
+            mask = mask & key_mask[:, None, None, :end]
+        outputs.append(
+            jax.nn.dot_product_attention(q[:, start:end], k[:, :end], v[:, :end], mask=mask, implementation="xla")
+        )
+    return jnp.concatenate(outputs, axis=1)
+
+
+def dot_product_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    mask: jax.Array | None,
+    is_causal: bool,
+    implementation: str = "auto",
+) -> jax.Array:
+    """``jax.nn.dot_product_attention`` with a backend choice.
+
+    ``mask``: bool, broadcastable to ``[B, 1, T, S]``; for causal attention only a key mask
+    ``[B, 1, 1, S]`` is supported. ``"xla"`` works everywhere (the only option on CPU); causal
+    sequences of 256 or more are computed in query blocks (:func:`blocked_causal_attention`).
+    ``"cudnn"`` is the fused flash kernel on NVIDIA GPUs (bf16/f16). ``"auto"`` uses cuDNN when
+    eligible (GPU, half precision, head_dim a multiple of 8 and at most 128) and falls back to XLA
+    if cuDNN rejects the call while tracing.
+    """
+    if implementation not in ATTENTION_IMPLEMENTATIONS:
+        raise ConfigError(
+            f"unknown architecture/attention_impl {implementation!r}; "
+            f"choose one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
+        )
+    use_cudnn = implementation == "cudnn" or (implementation == "auto" and _cudnn_eligible(q))
+    if use_cudnn:
+        cudnn_mask = mask
+        if mask is not None:
+            cudnn_mask = jnp.broadcast_to(mask, (q.shape[0], 1, q.shape[1], k.shape[1]))
+        try:
+            return jax.nn.dot_product_attention(q, k, v, mask=cudnn_mask, is_causal=is_causal, implementation="cudnn")
+        except Exception:
+            if implementation == "cudnn":
+                raise
+    steps = q.shape[1]
+    if is_causal and steps >= 2 * MIN_CAUSAL_BLOCK and k.shape[1] == steps:
+        block = max(MIN_CAUSAL_BLOCK, -(-steps // MAX_CAUSAL_BLOCKS))
+        key_mask = None if mask is None else jnp.broadcast_to(mask, (q.shape[0], 1, 1, steps))[:, 0, 0, :]
+        return blocked_causal_attention(q, k, v, key_mask, block)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, implementation="xla")
+
+
+class CausalSelfAttention(Module):
+    """Causal self-attention with grouped-query heads, optional RoPE, padding masks and a KV cache.
+
+    Config keys: ``architecture/n_heads`` (query heads, required when used alone),
+    ``architecture/n_kv_heads`` (key/value heads; ``None`` = ``n_heads``; must divide ``n_heads``),
+    ``architecture/n_embd`` (``None``: the input width), ``architecture/dropout`` (on the output,
+    training only; attention probabilities are not dropped: the fused kernel has no dropout),
+    ``architecture/attention_impl`` (auto | xla | cudnn, see :func:`dot_product_attention`).
+
+    Parameters: ``query`` ``[embed, heads, head_dim]``, ``key``/``value`` ``[embed, kv_heads, head_dim]``,
+    ``out`` ``[heads, head_dim, embed]`` (+ biases when ``use_bias``).
+
+    Call: ``attn(x, padding_mask=None, positions=None, deterministic=False, decode=False)``;
+    ``x`` ``[B, T, E]``, ``padding_mask`` bool ``[B, T]`` (True = real token; padded keys are
+    never attended to), ``positions`` int ``[B, T]`` for rotary (default ``0..T-1``).
+    With ``decode=True`` keys and values are appended to the ``cache`` collection
+    (``key``/``value`` ``[B, L, kv_heads, head_dim]``, ``mask`` ``[B, L]``, ``index``) and the
+    queries attend to every cached real token before them; the cache is created by
+    initialising with ``decode=True`` on a ``[B, L]`` input (see ``theseus.model.models.init_cache``).
+    """
+
+    n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
+    n_heads: int | None = field("architecture/n_heads", default=None, help="attention heads (None: from the preset)")
+    n_kv_heads: int | None = field(
+        "architecture/n_kv_heads", default=None, help="key/value heads for grouped-query attention (None: preset)"
+    )
+    dropout: float = field("architecture/dropout", default=0.0, help="dropout rate of residual branches")
+    attention_impl: str = field(
+        "architecture/attention_impl", default="auto", help="auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"
+    )
+    use_bias: bool = True
+    rotary: bool = False
+    rope_theta: float = 10000.0
+    init_std: float = INIT_STD
+    out_std: float | None = None
+
+    @classmethod
+    def components(cls) -> list[type]:
+        return [RotaryEmbedding]
+
+    @property
+    def sharding(self) -> ShardingPlan:
+        return ShardingPlan({Axis.EMBED: MeshAxis.DATA, Axis.HEADS: MeshAxis.MODEL, Axis.KV_HEADS: MeshAxis.MODEL})
+
+    def _heads(self, n_embd: int) -> tuple[int, int, int]:
+        n_heads = require(self.n_heads, "architecture/n_heads", "CausalSelfAttention")
+        n_kv = n_heads if self.n_kv_heads is None else self.n_kv_heads
+        if n_embd % n_heads:
+            raise ConfigError(f"architecture/n_embd={n_embd} is not divisible by architecture/n_heads={n_heads}")
+        if n_kv < 1 or n_heads % n_kv:
+            raise ConfigError(f"architecture/n_kv_heads={n_kv} must divide architecture/n_heads={n_heads}")
+        return n_heads, n_kv, n_embd // n_heads
+
+    def _width(self) -> int:
+        if self.n_embd is not None:
+            return self.n_embd
+        if self.scope is not None:
+            out = self.variables.get("params", {}).get("out")
+            if out is not None:
+                return int(nn.unbox(out).shape[-1])
+        raise ConfigError("CausalSelfAttention.flops needs architecture/n_embd; set it or call flops when bound")
+
+    def matmul_params(self) -> int:
+        """Weights of the query, key, value and output projections."""
+        n_embd = self._width()
+        n_heads, n_kv, head_dim = self._heads(n_embd)
+        return 2 * n_embd * n_heads * head_dim + 2 * n_embd * n_kv * head_dim
+
+    def flops(self, seq: int) -> int:
+        """Forward + backward FLOPs: projections ``6 * seq * matmul_params`` plus the score and
+        value products ``3 * (2 + 2) * seq^2 * n_heads * head_dim`` (the full square; no causal saving)."""
+        n_embd = self._width()
+        n_heads, _, head_dim = self._heads(n_embd)
+        return 6 * seq * self.matmul_params() + 12 * seq * seq * n_heads * head_dim
+
+    def _project(self, x: jax.Array, name: str, heads: int, head_dim: int, axis: str) -> jax.Array:
+        dtype = self._activation_dtype
+        kernel = param(
+            self, name, normal(self.init_std), (x.shape[-1], heads, head_dim), (Axis.EMBED, axis, Axis.HEAD_DIM)
+        )
+        y = jnp.einsum("bte,enh->btnh", x, cast(kernel, dtype))
+        if self.use_bias:
+            bias = param(self, f"{name}_bias", nn.initializers.zeros_init(), (heads, head_dim), (axis, Axis.HEAD_DIM))
+            y = y + cast(bias, dtype)
+        return constrain(y, (Axis.BATCH, Axis.SEQUENCE, axis, Axis.HEAD_DIM))
+
+    def _cached(
+        self, k: jax.Array, v: jax.Array, padding_mask: jax.Array | None
+    ) -> tuple[jax.Array, jax.Array, jax.Array] | None:
+        """Append ``k``/``v`` to the cache; returns (keys, values, mask) over the whole cache,
+        or None while the cache is being created."""
+        batch, steps, n_kv, head_dim = k.shape
+        exists = self.has_variable("cache", "key")
+        if not exists and not self.is_initializing():
+            raise missing_cache_error()
+        cached_k = self.variable("cache", "key", jnp.zeros, (batch, steps, n_kv, head_dim), k.dtype)
+        cached_v = self.variable("cache", "value", jnp.zeros, (batch, steps, n_kv, head_dim), v.dtype)
+        cached_mask = self.variable("cache", "mask", jnp.zeros, (batch, steps), jnp.bool_)
+        index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+        if not exists:
+            return None
+        length = cached_k.value.shape[1]
+        start = index.value
+        step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
+        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k.astype(cached_k.value.dtype), (0, start, 0, 0))
+        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v.astype(cached_v.value.dtype), (0, start, 0, 0))
+        cached_mask.value = jax.lax.dynamic_update_slice(cached_mask.value, step_mask, (0, start))
+        index.value = start + steps
+        query_slot = start + jnp.arange(steps, dtype=jnp.int32)
+        causal = jnp.arange(length, dtype=jnp.int32)[None, :] <= query_slot[:, None]  # [T, L]
+        mask = causal[None, None, :, :] & cached_mask.value[:, None, None, :]  # [B, 1, T, L]
+        return cached_k.value, cached_v.value, mask
+
+    @nn.compact
+    def __call__(
+        self,
+        x: jax.Array,
+        padding_mask: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        deterministic: bool = False,
+        decode: bool = False,
+    ) -> jax.Array:
+        n_embd = x.shape[-1]
+        if self.n_embd is not None and self.n_embd != n_embd:
+            raise ConfigError(f"attention input width {n_embd} does not match architecture/n_embd={self.n_embd}")
+        n_heads, n_kv, head_dim = self._heads(n_embd)
+        dtype = self._activation_dtype
+        x = cast(x, dtype)
+        q = self._project(x, "query", n_heads, head_dim, Axis.HEADS)
+        k = self._project(x, "key", n_kv, head_dim, Axis.KV_HEADS)
+        v = self._project(x, "value", n_kv, head_dim, Axis.KV_HEADS)
+        if self.rotary:
+            rope = child(self, RotaryEmbedding, theta=self.rope_theta, name="rotary")
+            q, k = rope(q, positions), rope(k, positions)
+
+        cached = self._cached(k, v, padding_mask) if decode else None
+        if cached is not None:
+            keys, values, mask = cached
+            y = dot_product_attention(q, keys, values, mask=mask, is_causal=False, implementation="xla")
+        else:
+            y = dot_product_attention(
+                q, k, v, mask=attention_mask(padding_mask), is_causal=True, implementation=self.attention_impl
+            )
+        y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
+
+        out_std = self.init_std if self.out_std is None else self.out_std
+        kernel = param(
+            self, "out", normal(out_std), (n_heads, head_dim, n_embd), (Axis.HEADS, Axis.HEAD_DIM, Axis.EMBED)
+        )
+        out = jnp.einsum("btnh,nhe->bte", y, cast(kernel, dtype))
+        if self.use_bias:
+            out = out + cast(param(self, "out_bias", nn.initializers.zeros_init(), (n_embd,), (Axis.EMBED,)), dtype)
+        if self.dropout > 0.0 and not deterministic:
+            out = nn.Dropout(rate=self.dropout)(out, deterministic=False)
+        return out

@@ -1,0 +1,39 @@
+"""``Dense``: a projection whose kernel and bias carry logical axis names."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from theseus.base.axis import Axis
+from theseus.model.layers._common import INIT_STD, cast, normal, param
+from theseus.model.module import Module
+
+
+class Dense(Module):
+    """``x @ kernel (+ bias)`` computed in the activation dtype.
+
+    ``kernel`` is ``[in, features]`` with logical axes ``axes``; ``bias`` is ``[features]`` with ``axes[1]``.
+    No configuration keys: the enclosing layer decides the sizes.
+    """
+
+    features: int = 0
+    axes: tuple[str, str] = (Axis.EMBED, Axis.MLP)
+    std: float = INIT_STD
+    use_bias: bool = True
+
+    def flops(self, seq: int) -> int:
+        """Forward + backward FLOPs need the input width; known only once bound."""
+        kernel = nn.unbox(self.variables["params"]["kernel"])
+        return 6 * seq * int(kernel.shape[0]) * int(kernel.shape[1])
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        dtype = self._activation_dtype
+        kernel = param(self, "kernel", normal(self.std), (x.shape[-1], self.features), self.axes)
+        y = jnp.dot(cast(x, dtype), cast(kernel, dtype))
+        if self.use_bias:
+            bias = param(self, "bias", nn.initializers.zeros_init(), (self.features,), self.axes[1:])
+            y = y + cast(bias, dtype)
+        return y

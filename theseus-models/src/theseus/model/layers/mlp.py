@@ -1,0 +1,112 @@
+"""``MLP``: the position-wise feed-forward layer (GELU or gated SwiGLU/GeGLU)."""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+
+from theseus.base.axis import Axis, MeshAxis, ShardingPlan
+from theseus.config import field
+from theseus.errors import ConfigError
+from theseus.model.layers._common import ACTIVATIONS, GATED, INIT_STD, cast, check_activation, child, constrain
+from theseus.model.layers.dense import Dense
+from theseus.model.module import Module
+
+
+def hidden_size(n_embd: int, d_ff: int | None, mlp_ratio: float | None, multiple_of: int = 1) -> int:
+    """``d_ff`` if given, else ``mlp_ratio * n_embd`` (default ratio 4) rounded up to ``multiple_of``."""
+    if d_ff is not None:
+        return d_ff
+    ratio = 4.0 if mlp_ratio is None else mlp_ratio
+    width = math.ceil(round(ratio * n_embd, 6))
+    return multiple_of * math.ceil(width / multiple_of)
+
+
+class MLP(Module):
+    """Feed-forward layer: ``down(act(up(x)))``, or ``down(act(gate(x)) * up(x))`` for gated activations.
+
+    Config keys (``None`` = decided by the surrounding model, or the layer default):
+    ``architecture/n_embd`` (input width; inferred from the input when ``None``),
+    ``architecture/d_ff`` (hidden width; default ``mlp_ratio * n_embd``),
+    ``architecture/mlp_ratio`` (default 4.0), ``architecture/activation``
+    (gelu | gelu_exact | relu | silu | swiglu | geglu; default gelu, the tanh approximation GPT-2 uses),
+    ``architecture/dropout`` (on the output, training only).
+
+    Parameters: ``up`` / ``gate`` kernels ``[embed, mlp]``, ``down`` kernel ``[mlp, embed]``,
+    biases ``[mlp]`` / ``[embed]`` when ``use_bias``.
+    """
+
+    n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
+    d_ff: int | None = field(
+        "architecture/d_ff", default=None, help="MLP hidden width (None: mlp_ratio * n_embd, or the preset's)"
+    )
+    mlp_ratio: float | None = field(
+        "architecture/mlp_ratio", default=None, help="MLP hidden width / n_embd when d_ff is None (None: preset)"
+    )
+    activation: str | None = field(
+        "architecture/activation",
+        default=None,
+        help="gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
+    )
+    dropout: float = field("architecture/dropout", default=0.0, help="dropout rate of residual branches")
+    use_bias: bool = True
+    multiple_of: int = 1
+    init_std: float = INIT_STD
+    out_std: float | None = None
+
+    @property
+    def sharding(self) -> ShardingPlan:
+        return ShardingPlan({Axis.EMBED: MeshAxis.DATA, Axis.MLP: MeshAxis.MODEL})
+
+    @property
+    def resolved_activation(self) -> str:
+        return check_activation(self.activation or "gelu")
+
+    @property
+    def gated(self) -> bool:
+        return self.resolved_activation in GATED
+
+    def _width(self) -> int:
+        if self.n_embd is not None:
+            return self.n_embd
+        if self.scope is not None:
+            down = self.variables.get("params", {}).get("down")
+            if down is not None:
+                return int(nn.unbox(down["kernel"]).shape[-1])
+        raise ConfigError("MLP.flops needs architecture/n_embd; set it or call flops on a bound module")
+
+    def matmul_params(self) -> int:
+        """Number of weights used in matrix multiplications."""
+        n_embd = self._width()
+        width = hidden_size(n_embd, self.d_ff, self.mlp_ratio, self.multiple_of)
+        return (3 if self.gated else 2) * n_embd * width
+
+    def flops(self, seq: int) -> int:
+        """Forward + backward matmul FLOPs for ``seq`` tokens: ``6 * seq * matmul_params``."""
+        return 6 * seq * self.matmul_params()
+
+    def _dense(self, name: str, x: jax.Array, features: int, axes: tuple[str, str], std: float) -> jax.Array:
+        return child(self, Dense, features=features, axes=axes, std=std, use_bias=self.use_bias, name=name)(x)
+
+    @nn.compact
+    def __call__(self, x: jax.Array, deterministic: bool = False) -> jax.Array:
+        n_embd = x.shape[-1]
+        if self.n_embd is not None and self.n_embd != n_embd:
+            raise ConfigError(f"MLP input width {n_embd} does not match architecture/n_embd={self.n_embd}")
+        width = hidden_size(n_embd, self.d_ff, self.mlp_ratio, self.multiple_of)
+        act = ACTIVATIONS[self.resolved_activation]
+        x = cast(x, self._activation_dtype)
+        up = self._dense("up", x, width, (Axis.EMBED, Axis.MLP), self.init_std)
+        if self.gated:
+            gate = self._dense("gate", x, width, (Axis.EMBED, Axis.MLP), self.init_std)
+            h = act(gate) * up
+        else:
+            h = act(up)
+        h = constrain(h, (Axis.BATCH, Axis.SEQUENCE, Axis.MLP))
+        out_std = self.init_std if self.out_std is None else self.out_std
+        out = self._dense("down", h, n_embd, (Axis.MLP, Axis.EMBED), out_std)
+        if self.dropout > 0.0 and not deterministic:
+            out = nn.Dropout(rate=self.dropout)(out, deterministic=False)
+        return out

@@ -1,0 +1,54 @@
+"""``LayerNorm`` and ``RMSNorm``: normalisation over the embedding axis, computed in float32."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from theseus.base.axis import Axis
+from theseus.config import field
+from theseus.model.layers._common import param
+from theseus.model.module import Module
+
+
+class LayerNorm(Module):
+    """``(x - mean) / sqrt(var + eps) * scale (+ bias)`` over the last axis.
+
+    Config key: ``architecture/norm_eps``. Parameters ``scale`` (ones) and ``bias`` (zeros, when
+    ``use_bias``), both ``[norm]``. Statistics are computed in float32; the output is in the
+    activation dtype.
+    """
+
+    eps: float = field("architecture/norm_eps", default=1e-5, help="epsilon of the normalisation layers")
+    use_bias: bool = True
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        features = x.shape[-1]
+        scale = param(self, "scale", nn.initializers.ones_init(), (features,), (Axis.NORM,))
+        x32 = x.astype(jnp.float32)
+        mean = jnp.mean(x32, axis=-1, keepdims=True)
+        centered = x32 - mean
+        var = jnp.mean(jnp.square(centered), axis=-1, keepdims=True)
+        y = centered * jax.lax.rsqrt(var + self.eps) * scale.astype(jnp.float32)
+        if self.use_bias:
+            y = y + param(self, "bias", nn.initializers.zeros_init(), (features,), (Axis.NORM,)).astype(jnp.float32)
+        return y.astype(self._activation_dtype)
+
+
+class RMSNorm(Module):
+    """``x / sqrt(mean(x^2) + eps) * scale`` over the last axis.
+
+    Config key: ``architecture/norm_eps``. Parameter ``scale`` (ones) ``[norm]``. Computed in
+    float32; the output is in the activation dtype.
+    """
+
+    eps: float = field("architecture/norm_eps", default=1e-5, help="epsilon of the normalisation layers")
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        scale = param(self, "scale", nn.initializers.ones_init(), (x.shape[-1],), (Axis.NORM,))
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)
+        return (y * scale.astype(jnp.float32)).astype(self._activation_dtype)

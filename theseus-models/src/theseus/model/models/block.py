@@ -1,0 +1,95 @@
+"""``Block``: one pre-norm transformer layer (attention + MLP, each on a residual branch)."""
+
+from __future__ import annotations
+
+import jax
+
+from theseus.base.axis import ShardingPlan
+from theseus.errors import ConfigError
+from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, child, constrain
+from theseus.model.layers.attention import CausalSelfAttention
+from theseus.model.layers.mlp import MLP
+from theseus.model.layers.norms import LayerNorm, RMSNorm
+from theseus.model.models.architecture import Architecture
+from theseus.model.module import Module
+
+
+def make_norm(parent: Module, arch: Architecture, name: str | None = None) -> LayerNorm | RMSNorm:
+    """The family's normalisation layer, configured from ``arch``."""
+    extra = {} if name is None else {"name": name}
+    if arch.norm == "layernorm":
+        return child(parent, LayerNorm, eps=arch.norm_eps, use_bias=arch.use_bias, **extra)
+    if arch.norm == "rmsnorm":
+        return child(parent, RMSNorm, eps=arch.norm_eps, **extra)
+    raise ConfigError(f"unknown norm {arch.norm!r}; use 'layernorm' or 'rmsnorm'")
+
+
+class Block(Module):
+    """``x + attn(attn_norm(x))`` then ``x + mlp(mlp_norm(x))``.
+
+    Takes its sizes from ``architecture`` (the model resolves presets and keys once) and
+    passes them to its children; ``out_std`` initialises the residual output projections.
+    """
+
+    architecture: Architecture | None = None
+    out_std: float = INIT_STD
+
+    @classmethod
+    def components(cls) -> list[type]:
+        return [LayerNorm, RMSNorm, CausalSelfAttention, MLP]
+
+    @property
+    def sharding(self) -> ShardingPlan:
+        """The union of the attention's and the MLP's plans."""
+        return ShardingPlan.union(CausalSelfAttention().sharding, MLP().sharding)
+
+    @property
+    def arch(self) -> Architecture:
+        if self.architecture is None:
+            raise ConfigError("Block needs an Architecture; it is built by GPT / Llama")
+        return self.architecture
+
+    def setup(self) -> None:
+        arch = self.arch
+        self.attn_norm = make_norm(self, arch)
+        self.attn = child(
+            self,
+            CausalSelfAttention,
+            n_embd=arch.n_embd,
+            n_heads=arch.n_heads,
+            n_kv_heads=arch.n_kv_heads,
+            dropout=arch.dropout,
+            attention_impl=arch.attention_impl,
+            use_bias=arch.use_bias,
+            rotary=arch.rotary,
+            rope_theta=arch.rope_theta,
+            out_std=self.out_std,
+        )
+        self.mlp_norm = make_norm(self, arch)
+        self.mlp = child(
+            self,
+            MLP,
+            n_embd=arch.n_embd,
+            d_ff=arch.d_ff,
+            activation=arch.activation,
+            dropout=arch.dropout,
+            use_bias=arch.use_bias,
+            out_std=self.out_std,
+        )
+
+    def flops(self, seq: int) -> int:
+        """Attention (projections + scores) and MLP forward + backward FLOPs for ``seq`` tokens."""
+        arch = self.arch
+        return 6 * seq * (arch.attention_params() + arch.mlp_params()) + 12 * seq * seq * arch.n_heads * arch.head_dim
+
+    def __call__(
+        self,
+        x: jax.Array,
+        padding_mask: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        deterministic: bool = False,
+        decode: bool = False,
+    ) -> jax.Array:
+        x = x + self.attn(self.attn_norm(x), padding_mask, positions, deterministic, decode)
+        x = x + self.mlp(self.mlp_norm(x), deterministic)
+        return constrain(x, ACTIVATION_AXES)

@@ -1,0 +1,113 @@
+"""Incremental decoding with a KV cache, for GPT and Llama.
+
+The cache is Flax's ``cache`` collection: per layer ``key``/``value`` ``[B, L, kv_heads, head_dim]``
+(activation dtype), ``mask`` ``[B, L]`` (which slots hold real tokens) and ``index`` (next slot),
+plus the model's ``length`` ``[B]`` (real tokens seen per row, which gives the positions).
+
+    cache = init_cache(model, batch_size, max_len)             # zeros; max_len <= block_size
+    logits, cache = decode_step(model, params, cache, ids, padding_mask)   # prefill [B, P]
+    next_token = logits[:, -1].argmax(-1)
+    logits, cache = decode_step(model, params, cache, next_token[:, None])    # one step [B, 1]
+
+``params`` is the ``params`` collection (boxed or unboxed). Batched prompts of different lengths
+are padded on the LEFT with ``padding_mask`` False there, so every row's last column is its last
+real token; padded slots are never attended to and do not advance positions. Each call writes its
+tokens at the next ``T`` slots; writing past ``max_len`` is not checked inside the jitted step
+(:func:`generate` checks it). ``decode_step`` donates the cache it is given: use the returned one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from theseus.errors import ConfigError
+from theseus.model.models.transformer import TransformerLM
+
+Cache = Any
+Sampler = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+def init_cache(model: TransformerLM, batch_size: int, max_len: int) -> Cache:
+    """An empty KV cache for ``batch_size`` rows of up to ``max_len`` tokens (prompt + generated)."""
+    block_size = model.architecture.block_size
+    if not 1 <= max_len <= block_size:
+        raise ConfigError(
+            f"a KV cache of {max_len} tokens does not fit architecture/block_size={block_size}; "
+            "shorten the prompt or max_new_tokens, or train with a larger block_size"
+        )
+    tokens = jnp.zeros((batch_size, max_len), jnp.int32)
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), tokens, deterministic=True, decode=True)["cache"])
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
+def _step(
+    model: TransformerLM, params: Any, cache: Cache, tokens: jax.Array, padding_mask: jax.Array | None
+) -> tuple[jax.Array, Cache]:
+    (logits, _), mutated = model.apply(
+        {"params": params, "cache": cache},
+        tokens,
+        padding_mask=padding_mask,
+        deterministic=True,
+        decode=True,
+        mutable=["cache"],
+    )
+    return logits, mutated["cache"]
+
+
+def decode_step(
+    model: TransformerLM,
+    params: Any,
+    cache: Cache,
+    tokens: ArrayLike,
+    padding_mask: ArrayLike | None = None,
+) -> tuple[jax.Array, Cache]:
+    """Run ``tokens`` ``[B, T]`` through the model against ``cache``; returns float32 logits
+    ``[B, T, vocab]`` and the updated cache (jitted; compiled once per ``T``)."""
+    ids = jnp.asarray(tokens, jnp.int32)
+    mask = None if padding_mask is None else jnp.asarray(padding_mask, jnp.bool_)
+    return _step(model, params, cache, ids, mask)
+
+
+def greedy(logits: jax.Array, key: jax.Array | None = None) -> jax.Array:
+    """The most likely token of each row of ``logits`` ``[B, vocab]``."""
+    del key
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+
+def generate(
+    model: TransformerLM,
+    params: Any,
+    prompt: ArrayLike,
+    max_new_tokens: int,
+    *,
+    padding_mask: ArrayLike | None = None,
+    sample: Sampler = greedy,
+    key: jax.Array | None = None,
+) -> jax.Array:
+    """Append ``max_new_tokens`` tokens to left-padded ``prompt`` ``[B, P]``; returns them ``[B, N]``.
+
+    ``sample(logits [B, vocab] float32, key) -> [B] int32`` picks each token (default greedy);
+    ``key`` is split once per step. Stopping at an end-of-text token is the caller's business.
+    """
+    ids = jnp.asarray(prompt, jnp.int32)
+    batch, prompt_len = ids.shape
+    if prompt_len < 1 or max_new_tokens < 1:
+        raise ConfigError("generate needs a non-empty prompt and max_new_tokens >= 1")
+    cache = init_cache(model, batch, prompt_len + max_new_tokens - 1)
+    key = jax.random.key(0) if key is None else key
+    logits, cache = decode_step(model, params, cache, ids, padding_mask)
+    out = []
+    for step in range(max_new_tokens):
+        key, sub = jax.random.split(key)
+        token = sample(logits[:, -1].astype(jnp.float32), sub)
+        out.append(token)
+        if step + 1 < max_new_tokens:
+            logits, cache = decode_step(model, params, cache, token[:, None])
+    return jnp.stack(out, axis=1)

@@ -1,0 +1,248 @@
+"""``TransformerLM``: the decoder-only language model that GPT and Llama specialise."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from theseus.base.axis import Axis, ShardingPlan
+from theseus.config import field
+from theseus.errors import ConfigError
+from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
+from theseus.model.layers.attention import missing_cache_error
+from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
+from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
+from theseus.model.models.block import Block, make_norm
+from theseus.model.module import Module
+
+
+def cross_entropy(logits: ArrayLike, targets: ArrayLike, padding_mask: ArrayLike | None = None) -> jax.Array:
+    """Mean token cross-entropy (float32) over positions with ``targets != -1`` and ``padding_mask``.
+
+    ``logits`` ``[B, T, V]``, ``targets`` int ``[B, T]``, ``padding_mask`` bool ``[B, T]`` (True =
+    real). With no counted position the loss is 0.
+    """
+    logits = jnp.asarray(logits, jnp.float32)
+    targets = jnp.asarray(targets)
+    valid = targets != -1
+    if padding_mask is not None:
+        valid = valid & jnp.asarray(padding_mask, jnp.bool_)
+    safe = jnp.where(valid, targets, 0)
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    picked = jnp.take_along_axis(logits, safe[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    nll = jnp.where(valid, lse - picked, 0.0)
+    return jnp.sum(nll) / jnp.maximum(jnp.sum(valid), 1).astype(jnp.float32)
+
+
+def token_positions(padding_mask: jax.Array, offset: jax.Array | None = None) -> jax.Array:
+    """Position of each token = number of real tokens before it in its row (+ ``offset[b]``).
+
+    Equal to ``0..T-1`` for unpadded or right-padded rows; a left-padded row starts at 0 at
+    its first real token, so padding never shifts the positions of real tokens.
+    """
+    counts = jnp.cumsum(padding_mask.astype(jnp.int32), axis=1) - 1
+    if offset is not None:
+        counts = counts + offset[:, None]
+    return jnp.maximum(counts, 0)
+
+
+class DecodePositions(nn.Module):
+    """Keeps ``cache/length`` (real tokens seen per row) and returns the positions of a decode step."""
+
+    @nn.compact
+    def __call__(self, mask: jax.Array) -> jax.Array:
+        exists = self.has_variable("cache", "length")
+        if not exists and not self.is_initializing():
+            raise missing_cache_error()
+        length = self.variable("cache", "length", jnp.zeros, (mask.shape[0],), jnp.int32)
+        positions = token_positions(mask, length.value)
+        if exists:
+            length.value = length.value + jnp.sum(mask, axis=1, dtype=jnp.int32)
+        return positions
+
+
+class TransformerLM(Module):
+    """A pre-norm decoder-only transformer language model.
+
+    **Presets and explicit keys.** ``architecture/preset`` names a shape (layers, heads, width,
+    key/value heads, MLP ratio) from the class's ``PRESETS``. Each explicit shape key
+    (``architecture/n_layers``, ``n_heads``, ``n_kv_heads``, ``n_embd``, ``d_ff``, ``mlp_ratio``,
+    ``activation``) defaults to ``None`` = "take the preset's value"; a value you set overrides
+    the preset for that key only (``d_ff`` then follows from ``n_embd`` unless set too, and
+    changing ``n_heads`` without ``n_kv_heads`` keeps the preset's query/key-value head ratio).
+    ``architecture/vocab_size`` (default 256, byte level) and ``architecture/block_size``
+    (default 256, maximum sequence length) follow the data, never the preset.
+    ``model.architecture`` is the resolved :class:`Architecture`.
+
+    **Call.** ``model.apply(variables, x, y=None, padding_mask=None, deterministic=False,
+    decode=False, rngs={"dropout": key})`` -> ``(logits, loss)``: ``x``/``y`` int ``[B, T]``,
+    ``padding_mask`` bool ``[B, T]`` (True = real token); logits float32 ``[B, T, vocab]``;
+    ``loss`` = mean cross-entropy over positions where ``y != -1`` and the mask is True
+    (float32), ``None`` without ``y``. Token positions count real tokens only (see
+    :func:`token_positions`). ``decode=True`` runs incrementally against a KV cache (see
+    :mod:`theseus.model.models.decoding`).
+    """
+
+    PRESETS: ClassVar[dict[str, Preset]] = {}
+    FAMILY: ClassVar[str] = "transformer"
+    ACTIVATION: ClassVar[str] = "gelu"
+    NORM: ClassVar[str] = "layernorm"
+    USE_BIAS: ClassVar[bool] = True
+    ROTARY: ClassVar[bool] = False
+    TIED_EMBEDDINGS: ClassVar[bool] = True
+    LEARNED_POSITIONS: ClassVar[bool] = True
+
+    preset: str = field("architecture/preset", default="tiny", help="named model size (see the model's PRESETS)")
+    vocab_size: int = field("architecture/vocab_size", default=256, help="vocabulary size (256 = bytes)")
+    block_size: int = field("architecture/block_size", default=256, help="maximum sequence length")
+    n_layers: int | None = field("architecture/n_layers", default=None, help="transformer layers (None: preset)")
+    n_heads: int | None = field("architecture/n_heads", default=None, help="attention heads (None: from the preset)")
+    n_kv_heads: int | None = field(
+        "architecture/n_kv_heads", default=None, help="key/value heads for grouped-query attention (None: preset)"
+    )
+    n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
+    d_ff: int | None = field(
+        "architecture/d_ff", default=None, help="MLP hidden width (None: mlp_ratio * n_embd, or the preset's)"
+    )
+    mlp_ratio: float | None = field(
+        "architecture/mlp_ratio", default=None, help="MLP hidden width / n_embd when d_ff is None (None: preset)"
+    )
+    activation: str | None = field(
+        "architecture/activation",
+        default=None,
+        help="gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
+    )
+    dropout: float = field("architecture/dropout", default=0.0, help="dropout rate of residual branches")
+    norm_eps: float = field("architecture/norm_eps", default=1e-5, help="epsilon of the normalisation layers")
+    attention_impl: str = field(
+        "architecture/attention_impl", default="auto", help="auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"
+    )
+    remat: bool = field("model/remat", default=False, help="recompute each layer in the backward pass (less memory)")
+
+    @classmethod
+    def components(cls) -> list[type]:
+        return [TokenEmbedding, PositionEmbedding, Block] if cls.LEARNED_POSITIONS else [TokenEmbedding, Block]
+
+    # ----------------------------------------------------------------- configuration
+
+    def _rope_theta(self) -> float:
+        return 10000.0
+
+    @property
+    def architecture(self) -> Architecture:
+        """The resolved sizes: preset values overridden by explicit keys, validated."""
+        preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
+        n_embd = preset.n_embd if self.n_embd is None else self.n_embd
+        n_heads = preset.n_heads if self.n_heads is None else self.n_heads
+        if self.n_kv_heads is not None:
+            n_kv_heads = self.n_kv_heads
+        elif preset.n_kv_heads is not None and self.n_heads is None:
+            n_kv_heads = preset.n_kv_heads
+        elif preset.n_kv_heads is not None:  # heads changed: keep the preset's query/key-value ratio
+            n_kv_heads = max(1, n_heads * preset.n_kv_heads // preset.n_heads)
+        else:
+            n_kv_heads = n_heads
+        d_ff = self.d_ff if self.d_ff is not None else preset_d_ff(preset, n_embd, self.mlp_ratio)
+        return Architecture(
+            n_layers=preset.n_layers if self.n_layers is None else self.n_layers,
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            n_embd=n_embd,
+            d_ff=d_ff,
+            activation=self.activation or self.ACTIVATION,
+            vocab_size=self.vocab_size,
+            block_size=self.block_size,
+            norm=self.NORM,
+            norm_eps=self.norm_eps,
+            use_bias=self.USE_BIAS,
+            rotary=self.ROTARY,
+            rope_theta=self._rope_theta(),
+            tied_embeddings=self.TIED_EMBEDDINGS,
+            learned_positions=self.LEARNED_POSITIONS,
+            dropout=self.dropout,
+            attention_impl=self.attention_impl,
+        ).validate()
+
+    @property
+    def sharding(self) -> ShardingPlan:
+        """embed -> data (FSDP); mlp, heads, kv_heads, vocab -> model (tensor parallel): the union of
+        the layers' plans."""
+        return ShardingPlan.union(TokenEmbedding().sharding, Block().sharding)
+
+    def flops(self, seq: int) -> int:
+        """Forward + backward FLOPs of one sequence; see :meth:`Architecture.flops`. Works unbound."""
+        return self.architecture.flops(seq)
+
+    def parameter_count(self) -> int:
+        """Number of parameters, from shapes only (nothing is allocated)."""
+        shapes = jax.eval_shape(lambda: self.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))
+        return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(nn.unbox(shapes["params"])))
+
+    # ----------------------------------------------------------------- layers
+
+    def setup(self) -> None:
+        arch = self.architecture
+        self.token_embedding = child(self, TokenEmbedding, vocab_size=arch.vocab_size, n_embd=arch.n_embd)
+        if arch.learned_positions:
+            self.position_embedding = child(self, PositionEmbedding, block_size=arch.block_size, n_embd=arch.n_embd)
+        block_cls: Any = nn.remat(Block, static_argnums=(4, 5)) if self.remat else Block
+        out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
+        self.blocks = [child(self, block_cls, architecture=arch, out_std=out_std) for _ in range(arch.n_layers)]
+        self.final_norm = make_norm(self, arch)
+        if not arch.tied_embeddings:
+            self.lm_head = param(
+                self, "lm_head", normal(INIT_STD), (arch.n_embd, arch.vocab_size), (Axis.EMBED, Axis.VOCAB)
+            )
+        self.embedding_dropout = nn.Dropout(rate=arch.dropout)
+        self.decode_positions = DecodePositions()
+
+    def _positions(
+        self, x: jax.Array, padding_mask: jax.Array | None, decode: bool
+    ) -> tuple[jax.Array | None, jax.Array | None]:
+        """(positions or None for ``0..T-1``, the step's padding mask)."""
+        if not decode:
+            return (None if padding_mask is None else token_positions(padding_mask)), padding_mask
+        mask = jnp.ones(x.shape, jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
+        return self.decode_positions(mask), mask
+
+    def __call__(
+        self,
+        x: jax.Array,
+        y: jax.Array | None = None,
+        padding_mask: jax.Array | None = None,
+        deterministic: bool = False,
+        decode: bool = False,
+    ) -> tuple[jax.Array, jax.Array | None]:
+        arch = self.architecture
+        x = jnp.asarray(x)
+        if x.ndim != 2:
+            raise ConfigError(f"{type(self).__name__} expects token ids of shape [batch, seq], got {x.shape}")
+        steps = x.shape[1]
+        if steps > arch.block_size:
+            raise ConfigError(
+                f"sequence length {steps} exceeds architecture/block_size={arch.block_size}; "
+                "raise architecture/block_size or feed shorter sequences"
+            )
+        positions, mask = self._positions(x, padding_mask, decode)
+        h = self.token_embedding(x)
+        if arch.learned_positions:
+            h = h + self.position_embedding(steps if positions is None else positions)
+        if arch.dropout > 0.0 and not deterministic:
+            h = self.embedding_dropout(h, deterministic=False)
+        h = constrain(cast(h, self._activation_dtype), ACTIVATION_AXES)
+        for block in self.blocks:
+            h = block(h, mask, positions, deterministic, decode)
+        h = self.final_norm(h)
+        if arch.tied_embeddings:
+            logits = self.token_embedding.attend(h)
+        else:
+            dtype = self._activation_dtype
+            logits = jnp.einsum("bte,ev->btv", h, cast(self.lm_head, dtype), preferred_element_type=jnp.float32)
+        logits = constrain(logits, (Axis.BATCH, Axis.SEQUENCE, Axis.VOCAB))
+        loss = None if y is None else cross_entropy(logits, y, padding_mask)
+        return logits, loss
