@@ -1,0 +1,7 @@
+"""Evaluations: measurements of a model during and after training (``EVALUATION`` declaration)."""
+
+from theseus.evaluation.base import Evaluation
+from theseus.evaluation.multiple_choice import MultipleChoice
+from theseus.evaluation.perplexity import Perplexity
+
+__all__ = ["Evaluation", "MultipleChoice", "Perplexity"]

@@ -1,0 +1,1 @@
+"""Training: the trainer, its optimizers and schedules, and the data loader (``flywheel``)."""

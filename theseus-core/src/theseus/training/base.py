@@ -1,0 +1,512 @@
+"""``BaseTrainer``: declarations, the override contract, and the helpers the loop is built from.
+
+A trainer declares what it uses (``CONFIG``, ``MODEL``, ``DATASET``, ``OPTIMIZER``,
+``SCHEDULE``, ``EVALUATION``, ``ANALYSIS``) and may override the smallest piece of the
+computation: ``batch``, ``forward``, ``train_step``, ``val_step`` or ``trace``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from theseus.base.job import Job, JobContext
+from theseus.config import Schema, configuration, configure, load, resolve
+from theseus.errors import ConfigError, DataError
+from theseus.plugins.gather import gather_classes
+from theseus.training import declarations, steps
+from theseus.training.config import BaseTrainerConfig
+from theseus.training.optimizers import AdamW, Optimizer
+from theseus.training.run import default_run_name
+from theseus.training.schedules import Schedule
+from theseus.training.sharding import TrainerSharding, build_sharding
+from theseus.training.state import TrainState, create_state, state_shardings, with_shardings
+
+Batch = Mapping[str, Any]
+
+
+class BaseTrainer(Job):
+    """A training job. Subclass it and replace only the declarations you need.
+
+    ``self.args`` is the hydrated ``CONFIG``; ``run()`` trains with a progress bar,
+    validates, evaluates, analyses and checkpoints under ``<root>/runs/<run name>``, and
+    resumes from the latest checkpoint when run again.
+    """
+
+    CONFIG: ClassVar[type] = BaseTrainerConfig
+    MODEL: ClassVar[Any] = None
+    DATASET: ClassVar[Any] = []
+    OPTIMIZER: ClassVar[Any] = AdamW
+    SCHEDULE: ClassVar[Any] = None
+    EVALUATION: ClassVar[Sequence[Any]] = []
+    ANALYSIS: ClassVar[Sequence[Any]] = []
+
+    args: Any
+
+    def __init__(self, context: JobContext) -> None:
+        with configuration(context.config):
+            super().__init__(context)
+        self.step = 0
+        self._positions: dict[str, int] = {"train": 0, "val": 0}
+        self._ready = False
+        self._compiled: dict[str, Any] = {}
+        self.model: Any = None
+        self.sharding: TrainerSharding = None  # type: ignore[assignment]
+        self.flywheel: Any = None
+        self.tx: optax.GradientTransformation | None = None
+        self.lr_schedule: Any = None
+        self.evaluations: list[Any] = []
+        self.analyses: list[Any] = []
+        #: The train state after ``run()`` (None before).
+        self.state: TrainState | None = None
+
+    # -- declarations ----------------------------------------------------------------------
+    @classmethod
+    def config(cls) -> list[type]:
+        """Every configuration class of this job: CONFIG, ``MODEL.gather()``, what DATASET,
+        OPTIMIZER, SCHEDULE, EVALUATION and ANALYSIS declare, and plugin contributions
+        (``theseus_gather`` hook with ``owner`` = this trainer class)."""
+        contributed: list[type] = [cls.CONFIG] if cls.CONFIG is not None else []
+        if cls.MODEL is not None:
+            contributed += declarations.contributed_classes(declarations.resolve("model", cls.MODEL))
+        contributed += declarations.dataset_classes(cls.DATASET)
+        contributed += declarations.contributed_classes(cls.optimizer())
+        contributed += declarations.contributed_classes(cls.schedule())
+        for kind, entries in (("evaluation", cls.EVALUATION), ("analysis", cls.ANALYSIS)):
+            for entry in declarations.as_list(entries):
+                contributed += declarations.contributed_classes(declarations.resolve(kind, entry))
+        contributed = declarations.unique(contributed)
+        children = {cls: contributed}
+        gathered = gather_classes(cls, lambda klass: children.get(klass, []))
+        return [klass for klass in gathered if klass is not cls]
+
+    @classmethod
+    def optimizer(cls) -> Optimizer:
+        """The declared ``Optimizer`` (AdamW when OPTIMIZER is None)."""
+        return declarations.resolve("optimizer", cls.OPTIMIZER) if cls.OPTIMIZER is not None else AdamW
+
+    @classmethod
+    def schedule(cls) -> Schedule | None:
+        return declarations.resolve("schedule", cls.SCHEDULE) if cls.SCHEDULE is not None else None
+
+    @classmethod
+    def create(
+        cls,
+        root: str | Path,
+        overrides: Mapping[str, Any] | Sequence[str] = (),
+        *,
+        config_file: str | Path | None = None,
+        name: str | None = None,
+    ) -> BaseTrainer:
+        """Build the trainer outside the CLI: resolve its configuration like ``theseus run`` does."""
+        schema = Schema.build(cls.config())
+        if isinstance(overrides, Mapping):
+            file_values = load(schema, config_file) if config_file is not None else {}
+            cfg = resolve(schema, dict(file_values), dict(overrides))
+        else:
+            cfg = load(schema, config_file, list(overrides))
+        own_key = cls.__dict__.get("JOB_KEY")
+        context = JobContext(name=name or own_key or cls.__name__, root=Path(root), config=cfg)
+        return cls(context)
+
+    # -- the override contract -------------------------------------------------------------
+    def batch(self, slice: str = "train") -> Batch:
+        """Host-side batch of ``slice`` at the current position: numpy ``x``, ``y``, ``padding_mask``.
+
+        The result may be cached: copy it before changing it.
+        """
+        if self.flywheel is None and declarations.as_list(self.DATASET):
+            self._open_flywheel()
+        if self.flywheel is None:
+            raise DataError(
+                f"{type(self).__qualname__} declares DATASET = []; "
+                "override batch(slice) to return x, y and padding_mask"
+            )
+        return self.flywheel.batch(self.position(slice), slice)
+
+    @staticmethod
+    def forward(
+        state: TrainState,
+        params: Any,
+        batch: Batch,
+        key: jax.Array | None = None,
+        deterministic: bool = False,
+        intermediates: bool = False,
+    ) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]:
+        """Apply the model; returns ``(logits, loss, metadata)``.
+
+        With ``intermediates=True`` every module's output is returned as
+        ``metadata["intermediates"]``.
+        """
+        return steps.forward(state, params, batch, key=key, deterministic=deterministic, intermediates=intermediates)
+
+    @classmethod
+    def train_step(
+        cls,
+        state: TrainState,
+        batch: Batch,
+        key: jax.Array,
+        accumulate_steps: int,
+        *,
+        sharding: TrainerSharding,
+        skip_nonfinite: bool = False,
+    ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
+        """One update from ``batch`` arranged ``[accumulate_steps, micro_batch, ...]``.
+
+        Returns ``(state, loss, metadata, grad_norm)``; ``grad_norm`` is measured before clipping.
+        """
+        return steps.train_step(
+            cls, state, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
+        )
+
+    @classmethod
+    def val_step(cls, state: TrainState, batch: Batch, *, sharding: TrainerSharding) -> tuple[Any, Any, dict[str, Any]]:
+        """``(loss_sum, count, metadata)`` of one batch without dropout."""
+        return steps.val_step(cls, state, batch, sharding=sharding)
+
+    @classmethod
+    def trace(cls, state: TrainState, batch: Batch, key: jax.Array, *, sharding: TrainerSharding) -> Any:
+        """The pure model call used by debugging and analysis (uses only its arguments)."""
+        return steps.trace(cls, state, batch, key, sharding=sharding)
+
+    # -- setup -------------------------------------------------------------------------------
+    def setting(self, key: str, default: Any = None) -> Any:
+        """A value of the job's configuration by key (e.g. ``"architecture/block_size"``)."""
+        return self.context.config.get(key, default)
+
+    @property
+    def run_name(self) -> str:
+        return self.args.run_name or default_run_name(self.context.name, type(self))
+
+    def setup(self) -> None:
+        """Build the model, mesh, data, optimizer and the abstract state (idempotent)."""
+        if self._ready:
+            return
+        if self.MODEL is None:
+            raise ConfigError(f"{type(self).__qualname__} declares no MODEL; set MODEL to a model class")
+        with configuration(self.context.config):
+            args = self.args
+            model_cls = declarations.resolve("model", self.MODEL)
+            self.model = configure(model_cls)
+            self.sequence_length = self._sequence_length()
+            self.sharding = build_sharding(
+                self.model.sharding, layout=args.layout, data=args.mesh_data, model=args.mesh_model
+            )
+            self.accumulate_steps, self.micro_rows = self._batch_geometry()
+            self.flywheel = self._build_flywheel()
+            schedule = self.schedule()
+            if schedule is not None:
+                self.lr_schedule = schedule.create(args.lr, args.steps)
+            else:
+                self.lr_schedule = optax.constant_schedule(args.lr)
+            parts = [optax.clip_by_global_norm(args.grad_clip)] if args.grad_clip > 0 else []
+            self.tx = optax.chain(*parts, self.optimizer().create(self.lr_schedule))
+            self.evaluations = [_instantiate(declarations.resolve("evaluation", e)) for e in self.EVALUATION]
+            self.analyses = [_instantiate(declarations.resolve("analysis", a)) for a in self.ANALYSIS]
+            root = jax.random.PRNGKey(args.seed)
+            self.init_key, self.dropout_key = jax.random.split(root)
+            self.abstract_state, self.state_shardings = state_shardings(
+                self.model, self.tx, self.sharding, self.init_key, self.sequence_length
+            )
+        self._ready = True
+
+    def _sequence_length(self) -> int:
+        block = self.setting("architecture/block_size")
+        length = self.args.sequence_length or block
+        if not length:
+            raise ConfigError("the model has no architecture/block_size; set training/sequence_length")
+        if block and length > block:
+            raise ConfigError(
+                f"training/sequence_length={length} exceeds the model's architecture/block_size={block}; "
+                "lower the sequence length or raise the block size"
+            )
+        return int(length)
+
+    def _batch_geometry(self) -> tuple[int, int]:
+        args = self.args
+        if args.batch_size <= 0:
+            raise ConfigError(f"training/batch_size must be positive, got {args.batch_size}")
+        micro = args.micro_batch_size or args.batch_size
+        if micro <= 0 or args.batch_size % micro:
+            raise ConfigError(
+                f"training/batch_size={args.batch_size} is not divisible by training/micro_batch_size={micro}; "
+                "choose a micro batch that divides the global batch"
+            )
+        processes = jax.process_count()
+        if args.batch_size % processes:
+            raise ConfigError(
+                f"training/batch_size={args.batch_size} cannot be split over {processes} processes; "
+                f"make it a multiple of {processes}"
+            )
+        data = self.sharding.data_size
+        if micro % data:
+            raise ConfigError(
+                f"the micro batch of {micro} rows cannot be split over {data} data-parallel devices; "
+                f"make training/micro_batch_size (or training/batch_size) a multiple of {data}"
+            )
+        return args.batch_size // micro, micro
+
+    def _open_flywheel(self) -> Any:
+        """The data loader, opened again if ``close()`` released it."""
+        self.setup()
+        if self.flywheel is None:
+            with configuration(self.context.config):
+                self.flywheel = self._build_flywheel()
+        return self.flywheel
+
+    def _build_flywheel(self) -> Any:
+        if not declarations.as_list(self.DATASET):
+            return None
+        from theseus.training.flywheel import Flywheel
+
+        flywheel = Flywheel(
+            self.DATASET,
+            root=self.context.root,
+            block_size=self.sequence_length,
+            batch_size=self.batch_rows,
+            seed=self.args.seed,
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+        )
+        vocab = self.setting("architecture/vocab_size")
+        if vocab is not None:
+            flywheel.check_model(int(vocab), int(self.setting("architecture/block_size") or self.sequence_length))
+        return flywheel
+
+    @property
+    def batch_rows(self) -> int:
+        """Rows of one optimizer step that this process feeds."""
+        return self.args.batch_size // jax.process_count()
+
+    @property
+    def eval_rows(self) -> int:
+        """Rows per forward pass of evaluations (the global micro batch)."""
+        return self.micro_rows
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.args.batch_size * self.sequence_length
+
+    def learning_rate(self, step: int) -> float:
+        """The learning rate of the update at ``step`` (0-based)."""
+        return float(self.lr_schedule(step))
+
+    def tokenizer(self) -> Any:
+        """The tokenizer of the training data (a byte tokenizer for custom batches)."""
+        if declarations.as_list(self.DATASET):
+            return self._open_flywheel().tokenizer()
+        from theseus.data.tokenizer import ByteTokenizer
+
+        return ByteTokenizer()
+
+    # -- data ------------------------------------------------------------------------------
+    def position(self, slice: str = "train") -> int:
+        """The data position ``batch(slice)`` reads: the step for ``train``, the batch index otherwise."""
+        return self._positions.get(slice, 0)
+
+    def host_batch(self, slice: str = "train", position: int | None = None) -> dict[str, np.ndarray]:
+        """``batch(slice)`` at ``position``, checked for the shapes the step expects."""
+        self.setup()
+        if position is not None:
+            self._positions[slice] = int(position)
+        batch = self.batch(slice)
+        if not isinstance(batch, Mapping) or "x" not in batch or "y" not in batch:
+            raise DataError(f"{type(self).__qualname__}.batch({slice!r}) must return a mapping with 'x' and 'y'")
+        expected = (self.batch_rows, self.sequence_length)
+        for name in ("x", "y", "padding_mask"):
+            if name in batch and tuple(np.shape(batch[name])) != expected:
+                shape = tuple(np.shape(batch[name]))
+                raise DataError(
+                    f"{type(self).__qualname__}.batch({slice!r}) returned {name} of shape {shape}; "
+                    f"expected {expected} (training/batch_size rows of training/sequence_length tokens)"
+                )
+        return {name: np.asarray(value) for name, value in batch.items()}
+
+    def device_train_batch(self, host: Batch) -> dict[str, jax.Array]:
+        """Arrange a host batch as ``[accumulate_steps, micro_batch, ...]`` on the mesh."""
+        k = self.accumulate_steps
+        arranged = {name: np.asarray(v).reshape((k, -1, *np.shape(v)[1:])) for name, v in host.items()}
+        return self.sharding.put_batch(arranged, leading=1)
+
+    def step_key(self, step: int) -> jax.Array:
+        """The dropout key of update ``step``: a pure function of (seed, step)."""
+        return jax.random.fold_in(self.dropout_key, step)
+
+    # -- state -----------------------------------------------------------------------------
+    def init_state(self) -> TrainState:
+        """Fresh parameters and optimizer state, created directly with their shardings."""
+        self.setup()
+        with configuration(self.context.config):
+            return create_state(
+                self.model, self.tx, self.sharding, self.init_key, self.sequence_length, self.state_shardings
+            )
+
+    def checkpoint_tree(self, state: TrainState) -> dict[str, Any]:
+        return {
+            "params": state.params,
+            "opt_state": state.opt_state,
+            "step": state.step,
+            "rng": jax.random.key_data(self.dropout_key),
+        }
+
+    def abstract_checkpoint_tree(self) -> dict[str, Any]:
+        a, s = self.abstract_state, self.state_shardings
+        rng = jax.random.key_data(self.dropout_key)
+        return {
+            "params": with_shardings(a.params, s.params),
+            "opt_state": with_shardings(a.opt_state, s.opt_state),
+            "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=s.step),
+            "rng": jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=self.sharding.replicated),
+        }
+
+    def state_from_checkpoint(self, tree: Mapping[str, Any]) -> TrainState:
+        self.dropout_key = jax.random.wrap_key_data(tree["rng"]) if _typed_keys(self.dropout_key) else tree["rng"]
+        return self.abstract_state.replace(params=tree["params"], opt_state=tree["opt_state"], step=tree["step"])
+
+    # -- compiled functions ----------------------------------------------------------------
+    def compiled(self, name: str, build: Any) -> Any:
+        """A function built once per trainer by ``build()`` (e.g. a ``jax.jit``), cached under ``name``."""
+        if name not in self._compiled:
+            self._compiled[name] = build()
+        return self._compiled[name]
+
+    def train_step_fn(self) -> Any:
+        """``fn(state, device_batch, key) -> (state, loss, meta, grad_norm, lr)``, jitted, state donated."""
+        self.setup()
+        cls, sharding, shardings = type(self), self.sharding, self.state_shardings
+        options: dict[str, Any] = {"sharding": sharding}
+        if self.args.skip_nonfinite:
+            options["skip_nonfinite"] = True
+        k = self.accumulate_steps
+        schedule = self.lr_schedule
+
+        def step(state: TrainState, batch: Batch, key: jax.Array) -> Any:
+            lr = schedule(state.step)
+            new_state, loss, meta, grad_norm = cls.train_step(state, batch, key, k, **options)
+            new_state = jax.lax.with_sharding_constraint(new_state, shardings)
+            return new_state, loss, meta, grad_norm, lr
+
+        return self.compiled("train", lambda: jax.jit(step, donate_argnums=0))
+
+    def val_step_fn(self) -> Any:
+        self.setup()
+        cls, sharding = type(self), self.sharding
+        return self.compiled("val", lambda: jax.jit(functools.partial(cls.val_step, sharding=sharding)))
+
+    def trace_fn(self) -> Any:
+        """``fn(state, device_batch, key)``: the trainer's ``trace`` under jit."""
+        self.setup()
+        cls, sharding = type(self), self.sharding
+        return self.compiled("trace", lambda: jax.jit(functools.partial(cls.trace, sharding=sharding)))
+
+    def capture(self, state: TrainState, batch: Batch, key: jax.Array) -> tuple[Any, list[tuple[tuple[str, ...], Any]]]:
+        """Run ``trace`` with every module's output recorded.
+
+        Returns ``(trace outputs, [(path, array), ...])`` with the module outputs in execution
+        order; a path is the module path plus the output's position, e.g. ``("up", "__call__", "0")``.
+        Works with any ``trace`` that calls the model through ``state.apply_fn``.
+        """
+        self.setup()
+        cls, sharding = type(self), self.sharding
+        # Paths are static: recorded while tracing, kept for calls that reuse the compiled function.
+        paths: list[tuple[str, ...]] = self.compiled("capture_paths", list)
+
+        def build() -> Any:
+            def captured(state: TrainState, batch: Batch, key: jax.Array) -> tuple[Any, list[Any]]:
+                recorded: list[Any] = []
+                apply_fn = state.apply_fn
+
+                def recording_apply(variables: Any, *args: Any, **kwargs: Any) -> Any:
+                    if kwargs.get("capture_intermediates"):
+                        out = apply_fn(variables, *args, **kwargs)
+                        recorded.append(out[1].get("intermediates", {}))
+                        return out
+                    out, mutated = apply_fn(
+                        variables, *args, capture_intermediates=True, mutable=["intermediates"], **kwargs
+                    )
+                    recorded.append(mutated.get("intermediates", {}))
+                    return out
+
+                outputs = cls.trace(state.replace(apply_fn=recording_apply), batch, key, sharding=sharding)
+                if isinstance(outputs, tuple) and len(outputs) == 3 and isinstance(outputs[2], Mapping):
+                    outputs = (outputs[0], outputs[1], {k: v for k, v in outputs[2].items() if k != "intermediates"})
+                ordered = _in_order(recorded[-1]) if recorded else []
+                paths[:] = [path for path, _ in ordered]
+                return outputs, [value for _, value in ordered]
+
+            return jax.jit(captured)
+
+        outputs, values = self.compiled("capture", build)(state, batch, key)
+        return outputs, list(zip(paths, values, strict=True))
+
+    # -- validation ------------------------------------------------------------------------
+    def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
+        """Mean loss per target over ``batches`` batches of ``slice``, plus averaged metadata."""
+        from theseus.training.metrics import scalars
+
+        batches = self.args.eval_batches if batches is None else batches
+        fn = self.val_step_fn()
+        sums: list[Any] = []
+        for index in range(batches):
+            host = self.host_batch(slice, position=index)
+            sums.append(fn(state, self.sharding.put_batch(host)))
+        fetched = jax.device_get(sums)
+        loss_sum = sum(float(np.asarray(s[0])) for s in fetched)
+        count = sum(float(np.asarray(s[1])) for s in fetched)
+        result: dict[str, Any] = {}
+        metas = [scalars(s[2]) for s in fetched]
+        for name in metas[0] if metas else {}:
+            values = [m[name] for m in metas if name in m]
+            result[name] = float(np.mean(values))
+        result["loss"] = loss_sum / count if count else float("nan")
+        result["tokens"] = int(count)
+        return result
+
+    # -- running ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the data loader (it is opened again when a batch is next needed)."""
+        if self.flywheel is not None:
+            self.flywheel.close()
+            self.flywheel = None
+
+    def run(self) -> None:
+        """Train (or resume) this job's run; see ``theseus.training.loop``."""
+        from theseus.training.loop import TrainingLoop
+
+        TrainingLoop(self).run()
+
+
+def _in_order(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Leaves of nested mappings/sequences with their paths, in insertion (execution) order."""
+    if isinstance(tree, Mapping):
+        items: list[tuple[tuple[str, ...], Any]] = []
+        for key, value in tree.items():
+            items += _in_order(value, (*prefix, str(key)))
+        return items
+    if isinstance(tree, (list, tuple)):
+        items = []
+        for index, value in enumerate(tree):
+            items += _in_order(value, (*prefix, str(index)))
+        return items
+    return [] if tree is None else [(prefix, tree)]
+
+
+def _instantiate(klass: Any) -> Any:
+    if not isinstance(klass, type):
+        return klass
+    return configure(klass) if dataclasses.is_dataclass(klass) else klass()
+
+
+def _typed_keys(key: jax.Array) -> bool:
+    return bool(jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key))
+
+
+__all__ = ["BaseTrainer", "BaseTrainerConfig", "TrainState", "TrainerSharding"]

@@ -1,0 +1,75 @@
+"""``BaseTrainerConfig``: the configuration keys every trainer has."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from theseus.config import field
+
+Layout = Literal["dp", "fsdp", "tp", "fsdp+tp"]
+
+
+@dataclass
+class BaseTrainerConfig:
+    """Run length, batch geometry, optimisation, intervals, run directory and mesh.
+
+    Extend it with your own ``field()`` keys and read them through ``self.args``.
+    """
+
+    steps: int = field("training/steps", default=1000, help="optimizer steps of the whole run")
+    batch_size: int = field("training/batch_size", default=32, help="global rows (sequences) per optimizer step")
+    micro_batch_size: int = field(
+        "training/micro_batch_size",
+        default=0,
+        help="global rows per forward/backward pass; batch_size/micro_batch_size micro-batches are accumulated "
+        "(0 = batch_size)",
+    )
+    sequence_length: int = field(
+        "training/sequence_length", default=0, help="tokens per row (0 = the model's architecture/block_size)"
+    )
+    lr: float = field("training/lr", default=3e-4, help="peak learning rate (the schedule scales it)")
+    grad_clip: float = field("training/grad_clip", default=1.0, help="clip gradients to this global norm (0 = off)")
+    seed: int = field("training/seed", default=0, help="seed of initialisation, dropout and data order")
+    log_interval: int = field("training/log_interval", default=10, help="write training metrics every N steps")
+    eval_interval: int = field(
+        "training/eval_interval", default=250, help="validate every N steps and at the end (0 = only at the end)"
+    )
+    eval_batches: int = field("training/eval_batches", default=8, help="batches per validation (0 = no validation)")
+    evaluation_interval: int = field(
+        "training/evaluation_interval", default=0, help="run the EVALUATION classes every N steps (0 = only at the end)"
+    )
+    analysis_interval: int = field(
+        "training/analysis_interval", default=0, help="run the ANALYSIS classes every N steps (0 = only at the end)"
+    )
+    checkpoint_interval: int = field(
+        "training/checkpoint_interval", default=500, help="checkpoint every N steps (0 = only the final checkpoint)"
+    )
+    keep_checkpoints: int = field(
+        "training/keep_checkpoints", default=3, help="latest checkpoints kept, besides the best one (0 = keep all)"
+    )
+    async_checkpoints: bool = field(
+        "training/async_checkpoints", default=True, help="write checkpoints in the background while training continues"
+    )
+    skip_nonfinite: bool = field(
+        "training/skip_nonfinite",
+        default=False,
+        help="skip updates whose loss or gradient is NaN/inf (counted in metrics) instead of stopping",
+    )
+    stop_after: int = field(
+        "training/stop_after",
+        default=0,
+        help="end this invocation with a checkpoint once this step is reached; run again to continue (0 = off)",
+    )
+    peak_flops: float = field(
+        "training/peak_flops",
+        default=0.0,
+        help="peak FLOP/s per device for MFU (0 = the accelerator's published figure; measured on CPU)",
+    )
+    progress: bool = field("training/progress", default=True, help="show a live progress bar on a terminal")
+    run_name: str = field("run/name", default="", help="run directory under <root>/runs (default: from the job key)")
+    layout: Layout = field(
+        "mesh/layout", default="dp", help="dp (replicated), fsdp (params over data), tp (over model), fsdp+tp"
+    )
+    mesh_data: int = field("mesh/data", default=-1, help="size of the data mesh axis (-1 = fill the devices)")
+    mesh_model: int = field("mesh/model", default=1, help="size of the model mesh axis (-1 = fill the devices)")

@@ -1,0 +1,285 @@
+"""The training loop: one jitted, donated step per iteration with metrics fetched one step late.
+
+While the device runs update ``s``, the host fetches the scalars of update ``s-1`` (already
+finished), writes metrics, and prepares batch ``s+1``; it never waits on the step it has just
+dispatched. Validation, evaluations, analyses and checkpoints run at interval boundaries.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+
+from theseus.checkpoint import CheckpointStore
+from theseus.config import configuration
+from theseus.errors import TrainingError
+from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
+from theseus.training.plots import plot_loss
+from theseus.training.run import RunDirectory, provenance
+from theseus.training.throughput import mfu, peak_flops
+
+if TYPE_CHECKING:
+    from theseus.training.base import BaseTrainer
+
+
+@dataclass
+class Pending:
+    """Device results of one update, fetched after the next update has been dispatched."""
+
+    step: int
+    loss: Any
+    meta: Any
+    grad_norm: Any
+    lr: Any
+
+
+def due(step: int, interval: int, final: int) -> bool:
+    """Whether something run every ``interval`` steps (and at ``final``) is due after ``step``."""
+    return step == final or (interval > 0 and step % interval == 0)
+
+
+def _human(value: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f}{unit}"
+    return f"{value:.0f}"
+
+
+class TrainingLoop:
+    """Runs a trainer's job: run directory, resume, steps, validation and checkpoints."""
+
+    def __init__(self, trainer: BaseTrainer) -> None:
+        self.trainer = trainer
+        self.args = trainer.args
+
+    # -- entry -----------------------------------------------------------------------------
+    def run(self) -> None:
+        with configuration(self.trainer.context.config):
+            self._run()
+
+    def _run(self) -> None:
+        t, args = self.trainer, self.args
+        if args.steps <= 0:
+            raise TrainingError(f"training/steps must be positive, got {args.steps}")
+        t.setup()
+        #: Only process 0 writes the run directory's files (metrics, plots, records); all write checkpoints.
+        self.main = jax.process_index() == 0
+        self.run_dir = RunDirectory(t.context.root, t.run_name)
+        self.run_dir.create()
+        self.stop = min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps
+        store = CheckpointStore(self.run_dir.checkpoints, keep=args.keep_checkpoints, async_save=args.async_checkpoints)
+        self.display = ProgressDisplay(args.steps, 0, enabled=False)
+        logger: MetricsLogger | None = None
+        try:
+            latest = store.latest_step()
+            if latest is not None and latest >= args.steps:
+                self.display.message(
+                    f"run {t.run_name!r} already completed ({latest}/{args.steps} steps); "
+                    f"results in {self.run_dir.path}"
+                )
+                return
+            if latest is not None and latest >= self.stop:
+                self.display.message(
+                    f"run {t.run_name!r} is at step {latest}, where training/stop_after={args.stop_after} stops it; "
+                    "run without training/stop_after (or with a later one) to continue"
+                )
+                return
+            changed: list[str] = []
+            if self.main:
+                changed = self.run_dir.write_config(t.context.config)
+                self.run_dir.write_provenance(
+                    provenance(
+                        t.context.name, type(t), resumed_from=latest, model=type(t.model), tokenizer=t.tokenizer().spec
+                    )
+                )
+            if latest is not None:
+                tree, _meta = store.restore(latest, t.abstract_checkpoint_tree())
+                state = t.state_from_checkpoint(tree)
+                start = latest
+                note = f" (changed: {', '.join(changed)})" if changed else ""
+                self.display.message(f"resuming run {t.run_name!r} from step {latest}{note}")
+            else:
+                state = t.init_state()
+                start = 0
+            sinks = self._sinks() if self.main else []
+            logger = MetricsLogger(self.run_dir.metrics_file, sinks, resume_step=start, enabled=self.main)
+            self.display = ProgressDisplay(
+                args.steps, start, enabled=args.progress and self.main, description=t.run_name, quiet=not self.main
+            )
+            self._announce(start)
+            t.state = self._train(state, start, store, logger)
+        finally:
+            self.display.close()
+            if logger is not None:
+                logger.close()
+            store.close()
+            t.close()
+
+    def _sinks(self) -> list[Any]:
+        from theseus.plugins.discovery import plugins
+
+        sinks: list[Any] = []
+        for _dist, result in plugins().call("theseus_metrics_sinks", run_dir=self.run_dir.path, job=self.trainer):
+            sinks.extend(result or [])
+        return sinks
+
+    def _announce(self, start: int) -> None:
+        t = self.trainer
+        params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(t.abstract_state.params))
+        self.peak, source = peak_flops(jax.devices()[0], self.args.peak_flops)
+        self.flops_per_step = float(t.model.flops(t.sequence_length)) * self.args.batch_size
+        self.display.message(
+            f"{t.run_name}: {params / 1e6:.2f}M parameters, {self.args.batch_size}x{t.sequence_length} tokens/step "
+            f"({t.accumulate_steps} micro-batch{'es' if t.accumulate_steps > 1 else ''}), "
+            f"mesh {dict(t.sharding.mesh.shape)} layout {t.sharding.layout}, steps {start}->{self.stop}, "
+            f"peak {self.peak / 1e12:.2f} TFLOP/s/device ({source}); run dir {self.run_dir.path}"
+        )
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _train(self, state: Any, start: int, store: CheckpointStore, logger: MetricsLogger) -> Any:
+        t, args = self.trainer, self.args
+        step_fn = t.train_step_fn()
+        self.logger = logger
+        self.skipped = 0
+        self.window_start: float | None = None
+        self.window_steps = 0
+        self.last_stats = ""
+        pending: Pending | None = None
+        for step in range(start, self.stop):
+            t.step = step
+            host = t.host_batch("train", position=step)
+            batch = t.device_train_batch(host)
+            state, loss, meta, grad_norm, lr = step_fn(state, batch, t.step_key(step))
+            if pending is not None:
+                self._finish(pending)
+            pending = Pending(step + 1, loss, meta, grad_norm, lr)
+            done = step + 1
+            validate = args.eval_batches > 0 and due(done, args.eval_interval, args.steps)
+            evaluate = bool(t.evaluations) and due(done, args.evaluation_interval, args.steps)
+            analyse = bool(t.analyses) and due(done, args.analysis_interval, args.steps)
+            checkpoint = due(done, args.checkpoint_interval, self.stop)
+            if validate or evaluate or analyse or checkpoint:
+                self._finish(pending)
+                pending = None
+                val_loss = self._validate(state, done) if validate else None
+                if evaluate:
+                    self._evaluate(state, done)
+                if analyse:
+                    self._analyse(state, done)
+                if checkpoint:
+                    meta_record = {
+                        "step": done,
+                        "data_position": done,
+                        "seed": args.seed,
+                        "job": t.context.name,
+                        "val_loss": val_loss,
+                    }
+                    store.save(done, t.checkpoint_tree(state), meta_record, val_loss=val_loss)
+                self.window_start, self.window_steps = None, 0
+        if pending is not None:
+            self._finish(pending)
+        store.wait()
+        self._summary(start, store)
+        return state
+
+    def _finish(self, pending: Pending) -> None:
+        """Fetch one update's scalars, stop on non-finite values, log at intervals."""
+        loss, grad_norm, meta, lr = jax.device_get((pending.loss, pending.grad_norm, pending.meta, pending.lr))
+        loss, grad_norm, lr = float(np.asarray(loss)), float(np.asarray(grad_norm)), float(np.asarray(lr))
+        meta_scalars = scalars(meta)
+        skipped = int(meta_scalars.get("skipped", 0))
+        self.skipped += skipped
+        if not skipped:
+            for quantity, value in (("loss", loss), ("gradient norm", grad_norm)):
+                if not math.isfinite(value):
+                    raise TrainingError(
+                        f"non-finite {quantity} ({value}) at step {pending.step}; the last checkpoint before it is "
+                        "kept. Lower training/lr, or set training/skip_nonfinite=true to skip such updates"
+                    )
+        now = time.perf_counter()
+        first = self.window_start is None
+        if first:  # the first update after a pause includes compilation: time from its end
+            self.window_start, self.window_steps = now, 0
+        else:
+            self.window_steps += 1
+        assert self.window_start is not None
+        elapsed = now - self.window_start
+        rate = self.window_steps / elapsed if self.window_steps and elapsed > 0 else 0.0
+        tokens_per_sec = rate * self.trainer.tokens_per_step
+        utilisation = mfu(self.flops_per_step, self.window_steps, elapsed, self.peak, jax.device_count())
+        stats = f"loss {loss:.4f}"
+        if rate:
+            stats += f" | {_human(tokens_per_sec)} tok/s"
+            if self.flops_per_step > 0:
+                stats += f" | MFU {utilisation * 100:.1f}%"
+        self.display.update(pending.step, stats)
+        step = pending.step
+        if due(step, self.args.log_interval, self.stop) or step == 1:
+            values: dict[str, Any] = {
+                "loss": loss,
+                "grad_norm": grad_norm,
+                "lr": lr,
+                "tokens": step * self.trainer.tokens_per_step,
+                **meta_scalars,
+            }
+            if rate:
+                values.update({"tokens_per_sec": tokens_per_sec, "step_time": 1.0 / rate})
+                if self.flops_per_step > 0:
+                    values["mfu"] = utilisation
+            if self.args.skip_nonfinite:
+                values["skipped_steps"] = self.skipped
+            self.logger.log(step, "train", values)
+            if not self.display.live:
+                self.display.message(f"step {step}/{self.args.steps}  {stats}")
+        if first:
+            self.window_start = time.perf_counter()
+
+    def _validate(self, state: Any, step: int) -> float:
+        result = self.trainer.validate(state)
+        self.logger.log(step, "val", result)
+        self.display.message(f"step {step}: val loss {result['loss']:.4f}")
+        if self.main:
+            history = self.logger.history
+            plot_loss(history["train"], history["val"], self.run_dir.loss_plot, self.trainer.run_name)
+        return float(result["loss"])
+
+    def _evaluate(self, state: Any, step: int) -> None:
+        """Every evaluation; their results form one ``eval`` record named ``<evaluation>/<key>``."""
+        record: dict[str, Any] = {}
+        for evaluation in self.trainer.evaluations:
+            results = evaluation.evaluate(self.trainer, state)
+            name = evaluation.label()
+            record.update({f"{name}/{k}": v for k, v in results.items()})
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in scalars(results).items())
+            self.display.message(f"step {step}: {name}: {shown}")
+        self.logger.log(step, "eval", record)
+
+    def _analyse(self, state: Any, step: int) -> None:
+        """Every analysis (artefacts under ``analysis/<name>``); returned scalars form one record."""
+        record: dict[str, Any] = {}
+        for analysis in self.trainer.analyses:
+            name = analysis.label()
+            results = analysis.analyze(self.trainer, state, step, self.run_dir.analysis_dir(name))
+            record.update({f"{name}/{k}": v for k, v in (results or {}).items()})
+        if record:
+            self.logger.log(step, "analysis", record)
+
+    def _summary(self, start: int, store: CheckpointStore) -> None:
+        self.display.close()
+        history = self.logger.history
+        if self.main and (history["train"] or history["val"]):
+            plot_loss(history["train"], history["val"], self.run_dir.loss_plot, self.trainer.run_name)
+        parts = [f"trained {self.trainer.run_name!r} to step {self.stop}/{self.args.steps}"]
+        if history["val"]:
+            parts.append(f"val loss {history['val'][-1][1]:.4f}")
+        best = store.best_step()
+        if best is not None:
+            parts.append(f"best checkpoint at step {best}")
+        if self.stop < self.args.steps:
+            parts.append("stopped by training/stop_after; run the same command to continue")
+        self.display.message("; ".join(parts) + f"; run dir {self.run_dir.path}")

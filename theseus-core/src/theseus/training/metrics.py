@@ -1,0 +1,137 @@
+"""Metrics: ``metrics.jsonl`` in the run directory, plugin sinks, history and the progress bar."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def scalars(values: Mapping[str, Any]) -> dict[str, float | int]:
+    """The entries of ``values`` that are single numbers, as Python numbers."""
+    out: dict[str, float | int] = {}
+    for name, value in values.items():
+        if isinstance(value, Mapping):
+            continue
+        try:
+            array = np.asarray(value)
+        except Exception:
+            continue
+        if array.size != 1 or array.dtype.kind not in "biuf":
+            continue
+        item = array.reshape(()).item()
+        out[name] = int(item) if array.dtype.kind in "biu" else float(item)
+    return out
+
+
+def _json_number(value: float | int) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN/inf
+    return value
+
+
+class MetricsLogger:
+    """Appends one JSON object per record to ``metrics.jsonl`` and forwards it to sinks.
+
+    A record is ``{"step": N, "split": "train"|"val"|"eval"|"analysis", name: value, ...}``;
+    sinks receive ``write(step, {"<split>/<name>": value})``. On resume, records after the
+    resumed step are dropped so the file matches an uninterrupted run.
+    """
+
+    def __init__(self, path: Path, sinks: Sequence[Any] = (), *, resume_step: int = 0, enabled: bool = True) -> None:
+        self.path = Path(path)
+        self.sinks = list(sinks)
+        self.enabled = enabled
+        self.history: dict[str, list[tuple[int, float]]] = {"train": [], "val": []}
+        self._file: Any = None
+        if enabled:
+            self._truncate(resume_step)
+            self._file = self.path.open("a", encoding="utf-8")
+
+    def _truncate(self, resume_step: int) -> None:
+        if not self.path.exists():
+            return
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a crash
+            if not isinstance(record, dict) or int(record.get("step", 0)) > resume_step:
+                continue
+            kept.append(line)
+            self._remember(record)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        tmp.replace(self.path)
+
+    def _remember(self, record: Mapping[str, Any]) -> None:
+        split = record.get("split")
+        loss = record.get("loss")
+        if split in self.history and isinstance(loss, (int, float)):
+            self.history[str(split)].append((int(record["step"]), float(loss)))
+
+    def log(self, step: int, split: str, values: Mapping[str, Any]) -> dict[str, float | int]:
+        """Record the scalar entries of ``values`` for ``step``; returns what was written."""
+        numbers = scalars(values)
+        record = {"step": int(step), "split": split, **{k: _json_number(v) for k, v in numbers.items()}}
+        self._remember(record)
+        if not self.enabled:
+            return numbers
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        prefixed = {f"{split}/{k}": v for k, v in numbers.items()}
+        for sink in self.sinks:
+            sink.write(int(step), prefixed)
+        return numbers
+
+    def close(self) -> None:
+        if self._file is not None and not self._file.closed:
+            self._file.close()
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
+            if callable(close):
+                close()
+
+
+class ProgressDisplay:
+    """A rich progress bar on a terminal; plain log lines otherwise."""
+
+    def __init__(
+        self, total: int, start: int, *, enabled: bool = True, description: str = "train", quiet: bool = False
+    ) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True, soft_wrap=True, quiet=quiet)
+        self.live = enabled and self.console.is_terminal
+        self.progress: Any = None
+        if self.live:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[stats]}"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=False,
+            )
+            self.task = self.progress.add_task(description, total=total, completed=start, stats="")
+            self.progress.start()
+
+    def update(self, step: int, stats: str) -> None:
+        if self.live:
+            self.progress.update(self.task, completed=step, stats=stats)
+
+    def message(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    def close(self) -> None:
+        if self.live and self.progress is not None:
+            self.progress.stop()
+            self.progress = None

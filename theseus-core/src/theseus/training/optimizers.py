@@ -1,0 +1,198 @@
+"""Optimizers as factory containers: a config dataclass and a factory function.
+
+A factory takes ``(config, learning_rate)`` (a float or a ``step -> lr`` schedule) and returns
+an ``optax.GradientTransformation``. Weight decay applies to matrices only (parameters with
+two or more dimensions); norms' scales and biases are not decayed. Global-norm clipping is
+applied by the trainer (``training/grad_clip``) in front of every optimizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import optax
+
+from theseus.config import configure, current_configuration, field
+
+LearningRate = float | Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """An optimizer: ``config`` (dataclass with ``field()`` keys) and ``factory``.
+
+    ``factory(config_instance, learning_rate)`` returns an ``optax.GradientTransformation``.
+    """
+
+    name: str
+    config: type
+    factory: Callable[[Any, LearningRate], optax.GradientTransformation]
+
+    def create(self, learning_rate: LearningRate, config: Any | None = None) -> optax.GradientTransformation:
+        """Build the transformation from the active configuration (or ``config``)."""
+        cfg = config if config is not None else configure(self.config)
+        return self.factory(cfg, learning_rate)
+
+
+def decay_mask(params: Any) -> Any:
+    """True for parameters that take weight decay: matrices and higher-rank tensors."""
+    return jax.tree.map(lambda p: getattr(p, "ndim", 0) >= 2, params)
+
+
+# -- AdamW ----------------------------------------------------------------------------------
+
+
+@dataclass
+class AdamWConfig:
+    beta1: float = field("optimizer/adamw/beta1", default=0.9)
+    beta2: float = field("optimizer/adamw/beta2", default=0.95)
+    eps: float = field("optimizer/adamw/eps", default=1e-8)
+    weight_decay: float = field("optimizer/adamw/weight_decay", default=0.1, help="decoupled weight decay of matrices")
+
+
+def make_adamw(cfg: AdamWConfig, learning_rate: LearningRate) -> optax.GradientTransformation:
+    return optax.adamw(
+        learning_rate,
+        b1=cfg.beta1,
+        b2=cfg.beta2,
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+        mask=decay_mask,
+    )
+
+
+AdamW = Optimizer("adamw", AdamWConfig, make_adamw)
+
+
+# -- Lion -----------------------------------------------------------------------------------
+
+
+@dataclass
+class LionConfig:
+    beta1: float = field("optimizer/lion/beta1", default=0.9)
+    beta2: float = field("optimizer/lion/beta2", default=0.99)
+    weight_decay: float = field("optimizer/lion/weight_decay", default=0.1, help="decoupled weight decay of matrices")
+
+
+def make_lion(cfg: LionConfig, learning_rate: LearningRate) -> optax.GradientTransformation:
+    return optax.lion(learning_rate, b1=cfg.beta1, b2=cfg.beta2, weight_decay=cfg.weight_decay, mask=decay_mask)
+
+
+Lion = Optimizer("lion", LionConfig, make_lion)
+
+
+# -- SGD ------------------------------------------------------------------------------------
+
+
+@dataclass
+class SGDConfig:
+    momentum: float = field("optimizer/sgd/momentum", default=0.9, help="0 disables momentum")
+    nesterov: bool = field("optimizer/sgd/nesterov", default=False)
+    weight_decay: float = field("optimizer/sgd/weight_decay", default=0.0, help="decoupled weight decay of matrices")
+
+
+def make_sgd(cfg: SGDConfig, learning_rate: LearningRate) -> optax.GradientTransformation:
+    parts = []
+    if cfg.weight_decay:
+        parts.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
+    parts.append(optax.sgd(learning_rate, momentum=cfg.momentum or None, nesterov=cfg.nesterov))
+    return optax.chain(*parts)
+
+
+SGD = Optimizer("sgd", SGDConfig, make_sgd)
+
+
+# -- Muon -----------------------------------------------------------------------------------
+
+
+@dataclass
+class MuonConfig:
+    beta: float = field("optimizer/muon/beta", default=0.95, help="momentum of the orthogonalised updates")
+    nesterov: bool = field("optimizer/muon/nesterov", default=True)
+    ns_steps: int = field("optimizer/muon/ns_steps", default=5, help="Newton-Schulz iterations")
+    weight_decay: float = field("optimizer/muon/weight_decay", default=0.1)
+    consistent_rms: float = field(
+        "optimizer/muon/consistent_rms",
+        default=0.2,
+        help="scale updates to AdamW-like RMS so one training/lr serves both parts (0 = width scaling)",
+    )
+    adam_beta1: float = field("optimizer/muon/adam_beta1", default=0.9)
+    adam_beta2: float = field("optimizer/muon/adam_beta2", default=0.95)
+    adam_lr_ratio: float = field("optimizer/muon/adam_lr_ratio", default=1.0, help="lr of the AdamW part / training/lr")
+    exclude: list[str] = field(
+        "optimizer/muon/exclude",
+        default_factory=lambda: ["embed", "wte", "wpe", "lm_head", "unembed"],
+        help="parameters whose path contains one of these names use AdamW",
+    )
+
+
+def _path_text(path: tuple[Any, ...]) -> str:
+    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path).lower()
+
+
+def muon_parameters(params: Any, exclude: list[str], vocab_size: int | None = None) -> Any:
+    """``MuonDimensionNumbers`` for hidden matrices, None (AdamW) for everything else.
+
+    Embeddings and output heads (a path containing an ``exclude`` name, or a dimension equal
+    to the vocabulary size) are treated like vectors, as the Muon recipe prescribes.
+    """
+    from optax.contrib import MuonDimensionNumbers
+
+    def spec(path: tuple[Any, ...], p: Any) -> Any:
+        if getattr(p, "ndim", 0) != 2:
+            return None
+        text = _path_text(path)
+        if any(name.lower() in text for name in exclude):
+            return None
+        if vocab_size and vocab_size in tuple(p.shape):
+            return None
+        return MuonDimensionNumbers(reduction_axis=0, output_axis=1)
+
+    return jax.tree_util.tree_map_with_path(spec, params)
+
+
+def make_muon(cfg: MuonConfig, learning_rate: LearningRate) -> optax.GradientTransformation:
+    """Orthogonalised momentum for hidden matrices; AdamW without decay for the rest."""
+    from optax.contrib import muon
+
+    active: Mapping[str, Any] = current_configuration() or {}
+    vocab_size = active.get("architecture/vocab_size")
+    if callable(learning_rate):
+        schedule = learning_rate
+        adam_lr: LearningRate = lambda step: schedule(step) * cfg.adam_lr_ratio  # noqa: E731
+    else:
+        adam_lr = learning_rate * cfg.adam_lr_ratio
+    return muon(
+        learning_rate,
+        ns_steps=cfg.ns_steps,
+        beta=cfg.beta,
+        nesterov=cfg.nesterov,
+        weight_decay=cfg.weight_decay,
+        weight_decay_mask=decay_mask,
+        adam_b1=cfg.adam_beta1,
+        adam_b2=cfg.adam_beta2,
+        adam_weight_decay=0.0,
+        adam_learning_rate=adam_lr,
+        muon_weight_dimension_numbers=lambda params: muon_parameters(params, cfg.exclude, vocab_size),
+        consistent_rms=cfg.consistent_rms or None,
+    )
+
+
+Muon = Optimizer("muon", MuonConfig, make_muon)
+
+__all__ = [
+    "SGD",
+    "AdamW",
+    "AdamWConfig",
+    "Lion",
+    "LionConfig",
+    "Muon",
+    "MuonConfig",
+    "Optimizer",
+    "SGDConfig",
+    "decay_mask",
+    "muon_parameters",
+]

@@ -1,0 +1,37 @@
+"""Loss curves as PNG (matplotlib with the Agg backend, imported only when plotting)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def plot_loss(
+    train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]], path: Path, title: str = ""
+) -> Path:
+    """Write training and validation loss against step to ``path`` (atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+    try:
+        if train:
+            ax.plot([s for s, _ in train], [v for _, v in train], label="train", linewidth=1.2)
+        if val:
+            ax.plot([s for s, _ in val], [v for _, v in val], "o-", label="val", linewidth=1.5, markersize=3)
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        if title:
+            ax.set_title(title)
+        ax.grid(alpha=0.3)
+        if train or val:
+            ax.legend()
+        fig.tight_layout()
+        tmp = path.with_name(path.stem + ".tmp.png")
+        fig.savefig(tmp)
+        tmp.replace(path)
+    finally:
+        plt.close(fig)
+    return path

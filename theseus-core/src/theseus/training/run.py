@@ -1,0 +1,135 @@
+"""The run directory: resolved configuration, provenance record, metrics, checkpoints, plots."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata as metadata
+import json
+import platform
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from theseus.config import read_yaml, write_yaml
+
+CONFIG_FILE = "config.yaml"
+PROVENANCE_FILE = "provenance.json"
+METRICS_FILE = "metrics.jsonl"
+LOSS_PLOT = "loss.png"
+CHECKPOINTS = "checkpoints"
+ANALYSIS = "analysis"
+
+_VERSIONED = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")
+
+
+def default_run_name(job_key: str | None, job_class: type) -> str:
+    """``"my/gpt/train"`` -> ``"my-gpt-train"``; without a key, the class name."""
+    base = job_key or job_class.__name__
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-.")
+    return name or "run"
+
+
+class RunDirectory:
+    """``<root>/runs/<name>`` and the files in it."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.root = Path(root)
+        self.name = name
+        self.path = self.root / "runs" / name
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / CHECKPOINTS
+
+    @property
+    def loss_plot(self) -> Path:
+        return self.path / LOSS_PLOT
+
+    def analysis_dir(self, name: str) -> Path:
+        return self.path / ANALYSIS / name
+
+    def create(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def previous_config(self) -> dict[str, Any] | None:
+        return read_yaml(self.config_file) if self.config_file.is_file() else None
+
+    def write_config(self, values: Mapping[str, Any]) -> list[str]:
+        """Write the resolved configuration; returns the keys that differ from the last run's."""
+        previous = self.previous_config()
+        changed: list[str] = []
+        if previous is not None:
+            current = {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items()}
+            keys = set(previous) | set(current)
+            changed = sorted(k for k in keys if previous.get(k) != current.get(k))
+        write_yaml(dict(values), self.config_file)
+        return changed
+
+    def write_provenance(self, record: Mapping[str, Any]) -> None:
+        tmp = self.path / (PROVENANCE_FILE + ".tmp")
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
+        tmp.replace(self.path / PROVENANCE_FILE)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def theseus_distributions() -> dict[str, str]:
+    """Installed distributions whose name starts with ``theseus``, with versions."""
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.name or ""
+        if name.lower().replace("_", "-").startswith("theseus"):
+            found[name] = dist.version
+    return dict(sorted(found.items()))
+
+
+def provenance(
+    job_key: str | None,
+    job_class: type,
+    *,
+    resumed_from: int | None,
+    model: type | None = None,
+    tokenizer: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Who and what produced this run: distributions, plugins, versions, devices, command, and the
+    model class and tokenizer spec that ``generate`` needs to rebuild the model and decode its tokens."""
+    import jax
+
+    from theseus.plugins.discovery import plugins
+
+    registry = plugins().registry
+    devices = [
+        {"id": d.id, "platform": d.platform, "kind": d.device_kind, "process_index": d.process_index}
+        for d in jax.devices()
+    ]
+    return {
+        "job": job_key,
+        "job_class": f"{job_class.__module__}:{job_class.__qualname__}",
+        "model": f"{model.__module__}:{model.__qualname__}" if model is not None else None,
+        "tokenizer": dict(tokenizer) if tokenizer is not None else None,
+        "distributions": theseus_distributions(),
+        "plugins": dict(sorted(registry.distributions.items())),
+        "blocked_plugins": sorted(registry.blocked),
+        "versions": {"python": platform.python_version(), **{d: _version(d) for d in _VERSIONED}},
+        "devices": devices,
+        "process_count": jax.process_count(),
+        "host": platform.node(),
+        "argv": list(sys.argv),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "resumed_from": resumed_from,
+    }

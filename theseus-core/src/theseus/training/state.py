@@ -1,0 +1,123 @@
+"""The train state: parameters, optimizer state and step, plus the model that applies them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from flax.training import train_state
+
+from theseus.training.sharding import TrainerSharding
+
+
+class TrainState(train_state.TrainState):
+    """``flax`` TrainState (``step``, ``params``, ``opt_state``, ``apply_fn``, ``tx``) plus ``model``.
+
+    ``apply_fn`` is ``model.apply`` and follows the model call contract
+    ``apply_fn(variables, x, y=None, padding_mask=None, deterministic=False, rngs=...)``.
+    """
+
+    model: Any = struct.field(pytree_node=False, default=None)
+
+
+def init_variables(model: nn.Module, key: jax.Array, sequence_length: int) -> Any:
+    """``model.init`` on a one-row dummy batch (boxed with logical partitioning metadata)."""
+    x = jnp.zeros((1, sequence_length), jnp.int32)
+    return model.init({"params": key, "dropout": key}, x, deterministic=True)
+
+
+def state_shardings(
+    model: nn.Module,
+    tx: optax.GradientTransformation,
+    sharding: TrainerSharding,
+    key: jax.Array,
+    sequence_length: int,
+) -> tuple[TrainState, TrainState]:
+    """The abstract state (shapes/dtypes) and the matching tree of ``NamedSharding``."""
+    with sharding.context():
+        boxed = jax.eval_shape(lambda k: init_variables(model, k, sequence_length), key)
+    param_shardings = sharding.logical_shardings(nn.get_partition_spec(boxed))["params"]
+    params = nn.unbox(boxed)["params"]
+    opt_state = jax.eval_shape(tx.init, params)
+    replicated = sharding.replicated
+    opt_shardings = optimizer_state_shardings(opt_state, params, param_shardings, replicated)
+    abstract = TrainState(
+        step=jax.ShapeDtypeStruct((), jnp.int32),  # type: ignore[arg-type]
+        apply_fn=model.apply,
+        params=params,
+        tx=tx,
+        opt_state=opt_state,
+        model=model,
+    )
+    shardings = abstract.replace(step=replicated, params=param_shardings, opt_state=opt_shardings)
+    return abstract, shardings
+
+
+def optimizer_state_shardings(opt_state: Any, params: Any, param_shardings: Any, default: Any) -> Any:
+    """Shard each optimizer-state leaf like the parameter it mirrors, others with ``default``.
+
+    A leaf mirrors a parameter when its key path ends with that parameter's path and the shapes
+    agree (Adam moments, momentum, Muon buffers, also inside masked or partitioned states).
+    """
+    by_path: dict[tuple[str, ...], tuple[tuple[int, ...], Any]] = {}
+    for (path, leaf), shard in zip(
+        jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(param_shardings), strict=True
+    ):
+        by_path[_dict_keys(path)] = (tuple(leaf.shape), shard)
+
+    def pick(path: tuple[Any, ...], leaf: Any) -> Any:
+        keys: list[str] = []
+        for entry in reversed(path):
+            if not isinstance(entry, jax.tree_util.DictKey):
+                break
+            keys.insert(0, str(entry.key))
+        for start in range(len(keys)):
+            match = by_path.get(tuple(keys[start:]))
+            if match is not None and match[0] == tuple(getattr(leaf, "shape", ())):
+                return match[1]
+        return default
+
+    return jax.tree_util.tree_map_with_path(pick, opt_state)
+
+
+def _dict_keys(path: tuple[Any, ...]) -> tuple[str, ...]:
+    return tuple(str(getattr(entry, "key", entry)) for entry in path)
+
+
+def create_state(
+    model: nn.Module,
+    tx: optax.GradientTransformation,
+    sharding: TrainerSharding,
+    key: jax.Array,
+    sequence_length: int,
+    shardings: TrainState,
+) -> TrainState:
+    """Initialise parameters and optimizer state directly with their shardings."""
+
+    def init(k: jax.Array) -> TrainState:
+        with sharding.context():
+            variables = nn.unbox(init_variables(model, k, sequence_length))
+        params = variables["params"]
+        return TrainState(
+            step=jnp.zeros((), jnp.int32),
+            apply_fn=model.apply,
+            params=params,
+            tx=tx,
+            opt_state=tx.init(params),
+            model=model,
+        )
+
+    return jax.jit(init, out_shardings=shardings)(key)
+
+
+def with_shardings(abstract: Any, shardings: Any) -> Any:
+    """``ShapeDtypeStruct`` leaves of ``abstract`` carrying the matching sharding."""
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        abstract,
+        shardings,
+    )

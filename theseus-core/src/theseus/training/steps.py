@@ -1,0 +1,134 @@
+"""The reference computations behind ``BaseTrainer.forward`` / ``train_step`` / ``val_step`` / ``trace``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from theseus.training.sharding import TrainerSharding
+from theseus.training.state import TrainState
+
+Batch = Mapping[str, Any]
+
+
+def forward(
+    state: TrainState,
+    params: Any,
+    batch: Batch,
+    key: jax.Array | None = None,
+    deterministic: bool = False,
+    intermediates: bool = False,
+) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]:
+    """Call the model with token ids, targets, padding mask and dropout controls."""
+    kwargs: dict[str, Any] = {
+        "y": batch.get("y"),
+        "padding_mask": batch.get("padding_mask"),
+        "deterministic": deterministic,
+        "rngs": {"dropout": key} if key is not None else {},
+    }
+    variables = {"params": params}
+    if intermediates:
+        (logits, loss), mutated = state.apply_fn(
+            variables, batch["x"], capture_intermediates=True, mutable=["intermediates"], **kwargs
+        )
+        return logits, loss, {"intermediates": mutated.get("intermediates", {})}
+    logits, loss = state.apply_fn(variables, batch["x"], **kwargs)
+    return logits, loss, {}
+
+
+def target_count(batch: Batch) -> jax.Array:
+    """Number of positions that count towards the loss (``y != -1`` and not padding)."""
+    y = batch["y"]
+    valid = y != -1
+    mask = batch.get("padding_mask")
+    if mask is not None:
+        valid = valid & mask.astype(bool)
+    return jnp.sum(valid, dtype=jnp.int32)
+
+
+def _without_intermediates(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in meta.items() if k != "intermediates"}
+
+
+def train_step(
+    cls: Any,
+    state: TrainState,
+    batch: Batch,
+    key: jax.Array,
+    accumulate_steps: int,
+    *,
+    sharding: TrainerSharding,
+    skip_nonfinite: bool = False,
+) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
+    """One optimizer update from ``accumulate_steps`` micro-batches (leading batch axis).
+
+    Gradients of the micro-batches are averaged with weights proportional to their target
+    counts, so k micro-batches of b rows give the update of one batch of k*b rows.
+    """
+
+    def grads_of(params: Any, micro: Batch, micro_key: jax.Array) -> tuple[jax.Array, dict[str, Any], Any]:
+        def loss_fn(p: Any) -> tuple[jax.Array, dict[str, Any]]:
+            _logits, loss, meta = cls.forward(state, p, micro, key=micro_key, deterministic=False)
+            return loss, _without_intermediates(meta)
+
+        (loss, meta), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        return loss, meta, grads
+
+    with sharding.context():
+        if accumulate_steps == 1:
+            micro = jax.tree.map(lambda a: a[0], dict(batch))
+            loss, meta, grads = grads_of(state.params, micro, jax.random.fold_in(key, 0))
+        else:
+            counts = jax.vmap(target_count)(dict(batch)).astype(jnp.float32)
+            total = jnp.sum(counts)
+            weights = jnp.where(total > 0, counts / jnp.maximum(total, 1.0), 1.0 / accumulate_steps)
+            keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(accumulate_steps))
+            first = jax.tree.map(lambda a: a[0], dict(batch))
+            _loss_shape, meta_shape, _grad_shape = jax.eval_shape(grads_of, state.params, first, keys[0])
+            zeros = (
+                jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params),
+                jnp.zeros((), jnp.float32),
+                jax.tree.map(lambda m: jnp.zeros(m.shape, jnp.float32), meta_shape),
+            )
+
+            def body(carry: Any, inputs: Any) -> tuple[Any, None]:
+                grad_sum, loss_sum, meta_sum = carry
+                micro, micro_key, weight = inputs
+                loss, meta, grads = grads_of(state.params, micro, micro_key)
+                grad_sum = jax.tree.map(lambda acc, g: acc + weight * g.astype(jnp.float32), grad_sum, grads)
+                meta_sum = jax.tree.map(lambda acc, m: acc + weight * jnp.asarray(m, jnp.float32), meta_sum, meta)
+                return (grad_sum, loss_sum + weight * loss.astype(jnp.float32), meta_sum), None
+
+            (grad_sum, loss, meta), _ = jax.lax.scan(body, zeros, (dict(batch), keys, weights))
+            grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grad_sum, state.params)
+        grad_norm = optax.tree.norm(grads)
+        new_state = state.apply_gradients(grads=grads)
+        if skip_nonfinite:
+            finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+            keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+            new_state = new_state.replace(
+                params=jax.tree.map(keep, new_state.params, state.params),
+                opt_state=jax.tree.map(keep, new_state.opt_state, state.opt_state),
+            )
+            meta = {**meta, "skipped": 1 - finite.astype(jnp.int32)}
+    return new_state, loss, meta, grad_norm
+
+
+def val_step(
+    cls: Any, state: TrainState, batch: Batch, *, sharding: TrainerSharding
+) -> tuple[Any, Any, dict[str, Any]]:
+    """Summed loss and target count of one batch, without dropout."""
+    with sharding.context():
+        _logits, loss, meta = cls.forward(state, state.params, batch, key=None, deterministic=True)
+    count = target_count(batch)
+    return loss.astype(jnp.float32) * count, count, _without_intermediates(meta)
+
+
+def trace(cls: Any, state: TrainState, batch: Batch, key: jax.Array, *, sharding: TrainerSharding) -> Any:
+    """The model call used by debugging and analysis: dropout on, intermediates captured."""
+    with sharding.context():
+        return cls.forward(state, state.params, batch, key=key, deterministic=False, intermediates=True)

@@ -1,0 +1,61 @@
+"""Peak FLOP/s per device (published figures, or measured on CPU) for MFU."""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+#: Dense bf16 peak FLOP/s by device-kind substring (lower case), most specific first.
+PUBLISHED_PEAKS: tuple[tuple[str, float], ...] = (
+    ("h200", 989e12),
+    ("h100", 989e12),
+    ("gh200", 989e12),
+    ("a100", 312e12),
+    ("l40s", 362e12),
+    ("a10g", 125e12),
+    ("l4", 121e12),
+    ("v100", 125e12),
+    ("rtx 4090", 165e12),
+    ("tpu v6", 918e12),
+    ("tpu v5p", 459e12),
+    ("tpu v5 lite", 197e12),
+    ("tpu v5e", 197e12),
+    ("tpu v4", 275e12),
+    ("tpu v3", 123e12),
+)
+
+
+@functools.cache
+def measured_peak(size: int = 1024, repeats: int = 5) -> float:
+    """FLOP/s of a jitted float32 matmul on the default device (best of ``repeats``)."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jnp.ones((size, size), jnp.float32)
+    matmul = jax.jit(lambda x: x @ x)
+    matmul(a).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * size**3 / max(best, 1e-9)
+
+
+def peak_flops(device: Any, configured: float = 0.0) -> tuple[float, str]:
+    """Peak FLOP/s of one ``device`` and where the figure comes from."""
+    if configured > 0:
+        return configured, "configured"
+    kind = str(getattr(device, "device_kind", "")).lower()
+    for name, value in PUBLISHED_PEAKS:
+        if name in kind:
+            return value, f"published bf16 peak of {kind}"
+    return measured_peak(), "measured float32 matmul"
+
+
+def mfu(flops_per_step: float, steps: int, seconds: float, peak_per_device: float, devices: int) -> float:
+    """Model FLOPs utilisation: achieved model FLOP/s over the peak of all devices."""
+    if seconds <= 0 or peak_per_device <= 0 or devices <= 0:
+        return 0.0
+    return flops_per_step * steps / seconds / (peak_per_device * devices)
