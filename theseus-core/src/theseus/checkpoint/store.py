@@ -3,14 +3,19 @@
 Layout under ``<run dir>/checkpoints/<step>/``: ``state`` (params, opt_state, step, rng as
 OCDBT/tensorstore arrays), ``meta`` (JSON: step, data position, seed, job) and ``metrics``
 (JSON: ``val_loss`` when the step was validated). Orbax writes each step to a temporary
-directory and renames it on commit, so an interrupted save never replaces a good checkpoint.
-Nothing on the load path unpickles.
+directory and renames it on commit, so an interrupted save never replaces a good checkpoint
+(the debris of one is removed when the store is opened again). ``restore_latest`` falls back to
+the newest checkpoint that still loads when later ones are damaged, and moves those aside.
+Nothing on the load path unpickles: arrays are tensorstore data, everything else is JSON.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +30,61 @@ META = "meta"
 VAL_LOSS = "val_loss"
 
 
+CORRUPT_SUFFIX = ".corrupt"
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint cannot be read (damaged files, or a state that does not fit the configured job)."""
+
+    def __init__(self, detail: str, fix: str) -> None:
+        super().__init__(f"{detail}; {fix}")
+        #: What is wrong, without the advice.
+        self.detail = detail
+
+
 class _QuietOrbax(logging.Filter):
-    """Drop orbax's warning about checkpoints saved without a validation metric."""
+    """Drop orbax's warning about checkpoints saved without a validation metric and, unless
+    ``verbose``, the tracebacks that orbax's and tensorstore's background work logs after a save
+    or restore failed: the store reports those failures itself, as one ``CheckpointError`` line."""
+
+    verbose = False
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "tracked_metric" not in record.getMessage()
+        message = record.getMessage()
+        if "tracked_metric" in message:
+            return False
+        if self.verbose or record.levelno < logging.ERROR:
+            return True
+        if record.name == "asyncio":  # reads still pending when a restore failed
+            return not ("Task exception was never retrieved" in message and "tensorstore" in message)
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, OSError):
+            return False
+        # background writer threads of a failed save, stopped by the interpreter's exit
+        return not (isinstance(error, RuntimeError) and "cannot schedule new futures" in str(error))
 
 
 _FILTER = _QuietOrbax()
 logging.getLogger("absl").addFilter(_FILTER)
+logging.getLogger("asyncio").addFilter(_FILTER)
+
+
+def _quiet_unraisable() -> None:
+    """Unless verbose, drop the "Event loop is closed" errors of tensorstore reads that finish
+    after a failed restore has closed orbax's event loop (reported without a frame to blame)."""
+    previous = sys.unraisablehook
+    if getattr(previous, "_theseus_quiet", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        error = unraisable.exc_value
+        closed = isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+        if closed and unraisable.object is None and not _FILTER.verbose:
+            return
+        previous(unraisable)
+
+    hook._theseus_quiet = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 def _val_loss(metrics: Mapping[str, Any]) -> float:
@@ -46,8 +97,10 @@ class CheckpointStore:
     ``keep <= 0`` keeps every checkpoint. The best checkpoint is always kept.
     """
 
-    def __init__(self, directory: str | Path, keep: int = 3, *, async_save: bool = True) -> None:
+    def __init__(self, directory: str | Path, keep: int = 3, *, async_save: bool = True, verbose: bool = False) -> None:
         self.directory = Path(directory)
+        self._writing: int | None = None  # the step of a save that may still be running
+        _FILTER.verbose = verbose
         latest = policies.LatestN(n=keep if keep > 0 else None)
         best = policies.BestN(get_metric_fn=_val_loss, reverse=True, n=1, keep_checkpoints_without_metrics=False)
         options = ocp.CheckpointManagerOptions(
@@ -90,26 +143,37 @@ class CheckpointStore:
     def save(self, step: int, state: Mapping[str, Any], meta: Mapping[str, Any], val_loss: float | None = None) -> None:
         """Start saving ``state`` (a tree of arrays) and ``meta`` (JSON) as ``step``."""
         metrics = {VAL_LOSS: float(val_loss)} if val_loss is not None else None
-        self.manager.save(
-            step,
-            args=ocp.args.Composite(**{STATE: ocp.args.StandardSave(dict(state)), META: ocp.args.JsonSave(dict(meta))}),
-            metrics=metrics,
-            force=True,
-        )
+        self._finish_writes()  # a failure of the previous background save is reported first
+        if step in self.manager.all_steps():  # a damaged checkpoint set aside by another process
+            self.manager.reload()
+        self._writing = step
+        try:
+            self.manager.save(
+                step,
+                args=ocp.args.Composite(
+                    **{STATE: ocp.args.StandardSave(dict(state)), META: ocp.args.JsonSave(dict(meta))}
+                ),
+                metrics=metrics,
+                force=True,
+            )
+        except OSError as exc:
+            raise self._write_error(step, exc) from exc
 
     def check_shapes(self, step: int, abstract_params: Any) -> None:
         """Raise CheckpointError if the saved parameters do not match ``abstract_params``."""
+        _quiet_unraisable()
         try:
             saved = self.manager.item_metadata(step)[STATE]
         except Exception as exc:
-            raise CheckpointError(
-                f"checkpoint {self._where(step)} is unreadable ({type(exc).__name__}: {_first_line(exc)}); "
-                "remove it to resume from an earlier one"
+            raise CorruptCheckpointError(
+                f"checkpoint {self._where(step)} is unreadable ({type(exc).__name__}: {_first_line(exc)})",
+                "remove it to resume from an earlier one",
             ) from exc
         tree = getattr(saved, "tree", saved)
         if not isinstance(tree, Mapping) or "params" not in tree:
-            raise CheckpointError(
-                f"checkpoint {self._where(step)} holds no parameters; remove it or use a new run/name"
+            raise CorruptCheckpointError(
+                f"checkpoint {self._where(step)} is unreadable (it holds no parameters)",
+                "remove it to resume from an earlier one, or use a new run/name",
             )
         saved_shapes = _shapes(tree["params"])
         wanted = _shapes(abstract_params)
@@ -134,6 +198,7 @@ class CheckpointStore:
 
     def restore(self, step: int, abstract_state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """Restore ``step`` into the shapes, dtypes and shardings of ``abstract_state``."""
+        _quiet_unraisable()
         if "params" in abstract_state:
             self.check_shapes(step, abstract_state["params"])
         try:
@@ -146,19 +211,101 @@ class CheckpointStore:
         except CheckpointError:
             raise
         except Exception as exc:
-            raise CheckpointError(
-                f"cannot restore checkpoint {self._where(step)}: {type(exc).__name__}: {_first_line(exc)}; "
-                "remove it to resume from an earlier one, or use a new run/name"
+            raise CorruptCheckpointError(
+                f"cannot restore checkpoint {self._where(step)} ({type(exc).__name__}: {_first_line(exc)})",
+                "remove it to resume from an earlier one, or use a new run/name",
             ) from exc
         return dict(restored[STATE]), dict(restored[META] or {})
 
+    def restore_latest(
+        self, abstract_state: Mapping[str, Any], warn: Callable[[str], None] | None = None
+    ) -> tuple[int, dict[str, Any], dict[str, Any]] | None:
+        """Restore the newest checkpoint that loads: ``(step, state, meta)``, or None without checkpoints.
+
+        A checkpoint that cannot be read while an earlier one can is damaged: it is renamed to
+        ``<step>.corrupt`` (kept for inspection, ignored from then on) and ``warn`` is told. A
+        checkpoint that does not match the configured model raises at once; when no checkpoint
+        loads, the error of the newest one is raised with what to delete.
+        """
+        damaged: list[tuple[int, CorruptCheckpointError]] = []
+        for step in sorted(self.steps(), reverse=True):
+            try:
+                tree, meta = self.restore(step, abstract_state)
+            except CorruptCheckpointError as exc:
+                damaged.append((step, exc))
+                continue
+            for bad, error in damaged:
+                moved = self._set_aside(bad)
+                if warn is not None:
+                    warn(f"warning: {error.detail}; moved it to {str(moved)!r} and resumed from step {step}")
+            if damaged:
+                self.manager.reload()
+            return step, tree, meta
+        if not damaged:
+            return None
+        error = damaged[0][1]
+        earlier = "no earlier checkpoint loads either" if len(damaged) > 1 else "there is no earlier checkpoint"
+        raise CorruptCheckpointError(
+            f"{error.detail}; {earlier}",
+            f"if the job's configuration changed since the run started, use the configuration in "
+            f"{str(self.directory.parent / 'config.yaml')!r} or a new run/name; if the checkpoints are damaged, "
+            f"delete {str(self.directory)!r} to start the run over",
+        ) from error
+
+    def _set_aside(self, step: int) -> Path:
+        """Rename checkpoint ``step`` to ``<step>.corrupt`` (process 0 does it for all processes)."""
+        source = self.directory / str(step)
+        target = self.directory / f"{step}{CORRUPT_SUFFIX}"
+        index = 1
+        while target.exists():
+            index += 1
+            target = self.directory / f"{step}{CORRUPT_SUFFIX}{index}"
+        if jax.process_index() == 0:
+            source.rename(target)
+        return target
+
     def wait(self) -> None:
-        """Block until background saves have committed."""
-        self.manager.wait_until_finished()
+        """Block until background saves have committed (a failed save raises ``CheckpointError``)."""
+        self._finish_writes()
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
+        """Wait for background saves, then release the manager."""
+        try:
+            self._finish_writes()
+        except CheckpointError:
+            with contextlib.suppress(Exception):
+                self.manager.close()
+            raise
         self.manager.close()
+
+    def _finish_writes(self) -> None:
+        step, self._writing = self._writing, None
+        try:
+            self.manager.wait_until_finished()
+        except Exception as exc:
+            raise self._write_error(step, exc) from exc
+
+    def _write_error(self, step: int | None, exc: BaseException) -> CheckpointError:
+        """One line for a failed save, naming the checkpoint the run can resume from."""
+        where = f"checkpoint {self._where(step)}" if step is not None else f"a checkpoint in {str(self.directory)!r}"
+        try:
+            self.manager.reload()
+            kept = self.manager.latest_step()
+        except Exception:
+            kept = None
+        resume = (
+            f"run the same command again to resume from step {kept}, the last complete checkpoint"
+            if kept is not None
+            else "run the same command again to start over (no checkpoint was completed)"
+        )
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return CheckpointError(
+                f"no space left on the device while writing {where}; free disk space (or lower "
+                f"training/keep_checkpoints) and {resume}"
+            )
+        return CheckpointError(
+            f"writing {where} failed ({type(exc).__name__}: {_first_line(exc)}); fix the cause and {resume}"
+        )
 
     def _where(self, step: int) -> str:
         return f"{str(self.directory / str(step))!r}"
@@ -181,6 +328,7 @@ def _path(path: tuple[Any, ...]) -> str:
     return "/".join(parts)
 
 
-def _first_line(exc: BaseException) -> str:
+def _first_line(exc: BaseException, limit: int = 160) -> str:
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."

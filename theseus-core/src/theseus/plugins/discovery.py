@@ -33,6 +33,7 @@ class EntryPointScanner:
                 version = ep.dist.version if ep.dist is not None else ""
                 if dist.lower().replace("_", "-") in blocked:
                     registry.blocked.add(dist)
+                    registry.blocked_entries[ep.name] = dist
                     continue
                 if group == JOBS_GROUP:
                     registry.add_job(ep.name, ep.value, distribution=dist, version=version)

@@ -79,6 +79,8 @@ class Registry:
         self.conflicts: dict[str, list[Entry]] = {}
         self.distributions: dict[str, str] = {}  # name -> version, of every contributor
         self.blocked: set[str] = set()
+        #: Entries that blocked distributions would have added: job name or "kind/name" -> distribution.
+        self.blocked_entries: dict[str, str] = {}
         self._current_distribution: tuple[str, str] | None = None
 
     # -- adding -----------------------------------------------------------------
@@ -157,10 +159,18 @@ class Registry:
     def job(self, name: str) -> Entry:
         self._check_conflict(f"job {name!r}")
         if name not in self.jobs:
+            self._check_blocked("job", name)
             close = difflib.get_close_matches(name, list(self.jobs), n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else "; run 'theseus jobs' to list them"
             raise PluginError(f"unknown job {name!r}{hint}")
         return self.jobs[name]
+
+    def _check_blocked(self, label: str, key: str) -> None:
+        dist = self.blocked_entries.get(key)
+        if dist is not None:
+            raise PluginError(
+                f"{label} {key!r} comes from {dist}, which {BLOCK_ENV} blocks; remove {dist} from {BLOCK_ENV} to use it"
+            )
 
     def load_job(self, name: str) -> type:
         return self.job(name).load()  # type: ignore[no-any-return]
@@ -172,6 +182,7 @@ class Registry:
             raise PluginError(f"unknown component kind {kind!r}{hint}")
         self._check_conflict(f"component '{kind}/{name}'")
         if (kind, name) not in self.components:
+            self._check_blocked("component", f"{kind}/{name}")
             names = [n for (k, n) in self.components if k == kind]
             close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else f"; installed: {', '.join(sorted(names)) or 'none'}"

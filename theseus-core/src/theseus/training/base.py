@@ -198,7 +198,11 @@ class BaseTrainer(Job):
             self.model = configure(model_cls)
             self.sequence_length = self._sequence_length()
             self.sharding = build_sharding(
-                self.model.sharding, layout=args.layout, data=args.mesh_data, model=args.mesh_model
+                self.model.sharding,
+                layout=args.layout,
+                data=args.mesh_data,
+                model=args.mesh_model,
+                devices=self.mesh_devices(),
             )
             self.accumulate_steps, self.micro_rows = self._batch_geometry()
             self.flywheel = self._build_flywheel()
@@ -217,6 +221,10 @@ class BaseTrainer(Job):
                 self.model, self.tx, self.sharding, self.init_key, self.sequence_length
             )
         self._ready = True
+
+    def mesh_devices(self) -> list[Any]:
+        """The devices the mesh spans: all devices of all processes (override to use fewer)."""
+        return list(jax.devices())
 
     def _sequence_length(self) -> int:
         block = self.setting("architecture/block_size")
@@ -240,7 +248,7 @@ class BaseTrainer(Job):
                 f"training/batch_size={args.batch_size} is not divisible by training/micro_batch_size={micro}; "
                 "choose a micro batch that divides the global batch"
             )
-        processes = jax.process_count()
+        processes = self.sharding.feed_count
         if args.batch_size % processes:
             raise ConfigError(
                 f"training/batch_size={args.batch_size} cannot be split over {processes} processes; "
@@ -273,8 +281,8 @@ class BaseTrainer(Job):
             block_size=self.sequence_length,
             batch_size=self.batch_rows,
             seed=self.args.seed,
-            process_index=jax.process_index(),
-            process_count=jax.process_count(),
+            process_index=self.sharding.feed_index,
+            process_count=self.sharding.feed_count,
         )
         vocab = self.setting("architecture/vocab_size")
         if vocab is not None:
@@ -284,7 +292,7 @@ class BaseTrainer(Job):
     @property
     def batch_rows(self) -> int:
         """Rows of one optimizer step that this process feeds."""
-        return self.args.batch_size // jax.process_count()
+        return self.args.batch_size // self.sharding.feed_count
 
     @property
     def eval_rows(self) -> int:
@@ -354,7 +362,7 @@ class BaseTrainer(Job):
             "params": state.params,
             "opt_state": state.opt_state,
             "step": state.step,
-            "rng": jax.random.key_data(self.dropout_key),
+            "rng": self.sharding.put_replicated(np.asarray(jax.random.key_data(self.dropout_key))),
         }
 
     def abstract_checkpoint_tree(self) -> dict[str, Any]:
@@ -368,7 +376,8 @@ class BaseTrainer(Job):
         }
 
     def state_from_checkpoint(self, tree: Mapping[str, Any]) -> TrainState:
-        self.dropout_key = jax.random.wrap_key_data(tree["rng"]) if _typed_keys(self.dropout_key) else tree["rng"]
+        rng = jnp.asarray(np.asarray(tree["rng"].addressable_data(0)))  # replicated: every process has it all
+        self.dropout_key = jax.random.wrap_key_data(rng) if _typed_keys(self.dropout_key) else rng
         return self.abstract_state.replace(params=tree["params"], opt_state=tree["opt_state"], step=tree["step"])
 
     # -- compiled functions ----------------------------------------------------------------
@@ -445,6 +454,8 @@ class BaseTrainer(Job):
             return jax.jit(captured)
 
         outputs, values = self.compiled("capture", build)(state, batch, key)
+        if jax.process_count() > 1:  # rows live on other processes too: gather them
+            outputs, values = self.sharding.fetch((outputs, values))
         return outputs, list(zip(paths, values, strict=True))
 
     # -- validation ------------------------------------------------------------------------

@@ -8,8 +8,10 @@ dispatched. Validation, evaluations, analyses and checkpoints run at interval bo
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -17,7 +19,8 @@ import numpy as np
 
 from theseus.checkpoint import CheckpointStore
 from theseus.config import configuration
-from theseus.errors import TrainingError
+from theseus.errors import ConfigError, TrainingError
+from theseus.training.killpoints import kill_point
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
 from theseus.training.plots import plot_loss
 from theseus.training.run import RunDirectory, provenance
@@ -65,15 +68,20 @@ class TrainingLoop:
     def _run(self) -> None:
         t, args = self.trainer, self.args
         if args.steps <= 0:
-            raise TrainingError(f"training/steps must be positive, got {args.steps}")
+            raise ConfigError(f"training/steps must be positive, got {args.steps}; set training/steps=<updates>")
         t.setup()
         #: Only process 0 writes the run directory's files (metrics, plots, records); all write checkpoints.
         self.main = jax.process_index() == 0
         self.run_dir = RunDirectory(t.context.root, t.run_name)
         self.run_dir.create()
         self.stop = min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps
-        store = CheckpointStore(self.run_dir.checkpoints, keep=args.keep_checkpoints, async_save=args.async_checkpoints)
-        self.display = ProgressDisplay(args.steps, 0, enabled=False)
+        store = CheckpointStore(
+            self.run_dir.checkpoints,
+            keep=args.keep_checkpoints,
+            async_save=args.async_checkpoints,
+            verbose=t.context.verbose,
+        )
+        self.display = ProgressDisplay(args.steps, 0, enabled=False, quiet=not self.main)
         logger: MetricsLogger | None = None
         try:
             latest = store.latest_step()
@@ -89,20 +97,29 @@ class TrainingLoop:
                     "run without training/stop_after (or with a later one) to continue"
                 )
                 return
+            # Restore before writing anything: a checkpoint that does not fit leaves the run directory as it was.
+            resumed = None
+            if latest is not None:
+                resumed = store.restore_latest(t.abstract_checkpoint_tree(), warn=self.display.message)
             changed: list[str] = []
             if self.main:
                 changed = self.run_dir.write_config(t.context.config)
                 self.run_dir.write_provenance(
                     provenance(
-                        t.context.name, type(t), resumed_from=latest, model=type(t.model), tokenizer=t.tokenizer().spec
+                        t.context.name,
+                        type(t),
+                        resumed_from=resumed[0] if resumed is not None else None,
+                        model=type(t.model),
+                        tokenizer=t.tokenizer().spec,
                     )
                 )
-            if latest is not None:
-                tree, _meta = store.restore(latest, t.abstract_checkpoint_tree())
+            self.skipped = 0
+            if resumed is not None:
+                start, tree, meta = resumed
                 state = t.state_from_checkpoint(tree)
-                start = latest
+                self.skipped = int(meta.get("skipped_steps", 0))
                 note = f" (changed: {', '.join(changed)})" if changed else ""
-                self.display.message(f"resuming run {t.run_name!r} from step {latest}{note}")
+                self.display.message(f"resuming run {t.run_name!r} from step {start}{note}")
             else:
                 state = t.init_state()
                 start = 0
@@ -143,9 +160,10 @@ class TrainingLoop:
     # -- the loop ----------------------------------------------------------------------------
     def _train(self, state: Any, start: int, store: CheckpointStore, logger: MetricsLogger) -> Any:
         t, args = self.trainer, self.args
+        #: The newest checkpoint of this run (the one a non-finite update leaves in place).
+        self.saved: int | None = start if start > 0 else None
         step_fn = t.train_step_fn()
         self.logger = logger
-        self.skipped = 0
         self.window_start: float | None = None
         self.window_steps = 0
         self.last_stats = ""
@@ -153,8 +171,10 @@ class TrainingLoop:
         for step in range(start, self.stop):
             t.step = step
             host = t.host_batch("train", position=step)
+            kill_point("data", step + 1)
             batch = t.device_train_batch(host)
             state, loss, meta, grad_norm, lr = step_fn(state, batch, t.step_key(step))
+            kill_point("step", step + 1)
             if pending is not None:
                 self._finish(pending)
             pending = Pending(step + 1, loss, meta, grad_norm, lr)
@@ -178,8 +198,11 @@ class TrainingLoop:
                         "seed": args.seed,
                         "job": t.context.name,
                         "val_loss": val_loss,
+                        "skipped_steps": self.skipped,
                     }
                     store.save(done, t.checkpoint_tree(state), meta_record, val_loss=val_loss)
+                    self.saved = done
+                    kill_point("save", done)
                 self.window_start, self.window_steps = None, 0
         if pending is not None:
             self._finish(pending)
@@ -197,9 +220,10 @@ class TrainingLoop:
         if not skipped:
             for quantity, value in (("loss", loss), ("gradient norm", grad_norm)):
                 if not math.isfinite(value):
+                    kept = f"checkpoint {self.saved} is kept" if self.saved is not None else "no checkpoint was written"
                     raise TrainingError(
-                        f"non-finite {quantity} ({value}) at step {pending.step}; the last checkpoint before it is "
-                        "kept. Lower training/lr, or set training/skip_nonfinite=true to skip such updates"
+                        f"non-finite {quantity} ({value}) at step {pending.step}; {kept}. Lower training/lr, or set "
+                        "training/skip_nonfinite=true to skip such updates, and run again"
                     )
         now = time.perf_counter()
         first = self.window_start is None
@@ -264,7 +288,11 @@ class TrainingLoop:
         record: dict[str, Any] = {}
         for analysis in self.trainer.analyses:
             name = analysis.label()
-            results = analysis.analyze(self.trainer, state, step, self.run_dir.analysis_dir(name))
+            if self.main:
+                results = analysis.analyze(self.trainer, state, step, self.run_dir.analysis_dir(name))
+            else:  # every process computes (collectives); only process 0's artefacts are kept
+                with tempfile.TemporaryDirectory() as scratch:
+                    results = analysis.analyze(self.trainer, state, step, Path(scratch))
             record.update({f"{name}/{k}": v for k, v in (results or {}).items()})
         if record:
             self.logger.log(step, "analysis", record)
