@@ -8,6 +8,8 @@ is not run (reserved for blocks that need a GPU or a cluster).
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -33,9 +35,13 @@ def test_docs_have_examples() -> None:
 def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("THESEUS_ROOT", str(tmp_path / "root"))
-    namespace: dict[str, object] = {"__name__": f"doc_{page.stem.replace('-', '_')}"}
+    # The blocks run like one script: a real module (dataclasses look their module up) compiled
+    # without this file's ``from __future__`` flags.
+    module = types.ModuleType(f"doc_{page.stem.replace('-', '_')}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace = module.__dict__
     for index, code in enumerate(python_blocks(page)):
         try:
-            exec(compile(code, f"{page.name}[block {index}]", "exec"), namespace)
+            exec(compile(code, f"{page.name}[block {index}]", "exec", dont_inherit=True), namespace)
         except Exception as exc:  # pragma: no cover - the failure message is the point
             pytest.fail(f"{page.relative_to(DOCS)} block {index} failed: {type(exc).__name__}: {exc}\n{code}")

@@ -86,6 +86,10 @@ class TransformerLM(Module):
     (float32), ``None`` without ``y``. Token positions count real tokens only (see
     :func:`token_positions`). ``decode=True`` runs incrementally against a KV cache (see
     :mod:`theseus.model.models.decoding`).
+
+    **Custom layers.** ``BLOCK`` is the layer class the model repeats; a subclass that sets it to a
+    ``Block`` subclass (same call signature, extra children declared in its ``components()``)
+    changes every layer while keeping the rest of the model and its configuration.
     """
 
     PRESETS: ClassVar[dict[str, Preset]] = {}
@@ -96,6 +100,8 @@ class TransformerLM(Module):
     ROTARY: ClassVar[bool] = False
     TIED_EMBEDDINGS: ClassVar[bool] = True
     LEARNED_POSITIONS: ClassVar[bool] = True
+    #: The layer class repeated ``n_layers`` times; subclasses may set a ``Block`` subclass.
+    BLOCK: ClassVar[type[Block]] = Block
 
     preset: str = field("architecture/preset", default="tiny", help="named model size (see the model's PRESETS)")
     vocab_size: int = field("architecture/vocab_size", default=256, help="vocabulary size (256 = bytes)")
@@ -126,7 +132,8 @@ class TransformerLM(Module):
 
     @classmethod
     def components(cls) -> list[type]:
-        return [TokenEmbedding, PositionEmbedding, Block] if cls.LEARNED_POSITIONS else [TokenEmbedding, Block]
+        block = cls.BLOCK
+        return [TokenEmbedding, PositionEmbedding, block] if cls.LEARNED_POSITIONS else [TokenEmbedding, block]
 
     # ----------------------------------------------------------------- configuration
 
@@ -172,7 +179,7 @@ class TransformerLM(Module):
     def sharding(self) -> ShardingPlan:
         """embed -> data (FSDP); mlp, heads, kv_heads, vocab -> model (tensor parallel): the union of
         the layers' plans."""
-        return ShardingPlan.union(TokenEmbedding().sharding, Block().sharding)
+        return ShardingPlan.union(TokenEmbedding().sharding, self.BLOCK().sharding)
 
     def flops(self, seq: int) -> int:
         """Forward + backward FLOPs of one sequence; see :meth:`Architecture.flops`. Works unbound."""
@@ -190,7 +197,7 @@ class TransformerLM(Module):
         self.token_embedding = child(self, TokenEmbedding, vocab_size=arch.vocab_size, n_embd=arch.n_embd)
         if arch.learned_positions:
             self.position_embedding = child(self, PositionEmbedding, block_size=arch.block_size, n_embd=arch.n_embd)
-        block_cls: Any = nn.remat(Block, static_argnums=(4, 5)) if self.remat else Block
+        block_cls: Any = nn.remat(self.BLOCK, static_argnums=(4, 5)) if self.remat else self.BLOCK
         out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
         self.blocks = [child(self, block_cls, architecture=arch, out_std=out_std) for _ in range(arch.n_layers)]
         self.final_norm = make_norm(self, arch)
