@@ -44,9 +44,11 @@ def run_job(
     verbose: bool = False,
     distributed: dict[str, Any] | None = None,
 ) -> None:
+    from theseus.base.distributed import from_options
     from theseus.base.job import JobContext, default_root
     from theseus.config import configuration, load
 
+    from_options(distributed)  # joins a multi-process run before the job touches a device
     cls, schema = job_schema(name)
     cfg = load(schema, config_file, overrides)
     root = (root or default_root()).expanduser()

@@ -140,7 +140,7 @@ def score_rows(
             "y": np.stack([r[1] for r in chunk]),
             "padding_mask": np.stack([r[2] for r in chunk]),
         }
-        ll, n = fn(state, trainer.sharding.put_batch(batch))
+        ll, n = trainer.sharding.fetch(fn(state, trainer.sharding.put_global(batch)))
         loglik.append(np.asarray(ll)[:real])
         counts.append(np.asarray(n)[:real])
     return np.concatenate(loglik), np.concatenate(counts)

@@ -110,7 +110,7 @@ class TrainingLoop:
                         type(t),
                         resumed_from=resumed[0] if resumed is not None else None,
                         model=type(t.model),
-                        tokenizer=t.tokenizer().spec,
+                        tokenizer=t.flywheel.tokenizer_spec if t.flywheel is not None else t.tokenizer().spec,
                     )
                 )
             self.skipped = 0

@@ -9,6 +9,7 @@ for every layout: ``.mesh`` is a ``jax.sharding.Mesh`` with Auto axis types and
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,24 @@ class TrainerSharding:
     def model_size(self) -> int:
         return int(self.mesh.shape[MeshAxis.MODEL])
 
+    @functools.cached_property
+    def _feed(self) -> tuple[int, int]:
+        return data_feed(self.mesh)
+
+    @property
+    def feed_index(self) -> int:
+        """Which share of every global batch this process feeds (0 with one process)."""
+        return self._feed[0]
+
+    @property
+    def feed_count(self) -> int:
+        """Number of distinct shares a global batch is split into across processes.
+
+        Equals the process count when each process holds its own data-parallel rows;
+        processes that share rows (a model axis spanning processes) feed identical data.
+        """
+        return self._feed[1]
+
     @contextlib.contextmanager
     def context(self) -> Iterator[None]:
         """The abstract mesh and logical-axis rules under which model code runs."""
@@ -66,19 +85,51 @@ class TrainerSharding:
         return NamedSharding(self.mesh, PartitionSpec(*spec))
 
     def put_batch(self, batch: Mapping[str, Any], leading: int = 0) -> dict[str, jax.Array]:
-        """Place host arrays on the mesh, rows sharded over the data axis."""
+        """Place host arrays on the mesh, rows sharded over the data axis.
+
+        With several processes, each passes its own share (``feed_index`` of ``feed_count``)
+        of the global batch; the result is the global array of all shares in order.
+        """
         placed = {}
-        processes = jax.process_count()
         for name, value in batch.items():
             array = np.asarray(value)
             sharding = self.batch_sharding(array.ndim, leading)
-            if processes == 1:
+            if jax.process_count() == 1:
                 placed[name] = jax.device_put(array, sharding)
-            else:  # each process holds its own rows of the global batch
+            else:
                 shape = list(array.shape)
-                shape[leading] *= processes
+                shape[leading] *= self.feed_count
                 placed[name] = jax.make_array_from_process_local_data(sharding, array, tuple(shape))
         return placed
+
+    def put_global(self, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
+        """Place a batch that every process holds in full (e.g. evaluation rows): each passes on its share."""
+        if jax.process_count() == 1:
+            return self.put_batch(batch)
+        index, count = self.feed_index, self.feed_count
+        local = {}
+        for name, value in batch.items():
+            array = np.asarray(value)
+            rows = len(array)
+            if rows % count:
+                raise ConfigError(f"a batch of {rows} rows cannot be split over {count} processes")
+            local[name] = array[rows // count * index : rows // count * (index + 1)]
+        return self.put_batch(local)
+
+    def fetch(self, tree: Any) -> Any:
+        """Host (numpy) copies of the arrays in ``tree``, complete on every process."""
+        if jax.process_count() == 1:
+            return jax.device_get(tree)
+        from jax.experimental import multihost_utils
+
+        return multihost_utils.process_allgather(tree, tiled=True)
+
+    def put_replicated(self, value: Any) -> Any:
+        """A host value (the same on every process) as arrays replicated over the mesh."""
+        return jax.tree.map(
+            lambda leaf: jax.make_array_from_callback(np.shape(leaf), self.replicated, lambda i: np.asarray(leaf)[i]),
+            value,
+        )
 
     def logical_shardings(self, logical_specs: Any) -> Any:
         """Turn a tree of logical ``PartitionSpec`` (from ``nn.get_partition_spec``) into shardings."""
@@ -94,6 +145,62 @@ def _canonical(sharding: Any) -> Any:
     while spec and spec[-1] is None:
         spec.pop()
     return NamedSharding(sharding.mesh, PartitionSpec(*spec), memory_kind=sharding.memory_kind)
+
+
+def data_feed(mesh: Mesh, process_index: int | None = None) -> tuple[int, int]:
+    """``(index, count)``: the share of each global batch that ``process_index`` feeds (see :func:`feed_share`)."""
+    process = jax.process_index() if process_index is None else process_index
+    return feed_share(mesh.devices, mesh.axis_names.index(MeshAxis.DATA), process)
+
+
+def feed_share(devices: np.ndarray, data_axis: int, process: int) -> tuple[int, int]:
+    """``(index, count)`` of ``process`` for a mesh's device array whose ``data_axis`` splits batches.
+
+    A process feeds the rows of the data positions its devices occupy. Those positions must
+    form equal contiguous blocks that are either identical or disjoint between processes (what
+    ``jax.make_mesh`` builds); each distinct block is one share, numbered in data order.
+    """
+    rows: dict[int, set[int]] = {}
+    for position, device in np.ndenumerate(devices):
+        rows.setdefault(int(device.process_index), set()).add(position[data_axis])
+    blocks = sorted({tuple(sorted(r)) for r in rows.values()})
+    for block in blocks:
+        contiguous = list(block) == list(range(block[0], block[0] + len(block)))
+        overlapping = any(other != block and set(other) & set(block) for other in blocks)
+        if not contiguous or overlapping or len(block) != len(blocks[0]):
+            raise ConfigError(
+                f"the mesh gives processes the data positions {[list(b) for b in blocks]}; each process must hold "
+                "one contiguous block of data positions, the same size for all - build the mesh with jax.make_mesh"
+            )
+    return blocks.index(tuple(sorted(rows[process]))), len(blocks)
+
+
+def check_divisible(abstract_params: Any, shardings: Any, logical_specs: Any, mesh: Mesh) -> None:
+    """Raise ConfigError if a parameter dimension cannot be split evenly over its mesh axes."""
+    flat_params = jax.tree_util.tree_flatten_with_path(abstract_params)[0]
+    structure: Any = jax.tree_util.tree_structure(abstract_params)
+    flat_shardings = structure.flatten_up_to(shardings)
+    flat_logical = structure.flatten_up_to(logical_specs)  # PartitionSpec, or None for unnamed parameters
+    for (path, leaf), sharding, logical in zip(flat_params, flat_shardings, flat_logical, strict=True):
+        logical = tuple(logical) if isinstance(logical, PartitionSpec) else ()
+        for dim, (size, axes) in enumerate(zip(leaf.shape, sharding.spec, strict=False)):
+            if axes is None:
+                continue
+            names = (axes,) if isinstance(axes, str) else tuple(axes)
+            parts = int(np.prod([mesh.shape[name] for name in names]))
+            if size % parts:
+                logical_name = logical[dim] if dim < len(logical) else None
+                label = f"{logical_name}={size}" if logical_name else f"size {size}"
+                raise ConfigError(
+                    f"parameter {_path(path)!r} dimension {dim} ({label}) is not divisible by the "
+                    f"{' x '.join(names)} mesh axis of size {parts}; set {' x '.join(f'mesh/{n}' for n in names)} "
+                    f"to a divisor of {size}, make the model's {logical_name or 'dimension'} size a multiple of "
+                    f"{parts}, or use a layout that does not shard {logical_name or 'it'}"
+                )
+
+
+def _path(path: tuple[Any, ...]) -> str:
+    return "/".join(str(getattr(entry, "key", getattr(entry, "idx", entry))) for entry in path)
 
 
 def resolve_mesh_shape(data: int, model: int, device_count: int) -> tuple[int, int]:

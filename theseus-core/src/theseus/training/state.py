@@ -11,7 +11,7 @@ import optax
 from flax import struct
 from flax.training import train_state
 
-from theseus.training.sharding import TrainerSharding
+from theseus.training.sharding import TrainerSharding, check_divisible
 
 
 class TrainState(train_state.TrainState):
@@ -40,8 +40,10 @@ def state_shardings(
     """The abstract state (shapes/dtypes) and the matching tree of ``NamedSharding``."""
     with sharding.context():
         boxed = jax.eval_shape(lambda k: init_variables(model, k, sequence_length), key)
-    param_shardings = sharding.logical_shardings(nn.get_partition_spec(boxed))["params"]
+    logical_specs = nn.get_partition_spec(boxed)
+    param_shardings = sharding.logical_shardings(logical_specs)["params"]
     params = nn.unbox(boxed)["params"]
+    check_divisible(params, param_shardings, logical_specs["params"], sharding.mesh)
     opt_state = jax.eval_shape(tx.init, params)
     replicated = sharding.replicated
     opt_shardings = optimizer_state_shardings(opt_state, params, param_shardings, replicated)
