@@ -30,11 +30,22 @@ def same_type(a: Any, b: Any) -> bool:
 
 
 def parse_override_value(text: str) -> Any:
-    """Parse the right-hand side of ``key=value`` the way YAML reads a scalar or list."""
+    """Parse the right-hand side of ``key=value`` the way YAML reads a scalar or a flow list/mapping.
+
+    Text stays text where YAML would change it: surrounding spaces (``prompt="def "``), and what
+    would read as a block collection (``-``, ``- x``, ``a: b``); ``[a, b]`` and ``{a: 1}`` still parse.
+    """
+    if not text.strip():
+        return text
     try:
-        return yaml.safe_load(text) if text.strip() else ""
+        parsed = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    if isinstance(parsed, (list, dict)) and not text.lstrip().startswith(("[", "{")):
+        return text
+    if isinstance(parsed, str) and parsed != text and parsed == text.strip():
+        return text
+    return parsed
 
 
 def coerce(value: Any, tp: Any, key: str) -> Any:

@@ -1,0 +1,6 @@
+"""The offline demo: ``theseus run demo/gpt`` trains a small byte-level GPT on the Python standard
+library and prints what it writes."""
+
+from theseus.model.demo.trainer import DemoConfig, DemoGPT, last_validation
+
+__all__ = ["DemoConfig", "DemoGPT", "last_validation"]

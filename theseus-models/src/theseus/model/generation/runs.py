@@ -1,0 +1,258 @@
+"""Loading a training run for generation: its model (rebuilt from the run's saved configuration),
+the parameters of one checkpoint, and the tokenizer of its training data.
+
+A run directory ``<root>/runs/<name>/`` holds ``config.yaml`` (the resolved configuration),
+``provenance.json`` (with the model class and the tokenizer spec) and ``checkpoints/<step>/state``
+(orbax; only the parameters are read, not the optimizer state).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from theseus.config import Configuration, configuration, configure, read_yaml
+from theseus.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
+from theseus.errors import CheckpointError, ConfigError, TheseusError
+from theseus.model.models.transformer import TransformerLM
+from theseus.training.run import CHECKPOINTS, CONFIG_FILE, PROVENANCE_FILE
+
+RUNS = "runs"
+
+
+@dataclass
+class LoadedRun:
+    """A run's model, the parameters of checkpoint ``step``, and its tokenizer."""
+
+    name: str
+    path: Path
+    config: Configuration
+    model: TransformerLM
+    params: Any
+    tokenizer: Tokenizer
+    step: int
+
+    @property
+    def eot_id(self) -> int | None:
+        """The end-of-text id, when the model's vocabulary can produce it."""
+        eot = int(self.tokenizer.eot_id)
+        return eot if 0 <= eot < self.model.architecture.vocab_size else None
+
+    @property
+    def context_length(self) -> int:
+        """Tokens the model saw per row in training (``training/sequence_length``, else its block size)."""
+        block = self.model.architecture.block_size
+        trained = self.config.get("training/sequence_length") or block
+        return min(int(trained), block)
+
+    @property
+    def parameters(self) -> int:
+        return sum(int(leaf.size) for leaf in jax.tree.leaves(self.params))
+
+
+def available_runs(root: str | Path) -> list[str]:
+    """Names of the runs under ``<root>/runs`` (folders holding a ``config.yaml``), sorted."""
+    folder = Path(root).expanduser() / RUNS
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if (p / CONFIG_FILE).is_file())
+
+
+def run_folder(root: str | Path, name: str) -> Path:
+    """``<root>/runs/<name>``; ConfigError naming the available runs when it is not a run.
+
+    An empty ``name`` picks the only run there is.
+    """
+    runs = available_runs(root)
+    where = Path(root).expanduser() / RUNS
+    if not name:
+        if len(runs) == 1:
+            return where / runs[0]
+        if not runs:
+            raise ConfigError(f"no training runs under {where}; train one first (e.g. 'theseus run demo/gpt')")
+        raise ConfigError(f"several runs under {where}; choose one with generate/run=<name> ({', '.join(runs)})")
+    if name not in runs:
+        listed = f"available: {', '.join(runs)}" if runs else "there are no runs yet; train one first"
+        raise ConfigError(f"no run {name!r} under {where} ({listed})")
+    return where / name
+
+
+def _known_code(target: str) -> bool:
+    """Whether a class named by a run's record may be imported: its module is already loaded, part of
+    the ``theseus`` namespace, or the target of a registered model or job (a run directory is data
+    and never chooses other code to import)."""
+    module_name = target.partition(":")[0]
+    if module_name in sys.modules or module_name == "theseus" or module_name.startswith("theseus."):
+        return True
+    from theseus.registry import get_registry
+
+    registry = get_registry()
+    registered = {entry.target for entry in registry.components_of("model")}
+    registered |= {entry.target for entry in registry.jobs.values()}
+    return target in registered
+
+
+def _import(target: str, what: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    if not _known_code(target):
+        raise ConfigError(
+            f"the run names {what} {target!r}, which is neither loaded nor a registered model or job; "
+            "load the code that defines it with 'theseus --load FILE_OR_MODULE' (or install its plugin)"
+        )
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot import {what} {target!r} ({exc}); install or load the code that defines it") from exc
+    return obj
+
+
+def model_class(provenance: dict[str, Any], run: str) -> type[TransformerLM]:
+    """The model class a run trained, from its provenance record (model, else the job's MODEL)."""
+    cls: Any = None
+    if provenance.get("model"):
+        cls = _import(str(provenance["model"]), "the model class")
+    elif provenance.get("job_class"):
+        from theseus.training.declarations import resolve
+
+        job_class = _import(str(provenance["job_class"]), "the training job")
+        declared = getattr(job_class, "MODEL", None)
+        cls = resolve("model", declared) if declared is not None else None
+    if cls is None:
+        raise ConfigError(f"run {run!r} does not record its model class in {PROVENANCE_FILE}; train it again")
+    if not (isinstance(cls, type) and issubclass(cls, TransformerLM)):
+        name = getattr(cls, "__qualname__", repr(cls))
+        raise ConfigError(
+            f"run {run!r} trained a {name}, which has no KV-cache decoding; "
+            "generation works for GPT, Llama and other TransformerLM models"
+        )
+    return cls
+
+
+def run_tokenizer(provenance: dict[str, Any], model: TransformerLM, spec: str | None, run: str) -> Tokenizer:
+    """``spec`` when given; else the tokenizer recorded with the run; else bytes for a byte-sized vocabulary."""
+    if spec:
+        return load_tokenizer(spec)
+    recorded = provenance.get("tokenizer")
+    if recorded:
+        return load_tokenizer(recorded)
+    if model.architecture.vocab_size in (256, ByteTokenizer.vocab_size):
+        return ByteTokenizer()
+    raise ConfigError(
+        f"run {run!r} does not record its tokenizer; pass generate/tokenizer=<spec> (e.g. byte, hf:PATH.json)"
+    )
+
+
+def checkpoint_step(checkpoints: Path, step: int | None, run: str) -> int:
+    """``step`` if that checkpoint exists, else (``None``) the latest; CheckpointError when there is none."""
+    steps = (
+        sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit() and (p / "state").is_dir())
+        if checkpoints.is_dir()
+        else []
+    )
+    if not steps:
+        raise CheckpointError(
+            f"run {run!r} has no checkpoint yet in {checkpoints}; let its training reach a checkpoint first"
+        )
+    if step is None:
+        return steps[-1]
+    if step not in steps:
+        raise CheckpointError(
+            f"run {run!r} has no checkpoint at step {step}; available steps: {', '.join(map(str, steps))}"
+        )
+    return step
+
+
+def abstract_params(model: TransformerLM) -> Any:
+    """Shapes and dtypes of the model's parameters (nothing is allocated)."""
+    import flax.linen as nn
+
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32), deterministic=True))
+    return nn.unbox(shapes["params"])
+
+
+def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+    flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
+    return {jax.tree_util.keystr(path, simple=True, separator="/"): tuple(leaf.shape) for path, leaf in flat}
+
+
+def check_saved_shapes(saved: Any, abstract: Any, where: str) -> None:
+    """CheckpointError naming the first parameter whose saved shape differs from the rebuilt model's."""
+    have, want = _shapes(saved), _shapes(abstract)
+    for key, shape in want.items():
+        if have.get(key) != shape:
+            found = f"shape {have[key]}" if key in have else "nothing"
+            raise CheckpointError(
+                f"checkpoint {where} holds {found} for parameter {key!r}, but the model rebuilt from the run's "
+                f"config.yaml expects {shape}; restore the run's config.yaml or train the run again"
+            )
+
+
+def restore_params(checkpoints: Path, step: int, abstract: Any, run: str) -> Any:
+    """Read only ``params`` of checkpoint ``step`` onto the default device, without writing anything
+    (a training run may be saving its next checkpoint meanwhile)."""
+    import orbax.checkpoint as ocp
+
+    path = checkpoints / str(step) / "state"
+    where = f"{str(checkpoints / str(step))!r} of run {run!r}"
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device), abstract)
+    args = ocp.args.PyTreeRestore(
+        item={"params": abstract}, restore_args={"params": restore_args}, partial_restore=True
+    )
+    try:
+        handler = ocp.PyTreeCheckpointHandler()
+        try:
+            metadata = handler.metadata(path)
+        finally:
+            handler.close()
+        saved = getattr(metadata, "tree", metadata)
+        if not isinstance(saved, dict) or "params" not in saved:
+            raise CheckpointError(f"checkpoint {where} holds no parameters; train the run again")
+        check_saved_shapes(saved["params"], abstract, where)
+        with ocp.PyTreeCheckpointer() as checkpointer:
+            restored = checkpointer.restore(path, args=args)
+    except TheseusError:
+        raise
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CheckpointError(
+            f"cannot read the parameters of checkpoint {where}: {type(exc).__name__}: {first}"
+        ) from exc
+    return restored["params"]
+
+
+def load_run(root: str | Path, name: str = "", *, step: int | None = None, tokenizer: str | None = None) -> LoadedRun:
+    """Rebuild run ``name``'s model from its saved configuration and load checkpoint ``step`` (default: latest).
+
+    ``tokenizer`` (a spec such as ``"byte"``) replaces the tokenizer recorded with the run.
+    """
+    path = run_folder(root, name).absolute()
+    name = path.name
+    chosen = checkpoint_step(path / CHECKPOINTS, step, name)
+    values = read_yaml(path / CONFIG_FILE)
+    record_file = path / PROVENANCE_FILE
+    try:
+        provenance = json.loads(record_file.read_text()) if record_file.is_file() else {}
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{record_file} is unreadable ({exc}); train the run again") from exc
+    cls = model_class(provenance, name)
+    config = Configuration(values)
+    with configuration(config):
+        model = configure(cls)
+    params = restore_params(path / CHECKPOINTS, chosen, abstract_params(model), name)
+    tok = run_tokenizer(provenance, model, tokenizer, name)
+    if tok.vocab_size > model.architecture.vocab_size:
+        raise ConfigError(
+            f"the tokenizer has {tok.vocab_size} ids but run {name!r}'s model only {model.architecture.vocab_size}; "
+            "use the tokenizer the run was trained with"
+        )
+    return LoadedRun(name, path, config, model, params, tok, chosen)
