@@ -211,3 +211,30 @@ def test_configuration_is_hashable_mapping() -> None:
 
 def test_parse_overrides_accepts_dots_and_slashes() -> None:
     assert parse_overrides(["a.b=1", "c/d=x", "e="]) == {"a/b": 1, "c/d": "x", "e": ""}
+
+
+def test_job_defaults_replace_declared_defaults() -> None:
+    from theseus.base.job import Job
+
+    class Short(Job):
+        CONFIG = Training
+        DEFAULTS = {"training/steps": "7"}
+
+    schema = Short.schema()
+    assert schema["training/steps"].default == 7
+    assert resolve(schema)["training/steps"] == 7
+    assert resolve(schema, overrides={"training/steps": 9})["training/steps"] == 9
+
+    class Typo(Job):
+        CONFIG = Training
+        DEFAULTS = {"training/stepz": 1}
+
+    with pytest.raises(ConfigError, match=r"Typo.DEFAULTS sets 'training/stepz'.*did you mean 'training/steps'"):
+        Typo.schema()
+
+    class BadType(Job):
+        CONFIG = Training
+        DEFAULTS = {"training/steps": "many"}
+
+    with pytest.raises(ConfigError, match="training/steps: expected int"):
+        BadType.schema()

@@ -19,7 +19,6 @@ Prepare the data once: ``theseus run data/tokenize data/dataset=python-stdlib``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -29,7 +28,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from theseus.base.job import JobContext
 from theseus.config import field
 from theseus.data.datasets import PythonStdlib
 from theseus.training.base import BaseTrainer, BaseTrainerConfig
@@ -39,10 +37,6 @@ from theseus_plugins_example.analysis import PredictionEntropy
 from theseus_plugins_example.evaluation import NextTokenAccuracy
 from theseus_plugins_example.models import ScaledGPT
 from theseus_plugins_example.optim import NAdamW, RSqrt
-
-#: The byte tokenizer's vocabulary (256 bytes + end-of-text); the models' generic default is 256.
-BYTE_VOCAB = 257
-GENERIC_VOCAB = 256
 
 
 @dataclass
@@ -76,8 +70,7 @@ class ExampleTrainer(BaseTrainer):
     """``ScaledGPT`` on the byte-level Python standard library, with NAdamW, an inverse-square-root
     schedule, next-token accuracy and a prediction-entropy analysis.
 
-    ``architecture/vocab_size`` left at the models' generic 256 is raised to the byte tokenizer's 257
-    (set it explicitly for other tokenizers). ``CSV_METRICS = True`` opts the trainer (and its
+    ``CSV_METRICS = True`` opts the trainer (and its
     subclasses) into the ``metrics/csv/*`` section and CSV sink of this distribution's hooks.
     """
 
@@ -89,13 +82,6 @@ class ExampleTrainer(BaseTrainer):
     EVALUATION = [NextTokenAccuracy]
     ANALYSIS = [PredictionEntropy]
     CSV_METRICS: ClassVar[bool] = True
-
-    def __init__(self, context: JobContext) -> None:
-        if context.config.get("architecture/vocab_size") == GENERIC_VOCAB:
-            context = dataclasses.replace(
-                context, config=context.config.with_values({"architecture/vocab_size": BYTE_VOCAB})
-            )
-        super().__init__(context)
 
     def run(self) -> None:
         super().run()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from theseus.config import Configuration, configure
+from theseus.config import Configuration, Schema, configure
 
 ROOT_ENV = "THESEUS_ROOT"
 
@@ -33,11 +33,15 @@ class Job:
     """A runnable unit registered under a key (``theseus run KEY``).
 
     ``CONFIG`` is a dataclass with ``field()`` attributes; ``config()`` lists every class
-    whose fields make up the job's schema; ``self.args`` is the hydrated ``CONFIG``.
+    whose fields make up the job's schema; ``DEFAULTS`` replaces defaults of keys declared
+    by those classes; ``self.args`` is the hydrated ``CONFIG``.
     """
 
     CONFIG: ClassVar[type | None] = None
     JOB_KEY: ClassVar[str | None] = None
+    #: Defaults this job gives keys declared elsewhere (e.g. ``{"architecture/n_layers": 2}``);
+    #: users still override them as usual.
+    DEFAULTS: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, context: JobContext) -> None:
         self.context = context
@@ -47,6 +51,11 @@ class Job:
     def config(cls) -> list[type]:
         """Classes whose ``field()`` declarations make up this job's configuration."""
         return [cls.CONFIG] if cls.CONFIG is not None else []
+
+    @classmethod
+    def schema(cls) -> Schema:
+        """The job's schema: the fields of ``config()`` with this job's ``DEFAULTS`` applied."""
+        return Schema.build(cls.config()).with_defaults(cls.DEFAULTS, owner=cls)
 
     def run(self) -> None:
         raise NotImplementedError(f"{type(self).__qualname__}.run() is not implemented")

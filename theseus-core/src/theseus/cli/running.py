@@ -12,11 +12,10 @@ from theseus.errors import TheseusError
 
 def job_schema(name: str) -> tuple[Any, Any]:
     """The job class registered as ``name`` and the schema of its configuration."""
-    from theseus.config import Schema
     from theseus.registry import get_registry
 
     cls: Any = get_registry().load_job(name)
-    return cls, Schema.build(cls.config())
+    return cls, cls.schema()
 
 
 def configure_job(name: str, out: Path, overrides: list[str]) -> None:

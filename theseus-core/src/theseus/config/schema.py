@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from theseus.config.fields import MISSING, FieldSpec, declared_fields
-from theseus.config.types import same_type, type_name
+from theseus.config.types import coerce, same_type, type_name
 from theseus.errors import ConfigError
 
 
@@ -82,6 +83,21 @@ class Schema:
 
     def owners(self, key: str) -> list[type]:
         return list(self._owners.get(key, []))
+
+    def with_defaults(self, defaults: Mapping[str, Any], owner: type) -> Schema:
+        """A copy in which ``owner`` (e.g. a job) replaces the defaults of some keys."""
+        schema = Schema()
+        schema._fields = dict(self._fields)
+        schema._owners = {k: list(v) for k, v in self._owners.items()}
+        for key, value in defaults.items():
+            if key not in schema._fields:
+                raise ConfigError(
+                    f"{owner.__qualname__}.DEFAULTS sets {key!r}, which is not a configuration key of the job"
+                    f"{self.suggest(key)}"
+                )
+            spec = schema._fields[key]
+            schema._fields[key] = dataclasses.replace(spec, default=coerce(value, spec.type, key))
+        return schema
 
     def defaults(self) -> dict[str, Any]:
         """Flat ``{key: default}``; required keys map to ``MISSING``."""

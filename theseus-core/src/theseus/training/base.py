@@ -19,7 +19,7 @@ import numpy as np
 import optax
 
 from theseus.base.job import Job, JobContext
-from theseus.config import Schema, configuration, configure, load, resolve
+from theseus.config import configuration, configure, load, resolve
 from theseus.errors import ConfigError, DataError
 from theseus.plugins.gather import gather_classes
 from theseus.training import declarations, steps
@@ -107,7 +107,7 @@ class BaseTrainer(Job):
         name: str | None = None,
     ) -> BaseTrainer:
         """Build the trainer outside the CLI: resolve its configuration like ``theseus run`` does."""
-        schema = Schema.build(cls.config())
+        schema = cls.schema()
         if isinstance(overrides, Mapping):
             file_values = load(schema, config_file) if config_file is not None else {}
             cfg = resolve(schema, dict(file_values), dict(overrides))

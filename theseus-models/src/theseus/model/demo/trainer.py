@@ -7,7 +7,6 @@ the job again resumes an unfinished run, or reports that it is complete and prin
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import math
@@ -17,7 +16,7 @@ from typing import Any
 
 import click
 
-from theseus.base.job import JobContext, default_root
+from theseus.base.job import default_root
 from theseus.config import configuration, field
 from theseus.errors import TheseusError
 from theseus.model.models import GPT
@@ -27,13 +26,6 @@ from theseus.training.flywheel.strategy import Sampling
 from theseus.training.run import METRICS_FILE
 
 DATASET_NAME = "python-stdlib"
-#: Model keys whose generic defaults the demo replaces (only when left at that default):
-#: the byte tokenizer needs 257 ids (256 bytes + end-of-text), and two layers of the tiny preset
-#: learn more in a few CPU minutes than its four.
-MODEL_DEFAULTS: dict[str, tuple[Any, Any]] = {
-    "architecture/vocab_size": (256, 257),
-    "architecture/n_layers": (None, 2),
-}
 
 
 @dataclass
@@ -81,9 +73,7 @@ class DemoGPT(BaseTrainer):
     on the Python standard library, 128 bytes of context, with a cosine schedule; validates,
     checkpoints, plots ``loss.png`` and finishes by printing samples of ``demo/prompts``.
 
-    Every key can be overridden as usual (``architecture/n_layers=4 training/steps=6000``). Left at
-    their generic defaults, ``architecture/vocab_size`` (256) becomes 257 and
-    ``architecture/n_layers`` (the preset's) becomes 2.
+    Every key can be overridden as usual (``architecture/n_layers=4 training/steps=6000``).
     """
 
     JOB_KEY = "demo/gpt"
@@ -91,13 +81,8 @@ class DemoGPT(BaseTrainer):
     MODEL = GPT
     DATASET = Sampling(DATASET_NAME, 1.0, "pmd")
     SCHEDULE = "cosine"
-
-    def __init__(self, context: JobContext) -> None:
-        config = context.config
-        replaced = {key: demo for key, (generic, demo) in MODEL_DEFAULTS.items() if config.get(key, demo) == generic}
-        if replaced:
-            context = dataclasses.replace(context, config=config.with_values(replaced))
-        super().__init__(context)
+    #: Two layers of the tiny preset learn more in a few CPU minutes than its four.
+    DEFAULTS = {"architecture/n_layers": 2}
 
     @classmethod
     def config(cls) -> list[type]:

@@ -20,7 +20,7 @@ class TokenEmbedding(Module):
     ``2 * n_embd * vocab_size`` per token is counted by the model that calls ``attend``.
     """
 
-    vocab_size: int = field("architecture/vocab_size", default=256, help="vocabulary size (256 = bytes)")
+    vocab_size: int = field("architecture/vocab_size", default=257, help="vocabulary size (257 = bytes + end-of-text)")
     n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
     init_std: float = INIT_STD
 

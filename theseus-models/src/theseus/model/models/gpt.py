@@ -8,8 +8,8 @@ from theseus.model.models.architecture import Preset
 from theseus.model.models.transformer import TransformerLM
 
 GPT_PRESETS: dict[str, Preset] = {
-    "tiny": Preset(n_layers=4, n_heads=4, n_embd=128, description="~0.86M parameters at vocab 256; tests and demos"),
-    "small": Preset(n_layers=6, n_heads=6, n_embd=384, description="~10.8M parameters at vocab 256"),
+    "tiny": Preset(n_layers=4, n_heads=4, n_embd=128, description="~0.86M parameters at vocab 257; tests and demos"),
+    "small": Preset(n_layers=6, n_heads=6, n_embd=384, description="~10.8M parameters at vocab 257"),
     "gpt2-124m": Preset(
         n_layers=12, n_heads=12, n_embd=768, description="GPT-2 small: 124.4M at vocab 50257, block 1024"
     ),

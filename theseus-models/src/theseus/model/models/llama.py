@@ -18,7 +18,7 @@ LLAMA_PRESETS: dict[str, Preset] = {
         n_embd=128,
         mlp_ratio=_SWIGLU,
         ffn_multiple=32,
-        description="~0.80M parameters at vocab 256; tests and demos",
+        description="~0.80M parameters at vocab 257; tests and demos",
     ),
     "small": Preset(
         n_layers=6,
@@ -27,7 +27,7 @@ LLAMA_PRESETS: dict[str, Preset] = {
         n_embd=384,
         mlp_ratio=_SWIGLU,
         ffn_multiple=32,
-        description="~9.6M parameters at vocab 256",
+        description="~9.6M parameters at vocab 257",
     ),
     "llama-124m": Preset(
         n_layers=12,

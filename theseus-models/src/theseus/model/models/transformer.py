@@ -75,8 +75,8 @@ class TransformerLM(Module):
     ``activation``) defaults to ``None`` = "take the preset's value"; a value you set overrides
     the preset for that key only (``d_ff`` then follows from ``n_embd`` unless set too, and
     changing ``n_heads`` without ``n_kv_heads`` keeps the preset's query/key-value head ratio).
-    ``architecture/vocab_size`` (default 256, byte level) and ``architecture/block_size``
-    (default 256, maximum sequence length) follow the data, never the preset.
+    ``architecture/vocab_size`` (default 257: the byte tokenizer's 256 bytes + end-of-text) and
+    ``architecture/block_size`` (default 256, maximum sequence length) follow the data, never the preset.
     ``model.architecture`` is the resolved :class:`Architecture`.
 
     **Call.** ``model.apply(variables, x, y=None, padding_mask=None, deterministic=False,
@@ -104,7 +104,7 @@ class TransformerLM(Module):
     BLOCK: ClassVar[type[Block]] = Block
 
     preset: str = field("architecture/preset", default="tiny", help="named model size (see the model's PRESETS)")
-    vocab_size: int = field("architecture/vocab_size", default=256, help="vocabulary size (256 = bytes)")
+    vocab_size: int = field("architecture/vocab_size", default=257, help="vocabulary size (257 = bytes + end-of-text)")
     block_size: int = field("architecture/block_size", default=256, help="maximum sequence length")
     n_layers: int | None = field("architecture/n_layers", default=None, help="transformer layers (None: preset)")
     n_heads: int | None = field("architecture/n_heads", default=None, help="attention heads (None: from the preset)")
