@@ -110,9 +110,16 @@ class DemoGPT(BaseTrainer):
         self.report()
 
     def report(self) -> None:
-        """Print the final validation loss in bits per byte and samples from the latest checkpoint."""
+        """Print the final validation loss in bits per byte and samples from the latest checkpoint.
+
+        Only process 0 reports in a multi-process run.
+        """
+        import jax
+
         from theseus.model.generation import SamplingParams, complete, load_run
 
+        if jax.process_index() != 0:
+            return
         args: DemoConfig = self.args
         run = load_run(self.context.root, self.run_name)
         val = last_validation(run.path)
