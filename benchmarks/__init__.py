@@ -1,0 +1,1 @@
+"""Performance benchmarks of theseus (run ``python benchmarks/run_all.py``)."""

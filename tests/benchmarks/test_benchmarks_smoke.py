@@ -1,0 +1,118 @@
+"""The benchmark suite runs end to end at trivially small sizes and produces its tables.
+
+Only structure is asserted (rows, columns, statuses), never timing: speed is measured by
+``python benchmarks/run_all.py``, not by tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from benchmarks import gpu_mfu, run_all
+from benchmarks.common import Row, Timing, markdown_table, paired_ratio, percent
+from benchmarks.torch_baseline import SKIPPED, torch_available
+
+TINY = {"architecture/n_layers": 1, "architecture/n_embd": 32, "architecture/n_heads": 2}
+
+
+def _table_lines(table: str) -> list[str]:
+    return [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| Figure")]
+
+
+def test_row_status_compares_with_the_goal_in_its_direction() -> None:
+    assert Row("t", 0.4, "s", 0.5, "max").status == "pass"
+    assert Row("t", 0.6, "s", 0.5, "max").status == "miss"
+    assert Row("r", 1.2, "x", 1.0, "min").status == "pass"
+    assert Row("r", 0.9, "x", 1.0, "min").status == "miss"
+    assert Row("i", 3.0).status == "info"
+    assert Row("n", None, goal=1.0).status == "n/a"
+    assert percent("mfu", 0.5, 0.45).shown_value() == "50.0 %"
+    assert percent("mfu", 0.5, 0.45).shown_goal() == "≥ 45.0 %"
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios() -> None:
+    a = Timing("a", 1.0, [2.0, 4.0, 9.0], 10, flops_per_step=100.0)
+    b = Timing("b", 1.0, [1.0, 1.0, 3.0], 10)
+    assert paired_ratio(a, b) == 3.0  # per-round ratios 2, 4, 3
+    assert a.step_seconds == 4.0
+    assert a.tokens_per_s == pytest.approx(10 / 4.0)
+    assert a.flops_per_s == pytest.approx(100 / 4.0)
+    assert b.flops_per_s is None
+
+
+def test_markdown_table_has_header_machine_and_one_line_per_row() -> None:
+    rows = [Row("x", 1.0, "s", 2.0, "max"), Row("y", None, note="a|b")]
+    table = markdown_table(rows, title="T")
+    assert table.startswith("### T")
+    assert "Machine:" in table and "cores" in table and "Date:" in table
+    lines = _table_lines(table)
+    assert lines == ["| x | 1 s | ≤ 2 s | pass |  |", "| y | — | — | n/a | a\\|b |"]
+
+
+@pytest.mark.slow
+def test_run_all_smoke_produces_every_row() -> None:
+    rows = run_all.measure(run_all.SMOKE)
+    names = [row.name for row in rows]
+    small = "tiny 2x16"
+    expected = [
+        "Matmul peak (f32 jnp.dot)",
+        f"Bare flax+optax loop ({small})",
+        f"Our trainer.run() loop ({small})",
+        f"Framework overhead: trainer.run() ÷ bare ({small})",
+        f"Trainer step ÷ bare step ({small})",
+        f"PyTorch nanoGPT-style loop ({small})",
+        f"Ours ÷ PyTorch tokens/s ({small})",
+        f"MFU {small}",
+        "Our trainer.run() loop (tiny 1x16)",
+        "PyTorch nanoGPT-style loop (tiny 1x16)",
+        "Ours ÷ PyTorch tokens/s (tiny 1x16)",
+        "MFU tiny 1x16 (goal figure)",
+        "`theseus jobs` wall time",
+        f"Time to first training step ({small})",
+        "Batch assembly from memmap (pmd, 8x1024)",
+        "Tokenization (byte)",
+    ]
+    assert names == expected
+    failed = [f"{row.name}: {row.note}" for row in rows if "failed:" in row.note]
+    assert not failed, failed
+    for row in rows:
+        if row.value is None:
+            assert not torch_available() and row.note == SKIPPED, row
+        else:
+            assert math.isfinite(row.value) and row.value > 0, row
+    statuses = {row.name: row.status for row in rows}
+    assert statuses["`theseus jobs` wall time"] in {"pass", "miss"}
+    assert statuses["MFU tiny 1x16 (goal figure)"] in {"pass", "miss"}
+    table = markdown_table(rows)
+    assert len(_table_lines(table)) == len(expected)
+
+
+@pytest.mark.slow
+def test_gpu_script_cpu_smoke_produces_its_table() -> None:
+    # The bare loop is covered by the run_all smoke test; leaving it out here halves the compile time.
+    setting = dataclasses.replace(gpu_mfu.CPU_SMOKE, model_overrides=TINY, bare=False)
+    rows = gpu_mfu.measure(setting, log=lambda text: None)
+    names = [row.name for row in rows]
+    assert names[:4] == [
+        "Device",
+        "Published dense bf16 peak",
+        "Measured bf16 matmul (size 128, in-round median)",
+        "Our trainer.run() loop (tiny 2x32, bfloat16 activations)",
+    ]
+    assert "Framework overhead: trainer.run() ÷ bare" not in names
+    mfu = {row.name: row for row in rows}["MFU vs measured bf16 matmul"]
+    assert mfu.value is not None and mfu.value > 0
+    # On CPU there is no published bf16 peak: that row says so instead of inventing one.
+    published = {row.name: row for row in rows}["MFU vs published peak (tiny 2x32, bfloat16 activations)"]
+    assert published.value is None and "no published peak" in published.note
+    assert len(_table_lines(markdown_table(rows))) == len(rows)
+
+
+def test_published_peaks_match_hopper_device_kinds() -> None:
+    assert gpu_mfu.published_peak("NVIDIA H200") == 989e12
+    assert gpu_mfu.published_peak("NVIDIA H100 80GB HBM3") == 989e12
+    assert gpu_mfu.published_peak("NVIDIA H100 PCIe") == 756e12
+    assert gpu_mfu.published_peak("cpu") is None
