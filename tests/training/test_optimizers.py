@@ -12,7 +12,16 @@ from tests.training.conftest import quick
 from tests.training.tiny import TinyTrainer
 from theseus.config import configuration
 from theseus.registry import get_registry
-from theseus.training.optimizers import SGD, AdamW, Lion, Muon, Optimizer, decay_mask, muon_parameters
+from theseus.training.optimizers import (
+    SGD,
+    AdamW,
+    Lion,
+    Muon,
+    Optimizer,
+    clip_by_global_norm,
+    decay_mask,
+    muon_parameters,
+)
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +119,14 @@ def test_muon_orthogonalises_hidden_matrices_and_leaves_embeddings_to_adamw() ->
         return float(singular.max() / singular.min())
 
     assert spread(updates["up"]["kernel"]) < 2.0 < spread(grads["up"]["kernel"])
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 5.0, 100.0])
+def test_global_norm_clip_matches_optax(max_norm: float) -> None:
+    grads = {"w": jnp.array([[3.0, -4.0], [1.0, 2.0]]), "b": jnp.array([0.5, -0.25])}
+    ours, _ = clip_by_global_norm(max_norm).update(grads, optax.EmptyState())
+    reference, _ = optax.clip_by_global_norm(max_norm).update(grads, optax.EmptyState())
+    for name in grads:
+        np.testing.assert_allclose(ours[name], reference[name], rtol=1e-6)
+    zeros, _ = clip_by_global_norm(max_norm).update({"w": jnp.zeros(3)}, optax.EmptyState())
+    np.testing.assert_array_equal(zeros["w"], np.zeros(3))

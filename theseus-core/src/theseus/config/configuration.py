@@ -9,10 +9,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
 from theseus.config.fields import KEY_METADATA, MISSING
 from theseus.config.schema import Schema
 from theseus.config.types import coerce, parse_override_value, type_name
@@ -96,6 +92,10 @@ def flatten(nested: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a configuration YAML file into a flat ``{key: value}`` mapping."""
+    import yaml  # imported on use: listing commands never read YAML
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist; write one with 'theseus configure JOB {path}'")
@@ -119,6 +119,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 def write_yaml(values: Mapping[str, Any], path: str | Path, schema: Schema | None = None) -> Path:
     """Write a flat mapping as nested YAML (required keys without a value as ``???``)."""
+    from omegaconf import OmegaConf
+
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,6 @@ import types
 import typing
 from typing import Any, Literal
 
-import yaml
-
 from theseus.errors import ConfigError
 
 
@@ -35,6 +33,8 @@ def parse_override_value(text: str) -> Any:
     Text stays text where YAML would change it: surrounding spaces (``prompt="def "``), and what
     would read as a block collection (``-``, ``- x``, ``a: b``); ``[a, b]`` and ``{a: 1}`` still parse.
     """
+    import yaml  # imported on use: listing commands never parse overrides
+
     if not text.strip():
         return text
     try:

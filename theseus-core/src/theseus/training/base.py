@@ -24,7 +24,7 @@ from theseus.errors import ConfigError, DataError
 from theseus.plugins.gather import gather_classes
 from theseus.training import declarations, steps
 from theseus.training.config import BaseTrainerConfig
-from theseus.training.optimizers import AdamW, Optimizer
+from theseus.training.optimizers import AdamW, Optimizer, clip_by_global_norm
 from theseus.training.run import default_run_name
 from theseus.training.schedules import Schedule
 from theseus.training.sharding import TrainerSharding, build_sharding
@@ -211,7 +211,7 @@ class BaseTrainer(Job):
                 self.lr_schedule = schedule.create(args.lr, args.steps)
             else:
                 self.lr_schedule = optax.constant_schedule(args.lr)
-            parts = [optax.clip_by_global_norm(args.grad_clip)] if args.grad_clip > 0 else []
+            parts = [clip_by_global_norm(args.grad_clip)] if args.grad_clip > 0 else []
             self.tx = optax.chain(*parts, self.optimizer().create(self.lr_schedule))
             self.evaluations = [_instantiate(declarations.resolve("evaluation", e)) for e in self.EVALUATION]
             self.analyses = [_instantiate(declarations.resolve("analysis", a)) for a in self.ANALYSIS]
