@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -194,6 +195,8 @@ class BaseTrainer(Job):
             raise ConfigError(f"{type(self).__qualname__} declares no MODEL; set MODEL to a model class")
         with configuration(self.context.config):
             args = self.args
+            if args.compilation_cache:
+                enable_compilation_cache(self.context.root / "cache" / "jax")
             model_cls = declarations.resolve("model", self.MODEL)
             self.model = configure(model_cls)
             self.sequence_length = self._sequence_length()
@@ -493,6 +496,15 @@ class BaseTrainer(Job):
         from theseus.training.loop import TrainingLoop
 
         TrainingLoop(self).run()
+
+
+def enable_compilation_cache(directory: Path) -> None:
+    """Persist compiled XLA programs in ``directory`` unless a cache is already configured
+    (``JAX_COMPILATION_CACHE_DIR`` or an earlier call)."""
+    if getattr(jax.config, "jax_compilation_cache_dir", None) or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(directory))
 
 
 def _in_order(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:

@@ -67,6 +67,11 @@ class BaseTrainerConfig:
         help="peak FLOP/s per device for MFU (0 = the accelerator's published figure; measured on CPU)",
     )
     progress: bool = field("training/progress", default=True, help="show a live progress bar on a terminal")
+    compilation_cache: bool = field(
+        "training/compilation_cache",
+        default=True,
+        help="keep compiled XLA programs under <root>/cache/jax so a restart skips most compilation",
+    )
     run_name: str = field("run/name", default="", help="run directory under <root>/runs (default: from the job key)")
     layout: Layout = field(
         "mesh/layout", default="dp", help="dp (replicated), fsdp (params over data), tp (over model), fsdp+tp"
