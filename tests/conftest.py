@@ -6,12 +6,18 @@ import os
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import venv
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# One persistent XLA compilation cache for the whole session, shared with every subprocess the
+# tests start (clean_env keeps it): the trainer's own per-root cache would otherwise point into
+# temporary roots that tests delete.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="theseus-test-xla-cache-"))
 DISTRIBUTIONS = ["theseus-core", "theseus-models", "theseus-data", "theseus-plugins-example"]
 
 

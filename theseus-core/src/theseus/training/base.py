@@ -195,8 +195,6 @@ class BaseTrainer(Job):
             raise ConfigError(f"{type(self).__qualname__} declares no MODEL; set MODEL to a model class")
         with configuration(self.context.config):
             args = self.args
-            if args.compilation_cache:
-                enable_compilation_cache(self.context.root / "cache" / "jax")
             model_cls = declarations.resolve("model", self.MODEL)
             self.model = configure(model_cls)
             self.sequence_length = self._sequence_length()
@@ -223,6 +221,8 @@ class BaseTrainer(Job):
             self.abstract_state, self.state_shardings = state_shardings(
                 self.model, self.tx, self.sharding, self.init_key, self.sequence_length
             )
+            if args.compilation_cache:  # only once the job is known to be runnable: nothing written before
+                enable_compilation_cache(self.context.root / "cache" / "jax")
         self._ready = True
 
     def mesh_devices(self) -> list[Any]:
