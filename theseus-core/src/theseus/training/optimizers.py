@@ -33,7 +33,7 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
 
     def update(updates: Any, state: optax.EmptyState, params: Any = None) -> tuple[Any, optax.EmptyState]:
         del params
-        scale = jax.numpy.minimum(1.0, max_norm / optax.global_norm(updates))
+        scale = jax.numpy.minimum(1.0, max_norm / optax.tree.norm(updates))
         return jax.tree.map(lambda g: (g * scale).astype(g.dtype), updates), state
 
     return optax.GradientTransformation(init, update)
