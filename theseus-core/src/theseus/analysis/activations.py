@@ -13,6 +13,7 @@ import numpy as np
 from theseus.analysis.base import Analysis
 from theseus.config import field
 from theseus.errors import TrainingError
+from theseus.training.plots import figure
 
 if TYPE_CHECKING:
     from theseus.training.base import BaseTrainer
@@ -52,15 +53,9 @@ def activation_table(outputs: Sequence[tuple[tuple[str, ...], Any]]) -> list[dic
 
 
 def plot_table(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
     names = [r["name"] for r in rows]
     positions = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(rows) + 2), 4.5), dpi=100)
-    try:
+    with figure(path, figsize=(max(6.0, 0.35 * len(rows) + 2), 4.5)) as ax:
         ax.plot(positions, [r["rms"] for r in rows], "o-", label="rms")
         ax.plot(positions, [r["std"] for r in rows], "s--", label="std", alpha=0.7)
         ax.plot(positions, [r["max_abs"] for r in rows], "^:", label="max |x|", alpha=0.7)
@@ -70,12 +65,6 @@ def plot_table(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend()
-        fig.tight_layout()
-        tmp = path.with_name(path.stem + ".tmp.png")
-        fig.savefig(tmp)
-        tmp.replace(path)
-    finally:
-        plt.close(fig)
 
 
 @dataclass

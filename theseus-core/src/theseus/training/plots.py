@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+
+@contextlib.contextmanager
+def figure(path: Path, figsize: tuple[float, float], dpi: int = 100) -> Iterator[Any]:
+    """A matplotlib (Agg) axes whose figure is written to ``path`` atomically on exit, then closed."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=figsize, dpi=dpi)
+    try:
+        yield ax
+        fig.tight_layout()
+        tmp = path.with_name(path.stem + ".tmp.png")
+        fig.savefig(tmp)
+        tmp.replace(path)
+    finally:
+        plt.close(fig)
 
 
 def plot_loss(
     train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]], path: Path, title: str = ""
 ) -> Path:
     """Write training and validation loss against step to ``path`` (atomically)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
-    try:
+    with figure(path, figsize=(7, 4.2)) as ax:
         if train:
             ax.plot([s for s, _ in train], [v for _, v in train], label="train", linewidth=1.2)
         if val:
@@ -28,10 +43,4 @@ def plot_loss(
         ax.grid(alpha=0.3)
         if train or val:
             ax.legend()
-        fig.tight_layout()
-        tmp = path.with_name(path.stem + ".tmp.png")
-        fig.savefig(tmp)
-        tmp.replace(path)
-    finally:
-        plt.close(fig)
     return path
