@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
+
+from theseus.base.declared import Declared
 
 if TYPE_CHECKING:
     from theseus.training.base import BaseTrainer
 
 
-class Analysis:
+class Analysis(Declared):
     """An inspection of the model at intervals and at the end of training.
 
     Subclasses are dataclasses whose ``field()`` attributes are configuration keys
@@ -20,16 +21,6 @@ class Analysis:
     Use ``trainer.capture(state, batch, key)`` to run the trainer's ``trace()`` with every
     module's output recorded.
     """
-
-    name: ClassVar[str] = ""
-
-    @classmethod
-    def config(cls) -> list[type]:
-        return [cls] if dataclasses.is_dataclass(cls) else []
-
-    @classmethod
-    def label(cls) -> str:
-        return cls.name or cls.__name__.lower()
 
     def analyze(self, trainer: BaseTrainer, state: Any, step: int, out_dir: Path) -> Mapping[str, float] | None:
         raise NotImplementedError(f"{type(self).__qualname__}.analyze() is not implemented")
