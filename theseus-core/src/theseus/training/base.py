@@ -282,10 +282,11 @@ class BaseTrainer(Job):
             self.DATASET,
             root=self.context.root,
             block_size=self.sequence_length,
-            batch_size=self.batch_rows,
+            batch_size=self.args.batch_size,  # global: each process materialises only its own rows
             seed=self.args.seed,
             process_index=self.sharding.feed_index,
             process_count=self.sharding.feed_count,
+            micro_batches=self.accumulate_steps,
         )
         vocab = self.setting("architecture/vocab_size")
         if vocab is not None:

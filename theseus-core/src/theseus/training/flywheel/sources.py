@@ -1,11 +1,20 @@
 """One prepared dataset read in one style: how rows of a batch are cut from its shards.
 
-Every process reads only its own part of each split, so processes never share data:
+A style is two steps, so that the rows of a global batch never depend on who reads them:
 
-* ``"pmd"``: the split's tokens are cut into ``process_count`` contiguous slices of equal length;
-  process ``p`` draws windows of ``block_size + 1`` tokens that lie entirely inside slice ``p``.
-* ``"padded"``: the split's documents are cut into ``process_count`` contiguous runs; process ``p``
-  draws whole documents from run ``p``.
+* ``draw(rng, split, count)`` draws one integer per row of the *global* batch (every process
+  draws the same numbers, for all rows);
+* ``fill(picks, rows, split, x, y, mask)`` writes the rows this process feeds from their picks.
+
+Styles:
+
+* ``"pmd"``: a pick is the first token of a window of ``block_size + 1`` tokens anywhere in the split;
+* ``"padded"``: a pick is a document of the split, one per row, padded (or cut) to ``block_size``.
+
+A new style adds a branch to ``draw`` (what one integer per row means) and to ``fill`` (how a row
+is cut from it), and its name to ``STYLES`` in ``theseus.data.format`` and
+``theseus.training.flywheel.strategy``. A style that needs more randomness per row can draw a
+per-row seed and build a generator from it in ``fill``.
 """
 
 from __future__ import annotations
@@ -21,9 +30,7 @@ from theseus.errors import DataError
 @dataclass(frozen=True)
 class _SplitView:
     tokens: np.ndarray
-    index: np.ndarray  # padded only: this process's documents (start, length, prompt_length)
-    lo: int  # pmd: first token of this process's slice
-    hi: int  # pmd: one past the last token
+    index: np.ndarray  # (start, length, prompt_length) of every document
 
 
 class Source:
@@ -38,8 +45,6 @@ class Source:
         dataset_key: str,
         root: str,
         block_size: int,
-        process_index: int,
-        process_count: int,
     ) -> None:
         self.prepared = prepared
         self.style = style
@@ -47,8 +52,6 @@ class Source:
         self.dataset_key = dataset_key
         self.root = root
         self.block_size = block_size
-        self.process_index = process_index
-        self.process_count = process_count
         self.pad_id = prepared.header.eot_id
         self._views: dict[str, _SplitView] = {}
 
@@ -60,7 +63,7 @@ class Source:
         return f"{prepare_command(self.name, self.root, self.dataset_key)} data/force=true"
 
     def view(self, split: str) -> _SplitView:
-        """This process's part of ``split`` (validated once, then cached)."""
+        """The split's tokens and documents (validated once, then cached)."""
         view = self._views.get(split)
         if view is None:
             view = self._views[split] = self._make_view(split)
@@ -74,25 +77,14 @@ class Source:
                 f"split {split!r} of dataset {self.name!r} is empty; prepare more documents "
                 f"(raise data/max_documents or data/val_fraction): {self._fix()}"
             )
-        p, n = self.process_index, self.process_count
         need = self.block_size + 1
         if self.style == "pmd":
-            per = tokens.size // n
-            lo, hi = p * per, (p + 1) * per
-            if per < need:
+            if tokens.size < need:
                 raise DataError(
                     f"split {split!r} of dataset {self.name!r} has {tokens.size} tokens, too few for windows of "
-                    f"block_size+1={need} tokens"
-                    + (f" in each of {n} processes" if n > 1 else "")
-                    + f"; lower block_size or prepare more data: {self._fix()}"
+                    f"block_size+1={need} tokens; lower block_size or prepare more data: {self._fix()}"
                 )
-            return _SplitView(tokens, index[:0], lo, hi)
-        docs = index.shape[0]
-        if docs < n:
-            raise DataError(
-                f"split {split!r} of dataset {self.name!r} has {docs} documents, fewer than the {n} processes "
-                f"reading it; prepare more data: {self._fix()}"
-            )
+            return _SplitView(tokens, index)
         longest = int(index[:, 1].max()) - 1  # a document of length L gives L - 1 (input, target) pairs
         if self.block_size > longest:
             raise DataError(
@@ -100,33 +92,37 @@ class Source:
                 f"the longest gives {longest} positions), so every padded row would be mostly padding; "
                 f"lower block_size to at most {longest} or use the 'pmd' style"
             )
-        lo, hi = docs * p // n, docs * (p + 1) // n
-        return _SplitView(tokens, index[lo:hi], 0, 0)
+        return _SplitView(tokens, index)
+
+    def draw(self, rng: np.random.Generator, split: str, count: int) -> np.ndarray:
+        """One pick per row of the global batch: a window start (``pmd``) or a document (``padded``)."""
+        view = self.view(split)
+        if self.style == "pmd":
+            return rng.integers(0, view.tokens.size - self.block_size - 1, size=count, endpoint=True)
+        return rng.integers(0, view.index.shape[0], size=count)
 
     def fill(
         self,
-        rng: np.random.Generator,
+        picks: np.ndarray,
         rows: np.ndarray,
         split: str,
         x: np.ndarray,
         y: np.ndarray,
         mask: np.ndarray,
     ) -> None:
-        """Write rows ``rows`` of ``x``, ``y``, ``padding_mask`` (drawing with ``rng``)."""
+        """Write rows ``rows`` of ``x``, ``y``, ``padding_mask`` from their ``picks`` (one per row)."""
         if rows.size == 0:
             return
         view = self.view(split)
         tokens = view.tokens
         t = self.block_size
         if self.style == "pmd":
-            starts = rng.integers(view.lo, view.hi - t - 1, size=rows.size, endpoint=True)
-            for r, s in zip(rows.tolist(), starts.tolist(), strict=True):
+            for r, s in zip(rows.tolist(), picks.tolist(), strict=True):
                 window = tokens[s : s + t + 1]
                 x[r] = window[:-1]
                 y[r] = window[1:]
             mask[rows] = True
             return
-        picks = rng.integers(0, view.index.shape[0], size=rows.size)
         x[rows] = self.pad_id
         y[rows] = -1
         mask[rows] = False
