@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     except TheseusError as exc:
         if verbose:
             traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
+        # A plain exit (a preempted run that checkpointed) is a notice, not an error.
+        click.echo(str(exc) if getattr(exc, "plain", False) else f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

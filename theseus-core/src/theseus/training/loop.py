@@ -23,6 +23,7 @@ from theseus.errors import ConfigError, TrainingError
 from theseus.training.killpoints import kill_point
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
 from theseus.training.plots import plot_loss
+from theseus.training.preemption import PreemptionGuard
 from theseus.training.run import RunDirectory, provenance
 from theseus.training.throughput import mfu, peak_flops
 
@@ -129,8 +130,11 @@ class TrainingLoop:
                 args.steps, start, enabled=args.progress and self.main, description=t.run_name, quiet=not self.main
             )
             self._announce(start)
+            self.guard = PreemptionGuard().install()
             t.state = self._train(state, start, store, logger)
         finally:
+            if hasattr(self, "guard"):
+                self.guard.restore()
             self.display.close()
             if logger is not None:
                 logger.close()
@@ -168,6 +172,7 @@ class TrainingLoop:
         self.window_steps = 0
         self.last_stats = ""
         pending: Pending | None = None
+        stopped: int | None = None
         for step in range(start, self.stop):
             t.step = step
             host = t.host_batch("train", position=step)
@@ -192,23 +197,38 @@ class TrainingLoop:
                 if analyse:
                     self._analyse(state, done)
                 if checkpoint:
-                    meta_record = {
-                        "step": done,
-                        "data_position": done,
-                        "seed": args.seed,
-                        "job": t.context.name,
-                        "val_loss": val_loss,
-                        "skipped_steps": self.skipped,
-                    }
-                    store.save(done, t.checkpoint_tree(state), meta_record, val_loss=val_loss)
-                    self.saved = done
-                    kill_point("save", done)
+                    self._save(store, state, done, val_loss)
                 self.window_start, self.window_steps = None, 0
+            if self.guard.stops_at(done, self.stop):  # a signal: checkpoint here, then stop (preemption.py)
+                if pending is not None:
+                    self._finish(pending)
+                    pending = None
+                if self.saved != done:
+                    self._save(store, state, done, None)
+                stopped = done
+                break
         if pending is not None:
             self._finish(pending)
         store.wait()
+        if stopped is not None:
+            self.display.close()
+            self.guard.preempted(stopped, self.args.steps, self.run_dir.path)
         self._summary(start, store)
         return state
+
+    def _save(self, store: CheckpointStore, state: Any, done: int, val_loss: float | None) -> None:
+        t = self.trainer
+        meta_record = {
+            "step": done,
+            "data_position": done,
+            "seed": self.args.seed,
+            "job": t.context.name,
+            "val_loss": val_loss,
+            "skipped_steps": self.skipped,
+        }
+        store.save(done, t.checkpoint_tree(state), meta_record, val_loss=val_loss)
+        self.saved = done
+        kill_point("save", done)
 
     def _finish(self, pending: Pending) -> None:
         """Fetch one update's scalars, stop on non-finite values, log at intervals."""
