@@ -132,7 +132,7 @@ class PreemptionGuard:
         if self.signal_name is not None and not self._published:
             self._published = True
             try:  # the first process to publish decides; the others read its step below
-                client.key_value_set(self._key, str(step + MULTI_PROCESS_MARGIN))
+                client.key_value_set(self._key, f"{step + MULTI_PROCESS_MARGIN}:{self.signal_name}")
             except Exception:  # noqa: BLE001 - already set by another process
                 pass
         found = dict(client.key_value_dir_get(self._folder))
@@ -140,9 +140,10 @@ class PreemptionGuard:
         if value is None and self.signal_name is not None:  # published but not listed yet
             value = client.blocking_key_value_get(self._key, 60_000)
         if value is not None:
-            self._target = max(int(value), step)
+            target, _, name = str(value).partition(":")
+            self._target = max(int(target), step)
             if self.signal_name is None:
-                self.signal_name = "SIGTERM on another process"
+                self.signal_name = f"{name} (on another process)"
                 self.received_at = time.monotonic()
         return self._target
 
