@@ -96,8 +96,15 @@ def test_the_global_batch_does_not_depend_on_processes_or_micro_batches(root: Pa
         out = []
         for p in range(processes):
             with Flywheel(
-                mix, root=root, block_size=20, batch_size=8, seed=1, process_index=p, process_count=processes,
-                micro_batches=micro, prefetch=0,
+                mix,
+                root=root,
+                block_size=20,
+                batch_size=8,
+                seed=1,
+                process_index=p,
+                process_count=processes,
+                micro_batches=micro,
+                prefetch=0,
             ) as fw:
                 out.append({"rows": fw.rows, **fw.batch(step, "train")})
         return out
