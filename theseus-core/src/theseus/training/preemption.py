@@ -17,6 +17,7 @@ process that polled just before the stop step was published polls again before i
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -131,10 +132,9 @@ class PreemptionGuard:
         client = self._client
         if self.signal_name is not None and not self._published:
             self._published = True
-            try:  # the first process to publish decides; the others read its step below
+            # The first process to publish decides; for the others the key exists and they read it below.
+            with contextlib.suppress(Exception):
                 client.key_value_set(self._key, f"{step + MULTI_PROCESS_MARGIN}:{self.signal_name}")
-            except Exception:  # noqa: BLE001 - already set by another process
-                pass
         found = dict(client.key_value_dir_get(self._folder))
         value = next(iter(found.values()), None) if found else None
         if value is None and self.signal_name is not None:  # published but not listed yet
