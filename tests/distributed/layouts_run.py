@@ -3,7 +3,8 @@
 ``python layouts_run.py ROOT OUT.json [RUN]`` trains ``PlainGPT`` (5 steps, gradient
 accumulation over 4 micro-batches on one device, 2 on four) on one device and on all four
 (simulated) devices as dp, fsdp, tp and fsdp+tp, and records each run's losses and the
-shardings of its parameters and optimizer state. With ``RUN``, it then resumes that run (written by two processes in the dp layout) as fsdp+tp.
+shardings of its parameters and optimizer state. With ``RUN``, it then resumes that run
+(written by two processes in the dp layout) as fsdp+tp.
 XLA_FLAGS must ask for 4 host devices before jax is imported.
 """
 
