@@ -27,6 +27,8 @@ from tests.reliability.test_bad_input import damage
 from tests.training.conftest import write_byte_corpus
 from theseus.training.preemption import EXIT_CODE
 
+pytestmark = pytest.mark.slow
+
 SETTINGS = overrides(
     training__steps=8,
     training__checkpoint_interval=2,

@@ -21,6 +21,8 @@ from tests.reliability.test_crash_resume import command, finish, metric_rows
 from tests.training.conftest import write_byte_corpus
 from theseus.training.preemption import EXIT_CODE
 
+pytestmark = pytest.mark.slow
+
 #: run name -> signals (``phase:step:SIGNAL``)
 SIGNALS = {
     "term": "step:3:TERM",  # SIGTERM while update 3 runs: finish it, checkpoint 3 (written in the background)
