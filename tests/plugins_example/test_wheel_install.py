@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DISTRIBUTIONS, REPO, build_wheels, clean_env, make_venv, pip_install, run_cli
+from tests.conftest import DISTRIBUTIONS, REPO, clean_env, make_venv, pip_install, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -43,11 +43,9 @@ TINY = [
 
 
 @pytest.fixture(scope="module")
-def venv_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    wheels = build_wheels(tmp_path_factory.mktemp("example-wheels"), [REPO / d for d in DISTRIBUTIONS])
-    assert len(wheels) == len(DISTRIBUTIONS), wheels
+def venv_python(wheelhouse: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = make_venv(tmp_path_factory.mktemp("example-venv"), inherit="packages")
-    pip_install(python, *wheels)
+    pip_install(python, *(wheelhouse[d] for d in DISTRIBUTIONS))
     return python
 
 
