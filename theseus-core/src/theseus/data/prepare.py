@@ -1,7 +1,8 @@
 """Preparing a dataset: stream documents, tokenize them in parallel, write token shards atomically.
 
-``prepare(dataset, root)`` is what ``theseus run data/tokenize`` runs; other jobs (e.g. an offline
-demo) call it directly to make sure their data exists.
+``prepare(dataset, root)`` is what ``theseus run data/tokenize`` (theseus-data) runs; the offline jobs
+(``demo/gpt``, ``gpt/train/pretrain``) call it directly to prepare the standard-library corpus, so it
+lives in theseus-core and needs nothing beyond numpy.
 
 Progress is committed in chunks (at most every ``commit_seconds``) to a staging folder with a
 manifest (``theseus.data.format.PreparedWriter``): killed part way, the same call continues after
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from theseus.config import configure
-from theseus.data.datasets.base import Dataset, Document, resolve_dataset
+from theseus.data.documents import Dataset, Document, resolve_dataset
 from theseus.data.format import (
     HEADER_FILE,
     Prepared,
@@ -55,7 +56,7 @@ def as_dataset(dataset: Dataset | type[Dataset] | str) -> Dataset:
         return resolved
     if isinstance(resolved, type) and issubclass(resolved, Dataset):
         return configure(resolved)
-    raise DataError(f"{dataset!r} is not a theseus.data.datasets.Dataset; register a Dataset subclass")
+    raise DataError(f"{dataset!r} is not a theseus.data.documents.Dataset; register a Dataset subclass")
 
 
 def header_spec(tokenizer: Tokenizer) -> dict[str, Any]:

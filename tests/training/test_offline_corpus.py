@@ -1,0 +1,48 @@
+"""The built-in pretraining jobs prepare the offline corpus they read when it is missing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from theseus.data.format import data_folder
+from theseus.errors import DataError
+from theseus.training.flywheel.strategy import Sampling
+from theseus.training.pretrain import GPTPretrain, LlamaPretrain, prepare_offline_corpus
+
+
+def documents(root: Path) -> int:
+    header = json.loads((data_folder(root, "python-stdlib") / "header.json").read_text())
+    return sum(split["documents"] for split in header["splits"].values())
+
+
+@pytest.mark.parametrize("job", [GPTPretrain, LlamaPretrain])
+def test_pretraining_prepares_the_missing_corpus_byte_level(job: type[GPTPretrain], tmp_path: Path) -> None:
+    trainer = job.create(tmp_path, {"data/max_documents": 8, "data/val_fraction": 0.25})
+    prepare_offline_corpus(trainer)
+    assert documents(tmp_path) == 8
+    header = json.loads((data_folder(tmp_path, "python-stdlib") / "header.json").read_text())
+    assert header["tokenizer"] == {"kind": "byte"} and header["splits"]["val"]["documents"] == 2
+
+
+def test_data_prepared_earlier_is_read_as_it_is(tmp_path: Path) -> None:
+    prepare_offline_corpus(GPTPretrain.create(tmp_path, {"data/max_documents": 8, "data/val_fraction": 0.25}))
+    before = (data_folder(tmp_path, "python-stdlib") / "train.bin").stat().st_mtime_ns
+    prepare_offline_corpus(GPTPretrain.create(tmp_path, {"data/max_documents": 12, "data/val_fraction": 0.25}))
+    assert documents(tmp_path) == 8
+    assert (data_folder(tmp_path, "python-stdlib") / "train.bin").stat().st_mtime_ns == before
+
+
+def test_a_subclass_reading_other_data_prepares_nothing(tmp_path: Path) -> None:
+    class OtherData(GPTPretrain):
+        DATASET = Sampling("somewhere-else", 1.0, "pmd")
+
+    prepare_offline_corpus(OtherData.create(tmp_path, {}))
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_bad_corpus_setting_is_a_data_error(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="data/val_fraction must lie in"):
+        prepare_offline_corpus(GPTPretrain.create(tmp_path, {"data/val_fraction": 1.5}))
