@@ -494,13 +494,14 @@ class PreparedWriter:
     def abort(self, keep_progress: bool = False) -> None:
         """Close and remove the staging folder (the previous prepared data, if any, is untouched).
 
-        With ``keep_progress`` the staging folder stays, so that the chunks committed by
-        :meth:`checkpoint` can be continued from; what was appended after them is cut off then.
+        With ``keep_progress`` the staging folder stays if :meth:`checkpoint` committed chunks, so
+        that they can be continued from; what was appended after them is cut off then.
         """
         for handle in (*self._bins.values(), *self._idx.values()):
             with contextlib.suppress(Exception):
                 handle.close()
-        if self.staging.exists() and not keep_progress:
+        committed = (self.staging / MANIFEST_FILE).is_file()
+        if self.staging.exists() and not (keep_progress and committed):
             shutil.rmtree(self.staging, ignore_errors=True)
         self._closed = True
 
