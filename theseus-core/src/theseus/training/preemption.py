@@ -103,7 +103,10 @@ class PreemptionGuard:
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.signal_name is not None:
-            return  # already stopping (a second SIGTERM changes nothing)
+            if signum == signal.SIGINT:  # Ctrl-C while already stopping (after a SIGTERM): abort now
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)
+            return  # a second SIGTERM changes nothing
         self.signal_name = signal.Signals(signum).name
         self.received_at = time.monotonic()
         if signum == signal.SIGINT:
