@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from theseus.cli.scaffold import new
 from theseus.errors import TheseusError
 
 
@@ -160,6 +161,9 @@ def run(
         "process_id": process_id,
     }
     run_job(job, list(overrides), config_file, root, verbose=ctx.obj["verbose"], distributed=distributed)
+
+
+cli.add_command(new)
 
 
 def main(argv: list[str] | None = None) -> None:
