@@ -71,6 +71,9 @@ def test_bad_names_and_existing_folders_are_refused(tmp_path: Path) -> None:
         done = run_cli(["new", "plugin", name, "--dir", str(tmp_path)], cwd=tmp_path)
         assert done.returncode == 2 and done.stderr.startswith(message), done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+    missing = run_cli(["new", "plugin"], cwd=tmp_path)
+    assert missing.returncode == 2
+    assert missing.stderr == "error: Missing argument 'NAME'. (see 'theseus new plugin --help')\n"
     kept = tmp_path / "taken" / "README.md"
     kept.parent.mkdir()
     kept.write_text("mine\n")

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        hint = f" (see 'theseus {exc.ctx.info_name} --help')" if isinstance(exc, click.UsageError) and exc.ctx else ""
+        hint = f" (see '{exc.ctx.command_path} --help')" if isinstance(exc, click.UsageError) and exc.ctx else ""
         click.echo(f"error: {exc.format_message()}{hint}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:

@@ -82,7 +82,7 @@ def render_plugin(name: str, parent: Path) -> list[Path]:
     return written
 
 
-@click.group()
+@click.group(no_args_is_help=False)
 def new() -> None:
     """Create a project from a template (``theseus new plugin NAME``)."""
 
