@@ -49,6 +49,28 @@ finally:
 """
 
 
+#: Imports every module of the installed theseus-core and theseus-models with the heavy data
+#: libraries made unimportable (the test venv could otherwise import them from its parent).
+IMPORT_EVERY_MODULE = f"""
+import importlib, importlib.metadata as md, sys
+for name in {HEAVY!r}:
+    sys.modules[name] = None
+failed, count = [], 0
+for dist in ("theseus-core", "theseus-models"):
+    for file in md.distribution(dist).files:
+        if file.suffix != ".py" or not file.parts[0] == "theseus":
+            continue
+        module = ".".join(file.with_suffix("").parts).removesuffix(".__init__")
+        try:
+            importlib.import_module(module)
+            count += 1
+        except Exception as exc:
+            failed.append(f"{{module}}: {{type(exc).__name__}}: {{exc}}")
+print(count)
+sys.exit("\\n".join(failed) or None)
+"""
+
+
 @pytest.fixture(scope="module")
 def core_models_python(wheelhouse: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = make_venv(tmp_path_factory.mktemp("core-models-venv"), inherit="packages")
@@ -78,6 +100,14 @@ def test_only_core_and_models_are_installed(core_models_python: Path, tmp_path: 
     done = subprocess.run([str(core_models_python), "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["['theseus-core', 'theseus-models']", "None None"]
+
+
+def test_every_module_imports_without_the_data_libraries(core_models_python: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(core_models_python), "-c", IMPORT_EVERY_MODULE], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 60  # every module of both distributions was imported
 
 
 def test_jobs_lists_the_offline_jobs(core_models_python: Path, tmp_path: Path) -> None:

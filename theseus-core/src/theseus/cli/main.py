@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from theseus.cli.scaffold import new
 from theseus.errors import TheseusError
 
 
@@ -162,6 +163,9 @@ def run(
     run_job(job, list(overrides), config_file, root, verbose=ctx.obj["verbose"], distributed=distributed)
 
 
+cli.add_command(new)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes become one ``error:`` line and a non-zero exit."""
     args = sys.argv[1:] if argv is None else argv
@@ -178,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        hint = f" (see 'theseus {exc.ctx.info_name} --help')" if isinstance(exc, click.UsageError) and exc.ctx else ""
+        hint = f" (see '{exc.ctx.command_path} --help')" if isinstance(exc, click.UsageError) and exc.ctx else ""
         click.echo(f"error: {exc.format_message()}{hint}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:

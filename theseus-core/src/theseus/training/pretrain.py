@@ -11,11 +11,13 @@ Subclass them (``DATASET = Sampling(FineWeb, 1.0, "pmd")``) to train on other da
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import click
 
 from theseus.config import configuration
+from theseus.errors import DataError
 from theseus.evaluation import Perplexity
 from theseus.training import declarations
 from theseus.training.base import BaseTrainer
@@ -45,14 +47,27 @@ class LlamaPretrain(GPTPretrain):
     MODEL: ClassVar[Any] = "llama"
 
 
-def prepare_offline_corpus(trainer: BaseTrainer) -> None:
-    """Prepare ``python-stdlib`` byte-level under the trainer's root when it declares it and it is missing."""
+def prepare_offline_corpus(trainer: BaseTrainer, *, wait: float = 600.0) -> None:
+    """Prepare ``python-stdlib`` byte-level under the trainer's root when it declares it and it is missing.
+
+    When another process is preparing it (every process of a multi-process run on a shared root
+    gets here), this one waits up to ``wait`` seconds for it and then reads what it wrote.
+    """
     from theseus.data.prepare import is_prepared
     from theseus.data.stdlib import PythonStdlib, prepare_stdlib
 
     root = trainer.context.root
     for declared in declarations.as_list(trainer.DATASET):
         sampling = declared if isinstance(declared, Sampling) else Sampling(declared)
-        if sampling.dataset_class() is PythonStdlib and not is_prepared(root, PythonStdlib.name):
-            with configuration(trainer.context.config):
-                prepare_stdlib(root, note=lambda text: click.echo(text, err=True))
+        if sampling.dataset_class() is not PythonStdlib or is_prepared(root, PythonStdlib.name):
+            continue
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                with configuration(trainer.context.config):
+                    prepare_stdlib(root, note=lambda text: click.echo(text, err=True))
+                break
+            except DataError as exc:
+                if not isinstance(exc.__cause__, BlockingIOError) or time.monotonic() > deadline:
+                    raise  # not another preparer holding the lock, or it took too long
+            time.sleep(0.2)
