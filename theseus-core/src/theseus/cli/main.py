@@ -162,6 +162,11 @@ def run(
     run_job(job, list(overrides), config_file, root, verbose=ctx.obj["verbose"], distributed=distributed)
 
 
+from theseus.cli.runs import runs as runs_group  # noqa: E402  (after cli: the group needs no plugins)
+
+cli.add_command(runs_group)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes become one ``error:`` line and a non-zero exit."""
     args = sys.argv[1:] if argv is None else argv
