@@ -170,3 +170,25 @@ def test_runs_does_not_import_jax(runs: Runs) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "NOJAX"
     assert "tracked" in result.stdout
+
+
+def test_a_running_run_is_not_removed_and_old_runs_are_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import platform
+
+    alive = tmp_path / "runs" / "alive"
+    alive.mkdir(parents=True)
+    status = {"state": "running", "step": 7, "total_steps": 10, "pid": os.getpid(), "host": platform.node()}
+    (alive / "status.json").write_text(json.dumps(status))
+    old = tmp_path / "runs" / "old"  # written before status.json existed
+    (old / "checkpoints" / "4").mkdir(parents=True)
+    (old / "config.yaml").write_text("training:\n  steps: 8\n")
+    (old / "metrics.jsonl").write_text('{"step": 4, "split": "val", "loss": 2.5}\n')
+    rows = {r["name"]: r for r in listing(capsys, tmp_path)}
+    assert (rows["alive"]["status"], rows["alive"]["step"]) == ("running", 7)
+    assert (rows["old"]["status"], rows["old"]["step"], rows["old"]["total_steps"]) == ("stopped", 4, 8)
+    assert rows["old"]["best_val_loss"] == 2.5
+    code, _, err = theseus(capsys, "runs", "--root", str(tmp_path), "rm", "alive", "--yes")
+    assert code == 2 and err.strip().startswith("error: run 'alive' is running; stop it before removing")
+    assert alive.is_dir()

@@ -225,7 +225,7 @@ def list_runs(root: Path, *, sort: str = "name", job: str | None = None, status:
 
 def checkpoints(run_dir: Path) -> list[dict[str, Any]]:
     """Each committed checkpoint: step, size in bytes, validation loss (if recorded), best flag."""
-    out = []
+    out: list[dict[str, Any]] = []
     for step in checkpoint_steps(run_dir):
         path = Path(run_dir) / "checkpoints" / str(step)
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
