@@ -52,7 +52,7 @@ def _wandb_records(path: Path) -> Iterator[Any]:
         pending += data[position : position + length]
         position += length
         if kind in (1, 4):  # FULL or LAST
-            record = pb.Record()
+            record = pb.Record()  # type: ignore[attr-defined]
             record.ParseFromString(pending)
             pending = b""
             yield record
@@ -60,7 +60,9 @@ def _wandb_records(path: Path) -> Iterator[Any]:
 
 def wandb_offline_run(path: Path) -> dict[str, Any]:
     """Run id, config and history (by step) of one offline run's ``.wandb`` file."""
-    run_id, config, history = None, {}, {}
+    run_id: str | None = None
+    config: dict[str, Any] = {}
+    history: dict[int, dict[str, Any]] = {}
     for record in _wandb_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
