@@ -138,6 +138,10 @@ def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> Non
             "provenance": provenance,
             "last_metrics": last,
             "checkpoints": ckpts,
+            "trackers": {
+                "wandb": data.read_json(path / "wandb.json") or None,
+                "mlflow": data.read_json(path / "mlflow.json") or None,
+            },
         }
         click.echo(json.dumps(record, indent=2, default=str))
         return
@@ -162,6 +166,10 @@ def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> Non
         out.append("  installed   " + (", ".join(f"{k} {v}" for k, v in dists.items()) or "-"))
         plugins = provenance.get("plugins") or {}
         out.append("  plugins     " + (", ".join(f"{k} {v}" for k, v in plugins.items()) or "-"))
+    trackers = _trackers(path)
+    if trackers:
+        out.append("trackers:")
+        out += [f"  {line}" for line in trackers]
     out.append("last metrics:")
     for split, record in last.items():
         values = ", ".join(f"{k} {_format_value(v)}" for k, v in record.items() if k not in ("step", "split"))
@@ -176,6 +184,20 @@ def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> Non
     if not ckpts:
         out.append("  none")
     click.echo("\n".join(out))
+
+
+def _trackers(path: Path) -> list[str]:
+    """Where the run's trackers keep it: TensorBoard event files, the W&B and MLflow run ids."""
+    lines = []
+    if any(path.glob("events.out.tfevents.*")):
+        lines.append(f"tensorboard  tensorboard --logdir {path}")
+    wandb_id = data.read_json(path / "wandb.json").get("id")
+    if wandb_id:
+        lines.append(f"wandb        run id {wandb_id} (local files in {path / 'wandb'})")
+    mlflow = data.read_json(path / "mlflow.json")
+    if mlflow.get("run_id"):
+        lines.append(f"mlflow       run id {mlflow['run_id']} at {mlflow.get('tracking_uri')}")
+    return lines
 
 
 def _format_value(value: Any) -> str:
