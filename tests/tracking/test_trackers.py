@@ -92,6 +92,8 @@ def test_unknown_or_missing_tracker_is_one_line_before_anything_is_written(
     with pytest.raises(ConfigError, match=r"unknown metrics sink 'tensorbord' in metrics/sinks; choose from jsonl"):
         sinks.selected_sinks({"metrics/sinks": "jsonl, tensorbord"})
     real = importlib.util.find_spec
+    with pytest.raises(ConfigError, match=r"metrics/wandb/mode must be one of online, offline, disabled"):
+        sinks.selected_sinks({"metrics/sinks": "wandb", "metrics/wandb/mode": "ofline"})
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     with pytest.raises(ConfigError) as info:
         sinks.selected_sinks({"metrics/sinks": "tensorboard,wandb"})

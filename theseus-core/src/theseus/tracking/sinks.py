@@ -12,6 +12,7 @@ from theseus.errors import ConfigError
 from theseus.tracking.config import BUILTIN_SINKS, EXTRAS
 
 #: The module each tracker needs, checked before a run writes anything.
+WANDB_MODES = ("online", "offline", "disabled")
 _PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
 
 
@@ -34,6 +35,9 @@ def selected_sinks(config: Mapping[str, Any]) -> list[str]:
                 f"pip install 'theseus-core[{EXTRAS[name]}]'"
             )
         chosen.append(name)
+    mode = str(config.get("metrics/wandb/mode") or "")
+    if "wandb" in chosen and mode and mode not in WANDB_MODES:
+        raise ConfigError(f"metrics/wandb/mode must be one of {', '.join(WANDB_MODES)} (or empty), got {mode!r}")
     return chosen
 
 
