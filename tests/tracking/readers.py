@@ -35,6 +35,20 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     }
 
 
+def raw_tensorboard_points(run_dir: Path) -> list[tuple[str, int]]:
+    """Every ``(tag, step)`` stored in any event file of the run, with TensorBoard's raw file loader
+    (no purging: what any reader of the files sees)."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    points = []
+    for path in sorted(run_dir.glob("events.out.tfevents.*")):
+        for payload in RawEventFileLoader(str(path)).Load():
+            event = Event.FromString(payload)
+            points += [(value.tag, event.step) for value in event.summary.value]
+    return points
+
+
 def _wandb_records(path: Path) -> Iterator[Any]:
     """The protobuf records of a ``.wandb`` transaction log (W&B's LevelDB-style log of 32 KiB blocks)."""
     from wandb.proto import wandb_internal_pb2 as pb

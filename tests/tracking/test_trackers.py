@@ -7,7 +7,13 @@ import json
 import pytest
 
 from tests.tracking.conftest import Runs
-from tests.tracking.readers import close, jsonl_scalars, tensorboard_scalars, wandb_offline_run
+from tests.tracking.readers import (
+    close,
+    jsonl_scalars,
+    raw_tensorboard_points,
+    tensorboard_scalars,
+    wandb_offline_run,
+)
 from theseus.errors import ConfigError
 
 pytestmark = pytest.mark.slow
@@ -26,6 +32,10 @@ def test_tensorboard_holds_every_scalar_once_at_the_jsonl_steps(runs: Runs) -> N
             assert close(want, got, rel=1e-6), (tag, want, got)  # TensorBoard keeps float32
     assert [s for s, _ in found["train/loss"]] == [1, 2, 3, 4, 5, 6]
     assert 99.0 not in [v for _, v in found["train/loss"]]
+    # The files themselves hold each (tag, step) once: the resumed run removed the crashed invocation's steps.
+    raw = raw_tensorboard_points(run_dir)
+    assert len(raw) == len(set(raw)) == sum(len(points) for points in expected.values())
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 3  # two invocations and the crashed one
 
 
 def test_wandb_offline_history_equals_metrics_jsonl_and_resume_keeps_the_run(runs: Runs) -> None:
