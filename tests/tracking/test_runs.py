@@ -39,16 +39,22 @@ def test_statuses_of_real_runs(runs: Runs, capsys: pytest.CaptureFixture[str]) -
     # A run started from the command line, watched while it trains, then killed with SIGKILL.
     env = clean_env(PYTHONPATH=str(REPO))
     command = [sys.executable, "-m", "theseus.cli.main", "--load", str(JOB_FILE), "run", "test/tracking/tiny"]
-    settings = ["training/steps=100000", "training/batch_size=4", "training/eval_batches=0", "training/progress=false"]
-    settings += ["training/checkpoint_interval=0", "training/log_interval=1", "run/name=live"]
+    settings = ["training/steps=100000", "training/batch_size=8", "training/lr=0.01", "training/eval_batches=0"]
+    settings += [
+        "training/progress=false",
+        "training/checkpoint_interval=0",
+        "training/log_interval=1",
+        "run/name=live",
+    ]
+    log = (runs.root / "live.log").open("w")
     process = subprocess.Popen(
-        [*command, "--root", str(runs.root), *settings], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [*command, "--root", str(runs.root), *settings], env=env, stdout=subprocess.DEVNULL, stderr=log
     )
     try:
         metrics = runs.root / "runs" / "live" / "metrics.jsonl"
         deadline = time.monotonic() + 240
         while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 2):
-            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+            assert process.poll() is None, (runs.root / "live.log").read_text()
             assert time.monotonic() < deadline, "the live run did not start training"
             time.sleep(0.2)
         rows = {r["name"]: r for r in listing(capsys, runs.root)}
@@ -57,6 +63,7 @@ def test_statuses_of_real_runs(runs: Runs, capsys: pytest.CaptureFixture[str]) -
     finally:
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
+        log.close()
     rows = {r["name"]: r for r in listing(capsys, runs.root)}
     assert {name: row["status"] for name, row in rows.items()} == {
         "tracked": "complete",
