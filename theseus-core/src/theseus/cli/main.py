@@ -164,6 +164,9 @@ def run(
 
 
 cli.add_command(new)
+from theseus.cli.runs import runs as runs_group  # noqa: E402  (after cli: the group needs no plugins)
+
+cli.add_command(runs_group)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,6 +23,7 @@ from theseus.base.job import Job, JobContext
 from theseus.config import configuration, configure, load, resolve
 from theseus.errors import ConfigError, DataError
 from theseus.plugins.gather import gather_classes
+from theseus.tracking.config import TrackingConfig
 from theseus.training import declarations, steps
 from theseus.training.config import BaseTrainerConfig
 from theseus.training.optimizers import AdamW, Optimizer, clip_by_global_norm
@@ -76,6 +77,7 @@ class BaseTrainer(Job):
         OPTIMIZER, SCHEDULE, EVALUATION and ANALYSIS declare, and plugin contributions
         (``theseus_gather`` hook with ``owner`` = this trainer class)."""
         contributed: list[type] = [cls.CONFIG] if cls.CONFIG is not None else []
+        contributed.append(TrackingConfig)
         if cls.MODEL is not None:
             contributed += declarations.contributed_classes(declarations.resolve("model", cls.MODEL))
         contributed += declarations.dataset_classes(cls.DATASET)

@@ -20,6 +20,8 @@ import numpy as np
 from theseus.checkpoint import CheckpointStore
 from theseus.config import configuration
 from theseus.errors import ConfigError, TrainingError
+from theseus.tracking.sinks import open_sinks, selected_sinks
+from theseus.tracking.status import StatusRecorder
 from theseus.training.killpoints import kill_point
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
 from theseus.training.plots import plot_loss
@@ -54,6 +56,33 @@ def _human(value: float) -> str:
     return f"{value:.0f}"
 
 
+def _duration(seconds: float) -> str:
+    hours, rest = divmod(round(seconds), 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def progress_stats(
+    loss: float,
+    lr: float,
+    grad_norm: float,
+    tokens: int,
+    tokens_per_sec: float,
+    utilisation: float,
+    eta: float | None,
+    live: bool,
+) -> str:
+    """The progress line: loss, learning rate, gradient norm, tokens seen, tokens/s, MFU and ETA
+    (the live bar has its own ETA column)."""
+    parts = [f"loss {loss:.4f}", f"lr {lr:.3g}", f"gnorm {grad_norm:.3g}", f"{_human(tokens)} tok"]
+    if tokens_per_sec:
+        parts.append(f"{_human(tokens_per_sec)} tok/s")
+        if utilisation > 0:
+            parts.append(f"MFU {utilisation * 100:.1f}%")
+    if eta is not None and not live:
+        parts.append(f"ETA {_duration(eta)}")
+    return " | ".join(parts)
+
+
 class TrainingLoop:
     """Runs a trainer's job: run directory, resume, steps, validation and checkpoints."""
 
@@ -70,6 +99,7 @@ class TrainingLoop:
         t, args = self.trainer, self.args
         if args.steps <= 0:
             raise ConfigError(f"training/steps must be positive, got {args.steps}; set training/steps=<updates>")
+        selected_sinks(t.context.config)  # an unknown or uninstalled tracker fails before anything is written
         t.setup()
         #: Only process 0 writes the run directory's files (metrics, plots, records); all write checkpoints.
         self.main = jax.process_index() == 0
@@ -84,6 +114,7 @@ class TrainingLoop:
         )
         self.display = ProgressDisplay(args.steps, 0, enabled=False, quiet=not self.main)
         logger: MetricsLogger | None = None
+        self.status: StatusRecorder | None = None
         try:
             latest = store.latest_step()
             if latest is not None and latest >= args.steps:
@@ -124,7 +155,21 @@ class TrainingLoop:
             else:
                 state = t.init_state()
                 start = 0
-            sinks = self._sinks() if self.main else []
+            if self.main:
+                self.status = StatusRecorder(
+                    self.run_dir.path,
+                    run=t.run_name,
+                    job=t.context.name,
+                    total_steps=args.steps,
+                    stop_step=self.stop,
+                    tokens_per_step=t.tokens_per_step,
+                    start_step=start,
+                )
+            sinks = (
+                open_sinks(self.run_dir.path, t, start=start, plugin_sinks=self._sinks(), warn=self.display.message)
+                if self.main
+                else []
+            )
             logger = MetricsLogger(self.run_dir.metrics_file, sinks, resume_step=start, enabled=self.main)
             self.display = ProgressDisplay(
                 args.steps, start, enabled=args.progress and self.main, description=t.run_name, quiet=not self.main
@@ -132,6 +177,12 @@ class TrainingLoop:
             self._announce(start)
             self.guard = PreemptionGuard().install()
             t.state = self._train(state, start, store, logger)
+            if self.status is not None:
+                self.status.finished()
+        except BaseException as exc:
+            if self.status is not None:
+                self.status.failed(exc)
+            raise
         finally:
             if hasattr(self, "guard"):
                 self.guard.restore()
@@ -228,6 +279,8 @@ class TrainingLoop:
         }
         store.save(done, t.checkpoint_tree(state), meta_record, val_loss=val_loss)
         self.saved = done
+        if self.status is not None:
+            self.status.checkpointed(done)
         kill_point("save", done)
 
     def _finish(self, pending: Pending) -> None:
@@ -256,13 +309,21 @@ class TrainingLoop:
         rate = self.window_steps / elapsed if self.window_steps and elapsed > 0 else 0.0
         tokens_per_sec = rate * self.trainer.tokens_per_step
         utilisation = mfu(self.flops_per_step, self.window_steps, elapsed, self.peak, jax.device_count())
-        stats = f"loss {loss:.4f}"
-        if rate:
-            stats += f" | {_human(tokens_per_sec)} tok/s"
-            if self.flops_per_step > 0:
-                stats += f" | MFU {utilisation * 100:.1f}%"
-        self.display.update(pending.step, stats)
         step = pending.step
+        eta = (self.stop - step) / rate if rate else None
+        stats = progress_stats(
+            loss,
+            lr,
+            grad_norm,
+            step * self.trainer.tokens_per_step,
+            tokens_per_sec,
+            utilisation,
+            eta,
+            self.display.live,
+        )
+        self.display.update(step, stats)
+        if self.status is not None:
+            self.status.step(step, eta_seconds=eta)
         if due(step, self.args.log_interval, self.stop) or step == 1:
             values: dict[str, Any] = {
                 "loss": loss,
@@ -286,6 +347,8 @@ class TrainingLoop:
     def _validate(self, state: Any, step: int) -> float:
         result = self.trainer.validate(state)
         self.logger.log(step, "val", result)
+        if self.status is not None:
+            self.status.validated(step, float(result["loss"]))
         self.display.message(f"step {step}: val loss {result['loss']:.4f}")
         if self.main:
             history = self.logger.history
