@@ -57,7 +57,7 @@ def test_nested_and_flat_configurations_configure_a_module_alike(nested: object)
     ],
 )
 def test_an_unreadable_mapping_is_one_clear_error(bad: object, message: str) -> None:
-    with pytest.raises(ConfigError, match="^configuration\\(\\)") as caught, configuration(bad):  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^configuration\(\)") as caught, configuration(bad):  # type: ignore[arg-type]
         pass
     assert message in str(caught.value)
 
@@ -78,7 +78,7 @@ def test_every_violation_is_one_line() -> None:
 
 
 def test_configure_checks_constraints_of_the_active_values() -> None:
-    with configuration({"demo": {"lr": -1.0}}), pytest.raises(ConfigError, match="demo/lr=-1.0 is out of range"):
+    with configuration({"demo": {"lr": -1.0}}), pytest.raises(ConfigError, match=r"demo/lr=-1\.0 is out of range"):
         configure(Bounded)
     with configuration({"demo": {"lr": float("nan")}}), pytest.raises(ConfigError, match="out of range"):
         configure(Bounded)
