@@ -203,7 +203,7 @@ def _parse_dataset(text: str, how: str) -> list[Any]:
         name, *rest = entry.split(":")
         if len(rest) > 2:
             raise ConfigError(f"dataset entry {entry!r} ({how}) is not name[:rate[:style]], e.g. fineweb:0.8:pmd")
-        load("dataset", name, how)
+        _check_dataset(name, how)
         if not rest:
             items.append(name)
             continue
@@ -221,6 +221,18 @@ def _parse_dataset(text: str, how: str) -> list[Any]:
     except TheseusError as exc:
         raise ConfigError(f"{exc} ({how})") from None
     return items
+
+
+def _check_dataset(name: str, how: str) -> None:
+    """A registered dataset, or a folder prepared under another name (``data/name=``) that is not a
+    near miss of a registered one (a typo gets "did you mean")."""
+    registry = _registry()
+    if ("dataset", name) in registry.components or f"dataset/{name}" in registry.blocked_entries:
+        registry.load_component("dataset", name)
+        return
+    names = [e.name for e in registry.components_of("dataset")]
+    if not name or difflib.get_close_matches(name, names, n=1, cutoff=0.75):
+        raise unknown_name("dataset", name, how)
 
 
 # -- applying them -----------------------------------------------------------------------
@@ -282,7 +294,7 @@ def check_allowed(cls: Any, kind: str, text: str) -> None:
     names = [n.split(":", 1)[0] for n in _names(text)] if kind in MULTIPLE else [text]
     for name in names:
         if name not in allowed:
-            job = getattr(cls, "JOB_KEY", None) or cls.__qualname__
+            job = getattr(cls, "JOB_KEY", None) or cls.__name__
             raise ConfigError(
                 f"{job} does not accept {kind} {name!r}; it accepts: {', '.join(allowed) or 'none'} "
                 f"(its ACCEPTS declaration)"
@@ -291,7 +303,7 @@ def check_allowed(cls: Any, kind: str, text: str) -> None:
 
 def owner_of(name: str, cls: Any, texts: Mapping[str, str]) -> str | None:
     """'<key> belongs to optimizer 'adamw'; this run selects 'lion'' for a key of an unselected component."""
-    found = _owner_by_section(name) or _owner_by_declaration(name, cls)
+    found = _owner_by_section(name) or _owner_by_declaration(name, cls) or _owner_among_models(name, texts)
     if found is None:
         return None
     kind, owner = found
@@ -330,6 +342,22 @@ def _owner_by_declaration(name: str, cls: Any) -> tuple[str, str] | None:
             classes = declarations.contributed_classes(obj) if kind != "dataset" else _dataset_classes(obj)
             if any(spec.key == name for klass in classes for spec in _fields(klass)):
                 return kind, registered_name(kind, entry)
+    return None
+
+
+def _owner_among_models(name: str, texts: Mapping[str, str]) -> tuple[str, str] | None:
+    """The first other registered model declaring ``name`` (loaded only on this error path)."""
+    if not name.startswith(("architecture/", "model/")):
+        return None
+    for entry in _registry().components_of("model"):
+        if entry.name == texts.get("model"):
+            continue
+        try:
+            classes = declarations.contributed_classes(entry.load())
+        except TheseusError:
+            continue  # a broken plugin is reported elsewhere
+        if any(spec.key == name for klass in classes for spec in _fields(klass)):
+            return "model", str(entry.name)
     return None
 
 
