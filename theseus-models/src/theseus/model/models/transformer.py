@@ -13,7 +13,7 @@ from jax.typing import ArrayLike
 from theseus.base.axis import Axis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers._common import ACTIVATION_AXES, ACTIVATIONS, INIT_STD, cast, child, constrain, normal, param
+from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
 from theseus.model.layers.attention import missing_cache_error
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
@@ -64,9 +64,6 @@ class DecodePositions(nn.Module):
         if exists:
             length.value = length.value + jnp.sum(mask, axis=1, dtype=jnp.int32)
         return positions
-
-
-ACTIVATION_NAMES = tuple(sorted(ACTIVATIONS))
 
 
 class TransformerLM(Module):
@@ -124,7 +121,7 @@ class TransformerLM(Module):
     activation: str | None = field(
         "architecture/activation",
         default=None,
-        choices=ACTIVATION_NAMES,
+        choices=("gelu", "gelu_exact", "relu", "silu", "swiglu", "geglu"),
         help="gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
     )
     dropout: float = field(
