@@ -334,12 +334,15 @@ def _owner_by_section(name: str) -> tuple[str, str] | None:
 def _owner_by_declaration(name: str, cls: Any) -> tuple[str, str] | None:
     for kind, attr in DECLARATIONS.items():
         if kind == "dataset":
-            entries: list[Any] = [s.dataset for s in _samplings(getattr(cls, attr))]
+            owners = [(s.dataset, _dataset_classes(s.dataset_class())) for s in _samplings(getattr(cls, attr))]
         else:
-            entries = declarations.as_list(getattr(cls, attr))
-        for entry in entries:
-            obj = declarations.resolve(kind, entry)
-            classes = declarations.contributed_classes(obj) if kind != "dataset" else _dataset_classes(obj)
+            owners = []
+            for entry in declarations.as_list(getattr(cls, attr)):
+                try:
+                    owners.append((entry, declarations.contributed_classes(declarations.resolve(kind, entry))))
+                except TheseusError:
+                    continue  # an unusable declaration is reported when the job is set up
+        for entry, classes in owners:
             if any(spec.key == name for klass in classes for spec in _fields(klass)):
                 return kind, registered_name(kind, entry)
     return None
