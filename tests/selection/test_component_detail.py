@@ -38,6 +38,14 @@ def test_detail_of_a_core_optimizer_and_a_plugin_model() -> None:
     assert llama["architecture/rope_theta"][:2] == ["float", "10000.0"]
 
 
+def test_a_kind_alone_lists_that_kind() -> None:
+    done = run_cli(["components", "optimizer"])
+    assert done.returncode == 0, done.stderr
+    listed = [line.split()[0] for line in done.stdout.splitlines()[1:]]
+    assert {"optimizer/adamw", "optimizer/lion", "optimizer/example-nadamw"} <= set(listed)
+    assert all(key.startswith("optimizer/") for key in listed)
+
+
 def test_an_unknown_component_lists_the_registered_ones() -> None:
     done = run_cli(["components", "schedule/cosin"])
     assert done.returncode == 2
