@@ -95,13 +95,19 @@ def jobs() -> None:
 
 
 @cli.command()
+@click.argument("component", required=False, metavar="[KIND|KIND/NAME]")
 @click.option("--kind", default=None, help="Only this kind (model, dataset, optimizer, ...).")
-def components(kind: str | None) -> None:
-    """List registered components (models, datasets, optimizers, ...)."""
+def components(component: str | None, kind: str | None) -> None:
+    """List registered components, or show one (KIND/NAME): its keys, types, defaults and provider."""
     from theseus.cli.listing import list_components
     from theseus.registry import get_registry
 
-    list_components(get_registry(), kind)
+    if component is not None and "/" in component:
+        from theseus.cli.component_detail import show_component
+
+        show_component(get_registry(), component)
+        return
+    list_components(get_registry(), kind or component)
 
 
 @cli.command()

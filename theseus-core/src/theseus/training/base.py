@@ -20,11 +20,12 @@ import numpy as np
 import optax
 
 from theseus.base.job import Job, JobContext
-from theseus.config import configuration, configure, load, resolve
+from theseus.config import Schema, configuration, configure, parse_overrides, read_yaml, resolve
+from theseus.config.configuration import flat_values
 from theseus.errors import ConfigError, DataError
 from theseus.plugins.gather import gather_classes
 from theseus.tracking.config import TrackingConfig
-from theseus.training import declarations, steps
+from theseus.training import declarations, selection, steps
 from theseus.training.config import BaseTrainerConfig
 from theseus.training.optimizers import AdamW, Optimizer, clip_by_global_norm
 from theseus.training.run import default_run_name
@@ -50,6 +51,8 @@ class BaseTrainer(Job):
     SCHEDULE: ClassVar[Any] = None
     EVALUATION: ClassVar[Sequence[Any]] = []
     ANALYSIS: ClassVar[Sequence[Any]] = []
+    #: Names a run may select per kind, e.g. ``{"model": ["gpt", "llama"]}`` (absent kind: any).
+    ACCEPTS: ClassVar[Mapping[str, Sequence[str]]] = {}
 
     args: Any
 
@@ -92,6 +95,18 @@ class BaseTrainer(Job):
         return [klass for klass in gathered if klass is not cls]
 
     @classmethod
+    def schema(cls) -> Schema:
+        """The selection keys (``select/model``, ... defaulting to the declarations) and ``config()``."""
+        return selection.schema_of(cls)
+
+    @classmethod
+    def selected(
+        cls, file_values: Mapping[str, Any], overrides: Mapping[str, Any]
+    ) -> tuple[type[BaseTrainer], dict[str, Any], dict[str, Any]]:
+        """This trainer with the components a run selects by name (``optimizer=lion``) declared."""
+        return selection.select(cls, file_values, overrides)
+
+    @classmethod
     def optimizer(cls) -> Optimizer:
         """The declared ``Optimizer`` (AdamW when OPTIMIZER is None)."""
         return declarations.resolve("optimizer", cls.OPTIMIZER) if cls.OPTIMIZER is not None else AdamW
@@ -110,15 +125,13 @@ class BaseTrainer(Job):
         name: str | None = None,
     ) -> BaseTrainer:
         """Build the trainer outside the CLI: resolve its configuration like ``theseus run`` does."""
-        schema = cls.schema()
-        if isinstance(overrides, Mapping):
-            file_values = load(schema, config_file) if config_file is not None else {}
-            cfg = resolve(schema, dict(file_values), dict(overrides))
-        else:
-            cfg = load(schema, config_file, list(overrides))
+        file_values = read_yaml(config_file) if config_file is not None else {}
+        given = flat_values(overrides, "overrides") if isinstance(overrides, Mapping) else parse_overrides(overrides)
+        chosen, file_values, given = cls.selected(file_values, given)
+        cfg = resolve(chosen.schema(), file_values, given)
         own_key = cls.__dict__.get("JOB_KEY")
         context = JobContext(name=name or own_key or cls.__name__, root=Path(root), config=cfg)
-        return cls(context)
+        return chosen(context)  # type: ignore[return-value]
 
     # -- the override contract -------------------------------------------------------------
     def batch(self, slice: str = "train") -> Batch:

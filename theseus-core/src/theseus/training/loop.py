@@ -22,6 +22,7 @@ from theseus.config import configuration
 from theseus.errors import ConfigError, TrainingError
 from theseus.tracking.sinks import open_sinks, selected_sinks
 from theseus.tracking.status import StatusRecorder
+from theseus.training import selection
 from theseus.training.killpoints import kill_point
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
 from theseus.training.plots import plot_loss
@@ -132,6 +133,7 @@ class TrainingLoop:
             # Restore before writing anything: a checkpoint that does not fit leaves the run directory as it was.
             resumed = None
             if latest is not None:
+                selection.check_resume(self.run_dir.previous_config(), t.context.config, t.run_name)
                 resumed = store.restore_latest(t.abstract_checkpoint_tree(), warn=self.display.message)
             changed: list[str] = []
             if self.main:
@@ -143,6 +145,7 @@ class TrainingLoop:
                         resumed_from=resumed[0] if resumed is not None else None,
                         model=type(t.model),
                         tokenizer=t.flywheel.tokenizer_spec if t.flywheel is not None else t.tokenizer().spec,
+                        selection=selection.of_configuration(t.context.config),
                     )
                 )
             self.skipped = 0

@@ -31,12 +31,12 @@ class DemoConfig(BaseTrainerConfig):
     """The trainer keys with the demo's defaults (a few minutes on 2 CPU cores: many small steps
     learn more per second there than few large ones), plus the samples printed at the end."""
 
-    steps: int = field("training/steps", default=3000, help="optimizer steps of the whole run")
+    steps: int = field("training/steps", default=3000, min=1, help="optimizer steps of the whole run")
     batch_size: int = field("training/batch_size", default=4, help="global rows (sequences) per optimizer step")
     sequence_length: int = field(
         "training/sequence_length", default=128, help="tokens per row (0 = the model's architecture/block_size)"
     )
-    lr: float = field("training/lr", default=3e-3, help="peak learning rate (the schedule scales it)")
+    lr: float = field("training/lr", default=3e-3, above=0.0, help="peak learning rate (the schedule scales it)")
     log_interval: int = field("training/log_interval", default=50, help="write training metrics every N steps")
     eval_interval: int = field(
         "training/eval_interval", default=500, help="validate every N steps and at the end (0 = only at the end)"

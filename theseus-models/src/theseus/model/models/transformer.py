@@ -121,10 +121,15 @@ class TransformerLM(Module):
     activation: str | None = field(
         "architecture/activation",
         default=None,
+        choices=("gelu", "gelu_exact", "relu", "silu", "swiglu", "geglu"),
         help="gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
     )
-    dropout: float = field("architecture/dropout", default=0.0, help="dropout rate of residual branches")
-    norm_eps: float = field("architecture/norm_eps", default=1e-5, help="epsilon of the normalisation layers")
+    dropout: float = field(
+        "architecture/dropout", default=0.0, min=0.0, below=1.0, help="dropout rate of residual branches"
+    )
+    norm_eps: float = field(
+        "architecture/norm_eps", default=1e-5, above=0.0, help="epsilon of the normalisation layers"
+    )
     attention_impl: str = field(
         "architecture/attention_impl", default="auto", help="auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"
     )
