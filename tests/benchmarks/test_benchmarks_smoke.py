@@ -72,6 +72,11 @@ def test_run_all_smoke_produces_every_row() -> None:
         "MFU tiny 1x16 (goal figure)",
         "`theseus jobs` wall time",
         f"Time to first training step ({small})",
+        f"Time to first training step, warm cache ({small})",
+        "gzip -9 on the demo's validation split",
+        "bz2 -9 on the demo's validation split",
+        "xz -9e on the demo's validation split",
+        "Demo bits/byte (demo/gpt)",
         "Batch assembly from memmap (pmd, 8x1024)",
         "Tokenization (byte)",
     ]

@@ -511,7 +511,7 @@ def enable_compilation_cache(directory: Path) -> None:
     if not configured:
         directory.mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", str(directory))
-    if jax.config.jax_persistent_cache_min_compile_time_secs > CACHE_MIN_COMPILE_SECONDS:
+    if getattr(jax.config, "jax_persistent_cache_min_compile_time_secs", 0.0) > CACHE_MIN_COMPILE_SECONDS:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
 
 
