@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 
 from tests.models.conftest import build, random_params
+from theseus.checkpoint import CheckpointStore
 from theseus.config import configuration, configure
+from theseus.errors import CheckpointError
 from theseus.model.generation.sampling import SamplingParams, sample_logits
 from theseus.model.models import GPT, TransformerLM, generate
 
@@ -72,3 +76,12 @@ def test_flops_and_parameters_count_the_padded_head() -> None:
     assert padded.parameter_count() - plain.parameter_count() == width * (PADDED - VOCAB)
     with configuration({"architecture/vocab_size": 257}):  # the default multiple: 128
         assert configure(GPT).architecture.padded_vocab_size == 384
+
+
+def test_resuming_an_unpadded_checkpoint_names_the_key(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, keep=1, async_save=False)
+    store.save(1, {"params": {"token_embedding": {"embedding": np.zeros((VOCAB, 4), np.float32)}}}, {"step": 1})
+    wanted = {"token_embedding": {"embedding": jax.ShapeDtypeStruct((PADDED, 4), np.float32)}}
+    with pytest.raises(CheckpointError, match=r"expects \(64, 4\).*architecture/vocab_multiple=1"):
+        store.check_shapes(1, wanted)
+    store.close()
