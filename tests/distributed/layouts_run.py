@@ -76,7 +76,13 @@ def describe(tree: Any) -> dict[str, dict[str, Any]]:
 #: Sizes that do not split over the 4 devices, and the layout that would split them.
 MISTAKES = {
     "heads": {"mesh/layout": "tp", "mesh/data": 1, "mesh/model": -1, "architecture/n_heads": 2},
-    "vocab": {"mesh/layout": "fsdp+tp", "mesh/data": 1, "mesh/model": 4, "architecture/vocab_size": 258},
+    "vocab": {
+        "mesh/layout": "fsdp+tp",
+        "mesh/data": 1,
+        "mesh/model": 4,
+        "architecture/vocab_size": 258,
+        "architecture/vocab_multiple": 2,
+    },
     "embed": {"mesh/layout": "fsdp", "architecture/n_embd": 30, "architecture/n_heads": 6},
     "batch": {"mesh/layout": "dp", "training/batch_size": 6, "training/micro_batch_size": 0},
     "mesh": {"mesh/layout": "fsdp+tp", "mesh/data": 3, "mesh/model": -1},

@@ -184,10 +184,15 @@ class CheckpointStore:
                     "use the model configuration the run was started with, or a new run/name"
                 )
             if tuple(saved_shapes[path]) != tuple(shape):
+                vocab_hint = (
+                    " (a checkpoint from before vocabulary padding loads with architecture/vocab_multiple=1)"
+                    if path.endswith(("token_embedding/embedding", "lm_head"))
+                    else ""
+                )
                 raise CheckpointError(
                     f"checkpoint {self._where(step)} has parameter {path!r} of shape {tuple(saved_shapes[path])} "
                     f"but the configured model expects {tuple(shape)}; use the model configuration the run was "
-                    "started with, or a new run/name"
+                    f"started with{vocab_hint}, or a new run/name"
                 )
         extra = sorted(set(saved_shapes) - set(wanted))
         if extra:

@@ -16,6 +16,7 @@ from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
 from theseus.model.layers.attention import missing_cache_error
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
+from theseus.model.layers.rotary import RopeScaling
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
 from theseus.model.models.block import Block, make_norm
 from theseus.model.module import Module
@@ -37,6 +38,13 @@ def cross_entropy(logits: ArrayLike, targets: ArrayLike, padding_mask: ArrayLike
     picked = jnp.take_along_axis(logits, safe[..., None].astype(jnp.int32), axis=-1)[..., 0]
     nll = jnp.where(valid, lse - picked, 0.0)
     return jnp.sum(nll) / jnp.maximum(jnp.sum(valid), 1).astype(jnp.float32)
+
+
+def mask_padded_vocab(logits: jax.Array, vocab_size: int) -> jax.Array:
+    """``logits`` ``[..., padded]`` with every id ``>= vocab_size`` set to the lowest float (never chosen,
+    ``exp`` = 0 in a softmax); the real ids' logits are unchanged."""
+    real = jnp.arange(logits.shape[-1]) < vocab_size
+    return jnp.where(real, logits, jnp.finfo(logits.dtype).min)
 
 
 def token_positions(padding_mask: jax.Array, offset: jax.Array | None = None) -> jax.Array:
@@ -77,7 +85,18 @@ class TransformerLM(Module):
     changing ``n_heads`` without ``n_kv_heads`` keeps the preset's query/key-value head ratio).
     ``architecture/vocab_size`` (default 257: the byte tokenizer's 256 bytes + end-of-text) and
     ``architecture/block_size`` (default 256, maximum sequence length) follow the data, never the preset.
+    The token embedding and the output head have ``architecture/vocab_multiple`` padding
+    (default 128: 257 -> 384 rows, so every power-of-two model axis divides them); the padded ids'
+    logits are masked out of the loss and cut from the returned logits, and FLOPs count the padded
+    head (:attr:`Architecture.padded_vocab_size`).
     ``model.architecture`` is the resolved :class:`Architecture`.
+
+    **Switches.** ``architecture/attention_bias`` (query/key/value biases),
+    ``architecture/attention_out_bias`` (attention output bias; ``None``: as ``attention_bias``),
+    ``architecture/mlp_bias``, ``architecture/tied_embeddings`` (output head = token embedding)
+    and ``architecture/head_dim`` (``None``: ``n_embd / n_heads``) default to ``None`` = the
+    family's own choice, so every preset keeps its shape; set them to express checkpoints such as
+    Qwen2 (query/key/value biases, no output bias) or a Llama with a tied head.
 
     **Call.** ``model.apply(variables, x, y=None, padding_mask=None, deterministic=False,
     decode=False, rngs={"dropout": key})`` -> ``(logits, loss)``: ``x``/``y`` int ``[B, T]``,
@@ -124,6 +143,25 @@ class TransformerLM(Module):
         choices=("gelu", "gelu_exact", "relu", "silu", "swiglu", "geglu"),
         help="gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
     )
+    head_dim: int | None = field(
+        "architecture/head_dim", default=None, help="width of one attention head (None: n_embd / n_heads)"
+    )
+    attention_bias: bool | None = field(
+        "architecture/attention_bias", default=None, help="biases on query/key/value projections (None: family's)"
+    )
+    attention_out_bias: bool | None = field(
+        "architecture/attention_out_bias",
+        default=None,
+        help="bias on the attention output projection (None: as attention_bias)",
+    )
+    mlp_bias: bool | None = field(
+        "architecture/mlp_bias", default=None, help="biases on MLP projections (None: family's)"
+    )
+    tied_embeddings: bool | None = field(
+        "architecture/tied_embeddings",
+        default=None,
+        help="output head shares the token embedding table (None: the family's own)",
+    )
     dropout: float = field(
         "architecture/dropout", default=0.0, min=0.0, below=1.0, help="dropout rate of residual branches"
     )
@@ -132,6 +170,12 @@ class TransformerLM(Module):
     )
     attention_impl: str = field(
         "architecture/attention_impl", default="auto", help="auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"
+    )
+    vocab_multiple: int = field(
+        "architecture/vocab_multiple",
+        default=128,
+        min=1,
+        help="pad the embedding and output head to a multiple of this (sharding, matmul speed); 1: no padding",
     )
     remat: bool = field("model/remat", default=False, help="recompute each layer in the backward pass (less memory)")
 
@@ -144,6 +188,12 @@ class TransformerLM(Module):
 
     def _rope_theta(self) -> float:
         return 10000.0
+
+    def _rope_scaling(self) -> RopeScaling:
+        return RopeScaling()
+
+    def _sliding_window(self) -> int | None:
+        return None
 
     @property
     def architecture(self) -> Architecture:
@@ -174,10 +224,17 @@ class TransformerLM(Module):
             use_bias=self.USE_BIAS,
             rotary=self.ROTARY,
             rope_theta=self._rope_theta(),
-            tied_embeddings=self.TIED_EMBEDDINGS,
+            tied_embeddings=self.TIED_EMBEDDINGS if self.tied_embeddings is None else self.tied_embeddings,
             learned_positions=self.LEARNED_POSITIONS,
             dropout=self.dropout,
             attention_impl=self.attention_impl,
+            attention_bias=self.attention_bias,
+            attention_out_bias=self.attention_out_bias,
+            mlp_bias=self.mlp_bias,
+            explicit_head_dim=self.head_dim,
+            rope_scaling=self._rope_scaling(),
+            sliding_window=self._sliding_window(),
+            vocab_multiple=self.vocab_multiple,
         ).validate()
 
     @property
@@ -199,7 +256,7 @@ class TransformerLM(Module):
 
     def setup(self) -> None:
         arch = self.architecture
-        self.token_embedding = child(self, TokenEmbedding, vocab_size=arch.vocab_size, n_embd=arch.n_embd)
+        self.token_embedding = child(self, TokenEmbedding, vocab_size=arch.padded_vocab_size, n_embd=arch.n_embd)
         if arch.learned_positions:
             self.position_embedding = child(self, PositionEmbedding, block_size=arch.block_size, n_embd=arch.n_embd)
         block_cls: Any = nn.remat(self.BLOCK, static_argnums=(4, 5)) if self.remat else self.BLOCK
@@ -208,7 +265,7 @@ class TransformerLM(Module):
         self.final_norm = make_norm(self, arch)
         if not arch.tied_embeddings:
             self.lm_head = param(
-                self, "lm_head", normal(INIT_STD), (arch.n_embd, arch.vocab_size), (Axis.EMBED, Axis.VOCAB)
+                self, "lm_head", normal(INIT_STD), (arch.n_embd, arch.padded_vocab_size), (Axis.EMBED, Axis.VOCAB)
             )
         self.embedding_dropout = nn.Dropout(rate=arch.dropout)
         self.decode_positions = DecodePositions()
@@ -256,5 +313,7 @@ class TransformerLM(Module):
             dtype = self._activation_dtype
             logits = jnp.einsum("bte,ev->btv", h, cast(self.lm_head, dtype), preferred_element_type=jnp.float32)
         logits = constrain(logits, (Axis.BATCH, Axis.SEQUENCE, Axis.VOCAB))
-        loss = None if y is None else cross_entropy(logits, y, padding_mask)
-        return logits, loss
+        if arch.padded_vocab_size == arch.vocab_size:
+            return logits, None if y is None else cross_entropy(logits, y, padding_mask)
+        loss = None if y is None else cross_entropy(mask_padded_vocab(logits, arch.vocab_size), y, padding_mask)
+        return logits[..., : arch.vocab_size], loss
