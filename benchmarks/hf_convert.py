@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,10 +95,11 @@ def write_source(folder: Path, params: float) -> int:
         attention_impl="xla",
     )
     rng = np.random.default_rng(0)
-    planned = [
-        PlannedTensor(m.hf, m.hf_shape, "F32", lambda m=m: rng.random(m.hf_shape, dtype=np.float32) * 0.02)
-        for m in llama_maps(arch)
-    ]
+
+    def random(shape: tuple[int, ...]) -> Callable[[], np.ndarray]:
+        return lambda: rng.random(shape, dtype=np.float32) * np.float32(0.02)
+
+    planned = [PlannedTensor(m.hf, m.hf_shape, "F32", random(m.hf_shape)) for m in llama_maps(arch)]
     write_checkpoint(folder, planned, shard_bytes=2 * 10**9)
     return sum(p.nbytes for p in planned)
 
