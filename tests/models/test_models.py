@@ -244,7 +244,7 @@ def test_explicit_keys_override_the_preset() -> None:
         ({"architecture/preset": "huge"}, "unknown architecture/preset 'huge'"),
         ({"architecture/n_embd": 30, "architecture/n_heads": 4}, "not divisible"),
         ({"architecture/n_kv_heads": 3}, "must divide"),
-        ({"architecture/activation": "tanh"}, "unknown architecture/activation"),
+        ({"architecture/activation": "tanh"}, "architecture/activation='tanh' is not accepted"),
         ({"architecture/dropout": 1.5}, "dropout"),
     ],
 )
