@@ -6,11 +6,14 @@ Layout of a prepared dataset folder::
     train.bin          every train token, documents back to back, each followed by end-of-text
     train.idx          int64 [documents, 3]: (start, length, prompt_length) of each document
     val.bin, val.idx   the same for the validation split
+    train.mask, ...    uint8 per token, 1 = learned as a target (only data with masks: chat)
     tokenizer.json     a copy of the tokenizer file, for file-based tokenizers
 
 Tokens are ``uint16`` when the vocabulary fits (``vocab_size <= 65536``), else ``uint32``. A document's
 ``length`` counts its end-of-text token; ``prompt_length`` is the number of leading tokens that are
-a prompt (not learned in the ``"padded"`` style), 0 for plain text.
+a prompt (not learned in the ``"padded"`` and ``"packed"`` styles), 0 for plain text. Data whose
+learned tokens are not one suffix per document (chat: only assistant turns are learned) also
+stores a per-token mask (``masked`` in the header).
 
 Writing goes to a hidden staging folder that is fsynced and renamed into place, with the header
 written last, so an interrupted run never leaves a folder that looks complete.
@@ -38,7 +41,7 @@ FORMAT = "theseus-tokens"
 FORMAT_VERSION = 1
 HEADER_FILE = "header.json"
 INDEX_COLUMNS = 3  # start, length, prompt_length
-STYLES = ("pmd", "padded")
+STYLES = ("pmd", "padded", "packed")
 
 
 def check_name(name: str) -> str:
@@ -93,6 +96,7 @@ class Header:
     splits: dict[str, SplitInfo]
     source: dict[str, Any] = field(default_factory=dict)
     style: str = "pmd"
+    masked: bool = False
     version: int = FORMAT_VERSION
     created: str = ""
 
@@ -106,6 +110,7 @@ class Header:
             "version": self.version,
             "name": self.name,
             "style": self.style,
+            "masked": self.masked,
             "tokenizer": dict(self.tokenizer),
             "vocab_size": self.vocab_size,
             "eot_id": self.eot_id,
@@ -139,6 +144,7 @@ class Header:
                 splits=splits,
                 source=dict(data.get("source") or {}),
                 style=str(data.get("style", "pmd")),
+                masked=bool(data.get("masked", False)),
                 version=int(version),
                 created=str(data.get("created", "")),
             )
@@ -176,6 +182,7 @@ class Prepared:
         self.header = header if header is not None else read_header(self.folder)
         self._tokens: dict[str, np.ndarray] = {}
         self._index: dict[str, np.ndarray] = {}
+        self._learned: dict[str, np.ndarray] = {}
 
     @classmethod
     def open(cls, root: str | Path, name: str, *, dataset: str | None = None) -> Prepared:
@@ -268,11 +275,25 @@ class Prepared:
             )
         return self._index[split]
 
+    def learned(self, split: str) -> np.ndarray | None:
+        """uint8 per token, 1 where the token is learned as a target; None when the data has no masks."""
+        if not self.header.masked:
+            return None
+        if split not in self._learned:
+            info = self._split_info(split)
+            path = self.folder / f"{split}.mask"
+            self._check_size(path, info.tokens, f"{info.tokens} mask bytes")
+            if info.tokens == 0:
+                return np.zeros(0, dtype=np.uint8)
+            self._learned[split] = np.asarray(np.memmap(path, dtype=np.uint8, mode="r", shape=(info.tokens,)))
+        return self._learned[split]
+
     def verify(self) -> None:
         """Check every split's files against the header (sizes only; cheap)."""
         for split in self.header.splits:
             self.tokens(split)
             self.index(split)
+            self.learned(split)
 
     def documents(self, split: str) -> Iterator[np.ndarray]:
         """Each document's tokens (including its end-of-text), in order."""
@@ -283,6 +304,7 @@ class Prepared:
     def close(self) -> None:
         self._tokens.clear()
         self._index.clear()
+        self._learned.clear()
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v.tokens}" for k, v in self.header.splits.items())
@@ -304,8 +326,9 @@ class PreparedWriter:
     Use as a context manager; leaving the block with an exception removes the staging folder.
     """
 
-    def __init__(self, root: str | Path, name: str, *, vocab_size: int, eot_id: int) -> None:
+    def __init__(self, root: str | Path, name: str, *, vocab_size: int, eot_id: int, masked: bool = False) -> None:
         self.folder = data_folder(root, name)
+        self.masked = masked
         self.name = name
         self.vocab_size = vocab_size
         self.eot_id = eot_id
@@ -315,6 +338,7 @@ class PreparedWriter:
         self.staging.mkdir()
         self._bins: dict[str, Any] = {}
         self._idx: dict[str, Any] = {}
+        self._masks: dict[str, Any] = {}
         self._counts: dict[str, list[int]] = {}
         self._closed = False
 
@@ -330,11 +354,25 @@ class PreparedWriter:
         if split not in self._bins:
             self._bins[split] = open(self.staging / f"{split}.bin", "wb")  # noqa: SIM115 - closed in commit/abort
             self._idx[split] = open(self.staging / f"{split}.idx", "wb")  # noqa: SIM115
+            if self.masked:
+                self._masks[split] = open(self.staging / f"{split}.mask", "wb")  # noqa: SIM115
             self._counts[split] = [0, 0]
 
-    def append(self, split: str, tokens: np.ndarray, lengths: np.ndarray, prompt_lengths: np.ndarray) -> None:
-        """Append documents: ``tokens`` is their concatenation, ``lengths`` their sizes (EOT included)."""
+    def append(
+        self,
+        split: str,
+        tokens: np.ndarray,
+        lengths: np.ndarray,
+        prompt_lengths: np.ndarray,
+        learned: np.ndarray | None = None,
+    ) -> None:
+        """Append documents: ``tokens`` is their concatenation, ``lengths`` their sizes (EOT included).
+
+        A writer made with ``masked=True`` also takes ``learned``: 1 per token learned as a target.
+        """
         self.open_split(split)
+        if self.masked and (learned is None or np.shape(learned) != np.shape(tokens)):
+            raise ValueError("a masked writer needs one learned flag per token")
         tokens = np.asarray(tokens)
         lengths = np.asarray(lengths, dtype=np.int64)
         if int(lengths.sum()) != tokens.size:
@@ -348,6 +386,8 @@ class PreparedWriter:
         rows = np.stack([starts, lengths, np.asarray(prompt_lengths, dtype=np.int64)], axis=1).astype(np.int64)
         self._bins[split].write(tokens.astype(self.dtype, copy=False).tobytes())
         self._idx[split].write(np.ascontiguousarray(rows).tobytes())
+        if self.masked:
+            self._masks[split].write(np.asarray(learned, dtype=np.uint8).tobytes())
         count[0] += int(tokens.size)
         count[1] += int(lengths.size)
 
@@ -368,7 +408,7 @@ class PreparedWriter:
         """Flush and fsync the shards, write the header last, and move the folder into place."""
         if style not in STYLES:
             raise DataError(f"style {style!r} is not one of {', '.join(STYLES)}")
-        for handle in (*self._bins.values(), *self._idx.values()):
+        for handle in (*self._bins.values(), *self._idx.values(), *self._masks.values()):
             handle.flush()
             os.fsync(handle.fileno())
             handle.close()
@@ -381,6 +421,7 @@ class PreparedWriter:
             splits=self.counts(),
             source=dict(source or {}),
             style=style,
+            masked=self.masked,
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
         tmp = self.staging / (HEADER_FILE + ".tmp")
@@ -404,7 +445,7 @@ class PreparedWriter:
 
     def abort(self) -> None:
         """Close and remove the staging folder (the previous prepared data, if any, is untouched)."""
-        for handle in (*self._bins.values(), *self._idx.values()):
+        for handle in (*self._bins.values(), *self._idx.values(), *self._masks.values()):
             with contextlib.suppress(Exception):
                 handle.close()
         if self.staging.exists():

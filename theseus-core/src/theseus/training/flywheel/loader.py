@@ -33,7 +33,9 @@ class Flywheel:
 
     Rows are assigned to samplings independently with probability ``rate``. ``x`` and ``y`` are int32
     ``[batch_size, block_size]`` with ``y`` shifted by one token; ``y == -1`` marks targets that are
-    not learned (padding, and prompts of instruction data); ``padding_mask`` is True on real tokens.
+    not learned (padding, and prompts of instruction data); ``padding_mask`` is True on real tokens,
+    or, when a source is read in ``"packed"`` style, int32 segment ids (0 = padding, 1, 2, ... = the
+    examples of a row; rows of other sources hold one segment).
     Every call returns fresh arrays, so callers may modify them. A background thread prepares the
     next ``prefetch`` steps of the split last asked for.
     """
@@ -115,6 +117,11 @@ class Flywheel:
         return self.sources[0].prepared.header.vocab_size
 
     @property
+    def packed(self) -> bool:
+        """Whether a source is read in ``"packed"`` style: ``padding_mask`` then holds int32 segment ids."""
+        return any(source.style == "packed" for source in self.sources)
+
+    @property
     def eot_id(self) -> int:
         return self.sources[0].prepared.header.eot_id
 
@@ -161,7 +168,7 @@ class Flywheel:
         b, t = self.batch_size, self.block_size
         x = np.empty((b, t), dtype=np.int32)
         y = np.empty((b, t), dtype=np.int32)
-        mask = np.empty((b, t), dtype=bool)
+        mask = np.empty((b, t), dtype=np.int32 if self.packed else bool)
         if len(self.sources) == 1:
             self.sources[0].fill(rng, np.arange(b), split, x, y, mask)
         else:

@@ -17,10 +17,25 @@ ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
 
 
 def attention_mask(padding_mask: jax.Array | None) -> jax.Array | None:
-    """A ``[B, 1, 1, S]`` key mask from a ``[B, S]`` padding mask (True = real token)."""
+    """The attention mask of a ``[B, S]`` padding mask or segment ids.
+
+    A bool mask (True = real token) gives a ``[B, 1, 1, S]`` key mask. Integer segment ids
+    (0 = padding, ``k > 0`` = the k-th example packed into the row) give a ``[B, 1, S, S]`` mask
+    in which a token attends only to tokens of its own example, so attention never crosses an
+    example boundary.
+    """
     if padding_mask is None:
         return None
-    return padding_mask.astype(jnp.bool_)[:, None, None, :]
+    if not is_segment_ids(padding_mask):
+        return padding_mask.astype(jnp.bool_)[:, None, None, :]
+    ids = jnp.asarray(padding_mask)
+    same = ids[:, :, None] == ids[:, None, :]
+    return (same & (ids[:, None, :] > 0))[:, None, :, :]
+
+
+def is_segment_ids(padding_mask: jax.Array) -> bool:
+    """Whether a padding mask holds integer segment ids (packed examples) rather than booleans."""
+    return bool(jnp.issubdtype(jnp.asarray(padding_mask).dtype, jnp.integer))
 
 
 def missing_cache_error() -> ConfigError:
@@ -51,14 +66,17 @@ def blocked_causal_attention(
 ) -> jax.Array:
     """Causal attention computed per block of ``block`` queries against only the keys up to the
     block's end, so the score matrix above the diagonal blocks is never formed (about half of it
-    for long sequences). ``key_mask``: bool ``[B, S]`` (True = real key) or None."""
+    for long sequences). ``key_mask``: bool ``[B, S]`` (True = real key), ``[B, 1, T, S]`` (a mask
+    per query, as packed rows have), or None."""
     steps = q.shape[1]
     outputs = []
     for start in range(0, steps, block):
         end = min(start + block, steps)
         causal = jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]  # [block, end]
         mask = causal[None, None]
-        if key_mask is not None:
+        if key_mask is not None and key_mask.ndim == 4:  # [B, 1, T, S]: per-query masks (packed rows)
+            mask = mask & key_mask[:, :, start:end, :end]
+        elif key_mask is not None:
             mask = mask & key_mask[:, None, None, :end]
         outputs.append(
             jax.nn.dot_product_attention(q[:, start:end], k[:, :end], v[:, :end], mask=mask, implementation="xla")
@@ -77,8 +95,8 @@ def dot_product_attention(
 ) -> jax.Array:
     """``jax.nn.dot_product_attention`` with a backend choice.
 
-    ``mask``: bool, broadcastable to ``[B, 1, T, S]``; for causal attention only a key mask
-    ``[B, 1, 1, S]`` is supported. ``"xla"`` works everywhere (the only option on CPU); causal
+    ``mask``: bool, broadcastable to ``[B, 1, T, S]`` (a key mask ``[B, 1, 1, S]``, or a mask per
+    query such as the segment mask of packed rows). ``"xla"`` works everywhere (the only option on CPU); causal
     sequences of 256 or more are computed in query blocks (:func:`blocked_causal_attention`).
     ``"cudnn"`` is the fused flash kernel on NVIDIA GPUs (bf16/f16). ``"auto"`` uses cuDNN when
     eligible (GPU, half precision, head_dim a multiple of 8 and at most 128) and falls back to XLA
@@ -102,7 +120,12 @@ def dot_product_attention(
     steps = q.shape[1]
     if is_causal and steps >= 2 * MIN_CAUSAL_BLOCK and k.shape[1] == steps:
         block = max(MIN_CAUSAL_BLOCK, -(-steps // MAX_CAUSAL_BLOCKS))
-        key_mask = None if mask is None else jnp.broadcast_to(mask, (q.shape[0], 1, 1, steps))[:, 0, 0, :]
+        if mask is None:
+            key_mask = None
+        elif mask.shape[-2] == 1:
+            key_mask = jnp.broadcast_to(mask, (q.shape[0], 1, 1, steps))[:, 0, 0, :]
+        else:
+            key_mask = jnp.broadcast_to(mask, (q.shape[0], 1, steps, steps))
         return blocked_causal_attention(q, k, v, key_mask, block)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, implementation="xla")
 
@@ -121,7 +144,8 @@ class CausalSelfAttention(Module):
 
     Call: ``attn(x, padding_mask=None, positions=None, deterministic=False, decode=False)``;
     ``x`` ``[B, T, E]``, ``padding_mask`` bool ``[B, T]`` (True = real token; padded keys are
-    never attended to), ``positions`` int ``[B, T]`` for rotary (default ``0..T-1``).
+    never attended to) or int segment ids ``[B, T]`` (packed examples; see :func:`attention_mask`),
+    ``positions`` int ``[B, T]`` for rotary (default ``0..T-1``).
     With ``decode=True`` keys and values are appended to the ``cache`` collection
     (``key``/``value`` ``[B, L, kv_heads, head_dim]``, ``mask`` ``[B, L]``, ``index``) and the
     queries attend to every cached real token before them; the cache is created by
