@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
+from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require
 from theseus.model.layers.rotary import RotaryEmbedding
 from theseus.model.module import Module
@@ -137,7 +138,9 @@ class CausalSelfAttention(Module):
     ``architecture/n_kv_heads`` (key/value heads; ``None`` = ``n_heads``; must divide ``n_heads``),
     ``architecture/n_embd`` (``None``: the input width), ``architecture/dropout`` (on the output,
     training only; attention probabilities are not dropped: the fused kernel has no dropout),
-    ``architecture/attention_impl`` (auto | xla | cudnn, see :func:`dot_product_attention`).
+    ``architecture/attention_impl`` (auto | xla | cudnn, see :func:`dot_product_attention`), and the
+    LoRA keys ``model/lora/*`` (adapters ``<name>_lora_a`` / ``<name>_lora_b`` on the projections
+    named in ``model/lora/targets``; see :mod:`theseus.model.layers.lora`).
 
     Parameters: ``query`` ``[embed, heads, head_dim]``, ``key``/``value`` ``[embed, kv_heads, head_dim]``,
     ``out`` ``[heads, head_dim, embed]`` (+ biases when ``use_bias``).
@@ -161,6 +164,10 @@ class CausalSelfAttention(Module):
     attention_impl: str = field(
         "architecture/attention_impl", default="auto", help="auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"
     )
+    lora_rank: int = lora.rank_field()
+    lora_alpha: float = lora.alpha_field()
+    lora_dropout: float = lora.dropout_field()
+    lora_targets: tuple[str, ...] = lora.targets_field()
     use_bias: bool = True
     rotary: bool = False
     rope_theta: float = 10000.0
@@ -206,12 +213,43 @@ class CausalSelfAttention(Module):
         n_heads, _, head_dim = self._heads(n_embd)
         return 6 * seq * self.matmul_params() + 12 * seq * seq * n_heads * head_dim
 
-    def _project(self, x: jax.Array, name: str, heads: int, head_dim: int, axis: str) -> jax.Array:
+    def _adapted(self, name: str) -> bool:
+        return self.lora_rank > 0 and name in lora.check_targets(self.lora_targets)
+
+    def _adapter(
+        self,
+        name: str,
+        x: jax.Array,
+        in_dims: tuple[int, ...],
+        out_dims: tuple[int, ...],
+        axes: tuple[tuple[str, ...], tuple[str, ...]],
+        deterministic: bool,
+    ) -> jax.Array:
+        return lora.adapter(
+            self,
+            name,
+            x,
+            in_dims,
+            out_dims,
+            axes,
+            rank=self.lora_rank,
+            alpha=self.lora_alpha,
+            dropout=self.lora_dropout,
+            deterministic=deterministic,
+            prefix=f"{name}_",
+        )
+
+    def _project(
+        self, x: jax.Array, name: str, heads: int, head_dim: int, axis: str, deterministic: bool = True
+    ) -> jax.Array:
         dtype = self._activation_dtype
         kernel = param(
             self, name, normal(self.init_std), (x.shape[-1], heads, head_dim), (Axis.EMBED, axis, Axis.HEAD_DIM)
         )
         y = jnp.einsum("bte,enh->btnh", x, cast(kernel, dtype))
+        if self._adapted(name):
+            dims = ((Axis.EMBED,), (axis, Axis.HEAD_DIM))
+            y = y + self._adapter(name, x, (x.shape[-1],), (heads, head_dim), dims, deterministic)
         if self.use_bias:
             bias = param(self, f"{name}_bias", nn.initializers.zeros_init(), (heads, head_dim), (axis, Axis.HEAD_DIM))
             y = y + cast(bias, dtype)
@@ -259,9 +297,9 @@ class CausalSelfAttention(Module):
         n_heads, n_kv, head_dim = self._heads(n_embd)
         dtype = self._activation_dtype
         x = cast(x, dtype)
-        q = self._project(x, "query", n_heads, head_dim, Axis.HEADS)
-        k = self._project(x, "key", n_kv, head_dim, Axis.KV_HEADS)
-        v = self._project(x, "value", n_kv, head_dim, Axis.KV_HEADS)
+        q = self._project(x, "query", n_heads, head_dim, Axis.HEADS, deterministic)
+        k = self._project(x, "key", n_kv, head_dim, Axis.KV_HEADS, deterministic)
+        v = self._project(x, "value", n_kv, head_dim, Axis.KV_HEADS, deterministic)
         if self.rotary:
             rope = child(self, RotaryEmbedding, theta=self.rope_theta, name="rotary")
             q, k = rope(q, positions), rope(k, positions)
@@ -281,6 +319,9 @@ class CausalSelfAttention(Module):
             self, "out", normal(out_std), (n_heads, head_dim, n_embd), (Axis.HEADS, Axis.HEAD_DIM, Axis.EMBED)
         )
         out = jnp.einsum("btnh,nhe->bte", y, cast(kernel, dtype))
+        if self._adapted("out"):
+            dims = ((Axis.HEADS, Axis.HEAD_DIM), (Axis.EMBED,))
+            out = out + self._adapter("out", y, (n_heads, head_dim), (n_embd,), dims, deterministic)
         if self.use_bias:
             out = out + cast(param(self, "out_bias", nn.initializers.zeros_init(), (n_embd,), (Axis.EMBED,)), dtype)
         if self.dropout > 0.0 and not deterministic:

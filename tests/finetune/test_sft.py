@@ -1,0 +1,131 @@
+"""The SFT job with LoRA end to end: only adapters train, optimizer state for adapters only, merged
+equals unmerged, adapter-only checkpoints, bit-exact kill/resume, and one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.conftest import clean_env
+from tests.finetune.conftest import TINY_SFT, prepare_chat
+from tests.reliability.conftest import call_cli, error_line
+from theseus.config import configuration, configure
+from theseus.model.finetune import GPTSFT
+from theseus.model.finetune.adapters import prune, tree_bytes
+from theseus.model.layers import lora
+from theseus.model.models import GPT
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = {**TINY_SFT, "training/checkpoint_interval": 2, "training/keep_checkpoints": 0}
+
+
+def cli_settings(values: dict[str, Any]) -> list[str]:
+    def text(value: Any) -> str:
+        if isinstance(value, list):
+            return "[" + ",".join(value) + "]"
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    return [f"{key}={text(value)}" for key, value in values.items()]
+
+
+def leaves(tree: Any) -> dict[str, np.ndarray]:
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in flat}
+
+
+def read_checkpoint(run: Path, step: int) -> Any:
+    import orbax.checkpoint as ocp
+
+    with ocp.PyTreeCheckpointer() as checkpointer:
+        return checkpointer.restore(run / "checkpoints" / str(step) / "state")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("sft-root")
+    prepare_chat(root)
+    trainer = GPTSFT.create(root, {**SETTINGS, "run/name": "reference"})
+    initial = leaves(trainer.init_state().params)
+    trainer.run()
+    return {"root": root, "trainer": trainer, "initial": initial}
+
+
+def test_only_adapters_train_and_the_optimizer_holds_state_for_them_alone(trained: dict[str, Any]) -> None:
+    trainer = trained["trainer"]
+    after = leaves(trainer.state.params)
+    initial = trained["initial"]
+    base = [k for k in after if "lora_" not in k]
+    adapted = [k for k in after if "lora_" in k]
+    assert base and adapted
+    for key in base:
+        assert after[key].tobytes() == initial[key].tobytes(), f"{key} changed"
+    assert any(after[k].tobytes() != initial[k].tobytes() for k in adapted if "lora_b" in k)
+
+    adapter_bytes = tree_bytes(prune(trainer.state.params))
+    moments = sum(leaf.nbytes for leaf in jax.tree.leaves(trainer.state.opt_state) if np.ndim(leaf) > 0)
+    assert moments == 2 * adapter_bytes  # AdamW's two moments, for the adapters only
+    assert tree_bytes(trainer.state.params) > 5 * adapter_bytes
+
+    saved = read_checkpoint(trained["root"] / "runs" / "reference", 4)
+    assert set(leaves(saved["params"])) == set(adapted)  # the checkpoint holds the adapters, not the base
+
+
+def test_merged_model_equals_the_adapted_model(trained: dict[str, Any]) -> None:
+    trainer = trained["trainer"]
+    x = np.random.default_rng(1).integers(0, 257, size=(2, 24)).astype(np.int32)
+    adapted = jax.jit(lambda p: trainer.model.apply({"params": p}, x, deterministic=True)[0])(trainer.state.params)
+    plain_values = {k: v for k, v in SETTINGS.items() if k.startswith("architecture/")}
+    with configuration(plain_values):
+        plain = configure(GPT)
+    merged = trainer.merged_params()
+    assert not lora.adapter_names(merged)
+    logits = jax.jit(lambda p: plain.apply({"params": p}, x, deterministic=True)[0])(merged)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(adapted), atol=1e-5, rtol=0)
+    base = jax.jit(lambda p: plain.apply({"params": p}, x, deterministic=True)[0])(
+        lora.merge(trainer.state.params, 16.0, 0)
+    )
+    assert float(jnp.max(jnp.abs(base - adapted))) > 1e-4  # the trained adapters do change the model
+
+
+def test_killed_sft_run_resumes_bit_exact(trained: dict[str, Any]) -> None:
+    root = trained["root"]
+    command = [sys.executable, "-m", "theseus.cli.main", "run", "gpt/train/sft", "--root", str(root)]
+    command += cli_settings({**SETTINGS, "run/name": "killed"})
+    killed = subprocess.run(command, env=clean_env(THESEUS_TEST_KILL_AT="step:3"), capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    assert (root / "runs" / "killed" / "checkpoints" / "2").is_dir()
+    resumed = subprocess.run(command, env=clean_env(), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming run 'killed' from step 2" in resumed.stderr + resumed.stdout
+    final = leaves(read_checkpoint(root / "runs" / "killed", 4))
+    reference = leaves(read_checkpoint(root / "runs" / "reference", 4))
+    assert final.keys() == reference.keys()
+    for key in reference:
+        assert final[key].tobytes() == reference[key].tobytes(), key
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"model/lora/targets": ["gate"]}, "model/lora/targets 'gate' match no layer of GPT"),
+        ({"model/lora/rank": 64}, "model/lora/rank=64 is larger than the 'query' projection allows (32 -> 32)"),
+        ({"model/lora/targets": ["qkv"]}, "'qkv', which is no projection"),
+    ],
+    ids=["no-layer", "rank-too-large", "unknown-target"],
+)
+def test_bad_lora_settings_are_one_line_errors(
+    chat_root: Path, capsys: pytest.CaptureFixture[str], overrides: dict[str, Any], message: str
+) -> None:
+    capsys.readouterr()
+    code = call_cli(["run", "gpt/train/sft", "--root", str(chat_root), *cli_settings({**TINY_SFT, **overrides})])
+    line = error_line(capsys.readouterr().err)
+    assert code == 2
+    assert message in line

@@ -1,0 +1,187 @@
+"""``SFTTrainer``: supervised fine-tuning on chat or instruction data, fully or with LoRA adapters.
+
+The trainer reads prepared chat data in the ``"packed"`` style by default (several conversations per
+row, kept apart by segment ids, loss on assistant tokens only), starts from base weights
+(``sft/init``: a training run's latest checkpoint, or the model's own initialisation), and, when
+``model/lora/rank`` is above 0, trains only the adapters: the optimizer holds state for the adapters
+alone, gradients stop at the base, the base stays bit for bit as loaded, and checkpoints hold the
+adapters (the base is read again from ``sft/init`` on resume).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import jax
+
+from theseus.config import configuration, field
+from theseus.errors import ConfigError
+from theseus.model.finetune import adapters
+from theseus.model.layers import lora
+from theseus.training import steps
+from theseus.training.base import BaseTrainer, Batch
+from theseus.training.config import BaseTrainerConfig
+from theseus.training.flywheel.strategy import Sampling
+from theseus.training.optimizers import AdamW
+from theseus.training.sharding import TrainerSharding
+from theseus.training.state import TrainState, state_shardings, with_shardings
+
+
+@dataclass
+class SFTConfig(BaseTrainerConfig):
+    """Training settings plus where the base weights come from."""
+
+    init: str = field(
+        "sft/init",
+        default="",
+        help="base weights: a run name under <root>/runs or a run folder (empty: the model's initialisation)",
+    )
+
+
+class SFTTrainer(BaseTrainer):
+    """Supervised fine-tuning: packed chat data, loss on assistant tokens, optional LoRA.
+
+    Subclass it to change the model or the data (``DATASET = Sampling("instructions", 1.0, "packed")``).
+    """
+
+    CONFIG: ClassVar[type] = SFTConfig
+    MODEL: ClassVar[Any] = "gpt"
+    DATASET: ClassVar[Any] = Sampling("chat", 1.0, "packed")
+    OPTIMIZER: ClassVar[Any] = AdamW
+    SCHEDULE: ClassVar[Any] = None
+    EVALUATION: ClassVar[Any] = []
+
+    # -- LoRA ----------------------------------------------------------------------------------
+    @property
+    def lora_rank(self) -> int:
+        return int(self.setting("model/lora/rank", 0) or 0)
+
+    def setup(self) -> None:
+        """The base setup; with LoRA, an optimizer over the adapters only (checked to cover the targets)."""
+        if self._ready:
+            return
+        super().setup()
+        if self.lora_rank <= 0:
+            return
+        params = self.abstract_state.params
+        lora.check_coverage(params, self.setting("model/lora/targets", lora.DEFAULT_TARGETS), type(self.model).__name__)
+        self.tx = adapters.adapters_only(self.tx, params)
+        with configuration(self.context.config):
+            self.abstract_state, self.state_shardings = state_shardings(
+                self.model, self.tx, self.sharding, self.init_key, self.sequence_length
+            )
+
+    @staticmethod
+    def forward(
+        state: TrainState,
+        params: Any,
+        batch: Batch,
+        key: jax.Array | None = None,
+        deterministic: bool = False,
+        intermediates: bool = False,
+    ) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]:
+        """The model call; with adapters present, gradients stop at the base parameters."""
+        if adapters.has_adapters(params):
+            params = adapters.freeze_base(params)
+        return steps.forward(state, params, batch, key=key, deterministic=deterministic, intermediates=intermediates)
+
+    @classmethod
+    def train_step(
+        cls,
+        state: TrainState,
+        batch: Batch,
+        key: jax.Array,
+        accumulate_steps: int,
+        *,
+        sharding: TrainerSharding,
+        skip_nonfinite: bool = False,
+    ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
+        """The base update; with adapters, the base parameters are passed through untouched."""
+        new, loss, meta, grad_norm = super().train_step(
+            state, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
+        )
+        if adapters.has_adapters(state.params):
+            new = new.replace(params=adapters.keep_base(new.params, state.params))
+        return new, loss, meta, grad_norm
+
+    # -- base weights and checkpoints --------------------------------------------------------
+    def init_state(self) -> TrainState:
+        """Fresh adapters and optimizer state over the base weights of ``sft/init``."""
+        state = super().init_state()
+        init = self.args.init
+        if not init:
+            return state
+        base = self._load_base(init)
+        params = adapters.overlay(state.params, base)
+        params = jax.device_put(params, self.state_shardings.params)
+        return state.replace(params=params)
+
+    def _load_base(self, init: str) -> Any:
+        """The base parameters of the latest checkpoint of run ``init`` (a name under the root, or a folder)."""
+        from theseus.model.generation.runs import checkpoint_step, restore_params, run_folder
+        from theseus.training.run import CHECKPOINTS
+
+        folder = Path(init).expanduser()
+        if not (folder / CHECKPOINTS).is_dir():
+            folder = run_folder(self.context.root, init)
+        base = self._base_shapes()
+        step = checkpoint_step(folder / CHECKPOINTS, None, folder.name)
+        return restore_params(folder / CHECKPOINTS, step, base, folder.name)
+
+    def _base_shapes(self) -> Any:
+        """Shapes of the base parameters (every parameter but the adapters)."""
+
+        def strip(node: Any, path: tuple[Any, ...]) -> Any:
+            if isinstance(node, dict):
+                kept = {k: strip(v, (*path, k)) for k, v in node.items()}
+                return {k: v for k, v in kept.items() if v is not None}
+            return None if lora.is_adapter(path) else node
+
+        return strip(self.abstract_state.params, ())
+
+    def checkpoint_tree(self, state: TrainState) -> dict[str, Any]:
+        tree = super().checkpoint_tree(state)
+        if self.lora_rank > 0:
+            tree["params"] = adapters.prune(state.params)
+        return tree
+
+    def abstract_checkpoint_tree(self) -> dict[str, Any]:
+        tree = super().abstract_checkpoint_tree()
+        if self.lora_rank > 0:
+            a, s = self.abstract_state, self.state_shardings
+            tree["params"] = adapters.prune(with_shardings(a.params, s.params))
+        return tree
+
+    def state_from_checkpoint(self, tree: Mapping[str, Any]) -> TrainState:
+        if self.lora_rank <= 0:
+            return super().state_from_checkpoint(tree)
+        base = self.init_state().params
+        params = adapters.overlay(base, tree["params"])
+        return super().state_from_checkpoint({**tree, "params": params})
+
+    def merged_params(self, state: TrainState | None = None) -> Any:
+        """The parameters with every adapter folded into its kernel (the base layout, for export)."""
+        state = state if state is not None else self.state
+        if state is None:
+            raise ConfigError("no trained state: run the trainer (or restore a checkpoint) first")
+        if self.lora_rank <= 0:
+            return state.params
+        return lora.merge(state.params, float(self.setting("model/lora/alpha", 16.0)), self.lora_rank)
+
+
+class GPTSFT(SFTTrainer):
+    """GPT (``model/gpt``) fine-tuned on prepared chat data (``dataset/chat``, packed)."""
+
+    MODEL: ClassVar[Any] = "gpt"
+
+
+class LlamaSFT(SFTTrainer):
+    """The Llama-style model (``model/llama``) fine-tuned on prepared chat data (``dataset/chat``, packed)."""
+
+    MODEL: ClassVar[Any] = "llama"
+
+
+__all__ = ["GPTSFT", "LlamaSFT", "SFTConfig", "SFTTrainer"]
