@@ -38,6 +38,9 @@ class LoadedRun:
     params: Any
     tokenizer: Tokenizer
     step: int
+    #: The id that starts a text, for checkpoints imported with a tokenizer that adds one (Llama's
+    #: ``<s>``); None: documents start after end-of-text, as in packed training data.
+    bos_id: int | None = None
 
     @property
     def eot_id(self) -> int | None:
@@ -255,4 +258,6 @@ def load_run(root: str | Path, name: str = "", *, step: int | None = None, token
             f"the tokenizer has {tok.vocab_size} ids but run {name!r}'s model only {model.architecture.vocab_size}; "
             "use the tokenizer the run was trained with"
         )
-    return LoadedRun(name, path, config, model, params, tok, chosen)
+    bos = (provenance.get("huggingface") or {}).get("bos_id")
+    bos_id = int(bos) if isinstance(bos, int) and 0 <= bos < model.architecture.vocab_size else None
+    return LoadedRun(name, path, config, model, params, tok, chosen, bos_id)

@@ -39,7 +39,8 @@ def complete(
     """Continue each text prompt (one batch) with up to ``max_new_tokens`` tokens.
 
     ``start_with_eot`` puts the end-of-text token before every prompt, where documents begin in
-    packed training data (an empty prompt then starts a new document). Prompts longer than the
+    packed training data (an empty prompt then starts a new document), or the beginning-of-sequence
+    token of a run imported from a checkpoint whose tokenizer adds one. Prompts longer than the
     model's context keep their end; ``max_new_tokens`` is lowered to what the context leaves
     (``note`` is told about either); the context is what the run trained on (``run.context_length``).
     """
@@ -47,7 +48,8 @@ def complete(
     eot = run.eot_id
     block = run.context_length
     encoded: list[list[int]] = []
-    prefix = [eot] if start_with_eot and eot is not None else []
+    start = run.bos_id if run.bos_id is not None else eot
+    prefix = [start] if start_with_eot and start is not None else []
     for text in prompts:
         ids = prefix + list(tokenizer.encode(text))
         encoded.append(ids if ids else [eot if eot is not None else 0])

@@ -12,15 +12,17 @@ from theseus.model.layers.dense import Dense
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.layers.mlp import MLP, hidden_size
 from theseus.model.layers.norms import LayerNorm, RMSNorm
-from theseus.model.layers.rotary import RotaryEmbedding, rotary_angles
+from theseus.model.layers.rotary import ROPE_SCALINGS, RopeScaling, RotaryEmbedding, rotary_angles
 
 __all__ = [
     "MLP",
+    "ROPE_SCALINGS",
     "CausalSelfAttention",
     "Dense",
     "LayerNorm",
     "PositionEmbedding",
     "RMSNorm",
+    "RopeScaling",
     "RotaryEmbedding",
     "TokenEmbedding",
     "attention_mask",

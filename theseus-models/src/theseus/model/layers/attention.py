@@ -11,7 +11,7 @@ from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require
-from theseus.model.layers.rotary import RotaryEmbedding
+from theseus.model.layers.rotary import RopeScaling, RotaryEmbedding
 from theseus.model.module import Module
 
 ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
@@ -143,7 +143,9 @@ class CausalSelfAttention(Module):
     named in ``model/lora/targets``; see :mod:`theseus.model.layers.lora`).
 
     Parameters: ``query`` ``[embed, heads, head_dim]``, ``key``/``value`` ``[embed, kv_heads, head_dim]``,
-    ``out`` ``[heads, head_dim, embed]`` (+ biases when ``use_bias``).
+    ``out`` ``[heads, head_dim, embed]``; ``query_bias``/``key_bias``/``value_bias`` when ``use_bias``,
+    ``out_bias`` when ``use_out_bias`` (``None``: same as ``use_bias``). ``head_dim`` (``None``:
+    ``n_embd / n_heads``) may differ from the width divided by the heads, as in some Llama checkpoints.
 
     Call: ``attn(x, padding_mask=None, positions=None, deterministic=False, decode=False)``;
     ``x`` ``[B, T, E]``, ``padding_mask`` bool ``[B, T]`` (True = real token; padded keys are
@@ -169,8 +171,11 @@ class CausalSelfAttention(Module):
     lora_dropout: float = lora.dropout_field()
     lora_targets: tuple[str, ...] = lora.targets_field()
     use_bias: bool = True
+    use_out_bias: bool | None = None
+    head_dim: int | None = None
     rotary: bool = False
     rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
     init_std: float = INIT_STD
     out_std: float | None = None
 
@@ -185,11 +190,11 @@ class CausalSelfAttention(Module):
     def _heads(self, n_embd: int) -> tuple[int, int, int]:
         n_heads = require(self.n_heads, "architecture/n_heads", "CausalSelfAttention")
         n_kv = n_heads if self.n_kv_heads is None else self.n_kv_heads
-        if n_embd % n_heads:
+        if self.head_dim is None and n_embd % n_heads:
             raise ConfigError(f"architecture/n_embd={n_embd} is not divisible by architecture/n_heads={n_heads}")
         if n_kv < 1 or n_heads % n_kv:
             raise ConfigError(f"architecture/n_kv_heads={n_kv} must divide architecture/n_heads={n_heads}")
-        return n_heads, n_kv, n_embd // n_heads
+        return n_heads, n_kv, n_embd // n_heads if self.head_dim is None else self.head_dim
 
     def _width(self) -> int:
         if self.n_embd is not None:
@@ -301,7 +306,7 @@ class CausalSelfAttention(Module):
         k = self._project(x, "key", n_kv, head_dim, Axis.KV_HEADS, deterministic)
         v = self._project(x, "value", n_kv, head_dim, Axis.KV_HEADS, deterministic)
         if self.rotary:
-            rope = child(self, RotaryEmbedding, theta=self.rope_theta, name="rotary")
+            rope = child(self, RotaryEmbedding, theta=self.rope_theta, scaling=self.rope_scaling, name="rotary")
             q, k = rope(q, positions), rope(k, positions)
 
         cached = self._cached(k, v, padding_mask) if decode else None
@@ -322,7 +327,7 @@ class CausalSelfAttention(Module):
         if self._adapted("out"):
             dims = ((Axis.HEADS, Axis.HEAD_DIM), (Axis.EMBED,))
             out = out + self._adapter("out", y, (n_heads, head_dim), (n_embd,), dims, deterministic)
-        if self.use_bias:
+        if self.use_bias if self.use_out_bias is None else self.use_out_bias:
             out = out + cast(param(self, "out_bias", nn.initializers.zeros_init(), (n_embd,), (Axis.EMBED,)), dtype)
         if self.dropout > 0.0 and not deterministic:
             out = nn.Dropout(rate=self.dropout)(out, deterministic=False)

@@ -8,6 +8,7 @@ from theseus.errors import ConfigError
 from theseus.model.layers._common import GATED, check_activation
 from theseus.model.layers.attention import ATTENTION_IMPLEMENTATIONS
 from theseus.model.layers.mlp import hidden_size
+from theseus.model.layers.rotary import RopeScaling
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,14 @@ class Preset:
 
 @dataclass(frozen=True)
 class Architecture:
-    """Every size and switch of one model, resolved from its preset and explicit keys."""
+    """Every size and switch of one model, resolved from its preset and explicit keys.
+
+    ``use_bias`` is the family's default for every bias (LayerNorm included);
+    ``attention_bias`` (query/key/value), ``attention_out_bias`` (attention output) and
+    ``mlp_bias`` override it per projection when not ``None`` (read the resolved values from
+    :attr:`qkv_bias`, :attr:`out_bias`, :attr:`ffn_bias`). ``explicit_head_dim`` sets the head
+    width when it is not ``n_embd / n_heads`` (read :attr:`head_dim`).
+    """
 
     n_layers: int
     n_heads: int
@@ -44,10 +52,31 @@ class Architecture:
     learned_positions: bool
     dropout: float
     attention_impl: str
+    attention_bias: bool | None = None
+    attention_out_bias: bool | None = None
+    mlp_bias: bool | None = None
+    explicit_head_dim: int | None = None
+    rope_scaling: RopeScaling = RopeScaling()
+    sliding_window: int | None = None
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_heads
+        return self.n_embd // self.n_heads if self.explicit_head_dim is None else self.explicit_head_dim
+
+    @property
+    def qkv_bias(self) -> bool:
+        """Whether the query, key and value projections have biases."""
+        return self.use_bias if self.attention_bias is None else self.attention_bias
+
+    @property
+    def out_bias(self) -> bool:
+        """Whether the attention output projection has a bias (default: as the query/key/value ones)."""
+        return self.qkv_bias if self.attention_out_bias is None else self.attention_out_bias
+
+    @property
+    def ffn_bias(self) -> bool:
+        """Whether the MLP projections have biases."""
+        return self.use_bias if self.mlp_bias is None else self.mlp_bias
 
     @property
     def gated(self) -> bool:
@@ -90,10 +119,14 @@ class Architecture:
         ):
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"architecture/{key} must be a positive integer, got {value!r}")
-        if self.n_embd % self.n_heads:
+        if self.explicit_head_dim is not None and (
+            not isinstance(self.explicit_head_dim, int) or self.explicit_head_dim < 1
+        ):
+            raise ConfigError(f"architecture/head_dim must be a positive integer, got {self.explicit_head_dim!r}")
+        if self.explicit_head_dim is None and self.n_embd % self.n_heads:
             raise ConfigError(
                 f"architecture/n_embd={self.n_embd} is not divisible by architecture/n_heads={self.n_heads}; "
-                "change one of them"
+                "change one of them, or set architecture/head_dim"
             )
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(
@@ -101,9 +134,21 @@ class Architecture:
             )
         if self.rotary and self.head_dim % 2:
             raise ConfigError(
-                f"rotary embeddings need an even head dimension, got n_embd/n_heads={self.head_dim}; "
-                "change architecture/n_embd or architecture/n_heads"
+                f"rotary embeddings need an even head dimension, got {self.head_dim}; "
+                "change architecture/head_dim, architecture/n_embd or architecture/n_heads"
             )
+        self.rope_scaling.validate()
+        if self.sliding_window is not None:
+            if not isinstance(self.sliding_window, int) or self.sliding_window < 1:
+                raise ConfigError(
+                    f"architecture/sliding_window must be a positive integer or null, got {self.sliding_window!r}"
+                )
+            if self.block_size > self.sliding_window:
+                raise ConfigError(
+                    f"architecture/block_size={self.block_size} exceeds architecture/sliding_window="
+                    f"{self.sliding_window}: windowed attention is not implemented, so sequences must fit the "
+                    f"window; set architecture/block_size={self.sliding_window} or less"
+                )
         check_activation(self.activation)
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"architecture/dropout must be in [0, 1), got {self.dropout}")

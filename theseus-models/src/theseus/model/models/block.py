@@ -60,9 +60,12 @@ class Block(Module):
             n_kv_heads=arch.n_kv_heads,
             dropout=arch.dropout,
             attention_impl=arch.attention_impl,
-            use_bias=arch.use_bias,
+            use_bias=arch.qkv_bias,
+            use_out_bias=arch.out_bias,
+            head_dim=arch.explicit_head_dim,
             rotary=arch.rotary,
             rope_theta=arch.rope_theta,
+            rope_scaling=arch.rope_scaling if arch.rope_scaling.kind != "none" else None,
             out_std=self.out_std,
         )
         self.mlp_norm = make_norm(self, arch)
@@ -73,7 +76,7 @@ class Block(Module):
             d_ff=arch.d_ff,
             activation=arch.activation,
             dropout=arch.dropout,
-            use_bias=arch.use_bias,
+            use_bias=arch.ffn_bias,
             out_std=self.out_std,
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from theseus.config import field
+from theseus.model.layers.rotary import RopeScaling
 from theseus.model.models.architecture import Preset
 from theseus.model.models.transformer import TransformerLM
 
@@ -50,7 +51,11 @@ class Llama(TransformerLM):
     Presets (``architecture/preset``): ``tiny`` (4 layers, 4 heads, 2 kv heads, 128 wide, d_ff 352),
     ``small`` (6, 6, 2, 384, d_ff 1024), ``llama-124m`` (12, 12, 4, 768, d_ff 2048; 124.7M
     parameters at ``architecture/vocab_size=32000``). Changing ``n_heads`` alone keeps the preset's
-    query/key-value head ratio. See :class:`TransformerLM` for the keys and the call contract.
+    query/key-value head ratio. ``architecture/rope_scaling`` (``none`` | ``linear`` | ``llama3``,
+    with ``rope_factor``, ``rope_low_freq_factor``, ``rope_high_freq_factor``,
+    ``rope_original_max_positions``) stretches the rotary frequencies as Llama 3.1 checkpoints do;
+    ``architecture/sliding_window`` records a Mistral window (``block_size`` may not exceed it).
+    See :class:`TransformerLM` for the keys and the call contract.
     """
 
     PRESETS: ClassVar[dict[str, Preset]] = LLAMA_PRESETS
@@ -63,6 +68,38 @@ class Llama(TransformerLM):
     LEARNED_POSITIONS: ClassVar[bool] = False
 
     rope_theta: float = field("architecture/rope_theta", default=10000.0, help="rotary embedding base frequency")
+    rope_scaling: str = field("architecture/rope_scaling", default="none", help="none | linear | llama3")
+    rope_factor: float = field(
+        "architecture/rope_factor", default=1.0, help="frequency divisor of linear and llama3 rope scaling"
+    )
+    rope_low_freq_factor: float = field(
+        "architecture/rope_low_freq_factor", default=1.0, help="llama3 rope scaling: low-frequency factor"
+    )
+    rope_high_freq_factor: float = field(
+        "architecture/rope_high_freq_factor", default=4.0, help="llama3 rope scaling: high-frequency factor"
+    )
+    rope_original_max_positions: int = field(
+        "architecture/rope_original_max_positions",
+        default=8192,
+        help="llama3 rope scaling: context length the unscaled model was trained on",
+    )
+    sliding_window: int | None = field(
+        "architecture/sliding_window",
+        default=None,
+        help="attention window (Mistral); block_size may not exceed it (None: no window)",
+    )
 
     def _rope_theta(self) -> float:
         return self.rope_theta
+
+    def _rope_scaling(self) -> RopeScaling:
+        return RopeScaling(
+            kind=self.rope_scaling,
+            factor=self.rope_factor,
+            low_freq_factor=self.rope_low_freq_factor,
+            high_freq_factor=self.rope_high_freq_factor,
+            original_max_positions=self.rope_original_max_positions,
+        )
+
+    def _sliding_window(self) -> int | None:
+        return self.sliding_window

@@ -16,6 +16,7 @@ from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
 from theseus.model.layers.attention import is_segment_ids, missing_cache_error
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
+from theseus.model.layers.rotary import RopeScaling
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
 from theseus.model.models.block import Block, make_norm
 from theseus.model.module import Module
@@ -87,6 +88,13 @@ class TransformerLM(Module):
     ``architecture/block_size`` (default 256, maximum sequence length) follow the data, never the preset.
     ``model.architecture`` is the resolved :class:`Architecture`.
 
+    **Switches.** ``architecture/attention_bias`` (query/key/value biases),
+    ``architecture/attention_out_bias`` (attention output bias; ``None``: as ``attention_bias``),
+    ``architecture/mlp_bias``, ``architecture/tied_embeddings`` (output head = token embedding)
+    and ``architecture/head_dim`` (``None``: ``n_embd / n_heads``) default to ``None`` = the
+    family's own choice, so every preset keeps its shape; set them to express checkpoints such as
+    Qwen2 (query/key/value biases, no output bias) or a Llama with a tied head.
+
     **Call.** ``model.apply(variables, x, y=None, padding_mask=None, deterministic=False,
     decode=False, rngs={"dropout": key})`` -> ``(logits, loss)``: ``x``/``y`` int ``[B, T]``,
     ``padding_mask`` bool ``[B, T]`` (True = real token); logits float32 ``[B, T, vocab]``;
@@ -131,6 +139,25 @@ class TransformerLM(Module):
         default=None,
         help="gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
     )
+    head_dim: int | None = field(
+        "architecture/head_dim", default=None, help="width of one attention head (None: n_embd / n_heads)"
+    )
+    attention_bias: bool | None = field(
+        "architecture/attention_bias", default=None, help="biases on query/key/value projections (None: family's)"
+    )
+    attention_out_bias: bool | None = field(
+        "architecture/attention_out_bias",
+        default=None,
+        help="bias on the attention output projection (None: as attention_bias)",
+    )
+    mlp_bias: bool | None = field(
+        "architecture/mlp_bias", default=None, help="biases on MLP projections (None: family's)"
+    )
+    tied_embeddings: bool | None = field(
+        "architecture/tied_embeddings",
+        default=None,
+        help="output head shares the token embedding table (None: the family's own)",
+    )
     dropout: float = field("architecture/dropout", default=0.0, help="dropout rate of residual branches")
     norm_eps: float = field("architecture/norm_eps", default=1e-5, help="epsilon of the normalisation layers")
     attention_impl: str = field(
@@ -147,6 +174,12 @@ class TransformerLM(Module):
 
     def _rope_theta(self) -> float:
         return 10000.0
+
+    def _rope_scaling(self) -> RopeScaling:
+        return RopeScaling()
+
+    def _sliding_window(self) -> int | None:
+        return None
 
     @property
     def architecture(self) -> Architecture:
@@ -177,10 +210,16 @@ class TransformerLM(Module):
             use_bias=self.USE_BIAS,
             rotary=self.ROTARY,
             rope_theta=self._rope_theta(),
-            tied_embeddings=self.TIED_EMBEDDINGS,
+            tied_embeddings=self.TIED_EMBEDDINGS if self.tied_embeddings is None else self.tied_embeddings,
             learned_positions=self.LEARNED_POSITIONS,
             dropout=self.dropout,
             attention_impl=self.attention_impl,
+            attention_bias=self.attention_bias,
+            attention_out_bias=self.attention_out_bias,
+            mlp_bias=self.mlp_bias,
+            explicit_head_dim=self.head_dim,
+            rope_scaling=self._rope_scaling(),
+            sliding_window=self._sliding_window(),
         ).validate()
 
     @property

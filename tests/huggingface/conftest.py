@@ -1,0 +1,120 @@
+"""Tiny random transformers models saved with ``save_pretrained``, a small tokenizer, and an
+in-process ``theseus`` command runner for the Hugging Face import/export tests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+VOCAB = 300  # the tokenizer below has 258 ids; the model's vocabulary is padded like real checkpoints
+
+
+def make_tokenizer(folder: Path, *, bos: bool) -> None:
+    """A byte-level tokenizer (256 byte tokens, ``<|endoftext|>`` = 256, ``<s>`` = 257) saved as a
+    transformers fast tokenizer; with ``bos`` encoding starts with ``<s>``, as Llama's does."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    from theseus.model.huggingface.exporter import _bytes_to_unicode
+
+    table = _bytes_to_unicode()
+    tok = Tokenizer(models.BPE(vocab={table[b]: b for b in range(256)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>", "<s>"])
+    if bos:
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 257)])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<s>" if bos else "<|endoftext|>"
+    )
+    fast.save_pretrained(folder)
+
+
+def hf_config(family: str, **overrides: Any) -> Any:
+    from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
+
+    if family == "gpt2":
+        values = {"vocab_size": VOCAB, "n_positions": 320, "n_embd": 32, "n_layer": 2, "n_head": 4}
+        values.update({"bos_token_id": 256, "eos_token_id": 256})
+        return GPT2Config(**{**values, **overrides})
+    common = {
+        "vocab_size": VOCAB,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        "bos_token_id": 257,
+        "eos_token_id": 256,
+        "rms_norm_eps": 1e-6,
+    }
+    classes = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}
+    return classes[family](**{**common, **overrides})
+
+
+def save_model(folder: Path, family: str, seed: int = 0, *, tokenizer: bool = True, **overrides: Any) -> Any:
+    """A random transformers model of ``family`` saved in ``folder`` (float32 safetensors); returns it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    config = hf_config(family, **overrides)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():  # larger weights than the 0.02 default: logits that differ clearly
+        for name, parameter in model.named_parameters():
+            if "norm" in name or "ln_" in name:
+                parameter.copy_(
+                    1.0 + 0.2 * torch.randn_like(parameter)
+                    if name.endswith("weight")
+                    else 0.1 * torch.randn_like(parameter)
+                )
+            else:
+                parameter.copy_(0.15 * torch.randn_like(parameter))
+    model.save_pretrained(folder)
+    if tokenizer:
+        make_tokenizer(folder, bos=family != "gpt2")
+    return model
+
+
+def hf_logits(model: Any, ids: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """transformers' float32 logits; left padding gets positions counted over real tokens."""
+    import torch
+
+    x = torch.tensor(ids, dtype=torch.long)
+    kwargs: dict[str, Any] = {}
+    if mask is not None:
+        m = torch.tensor(mask, dtype=torch.long)
+        kwargs = {"attention_mask": m, "position_ids": (m.cumsum(-1) - 1).clamp(min=0)}
+    with torch.no_grad():
+        return model(x, **kwargs).logits.float().numpy()
+
+
+@pytest.fixture
+def theseus(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Callable[..., tuple[int, str, str]]:
+    """Run ``theseus ARGS`` in this process with ``--root`` = a fresh folder; (exit code, stdout, stderr)."""
+    from theseus.cli.main import main
+
+    root = tmp_path / "root"
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = 0
+        try:
+            main([args[0], args[1], "--root", str(root), *args[2:]])
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    run.root = root  # type: ignore[attr-defined]
+    return run
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())

@@ -1,0 +1,123 @@
+"""Bad checkpoints are one ``error:`` line, exit code 2, and nothing left under ``runs/``."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.huggingface.conftest import save_model
+
+
+def no_config(folder: Path) -> None:
+    (folder / "config.json").unlink()
+
+
+def bin_only(folder: Path) -> None:
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+
+
+def damaged_header(folder: Path) -> None:
+    path = folder / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[8:20] = b"not json at!"
+    path.write_bytes(bytes(data))
+
+
+def wrong_shape(folder: Path) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config["intermediate_size"] = 64  # the saved MLP weights are 48 wide
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def edit_config(**values: Any) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        config = json.loads((folder / "config.json").read_text())
+        config.update(values)
+        (folder / "config.json").write_text(json.dumps(config))
+
+    return edit
+
+
+def truncated(folder: Path) -> None:
+    path = folder / "model.safetensors"
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    path.write_bytes(data[: 8 + length + 100])
+
+
+CASES: dict[str, tuple[Callable[[Path], None], str]] = {
+    "no-config": (no_config, "has no config.json"),
+    "bin-only": (bin_only, "PyTorch pickle weights"),
+    "damaged-header": (damaged_header, "is not a valid safetensors file"),
+    "truncated": (truncated, "does not fit its byte range"),
+    "wrong-shape": (wrong_shape, "'model.layers.0.mlp.gate_proj.weight' in model.safetensors has shape (48, 32)"),
+    "unknown-model-type": (edit_config(model_type="falcon"), "model_type 'falcon' is not supported; supported: gpt2"),
+    "rope-yarn": (
+        edit_config(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}),
+        "rope_scaling.rope_type='yarn' is not supported",
+    ),
+    "activation": (edit_config(hidden_act="gelu_fast"), "hidden_act='gelu_fast' is not supported"),
+    "tokenizer-vocab": (edit_config(vocab_size=200), "has 258 token ids but config.json's vocab_size is 200"),
+}
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("llama")
+    save_model(folder, "llama")
+    return folder
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_checkpoint_is_one_line(case: str, pristine: Path, tmp_path: Path, theseus: Any) -> None:
+    import shutil
+
+    damage, message = CASES[case]
+    folder = tmp_path / "ckpt"
+    shutil.copytree(pristine, folder)
+    if case == "tokenizer-vocab":  # a smaller model whose weights match its config, but not the tokenizer
+        shutil.rmtree(folder)
+        save_model(folder, "llama", vocab_size=200)
+        (folder / "tokenizer.json").write_bytes((pristine / "tokenizer.json").read_bytes())
+    else:
+        damage(folder)
+    code, out, err = theseus("run", "hf/import", f"hf/source={folder}", "run/name=x")
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert message in lines[0]
+    runs = theseus.root / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_existing_run_and_missing_name(pristine: Path, theseus: Any) -> None:
+    code, _, err = theseus("run", "hf/import", f"hf/source={pristine}")
+    assert code == 2 and "needs run/name" in err
+    (theseus.root / "runs" / "taken").mkdir(parents=True)
+    code, _, err = theseus("run", "hf/import", f"hf/source={pristine}", "run/name=taken")
+    assert code == 2 and "already exists" in err
+
+
+def test_hub_id_without_network_is_one_line(theseus: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read when imported: never touch the network
+    monkeypatch.setenv("HF_HOME", str(theseus.root / "hf-home"))
+    code, _, err = theseus("run", "hf/import", "hf/source=nobody/no-such-model", "run/name=x")
+    assert code == 2
+    assert err.count("\n") == 1 and "pass hf/source=<that folder>" in err
+
+
+def test_export_refuses_a_non_empty_folder_and_bad_dtype(tmp_path: Path, theseus: Any) -> None:
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    code, _, err = theseus("run", "hf/export", f"hf/out={tmp_path / 'full'}")
+    assert code == 2 and "is not an empty folder" in err
+    code, _, err = theseus("run", "hf/export", f"hf/out={tmp_path / 'new'}", "hf/dtype=int8")
+    assert code == 2 and "hf/dtype='int8' is not supported" in err

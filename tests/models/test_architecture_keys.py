@@ -1,0 +1,116 @@
+"""Architecture switches that pretrained checkpoints need: biases, head width, tied heads, RoPE scaling."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.models.conftest import build
+from theseus.errors import ConfigError
+from theseus.model.layers.rotary import RopeScaling, rotary_angles
+from theseus.model.models import GPT, Llama, TransformerLM
+
+
+def shapes(model: TransformerLM) -> dict:
+    tree = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])
+    return nn.unbox(tree)
+
+
+def test_qwen2_style_biases_on_query_key_value_only() -> None:
+    params = shapes(build(Llama, architecture__attention_bias=True, architecture__attention_out_bias=False))
+    attn = params["blocks_0"]["attn"]
+    assert {"query_bias", "key_bias", "value_bias"} <= set(attn)
+    assert "out_bias" not in attn
+    assert attn["key_bias"].shape == (2, 8)
+    assert not any("bias" in name for name in params["blocks_0"]["mlp"]["up"])
+
+
+def test_gpt_without_mlp_bias_keeps_attention_biases() -> None:
+    params = shapes(build(GPT, architecture__mlp_bias=False))
+    assert set(params["blocks_0"]["mlp"]["up"]) == {"kernel"}
+    assert {"query_bias", "out_bias"} <= set(params["blocks_0"]["attn"])
+
+
+def test_head_dim_independent_of_width() -> None:
+    model = build(Llama, architecture__head_dim=16)  # 4 heads x 16 != 32 wide
+    attn = shapes(model)["blocks_0"]["attn"]
+    assert attn["query"].shape == (32, 4, 16)
+    assert attn["key"].shape == (32, 2, 16)
+    assert attn["out"].shape == (4, 16, 32)
+    assert model.architecture.attention_params() == 2 * 32 * 4 * 16 + 2 * 32 * 2 * 16
+    logits, _ = model.apply(
+        {"params": model.init(jax.random.key(0), jnp.zeros((1, 3), jnp.int32))["params"]},
+        jnp.ones((2, 5), jnp.int32),
+        deterministic=True,
+    )
+    assert logits.shape == (2, 5, 64)
+
+
+def test_tied_and_untied_heads_per_family() -> None:
+    assert "lm_head" in shapes(build(Llama))
+    assert "lm_head" not in shapes(build(Llama, architecture__tied_embeddings=True))
+    assert shapes(build(GPT, architecture__tied_embeddings=False))["lm_head"].shape == (32, 64)
+
+
+def test_defaults_keep_the_family_shapes() -> None:
+    gpt, llama = build(GPT).architecture, build(Llama).architecture
+    assert (gpt.qkv_bias, gpt.out_bias, gpt.ffn_bias, gpt.tied_embeddings) == (True, True, True, True)
+    assert (llama.qkv_bias, llama.out_bias, llama.ffn_bias, llama.tied_embeddings) == (False, False, False, False)
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra"),
+    [
+        ("linear", {"factor": 4.0}),
+        (
+            "llama3",
+            {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+        ),
+    ],
+)
+def test_rope_scaling_matches_transformers(kind: str, extra: dict) -> None:
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    head_dim, theta = 16, 10000.0
+    config = LlamaConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        max_position_embeddings=512,
+        rope_parameters={"rope_type": kind, "rope_theta": theta, **extra},
+    )
+    expected, _ = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
+    scaling = RopeScaling(
+        kind=kind,
+        factor=extra["factor"],
+        low_freq_factor=extra.get("low_freq_factor", 1.0),
+        high_freq_factor=extra.get("high_freq_factor", 4.0),
+        original_max_positions=extra.get("original_max_position_embeddings", 8192),
+    )
+    got = np.asarray(rotary_angles(jnp.ones((1,), jnp.int32), head_dim, theta, scaling.validate()))[0]
+    plain = np.asarray(rotary_angles(jnp.ones((1,), jnp.int32), head_dim, theta))[0]
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-6)
+    assert not np.allclose(got, plain)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"architecture/block_size": 64, "architecture/sliding_window": 32}, "architecture/sliding_window=32"),
+        ({"architecture/rope_scaling": "yarn"}, "unknown architecture/rope_scaling 'yarn'"),
+        ({"architecture/head_dim": 0}, "architecture/head_dim must be a positive integer"),
+        ({"architecture/n_embd": 30, "architecture/n_heads": 4}, "or set architecture/head_dim"),
+    ],
+)
+def test_bad_switches_are_one_line_errors(values: dict, message: str) -> None:
+    model = build(Llama, **{k.replace("/", "__"): v for k, v in values.items()})
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as info:
+        _ = model.architecture
+    assert "\n" not in str(info.value)
+
+
+def test_sequences_within_the_sliding_window_work() -> None:
+    assert build(Llama, architecture__sliding_window=32).architecture.sliding_window == 32

@@ -1,0 +1,9 @@
+"""Hugging Face checkpoints in and out: ``hf/import`` and ``hf/export`` jobs, and
+``training/init_from=hf:<folder or id>``.
+
+Modules: ``families`` (``config.json`` <-> architecture keys), ``names`` (tensor names and
+layouts), ``safetensors_io`` (tensor-by-tensor reader and sharded writer), ``source`` (folders
+and hub ids), ``convert`` (checked import plans, export plans), ``importer`` / ``exporter``
+(the run directory and output folder), ``jobs`` (the CLI jobs). Safetensors only: pickled
+``pytorch_model.bin`` files are refused.
+"""

@@ -1,0 +1,123 @@
+"""Converting parameters between a Hugging Face checkpoint folder and a theseus parameter tree.
+
+Import checks everything it can before reading any weight (``config.json``, every tensor's name
+and shape against the architecture), then reads one tensor at a time, converts its layout and
+places it on its device(s) with ``place``; the host buffer is dropped before the next tensor, so
+memory holds the model once plus one tensor. Export produces each checkpoint tensor only when
+the writer reaches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from theseus.errors import CheckpointError
+from theseus.model.huggingface.families import Imported, from_config
+from theseus.model.huggingface.names import IGNORED_SUFFIXES, TensorMap, canonical_name, tensor_maps
+from theseus.model.huggingface.safetensors_io import PlannedTensor, TensorInfo, dtype_code, read_index, read_tensor
+from theseus.model.huggingface.source import read_config
+from theseus.model.models.architecture import Architecture
+
+ParamPath = tuple[str, ...]
+Place = Callable[[ParamPath, np.ndarray], Any]
+
+
+@dataclass
+class HFCheckpoint:
+    """A checkpoint folder whose ``config.json`` and safetensors headers have been read (no weights yet)."""
+
+    folder: Path
+    config: dict[str, Any]
+    imported: Imported
+    tensors: dict[str, TensorInfo]
+
+
+def open_checkpoint(folder: Path) -> HFCheckpoint:
+    config = read_config(folder)
+    imported = from_config(config)
+    tensors = {canonical_name(imported.family, n): info for n, info in read_index(folder).items()}
+    return HFCheckpoint(folder, config, imported, tensors)
+
+
+def plan_import(checkpoint: HFCheckpoint, arch: Architecture) -> list[TensorMap]:
+    """The tensor maps of ``arch``, each checked against the checkpoint; CheckpointError (one line) for a
+    missing tensor, a wrong shape, or a tensor theseus would not load."""
+    maps = tensor_maps(checkpoint.imported.family, arch)
+    tensors = dict(checkpoint.tensors)
+    if arch.tied_embeddings and "lm_head.weight" in tensors:
+        tensors.pop("lm_head.weight")  # a tied head saved anyway: the embedding is authoritative
+    for tensor_map in maps:
+        info = tensors.get(tensor_map.hf)
+        if info is None:
+            raise CheckpointError(
+                f"{checkpoint.folder} has no tensor {tensor_map.hf!r}, which its config.json implies; "
+                "the weights do not match the configuration"
+            )
+        if info.shape != tensor_map.hf_shape:
+            raise CheckpointError(
+                f"tensor {tensor_map.hf!r} in {info.file.name} has shape {info.shape} but config.json implies "
+                f"{tensor_map.hf_shape}; the weights do not match the configuration"
+            )
+        if not np.issubdtype(np.dtype(_float_kind(info.dtype)), np.floating):
+            raise CheckpointError(f"tensor {tensor_map.hf!r} in {info.file.name} has dtype {info.dtype}, not a float")
+    known = {m.hf for m in maps}
+    extra = [n for n in tensors if n not in known and not n.endswith(IGNORED_SUFFIXES)]
+    if extra:
+        raise CheckpointError(
+            f"{checkpoint.folder} holds tensor {extra[0]!r} that the {checkpoint.imported.family} layout does not "
+            f"use ({len(extra)} such); theseus would drop weights, so it refuses this checkpoint"
+        )
+    return maps
+
+
+def _float_kind(code: str) -> str:
+    return {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "float32"}.get(code, "int64")
+
+
+def load_params(checkpoint: HFCheckpoint, maps: list[TensorMap], place: Place) -> dict[str, Any]:
+    """The nested parameter tree: each tensor read, converted and handed to ``place(path, array)``."""
+    params: dict[str, Any] = {}
+    for tensor_map in maps:
+        values = read_tensor(checkpoint.tensors[tensor_map.hf])
+        parts = tensor_map.to_theseus(values)
+        del values
+        for path, part in zip(tensor_map.paths, parts, strict=True):
+            _assign(params, path, place(path, part))
+        del parts
+    return params
+
+
+def _assign(tree: dict[str, Any], path: ParamPath, value: Any) -> None:
+    node = tree
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+
+
+def _lookup(tree: Mapping[str, Any], path: ParamPath) -> Any:
+    node: Any = tree
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            raise CheckpointError(f"the run's parameters have no {'/'.join(path)!r}; it cannot be exported")
+        node = node[key]
+    return node
+
+
+def export_plan(family: str, arch: Architecture, params: Mapping[str, Any], dtype: Any) -> list[PlannedTensor]:
+    """The checkpoint tensors of ``params``, produced one at a time in ``dtype`` when written."""
+    code = dtype_code(dtype)
+    planned = []
+    for tensor_map in tensor_maps(family, arch):
+        leaves = [_lookup(params, path) for path in tensor_map.paths]
+
+        def produce(tensor_map: TensorMap = tensor_map, leaves: list[Any] = leaves) -> np.ndarray:
+            host = [np.asarray(leaf, dtype=np.float32) for leaf in leaves]
+            return np.ascontiguousarray(tensor_map.to_hf(host)).astype(dtype, copy=False)
+
+        planned.append(PlannedTensor(tensor_map.hf, tensor_map.hf_shape, code, produce))
+    return planned

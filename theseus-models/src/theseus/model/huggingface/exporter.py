@@ -1,0 +1,154 @@
+"""``hf/export``: write a run's checkpoint as a folder transformers loads with ``from_pretrained``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from theseus.errors import ConfigError
+from theseus.model.huggingface.convert import export_plan
+from theseus.model.huggingface.families import family_of, to_config
+from theseus.model.huggingface.safetensors_io import write_checkpoint
+
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16"}
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """``"5GB"`` -> 5_000_000_000 (also KB/MB, KiB/MiB/GiB, or plain bytes)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*", str(text), flags=re.IGNORECASE)
+    if not match:
+        raise ConfigError(f"hf/shard_size={text!r} is not a size; use e.g. 5GB, 500MB or a number of bytes")
+    size = int(float(match.group(1)) * _UNITS[(match.group(2) or "").upper()])
+    if size < 1:
+        raise ConfigError(f"hf/shard_size={text!r} must be positive")
+    return size
+
+
+def numpy_dtype(name: str) -> Any:
+    if name not in DTYPES:
+        raise ConfigError(f"hf/dtype={name!r} is not supported; choose one of {', '.join(DTYPES)}")
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    import numpy as np
+
+    return np.float32
+
+
+def output_folder(out: str) -> Path:
+    if not out:
+        raise ConfigError("hf/out is empty; pass hf/out=<folder> to write the checkpoint to")
+    folder = Path(out).expanduser().absolute()
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ConfigError(f"hf/out={out!r} exists and is not an empty folder; choose a new folder")
+    return folder
+
+
+def byte_tokenizer_json() -> dict[str, Any]:
+    """A ``tokenizer.json`` equal to theseus' byte tokenizer: byte b -> id b, end-of-text -> 256."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    byte_to_char = _bytes_to_unicode()
+    vocab = {byte_to_char[b]: b for b in range(256)}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(["<|endoftext|>"])
+    result: dict[str, Any] = json.loads(tokenizer.to_str())
+    return result
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character table (what the ByteLevel pre-tokenizer emits)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    chars = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {b: chr(c) for b, c in zip(printable, chars, strict=True)}
+
+
+def write_tokenizer(
+    folder: Path, run_path: Path, spec: dict[str, Any] | None, block_size: int
+) -> tuple[int, int] | None:
+    """Copy (or, for the byte tokenizer, create) the tokenizer files; returns (bos, eos) ids or None."""
+    kind = (spec or {}).get("kind", "byte")
+    if kind == "hf":
+        source = Path(spec["path"]) if spec else None
+        if source is None or not source.is_file():
+            raise ConfigError(f"the run's tokenizer file {source} is missing; restore it to export the tokenizer")
+        shutil.copyfile(source, folder / "tokenizer.json")
+        for companion in ("tokenizer_config.json", "special_tokens_map.json"):
+            if (source.parent / companion).is_file():
+                shutil.copyfile(source.parent / companion, folder / companion)
+        eot = spec.get("eot") if spec else None
+    elif kind == "byte":
+        (folder / "tokenizer.json").write_text(json.dumps(byte_tokenizer_json()))
+        eot = "<|endoftext|>"
+    else:
+        return None
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    eot = eot or next((t for t in ("<|endoftext|>", "</s>", "<|end_of_text|>") if tok.token_to_id(t) is not None), None)
+    eos = tok.token_to_id(eot) if eot else None
+    if not (folder / "tokenizer_config.json").is_file():
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": block_size,
+            "eos_token": eot,
+            "bos_token": eot,
+            "unk_token": None,
+            "clean_up_tokenization_spaces": False,
+        }
+        (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return (eos, eos) if eos is not None else None
+
+
+def export_run(
+    root: Path, run: str, out: str, *, step: int | None = None, dtype: str = "float32", shard_size: str = "5GB"
+) -> Path:
+    """Export checkpoint ``step`` (default: latest) of run ``run`` to ``out``; returns the folder."""
+    from theseus.model.generation.runs import load_run
+
+    target_dtype = numpy_dtype(dtype)
+    shard_bytes = parse_size(shard_size)
+    folder = output_folder(out)
+    loaded = load_run(root, run, step=step, tokenizer=None)
+    record = json.loads((loaded.path / "provenance.json").read_text())
+    model_class = f"{type(loaded.model).__module__}:{type(loaded.model).__qualname__}"
+    arch = loaded.model.architecture
+    family = family_of(model_class, arch, (record.get("huggingface") or {}).get("model_type"))
+    plan = export_plan(family, arch, loaded.params, target_dtype)
+    to_config(family, arch, dtype=dtype, bos_id=None, eos_id=None)  # refuse what the family cannot express first
+    staging = folder.with_name(folder.name + ".exporting")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        ids = write_tokenizer(staging, loaded.path, record.get("tokenizer"), arch.block_size)
+        hf = record.get("huggingface") or {}
+        bos = hf.get("bos_id") if hf.get("bos_id") is not None else (ids[0] if ids else None)
+        eos = ids[1] if ids else None
+        config = to_config(family, arch, dtype=dtype, bos_id=bos, eos_id=eos)
+        (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        generation = {"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": None}
+        (staging / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+        write_checkpoint(staging, plan, shard_bytes)
+        if folder.exists():
+            folder.rmdir()
+        staging.rename(folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)
+        raise
+    return folder

@@ -1,0 +1,172 @@
+"""``hf/import``: turn a Hugging Face checkpoint into an ordinary theseus run (step-0 checkpoint,
+``config.yaml``, provenance and the checkpoint's tokenizer)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from theseus.config import Configuration, Schema, configuration, configure, resolve
+from theseus.errors import ConfigError
+from theseus.model.huggingface.convert import HFCheckpoint, ParamPath, load_params, open_checkpoint, plan_import
+from theseus.model.huggingface.names import TensorMap
+from theseus.model.huggingface.source import CONFIG_FILE
+from theseus.model.huggingface.tokenizer_files import TOKENIZER_FILES, tokenizer_spec
+from theseus.model.models.transformer import TransformerLM
+
+TOKENIZER_DIR = "tokenizer"
+
+
+@dataclass
+class PreparedImport:
+    """A checked checkpoint: the model it becomes, its configuration and tensor plan (no weights read)."""
+
+    checkpoint: HFCheckpoint
+    model: TransformerLM
+    config: Configuration
+    maps: list[TensorMap]
+    tokenizer: dict[str, Any] | None
+    bos_id: int | None
+
+
+def import_class(target: str) -> type[TransformerLM]:
+    import importlib
+
+    module, _, name = target.partition(":")
+    cls: type[TransformerLM] = getattr(importlib.import_module(module), name)
+    return cls
+
+
+def model_configuration(model_cls: type[TransformerLM], keys: dict[str, Any]) -> Configuration:
+    """Every key of the model's schema, with the checkpoint's architecture keys over the defaults."""
+    return resolve(Schema.build(model_cls.gather()), overrides=keys)
+
+
+def prepare(folder: Path, extra: dict[str, Any] | None = None) -> PreparedImport:
+    """Read and check ``config.json``, the safetensors headers and the tokenizer; read no weights.
+
+    ``extra`` keys (e.g. ``model/param_dtype``) are set on top of the checkpoint's own."""
+    checkpoint = open_checkpoint(folder)
+    model_cls = import_class(checkpoint.imported.model_class)
+    config = model_configuration(model_cls, {**checkpoint.imported.keys, **(extra or {})})
+    with configuration(config):
+        model = configure(model_cls)
+    arch = model.architecture
+    maps = plan_import(checkpoint, arch)
+    spec, bos = tokenizer_spec(folder, checkpoint.config, arch.vocab_size)
+    return PreparedImport(checkpoint, model, config, maps, spec, bos)
+
+
+def abstract_params(model: TransformerLM) -> dict[ParamPath, Any]:
+    """Shape and dtype of each parameter, by path."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32), deterministic=True))
+    flat = jax.tree_util.tree_flatten_with_path(nn.unbox(shapes["params"]))[0]
+    return {tuple(str(k.key) for k in path): leaf for path, leaf in flat}
+
+
+def read_params(prepared: PreparedImport, shardings: dict[ParamPath, Any] | None = None) -> dict[str, Any]:
+    """The parameter tree, each tensor placed with its sharding (default: the first device) in the
+    model's parameter dtype."""
+    import jax
+
+    wanted = abstract_params(prepared.model)
+    mapped = {path for m in prepared.maps for path in m.paths}
+    if mapped != set(wanted):
+        missing = sorted(set(wanted) - mapped) or sorted(mapped - set(wanted))
+        raise ConfigError(f"the import does not cover parameter {'/'.join(missing[0])!r}; this model is not supported")
+    device = jax.devices()[0]
+
+    def place(path: ParamPath, values: np.ndarray) -> Any:
+        target = wanted[path]
+        if tuple(values.shape) != tuple(target.shape):
+            raise ConfigError(f"parameter {'/'.join(path)!r}: converted shape {values.shape} != {target.shape}")
+        sharding = shardings[path] if shardings is not None else device
+        return jax.device_put(np.asarray(values, dtype=target.dtype), sharding)
+
+    return load_params(prepared.checkpoint, prepared.maps, place)
+
+
+def file_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of ``config.json``, the tokenizer files and every safetensors file."""
+    names = [CONFIG_FILE, *TOKENIZER_FILES, "model.safetensors.index.json"]
+    paths = [folder / n for n in names if (folder / n).is_file()] + sorted(folder.glob("*.safetensors"))
+    hashes = {}
+    for path in paths:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+        hashes[path.name] = digest.hexdigest()
+    return hashes
+
+
+def write_run(
+    root: Path,
+    name: str,
+    prepared: PreparedImport,
+    source: dict[str, Any],
+    job_class: type,
+    job_key: str | None,
+) -> Path:
+    """Write ``<root>/runs/<name>`` atomically: built in a hidden folder, renamed when complete.
+
+    Nothing is left under ``runs/`` when anything fails."""
+    from theseus.checkpoint.store import CheckpointStore
+    from theseus.config import write_yaml
+    from theseus.training.run import CONFIG_FILE as RUN_CONFIG
+    from theseus.training.run import RunDirectory, provenance
+
+    runs = root / "runs"
+    final = runs / name
+    if final.exists():
+        raise ConfigError(f"run {name!r} already exists in {runs}; choose another run/name or delete that folder")
+    created_runs = not runs.exists()
+    runs.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.importing-", dir=runs))
+    try:
+        tokenizer = prepared.tokenizer
+        if tokenizer is not None:
+            target = staging / TOKENIZER_DIR
+            target.mkdir()
+            for file in TOKENIZER_FILES:
+                if (prepared.checkpoint.folder / file).is_file():
+                    shutil.copyfile(prepared.checkpoint.folder / file, target / file)
+            digest = hashlib.sha256((target / "tokenizer.json").read_bytes()).hexdigest()
+            tokenizer = {**tokenizer, "path": str(final / TOKENIZER_DIR / "tokenizer.json"), "sha256": digest}
+        params = read_params(prepared)
+        store = CheckpointStore(staging / "checkpoints", keep=0, async_save=False)
+        try:
+            store.save(0, {"params": params}, {"step": 0, "source": source.get("source")})
+        finally:
+            store.close()
+        del params
+        write_yaml(dict(prepared.config), staging / RUN_CONFIG)
+        record = provenance(job_key, job_class, resumed_from=None, model=type(prepared.model), tokenizer=tokenizer)
+        record["huggingface"] = {
+            **source,
+            "model_type": prepared.checkpoint.imported.family,
+            "files": file_hashes(prepared.checkpoint.folder),
+            "bos_id": prepared.bos_id,
+        }
+        directory = RunDirectory(root, name)
+        directory.path = staging
+        directory.write_provenance(record)
+        staging.rename(final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created_runs:
+            with contextlib.suppress(OSError):
+                runs.rmdir()
+        raise
+    return final
