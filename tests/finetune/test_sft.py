@@ -3,6 +3,7 @@ equals unmerged, adapter-only checkpoints, bit-exact kill/resume, and one-line e
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,8 @@ SETTINGS = {**TINY_SFT, "training/checkpoint_interval": 2, "training/keep_checkp
 
 def cli_settings(values: dict[str, Any]) -> list[str]:
     def text(value: Any) -> str:
+        if value is None:
+            return "null"
         if isinstance(value, list):
             return "[" + ",".join(value) + "]"
         return str(value).lower() if isinstance(value, bool) else str(value)
@@ -48,14 +51,29 @@ def read_checkpoint(run: Path, step: int) -> Any:
         return checkpointer.restore(run / "checkpoints" / str(step) / "state")
 
 
+def import_base(root: Path, folder: Path) -> dict[str, Any]:
+    """A tiny random GPT-2 saved by transformers, imported as run ``base``; returns its architecture keys."""
+    from tests.huggingface.conftest import save_model
+    from theseus.config import read_yaml
+
+    save_model(folder, "gpt2", vocab_size=257, n_positions=64, n_embd=32, n_layer=2, n_head=2, tokenizer=False)
+    code = call_cli(["run", "hf/import", "--root", str(root), f"hf/source={folder}", "run/name=base"])
+    assert code == 0
+    values = read_yaml(root / "runs" / "base" / "config.yaml")
+    return {k: v for k, v in values.items() if k.startswith("architecture/")}
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """LoRA fine-tuning of an imported GPT-2 on packed chat data (4 steps, checkpoints every 2)."""
     root = tmp_path_factory.mktemp("sft-root")
     prepare_chat(root)
-    trainer = GPTSFT.create(root, {**SETTINGS, "run/name": "reference"})
+    arch = import_base(root, tmp_path_factory.mktemp("hf-gpt2"))
+    settings = {**SETTINGS, **arch, "sft/init": "base"}
+    trainer = GPTSFT.create(root, {**settings, "run/name": "reference"})
     initial = leaves(trainer.init_state().params)
     trainer.run()
-    return {"root": root, "trainer": trainer, "initial": initial}
+    return {"root": root, "trainer": trainer, "initial": initial, "settings": settings}
 
 
 def test_only_adapters_train_and_the_optimizer_holds_state_for_them_alone(trained: dict[str, Any]) -> None:
@@ -82,7 +100,7 @@ def test_merged_model_equals_the_adapted_model(trained: dict[str, Any]) -> None:
     trainer = trained["trainer"]
     x = np.random.default_rng(1).integers(0, 257, size=(2, 24)).astype(np.int32)
     adapted = jax.jit(lambda p: trainer.model.apply({"params": p}, x, deterministic=True)[0])(trainer.state.params)
-    plain_values = {k: v for k, v in SETTINGS.items() if k.startswith("architecture/")}
+    plain_values = {k: v for k, v in trained["settings"].items() if k.startswith("architecture/")}
     with configuration(plain_values):
         plain = configure(GPT)
     merged = trainer.merged_params()
@@ -98,7 +116,7 @@ def test_merged_model_equals_the_adapted_model(trained: dict[str, Any]) -> None:
 def test_killed_sft_run_resumes_bit_exact(trained: dict[str, Any]) -> None:
     root = trained["root"]
     command = [sys.executable, "-m", "theseus.cli.main", "run", "gpt/train/sft", "--root", str(root)]
-    command += cli_settings({**SETTINGS, "run/name": "killed"})
+    command += cli_settings({**trained["settings"], "run/name": "killed"})
     killed = subprocess.run(command, env=clean_env(THESEUS_TEST_KILL_AT="step:3"), capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr
     assert (root / "runs" / "killed" / "checkpoints" / "2").is_dir()
@@ -129,3 +147,44 @@ def test_bad_lora_settings_are_one_line_errors(
     line = error_line(capsys.readouterr().err)
     assert code == 2
     assert message in line
+
+
+def test_peft_adapter_and_merged_export_match_the_model_in_transformers(
+    trained: dict[str, Any], tmp_path: Path
+) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    root, trainer = trained["root"], trained["trainer"]
+    exports = {"base": "hf/export", "reference": "hf/export", "adapter": "hf/export-adapter"}
+    for name, job in exports.items():
+        run = "reference" if name == "adapter" else name
+        assert call_cli(["run", job, "--root", str(root), f"hf/run={run}", f"hf/out={tmp_path / name}"]) == 0
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["peft_type"] == "LORA" and config["r"] == 4 and config["base_model_name_or_path"] == "base"
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+
+    x = np.random.default_rng(2).integers(0, 257, size=(2, 20)).astype(np.int32)
+    ours = np.asarray(
+        jax.jit(lambda p: trainer.model.apply({"params": p}, x, deterministic=True)[0])(trainer.state.params)
+    )
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "base", attn_implementation="eager")
+    adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+    with torch.no_grad():
+        peft_logits = adapted(torch.tensor(x, dtype=torch.long)).logits.float().numpy()
+        merged = AutoModelForCausalLM.from_pretrained(tmp_path / "reference", attn_implementation="eager").eval()
+        merged_logits = merged(torch.tensor(x, dtype=torch.long)).logits.float().numpy()
+    assert np.max(np.abs(peft_logits - ours)) <= 1e-4
+    assert np.max(np.abs(merged_logits - ours)) <= 1e-4
+
+
+def test_generation_renders_the_prompt_as_a_user_message(
+    trained: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    args = ["run", "generate", "--root", str(trained["root"]), "generate/run=reference", "generate/chat=true"]
+    args += ["generate/prompt=hi", "generate/max_new_tokens=2", "generate/temperature=0"]
+    assert call_cli(args) == 0
+    err = capsys.readouterr().err
+    assert "chat prompt 'User: hi\\nAssistant: '" in err

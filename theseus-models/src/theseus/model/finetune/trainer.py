@@ -4,15 +4,15 @@ The trainer reads prepared chat data in the ``"packed"`` style by default (sever
 row, kept apart by segment ids, loss on assistant tokens only), starts from base weights
 (``sft/init``: a training run's latest checkpoint, or the model's own initialisation), and, when
 ``model/lora/rank`` is above 0, trains only the adapters: the optimizer holds state for the adapters
-alone, gradients stop at the base, the base stays bit for bit as loaded, and checkpoints hold the
-adapters (the base is read again from ``sft/init`` on resume).
+alone, gradients stop at the base, and the base stays bit for bit as loaded. With a base run in
+``sft/init`` checkpoints hold only the adapters and refer to that run (read again on resume, by
+``generate`` and by the exports).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import jax
@@ -20,6 +20,7 @@ import jax
 from theseus.config import configuration, field
 from theseus.errors import ConfigError
 from theseus.model.finetune import adapters
+from theseus.model.finetune.chat import TEMPLATE_FILE
 from theseus.model.layers import lora
 from theseus.training import steps
 from theseus.training.base import BaseTrainer, Batch
@@ -121,46 +122,54 @@ class SFTTrainer(BaseTrainer):
 
     def _load_base(self, init: str) -> Any:
         """The base parameters of the latest checkpoint of run ``init`` (a name under the root, or a folder)."""
-        from theseus.model.generation.runs import checkpoint_step, restore_params, run_folder
-        from theseus.training.run import CHECKPOINTS
+        from theseus.model.finetune.loading import load_base
 
-        folder = Path(init).expanduser()
-        if not (folder / CHECKPOINTS).is_dir():
-            folder = run_folder(self.context.root, init)
-        base = self._base_shapes()
-        step = checkpoint_step(folder / CHECKPOINTS, None, folder.name)
-        return restore_params(folder / CHECKPOINTS, step, base, folder.name)
+        return load_base(self.context.root, init, self.abstract_state.params)
 
-    def _base_shapes(self) -> Any:
-        """Shapes of the base parameters (every parameter but the adapters)."""
-
-        def strip(node: Any, path: tuple[Any, ...]) -> Any:
-            if isinstance(node, dict):
-                kept = {k: strip(v, (*path, k)) for k, v in node.items()}
-                return {k: v for k, v in kept.items() if v is not None}
-            return None if lora.is_adapter(path) else node
-
-        return strip(self.abstract_state.params, ())
+    @property
+    def adapter_checkpoints(self) -> bool:
+        """Checkpoints hold only the adapters: LoRA over a base run that ``sft/init`` names."""
+        return self.lora_rank > 0 and bool(self.args.init)
 
     def checkpoint_tree(self, state: TrainState) -> dict[str, Any]:
         tree = super().checkpoint_tree(state)
-        if self.lora_rank > 0:
+        if self.adapter_checkpoints:
             tree["params"] = adapters.prune(state.params)
         return tree
 
     def abstract_checkpoint_tree(self) -> dict[str, Any]:
         tree = super().abstract_checkpoint_tree()
-        if self.lora_rank > 0:
+        if self.adapter_checkpoints:
             a, s = self.abstract_state, self.state_shardings
             tree["params"] = adapters.prune(with_shardings(a.params, s.params))
         return tree
 
     def state_from_checkpoint(self, tree: Mapping[str, Any]) -> TrainState:
-        if self.lora_rank <= 0:
+        if not self.adapter_checkpoints:
             return super().state_from_checkpoint(tree)
         base = self.init_state().params
         params = adapters.overlay(base, tree["params"])
         return super().state_from_checkpoint({**tree, "params": params})
+
+    def run(self) -> None:
+        """Train; the chat template of the data is kept in the run folder (``chat_template.jinja``) so
+        that ``generate generate/chat=true`` renders prompts the way the model was trained."""
+        self.setup()
+        template = self.chat_template()
+        if template is not None and jax.process_index() == 0:
+            folder = self.context.root / "runs" / self.run_name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / TEMPLATE_FILE).write_text(template, encoding="utf-8")
+        super().run()
+
+    def chat_template(self) -> str | None:
+        """The chat template the prepared data was rendered with (None for data without one)."""
+        flywheel = self._open_flywheel() if self.flywheel is None else self.flywheel
+        for source in getattr(flywheel, "sources", []):
+            template = source.prepared.header.source.get("chat_template")
+            if isinstance(template, str) and template:
+                return template
+        return None
 
     def merged_params(self, state: TrainState | None = None) -> Any:
         """The parameters with every adapter folded into its kernel (the base layout, for export)."""

@@ -1,0 +1,34 @@
+"""Prompts for chat-tuned runs: a user message rendered with the chat template the run trained on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from theseus.data.chat import ChatTemplate
+
+#: The chat template an SFT run trained with, kept in its run folder.
+TEMPLATE_FILE = "chat_template.jinja"
+
+
+def run_template(config: Any, tokenizer_spec: dict[str, Any]) -> ChatTemplate:
+    """The chat template of a run: ``data/chat/template`` from its configuration (default ``auto``),
+    resolved beside the run's tokenizer file for ``auto``."""
+    choice = str(config.get("data/chat/template") or "auto")
+    path = tokenizer_spec.get("path") if tokenizer_spec.get("kind") == "hf" else None
+    return ChatTemplate.load(choice, path)
+
+
+def chat_prompt(run: Any, user: str) -> str:
+    """``user`` as a user message of a loaded run, followed by the template's generation prompt.
+
+    The template is the one the run trained with (``chat_template.jinja`` in its folder), else
+    :func:`run_template`.
+    """
+    kept = Path(run.path) / TEMPLATE_FILE
+    if kept.is_file():
+        return ChatTemplate(kept.read_text(encoding="utf-8"), name=str(kept)).prompt(user)
+    return run_template(run.config, dict(run.tokenizer.spec)).prompt(user)
+
+
+__all__ = ["chat_prompt", "run_template"]
