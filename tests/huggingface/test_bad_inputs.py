@@ -86,7 +86,7 @@ def test_bad_checkpoint_is_one_line(case: str, pristine: Path, tmp_path: Path, t
         (folder / "tokenizer.json").write_bytes((pristine / "tokenizer.json").read_bytes())
     else:
         damage(folder)
-    code, out, err = theseus("run", "hf/import", f"hf/source={folder}", "run/name=x")
+    code, _, err = theseus("run", "hf/import", f"hf/source={folder}", "run/name=x")
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err

@@ -68,6 +68,7 @@ class BaseTrainer(Job):
         self.analyses: list[Any] = []
         #: The train state after ``run()`` (None before).
         self.state: TrainState | None = None
+        self.init_source: Any = None  # training/init_from, opened by setup()
 
     # -- declarations ----------------------------------------------------------------------
     @classmethod
@@ -193,6 +194,10 @@ class BaseTrainer(Job):
             return
         if self.MODEL is None:
             raise ConfigError(f"{type(self).__qualname__} declares no MODEL; set MODEL to a model class")
+        if getattr(self.args, "init_from", ""):  # the source's architecture keys enter the configuration first
+            from theseus.training import init_from
+
+            self.init_source = init_from.prepare(self)
         with configuration(self.context.config):
             args = self.args
             model_cls = declarations.resolve("model", self.MODEL)
@@ -221,6 +226,10 @@ class BaseTrainer(Job):
             self.abstract_state, self.state_shardings = state_shardings(
                 self.model, self.tx, self.sharding, self.init_key, self.sequence_length
             )
+            if self.init_source is not None:
+                from theseus.training.init_from import check_data
+
+                check_data(self, self.init_source)
             if args.compilation_cache:  # only once the job is known to be runnable: nothing written before
                 enable_compilation_cache(self.context.root / "cache" / "jax")
         self._ready = True
@@ -353,8 +362,13 @@ class BaseTrainer(Job):
 
     # -- state -----------------------------------------------------------------------------
     def init_state(self) -> TrainState:
-        """Fresh parameters and optimizer state, created directly with their shardings."""
+        """Fresh parameters and optimizer state, created directly with their shardings (the parameters
+        of ``training/init_from`` when set)."""
         self.setup()
+        if self.init_source is not None:
+            from theseus.training import init_from
+
+            return init_from.initial_state(self, self.init_source)
         with configuration(self.context.config):
             return create_state(
                 self.model, self.tx, self.sharding, self.init_key, self.sequence_length, self.state_shardings

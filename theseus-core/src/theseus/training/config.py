@@ -72,6 +72,11 @@ class BaseTrainerConfig:
         default=True,
         help="keep compiled XLA programs under <root>/cache/jax so a restart skips most compilation",
     )
+    init_from: str = field(
+        "training/init_from",
+        default="",
+        help="start from run:<name>[@step] or hf:<folder or hub id> (parameters only; empty: random init)",
+    )
     run_name: str = field("run/name", default="", help="run directory under <root>/runs (default: from the job key)")
     layout: Layout = field(
         "mesh/layout", default="dp", help="dp (replicated), fsdp (params over data), tp (over model), fsdp+tp"

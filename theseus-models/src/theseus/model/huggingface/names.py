@@ -127,6 +127,17 @@ def _fused_qkv_bias(hf: str, ours: Path, h: int, d: int) -> TensorMap:
     )
 
 
+def _conv_heads_out(hf: str, path: Path, width: int, heads: int, head_dim: int) -> TensorMap:
+    """GPT-2's ``Conv1D`` output weight ``[heads*head_dim, width]`` <-> ``[heads, head_dim, width]``."""
+    return TensorMap(
+        hf,
+        (heads * head_dim, width),
+        (path,),
+        lambda w: [w.reshape(heads, head_dim, width)],
+        lambda a: a[0].reshape(heads * head_dim, width),
+    )
+
+
 def gpt2_maps(arch: Architecture) -> list[TensorMap]:
     """GPT-2 (``GPT2LMHeadModel`` layout; ``Conv1D`` weights are already ``[in, out]``)."""
     e, h, d, f, v = arch.n_embd, arch.n_heads, arch.head_dim, arch.d_ff, arch.vocab_size
@@ -141,15 +152,7 @@ def gpt2_maps(arch: Architecture) -> list[TensorMap]:
             maps.append(_same(hf + f"{norm}.bias", (ours, ours_norm, "bias"), (e,)))
         maps.append(_fused_qkv_weight(hf + "attn.c_attn.weight", (ours, "attn"), e, h, d))
         maps.append(_fused_qkv_bias(hf + "attn.c_attn.bias", (ours, "attn"), h, d))
-        maps.append(
-            TensorMap(
-                hf + "attn.c_proj.weight",
-                (h * d, e),
-                ((ours, "attn", "out"),),
-                lambda w, h=h, d=d, e=e: [w.reshape(h, d, e)],
-                lambda a, h=h, d=d, e=e: a[0].reshape(h * d, e),
-            )
-        )
+        maps.append(_conv_heads_out(hf + "attn.c_proj.weight", (ours, "attn", "out"), e, h, d))
         maps.append(_same(hf + "attn.c_proj.bias", (ours, "attn", "out_bias"), (e,)))
         maps.append(_same(hf + "mlp.c_fc.weight", (ours, "mlp", "up", "kernel"), (e, f)))
         maps.append(_same(hf + "mlp.c_fc.bias", (ours, "mlp", "up", "bias"), (f,)))

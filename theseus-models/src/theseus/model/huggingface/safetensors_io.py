@@ -116,7 +116,7 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
 def read_tensor(info: TensorInfo) -> np.ndarray:
     """One tensor, read with a single positioned read into a fresh array."""
     out = np.empty(info.shape, numpy_dtype(info.dtype))
-    view = memoryview(out.reshape(-1).view(np.uint8))
+    view = memoryview(out.reshape(-1).view(np.uint8).data)
     fd = os.open(info.file, os.O_RDONLY)
     try:
         done = 0
@@ -213,7 +213,7 @@ def _write_file(path: Path, tensors: Iterable[PlannedTensor], metadata: dict[str
             values = np.ascontiguousarray(tensor.produce(), dtype=numpy_dtype(tensor.dtype))
             if values.shape != tensor.shape:
                 raise CheckpointError(f"tensor {tensor.name!r} has shape {values.shape}, expected {tensor.shape}")
-            f.write(memoryview(values.reshape(-1).view(np.uint8)))
+            f.write(values.reshape(-1).view(np.uint8).data)
             del values
 
 

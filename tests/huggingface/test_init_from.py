@@ -1,0 +1,116 @@
+"""``training/init_from``: any trainer starts from a Hugging Face checkpoint or another run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.huggingface.conftest import VOCAB, hf_logits, save_model
+from theseus.errors import ConfigError, DataError
+from theseus.model.models import GPT, Llama
+from theseus.training.base import BaseTrainer
+from theseus.training.init_from import InitSource, check_tokenizer
+
+QUICK: dict[str, Any] = {
+    "training/steps": 2,
+    "training/batch_size": 2,
+    "training/sequence_length": 16,
+    "training/lr": 1e-3,
+    "training/log_interval": 1,
+    "training/eval_interval": 0,
+    "training/eval_batches": 0,
+    "training/checkpoint_interval": 0,
+    "training/async_checkpoints": False,
+    "training/progress": False,
+}
+
+
+def fixed_batch(rows: int, length: int, position: int) -> dict[str, np.ndarray]:
+    tokens = np.random.default_rng(position).integers(0, VOCAB, (rows, length + 1))
+    return {
+        "x": tokens[:, :-1].astype(np.int32),
+        "y": tokens[:, 1:].astype(np.int32),
+        "padding_mask": np.ones((rows, length), bool),
+    }
+
+
+class FixedLlama(BaseTrainer):
+    """A user's trainer with custom batches: nothing about Hugging Face in it."""
+
+    MODEL = Llama
+    DATASET: Any = []
+
+    def batch(self, slice: str = "train") -> dict[str, np.ndarray]:
+        return fixed_batch(self.batch_rows, self.sequence_length, self.position(slice))
+
+
+class FixedGPT(FixedLlama):
+    MODEL = GPT
+
+
+def train_losses(run: Path) -> dict[int, float]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {int(r["step"]): float(r["loss"]) for r in records if r.get("split", "train") == "train" and "loss" in r}
+
+
+def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> float:
+    shifted = logits - logits.max(-1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    return float(-np.take_along_axis(logp, targets[..., None], -1).mean())
+
+
+@pytest.mark.slow
+def test_fine_tune_from_hf_starts_at_transformers_loss(tmp_path: Path) -> None:
+    model = save_model(tmp_path / "hf", "llama", head_dim=16, tokenizer=False)
+    trainer = FixedLlama.create(tmp_path / "root", {**QUICK, "training/init_from": f"hf:{tmp_path / 'hf'}"}, name="ft")
+    trainer.run()
+    losses = train_losses(tmp_path / "root" / "runs" / "ft")
+    batch = fixed_batch(2, 16, 0)
+    expected = cross_entropy(hf_logits(model, batch["x"]), batch["y"])
+    assert set(losses) == {1, 2}
+    assert abs(losses[1] - expected) <= 1e-4
+    assert trainer.setting("architecture/head_dim") == 16  # the architecture came from the source
+    assert trainer.setting("architecture/vocab_size") == VOCAB
+
+
+def test_contradicting_override_and_wrong_model_are_one_line(tmp_path: Path) -> None:
+    save_model(tmp_path / "hf", "llama", tokenizer=False)
+    source = {"training/init_from": f"hf:{tmp_path / 'hf'}"}
+    trainer = FixedLlama.create(tmp_path / "root", {**QUICK, **source, "architecture/n_layers": 5})
+    with pytest.raises(ConfigError, match=r"architecture/n_layers=5 contradicts 2 of training/init_from="):
+        trainer.setup()
+    trainer = FixedGPT.create(tmp_path / "root", {**QUICK, **source})
+    with pytest.raises(ConfigError, match="holds a Llama model but this trainer trains GPT"):
+        trainer.setup()
+    trainer = FixedLlama.create(tmp_path / "root", {**QUICK, "training/init_from": "somewhere"})
+    with pytest.raises(ConfigError, match="use run:<name>"):
+        trainer.setup()
+    assert not (tmp_path / "root" / "runs").exists()
+
+
+@pytest.mark.slow
+def test_init_from_an_imported_run(tmp_path: Path, theseus: Any) -> None:
+    model = save_model(tmp_path / "hf", "gpt2", tokenizer=False)
+    code, _, err = theseus("run", "hf/import", f"hf/source={tmp_path / 'hf'}", "run/name=base")
+    assert code == 0, err
+    trainer = FixedGPT.create(theseus.root, {**QUICK, "training/init_from": "run:base@0"}, name="ft")
+    trainer.run()
+    batch = fixed_batch(2, 16, 0)
+    expected = cross_entropy(hf_logits(model, batch["x"]), batch["y"])
+    assert abs(train_losses(theseus.root / "runs" / "ft")[1] - expected) <= 1e-4
+
+
+def test_data_tokenizer_must_be_the_model_s() -> None:
+    source = InitSource(
+        "hf:/models/x", {}, None, {"kind": "hf", "path": "/models/x/tokenizer.json", "sha256": "ab"}, lambda *a: None
+    )
+    check_tokenizer({"kind": "hf", "path": "/data/copy/tokenizer.json", "sha256": "ab", "eot": "</s>"}, source)
+    with pytest.raises(DataError) as info:
+        check_tokenizer({"kind": "byte"}, source)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "theseus run data/tokenize data/dataset=<dataset> data/tokenizer=hf:/models/x/tokenizer.json" in message

@@ -1,0 +1,223 @@
+"""``training/init_from``: start any trainer from another run's checkpoint or a Hugging Face checkpoint.
+
+``run:<name>[@step]`` reads ``<root>/runs/<name>`` (its latest checkpoint, or ``step``);
+``hf:<folder or hub id>`` reads safetensors through ``theseus.model.huggingface`` (theseus-models).
+The source decides the architecture: its ``architecture/*`` keys replace the job's defaults, and a
+value the user set that contradicts one of them is an error naming both. Parameters are placed
+directly onto the trainer's shardings; the optimizer state starts fresh at step 0. The training
+data must be tokenized with the source's tokenizer.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+
+from theseus.config import Configuration, read_yaml
+from theseus.errors import CheckpointError, ConfigError, DataError
+
+if TYPE_CHECKING:
+    from theseus.training.base import BaseTrainer
+    from theseus.training.state import TrainState
+
+ParamPath = tuple[str, ...]
+#: ``load(model, abstract_params, param_shardings) -> params`` (trees shaped like the model's params).
+Loader = Callable[[Any, Any, Any], Any]
+
+
+@dataclass
+class InitSource:
+    """Where initial parameters come from: its architecture keys, model class, tokenizer and loader."""
+
+    spec: str
+    keys: dict[str, Any]
+    model_class: str | None
+    tokenizer: dict[str, Any] | None
+    load: Loader
+
+
+def open_source(spec: str, root: Path) -> InitSource:
+    """Parse ``training/init_from`` and read the source's description (no weights yet)."""
+    kind, sep, target = spec.partition(":")
+    if not sep or not target or kind not in ("run", "hf"):
+        raise ConfigError(
+            f"training/init_from={spec!r} is not a source; use run:<name>[@step] or hf:<folder or hub id>"
+        )
+    if kind == "run":
+        name, _, step = target.partition("@")
+        if step and not step.isdigit():
+            raise ConfigError(f"training/init_from={spec!r}: the step after '@' must be a number")
+        return run_source(root, name, int(step) if step else None, spec)
+    try:
+        module = importlib.import_module("theseus.model.huggingface.init_source")
+    except ImportError as exc:
+        raise ConfigError(
+            f"training/init_from={spec!r} reads Hugging Face checkpoints, which needs theseus-models: "
+            "pip install theseus-models"
+        ) from exc
+    source: InitSource = module.hf_source(target, spec)
+    return source
+
+
+# -- a theseus run -----------------------------------------------------------------------------------
+def run_source(root: Path, name: str, step: int | None, spec: str) -> InitSource:
+    from theseus.training.run import CHECKPOINTS, CONFIG_FILE, PROVENANCE_FILE
+
+    folder = Path(root) / "runs" / name
+    if not (folder / CONFIG_FILE).is_file():
+        raise ConfigError(f"training/init_from={spec!r}: there is no run {name!r} under {Path(root) / 'runs'}")
+    checkpoints = folder / CHECKPOINTS
+    steps = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) if checkpoints.is_dir() else []
+    if not steps:
+        raise CheckpointError(f"training/init_from={spec!r}: run {name!r} has no checkpoint yet")
+    if step is not None and step not in steps:
+        raise CheckpointError(
+            f"training/init_from={spec!r}: run {name!r} has no checkpoint at step {step}; "
+            f"available: {', '.join(map(str, steps))}"
+        )
+    chosen = steps[-1] if step is None else step
+    values = read_yaml(folder / CONFIG_FILE)
+    keys = {k: v for k, v in values.items() if k.startswith("architecture/")}
+    record = json.loads((folder / PROVENANCE_FILE).read_text()) if (folder / PROVENANCE_FILE).is_file() else {}
+    path = checkpoints / str(chosen) / "state"
+
+    def load(model: Any, abstract: Any, shardings: Any) -> Any:
+        return restore_params(path, abstract, shardings, f"{spec!r}")
+
+    return InitSource(spec, keys, record.get("model"), record.get("tokenizer"), load)
+
+
+def restore_params(path: Path, abstract: Any, shardings: Any, where: str) -> Any:
+    """Only ``params`` of an orbax state, restored directly onto ``shardings``."""
+    import orbax.checkpoint as ocp
+
+    target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+    try:
+        handler = ocp.PyTreeCheckpointHandler()
+        try:
+            metadata = handler.metadata(path)
+        finally:
+            handler.close()
+        saved = getattr(metadata, "tree", metadata)
+        if not isinstance(saved, Mapping) or "params" not in saved:
+            raise CheckpointError(f"training/init_from={where}: the checkpoint holds no parameters")
+        check_shapes(saved["params"], abstract, where)
+        restore_args = ocp.checkpoint_utils.construct_restore_args(target)
+        args = ocp.args.PyTreeRestore(
+            item={"params": target}, restore_args={"params": restore_args}, partial_restore=True
+        )
+        with ocp.PyTreeCheckpointer() as checkpointer:
+            restored = checkpointer.restore(path, args=args)
+    except (ConfigError, CheckpointError):
+        raise
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CheckpointError(
+            f"training/init_from={where}: cannot read {path} ({type(exc).__name__}: {first})"
+        ) from exc
+    return restored["params"]
+
+
+def flat(tree: Any) -> dict[str, tuple[int, ...]]:
+    leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
+    return {jax.tree_util.keystr(p, simple=True, separator="/"): tuple(leaf.shape) for p, leaf in leaves}
+
+
+def check_shapes(saved: Any, abstract: Any, where: str) -> None:
+    have, want = flat(saved), flat(abstract)
+    for key, shape in want.items():
+        if have.get(key) != shape:
+            found = f"shape {have[key]}" if key in have else "nothing"
+            raise CheckpointError(
+                f"training/init_from={where} holds {found} for parameter {key!r}, but the model expects {shape}"
+            )
+
+
+# -- the trainer side ----------------------------------------------------------------------------
+def apply_architecture(config: Configuration, schema: Any, source: InitSource) -> Configuration:
+    """``config`` with the source's architecture keys; ConfigError when the user set a different value."""
+    updates: dict[str, Any] = {}
+    for key, value in source.keys.items():
+        if key not in schema:
+            continue
+        current, default = config.get(key), schema[key].default
+        if current != default and current != value:
+            raise ConfigError(
+                f"{key}={current!r} contradicts {value!r} of training/init_from={source.spec!r}; "
+                f"drop the override (the source decides the architecture)"
+            )
+        updates[key] = value
+    return Configuration({**dict(config), **updates}, getattr(config, "schema", None))
+
+
+def check_model_class(model_cls: type, source: InitSource) -> None:
+    if not source.model_class:
+        return
+    module, _, name = source.model_class.partition(":")
+    if not (module == "theseus" or module.startswith("theseus.")):
+        return  # a third-party class is never imported from a record; the shapes are checked instead
+    try:
+        source_cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return
+    if not (isinstance(model_cls, type) and issubclass(model_cls, source_cls)):
+        raise ConfigError(
+            f"training/init_from={source.spec!r} holds a {source_cls.__name__} model but this trainer trains "
+            f"{getattr(model_cls, '__name__', model_cls)}; use a trainer whose MODEL is {source_cls.__name__}"
+        )
+
+
+def _identity(spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in spec.items() if k not in ("path", "eot")}
+
+
+def check_tokenizer(data_spec: Mapping[str, Any] | None, source: InitSource) -> None:
+    """DataError (one line with the fixing command) when the data was tokenized differently."""
+    if data_spec is None or source.tokenizer is None:
+        return
+    if _identity(data_spec) == _identity(source.tokenizer):
+        return
+    wanted = source.tokenizer
+    argument = f"hf:{wanted['path']}" if wanted.get("kind") == "hf" else str(wanted.get("kind"))
+    raise DataError(
+        f"the training data was tokenized with {data_spec.get('kind')} "
+        f"({data_spec.get('path', '') or 'built in'}), but training/init_from={source.spec!r} uses "
+        f"{argument}; tokenize the data with the model's tokenizer: "
+        f"theseus run data/tokenize data/dataset=<dataset> data/tokenizer={argument} data/name=<new name>"
+    )
+
+
+def prepare(trainer: BaseTrainer) -> InitSource:
+    """Open the trainer's source and give its configuration the source's architecture keys."""
+    from theseus.training import declarations
+
+    source = open_source(trainer.args.init_from, trainer.context.root)
+    check_model_class(declarations.resolve("model", trainer.MODEL), source)
+    trainer.context.config = apply_architecture(trainer.context.config, trainer.schema(), source)
+    return source
+
+
+def check_data(trainer: BaseTrainer, source: InitSource) -> None:
+    if trainer.flywheel is not None:
+        check_tokenizer(trainer.flywheel.tokenizer_spec, source)
+
+
+def initial_state(trainer: BaseTrainer, source: InitSource) -> TrainState:
+    """The source's parameters on the trainer's shardings, a fresh optimizer state, step 0."""
+    from theseus.config import configuration
+
+    abstract, shardings = trainer.abstract_state, trainer.state_shardings
+    with configuration(trainer.context.config):
+        params = source.load(trainer.model, abstract.params, shardings.params)
+    assert trainer.tx is not None
+    opt_state = jax.jit(trainer.tx.init, out_shardings=shardings.opt_state)(params)
+    step = jax.device_put(jnp.zeros((), jnp.int32), shardings.step)
+    state: TrainState = abstract.replace(step=step, params=params, opt_state=opt_state)
+    return state

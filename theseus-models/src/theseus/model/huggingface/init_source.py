@@ -1,0 +1,34 @@
+"""``training/init_from=hf:<folder or hub id>``: a Hugging Face checkpoint as a trainer's starting point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from theseus.model.huggingface.convert import open_checkpoint, plan_import
+from theseus.model.huggingface.importer import PreparedImport, read_params
+from theseus.model.huggingface.source import resolve_source
+from theseus.model.huggingface.tokenizer_files import tokenizer_spec
+from theseus.training.init_from import InitSource
+
+
+def hf_source(target: str, spec: str) -> InitSource:
+    """Read ``config.json``, the safetensors headers and the tokenizer of ``target``; weights load later."""
+    folder, _ = resolve_source(target)
+    checkpoint = open_checkpoint(folder)
+    vocab = int(checkpoint.imported.keys["architecture/vocab_size"])
+    tokenizer, _ = tokenizer_spec(folder, checkpoint.config, vocab)
+    if tokenizer is not None:
+        import hashlib
+
+        tokenizer = {**tokenizer, "sha256": hashlib.sha256((folder / "tokenizer.json").read_bytes()).hexdigest()}
+
+    def load(model: Any, abstract: Any, shardings: Any) -> Any:
+        maps = plan_import(checkpoint, model.architecture)
+        prepared = PreparedImport(checkpoint, model, None, maps, tokenizer, None)  # type: ignore[arg-type]
+        flat = jax.tree_util.tree_flatten_with_path(shardings)[0]
+        by_path = {tuple(str(k.key) for k in path): sharding for path, sharding in flat}
+        return read_params(prepared, by_path)
+
+    return InitSource(spec, dict(checkpoint.imported.keys), checkpoint.imported.model_class, tokenizer, load)
