@@ -51,16 +51,12 @@ def read_checkpoint(run: Path, step: int) -> Any:
         return checkpointer.restore(run / "checkpoints" / str(step) / "state")
 
 
-def import_base(root: Path, folder: Path) -> dict[str, Any]:
-    """A tiny random GPT-2 saved by transformers, imported as run ``base``; returns its architecture keys."""
+def import_base(root: Path, folder: Path) -> None:
+    """A tiny random GPT-2 saved by transformers, imported as run ``base``."""
     from tests.huggingface.conftest import save_model
-    from theseus.config import read_yaml
 
     save_model(folder, "gpt2", vocab_size=257, n_positions=64, n_embd=32, n_layer=2, n_head=2, tokenizer=False)
-    code = call_cli(["run", "hf/import", "--root", str(root), f"hf/source={folder}", "run/name=base"])
-    assert code == 0
-    values = read_yaml(root / "runs" / "base" / "config.yaml")
-    return {k: v for k, v in values.items() if k.startswith("architecture/")}
+    assert call_cli(["run", "hf/import", "--root", str(root), f"hf/source={folder}", "run/name=base"]) == 0
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +64,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """LoRA fine-tuning of an imported GPT-2 on packed chat data (4 steps, checkpoints every 2)."""
     root = tmp_path_factory.mktemp("sft-root")
     prepare_chat(root)
-    arch = import_base(root, tmp_path_factory.mktemp("hf-gpt2"))
-    settings = {**SETTINGS, **arch, "sft/init": "base"}
+    import_base(root, tmp_path_factory.mktemp("hf-gpt2"))
+    settings = {**SETTINGS, "training/init_from": "run:base"}
     trainer = GPTSFT.create(root, {**settings, "run/name": "reference"})
     initial = leaves(trainer.init_state().params)
     trainer.run()
@@ -100,7 +96,7 @@ def test_merged_model_equals_the_adapted_model(trained: dict[str, Any]) -> None:
     trainer = trained["trainer"]
     x = np.random.default_rng(1).integers(0, 257, size=(2, 24)).astype(np.int32)
     adapted = jax.jit(lambda p: trainer.model.apply({"params": p}, x, deterministic=True)[0])(trainer.state.params)
-    plain_values = {k: v for k, v in trained["settings"].items() if k.startswith("architecture/")}
+    plain_values = {k: v for k, v in trainer.context.config.items() if k.startswith("architecture/")}
     with configuration(plain_values):
         plain = configure(GPT)
     merged = trainer.merged_params()

@@ -18,7 +18,7 @@ class AdapterExportConfig:
     step: int = field("hf/step", default=-1, help="checkpoint step to export (-1 = the latest)")
     out: str = field("hf/out", default="", help="output folder (created; must be empty if it exists)")
     base: str = field(
-        "hf/base", default="", help="base_model_name_or_path written in adapter_config.json (empty: sft/init)"
+        "hf/base", default="", help="base_model_name_or_path written in adapter_config.json (empty: training/init_from)"
     )
 
 

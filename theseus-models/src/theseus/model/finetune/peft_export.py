@@ -99,7 +99,7 @@ def export_adapter(root: Path, run: str, out: str, *, step: int | None = None, b
     config = {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
-        "base_model_name_or_path": base or str(loaded.config.get("sft/init") or ""),
+        "base_model_name_or_path": base or str(loaded.config.get("training/init_from") or "").partition(":")[2],
         "r": rank,
         "lora_alpha": alpha,
         "lora_dropout": float(loaded.config.get("model/lora/dropout", 0.0)),

@@ -2,11 +2,11 @@
 
 The trainer reads prepared chat data in the ``"packed"`` style by default (several conversations per
 row, kept apart by segment ids, loss on assistant tokens only), starts from base weights
-(``sft/init``: a training run's latest checkpoint, or the model's own initialisation), and, when
+(``training/init_from``: a run or a Hugging Face checkpoint; else the model's own initialisation), and, when
 ``model/lora/rank`` is above 0, trains only the adapters: the optimizer holds state for the adapters
-alone, gradients stop at the base, and the base stays bit for bit as loaded. With a base run in
-``sft/init`` checkpoints hold only the adapters and refer to that run (read again on resume, by
-``generate`` and by the exports).
+alone, gradients stop at the base, and the base stays bit for bit as loaded. With a base in
+``training/init_from`` checkpoints hold only the adapters and refer to that base (read again on
+resume, by ``generate`` and by the exports).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import jax
 
-from theseus.config import configuration, field
+from theseus.config import configuration
 from theseus.errors import ConfigError
 from theseus.model.finetune import adapters
 from theseus.model.finetune.chat import TEMPLATE_FILE
@@ -28,18 +28,12 @@ from theseus.training.config import BaseTrainerConfig
 from theseus.training.flywheel.strategy import Sampling
 from theseus.training.optimizers import AdamW
 from theseus.training.sharding import TrainerSharding
-from theseus.training.state import TrainState, state_shardings, with_shardings
+from theseus.training.state import TrainState, create_state, state_shardings, with_shardings
 
 
 @dataclass
 class SFTConfig(BaseTrainerConfig):
-    """Training settings plus where the base weights come from."""
-
-    init: str = field(
-        "sft/init",
-        default="",
-        help="base weights: a run name under <root>/runs or a run folder (empty: the model's initialisation)",
-    )
+    """Training settings of fine-tuning; the base weights come from ``training/init_from``."""
 
 
 class SFTTrainer(BaseTrainer):
@@ -110,26 +104,23 @@ class SFTTrainer(BaseTrainer):
 
     # -- base weights and checkpoints --------------------------------------------------------
     def init_state(self) -> TrainState:
-        """Fresh adapters and optimizer state over the base weights of ``sft/init``."""
-        state = super().init_state()
-        init = self.args.init
-        if not init:
-            return state
-        base = self._load_base(init)
-        params = adapters.overlay(state.params, base)
-        params = jax.device_put(params, self.state_shardings.params)
-        return state.replace(params=params)
-
-    def _load_base(self, init: str) -> Any:
-        """The base parameters of the latest checkpoint of run ``init`` (a name under the root, or a folder)."""
+        """Fresh adapters and optimizer state over the base weights of ``training/init_from``."""
+        self.setup()
+        if self.init_source is None or self.lora_rank <= 0:
+            return super().init_state()
         from theseus.model.finetune.loading import load_base
 
-        return load_base(self.context.root, init, self.abstract_state.params)
+        with configuration(self.context.config):
+            fresh = create_state(
+                self.model, self.tx, self.sharding, self.init_key, self.sequence_length, self.state_shardings
+            )
+            base = load_base(self.init_source, self.model, self.abstract_state.params, self.state_shardings.params)
+        return fresh.replace(params=adapters.overlay(fresh.params, base))
 
     @property
     def adapter_checkpoints(self) -> bool:
-        """Checkpoints hold only the adapters: LoRA over a base run that ``sft/init`` names."""
-        return self.lora_rank > 0 and bool(self.args.init)
+        """Checkpoints hold only the adapters: LoRA over the base that ``training/init_from`` names."""
+        return self.lora_rank > 0 and bool(self.args.init_from)
 
     def checkpoint_tree(self, state: TrainState) -> dict[str, Any]:
         tree = super().checkpoint_tree(state)
