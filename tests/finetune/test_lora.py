@@ -3,10 +3,14 @@ adapters change nothing, and merging them into the kernels gives the same model.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import numpy as np
+import pytest
 
 from tests.models.conftest import build, random_params
+from theseus.model.finetune.adapters import overlay, prune
 from theseus.model.layers import lora
 from theseus.model.models import Llama
 
@@ -34,3 +38,40 @@ def test_llama_adapters_on_every_projection_merge_into_the_same_model() -> None:
         params,
     )
     np.testing.assert_array_equal(logits(adapted_model, fresh), logits(plain_model, base))
+
+
+@pytest.mark.slow
+def test_peft_loads_llama_adapters_and_gives_the_same_logits(tmp_path: Path) -> None:
+    """The PEFT layout of every Llama projection (q/k/v/o, gate/up/down), checked by peft itself."""
+    import torch
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+    from tests.huggingface.conftest import save_model
+    from theseus.config import configuration, configure
+    from theseus.model.finetune.peft_export import peft_tensors
+    from theseus.model.huggingface.importer import prepare, read_params
+
+    hf_model = save_model(tmp_path, "llama", tokenizer=False)
+    imported = prepare(tmp_path)
+    base = read_params(imported)
+    rank, alpha = 2, 4.0
+    with configuration(
+        {**dict(imported.config), "model/lora/rank": rank, "model/lora/alpha": alpha, "model/lora/targets": ALL}
+    ):
+        model = configure(type(imported.model))
+    shapes = random_params(model, seed=3, std=0.2)
+    params = jax.tree_util.tree_map_with_path(lambda path, leaf: leaf if lora.is_adapter(path) else None, shapes)
+    params = overlay(base, prune(params))
+    x = np.random.default_rng(0).integers(0, 256, size=(2, 10)).astype(np.int32)
+    ours = np.asarray(jax.jit(lambda p: model.apply({"params": p}, x, deterministic=True)[0])(params))
+
+    tensors, ranks = peft_tensors("llama", params, model.architecture.n_layers)
+    assert set(ranks.values()) == {rank} and len(ranks) == 7 * model.architecture.n_layers
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=sorted(ranks), lora_dropout=0.0)
+    peft_model = get_peft_model(hf_model, config).eval()
+    state = {k.removeprefix("base_model.model."): torch.tensor(v) for k, v in tensors.items()}
+    result = set_peft_model_state_dict(peft_model, {f"base_model.model.{k}": v for k, v in state.items()})
+    assert not [k for k in result.unexpected_keys if "lora" in k]
+    with torch.no_grad():
+        theirs = peft_model(torch.tensor(x, dtype=torch.long)).logits.float().numpy()
+    assert np.max(np.abs(theirs - ours)) <= 1e-4
