@@ -104,3 +104,19 @@ def test_packed_loss_equals_unpacked_and_examples_do_not_see_each_other(cls: typ
     keep = (seg[0] != 2) & (seg[0] > 0)
     np.testing.assert_array_equal(np.asarray(logits2[0, keep]), np.asarray(logits[0, keep]))
     assert not np.allclose(logits2[0, seg[0] == 2], logits[0, seg[0] == 2])
+
+
+def test_long_packed_rows_use_the_blocked_path_with_segment_masks() -> None:
+    """At 256+ positions causal attention runs in query blocks; segment masks must survive that."""
+    from theseus.model.layers import attention_mask, dot_product_attention
+
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(1, 256, 2, 8)), jnp.float32) for _ in range(3))
+    seg = jnp.asarray(np.repeat(np.arange(1, 5), [100, 60, 90, 6])[None], jnp.int32)
+    mask = attention_mask(seg)
+    blocked = dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation="xla")
+    causal = jnp.tril(jnp.ones((256, 256), bool))[None, None]
+    direct = jax.nn.dot_product_attention(q, k, v, mask=mask & causal, implementation="xla")
+    np.testing.assert_allclose(np.asarray(blocked), np.asarray(direct), atol=1e-5)
+    alone = jax.nn.dot_product_attention(q[:, 100:160], k[:, 100:160], v[:, 100:160], is_causal=True)
+    np.testing.assert_allclose(np.asarray(blocked[:, 100:160]), np.asarray(alone), atol=1e-5)
