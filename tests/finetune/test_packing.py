@@ -114,6 +114,7 @@ def test_long_packed_rows_use_the_blocked_path_with_segment_masks() -> None:
     q, k, v = (jnp.asarray(rng.normal(size=(1, 256, 2, 8)), jnp.float32) for _ in range(3))
     seg = jnp.asarray(np.repeat(np.arange(1, 5), [100, 60, 90, 6])[None], jnp.int32)
     mask = attention_mask(seg)
+    assert mask is not None
     blocked = dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation="xla")
     causal = jnp.tril(jnp.ones((256, 256), bool))[None, None]
     direct = jax.nn.dot_product_attention(q, k, v, mask=mask & causal, implementation="xla")
