@@ -7,8 +7,9 @@ from typing import Any
 
 from theseus.data.chat import ChatTemplate
 
-#: The chat template an SFT run trained with, kept in its run folder.
-TEMPLATE_FILE = "chat_template.jinja"
+#: The chat template an SFT run trained with, kept in its run folder (``tokenizer_config.json`` layout:
+#: ``chat_template``, ``bos_token``, ``eos_token``).
+TEMPLATE_FILE = "chat_template.json"
 
 
 def run_template(config: Any, tokenizer_spec: dict[str, Any]) -> ChatTemplate:
@@ -22,12 +23,12 @@ def run_template(config: Any, tokenizer_spec: dict[str, Any]) -> ChatTemplate:
 def chat_prompt(run: Any, user: str) -> str:
     """``user`` as a user message of a loaded run, followed by the template's generation prompt.
 
-    The template is the one the run trained with (``chat_template.jinja`` in its folder), else
+    The template is the one the run trained with (``chat_template.json`` in its folder), else
     :func:`run_template`.
     """
     kept = Path(run.path) / TEMPLATE_FILE
     if kept.is_file():
-        return ChatTemplate(kept.read_text(encoding="utf-8"), name=str(kept)).prompt(user)
+        return ChatTemplate.from_tokenizer_config(kept).prompt(user)
     return run_template(run.config, dict(run.tokenizer.spec)).prompt(user)
 
 

@@ -11,6 +11,7 @@ resume, by ``generate`` and by the exports).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -143,23 +144,25 @@ class SFTTrainer(BaseTrainer):
         return super().state_from_checkpoint({**tree, "params": params})
 
     def run(self) -> None:
-        """Train; the chat template of the data is kept in the run folder (``chat_template.jinja``) so
+        """Train; the chat template of the data is kept in the run folder (``chat_template.json``) so
         that ``generate generate/chat=true`` renders prompts the way the model was trained."""
         self.setup()
         template = self.chat_template()
         if template is not None and jax.process_index() == 0:
             folder = self.context.root / "runs" / self.run_name
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / TEMPLATE_FILE).write_text(template, encoding="utf-8")
+            (folder / TEMPLATE_FILE).write_text(json.dumps(template, indent=2) + "\n", encoding="utf-8")
         super().run()
 
-    def chat_template(self) -> str | None:
-        """The chat template the prepared data was rendered with (None for data without one)."""
+    def chat_template(self) -> dict[str, str] | None:
+        """The chat template the prepared data was rendered with, with its special-token strings, in the
+        ``tokenizer_config.json`` layout (None for data without one)."""
         flywheel = self._open_flywheel() if self.flywheel is None else self.flywheel
         for source in getattr(flywheel, "sources", []):
-            template = source.prepared.header.source.get("chat_template")
+            recorded = source.prepared.header.source
+            template = recorded.get("chat_template")
             if isinstance(template, str) and template:
-                return template
+                return {"chat_template": template, **dict(recorded.get("chat_tokens") or {})}
         return None
 
     def merged_params(self, state: TrainState | None = None) -> Any:
