@@ -103,6 +103,25 @@ def test_init_from_an_imported_run(tmp_path: Path, theseus: Any) -> None:
     expected = cross_entropy(hf_logits(model, batch["x"]), batch["y"])
     assert abs(train_losses(theseus.root / "runs" / "ft")[1] - expected) <= 1e-4
 
+    # the fine-tuned run (byte tokenizer) exports to a folder transformers loads, tokenizer included
+    import jax.numpy as jnp
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from theseus.data.tokenizer import ByteTokenizer
+    from theseus.model.generation.runs import load_run
+
+    out = tmp_path / "export"
+    code, _, err = theseus("run", "hf/export", "hf/run=ft", f"hf/out={out}")
+    assert code == 0, err
+    reloaded, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+    run = load_run(theseus.root, "ft")
+    x = batch["x"]
+    ours, _ = run.model.apply({"params": run.params}, jnp.asarray(x), deterministic=True)
+    assert np.max(np.abs(hf_logits(reloaded.eval(), x) - np.asarray(ours))) <= 1e-5
+    text = "naïve café <|endoftext|>"
+    assert AutoTokenizer.from_pretrained(out)(text).input_ids == [*ByteTokenizer().encode("naïve café "), 256]
+
 
 def test_data_tokenizer_must_be_the_model_s() -> None:
     source = InitSource(

@@ -41,10 +41,9 @@ def test_head_dim_independent_of_width() -> None:
     assert attn["key"].shape == (32, 2, 16)
     assert attn["out"].shape == (4, 16, 32)
     assert model.architecture.attention_params() == 2 * 32 * 4 * 16 + 2 * 32 * 2 * 16
-    logits, _ = model.apply(
-        {"params": model.init(jax.random.key(0), jnp.zeros((1, 3), jnp.int32))["params"]},
-        jnp.ones((2, 5), jnp.int32),
-        deterministic=True,
+    params = shapes(model)
+    logits, _ = jax.eval_shape(
+        lambda p: model.apply({"params": p}, jnp.ones((2, 5), jnp.int32), deterministic=True), params
     )
     assert logits.shape == (2, 5, 64)
 

@@ -97,7 +97,17 @@ class CheckpointStore:
     ``keep <= 0`` keeps every checkpoint. The best checkpoint is always kept.
     """
 
-    def __init__(self, directory: str | Path, keep: int = 3, *, async_save: bool = True, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        keep: int = 3,
+        *,
+        async_save: bool = True,
+        verbose: bool = False,
+        save_concurrent_gb: int | None = None,
+    ) -> None:
+        """``save_concurrent_gb`` caps the bytes orbax serialises at once (default: orbax's own, 96):
+        a small cap keeps a save from holding a second copy of a large state in host memory."""
         self.directory = Path(directory)
         self._writing: int | None = None  # the step of a save that may still be running
         _FILTER.verbose = verbose
@@ -115,7 +125,12 @@ class CheckpointStore:
             self.manager = ocp.CheckpointManager(
                 self.directory.absolute(),
                 item_names=(STATE, META),
-                item_handlers={STATE: ocp.StandardCheckpointHandler(), META: ocp.JsonCheckpointHandler()},
+                item_handlers={
+                    STATE: ocp.StandardCheckpointHandler()
+                    if save_concurrent_gb is None
+                    else ocp.StandardCheckpointHandler(save_concurrent_gb=save_concurrent_gb),
+                    META: ocp.JsonCheckpointHandler(),
+                },
                 options=options,
             )
         except Exception as exc:  # unreadable directory or metadata

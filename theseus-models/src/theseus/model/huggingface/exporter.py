@@ -82,7 +82,7 @@ def write_tokenizer(
     folder: Path, run_path: Path, spec: dict[str, Any] | None, block_size: int
 ) -> tuple[int, int] | None:
     """Copy (or, for the byte tokenizer, create) the tokenizer files; returns (bos, eos) ids or None."""
-    kind = (spec or {}).get("kind", "byte")
+    kind = (spec or {}).get("kind")
     if kind == "hf":
         source = Path(spec["path"]) if spec else None
         if source is None or not source.is_file():
@@ -134,8 +134,12 @@ def export_run(
     target_dtype = numpy_dtype(dtype)
     shard_bytes = parse_size(shard_size)
     folder = output_folder(out)
-    loaded = load_run(root, run, step=step, tokenizer=None)
-    record = json.loads((loaded.path / "provenance.json").read_text())
+    from theseus.model.generation.runs import run_folder
+
+    record_file = run_folder(root, run) / "provenance.json"
+    record = json.loads(record_file.read_text()) if record_file.is_file() else {}
+    # a run without a recorded tokenizer (e.g. imported without tokenizer.json) exports weights only
+    loaded = load_run(root, run, step=step, tokenizer=None if record.get("tokenizer") else "byte")
     model_class = f"{type(loaded.model).__module__}:{type(loaded.model).__qualname__}"
     arch = loaded.model.architecture
     family = family_of(model_class, arch, (record.get("huggingface") or {}).get("model_type"))

@@ -145,7 +145,7 @@ def write_run(
             digest = hashlib.sha256((target / "tokenizer.json").read_bytes()).hexdigest()
             tokenizer = {**tokenizer, "path": str(final / TOKENIZER_DIR / "tokenizer.json"), "sha256": digest}
         params = read_params(prepared)
-        store = CheckpointStore(staging / "checkpoints", keep=0, async_save=False)
+        store = CheckpointStore(staging / "checkpoints", keep=0, async_save=False, save_concurrent_gb=1)
         try:
             store.save(0, {"params": params}, {"step": 0, "source": source.get("source")})
         finally:
