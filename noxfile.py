@@ -21,6 +21,19 @@ PACKAGES = {
     "theseus-plugins-example": "theseus-plugins-example/src",
 }
 
+#: A demo of a few steps on a few files: core + models must train on the offline path by themselves.
+OFFLINE_DEMO = [
+    "architecture/n_layers=1",
+    "architecture/n_embd=32",
+    "architecture/n_heads=2",
+    "architecture/block_size=32",
+    "training/sequence_length=32",
+    "training/steps=3",
+    "data/max_documents=48",
+    "data/val_fraction=0.125",
+    "demo/max_new_tokens=8",
+]
+
 IMPORT_ALL = """
 import importlib, pathlib, sys
 root = pathlib.Path(sys.argv[1])
@@ -54,6 +67,8 @@ def isolated(session: nox.Session, distribution: str) -> None:
     session.install(*local)
     session.run("python", "-c", IMPORT_ALL, PACKAGES[distribution], external=False)
     session.run("theseus", "jobs")
+    if distribution == "theseus-models":
+        session.run("theseus", "run", "demo/gpt", *OFFLINE_DEMO, "--root", session.create_tmp())
 
 
 @nox.session(python="3.11")

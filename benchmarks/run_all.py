@@ -12,7 +12,10 @@ Figures (medians of several repetitions after warm-up; loops timed interleaved, 
   and the 124M preset;
 * MFU: model FLOP/s (``GPT.flops(seq)`` x batch / step time) over the matmul peak measured in the same
   rounds, tiny and 124M;
-* ``theseus jobs`` wall time and time from a fresh process to the first training step (tiny);
+* ``theseus jobs`` wall time and time from a fresh process to the first training step (tiny), with an
+  empty and a warm compilation cache, phase by phase;
+* the demo speedrun: ``demo/gpt``'s bits per byte against gzip / bz2 / xz on the same held-out bytes
+  (the demo itself only in full mode);
 * data: memmap batch assembly and tokenization tokens/s (helpers of ``benchmarks/data_*.py``).
 """
 
@@ -68,6 +71,8 @@ class Sizes:
     bpe_vocab: int  # 0 = skip the BPE tokenizer
     #: configuration values applied to both presets (tests shrink the model with them)
     model_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: run ``demo/gpt`` with these overrides for the speedrun row (None: compressor rows only)
+    demo_overrides: list[str] | None = None
 
 
 FULL = Sizes(
@@ -92,6 +97,7 @@ FULL = Sizes(
     data_seconds=2.0,
     tokenize_documents=300,
     bpe_vocab=4096,
+    demo_overrides=[],
 )
 
 QUICK = Sizes(
@@ -388,20 +394,64 @@ def startup_rows(sizes: Sizes, state: dict[str, Any]) -> list[Row]:
 
 
 def first_step_rows(sizes: Sizes, state: dict[str, Any]) -> list[Row]:
-    from benchmarks.first_step import time_to_first_step
+    """Fresh-process start-up, phase by phase, with an empty and then a warm compilation cache."""
+    from benchmarks.startup import PHASES, startup_breakdown
 
-    seconds = time_to_first_step(
-        sizes.small_preset, sizes.small_batch, sizes.small_seq, overrides=sizes.model_overrides
-    )
+    runs = startup_breakdown(sizes.small_preset, sizes.small_batch, sizes.small_seq, overrides=sizes.model_overrides)
+    where = f"{sizes.small_preset} {sizes.small_batch}x{sizes.small_seq}"
+
+    def until_first_step(times: dict[str, float]) -> float:
+        return sum(times[name] for name in PHASES[: PHASES.index("first step") + 1])
+
+    def breakdown(times: dict[str, float]) -> str:
+        return " + ".join(f"{name} {times[name]:.2f}" for name in PHASES) + " s"
+
     return [
         Row(
-            f"Time to first training step ({sizes.small_preset} {sizes.small_batch}x{sizes.small_seq})",
-            seconds,
+            f"Time to first training step ({where})",
+            until_first_step(runs["cold"]),
             "s",
-            note="fresh process: imports, model, state init, compile, first update",
+            note=f"fresh process, empty compilation cache: {breakdown(runs['cold'])}",
             fmt="{:.2f}",
-        )
+        ),
+        Row(
+            f"Time to first training step, warm cache ({where})",
+            until_first_step(runs["warm"]),
+            "s",
+            note=f"fresh process, compilation cache of the run before: {breakdown(runs['warm'])}",
+            fmt="{:.2f}",
+        ),
     ]
+
+
+DEMO_GOAL = 2.06  # gzip -9 on the same bytes
+
+
+def speedrun_rows(sizes: Sizes, state: dict[str, Any]) -> list[Row]:
+    """The demo's final validation bits per byte against compressors on the same held-out bytes."""
+    from benchmarks.demo_speedrun import compressor_bits_per_byte, demo_bits_per_byte
+
+    with tempfile.TemporaryDirectory(prefix="theseus-speedrun-") as tmp:
+        root = Path(tmp)
+        rows = [
+            Row(f"{name} on the demo's validation split", bits, "bits/byte", note="python-stdlib val", fmt="{:.3f}")
+            for name, bits in compressor_bits_per_byte(root).items()
+        ]
+        if sizes.demo_overrides is None:
+            demo = Row("Demo bits/byte (demo/gpt)", None, "bits/byte", DEMO_GOAL, "max", "not run in quick mode")
+        else:
+            bits, seconds = demo_bits_per_byte(root, sizes.demo_overrides)
+            settings = " ".join(sizes.demo_overrides) or "default settings"
+            demo = Row(
+                "Demo bits/byte (demo/gpt)",
+                bits,
+                "bits/byte",
+                DEMO_GOAL,
+                "max",
+                f"final validation after {seconds:.0f} s wall ({settings}); goal: beat gzip -9",
+                "{:.3f}",
+            )
+    return [*rows, demo]
 
 
 def data_rows(sizes: Sizes, state: dict[str, Any]) -> list[Row]:
@@ -501,6 +551,7 @@ def measure(sizes: Sizes, *, log: Callable[[str], None] = lambda text: None) -> 
         ),
         ("theseus jobs", startup_rows, [Row("`theseus jobs` wall time", None, "s", JOBS_GOAL, "max")]),
         ("first step", first_step_rows, [Row("Time to first training step", None, "s")]),
+        ("demo speedrun", speedrun_rows, [Row("Demo bits/byte (demo/gpt)", None, "bits/byte", DEMO_GOAL, "max")]),
         (
             "data",
             data_rows,

@@ -35,7 +35,16 @@ and from plugins through the `theseus_gather` hook; "declared by" names the clas
 
 Set a key on the command line (`theseus run JOB training/steps=500`) or in a YAML file written
 by `theseus configure` (`theseus run JOB --config run.yaml`); command-line values win. Keys
-without a default are required.
+without a default are required; bounds and choices in square brackets are checked when the
+configuration is loaded.
+
+The `select/*` keys of a trainer choose its components by registered name, and their defaults
+are the trainer's declarations: `model=llama`, `optimizer=lion`, `schedule=cosine`,
+`dataset=fineweb:0.8,python-stdlib:0.2` (each entry `name[:rate[:style]]`),
+`evaluation=perplexity,multiple_choice` and `analysis=activations` (empty for none). On the
+command line the `select/` prefix may be left out; in YAML they sit under `select:`. The tables
+below list the keys of the declared components; `theseus configure JOB out.yaml optimizer=lion`
+writes the keys of a selection, and `theseus components KIND/NAME` lists one component's keys.
 
 """
 
@@ -61,6 +70,12 @@ def _default(value: Any) -> str:
     except TypeError:
         shown = repr(value)
     return f"`{_cell(shown)}`"
+
+
+def _described(spec: Any) -> str:
+    """The help text, followed by the key's bounds or choices (``[> 0]``) when it has some."""
+    bounds = spec.constraints.describe()
+    return f"{spec.help} [{bounds}]".strip() if bounds else spec.help
 
 
 def _anchor(job: str) -> str:
@@ -93,7 +108,7 @@ def render() -> str:
             owners = ", ".join(sorted({owner.__qualname__ for owner in schema.owners(spec.key)}))
             rows.append(
                 f"| `{spec.key}` | `{_cell(type_name(spec.type))}` | {_default(defaults[spec.key])} "
-                f"| {_prose(spec.help)} | {owners} |"
+                f"| {_prose(_described(spec))} | {owners} |"
             )
         table = "\n".join(rows)
         lines = [f'<a id="{_anchor(name)}"></a>', f"## `{name}`", ""]

@@ -52,9 +52,10 @@ def make_venv(path: Path, *, inherit: str) -> Path:
     """Create a venv without pip whose dependencies come from the running environment.
 
     ``inherit="site"`` processes the running environment's ``.pth`` files (so editable
-    theseus installs are visible); ``inherit="packages"`` only puts its site-packages on
-    the path, so theseus itself must come from wheels installed into the new venv
-    (the venv's own distributions take precedence in ``importlib.metadata``).
+    theseus installs are visible); ``inherit="packages"`` puts the running environment's
+    packages on the path without any theseus distribution (their metadata, ``.pth`` files and
+    source folders are left out), so theseus itself must come from wheels installed into the
+    new venv and a distribution not installed there is really absent.
     """
     venv.EnvBuilder(with_pip=False, symlinks=True).create(path)
     python = path / "bin" / "python"
@@ -64,9 +65,56 @@ def make_venv(path: Path, *, inherit: str) -> Path:
         ).strip()
     )
     parent = sysconfig.get_paths()["purelib"]
-    line = f"import site; site.addsitedir({parent!r})" if inherit == "site" else parent
-    (site_packages / "_theseus_test_inherit.pth").write_text(line + "\n")
+    if inherit == "site":
+        lines = [f"import site; site.addsitedir({parent!r})"]
+    else:
+        lines = [str(p) for p in _without_theseus(_site_dirs(Path(parent)), path / "inherited")]
+    (site_packages / "_theseus_test_inherit.pth").write_text("\n".join(lines) + "\n")
     return python
+
+
+def _is_theseus(name: str) -> bool:
+    return "theseus" in name.lower()
+
+
+def _site_dirs(first: Path) -> list[Path]:
+    """``first`` and the folders its ``.pth`` files add (recursively), theseus source folders left out."""
+    sources = {(REPO / d / "src").resolve() for d in DISTRIBUTIONS}
+    found: list[Path] = []
+    queue = [first]
+    while queue:
+        folder = queue.pop(0)
+        if folder in found or not folder.is_dir():
+            continue
+        found.append(folder)
+        for pth in sorted(folder.glob("*.pth")):
+            if _is_theseus(pth.name):
+                continue
+            for line in pth.read_text().splitlines():
+                line = line.strip()
+                if not line or line.startswith(("#", "import ", "import\t")):
+                    continue
+                target = (folder / line).resolve()
+                if target not in sources and not _is_theseus(target.name):
+                    queue.append(target)
+    return found
+
+
+def _without_theseus(folders: list[Path], farm: Path) -> list[Path]:
+    """The folders, each holding a theseus entry replaced by a folder of links to its other entries."""
+    out: list[Path] = []
+    for index, folder in enumerate(folders):
+        entries = list(folder.iterdir())
+        if not any(_is_theseus(e.name) for e in entries):
+            out.append(folder)
+            continue
+        view = farm / str(index)
+        view.mkdir(parents=True)
+        for entry in entries:
+            if not _is_theseus(entry.name) and entry.suffix != ".pth":
+                (view / entry.name).symlink_to(entry)
+        out.append(view)
+    return out
 
 
 def pip_install(python: Path, *targets: str | Path) -> None:
@@ -117,3 +165,12 @@ def build_wheels(out: Path, projects: list[Path]) -> list[Path]:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Wheels of the four distributions, built once per test session: distribution name -> wheel."""
+    built = build_wheels(tmp_path_factory.mktemp("wheelhouse"), [REPO / d for d in DISTRIBUTIONS])
+    by_name = {wheel.name.split("-")[0].replace("_", "-"): wheel for wheel in built}
+    assert sorted(by_name) == sorted(DISTRIBUTIONS), built
+    return by_name

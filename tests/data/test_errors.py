@@ -112,7 +112,7 @@ def test_rates_must_be_positive_and_sum_to_one(root: Path) -> None:
     fail("sum to 1.2", Flywheel, [Sampling("a", 0.6), Sampling("b", 0.6)], root=root, block_size=8, batch_size=2)
     fail("rate must be a number above 0", Sampling, "a", 0.0)
     fail("rate must be a number above 0", Sampling, "a", -1)
-    fail("style 'packed' .* is not one of pmd, padded", Sampling, "a", 1.0, "packed")
+    fail("style 'stacked' .* is not one of pmd, padded, packed", Sampling, "a", 1.0, "stacked")
     fail("no dataset to sample from", Strategy, [])
     Strategy([Sampling("a", 0.1), Sampling("b", 0.2), Sampling("c", 0.7)])  # 0.1 + 0.2 + 0.7 within 1e-6
 
@@ -131,7 +131,7 @@ def test_block_size_longer_than_every_document_in_padded_style(root: Path) -> No
     Flywheel(Sampling("short", 1.0, "pmd"), root=root, block_size=64, batch_size=2).close()
 
 
-def test_split_too_small_for_windows_or_processes(root: Path) -> None:
+def test_split_too_small_for_windows_or_batch_not_splittable(root: Path) -> None:
     write_prepared(root, "tiny", {"train": docs(3, 10), "val": docs(3, 10)})
     fail(
         r"has 33 tokens, too few for windows of block_size\+1=65 tokens; lower block_size",
@@ -142,25 +142,15 @@ def test_split_too_small_for_windows_or_processes(root: Path) -> None:
         batch_size=2,
     )
     fail(
-        "in each of 2 processes",
+        "cannot be split into 2 micro-batches over 3 processes; make batch_size a multiple of 6",
         Flywheel,
         "tiny",
         root=root,
-        block_size=20,
-        batch_size=2,
-        process_index=0,
-        process_count=2,
-    )
-    write_prepared(root, "fewdocs", {"train": docs(3, 10), "val": docs(1, 10)}, style="padded")
-    fail(
-        "has 1 documents, fewer than the 2 processes",
-        Flywheel,
-        "fewdocs",
-        root=root,
         block_size=4,
-        batch_size=2,
-        process_index=1,
-        process_count=2,
+        batch_size=8,
+        process_index=0,
+        process_count=3,
+        micro_batches=2,
     )
 
 

@@ -1,4 +1,4 @@
-"""The Flywheel loader: batch contents, purity in (seed, step, split, process), mixing, padded rows."""
+"""The Flywheel loader: batch contents, purity in (seed, step, split), elastic shares, mixing, padded rows."""
 
 from __future__ import annotations
 
@@ -87,23 +87,42 @@ def test_batches_are_fresh_arrays(root: Path) -> None:
         assert np.array_equal(again[key], keep[key])
 
 
-def test_processes_read_disjoint_slices(root: Path) -> None:
-    ramp(root, "ramp")
-    seen: list[set[int]] = []
-    for p in range(2):
-        with Flywheel("ramp", root=root, block_size=50, batch_size=8, seed=1, process_index=p, process_count=2) as fw:
-            tokens: set[int] = set()
-            for step in range(40):
-                b = fw.batch(step)
-                tokens |= set(b["x"].ravel().tolist()) | set(b["y"].ravel().tolist())
-            tokens.discard(EOT)
-            seen.append(tokens)
-    assert not seen[0] & seen[1]
-    assert max(seen[0]) < 15000 <= min(seen[1])  # process p reads its own contiguous half of the shard
-    with Flywheel("ramp", root=root, block_size=50, batch_size=8, seed=1, process_index=1, process_count=2) as fw:
-        single = Flywheel("ramp", root=root, block_size=50, batch_size=8, seed=1)
-        assert not np.array_equal(fw.batch(0)["x"], single.batch(0)["x"])
-        single.close()
+def test_the_global_batch_does_not_depend_on_processes_or_micro_batches(root: Path) -> None:
+    ramp(root, "low", first=0, tokens=20000)
+    ramp(root, "high", first=30000, tokens=20000)
+    mix = [Sampling("low", 0.6, "pmd"), Sampling("high", 0.4, "pmd")]
+
+    def shares(processes: int, micro: int, step: int) -> list[dict[str, np.ndarray]]:
+        out = []
+        for p in range(processes):
+            with Flywheel(
+                mix,
+                root=root,
+                block_size=20,
+                batch_size=8,
+                seed=1,
+                process_index=p,
+                process_count=processes,
+                micro_batches=micro,
+                prefetch=0,
+            ) as fw:
+                out.append({"rows": fw.rows, **fw.batch(step, "train")})
+        return out
+
+    for step in (0, 5):
+        (whole,) = shares(1, 1, step)
+        assert whole["x"].shape == (8, 20) and whole["rows"].tolist() == list(range(8))
+        for processes, micro in ((2, 1), (4, 1), (2, 2), (1, 4), (2, 4)):
+            parts = shares(processes, micro, step)
+            rows = np.concatenate([part["rows"] for part in parts])
+            assert sorted(rows.tolist()) == list(range(8))  # disjoint, and together the whole batch
+            for part in parts:
+                assert part["x"].shape == (8 // processes, 20)
+                for key in ("x", "y", "padding_mask"):
+                    assert np.array_equal(part[key], whole[key][part["rows"]]), (processes, micro, key)
+    # A process feeds its share of every micro-batch: 2 processes, 2 micro-batches of 4 rows.
+    assert [part["rows"].tolist() for part in shares(2, 2, 0)] == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert not np.array_equal(shares(1, 1, 0)[0]["x"], shares(1, 1, 1)[0]["x"])
 
 
 def test_mixture_rates_hold_over_many_batches(root: Path) -> None:

@@ -1,9 +1,10 @@
 """Subprocess of the scale-out tests: the same job on 1 device and on 4 devices in every layout.
 
-``python layouts_run.py ROOT OUT.json [RUN]`` trains ``TwoShares`` (5 steps, gradient
-accumulation) on one device and on all four (simulated) devices as dp, fsdp, tp and fsdp+tp,
-and records each run's losses and the shardings of its parameters and optimizer state. With
-``RUN``, it then resumes that run (written by two processes in the dp layout) as fsdp+tp.
+``python layouts_run.py ROOT OUT.json [RUN]`` trains ``PlainGPT`` (5 steps, gradient
+accumulation over 4 micro-batches on one device, 2 on four) on one device and on all four
+(simulated) devices as dp, fsdp, tp and fsdp+tp, and records each run's losses and the
+shardings of its parameters and optimizer state. With ``RUN``, it then resumes that run
+(written by two processes in the dp layout) as fsdp+tp.
 XLA_FLAGS must ask for 4 host devices before jax is imported.
 """
 
@@ -22,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks import sharding_memory
 from benchmarks.sharding_memory import device_bytes
-from tests.distributed.jobs import TwoShares
+from tests.distributed.jobs import PlainGPT
 from tests.distributed.settings import SETTINGS
 
 LAYOUTS = {"dp": (-1, 1), "fsdp": (-1, 1), "tp": (1, -1), "fsdp+tp": (2, 2)}
 
 
-class OneDevice(TwoShares):
+class OneDevice(PlainGPT):
     def mesh_devices(self) -> list[Any]:
         return list(jax.devices())[:1]
 
@@ -75,7 +76,13 @@ def describe(tree: Any) -> dict[str, dict[str, Any]]:
 #: Sizes that do not split over the 4 devices, and the layout that would split them.
 MISTAKES = {
     "heads": {"mesh/layout": "tp", "mesh/data": 1, "mesh/model": -1, "architecture/n_heads": 2},
-    "vocab": {"mesh/layout": "fsdp+tp", "mesh/data": 1, "mesh/model": 4, "architecture/vocab_size": 258},
+    "vocab": {
+        "mesh/layout": "fsdp+tp",
+        "mesh/data": 1,
+        "mesh/model": 4,
+        "architecture/vocab_size": 258,
+        "architecture/vocab_multiple": 2,
+    },
     "embed": {"mesh/layout": "fsdp", "architecture/n_embd": 30, "architecture/n_heads": 6},
     "batch": {"mesh/layout": "dp", "training/batch_size": 6, "training/micro_batch_size": 0},
     "mesh": {"mesh/layout": "fsdp+tp", "mesh/data": 3, "mesh/model": -1},
@@ -89,7 +96,7 @@ def mistakes(root: Path) -> dict[str, str]:
     messages = {}
     for name, extra in MISTAKES.items():
         try:
-            TwoShares.create(root, {**SETTINGS, **extra, "run/name": f"mistake-{name}"}).setup()
+            PlainGPT.create(root, {**SETTINGS, **extra, "run/name": f"mistake-{name}"}).setup()
         except ConfigError as exc:
             messages[name] = str(exc)
         else:
@@ -103,10 +110,12 @@ def main() -> None:
     import flax.linen as nn
 
     results: dict[str, Any] = {"device_count": jax.device_count(), "runs": {}}
-    runs = [("single", OneDevice, "dp", 1, 1), *((name, TwoShares, name, *shape) for name, shape in LAYOUTS.items())]
+    runs = [("single", OneDevice, "dp", 1, 1), *((name, PlainGPT, name, *shape) for name, shape in LAYOUTS.items())]
     trainers = {}
     for name, cls, layout, data, model in runs:
         extra = {"mesh/layout": layout, "mesh/data": data, "mesh/model": model, "run/name": name}
+        if name == "single":
+            extra["training/micro_batch_size"] = 2  # 4 micro-batches: the batch does not depend on it
         if name in ("dp", "fsdp+tp"):
             extra.update({"training/eval_interval": 3, "training/eval_batches": 1})
         trainer = cls.create(root, {**SETTINGS, **extra}, name=f"test/distributed/{name}")

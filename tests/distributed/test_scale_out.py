@@ -1,10 +1,13 @@
-"""Scale-out: one job on 1 device, on 4 simulated devices in every layout, and on 2 processes.
+"""Scale-out and elastic determinism: one job on 1 device, on 4 simulated devices in every layout,
+and on 2 processes, all reading the same global batches from the same flywheel.
 
 Everything runs in subprocesses (the device count is fixed when jax starts): two CLI processes
 on localhost joined by ``jax.distributed`` (gloo collectives, 2 CPU devices each) train the
-flywheel-fed job for 3 of 5 steps and checkpoint; then one process with 4 devices trains the
-same job, fed the same global batches, on 1 device and in the dp, fsdp, tp and fsdp+tp layouts,
-and finally resumes the two-process (dp) checkpoint to step 5 as fsdp+tp.
+flywheel-fed job (a mixture of "pmd" and "padded" data) without gradient accumulation for 3 of
+5 steps and checkpoint; then one process with 4 devices trains the same job on 1 device (4
+micro-batches) and in the dp, fsdp, tp and fsdp+tp layouts (2 micro-batches), and finally
+resumes the two-process checkpoint to step 5 as fsdp+tp. The data loader is the trainer's own
+in every run: the global batch of a step is a function of the seed and step alone.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ TWO_PROCESS = overrides(
     evaluation__multiple_choice__limit=3,
     analysis__activations__plot=False,
     run__name="two-process",
+    training__micro_batch_size=8,  # no accumulation here; 2 and 4 micro-batches in the other runs
 )
 #: The plan of GPT restricted per layout: logical axis -> mesh axis.
 PLANS = {
@@ -66,6 +70,7 @@ def metrics(run_dir: Path) -> list[dict[str, Any]]:
 def scale_out(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("scale-out")
     write_byte_corpus(root, "fineweb")
+    write_byte_corpus(root, "chat", documents=48, seed=1)
     port = free_port()
     processes = [
         subprocess.Popen(

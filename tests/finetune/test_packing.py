@@ -55,6 +55,40 @@ def test_packed_rows_hold_whole_examples_with_segment_ids(tmp_path: Path) -> Non
     assert padding < 0.3
 
 
+def test_packed_rows_do_not_depend_on_the_process_count(tmp_path: Path) -> None:
+    """Each packed row comes from its own seed: any process count and micro-batching builds the same rows."""
+    from theseus.training.flywheel import Sampling
+
+    write_prepared(tmp_path, "short", {"train": _docs(40)}, vocab_size=64, style="packed")
+    write_prepared(tmp_path, "long", {"train": [list(range(1, 60))] * 3}, vocab_size=64)
+    mix = [Sampling("short", 0.7, "packed"), Sampling("long", 0.3, "pmd")]
+
+    def share(process: int, processes: int, micro: int) -> dict[str, np.ndarray]:
+        with Flywheel(
+            mix,
+            root=tmp_path,
+            block_size=16,
+            batch_size=8,
+            seed=4,
+            process_index=process,
+            process_count=processes,
+            micro_batches=micro,
+            prefetch=0,
+        ) as wheel:
+            return {"rows": wheel.rows, **wheel.batch(2)}
+
+    whole = share(0, 1, 1)
+    seg = whole["padding_mask"]
+    assert seg.dtype == np.int32
+    assert (seg.max(axis=1) >= 2).any() and (seg == 1).all(axis=1).any()  # packed rows and pmd windows
+    for processes, micro in ((2, 1), (4, 1), (2, 2)):
+        parts = [share(p, processes, micro) for p in range(processes)]
+        assert sorted(np.concatenate([part["rows"] for part in parts]).tolist()) == list(range(8))
+        for part in parts:
+            for key in ("x", "y", "padding_mask"):
+                np.testing.assert_array_equal(part[key], whole[key][part["rows"]])
+
+
 def test_positions_restart_per_segment() -> None:
     seg = jnp.asarray([[1, 1, 1, 2, 2, 3, 0, 0]], jnp.int32)
     assert token_positions(seg).tolist() == [[0, 1, 2, 0, 1, 0, 0, 1]]

@@ -8,16 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DISTRIBUTIONS, REPO, build_wheels, clean_env, make_venv, pip_install, run_cli
+from tests.conftest import DISTRIBUTIONS, REPO, clean_env, make_venv, pip_install, run_cli
 
 SHARED_LEVELS = {"theseus/__init__.py", "theseus/model/__init__.py", "theseus/data/__init__.py"}
 
 
 @pytest.fixture(scope="session")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    built = build_wheels(tmp_path_factory.mktemp("wheels"), [REPO / d for d in DISTRIBUTIONS])
-    assert len(built) == len(DISTRIBUTIONS), built
-    return built
+def wheels(wheelhouse: dict[str, Path]) -> list[Path]:
+    return [wheelhouse[d] for d in DISTRIBUTIONS]
 
 
 @pytest.fixture(scope="session")
@@ -35,10 +33,20 @@ def test_no_wheel_ships_a_shared_namespace_level(wheels: list[Path]) -> None:
         assert any(name.endswith("entry_points.txt") for name in names), f"{wheel.name} registers nothing"
 
 
+def test_no_two_wheels_ship_the_same_file(wheels: list[Path]) -> None:
+    owner: dict[str, str] = {}
+    for wheel in wheels:
+        for name in zipfile.ZipFile(wheel).namelist():
+            if ".dist-info/" in name:
+                continue
+            assert name not in owner, f"{name} is shipped by both {owner[name]} and {wheel.name}"
+            owner[name] = wheel.name
+
+
 def test_namespace_imports_from_wheels(wheel_python: Path) -> None:
     code = (
         "import theseus.model.module as m, theseus.model.models as mm, theseus.config, theseus.data.tokenizer\n"
-        "import theseus.data.datasets\n"
+        "import theseus.data.datasets, theseus.data.stdlib, theseus.data.prepare\n"
         "print(m.__file__); print(mm.__file__)\n"
     )
     done = subprocess.run([str(wheel_python), "-c", code], capture_output=True, text=True, env=clean_env(), cwd="/")

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from theseus.errors import TheseusError
 
 #: A one-layer, 32-wide GPT over 64 positions for 30 steps: the demo's whole path in seconds.
 SMALL = [
@@ -61,21 +60,6 @@ def test_demo_trains_checkpoints_plots_and_writes(tmp_path: Path) -> None:
     assert "already completed (30/30 steps)" in again.stderr
     assert again.stdout == out
     assert (run_dir / "metrics.jsonl").read_text() == metrics
-
-
-def test_demo_without_theseus_data_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib.util
-
-    from theseus.model.demo import DemoGPT
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name.startswith("theseus.data.prepare") else real(name, *a),
-    )
-    with pytest.raises(TheseusError, match="pip install theseus-data"):
-        DemoGPT.config()
 
 
 def test_demo_defaults_fit_byte_data() -> None:

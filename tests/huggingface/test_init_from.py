@@ -133,3 +133,25 @@ def test_data_tokenizer_must_be_the_model_s() -> None:
     message = str(info.value)
     assert "\n" not in message
     assert "theseus run data/tokenize data/dataset=<dataset> data/tokenizer=hf:/models/x/tokenizer.json" in message
+
+
+@pytest.mark.slow
+def test_init_from_places_parameters_on_an_fsdp_mesh(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, clean_env
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.huggingface.sharded_init", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=clean_env(),
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    spec, shards, diff = done.stdout.strip().splitlines()[-1].rsplit(" ", 2)
+    assert "'data'" in spec and int(shards) == 2  # the query kernel's embed axis is split over 2 devices
+    assert float(diff) <= 1e-4

@@ -20,6 +20,7 @@ TINY = {
     "architecture/n_heads": 4,
     "architecture/n_embd": 32,
     "architecture/vocab_size": 64,
+    "architecture/vocab_multiple": 64,  # no padding: shapes match the reference models (see test_vocab_padding)
     "architecture/block_size": 32,
 }
 LLAMA_TINY = {**TINY, "architecture/n_kv_heads": 2}

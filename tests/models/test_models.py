@@ -136,7 +136,7 @@ def test_layer_flops_add_up_to_the_model() -> None:
     seq = 10
     layers = block.attn.flops(seq) + block.mlp.flops(seq)
     assert block.flops(seq) == layers
-    assert model.flops(seq) == arch.n_layers * layers + 6 * seq * arch.n_embd * arch.vocab_size
+    assert model.flops(seq) == arch.n_layers * layers + 6 * seq * arch.n_embd * arch.padded_vocab_size
 
 
 def test_bf16_activations_with_f32_params_stay_finite(family: type[TransformerLM]) -> None:
@@ -202,10 +202,19 @@ def test_preset_parameter_counts() -> None:
     assert (
         count(
             GPT,
-            **{"architecture/preset": "gpt2-124m", "architecture/vocab_size": 50257, "architecture/block_size": 1024},
+            **{
+                "architecture/preset": "gpt2-124m",
+                "architecture/vocab_size": 50257,
+                "architecture/vocab_multiple": 1,
+                "architecture/block_size": 1024,
+            },
         )
         == 124_439_808
     )
+    padded = count(
+        GPT, **{"architecture/preset": "gpt2-124m", "architecture/vocab_size": 50257, "architecture/block_size": 1024}
+    )
+    assert padded == 124_439_808 + (50304 - 50257) * 768  # nanoGPT's padded vocabulary
     tiny = count(GPT)
     assert 0.8e6 <= tiny <= 1.2e6, tiny
     llama_tiny = count(Llama)
@@ -235,7 +244,7 @@ def test_explicit_keys_override_the_preset() -> None:
         ({"architecture/preset": "huge"}, "unknown architecture/preset 'huge'"),
         ({"architecture/n_embd": 30, "architecture/n_heads": 4}, "not divisible"),
         ({"architecture/n_kv_heads": 3}, "must divide"),
-        ({"architecture/activation": "tanh"}, "unknown architecture/activation"),
+        ({"architecture/activation": "tanh"}, "architecture/activation='tanh' is not accepted"),
         ({"architecture/dropout": 1.5}, "dropout"),
     ],
 )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DISTRIBUTIONS, REPO, build_wheels, clean_env, make_venv, pip_install, run_cli
+from tests.conftest import DISTRIBUTIONS, REPO, clean_env, make_venv, pip_install, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -43,11 +43,9 @@ TINY = [
 
 
 @pytest.fixture(scope="module")
-def venv_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    wheels = build_wheels(tmp_path_factory.mktemp("example-wheels"), [REPO / d for d in DISTRIBUTIONS])
-    assert len(wheels) == len(DISTRIBUTIONS), wheels
+def venv_python(wheelhouse: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = make_venv(tmp_path_factory.mktemp("example-venv"), inherit="packages")
-    pip_install(python, *wheels)
+    pip_install(python, *(wheelhouse[d] for d in DISTRIBUTIONS))
     return python
 
 
@@ -73,7 +71,9 @@ def test_jobs_and_plugins_list_the_example(venv_python: Path, tmp_path: Path) ->
         assert any(line.split() == [job, EXAMPLE, "0.1.0"] for line in jobs.splitlines()), jobs
     listed = cli(venv_python, ["plugins"], tmp_path)
     row = next(line.split() for line in listed.stdout.splitlines() if line.startswith(EXAMPLE + " "))
-    assert row == [EXAMPLE, "0.1.0", "5", "10", "theseus_gather,", "theseus_metrics_sinks", "ok"], listed.stdout
+    assert row == [EXAMPLE, "0.1.0", ">=0.1,<0.2", "5", "10", "theseus_gather,", "theseus_metrics_sinks", "ok"], (
+        listed.stdout
+    )
     assert "warning" not in listed.stderr
     components = cli(venv_python, ["components", "--kind", "optimizer"], tmp_path).stdout
     assert "optimizer/example-nadamw" in components
@@ -111,3 +111,16 @@ def test_an_example_job_trains_on_prepared_data(venv_python: Path, tmp_path: Pat
     assert provenance["job_class"] == "theseus_plugins_example.trainers:ExampleTrainer"
     assert provenance["model"] == "theseus_plugins_example.models:ScaledGPT"
     assert EXAMPLE in provenance["plugins"]
+
+    # The example's optimizer and schedule selected by name on a core job: installed, then used.
+    core = [a for a in TINY if not a.startswith("evaluation/")]
+    chosen = ["optimizer=example-nadamw", "schedule=example-rsqrt", "optimizer/example-nadamw/beta2=0.98"]
+    cli(
+        venv_python,
+        ["run", "gpt/train/pretrain", *core, "evaluation=", "training/eval_batches=0", *chosen, "--root", str(root)],
+        tmp_path,
+    )
+    selected = json.loads((root / "runs" / "gpt-train-pretrain" / "provenance.json").read_text())["selection"]
+    assert (selected["optimizer"], selected["schedule"]) == ("example-nadamw", "example-rsqrt")
+    config = (root / "runs" / "gpt-train-pretrain" / "config.yaml").read_text()
+    assert "example-nadamw:" in config and "beta2: 0.98" in config and "adamw:" not in config.replace("nadamw:", "")

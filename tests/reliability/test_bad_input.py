@@ -150,7 +150,7 @@ def test_sequence_length_above_the_model_block_size(cli: Cli, root: Path) -> Non
 def test_steps_not_positive(cli: Cli, root: Path) -> None:
     code, err = cli(train_args(root, "training/steps=0"))
     assert code == 2
-    assert error_line(err) == "error: training/steps must be positive, got 0; set training/steps=<updates>"
+    assert error_line(err) == "error: training/steps=0 is out of range; it must be >= 1"
     assert not (root / "runs").exists()
 
 

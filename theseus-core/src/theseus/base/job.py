@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -51,6 +52,16 @@ class Job:
     def config(cls) -> list[type]:
         """Classes whose ``field()`` declarations make up this job's configuration."""
         return [cls.CONFIG] if cls.CONFIG is not None else []
+
+    @classmethod
+    def selected(
+        cls, file_values: Mapping[str, Any], overrides: Mapping[str, Any]
+    ) -> tuple[type[Job], dict[str, Any], dict[str, Any]]:
+        """The job class a run's values select, and the values to resolve against its schema.
+
+        Plain jobs return themselves; trainers replace declarations chosen by name (``model=llama``).
+        """
+        return cls, dict(file_values), dict(overrides)
 
     @classmethod
     def schema(cls) -> Schema:

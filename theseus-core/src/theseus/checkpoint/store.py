@@ -23,6 +23,7 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint._src.checkpoint_managers import preservation_policy as policies
 
+from theseus.checkpoint.shapes import param_shapes
 from theseus.errors import CheckpointError
 
 STATE = "state"
@@ -190,8 +191,8 @@ class CheckpointStore:
                 f"checkpoint {self._where(step)} is unreadable (it holds no parameters)",
                 "remove it to resume from an earlier one, or use a new run/name",
             )
-        saved_shapes = _shapes(tree["params"])
-        wanted = _shapes(abstract_params)
+        saved_shapes = param_shapes(tree["params"])
+        wanted = param_shapes(abstract_params)
         for path, shape in wanted.items():
             if path not in saved_shapes:
                 raise CheckpointError(
@@ -199,10 +200,15 @@ class CheckpointStore:
                     "use the model configuration the run was started with, or a new run/name"
                 )
             if tuple(saved_shapes[path]) != tuple(shape):
+                vocab_hint = (
+                    " (a checkpoint from before vocabulary padding loads with architecture/vocab_multiple=1)"
+                    if path.endswith(("token_embedding/embedding", "lm_head"))
+                    else ""
+                )
                 raise CheckpointError(
                     f"checkpoint {self._where(step)} has parameter {path!r} of shape {tuple(saved_shapes[path])} "
                     f"but the configured model expects {tuple(shape)}; use the model configuration the run was "
-                    "started with, or a new run/name"
+                    f"started with{vocab_hint}, or a new run/name"
                 )
         extra = sorted(set(saved_shapes) - set(wanted))
         if extra:
@@ -324,23 +330,6 @@ class CheckpointStore:
 
     def _where(self, step: int) -> str:
         return f"{str(self.directory / str(step))!r}"
-
-
-def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
-    flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
-    return {_path(path): tuple(leaf.shape) for path, leaf in flat if hasattr(leaf, "shape")}
-
-
-def _path(path: tuple[Any, ...]) -> str:
-    parts = []
-    for entry in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(entry, attr):
-                parts.append(str(getattr(entry, attr)))
-                break
-        else:
-            parts.append(str(entry))
-    return "/".join(parts)
 
 
 def _first_line(exc: BaseException, limit: int = 160) -> str:

@@ -52,14 +52,15 @@ def list_plugins(plugins: object) -> None:
         jobs = sum(1 for e in registry.jobs.values() if e.distribution == dist)
         comps = sum(1 for e in registry.components.values() if e.distribution == dist and e.kind != "plugin")
         hooks = ", ".join(plugins.hooks_of(dist)) or "-"
-        failures = sum(1 for f in registry.failures if f.distribution == dist)
-        status = f"{failures} failed" if failures else "ok"
-        rows.append((dist, version, str(jobs), str(comps), hooks, status))
+        target = plugins.targets.get(dist)
+        incompatible = target is not None and not target.compatible
+        failures = sum(1 for f in registry.failures if f.distribution == dist) - int(incompatible)
+        status = ", ".join([*(["incompatible"] if incompatible else []), *([f"{failures} failed"] if failures else [])])
+        rows.append((dist, version, target.shown if target else "-", str(jobs), str(comps), hooks, status or "ok"))
     for dist in sorted(registry.blocked):
-        rows.append((dist, "", "-", "-", "-", "blocked"))
-    click.echo(
-        _table(rows, ("DISTRIBUTION", "VERSION", "JOBS", "COMPONENTS", "HOOKS", "STATUS")) or "no plugins installed"
-    )
+        rows.append((dist, "", "-", "-", "-", "-", "blocked"))
+    header = ("DISTRIBUTION", "VERSION", "THESEUS-CORE", "JOBS", "COMPONENTS", "HOOKS", "STATUS")
+    click.echo(_table(rows, header) or "no plugins installed")
     for failure in registry.failures:
         click.echo(f"  {failure.distribution}: {failure.message}")
     warn_problems(registry, include_failures=False)

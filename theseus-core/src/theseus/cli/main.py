@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from theseus.cli.scaffold import new
 from theseus.errors import TheseusError
 
 
@@ -94,13 +95,19 @@ def jobs() -> None:
 
 
 @cli.command()
+@click.argument("component", required=False, metavar="[KIND|KIND/NAME]")
 @click.option("--kind", default=None, help="Only this kind (model, dataset, optimizer, ...).")
-def components(kind: str | None) -> None:
-    """List registered components (models, datasets, optimizers, ...)."""
+def components(component: str | None, kind: str | None) -> None:
+    """List registered components, or show one (KIND/NAME): its keys, types, defaults and provider."""
     from theseus.cli.listing import list_components
     from theseus.registry import get_registry
 
-    list_components(get_registry(), kind)
+    if component is not None and "/" in component:
+        from theseus.cli.component_detail import show_component
+
+        show_component(get_registry(), component)
+        return
+    list_components(get_registry(), kind or component)
 
 
 @cli.command()
@@ -162,6 +169,12 @@ def run(
     run_job(job, list(overrides), config_file, root, verbose=ctx.obj["verbose"], distributed=distributed)
 
 
+cli.add_command(new)
+from theseus.cli.runs import runs as runs_group  # noqa: E402  (after cli: the group needs no plugins)
+
+cli.add_command(runs_group)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes become one ``error:`` line and a non-zero exit."""
     args = sys.argv[1:] if argv is None else argv
@@ -171,13 +184,14 @@ def main(argv: list[str] | None = None) -> None:
     except TheseusError as exc:
         if verbose:
             traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
+        # A plain exit (a preempted run that checkpointed) is a notice, not an error.
+        click.echo(str(exc) if getattr(exc, "plain", False) else f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        hint = f" (see 'theseus {exc.ctx.info_name} --help')" if isinstance(exc, click.UsageError) and exc.ctx else ""
+        hint = f" (see '{exc.ctx.command_path} --help')" if isinstance(exc, click.UsageError) and exc.ctx else ""
         click.echo(f"error: {exc.format_message()}{hint}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:

@@ -18,16 +18,32 @@ def job_schema(name: str) -> tuple[Any, Any]:
     return cls, cls.schema()
 
 
+def selected_job(
+    name: str, config_file: Path | None, overrides: list[str]
+) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
+    """The job class a run selects (``optimizer=lion`` ...), its schema, file values and overrides."""
+    from theseus.config import parse_overrides, read_yaml
+    from theseus.registry import get_registry
+
+    cls: Any = get_registry().load_job(name)
+    file_values = read_yaml(config_file) if config_file is not None else {}
+    chosen, file_values, given = cls.selected(file_values, parse_overrides(overrides))
+    return chosen, chosen.schema(), file_values, given
+
+
 def configure_job(name: str, out: Path, overrides: list[str]) -> None:
-    from theseus.config import parse_overrides, write_yaml
+    from theseus.config import write_yaml
     from theseus.config.types import coerce
 
-    _cls, schema = job_schema(name)
+    _cls, schema, _, given = selected_job(name, None, overrides)
     values = schema.defaults()
-    for key, value in parse_overrides(overrides).items():
+    for key, value in given.items():
         if key not in schema:
             raise TheseusError(f"unknown configuration key {key!r} (override){schema.suggest(key)}")
         values[key] = coerce(value, schema[key].type, key)
+    problems = schema.violations(values)
+    if problems:
+        raise TheseusError("\nerror: ".join(problems))
     if out.exists() and out.is_dir():
         raise TheseusError(f"{str(out)!r} is a directory; give a file name such as {str(out / 'config.yaml')!r}")
     write_yaml(values, out, schema)
@@ -45,11 +61,11 @@ def run_job(
 ) -> None:
     from theseus.base.distributed import from_options
     from theseus.base.job import JobContext, default_root
-    from theseus.config import configuration, load
+    from theseus.config import configuration, resolve
 
     from_options(distributed)  # joins a multi-process run before the job touches a device
-    cls, schema = job_schema(name)
-    cfg = load(schema, config_file, overrides)
+    cls, schema, file_values, given = selected_job(name, config_file, overrides)
+    cfg = resolve(schema, file_values, given)
     root = (root or default_root()).expanduser()
     if root.exists() and not root.is_dir():
         raise TheseusError(f"root {str(root)!r} is a file; pass --root with a directory")

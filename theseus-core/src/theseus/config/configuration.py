@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from theseus.config.fields import KEY_METADATA, MISSING
+from theseus.config.fields import CONSTRAINT_METADATA, KEY_METADATA, MISSING, NO_CONSTRAINTS
 from theseus.config.schema import Schema
 from theseus.config.types import coerce, parse_override_value, type_name
 from theseus.errors import ConfigError
@@ -167,6 +167,7 @@ def resolve(
             if value == "???":
                 continue
             values[key] = coerce(value, schema[key].type, key)
+    check_constraints(schema, values)
     missing = [k for k, v in values.items() if v is MISSING]
     if missing:
         key = missing[0]
@@ -175,6 +176,13 @@ def resolve(
             f"pass {key}=<value> or set it in the --config file"
         )
     return Configuration(values, schema)
+
+
+def check_constraints(schema: Schema, values: Mapping[str, Any]) -> None:
+    """Raise one ConfigError listing every value that breaks its constraints, one line each."""
+    problems = schema.violations(values)
+    if problems:
+        raise ConfigError("\nerror: ".join(problems))
 
 
 def load(
@@ -194,11 +202,68 @@ CONFIG_ATTRIBUTE = "theseus_config"
 _ACTIVE: contextvars.ContextVar[Configuration | None] = contextvars.ContextVar("theseus_configuration", default=None)
 
 
+def flat_values(cfg: Any, what: str = "configuration()") -> dict[str, Any]:
+    """Flat ``{"a/b": value}`` from a flat mapping, a nested one shaped like the YAML, or both mixed.
+
+    OmegaConf ``DictConfig`` objects are resolved first. Anything that cannot be read this way
+    (not a mapping, a key that is not text, one key given twice) is a ConfigError.
+    """
+    if _is_omegaconf(cfg):
+        cfg = _omegaconf_container(cfg, what)
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(
+            f"{what} needs a mapping of configuration keys to values (flat 'architecture/scale' keys or nested "
+            f"like the YAML), got {type(cfg).__name__}"
+        )
+    flat: dict[str, Any] = {}
+    _flatten_into(flat, cfg, "", what)
+    return flat
+
+
+def _flatten_into(flat: dict[str, Any], node: Mapping[Any, Any], prefix: str, what: str) -> None:
+    for key, value in node.items():
+        if not isinstance(key, str) or not key.strip("/"):
+            where = f" under {prefix!r}" if prefix else ""
+            raise ConfigError(
+                f"{what}: key {key!r} ({type(key).__name__}){where} is not a configuration name; "
+                "use names such as 'architecture' or slash paths such as 'architecture/scale'"
+            )
+        path = f"{prefix}/{key.strip('/')}" if prefix else key.strip("/")
+        if _is_omegaconf(value):
+            value = _omegaconf_container(value, what)
+        if isinstance(value, Mapping) and value:
+            _flatten_into(flat, value, path, what)
+            continue
+        if path in flat and flat[path] != value:
+            raise ConfigError(f"{what}: {path!r} is given twice ({flat[path]!r} and {value!r}); keep one of them")
+        flat[path] = value
+
+
+def _is_omegaconf(value: Any) -> bool:
+    return type(value).__module__.startswith("omegaconf")
+
+
+def _omegaconf_container(value: Any, what: str) -> Any:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_container(value, resolve=True)
+    except OmegaConfBaseException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{what}: cannot read the OmegaConf configuration ({first}); fix the interpolation") from exc
+
+
 @contextlib.contextmanager
 def configuration(cfg: Configuration | Mapping[str, Any]) -> Iterator[Configuration]:
-    """Make ``cfg`` the active configuration for ``configure()`` inside the block."""
+    """Make ``cfg`` the active configuration for ``configure()`` inside the block.
+
+    ``cfg`` is a ``Configuration``, a flat mapping of slash keys (``{"architecture/scale": 3.0}``),
+    or a nested mapping or OmegaConf ``DictConfig`` shaped like the YAML
+    (``{"architecture": {"scale": 3.0}}``); both forms mean the same.
+    """
     if not isinstance(cfg, Configuration):
-        cfg = Configuration(cfg)
+        cfg = Configuration(flat_values(cfg))
     token = _ACTIVE.set(cfg)
     try:
         yield cfg
@@ -221,16 +286,22 @@ def configure(cls: type[T], **overrides: Any) -> T:
         raise ConfigError(f"configure() needs a dataclass or Module class, got {cls!r}")
     active: Mapping[str, Any] = current_configuration() or {}
     kwargs: dict[str, Any] = {}
+    problems: list[str] = []
     for f in dataclasses.fields(cls):
         key = f.metadata.get(KEY_METADATA)
         if key is None or f.name in overrides or not f.init:
             continue
         if key in active:
             kwargs[f.name] = active[key]
+            problem = f.metadata.get(CONSTRAINT_METADATA, NO_CONSTRAINTS).violation(key, active[key])
+            if problem:
+                problems.append(problem)
         elif f.default is MISSING and f.default_factory is MISSING:
             raise ConfigError(
                 f"missing required configuration value {key!r} for {cls.__qualname__}; pass {key}=<value>"
             )
+    if problems:
+        raise ConfigError("\nerror: ".join(problems))
     if CONFIG_ATTRIBUTE in {f.name for f in dataclasses.fields(cls)} and CONFIG_ATTRIBUTE not in overrides:
         kwargs[CONFIG_ATTRIBUTE] = current_configuration()
     kwargs.update(overrides)

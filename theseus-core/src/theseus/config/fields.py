@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from theseus.errors import ConfigError
 
 KEY_METADATA = "theseus_key"
 HELP_METADATA = "theseus_help"
+CONSTRAINT_METADATA = "theseus_constraints"
 MISSING: Any = dataclasses.MISSING
 
 _KEY_PATTERN = re.compile(r"^[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+)*$")
@@ -23,12 +25,21 @@ def field(
     default: Any = MISSING,
     default_factory: Any = MISSING,
     help: str = "",
+    min: float | None = None,
+    max: float | None = None,
+    above: float | None = None,
+    below: float | None = None,
+    choices: Sequence[Any] | None = None,
 ) -> Any:
     """Declare an attribute whose value comes from the configuration key ``key``.
 
     ``key`` is a slash path such as ``"architecture/scale"``. Without ``default`` or
     ``default_factory`` the key is required: configuring the class fails with a clear
     message unless a value is supplied.
+
+    Constraints are checked when a configuration is loaded: ``min``/``max`` bound a number
+    inclusively, ``above``/``below`` exclusively, and ``choices`` lists the accepted values
+    (``None`` passes when the type allows it).
     """
     if not isinstance(key, str) or not _KEY_PATTERN.match(key):
         raise ConfigError(
@@ -38,10 +49,61 @@ def field(
         raise ConfigError(f"field {key!r}: give either default or default_factory, not both")
     if isinstance(default, (list, dict, set)):
         raise ConfigError(f"field {key!r}: a mutable default must be given as default_factory=lambda: ...")
-    metadata = {KEY_METADATA: key, HELP_METADATA: help}
+    constraints = Constraints(
+        min=min, max=max, above=above, below=below, choices=tuple(choices) if choices is not None else None
+    )
+    metadata: dict[str, Any] = {KEY_METADATA: key, HELP_METADATA: help}
+    if constraints.any:
+        metadata[CONSTRAINT_METADATA] = constraints
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata, kw_only=True)
     return dataclasses.field(default=default, metadata=metadata, kw_only=True)
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Bounds and choices of one configuration key; ``violation()`` describes a value that breaks them."""
+
+    min: float | None = None
+    max: float | None = None
+    above: float | None = None
+    below: float | None = None
+    choices: tuple[Any, ...] | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.min, self.max, self.above, self.below, self.choices))
+
+    def describe(self) -> str:
+        """``"> 0"``, ``">= 0 and < 1"``, ``"one of 'a', 'b'"`` ("" without constraints)."""
+        parts = []
+        for bound, sign in ((self.min, ">="), (self.above, ">"), (self.max, "<="), (self.below, "<")):
+            if bound is not None:
+                parts.append(f"{sign} {bound:g}")
+        if self.choices is not None:
+            parts.append("one of " + ", ".join(repr(c) for c in self.choices))
+        return " and ".join(parts)
+
+    def violation(self, key: str, value: Any) -> str | None:
+        """One line naming ``key``, the bad ``value`` and what is accepted; None when it is fine."""
+        if value is None or value is MISSING:
+            return None
+        if self.choices is not None and value not in self.choices:
+            return f"{key}={value!r} is not accepted; use one of: {', '.join(str(c) for c in self.choices)}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        broken = (
+            (self.min is not None and not value >= self.min)
+            or (self.max is not None and not value <= self.max)
+            or (self.above is not None and not value > self.above)
+            or (self.below is not None and not value < self.below)
+        )
+        if broken or value != value:  # NaN is never in range
+            return f"{key}={value!r} is out of range; it must be {self.describe()}"
+        return None
+
+
+NO_CONSTRAINTS = Constraints()
 
 
 @dataclass(frozen=True)
@@ -54,6 +116,7 @@ class FieldSpec:
     owner: type
     attribute: str
     help: str = ""
+    constraints: Constraints = NO_CONSTRAINTS
 
     @property
     def required(self) -> bool:
@@ -98,6 +161,7 @@ def declared_fields(cls: type) -> list[FieldSpec]:
                 owner=cls,
                 attribute=f.name,
                 help=f.metadata.get(HELP_METADATA, ""),
+                constraints=f.metadata.get(CONSTRAINT_METADATA, NO_CONSTRAINTS),
             )
         )
     return specs

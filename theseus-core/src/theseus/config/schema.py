@@ -44,6 +44,8 @@ class Schema:
             return
         if spec.owner not in self._owners[spec.key]:
             self._owners[spec.key].append(spec.owner)
+        if not existing.constraints.any and spec.constraints.any:  # one declaration's bounds hold for the key
+            self._fields[spec.key] = dataclasses.replace(existing, constraints=spec.constraints)
         if not same_type(existing.type, spec.type):
             raise ConfigError(
                 f"configuration key {spec.key!r} has type {type_name(existing.type)} in "
@@ -102,6 +104,16 @@ class Schema:
     def defaults(self) -> dict[str, Any]:
         """Flat ``{key: default}``; required keys map to ``MISSING``."""
         return {spec.key: spec.default for spec in self}
+
+    def violations(self, values: Mapping[str, Any]) -> list[str]:
+        """One line per value that breaks its key's constraints (min/max/above/below/choices)."""
+        found = []
+        for key, value in values.items():
+            spec = self._fields.get(key)
+            problem = spec.constraints.violation(key, value) if spec is not None else None
+            if problem:
+                found.append(problem)
+        return found
 
     def suggest(self, key: str) -> str:
         """A "did you mean" hint for an unknown key ("" if nothing is close)."""

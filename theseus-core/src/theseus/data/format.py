@@ -17,6 +17,14 @@ stores a per-token mask (``masked`` in the header).
 
 Writing goes to a hidden staging folder that is fsynced and renamed into place, with the header
 written last, so an interrupted run never leaves a folder that looks complete.
+
+A resumable writer (``PreparedWriter(..., resume=fingerprint)``) stages in ``.<name>.partial`` and
+commits its progress in chunks: ``checkpoint(position)`` fsyncs the shards and then replaces
+``progress.json`` (the manifest: the fingerprint, the input position and every file's committed
+size). A writer opened again with the same fingerprint cuts the shards back to the manifest's
+sizes and continues from ``resumed_position``; with another fingerprint it starts over. The
+manifest is removed before the folder is published, so the published files do not depend on
+where (or whether) the preparation was interrupted.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from theseus.errors import DataError
 FORMAT = "theseus-tokens"
 FORMAT_VERSION = 1
 HEADER_FILE = "header.json"
+MANIFEST_FILE = "progress.json"
 INDEX_COLUMNS = 3  # start, length, prompt_length
 STYLES = ("pmd", "padded", "packed")
 
@@ -320,13 +329,30 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+def resumable_staging(root: str | Path, name: str) -> Path:
+    """The staging folder of a resumable preparation of ``name``: ``<root>/data/.<name>.partial``."""
+    folder = data_folder(root, name)
+    return folder.parent / f".{name}.partial"
+
+
 class PreparedWriter:
     """Writes a prepared dataset atomically: stage, fsync, header last, rename into place.
 
-    Use as a context manager; leaving the block with an exception removes the staging folder.
+    Use as a context manager; leaving the block with an exception removes the staging folder,
+    except for a resumable writer (``resume`` given: a JSON-able fingerprint of what is prepared),
+    whose committed chunks stay for the next run to continue from.
     """
 
-    def __init__(self, root: str | Path, name: str, *, vocab_size: int, eot_id: int, masked: bool = False) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        name: str,
+        *,
+        vocab_size: int,
+        eot_id: int,
+        masked: bool = False,
+        resume: Mapping[str, Any] | None = None,
+    ) -> None:
         self.folder = data_folder(root, name)
         self.masked = masked
         self.name = name
@@ -334,20 +360,83 @@ class PreparedWriter:
         self.eot_id = eot_id
         self.dtype = token_dtype(vocab_size)
         self.folder.parent.mkdir(parents=True, exist_ok=True)
-        self.staging = self.folder.parent / f".{name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.staging.mkdir()
         self._bins: dict[str, Any] = {}
         self._idx: dict[str, Any] = {}
         self._masks: dict[str, Any] = {}
         self._counts: dict[str, list[int]] = {}
         self._closed = False
+        self.fingerprint = json.loads(json.dumps(dict(resume))) if resume is not None else None
+        #: The input position the last committed chunk ends at (0 for a fresh start).
+        self.resumed_position = 0
+        if self.fingerprint is None:
+            self.staging = self.folder.parent / f".{name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            self.staging.mkdir()
+            return
+        self.staging = resumable_staging(root, name)
+        manifest = self._read_manifest()
+        if manifest is None or manifest.get("fingerprint") != self.fingerprint:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            self.staging.mkdir()
+            return
+        for split, (tokens, documents) in manifest["splits"].items():
+            self._reopen(split, int(tokens), int(documents))
+        self.resumed_position = int(manifest["position"])
+
+    # -- resuming ---------------------------------------------------------------------------------
+    def _read_manifest(self) -> dict[str, Any] | None:
+        """The staging folder's manifest, or None when there is none or it is unusable."""
+        try:
+            data = json.loads((self.staging / MANIFEST_FILE).read_text())
+            splits = {str(k): (int(v[0]), int(v[1])) for k, v in dict(data["splits"]).items()}
+            for split, (tokens, documents) in splits.items():
+                if (self.staging / f"{split}.bin").stat().st_size < tokens * self.dtype.itemsize or (
+                    self.staging / f"{split}.idx"
+                ).stat().st_size < documents * INDEX_COLUMNS * 8:
+                    return None
+                if self.masked and (self.staging / f"{split}.mask").stat().st_size < tokens:
+                    return None
+            return {"fingerprint": data["fingerprint"], "position": int(data["position"]), "splits": splits}
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return None
+
+    def _reopen(self, split: str, tokens: int, documents: int) -> None:
+        """Open a split's staged files for appending after cutting them back to the committed sizes."""
+        files = [("bin", tokens * self.dtype.itemsize, self._bins), ("idx", documents * INDEX_COLUMNS * 8, self._idx)]
+        if self.masked:
+            files.append(("mask", tokens, self._masks))  # one byte per token, cut with the tokens
+        for suffix, size, handles in files:
+            path = self.staging / f"{split}.{suffix}"
+            with open(path, "r+b") as f:
+                f.truncate(size)
+            handles[split] = open(path, "ab")  # noqa: SIM115 - closed in commit/abort
+        self._counts[split] = [tokens, documents]
+
+    def checkpoint(self, position: int) -> None:
+        """Commit what was appended so far as the progress up to input ``position`` (resumable writers)."""
+        if self.fingerprint is None:
+            raise ValueError("checkpoint() needs a resumable writer (PreparedWriter(..., resume=...))")
+        for handle in (*self._bins.values(), *self._idx.values(), *self._masks.values()):
+            handle.flush()
+            os.fsync(handle.fileno())
+        manifest = {
+            "fingerprint": self.fingerprint,
+            "position": int(position),
+            "splits": {k: [v[0], v[1]] for k, v in self._counts.items()},
+        }
+        tmp = self.staging / (MANIFEST_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(manifest, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.staging / MANIFEST_FILE)
+        _fsync_dir(self.staging)
 
     def __enter__(self) -> PreparedWriter:
         return self
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
         if exc_type is not None or not self._closed:
-            self.abort()
+            self.abort(keep_progress=self.fingerprint is not None)
 
     def open_split(self, split: str) -> None:
         """Declare a split (so that it appears in the header even if it stays empty)."""
@@ -424,6 +513,9 @@ class PreparedWriter:
             masked=self.masked,
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
+        for leftover in (MANIFEST_FILE, MANIFEST_FILE + ".tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.staging / leftover)
         tmp = self.staging / (HEADER_FILE + ".tmp")
         with open(tmp, "w") as f:
             json.dump(header.to_json(), f, indent=2)
@@ -443,12 +535,17 @@ class PreparedWriter:
             shutil.rmtree(old, ignore_errors=True)
         return Prepared(self.folder, header)
 
-    def abort(self) -> None:
-        """Close and remove the staging folder (the previous prepared data, if any, is untouched)."""
+    def abort(self, keep_progress: bool = False) -> None:
+        """Close and remove the staging folder (the previous prepared data, if any, is untouched).
+
+        With ``keep_progress`` the staging folder stays if :meth:`checkpoint` committed chunks, so
+        that they can be continued from; what was appended after them is cut off then.
+        """
         for handle in (*self._bins.values(), *self._idx.values(), *self._masks.values()):
             with contextlib.suppress(Exception):
                 handle.close()
-        if self.staging.exists():
+        committed = (self.staging / MANIFEST_FILE).is_file()
+        if self.staging.exists() and not (keep_progress and committed):
             shutil.rmtree(self.staging, ignore_errors=True)
         self._closed = True
 
@@ -490,6 +587,7 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "HEADER_FILE",
+    "MANIFEST_FILE",
     "STYLES",
     "Header",
     "Prepared",
@@ -500,5 +598,6 @@ __all__ = [
     "prepare_command",
     "read_header",
     "remove_stale_staging",
+    "resumable_staging",
     "token_dtype",
 ]

@@ -10,6 +10,7 @@ import pluggy
 
 from theseus.errors import PluginError
 from theseus.plugins import hookspecs
+from theseus.plugins.compat import CORE, Target, core_version, targets
 from theseus.plugins.hookspecs import PROJECT, hookimpl
 from theseus.registry.entries import LOCAL
 from theseus.registry.registry import Registry, blocked_distributions, strict_plugins
@@ -53,6 +54,7 @@ class Plugins:
         self.manager.register(scanner, name="theseus-core:entry-points")
         self.hook_owners["theseus-core:entry-points"] = "theseus-core"
         scanner.theseus_register(self.registry)
+        self.targets = check_targets(self.registry)
         for entry in self.registry.components_of("plugin"):
             try:
                 obj = entry.load()
@@ -110,6 +112,16 @@ class Plugins:
             for caller in self.manager.get_hookcallers(self.manager.get_plugin(plugin_name)) or []:
                 names.append(caller.name)
         return sorted(set(names))
+
+
+def check_targets(registry: Registry) -> dict[str, Target]:
+    """Each plugin distribution's theseus-core target; an incompatible one is reported (fatal if strict)."""
+    core = core_version()
+    found = targets(registry.distributions, core)
+    for name, target in found.items():
+        if not target.compatible:
+            registry.report(name, CORE, target.problem(core))
+    return found
 
 
 _PLUGINS: Plugins | None = None

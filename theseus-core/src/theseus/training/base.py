@@ -20,10 +20,12 @@ import numpy as np
 import optax
 
 from theseus.base.job import Job, JobContext
-from theseus.config import configuration, configure, load, resolve
+from theseus.config import Schema, configuration, configure, parse_overrides, read_yaml, resolve
+from theseus.config.configuration import flat_values
 from theseus.errors import ConfigError, DataError
 from theseus.plugins.gather import gather_classes
-from theseus.training import declarations, steps
+from theseus.tracking.config import TrackingConfig
+from theseus.training import declarations, selection, steps
 from theseus.training.config import BaseTrainerConfig
 from theseus.training.optimizers import AdamW, Optimizer, clip_by_global_norm
 from theseus.training.run import default_run_name
@@ -49,6 +51,8 @@ class BaseTrainer(Job):
     SCHEDULE: ClassVar[Any] = None
     EVALUATION: ClassVar[Sequence[Any]] = []
     ANALYSIS: ClassVar[Sequence[Any]] = []
+    #: Names a run may select per kind, e.g. ``{"model": ["gpt", "llama"]}`` (absent kind: any).
+    ACCEPTS: ClassVar[Mapping[str, Sequence[str]]] = {}
 
     args: Any
 
@@ -77,6 +81,7 @@ class BaseTrainer(Job):
         OPTIMIZER, SCHEDULE, EVALUATION and ANALYSIS declare, and plugin contributions
         (``theseus_gather`` hook with ``owner`` = this trainer class)."""
         contributed: list[type] = [cls.CONFIG] if cls.CONFIG is not None else []
+        contributed.append(TrackingConfig)
         if cls.MODEL is not None:
             contributed += declarations.contributed_classes(declarations.resolve("model", cls.MODEL))
         contributed += declarations.dataset_classes(cls.DATASET)
@@ -89,6 +94,18 @@ class BaseTrainer(Job):
         children = {cls: contributed}
         gathered = gather_classes(cls, lambda klass: children.get(klass, []))
         return [klass for klass in gathered if klass is not cls]
+
+    @classmethod
+    def schema(cls) -> Schema:
+        """The selection keys (``select/model``, ... defaulting to the declarations) and ``config()``."""
+        return selection.schema_of(cls)
+
+    @classmethod
+    def selected(
+        cls, file_values: Mapping[str, Any], overrides: Mapping[str, Any]
+    ) -> tuple[type[BaseTrainer], dict[str, Any], dict[str, Any]]:
+        """This trainer with the components a run selects by name (``optimizer=lion``) declared."""
+        return selection.select(cls, file_values, overrides)
 
     @classmethod
     def optimizer(cls) -> Optimizer:
@@ -109,15 +126,13 @@ class BaseTrainer(Job):
         name: str | None = None,
     ) -> BaseTrainer:
         """Build the trainer outside the CLI: resolve its configuration like ``theseus run`` does."""
-        schema = cls.schema()
-        if isinstance(overrides, Mapping):
-            file_values = load(schema, config_file) if config_file is not None else {}
-            cfg = resolve(schema, dict(file_values), dict(overrides))
-        else:
-            cfg = load(schema, config_file, list(overrides))
+        file_values = read_yaml(config_file) if config_file is not None else {}
+        given = flat_values(overrides, "overrides") if isinstance(overrides, Mapping) else parse_overrides(overrides)
+        chosen, file_values, given = cls.selected(file_values, given)
+        cfg = resolve(chosen.schema(), file_values, given)
         own_key = cls.__dict__.get("JOB_KEY")
         context = JobContext(name=name or own_key or cls.__name__, root=Path(root), config=cfg)
-        return cls(context)
+        return chosen(context)  # type: ignore[return-value]
 
     # -- the override contract -------------------------------------------------------------
     def batch(self, slice: str = "train") -> Batch:
@@ -291,10 +306,11 @@ class BaseTrainer(Job):
             self.DATASET,
             root=self.context.root,
             block_size=self.sequence_length,
-            batch_size=self.batch_rows,
+            batch_size=self.args.batch_size,  # global: each process materialises only its own rows
             seed=self.args.seed,
             process_index=self.sharding.feed_index,
             process_count=self.sharding.feed_count,
+            micro_batches=self.accumulate_steps,
         )
         vocab = self.setting("architecture/vocab_size")
         if vocab is not None:
@@ -512,13 +528,21 @@ class BaseTrainer(Job):
         TrainingLoop(self).run()
 
 
+#: Programs that compile faster than this are not written to the persistent cache. JAX's default
+#: (1 s) leaves a small model's start-up uncached: its state initialisation, validation and
+#: sampling programs each compile in well under a second, yet together they cost seconds.
+CACHE_MIN_COMPILE_SECONDS = 0.0
+
+
 def enable_compilation_cache(directory: Path) -> None:
     """Persist compiled XLA programs in ``directory`` unless a cache is already configured
-    (``JAX_COMPILATION_CACHE_DIR`` or an earlier call)."""
-    if getattr(jax.config, "jax_compilation_cache_dir", None) or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return
-    directory.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(directory))
+    (``JAX_COMPILATION_CACHE_DIR`` or an earlier call); small programs are cached too."""
+    configured = getattr(jax.config, "jax_compilation_cache_dir", None) or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if not configured:
+        directory.mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", str(directory))
+    if getattr(jax.config, "jax_persistent_cache_min_compile_time_secs", 0.0) > CACHE_MIN_COMPILE_SECONDS:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
 
 
 def _in_order(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:

@@ -17,36 +17,53 @@ class BaseTrainerConfig:
     Extend it with your own ``field()`` keys and read them through ``self.args``.
     """
 
-    steps: int = field("training/steps", default=1000, help="optimizer steps of the whole run")
-    batch_size: int = field("training/batch_size", default=32, help="global rows (sequences) per optimizer step")
+    steps: int = field("training/steps", default=1000, min=1, help="optimizer steps of the whole run")
+    batch_size: int = field("training/batch_size", default=32, min=1, help="global rows (sequences) per optimizer step")
     micro_batch_size: int = field(
         "training/micro_batch_size",
         default=0,
+        min=0,
         help="global rows per forward/backward pass; batch_size/micro_batch_size micro-batches are accumulated "
         "(0 = batch_size)",
     )
     sequence_length: int = field(
-        "training/sequence_length", default=0, help="tokens per row (0 = the model's architecture/block_size)"
+        "training/sequence_length", default=0, min=0, help="tokens per row (0 = the model's architecture/block_size)"
     )
-    lr: float = field("training/lr", default=3e-4, help="peak learning rate (the schedule scales it)")
-    grad_clip: float = field("training/grad_clip", default=1.0, help="clip gradients to this global norm (0 = off)")
+    lr: float = field("training/lr", default=3e-4, above=0.0, help="peak learning rate (the schedule scales it)")
+    grad_clip: float = field(
+        "training/grad_clip", default=1.0, min=0.0, help="clip gradients to this global norm (0 = off)"
+    )
     seed: int = field("training/seed", default=0, help="seed of initialisation, dropout and data order")
-    log_interval: int = field("training/log_interval", default=10, help="write training metrics every N steps")
+    log_interval: int = field("training/log_interval", default=10, min=1, help="write training metrics every N steps")
     eval_interval: int = field(
-        "training/eval_interval", default=250, help="validate every N steps and at the end (0 = only at the end)"
+        "training/eval_interval", default=250, min=0, help="validate every N steps and at the end (0 = only at the end)"
     )
-    eval_batches: int = field("training/eval_batches", default=8, help="batches per validation (0 = no validation)")
+    eval_batches: int = field(
+        "training/eval_batches", default=8, min=0, help="batches per validation (0 = no validation)"
+    )
     evaluation_interval: int = field(
-        "training/evaluation_interval", default=0, help="run the EVALUATION classes every N steps (0 = only at the end)"
+        "training/evaluation_interval",
+        default=0,
+        min=0,
+        help="run the EVALUATION classes every N steps (0 = only at the end)",
     )
     analysis_interval: int = field(
-        "training/analysis_interval", default=0, help="run the ANALYSIS classes every N steps (0 = only at the end)"
+        "training/analysis_interval",
+        default=0,
+        min=0,
+        help="run the ANALYSIS classes every N steps (0 = only at the end)",
     )
     checkpoint_interval: int = field(
-        "training/checkpoint_interval", default=500, help="checkpoint every N steps (0 = only the final checkpoint)"
+        "training/checkpoint_interval",
+        default=500,
+        min=0,
+        help="checkpoint every N steps (0 = only the final checkpoint)",
     )
     keep_checkpoints: int = field(
-        "training/keep_checkpoints", default=3, help="latest checkpoints kept, besides the best one (0 = keep all)"
+        "training/keep_checkpoints",
+        default=3,
+        min=0,
+        help="latest checkpoints kept, besides the best one (0 = keep all)",
     )
     async_checkpoints: bool = field(
         "training/async_checkpoints", default=True, help="write checkpoints in the background while training continues"
@@ -59,11 +76,13 @@ class BaseTrainerConfig:
     stop_after: int = field(
         "training/stop_after",
         default=0,
+        min=0,
         help="end this invocation with a checkpoint once this step is reached; run again to continue (0 = off)",
     )
     peak_flops: float = field(
         "training/peak_flops",
         default=0.0,
+        min=0.0,
         help="peak FLOP/s per device for MFU (0 = the accelerator's published figure; measured on CPU)",
     )
     progress: bool = field("training/progress", default=True, help="show a live progress bar on a terminal")

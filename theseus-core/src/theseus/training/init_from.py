@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 
+from theseus.checkpoint.shapes import first_shape_mismatch
 from theseus.config import Configuration, read_yaml
 from theseus.errors import CheckpointError, ConfigError, DataError
 
@@ -125,19 +126,13 @@ def restore_params(path: Path, abstract: Any, shardings: Any, where: str) -> Any
     return restored["params"]
 
 
-def flat(tree: Any) -> dict[str, tuple[int, ...]]:
-    leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
-    return {jax.tree_util.keystr(p, simple=True, separator="/"): tuple(leaf.shape) for p, leaf in leaves}
-
-
 def check_shapes(saved: Any, abstract: Any, where: str) -> None:
-    have, want = flat(saved), flat(abstract)
-    for key, shape in want.items():
-        if have.get(key) != shape:
-            found = f"shape {have[key]}" if key in have else "nothing"
-            raise CheckpointError(
-                f"training/init_from={where} holds {found} for parameter {key!r}, but the model expects {shape}"
-            )
+    mismatch = first_shape_mismatch(saved, abstract)
+    if mismatch is not None:
+        key, found, shape = mismatch
+        raise CheckpointError(
+            f"training/init_from={where} holds {found} for parameter {key!r}, but the model expects {shape}"
+        )
 
 
 # -- the trainer side ----------------------------------------------------------------------------

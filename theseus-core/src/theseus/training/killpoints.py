@@ -7,6 +7,9 @@ Off unless the variable is set. Phases of update ``step`` (1-based, the step a c
 - ``save``: its checkpoint is being written: orbax has started and, with the default
   ``training/async_checkpoints=true``, commits in the background, so nothing is committed yet.
 
+``phase:step:SIGNAL`` sends that signal instead (``TERM``, ``INT``), to test preemption; several
+points are separated by commas (``data:4:INT,step:4:INT`` is a double Ctrl-C).
+
 The crash/resume tests run a job with it, run the same command again, and compare the result
 with an uninterrupted run.
 """
@@ -21,7 +24,12 @@ PHASES = ("data", "step", "save")
 
 
 def kill_point(phase: str, step: int) -> None:
-    """SIGKILL this process if ``THESEUS_TEST_KILL_AT`` names ``phase:step``."""
+    """Signal this process (SIGKILL unless named) if ``THESEUS_TEST_KILL_AT`` names ``phase:step``."""
     wanted = os.environ.get(ENV)
-    if wanted and wanted == f"{phase}:{step}":
-        os.kill(os.getpid(), signal.SIGKILL)
+    if not wanted:
+        return
+    for point in wanted.split(","):
+        parts = point.strip().split(":")
+        if parts[:2] == [phase, str(step)]:
+            signum = getattr(signal, "SIG" + parts[2]) if len(parts) > 2 else signal.SIGKILL
+            os.kill(os.getpid(), signum)

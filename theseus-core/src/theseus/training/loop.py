@@ -20,9 +20,13 @@ import numpy as np
 from theseus.checkpoint import CheckpointStore
 from theseus.config import configuration
 from theseus.errors import ConfigError, TrainingError
+from theseus.tracking.sinks import open_sinks, selected_sinks
+from theseus.tracking.status import StatusRecorder
+from theseus.training import selection
 from theseus.training.killpoints import kill_point
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
 from theseus.training.plots import plot_loss
+from theseus.training.preemption import PreemptionGuard
 from theseus.training.run import RunDirectory, provenance
 from theseus.training.throughput import mfu, peak_flops
 
@@ -53,6 +57,33 @@ def _human(value: float) -> str:
     return f"{value:.0f}"
 
 
+def _duration(seconds: float) -> str:
+    hours, rest = divmod(round(seconds), 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def progress_stats(
+    loss: float,
+    lr: float,
+    grad_norm: float,
+    tokens: int,
+    tokens_per_sec: float,
+    utilisation: float,
+    eta: float | None,
+    live: bool,
+) -> str:
+    """The progress line: loss, learning rate, gradient norm, tokens seen, tokens/s, MFU and ETA
+    (the live bar has its own ETA column)."""
+    parts = [f"loss {loss:.4f}", f"lr {lr:.3g}", f"gnorm {grad_norm:.3g}", f"{_human(tokens)} tok"]
+    if tokens_per_sec:
+        parts.append(f"{_human(tokens_per_sec)} tok/s")
+        if utilisation > 0:
+            parts.append(f"MFU {utilisation * 100:.1f}%")
+    if eta is not None and not live:
+        parts.append(f"ETA {_duration(eta)}")
+    return " | ".join(parts)
+
+
 class TrainingLoop:
     """Runs a trainer's job: run directory, resume, steps, validation and checkpoints."""
 
@@ -69,6 +100,7 @@ class TrainingLoop:
         t, args = self.trainer, self.args
         if args.steps <= 0:
             raise ConfigError(f"training/steps must be positive, got {args.steps}; set training/steps=<updates>")
+        selected_sinks(t.context.config)  # an unknown or uninstalled tracker fails before anything is written
         t.setup()
         #: Only process 0 writes the run directory's files (metrics, plots, records); all write checkpoints.
         self.main = jax.process_index() == 0
@@ -83,6 +115,7 @@ class TrainingLoop:
         )
         self.display = ProgressDisplay(args.steps, 0, enabled=False, quiet=not self.main)
         logger: MetricsLogger | None = None
+        self.status: StatusRecorder | None = None
         try:
             latest = store.latest_step()
             if latest is not None and latest >= args.steps:
@@ -100,6 +133,7 @@ class TrainingLoop:
             # Restore before writing anything: a checkpoint that does not fit leaves the run directory as it was.
             resumed = None
             if latest is not None:
+                selection.check_resume(self.run_dir.previous_config(), t.context.config, t.run_name)
                 resumed = store.restore_latest(t.abstract_checkpoint_tree(), warn=self.display.message)
             changed: list[str] = []
             if self.main:
@@ -111,6 +145,7 @@ class TrainingLoop:
                         resumed_from=resumed[0] if resumed is not None else None,
                         model=type(t.model),
                         tokenizer=t.flywheel.tokenizer_spec if t.flywheel is not None else t.tokenizer().spec,
+                        selection=selection.of_configuration(t.context.config),
                     )
                 )
             self.skipped = 0
@@ -123,14 +158,37 @@ class TrainingLoop:
             else:
                 state = t.init_state()
                 start = 0
-            sinks = self._sinks() if self.main else []
+            if self.main:
+                self.status = StatusRecorder(
+                    self.run_dir.path,
+                    run=t.run_name,
+                    job=t.context.name,
+                    total_steps=args.steps,
+                    stop_step=self.stop,
+                    tokens_per_step=t.tokens_per_step,
+                    start_step=start,
+                )
+            sinks = (
+                open_sinks(self.run_dir.path, t, start=start, plugin_sinks=self._sinks(), warn=self.display.message)
+                if self.main
+                else []
+            )
             logger = MetricsLogger(self.run_dir.metrics_file, sinks, resume_step=start, enabled=self.main)
             self.display = ProgressDisplay(
                 args.steps, start, enabled=args.progress and self.main, description=t.run_name, quiet=not self.main
             )
             self._announce(start)
+            self.guard = PreemptionGuard().install()
             t.state = self._train(state, start, store, logger)
+            if self.status is not None:
+                self.status.finished()
+        except BaseException as exc:
+            if self.status is not None:
+                self.status.failed(exc)
+            raise
         finally:
+            if hasattr(self, "guard"):
+                self.guard.restore()
             self.display.close()
             if logger is not None:
                 logger.close()
@@ -168,6 +226,7 @@ class TrainingLoop:
         self.window_steps = 0
         self.last_stats = ""
         pending: Pending | None = None
+        stopped: int | None = None
         for step in range(start, self.stop):
             t.step = step
             host = t.host_batch("train", position=step)
@@ -192,23 +251,40 @@ class TrainingLoop:
                 if analyse:
                     self._analyse(state, done)
                 if checkpoint:
-                    meta_record = {
-                        "step": done,
-                        "data_position": done,
-                        "seed": args.seed,
-                        "job": t.context.name,
-                        "val_loss": val_loss,
-                        "skipped_steps": self.skipped,
-                    }
-                    store.save(done, t.checkpoint_tree(state), meta_record, val_loss=val_loss)
-                    self.saved = done
-                    kill_point("save", done)
+                    self._save(store, state, done, val_loss)
                 self.window_start, self.window_steps = None, 0
+            if self.guard.stops_at(done, self.stop):  # a signal: checkpoint here, then stop (preemption.py)
+                if pending is not None:
+                    self._finish(pending)
+                    pending = None
+                if self.saved != done:
+                    self._save(store, state, done, None)
+                stopped = done
+                break
         if pending is not None:
             self._finish(pending)
         store.wait()
+        if stopped is not None:
+            self.display.close()
+            self.guard.preempted(stopped, self.args.steps, self.run_dir.path)
         self._summary(start, store)
         return state
+
+    def _save(self, store: CheckpointStore, state: Any, done: int, val_loss: float | None) -> None:
+        t = self.trainer
+        meta_record = {
+            "step": done,
+            "data_position": done,
+            "seed": self.args.seed,
+            "job": t.context.name,
+            "val_loss": val_loss,
+            "skipped_steps": self.skipped,
+        }
+        store.save(done, t.checkpoint_tree(state), meta_record, val_loss=val_loss)
+        self.saved = done
+        if self.status is not None:
+            self.status.checkpointed(done)
+        kill_point("save", done)
 
     def _finish(self, pending: Pending) -> None:
         """Fetch one update's scalars, stop on non-finite values, log at intervals."""
@@ -236,13 +312,21 @@ class TrainingLoop:
         rate = self.window_steps / elapsed if self.window_steps and elapsed > 0 else 0.0
         tokens_per_sec = rate * self.trainer.tokens_per_step
         utilisation = mfu(self.flops_per_step, self.window_steps, elapsed, self.peak, jax.device_count())
-        stats = f"loss {loss:.4f}"
-        if rate:
-            stats += f" | {_human(tokens_per_sec)} tok/s"
-            if self.flops_per_step > 0:
-                stats += f" | MFU {utilisation * 100:.1f}%"
-        self.display.update(pending.step, stats)
         step = pending.step
+        eta = (self.stop - step) / rate if rate else None
+        stats = progress_stats(
+            loss,
+            lr,
+            grad_norm,
+            step * self.trainer.tokens_per_step,
+            tokens_per_sec,
+            utilisation,
+            eta,
+            self.display.live,
+        )
+        self.display.update(step, stats)
+        if self.status is not None:
+            self.status.step(step, eta_seconds=eta)
         if due(step, self.args.log_interval, self.stop) or step == 1:
             values: dict[str, Any] = {
                 "loss": loss,
@@ -266,6 +350,8 @@ class TrainingLoop:
     def _validate(self, state: Any, step: int) -> float:
         result = self.trainer.validate(state)
         self.logger.log(step, "val", result)
+        if self.status is not None:
+            self.status.validated(step, float(result["loss"]))
         self.display.message(f"step {step}: val loss {result['loss']:.4f}")
         if self.main:
             history = self.logger.history

@@ -66,9 +66,9 @@ def decay_mask(params: Any) -> Any:
 
 @dataclass
 class AdamWConfig:
-    beta1: float = field("optimizer/adamw/beta1", default=0.9)
-    beta2: float = field("optimizer/adamw/beta2", default=0.95)
-    eps: float = field("optimizer/adamw/eps", default=1e-8)
+    beta1: float = field("optimizer/adamw/beta1", default=0.9, min=0.0, below=1.0)
+    beta2: float = field("optimizer/adamw/beta2", default=0.95, min=0.0, below=1.0)
+    eps: float = field("optimizer/adamw/eps", default=1e-8, above=0.0)
     weight_decay: float = field("optimizer/adamw/weight_decay", default=0.1, help="decoupled weight decay of matrices")
 
 
@@ -91,8 +91,8 @@ AdamW = Optimizer("adamw", AdamWConfig, make_adamw)
 
 @dataclass
 class LionConfig:
-    beta1: float = field("optimizer/lion/beta1", default=0.9)
-    beta2: float = field("optimizer/lion/beta2", default=0.99)
+    beta1: float = field("optimizer/lion/beta1", default=0.9, min=0.0, below=1.0)
+    beta2: float = field("optimizer/lion/beta2", default=0.99, min=0.0, below=1.0)
     weight_decay: float = field("optimizer/lion/weight_decay", default=0.1, help="decoupled weight decay of matrices")
 
 

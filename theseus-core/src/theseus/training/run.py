@@ -105,6 +105,7 @@ def provenance(
     resumed_from: int | None,
     model: type | None = None,
     tokenizer: Mapping[str, Any] | None = None,
+    selection: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Who and what produced this run: distributions, plugins, versions, devices, command, and the
     model class and tokenizer spec that ``generate`` needs to rebuild the model and decode its tokens."""
@@ -122,6 +123,7 @@ def provenance(
         "job_class": f"{job_class.__module__}:{job_class.__qualname__}",
         "model": f"{model.__module__}:{model.__qualname__}" if model is not None else None,
         "tokenizer": dict(tokenizer) if tokenizer is not None else None,
+        "selection": dict(selection) if selection is not None else None,
         "distributions": theseus_distributions(),
         "plugins": dict(sorted(registry.distributions.items())),
         "blocked_plugins": sorted(registry.blocked),

@@ -191,11 +191,15 @@ def check_divisible(abstract_params: Any, shardings: Any, logical_specs: Any, me
             if size % parts:
                 logical_name = logical[dim] if dim < len(logical) else None
                 label = f"{logical_name}={size}" if logical_name else f"size {size}"
+                size_fix = (
+                    f"set architecture/vocab_multiple to a multiple of {parts}"
+                    if logical_name == "vocab"
+                    else f"make the model's {logical_name or 'dimension'} size a multiple of {parts}"
+                )
                 raise ConfigError(
                     f"parameter {_path(path)!r} dimension {dim} ({label}) is not divisible by the "
                     f"{' x '.join(names)} mesh axis of size {parts}; set {' x '.join(f'mesh/{n}' for n in names)} "
-                    f"to a divisor of {size}, make the model's {logical_name or 'dimension'} size a multiple of "
-                    f"{parts}, or use a layout that does not shard {logical_name or 'it'}"
+                    f"to a divisor of {size}, {size_fix}, or use a layout that does not shard {logical_name or 'it'}"
                 )
 
 

@@ -25,6 +25,11 @@ class TokenizeConfig:
     name: str = field("data/name", default="", help="prepared folder <root>/data/<name> (default: dataset name)")
     force: bool = field("data/force", default=False, help="re-prepare even if the data already exists")
     workers: int = field("data/workers", default=0, help="tokenizer processes (0: automatic)")
+    commit_seconds: float = field(
+        "data/commit_seconds",
+        default=10.0,
+        help="commit finished chunks at most this often; a killed run continues from the last commit (0: every chunk)",
+    )
 
 
 def _summary(prepared: Prepared) -> str:
@@ -60,7 +65,14 @@ class Tokenize(Job):
             return
         start = time.perf_counter()
         prepared = prepare(
-            dataset, root, tokenizer=args.tokenizer, name=name, workers=args.workers, force=True, progress=True
+            dataset,
+            root,
+            tokenizer=args.tokenizer,
+            name=name,
+            workers=args.workers,
+            force=True,
+            progress=True,
+            commit_seconds=args.commit_seconds,
         )
         click.echo(f"prepared {_summary(prepared)} in {time.perf_counter() - start:.1f}s")
 

@@ -1,4 +1,11 @@
-"""The Flywheel: batches from prepared data, a pure function of (seed, step, split, process index)."""
+"""The Flywheel: global batches from prepared data, a pure function of (seed, step, split, data settings).
+
+Which process reads which rows is decided apart from what the rows hold: every process draws the
+picks of all rows of the global batch from ``(seed, step, split)`` and materialises only its own
+rows (:func:`feed_rows`). So the batch at step ``k`` is the same on 1 host or 64, with or without
+gradient accumulation, in any layout, and a run resumed on another cluster shape continues the
+same data.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +26,30 @@ from theseus.training.flywheel.strategy import Strategy, strategy_of
 Batch = dict[str, np.ndarray]
 
 
+def feed_rows(batch_size: int, process_index: int = 0, process_count: int = 1, micro_batches: int = 1) -> np.ndarray:
+    """The rows of a global batch that process ``process_index`` of ``process_count`` feeds, in order.
+
+    The global batch is split into ``micro_batches`` consecutive micro-batches, and each micro-batch
+    into ``process_count`` consecutive shares; a process feeds its share of every micro-batch. Its
+    rows, reshaped to ``[micro_batches, -1]``, are its part of each micro-batch, so every micro-batch
+    holds the same rows whatever the process count.
+    """
+    for label, value, low in (("batch_size", batch_size, 1), ("micro_batches", micro_batches, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise DataError(f"Flywheel {label} must be an integer >= {low}, got {value!r}")
+    if not (isinstance(process_count, int) and process_count >= 1 and 0 <= process_index < process_count):
+        raise DataError(f"Flywheel process_index {process_index!r} must lie in [0, process_count={process_count!r})")
+    if batch_size % (micro_batches * process_count):
+        raise DataError(
+            f"a global batch of {batch_size} rows cannot be split into {micro_batches} micro-batches over "
+            f"{process_count} processes; make batch_size a multiple of {micro_batches * process_count}"
+        )
+    micro = batch_size // micro_batches
+    share = micro // process_count
+    first = np.arange(micro_batches)[:, None] * micro + process_index * share
+    return (first + np.arange(share)).ravel()
+
+
 def _split_code(split: str) -> int:
     return zlib.crc32(split.encode("utf-8"))
 
@@ -26,13 +57,14 @@ def _split_code(split: str) -> int:
 class Flywheel:
     """Batches of ``{"x", "y", "padding_mask"}`` drawn from prepared datasets by a sampling strategy.
 
-    ``batch(step, split)`` depends only on ``(seed, step, split, process_index)`` (and the data), so a
-    resumed run sees exactly the batches an uninterrupted run would have, and processes read disjoint
-    data: each reads only its own contiguous ``1/process_count`` part of every split (a slice of the
-    tokens in ``"pmd"`` style, a run of whole documents in ``"padded"`` style).
+    ``batch_size`` is the *global* batch. Row ``r`` of the global batch at ``step`` of ``split`` depends
+    only on ``(seed, step, split, r)``, the data and ``block_size``/``batch_size`` - not on the number of
+    processes or devices, the micro-batching or the layout - so a resumed run sees exactly the batches
+    an uninterrupted run would have, on any cluster shape. ``batch(step, split)`` returns the rows this
+    process feeds, ``self.rows`` (see :func:`feed_rows`); processes feed disjoint rows.
 
     Rows are assigned to samplings independently with probability ``rate``. ``x`` and ``y`` are int32
-    ``[batch_size, block_size]`` with ``y`` shifted by one token; ``y == -1`` marks targets that are
+    ``[len(rows), block_size]`` with ``y`` shifted by one token; ``y == -1`` marks targets that are
     not learned (padding, and prompts of instruction data); ``padding_mask`` is True on real tokens,
     or, when a source is read in ``"packed"`` style, int32 segment ids (0 = padding, 1, 2, ... = the
     examples of a row; rows of other sources hold one segment).
@@ -50,15 +82,13 @@ class Flywheel:
         seed: int = 0,
         process_index: int = 0,
         process_count: int = 1,
+        micro_batches: int = 1,
         prefetch: int = 2,
     ) -> None:
         for label, value, low in (("block_size", block_size, 1), ("batch_size", batch_size, 1), ("seed", seed, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise DataError(f"Flywheel {label} must be an integer >= {low}, got {value!r}")
-        if not (isinstance(process_count, int) and process_count >= 1 and 0 <= process_index < process_count):
-            raise DataError(
-                f"Flywheel process_index {process_index!r} must lie in [0, process_count={process_count!r})"
-            )
+        self.rows = feed_rows(batch_size, process_index, process_count, micro_batches)
         self.strategy: Strategy = strategy_of(samplings)
         self.root = Path(root).expanduser()
         self.block_size = block_size
@@ -66,6 +96,7 @@ class Flywheel:
         self.seed = seed
         self.process_index = process_index
         self.process_count = process_count
+        self.micro_batches = micro_batches
         self.rates = np.asarray(self.strategy.rates, dtype=np.float64)
         self.rates = self.rates / self.rates.sum()
         self._cumulative = np.cumsum(self.rates)
@@ -92,8 +123,6 @@ class Flywheel:
             dataset_key=sampling.dataset_key,
             root=str(self.root),
             block_size=self.block_size,
-            process_index=self.process_index,
-            process_count=self.process_count,
         )
 
     def _check_tokenizers(self) -> None:
@@ -150,7 +179,8 @@ class Flywheel:
             )
 
     def batch(self, step: int, split: str = "train") -> Batch:
-        """Batch ``step`` of ``split``: int32 ``x``, ``y`` and bool ``padding_mask``, ``[batch_size, block_size]``."""
+        """This process's rows of batch ``step`` of ``split``: int32 ``x``, ``y`` and ``padding_mask`` (bool,
+        or int32 segment ids when a source is packed), ``[len(self.rows), block_size]``."""
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
             raise DataError(f"batch step must be an integer >= 0, got {step!r}")
         step = int(step)
@@ -163,18 +193,21 @@ class Flywheel:
 
     def assemble(self, step: int, split: str = "train") -> Batch:
         """Build batch ``step`` of ``split`` now, in this thread (what ``batch`` returns, without prefetch)."""
-        seq = np.random.SeedSequence([self.seed, step, self.process_index, _split_code(split)])
-        rng = np.random.default_rng(seq)
-        b, t = self.batch_size, self.block_size
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, step, _split_code(split)]))
+        b, t = len(self.rows), self.block_size
         x = np.empty((b, t), dtype=np.int32)
         y = np.empty((b, t), dtype=np.int32)
         mask = np.empty((b, t), dtype=np.int32 if self.packed else bool)
+        # Every process draws for every row of the global batch (cheap), then cuts only its own rows.
         if len(self.sources) == 1:
-            self.sources[0].fill(rng, np.arange(b), split, x, y, mask)
+            owner = np.zeros(b, dtype=np.intp)
         else:
-            owner = np.minimum(np.searchsorted(self._cumulative, rng.random(b), side="right"), len(self.sources) - 1)
-            for i, source in enumerate(self.sources):
-                source.fill(rng, np.flatnonzero(owner == i), split, x, y, mask)
+            chosen = np.searchsorted(self._cumulative, rng.random(self.batch_size), side="right")
+            owner = np.minimum(chosen, len(self.sources) - 1)[self.rows]
+        for i, source in enumerate(self.sources):
+            picks = source.draw(rng, split, self.batch_size)[self.rows]
+            local = np.flatnonzero(owner == i)
+            source.fill(picks[local], local, split, x, y, mask)
         return {"x": x, "y": y, "padding_mask": mask}
 
     def _schedule(self, step: int, split: str) -> None:
@@ -214,5 +247,5 @@ class Flywheel:
         parts = ", ".join(f"{s.name}:{s.style}@{r:g}" for s, r in zip(self.sources, self.rates, strict=True))
         return (
             f"Flywheel([{parts}], block_size={self.block_size}, batch_size={self.batch_size}, seed={self.seed}, "
-            f"process={self.process_index}/{self.process_count})"
+            f"process={self.process_index}/{self.process_count}, micro_batches={self.micro_batches})"
         )

@@ -1,17 +1,27 @@
 """One prepared dataset read in one style: how rows of a batch are cut from its shards.
 
-Every process reads only its own part of each split, so processes never share data:
+A style is two steps, so that the rows of a global batch never depend on who reads them:
 
-* ``"pmd"``: the split's tokens are cut into ``process_count`` contiguous slices of equal length;
-  process ``p`` draws windows of ``block_size + 1`` tokens that lie entirely inside slice ``p``.
-* ``"padded"``: the split's documents are cut into ``process_count`` contiguous runs; process ``p``
-  draws whole documents from run ``p``.
-* ``"packed"``: documents are drawn like ``"padded"`` and placed first-fit into the rows, several per
-  row; the padding mask holds segment ids (1, 2, ... per example, 0 on padding) so that attention
-  stays within an example and positions restart per example.
+* ``draw(rng, split, count)`` draws one integer per row of the *global* batch (every process
+  draws the same numbers, for all rows);
+* ``fill(picks, rows, split, x, y, mask)`` writes the rows this process feeds from their picks.
+
+Styles:
+
+* ``"pmd"``: a pick is the first token of a window of ``block_size + 1`` tokens anywhere in the split;
+* ``"padded"``: a pick is a document of the split, one per row, padded (or cut) to ``block_size``;
+* ``"packed"``: a pick is a per-row seed; ``fill`` draws documents from it and places them one after
+  the other into the row while they fit (``PACK_MISSES`` draws that do not fit end the row). The
+  padding mask holds segment ids (1, 2, ... per example, 0 on padding) so that attention stays
+  within an example and positions restart per example.
 
 Targets that are not learned (prompts, non-assistant chat turns) are ``-1``: from the per-token
 mask stored with the tokens when the data has one, else from each document's prompt length.
+
+A new style adds a branch to ``draw`` (what one integer per row means) and to ``fill`` (how a row
+is cut from it), and its name to ``STYLES`` in ``theseus.data.format`` and
+``theseus.training.flywheel.strategy``. A style that needs more randomness per row draws a
+per-row seed and builds a generator from it in ``fill``, as ``"packed"`` does.
 """
 
 from __future__ import annotations
@@ -27,13 +37,11 @@ from theseus.errors import DataError
 @dataclass(frozen=True)
 class _SplitView:
     tokens: np.ndarray
-    index: np.ndarray  # padded/packed: this process's documents (start, length, prompt_length)
-    lo: int  # pmd: first token of this process's slice
-    hi: int  # pmd: one past the last token
+    index: np.ndarray  # (start, length, prompt_length) of every document
     learned: np.ndarray | None = None  # per-token "learned as a target" mask, when the data has one
 
 
-#: A packed batch stops drawing documents after this many draws found no row with room.
+#: A packed row stops drawing documents after this many draws that did not fit.
 PACK_MISSES = 16
 
 
@@ -49,8 +57,6 @@ class Source:
         dataset_key: str,
         root: str,
         block_size: int,
-        process_index: int,
-        process_count: int,
     ) -> None:
         self.prepared = prepared
         self.style = style
@@ -58,8 +64,6 @@ class Source:
         self.dataset_key = dataset_key
         self.root = root
         self.block_size = block_size
-        self.process_index = process_index
-        self.process_count = process_count
         self.pad_id = prepared.header.eot_id
         self._views: dict[str, _SplitView] = {}
 
@@ -71,7 +75,7 @@ class Source:
         return f"{prepare_command(self.name, self.root, self.dataset_key)} data/force=true"
 
     def view(self, split: str) -> _SplitView:
-        """This process's part of ``split`` (validated once, then cached)."""
+        """The split's tokens and documents (validated once, then cached)."""
         view = self._views.get(split)
         if view is None:
             view = self._views[split] = self._make_view(split)
@@ -85,29 +89,17 @@ class Source:
                 f"split {split!r} of dataset {self.name!r} is empty; prepare more documents "
                 f"(raise data/max_documents or data/val_fraction): {self._fix()}"
             )
-        p, n = self.process_index, self.process_count
         need = self.block_size + 1
         if self.style == "pmd":
-            per = tokens.size // n
-            lo, hi = p * per, (p + 1) * per
-            if per < need:
+            if tokens.size < need:
                 raise DataError(
                     f"split {split!r} of dataset {self.name!r} has {tokens.size} tokens, too few for windows of "
-                    f"block_size+1={need} tokens"
-                    + (f" in each of {n} processes" if n > 1 else "")
-                    + f"; lower block_size or prepare more data: {self._fix()}"
+                    f"block_size+1={need} tokens; lower block_size or prepare more data: {self._fix()}"
                 )
-            return _SplitView(tokens, index[:0], lo, hi)
-        docs = index.shape[0]
-        if docs < n:
-            raise DataError(
-                f"split {split!r} of dataset {self.name!r} has {docs} documents, fewer than the {n} processes "
-                f"reading it; prepare more data: {self._fix()}"
-            )
+            return _SplitView(tokens, index)
         learned = self.prepared.learned(split)
-        lo, hi = docs * p // n, docs * (p + 1) // n
         if self.style == "packed":
-            return _SplitView(tokens, index[lo:hi], 0, 0, learned)
+            return _SplitView(tokens, index, learned)
         longest = int(index[:, 1].max()) - 1  # a document of length L gives L - 1 (input, target) pairs
         if self.block_size > longest:
             raise DataError(
@@ -115,26 +107,35 @@ class Source:
                 f"the longest gives {longest} positions), so every padded row would be mostly padding; "
                 f"lower block_size to at most {longest} or use the 'pmd' style"
             )
-        return _SplitView(tokens, index[lo:hi], 0, 0, learned)
+        return _SplitView(tokens, index, learned)
+
+    def draw(self, rng: np.random.Generator, split: str, count: int) -> np.ndarray:
+        """One pick per row of the global batch: a window start (``pmd``), a document (``padded``) or
+        a seed for the row's documents (``packed``)."""
+        view = self.view(split)
+        if self.style == "pmd":
+            return rng.integers(0, view.tokens.size - self.block_size - 1, size=count, endpoint=True)
+        if self.style == "packed":
+            return rng.integers(0, np.iinfo(np.int64).max, size=count, dtype=np.int64)
+        return rng.integers(0, view.index.shape[0], size=count)
 
     def fill(
         self,
-        rng: np.random.Generator,
+        picks: np.ndarray,
         rows: np.ndarray,
         split: str,
         x: np.ndarray,
         y: np.ndarray,
         mask: np.ndarray,
     ) -> None:
-        """Write rows ``rows`` of ``x``, ``y``, ``padding_mask`` (drawing with ``rng``)."""
+        """Write rows ``rows`` of ``x``, ``y``, ``padding_mask`` from their ``picks`` (one per row)."""
         if rows.size == 0:
             return
         view = self.view(split)
         tokens = view.tokens
         t = self.block_size
         if self.style == "pmd":
-            starts = rng.integers(view.lo, view.hi - t - 1, size=rows.size, endpoint=True)
-            for r, s in zip(rows.tolist(), starts.tolist(), strict=True):
+            for r, s in zip(rows.tolist(), picks.tolist(), strict=True):
                 window = tokens[s : s + t + 1]
                 x[r] = window[:-1]
                 y[r] = window[1:]
@@ -144,9 +145,9 @@ class Source:
         y[rows] = -1
         mask[rows] = 0
         if self.style == "packed":
-            self._pack(rng, rows, view, x, y, mask)
+            for r, seed in zip(rows.tolist(), picks.tolist(), strict=True):
+                self._pack(np.random.default_rng(seed), r, view, x, y, mask)
             return
-        picks = rng.integers(0, view.index.shape[0], size=rows.size)
         for r, (start, length, prompt) in zip(rows.tolist(), view.index[picks].tolist(), strict=True):
             n = min(length, t + 1) - 1
             x[r, :n], y[r, :n] = self._example(view, start, n, prompt)
@@ -165,33 +166,32 @@ class Source:
     def _pack(
         self,
         rng: np.random.Generator,
-        rows: np.ndarray,
+        r: int,
         view: _SplitView,
         x: np.ndarray,
         y: np.ndarray,
         mask: np.ndarray,
     ) -> None:
-        """First-fit documents into ``rows``; ``mask`` gets segment ids 1, 2, ... (0 = padding).
+        """Fill row ``r`` with documents drawn from ``rng``; ``mask`` gets segment ids 1, 2, ... (0 = padding).
 
-        Documents are drawn one at a time and placed in the first row with room; a document longer
-        than a row is cut to the row. Drawing stops when every row is full or ``PACK_MISSES`` draws
-        found no room (an empty row always has room, so every row holds at least one example).
+        Documents are drawn one at a time and placed after the previous one when they fit; a
+        document longer than the row is cut to the row (it can only be first, so every row holds at
+        least one example). Drawing stops when the row is full or ``PACK_MISSES`` draws did not fit.
+        The row depends on its seed only, not on which process builds it or on the other rows.
         """
         t = self.block_size
-        free = np.full(rows.size, t, dtype=np.int64)
-        segments = np.zeros(rows.size, dtype=np.int64)
+        free = t
+        segment = 0
         documents = view.index.shape[0]
         misses = 0
-        while misses < PACK_MISSES and int(free.max()) > 0:
+        while misses < PACK_MISSES and free > 0:
             start, length, prompt = view.index[int(rng.integers(0, documents))].tolist()
             n = min(length, t + 1) - 1
-            room = np.flatnonzero(free >= n) if n > 0 else np.empty(0, dtype=np.int64)
-            if room.size == 0:
+            if n <= 0 or n > free:
                 misses += 1
                 continue
-            j = int(room[0])
-            r, at = int(rows[j]), int(t - free[j])
+            at = t - free
             x[r, at : at + n], y[r, at : at + n] = self._example(view, start, n, prompt)
-            segments[j] += 1
-            mask[r, at : at + n] = segments[j]
-            free[j] -= n
+            segment += 1
+            mask[r, at : at + n] = segment
+            free -= n

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 from theseus.config import field
 from theseus.data.chat import ChatTemplate, check_messages
-from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files
+from theseus.data.documents import TRAIN, VAL, Dataset, Document
 from theseus.data.tokenizer import parse_spec
 from theseus.errors import DataError
 

@@ -7,7 +7,6 @@ the job again resumes an unfinished run, or reports that it is complete and prin
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ import click
 
 from theseus.base.job import default_root
 from theseus.config import configuration, field
-from theseus.errors import TheseusError
 from theseus.model.models import GPT
 from theseus.training.base import BaseTrainer
 from theseus.training.config import BaseTrainerConfig
@@ -33,12 +31,12 @@ class DemoConfig(BaseTrainerConfig):
     """The trainer keys with the demo's defaults (a few minutes on 2 CPU cores: many small steps
     learn more per second there than few large ones), plus the samples printed at the end."""
 
-    steps: int = field("training/steps", default=3000, help="optimizer steps of the whole run")
+    steps: int = field("training/steps", default=3000, min=1, help="optimizer steps of the whole run")
     batch_size: int = field("training/batch_size", default=4, help="global rows (sequences) per optimizer step")
     sequence_length: int = field(
         "training/sequence_length", default=128, help="tokens per row (0 = the model's architecture/block_size)"
     )
-    lr: float = field("training/lr", default=3e-3, help="peak learning rate (the schedule scales it)")
+    lr: float = field("training/lr", default=3e-3, above=0.0, help="peak learning rate (the schedule scales it)")
     log_interval: int = field("training/log_interval", default=50, help="write training metrics every N steps")
     eval_interval: int = field(
         "training/eval_interval", default=500, help="validate every N steps and at the end (0 = only at the end)"
@@ -61,13 +59,6 @@ class DemoConfig(BaseTrainerConfig):
     sample_seed: int = field("demo/seed", default=0, help="seed of the samples")
 
 
-def _require_data() -> None:
-    if importlib.util.find_spec("theseus.data.prepare") is None:
-        raise TheseusError(
-            "demo/gpt prepares its corpus with theseus-data, which is not installed; pip install theseus-data"
-        )
-
-
 class DemoGPT(BaseTrainer):
     """A two-layer byte-level GPT (the ``tiny`` preset's width: 128, 4 heads; vocabulary 257) trained
     on the Python standard library, 128 bytes of context, with a cosine schedule; validates,
@@ -84,23 +75,12 @@ class DemoGPT(BaseTrainer):
     #: Two layers of the tiny preset learn more in a few CPU minutes than its four.
     DEFAULTS = {"architecture/n_layers": 2}
 
-    @classmethod
-    def config(cls) -> list[type]:
-        _require_data()
-        return super().config()
-
     def prepare_data(self) -> None:
         """Tokenize the standard library into ``<root>/data/python-stdlib`` unless it is there."""
-        _require_data()
-        from theseus.data.prepare import is_prepared, prepare
+        from theseus.data.stdlib import prepare_stdlib
 
-        root = self.context.root
-        if not is_prepared(root, DATASET_NAME):
-            click.echo(
-                f"preparing the Python standard library (byte-level) in {root / 'data' / DATASET_NAME}", err=True
-            )
         with configuration(self.context.config):
-            prepared = prepare(DATASET_NAME, root, tokenizer="byte")
+            prepared = prepare_stdlib(self.context.root, note=lambda text: click.echo(text, err=True))
         splits = ", ".join(f"{name} {info.tokens:,} bytes" for name, info in prepared.header.splits.items())
         click.echo(f"corpus {DATASET_NAME}: {splits}", err=True)
 

@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from theseus.checkpoint.shapes import first_shape_mismatch
 from theseus.config import Configuration, configuration, configure, read_yaml
 from theseus.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 from theseus.errors import CheckpointError, ConfigError, TheseusError
@@ -182,21 +183,15 @@ def abstract_params(model: TransformerLM) -> Any:
     return nn.unbox(shapes["params"])
 
 
-def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
-    flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
-    return {jax.tree_util.keystr(path, simple=True, separator="/"): tuple(leaf.shape) for path, leaf in flat}
-
-
 def check_saved_shapes(saved: Any, abstract: Any, where: str) -> None:
     """CheckpointError naming the first parameter whose saved shape differs from the rebuilt model's."""
-    have, want = _shapes(saved), _shapes(abstract)
-    for key, shape in want.items():
-        if have.get(key) != shape:
-            found = f"shape {have[key]}" if key in have else "nothing"
-            raise CheckpointError(
-                f"checkpoint {where} holds {found} for parameter {key!r}, but the model rebuilt from the run's "
-                f"config.yaml expects {shape}; restore the run's config.yaml or train the run again"
-            )
+    mismatch = first_shape_mismatch(saved, abstract)
+    if mismatch is not None:
+        key, found, shape = mismatch
+        raise CheckpointError(
+            f"checkpoint {where} holds {found} for parameter {key!r}, but the model rebuilt from the run's "
+            f"config.yaml expects {shape}; restore the run's config.yaml or train the run again"
+        )
 
 
 def restore_params(checkpoints: Path, step: int, abstract: Any, run: str) -> Any:

@@ -40,6 +40,24 @@ def _transposed(hf: str, path: Path, out_features: int, in_features: int) -> Ten
     return TensorMap(hf, (out_features, in_features), (path,), lambda w: [w.T], lambda a: a[0].T)
 
 
+def _pad_rows(w: np.ndarray, rows: int) -> np.ndarray:
+    return w if w.shape[0] == rows else np.pad(w, ((0, rows - w.shape[0]), (0, 0)))
+
+
+def _vocab_embedding(hf: str, path: Path, arch: Architecture) -> TensorMap:
+    """The token embedding ``[vocab, width]`` <-> theseus' table padded to ``padded_vocab_size`` rows
+    (zeros; the padded ids never occur)."""
+    v, vp = arch.vocab_size, arch.padded_vocab_size
+    return TensorMap(hf, (v, arch.n_embd), (path,), lambda w: [_pad_rows(w, vp)], lambda a: a[0][:v])
+
+
+def _vocab_head(hf: str, path: Path, arch: Architecture) -> TensorMap:
+    """An untied ``lm_head`` ``nn.Linear`` ``[vocab, width]`` <-> theseus' kernel ``[width, padded vocab]``
+    (zero columns for the padded ids, whose logits the model masks)."""
+    v, vp = arch.vocab_size, arch.padded_vocab_size
+    return TensorMap(hf, (v, arch.n_embd), (path,), lambda w: [_pad_rows(w, vp).T], lambda a: a[0][:, :v].T)
+
+
 def _heads_in(hf: str, path: Path, width: int, heads: int, head_dim: int) -> TensorMap:
     """A query/key/value ``nn.Linear`` weight ``[heads*head_dim, width]`` <-> ``[width, heads, head_dim]``."""
     return TensorMap(
@@ -70,8 +88,8 @@ def _heads_out(hf: str, path: Path, width: int, heads: int, head_dim: int) -> Te
 
 def llama_maps(arch: Architecture) -> list[TensorMap]:
     """Llama, Mistral and Qwen2 (``LlamaForCausalLM`` layout)."""
-    e, h, kv, d, f, v = arch.n_embd, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.d_ff, arch.vocab_size
-    maps = [_same("model.embed_tokens.weight", ("token_embedding", "embedding"), (v, e))]
+    e, h, kv, d, f = arch.n_embd, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.d_ff
+    maps = [_vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
     for i in range(arch.n_layers):
         hf, ours = f"model.layers.{i}.", f"blocks_{i}"
         maps.append(_same(hf + "input_layernorm.weight", (ours, "attn_norm", "scale"), (e,)))
@@ -99,7 +117,7 @@ def llama_maps(arch: Architecture) -> list[TensorMap]:
                 maps.append(_same(hf + f"mlp.{name}_proj.bias", (ours, "mlp", ours_name, "bias"), (out_features,)))
     maps.append(_same("model.norm.weight", ("final_norm", "scale"), (e,)))
     if not arch.tied_embeddings:
-        maps.append(_transposed("lm_head.weight", ("lm_head",), v, e))
+        maps.append(_vocab_head("lm_head.weight", ("lm_head",), arch))
     return maps
 
 
@@ -140,9 +158,9 @@ def _conv_heads_out(hf: str, path: Path, width: int, heads: int, head_dim: int) 
 
 def gpt2_maps(arch: Architecture) -> list[TensorMap]:
     """GPT-2 (``GPT2LMHeadModel`` layout; ``Conv1D`` weights are already ``[in, out]``)."""
-    e, h, d, f, v = arch.n_embd, arch.n_heads, arch.head_dim, arch.d_ff, arch.vocab_size
+    e, h, d, f = arch.n_embd, arch.n_heads, arch.head_dim, arch.d_ff
     maps = [
-        _same("transformer.wte.weight", ("token_embedding", "embedding"), (v, e)),
+        _vocab_embedding("transformer.wte.weight", ("token_embedding", "embedding"), arch),
         _same("transformer.wpe.weight", ("position_embedding", "embedding"), (arch.block_size, e)),
     ]
     for i in range(arch.n_layers):
@@ -161,7 +179,7 @@ def gpt2_maps(arch: Architecture) -> list[TensorMap]:
     maps.append(_same("transformer.ln_f.weight", ("final_norm", "scale"), (e,)))
     maps.append(_same("transformer.ln_f.bias", ("final_norm", "bias"), (e,)))
     if not arch.tied_embeddings:
-        maps.append(_transposed("lm_head.weight", ("lm_head",), v, e))
+        maps.append(_vocab_head("lm_head.weight", ("lm_head",), arch))
     return maps
 
 

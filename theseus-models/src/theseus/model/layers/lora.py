@@ -33,15 +33,23 @@ SUFFIX_A, SUFFIX_B = "lora_a", "lora_b"
 
 
 def rank_field() -> Any:
-    return field("model/lora/rank", default=0, help="LoRA adapter rank (0: no adapters, the whole model trains)")
+    return field("model/lora/rank", default=0, min=0, help="LoRA adapter rank (0: no adapters, the whole model trains)")
 
 
 def alpha_field() -> Any:
-    return field("model/lora/alpha", default=16.0, help="LoRA scale numerator: adapters add (alpha / rank) * x A B")
+    return field(
+        "model/lora/alpha", default=16.0, above=0, help="LoRA scale numerator: adapters add (alpha / rank) * x A B"
+    )
 
 
 def dropout_field() -> Any:
-    return field("model/lora/dropout", default=0.0, help="dropout on the input of the LoRA adapters (training only)")
+    return field(
+        "model/lora/dropout",
+        default=0.0,
+        min=0,
+        below=1,
+        help="dropout on the input of the LoRA adapters (training only)",
+    )
 
 
 def targets_field() -> Any:

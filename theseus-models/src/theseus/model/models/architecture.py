@@ -58,6 +58,14 @@ class Architecture:
     explicit_head_dim: int | None = None
     rope_scaling: RopeScaling = RopeScaling()
     sliding_window: int | None = None
+    vocab_multiple: int = 1
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the token embedding and columns of the output head: ``vocab_size`` rounded up to
+        a multiple of ``vocab_multiple`` (the ids past ``vocab_size`` are never produced: their
+        logits are masked out of the loss and cut from the returned logits)."""
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
 
     @property
     def head_dim(self) -> int:
@@ -91,9 +99,10 @@ class Architecture:
         return (3 if self.gated else 2) * self.n_embd * self.d_ff
 
     def matmul_params(self) -> int:
-        """Weights used in matrix multiplications: every layer's projections plus the output head
-        (the tied token embedding counts once, as the head; lookups, norms and biases are excluded)."""
-        return self.n_layers * (self.attention_params() + self.mlp_params()) + self.n_embd * self.vocab_size
+        """Weights used in matrix multiplications: every layer's projections plus the output head at
+        its padded width (the tied token embedding counts once, as the head; lookups, norms and
+        biases are excluded)."""
+        return self.n_layers * (self.attention_params() + self.mlp_params()) + self.n_embd * self.padded_vocab_size
 
     def flops(self, seq: int) -> int:
         """Forward + backward FLOPs of one sequence of ``seq`` tokens.
@@ -115,6 +124,7 @@ class Architecture:
             ("n_embd", self.n_embd),
             ("d_ff", self.d_ff),
             ("vocab_size", self.vocab_size),
+            ("vocab_multiple", self.vocab_multiple),
             ("block_size", self.block_size),
         ):
             if not isinstance(value, int) or value < 1:

@@ -8,8 +8,13 @@ from theseus.model.models.architecture import Preset
 from theseus.model.models.transformer import TransformerLM
 
 GPT_PRESETS: dict[str, Preset] = {
-    "tiny": Preset(n_layers=4, n_heads=4, n_embd=128, description="~0.86M parameters at vocab 257; tests and demos"),
-    "small": Preset(n_layers=6, n_heads=6, n_embd=384, description="~10.8M parameters at vocab 257"),
+    "tiny": Preset(
+        n_layers=4,
+        n_heads=4,
+        n_embd=128,
+        description="~0.88M parameters at vocab 257 (384 padded rows); tests and demos",
+    ),
+    "small": Preset(n_layers=6, n_heads=6, n_embd=384, description="~10.9M parameters at vocab 257 (padded to 384)"),
     "gpt2-124m": Preset(
         n_layers=12, n_heads=12, n_embd=768, description="GPT-2 small: 124.4M at vocab 50257, block 1024"
     ),
@@ -27,7 +32,8 @@ class GPT(TransformerLM):
     Presets (``architecture/preset``): ``tiny`` (4 layers, 4 heads, 128 wide), ``small``
     (6, 6, 384), ``gpt2-124m`` (12, 12, 768), ``gpt2-350m`` (24, 16, 1024), ``gpt2-774m``
     (36, 20, 1280), ``gpt2-1558m`` (48, 25, 1600). The GPT-2 parameter counts hold at
-    ``architecture/vocab_size=50257`` and ``architecture/block_size=1024``. See
+    ``architecture/vocab_size=50257``, ``architecture/block_size=1024`` and
+    ``architecture/vocab_multiple=1`` (the default multiple, 128, pads the head to 50304 rows). See
     :class:`TransformerLM` for the keys, the call contract and how presets and keys combine.
     """
 

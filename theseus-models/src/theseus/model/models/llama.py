@@ -19,7 +19,7 @@ LLAMA_PRESETS: dict[str, Preset] = {
         n_embd=128,
         mlp_ratio=_SWIGLU,
         ffn_multiple=32,
-        description="~0.80M parameters at vocab 257; tests and demos",
+        description="~0.84M parameters at vocab 257 (384 padded rows); tests and demos",
     ),
     "small": Preset(
         n_layers=6,
@@ -28,7 +28,7 @@ LLAMA_PRESETS: dict[str, Preset] = {
         n_embd=384,
         mlp_ratio=_SWIGLU,
         ffn_multiple=32,
-        description="~9.6M parameters at vocab 257",
+        description="~9.7M parameters at vocab 257 (padded to 384)",
     ),
     "llama-124m": Preset(
         n_layers=12,

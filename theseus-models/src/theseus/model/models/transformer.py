@@ -40,6 +40,13 @@ def cross_entropy(logits: ArrayLike, targets: ArrayLike, padding_mask: ArrayLike
     return jnp.sum(nll) / jnp.maximum(jnp.sum(valid), 1).astype(jnp.float32)
 
 
+def mask_padded_vocab(logits: jax.Array, vocab_size: int) -> jax.Array:
+    """``logits`` ``[..., padded]`` with every id ``>= vocab_size`` set to the lowest float (never chosen,
+    ``exp`` = 0 in a softmax); the real ids' logits are unchanged."""
+    real = jnp.arange(logits.shape[-1]) < vocab_size
+    return jnp.where(real, logits, jnp.finfo(logits.dtype).min)
+
+
 def token_positions(padding_mask: jax.Array, offset: jax.Array | None = None) -> jax.Array:
     """Position of each token = number of real tokens before it in its row (+ ``offset[b]``).
 
@@ -86,6 +93,10 @@ class TransformerLM(Module):
     changing ``n_heads`` without ``n_kv_heads`` keeps the preset's query/key-value head ratio).
     ``architecture/vocab_size`` (default 257: the byte tokenizer's 256 bytes + end-of-text) and
     ``architecture/block_size`` (default 256, maximum sequence length) follow the data, never the preset.
+    The token embedding and the output head have ``architecture/vocab_multiple`` padding
+    (default 128: 257 -> 384 rows, so every power-of-two model axis divides them); the padded ids'
+    logits are masked out of the loss and cut from the returned logits, and FLOPs count the padded
+    head (:attr:`Architecture.padded_vocab_size`).
     ``model.architecture`` is the resolved :class:`Architecture`.
 
     **Switches.** ``architecture/attention_bias`` (query/key/value biases),
@@ -137,6 +148,7 @@ class TransformerLM(Module):
     activation: str | None = field(
         "architecture/activation",
         default=None,
+        choices=("gelu", "gelu_exact", "relu", "silu", "swiglu", "geglu"),
         help="gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
     )
     head_dim: int | None = field(
@@ -158,10 +170,20 @@ class TransformerLM(Module):
         default=None,
         help="output head shares the token embedding table (None: the family's own)",
     )
-    dropout: float = field("architecture/dropout", default=0.0, help="dropout rate of residual branches")
-    norm_eps: float = field("architecture/norm_eps", default=1e-5, help="epsilon of the normalisation layers")
+    dropout: float = field(
+        "architecture/dropout", default=0.0, min=0.0, below=1.0, help="dropout rate of residual branches"
+    )
+    norm_eps: float = field(
+        "architecture/norm_eps", default=1e-5, above=0.0, help="epsilon of the normalisation layers"
+    )
     attention_impl: str = field(
         "architecture/attention_impl", default="auto", help="auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"
+    )
+    vocab_multiple: int = field(
+        "architecture/vocab_multiple",
+        default=128,
+        min=1,
+        help="pad the embedding and output head to a multiple of this (sharding, matmul speed); 1: no padding",
     )
     remat: bool = field("model/remat", default=False, help="recompute each layer in the backward pass (less memory)")
 
@@ -220,6 +242,7 @@ class TransformerLM(Module):
             explicit_head_dim=self.head_dim,
             rope_scaling=self._rope_scaling(),
             sliding_window=self._sliding_window(),
+            vocab_multiple=self.vocab_multiple,
         ).validate()
 
     @property
@@ -241,7 +264,7 @@ class TransformerLM(Module):
 
     def setup(self) -> None:
         arch = self.architecture
-        self.token_embedding = child(self, TokenEmbedding, vocab_size=arch.vocab_size, n_embd=arch.n_embd)
+        self.token_embedding = child(self, TokenEmbedding, vocab_size=arch.padded_vocab_size, n_embd=arch.n_embd)
         if arch.learned_positions:
             self.position_embedding = child(self, PositionEmbedding, block_size=arch.block_size, n_embd=arch.n_embd)
         block_cls: Any = nn.remat(self.BLOCK, static_argnums=(4, 5)) if self.remat else self.BLOCK
@@ -250,7 +273,7 @@ class TransformerLM(Module):
         self.final_norm = make_norm(self, arch)
         if not arch.tied_embeddings:
             self.lm_head = param(
-                self, "lm_head", normal(INIT_STD), (arch.n_embd, arch.vocab_size), (Axis.EMBED, Axis.VOCAB)
+                self, "lm_head", normal(INIT_STD), (arch.n_embd, arch.padded_vocab_size), (Axis.EMBED, Axis.VOCAB)
             )
         self.embedding_dropout = nn.Dropout(rate=arch.dropout)
         self.decode_positions = DecodePositions()
@@ -298,5 +321,7 @@ class TransformerLM(Module):
             dtype = self._activation_dtype
             logits = jnp.einsum("bte,ev->btv", h, cast(self.lm_head, dtype), preferred_element_type=jnp.float32)
         logits = constrain(logits, (Axis.BATCH, Axis.SEQUENCE, Axis.VOCAB))
-        loss = None if y is None else cross_entropy(logits, y, padding_mask)
-        return logits, loss
+        if arch.padded_vocab_size == arch.vocab_size:
+            return logits, None if y is None else cross_entropy(logits, y, padding_mask)
+        loss = None if y is None else cross_entropy(mask_padded_vocab(logits, arch.vocab_size), y, padding_mask)
+        return logits[..., : arch.vocab_size], loss

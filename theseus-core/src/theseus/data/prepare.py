@@ -1,11 +1,18 @@
 """Preparing a dataset: stream documents, tokenize them in parallel, write token shards atomically.
 
-``prepare(dataset, root)`` is what ``theseus run data/tokenize`` runs; other jobs (e.g. an offline
-demo) call it directly to make sure their data exists.
+``prepare(dataset, root)`` is what ``theseus run data/tokenize`` (theseus-data) runs; the offline jobs
+(``demo/gpt``, ``gpt/train/pretrain``) call it directly to prepare the standard-library corpus, so it
+lives in theseus-core and needs nothing beyond numpy.
+
+Progress is committed in chunks (at most every ``commit_seconds``) to a staging folder with a
+manifest (``theseus.data.format.PreparedWriter``): killed part way, the same call continues after
+the last committed chunk, and the published files are byte-identical to an uninterrupted run.
 """
 
 from __future__ import annotations
 
+import errno
+import itertools
 import multiprocessing
 import os
 import time
@@ -18,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from theseus.config import configure
-from theseus.data.datasets.base import Dataset, Document, resolve_dataset
+from theseus.data.documents import Dataset, Document, resolve_dataset
 from theseus.data.format import (
     HEADER_FILE,
     Prepared,
@@ -30,10 +37,13 @@ from theseus.data.format import (
 )
 from theseus.data.tokenizer import Tokenizer, encode_arrays, load_tokenizer, spec_identity
 from theseus.errors import DataError
+from theseus.training.killpoints import kill_point
 
 #: Documents are sent to workers in chunks of about this many characters (or CHUNK_DOCUMENTS documents).
 CHUNK_CHARS = 1 << 20
 CHUNK_DOCUMENTS = 1024
+#: Committed progress is at most this old when a preparation is killed (``prepare(commit_seconds=...)``).
+COMMIT_SECONDS = 10.0
 
 Encoded = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 Chunk = list[tuple[Any, ...]]  # (split, prompt, text) or (split, prompt, text, segments)
@@ -47,7 +57,7 @@ def as_dataset(dataset: Dataset | type[Dataset] | str) -> Dataset:
         return resolved
     if isinstance(resolved, type) and issubclass(resolved, Dataset):
         return configure(resolved)
-    raise DataError(f"{dataset!r} is not a theseus.data.datasets.Dataset; register a Dataset subclass")
+    raise DataError(f"{dataset!r} is not a theseus.data.documents.Dataset; register a Dataset subclass")
 
 
 def header_spec(tokenizer: Tokenizer) -> dict[str, Any]:
@@ -88,12 +98,15 @@ def prepare(
     workers: int = 0,
     force: bool = False,
     progress: bool = False,
+    commit_seconds: float = COMMIT_SECONDS,
 ) -> Prepared:
     """Tokenize ``dataset`` into ``<root>/data/<name>/`` and return the prepared data.
 
     ``name`` defaults to the dataset's name. Data that is already prepared the same way is returned
     as is unless ``force``; data prepared differently is a DataError. ``workers`` tokenizer processes
     are used (0: automatic). ``progress`` shows a progress bar with documents/s and tokens/s.
+    Finished chunks are committed at most every ``commit_seconds`` (0: after every chunk); an
+    interrupted preparation of the same dataset, tokenizer and settings continues from there.
     """
     ds = as_dataset(dataset)
     name = name or ds.name
@@ -108,7 +121,7 @@ def prepare(
         return existing
     with preparation_lock(root, name):
         remove_stale_staging(root, name)
-        return _write(ds, tok, root, name, workers=workers, progress=progress)
+        return _write(ds, tok, root, name, workers=workers, progress=progress, commit_seconds=commit_seconds)
 
 
 def is_prepared(root: str | Path, name: str) -> bool:
@@ -253,28 +266,73 @@ def _encoded_chunks(tokenizer: Tokenizer, chunks: Iterator[Chunk], workers: int)
         executor.shutdown(wait=True, cancel_futures=True)
 
 
-def _write(ds: Dataset, tok: Tokenizer, root: str | Path, name: str, *, workers: int, progress: bool) -> Prepared:
+def fingerprint(ds: Dataset, tok: Tokenizer) -> dict[str, Any]:
+    """What must match for an interrupted preparation to be continued: dataset, settings, tokenizer, format."""
+    from theseus.data.format import FORMAT_VERSION
+
+    found: dict[str, Any] = {
+        "source": ds.describe(),
+        "tokenizer": spec_identity(header_spec(tok)),
+        "format": FORMAT_VERSION,
+    }
+    if ds.masked:  # the staged shards then include the per-token masks
+        found["masked"] = True
+    return found
+
+
+def _write(
+    ds: Dataset,
+    tok: Tokenizer,
+    root: str | Path,
+    name: str,
+    *,
+    workers: int,
+    progress: bool,
+    commit_seconds: float = COMMIT_SECONDS,
+) -> Prepared:
     workers = workers if workers > 0 else auto_workers(tok)
-    reporter = _Progress(f"tokenize {name}", ds.estimated_documents()) if progress else None
+    reporter: _Progress | None = None
     documents = 0
+    writer = PreparedWriter(
+        root, name, vocab_size=tok.vocab_size, eot_id=tok.eot_id, masked=ds.masked, resume=fingerprint(ds, tok)
+    )
     try:
-        with PreparedWriter(root, name, vocab_size=tok.vocab_size, eot_id=tok.eot_id, masked=ds.masked) as writer:
+        with writer:
+            position = writer.resumed_position  # input documents already committed
+            resumed = writer.counts()
+            documents = position
+            if progress:
+                reporter = _Progress(f"tokenize {name}", ds.estimated_documents(), resumed_at=position)
+                if position:
+                    tokens = sum(info.tokens for info in resumed.values())
+                    reporter.message(f"resuming {name!r} after {position:,} documents ({tokens:,} tokens) committed")
             for split in ds.splits:
                 writer.open_split(split)
-            chunks = _chunks(ds.documents(), CHUNK_CHARS, CHUNK_DOCUMENTS)
-            for encoded in _encoded_chunks(tok, chunks, workers):
+            chunks = _chunks(itertools.islice(ds.documents(), position, None), CHUNK_CHARS, CHUNK_DOCUMENTS)
+            committed_at = time.monotonic()
+            for number, encoded in enumerate(_encoded_chunks(tok, chunks, workers), start=1):
                 tokens = 0
+                in_chunk = 0
                 for split, (ids, lengths, prompt_lengths, learned) in encoded.items():
                     writer.append(split, ids, lengths, prompt_lengths, learned)
                     tokens += int(ids.size)
-                    documents += int(lengths.size)
+                    in_chunk += int(lengths.size)
+                position += in_chunk
+                documents += in_chunk
+                kill_point("chunk", number)
+                if time.monotonic() - committed_at >= commit_seconds:
+                    writer.checkpoint(position)
+                    committed_at = time.monotonic()
+                    kill_point("commit", number)
                 if reporter is not None:
-                    reporter.advance(sum(int(v[1].size) for v in encoded.values()), tokens)
+                    reporter.advance(in_chunk, tokens)
             counts = writer.counts()
             if documents == 0:
+                writer.abort()
                 raise DataError(f"dataset {ds.name!r} yielded no documents; check its configuration (path, subset)")
             for split, info in counts.items():
                 if info.documents == 0:
+                    writer.abort()
                     raise DataError(
                         f"split {split!r} of {name!r} got no documents ({documents} read); raise "
                         "data/max_documents or data/val_fraction (0 leaves out the validation split)"
@@ -282,6 +340,15 @@ def _write(ds: Dataset, tok: Tokenizer, root: str | Path, name: str, *, workers:
             for file_name, source in (getattr(tok, "files", None) or {}).items():
                 writer.add_file(source, file_name)
             return writer.commit(tokenizer=header_spec(tok), source=ds.describe(), style=ds.style)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        kept = data_folder(root, name)
+        previous = f"; the previous data in {kept} is untouched" if (kept / HEADER_FILE).is_file() else ""
+        raise DataError(
+            f"no space left on the device while preparing {name!r} in {writer.staging}; free disk space and run "
+            f"the same command again to continue from the last committed chunk{previous}"
+        ) from exc
     finally:
         if reporter is not None:
             reporter.close()
@@ -290,7 +357,7 @@ def _write(ds: Dataset, tok: Tokenizer, root: str | Path, name: str, *, workers:
 class _Progress:
     """A rich progress bar with documents/s and tokens/s."""
 
-    def __init__(self, description: str, total: int | None) -> None:
+    def __init__(self, description: str, total: int | None, resumed_at: int = 0) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         columns: list[Any] = [SpinnerColumn(), TextColumn("[bold]{task.description}")]
@@ -305,7 +372,11 @@ class _Progress:
             TimeElapsedColumn(),
         ]
         self.progress = Progress(*columns)
-        self.task = self.progress.add_task(description, total=total, docs_rate="-", tokens="0", tokens_rate="-")
+        if resumed_at:
+            description += f" (resumed at {resumed_at:,})"
+        self.task = self.progress.add_task(
+            description, total=total, completed=resumed_at, docs_rate="-", tokens="0", tokens_rate="-"
+        )
         self.start = time.perf_counter()
         self.documents = 0
         self.tokens = 0
@@ -323,6 +394,10 @@ class _Progress:
             tokens_rate=_human(self.tokens / elapsed),
         )
 
+    def message(self, text: str) -> None:
+        """A line above the bar."""
+        self.progress.console.print(text, highlight=False)
+
     def close(self) -> None:
         self.progress.stop()
 
@@ -334,4 +409,4 @@ def _human(value: float) -> str:
     return f"{value:.0f}"
 
 
-__all__ = ["as_dataset", "encode_chunk", "is_prepared", "prepare"]
+__all__ = ["as_dataset", "encode_chunk", "fingerprint", "is_prepared", "prepare"]

@@ -1,0 +1,172 @@
+"""The schema follows the selection; bad names, keys of unselected components, restrictions, YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from theseus.cli.main import main
+from theseus.config import read_yaml
+from theseus.errors import ConfigError
+from theseus.training import selection
+from theseus.training.pretrain import GPTPretrain
+
+
+def theseus(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_configure_writes_the_selected_components_keys(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "lion.yaml"
+    code, _, err = theseus(capsys, "configure", "gpt/train/pretrain", str(out), "optimizer=lion", "schedule=cosine")
+    assert code == 0, err
+    values = read_yaml(out)
+    assert values["select/optimizer"] == "lion" and values["select/schedule"] == "cosine"
+    assert {k for k in values if k.startswith(("optimizer/", "schedule/"))} == {
+        "optimizer/lion/beta1",
+        "optimizer/lion/beta2",
+        "optimizer/lion/weight_decay",
+        "schedule/cosine/min_lr_ratio",
+        "schedule/cosine/warmup_fraction",
+    }
+    # The trainer's declarations are the defaults, written by name.
+    defaults = tmp_path / "defaults.yaml"
+    assert theseus(capsys, "configure", "gpt/train/pretrain", str(defaults))[0] == 0
+    assert {k: v for k, v in read_yaml(defaults).items() if k.startswith("select/")} == {
+        "select/model": "gpt",
+        "select/optimizer": "adamw",
+        "select/schedule": "wsd",
+        "select/dataset": "python-stdlib:1:pmd",
+        "select/evaluation": "perplexity",
+        "select/analysis": "",
+    }
+    # The written file selects lion again when read back: nothing else is needed.
+    chosen, _file_values, _ = GPTPretrain.selected(read_yaml(out), {})
+    assert chosen.optimizer().name == "lion" and getattr(chosen.schedule(), "name", None) == "cosine"
+    assert chosen.__qualname__ == "GPTPretrain" and GPTPretrain.optimizer().name == "adamw"
+    # ... and selecting another optimizer over that file names the keys that no longer apply.
+    with pytest.raises(
+        ConfigError, match=r"^optimizer/lion/beta1 belongs to optimizer 'lion'; this run selects 'adamw'"
+    ):
+        GPTPretrain.selected(read_yaml(out), {"optimizer": "adamw"})
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["optimizer=lino"],
+            "error: unknown optimizer 'lino' (optimizer=lino); did you mean 'lion'? registered optimizers: "
+            "adamw, lion, muon, sgd (theseus-core); example-nadamw (theseus-plugins-example)",
+        ),
+        (["schedule=cosin"], "error: unknown schedule 'cosin' (schedule=cosin); did you mean 'cosine'?"),
+        (["model=lama"], "error: unknown model 'lama' (model=lama); did you mean 'llama'?"),
+        (["evaluation=perplexity,nope"], "error: unknown evaluation 'nope' (evaluation=perplexity,nope); registered"),
+        (
+            ["analysis=zzz"],
+            "error: unknown analysis 'zzz' (analysis=zzz); registered analyses: activations (theseus-core)",
+        ),
+        (["dataset=fineweeb"], "error: unknown dataset 'fineweeb' (dataset=fineweeb); did you mean 'fineweb'?"),
+        (
+            ["dataset=python-stdlib:0.5,fineweb:0.4"],
+            "error: sampling rates (python-stdlib=0.5, fineweb=0.4) sum to 0.9; make them sum to 1 "
+            "(dataset=python-stdlib:0.5,fineweb:0.4)",
+        ),
+        (["dataset=python-stdlib:x"], "error: dataset entry 'python-stdlib:x' (dataset=python-stdlib:x): the rate 'x'"),
+        (
+            ["dataset=python-stdlib:1:zigzag"],
+            "error: Sampling style 'zigzag' for python-stdlib is not one of pmd, padded",
+        ),
+        (
+            ["optimizer=lion", "optimizer/adamw/eps=1e-6"],
+            "error: optimizer/adamw/eps belongs to optimizer 'adamw'; this run selects 'lion' (optimizer=lion)",
+        ),
+        (
+            ["optimizer/sgd/momentum=0.5"],
+            "error: optimizer/sgd/momentum belongs to optimizer 'sgd'; this run selects 'adamw' (optimizer=adamw)",
+        ),
+        (
+            ["evaluation=", "evaluation/perplexity/batches=2"],
+            "error: evaluation/perplexity/batches belongs to evaluation 'perplexity'; this run selects none "
+            "(evaluation=)",
+        ),
+        (
+            ["data/fineweb/subset=x"],
+            "error: data/fineweb/subset belongs to dataset 'fineweb'; this run selects 'python-stdlib' "
+            "(dataset=python-stdlib:1:pmd)",
+        ),
+        (
+            ["select/modle=gpt"],
+            "error: unknown configuration key 'select/modle' (override); did you mean 'select/model'?",
+        ),
+        (
+            ["optimizer="],
+            "error: optimizer= needs a registered name; list them with 'theseus components --kind optimizer'",
+        ),
+    ],
+)
+def test_bad_selections_are_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], line: str
+) -> None:
+    code, out, err = theseus(capsys, "run", "gpt/train/pretrain", *args, "--root", str(tmp_path))
+    assert code == 2, out + err
+    assert len(err.splitlines()) == 1 and err.startswith(line), err
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_key_of_an_unselected_model_names_the_model() -> None:
+    from theseus.training.pretrain import LlamaPretrain
+
+    with pytest.raises(ConfigError) as caught:
+        LlamaPretrain.selected({}, {"model": "gpt", "architecture/rope_theta": 5.0})
+    assert str(caught.value) == "architecture/rope_theta belongs to model 'llama'; this run selects 'gpt' (model=gpt)"
+    with pytest.raises(ConfigError) as caught:  # a model neither declared nor selected
+        GPTPretrain.selected({}, {"architecture/rope_theta": 5.0})
+    assert str(caught.value) == "architecture/rope_theta belongs to model 'llama'; this run selects 'gpt' (model=gpt)"
+    chosen, _, _given = LlamaPretrain.selected({}, {"architecture/rope_theta": 5.0})
+    assert chosen is LlamaPretrain and selection.schema_of(chosen)["select/model"].default == "llama"
+
+
+def test_a_trainer_restricts_what_a_run_may_select(capsys: pytest.CaptureFixture[str]) -> None:
+    class GPTOnly(GPTPretrain):
+        ACCEPTS: ClassVar[dict[str, list[str]]] = {"model": ["gpt", "llama"], "optimizer": ["adamw"]}
+
+    assert GPTOnly.selected({}, {"model": "llama"})[0].MODEL.__name__ == "Llama"
+    with pytest.raises(ConfigError) as caught:
+        GPTOnly.selected({}, {"model": "example-scaled-gpt"})
+    assert str(caught.value) == (
+        "GPTOnly does not accept model 'example-scaled-gpt'; it accepts: gpt, llama (its ACCEPTS declaration)"
+    )
+    with pytest.raises(ConfigError, match="does not accept optimizer 'lion'; it accepts: adamw"):
+        GPTOnly.selected({}, {"select/optimizer": "lion"})
+
+
+def test_yaml_selects_under_select_or_by_the_bare_kind(tmp_path: Path) -> None:
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("select:\n  optimizer: sgd\n  evaluation: []\noptimizer:\n  sgd:\n    momentum: 0.5\n")
+    chosen, file_values, _ = GPTPretrain.selected(read_yaml(nested), {})
+    assert chosen.optimizer().name == "sgd" and chosen.EVALUATION == []
+    assert file_values["select/evaluation"] == "" and file_values["optimizer/sgd/momentum"] == 0.5
+    trainer = GPTPretrain.create(
+        tmp_path, {"optimizer": "muon", "evaluation": ["perplexity"], "training": {"lr": 0.01}}
+    )
+    assert type(trainer).optimizer().name == "muon" and trainer.args.lr == 0.01
+    assert trainer.context.config["select/optimizer"] == "muon"
+    with pytest.raises(ConfigError, match="select/optimizer is given twice"):
+        selection.normalize({"optimizer": "lion", "select/optimizer": "sgd"})
+
+
+def test_resume_check_names_old_and_new() -> None:
+    selection.check_resume(None, {"select/model": "gpt"}, "r")
+    selection.check_resume({"training/lr": 1.0}, {"select/model": "gpt"}, "r")  # a run from before selections
+    selection.check_resume({"select/model": "gpt"}, {"select/model": "gpt"}, "r")
+    with pytest.raises(ConfigError, match=r"^run 'r' was started with model='gpt'; this run selects model='llama'"):
+        selection.check_resume({"select/model": "gpt"}, {"select/model": "llama"}, "r")

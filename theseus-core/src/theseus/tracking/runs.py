@@ -1,0 +1,286 @@
+"""Reading run directories for ``theseus runs``: status, configuration, metrics and checkpoints.
+
+Standard library (and PyYAML for ``config.yaml``) only: listing hundreds of runs reads one small
+``status.json`` per run and never imports jax.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from theseus.tracking.status import STATUS_FILE, read_status, state_of
+
+STATUSES = ("complete", "stopped", "running", "crashed")
+#: Keys every listing row has, in ``--json`` order.
+ROW_KEYS = (
+    "name",
+    "job",
+    "status",
+    "step",
+    "total_steps",
+    "best_val_loss",
+    "tokens",
+    "wall_time",
+    "updated",
+    "checkpoint",
+    "error",
+)
+
+
+@dataclass
+class RunRow:
+    """One run as ``theseus runs`` lists it."""
+
+    name: str
+    job: str | None
+    status: str
+    step: int
+    total_steps: int | None
+    best_val_loss: float | None
+    tokens: int | None
+    wall_time: float | None
+    updated: float | None
+    checkpoint: int | None
+    error: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def label(self) -> str:
+        """``complete``, ``stopped at step k``, ``running`` or ``crashed``."""
+        return f"stopped at step {self.step}" if self.status == "stopped" else self.status
+
+
+def runs_dir(root: Path) -> Path:
+    return Path(root) / "runs"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping (the C loader when available); empty when missing or unreadable."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as slash keys: ``{"training": {"lr": 1}}`` -> ``{"training/lr": 1}``."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def read_config(run_dir: Path) -> dict[str, Any]:
+    """The resolved configuration of a run as slash keys (empty when missing)."""
+    return flatten(read_yaml(Path(run_dir) / "config.yaml"))
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    """Steps of the committed checkpoints of a run, ascending."""
+    try:
+        entries = os.scandir(Path(run_dir) / "checkpoints")
+    except OSError:
+        return []
+    with entries:
+        return sorted(int(e.name) for e in entries if e.name.isdigit() and e.is_dir())
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of ``metrics.jsonl`` (a line cut short by a crash is skipped)."""
+    records = []
+    try:
+        text = (Path(run_dir) / "metrics.jsonl").read_text(encoding="utf-8")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "step" in record:
+            records.append(record)
+    return records
+
+
+def _row_without_status(run_dir: Path) -> RunRow:
+    """A run written before ``status.json`` existed: its state from config, checkpoints and metrics."""
+    config = read_config(run_dir)
+    provenance = read_json(run_dir / "provenance.json")
+    steps = checkpoint_steps(run_dir)
+    metrics = read_metrics(run_dir)
+    step = max([*steps, *(int(r["step"]) for r in metrics)], default=0)
+    total = config.get("training/steps")
+    total = int(total) if isinstance(total, int) else None
+    vals = [v for r in metrics if r.get("split") == "val" and (v := _number(r.get("loss"))) is not None]
+    tokens = [int(r["tokens"]) for r in metrics if isinstance(r.get("tokens"), int)]
+    updated = max((p.stat().st_mtime for p in (run_dir, run_dir / "metrics.jsonl") if p.exists()), default=None)
+    complete = total is not None and bool(steps) and steps[-1] >= total
+    return RunRow(
+        name=run_dir.name,
+        job=provenance.get("job"),
+        status="complete" if complete else "stopped",
+        step=steps[-1] if steps else step,
+        total_steps=total,
+        best_val_loss=min(vals) if vals else None,
+        tokens=max(tokens) if tokens else None,
+        wall_time=None,
+        updated=updated,
+        checkpoint=steps[-1] if steps else None,
+        error=None,
+    )
+
+
+def run_row(run_dir: Path, now: float | None = None) -> RunRow:
+    """The listing row of one run directory."""
+    record = read_status(run_dir)
+    if record is None:
+        return _row_without_status(run_dir)
+    status = state_of(record, now)
+    return RunRow(
+        name=run_dir.name,
+        job=record.get("job"),
+        status=status,
+        step=int(record.get("step") or 0),
+        total_steps=record.get("total_steps"),
+        best_val_loss=_number(record.get("best_val_loss")),
+        tokens=record.get("tokens"),
+        wall_time=_number(record.get("wall_time")),
+        updated=_number(record.get("updated")),
+        checkpoint=record.get("checkpoint"),
+        error=record.get("error") if status == "crashed" else None,
+    )
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """The run directories under ``<root>/runs`` (those with a status, config or metrics file)."""
+    try:
+        entries = os.scandir(runs_dir(root))
+    except OSError:
+        return []
+    found = []
+    with entries:
+        for entry in entries:
+            if not entry.is_dir() or entry.name.startswith("."):
+                continue
+            path = Path(entry.path)
+            if any((path / f).exists() for f in (STATUS_FILE, "config.yaml", "metrics.jsonl")):
+                found.append(path)
+    return found
+
+
+#: ``--sort`` keys: how to order rows, and whether larger comes first.
+SORTS: dict[str, tuple[Any, bool]] = {
+    "name": (lambda r: r.name, False),
+    "job": (lambda r: (r.job or "", r.name), False),
+    "status": (lambda r: (STATUSES.index(r.status) if r.status in STATUSES else 99, r.name), False),
+    "updated": (lambda r: (r.updated or 0.0, r.name), True),
+    "step": (lambda r: (r.step, r.name), True),
+    "val": (lambda r: (r.best_val_loss if r.best_val_loss is not None else math.inf, r.name), False),
+    "tokens": (lambda r: (r.tokens or 0, r.name), True),
+    "wall": (lambda r: (r.wall_time or 0.0, r.name), True),
+}
+
+
+def list_runs(root: Path, *, sort: str = "name", job: str | None = None, status: str | None = None) -> list[RunRow]:
+    """Every run under ``root``, filtered by job (a glob) and status, in ``sort`` order."""
+    from fnmatch import fnmatchcase
+
+    now = time.time()
+    rows = [run_row(path, now) for path in run_dirs(root)]
+    if job is not None:
+        rows = [r for r in rows if r.job is not None and fnmatchcase(r.job, job)]
+    if status is not None:
+        rows = [r for r in rows if r.status == status]
+    key, descending = SORTS[sort]
+    return sorted(rows, key=key, reverse=descending)
+
+
+def checkpoints(run_dir: Path) -> list[dict[str, Any]]:
+    """Each committed checkpoint: step, size in bytes, validation loss (if recorded), best flag."""
+    out: list[dict[str, Any]] = []
+    for step in checkpoint_steps(run_dir):
+        path = Path(run_dir) / "checkpoints" / str(step)
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        val = _number(read_json(path / "metrics" / "metrics").get("val_loss"))
+        out.append({"step": step, "bytes": size, "val_loss": val, "best": False})
+    scored = [c for c in out if c["val_loss"] is not None]
+    if scored:
+        min(scored, key=lambda c: c["val_loss"])["best"] = True
+    return out
+
+
+def last_records(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The last record of each split."""
+    last: dict[str, dict[str, Any]] = {}
+    for record in records:
+        last[str(record.get("split"))] = dict(record)
+    return last
+
+
+def series(
+    records: Sequence[Mapping[str, Any]], metric: str, x: str, tokens_per_step: int | None
+) -> list[tuple[float, float]]:
+    """``(x, value)`` points of ``metric`` (``split/name``) against ``step`` or ``tokens``."""
+    split, _, name = metric.partition("/")
+    points = []
+    for record in records:
+        if record.get("split") != split or name not in record:
+            continue
+        value = _number(record[name])
+        if value is None:
+            continue
+        step = int(record["step"])
+        if x == "tokens":  # tokens seen by training (a val record's "tokens" are the ones it evaluated)
+            tokens = step * tokens_per_step if tokens_per_step else record.get("tokens") if split == "train" else None
+            if not isinstance(tokens, int):
+                continue
+            points.append((float(tokens), value))
+        else:
+            points.append((float(step), value))
+    return points
+
+
+def metric_names(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every ``split/name`` that has a number in ``records``."""
+    names = set()
+    for record in records:
+        for key, value in record.items():
+            if key not in ("step", "split") and isinstance(value, (int, float)):
+                names.add(f"{record.get('split')}/{key}")
+    return sorted(names)
+
+
+def config_differences(configs: Sequence[Mapping[str, Any]], ignore: Iterable[str] = ("run/name",)) -> list[str]:
+    """The configuration keys whose values are not the same in every one of ``configs``."""
+    skipped = set(ignore)
+    keys = sorted({k for c in configs for k in c} - skipped)
+    missing = object()
+    return [k for k in keys if len({json.dumps(c.get(k, missing), default=str) for c in configs}) > 1]

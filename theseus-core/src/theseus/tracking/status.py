@@ -1,0 +1,183 @@
+"""``status.json``: a run's state and heartbeat, so ``theseus runs`` can tell how each run stands.
+
+Process 0 of a training run writes it when the run starts, at most every few seconds while it
+trains (and from a background heartbeat thread during long compilations or validations), and
+when it ends. A reader decides between:
+
+- ``complete``: the run reached ``training/steps``;
+- ``stopped``: it ended early on purpose (``training/stop_after``, preemption) at a step;
+- ``running``: the writing process is alive (same host: its pid and start time; another host:
+  a heartbeat younger than ``STALE_AFTER`` seconds);
+- ``crashed``: it says running but its process is gone, or it ended with an error.
+
+This module is imported by ``theseus runs``: standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+STATUS_FILE = "status.json"
+#: Seconds between heartbeats written by the background thread.
+HEARTBEAT_INTERVAL = 30.0
+#: A run on another host whose heartbeat is older than this is taken to have crashed.
+STALE_AFTER = 600.0
+#: Seconds between status writes from the training loop (besides start, end and checkpoints).
+WRITE_INTERVAL = 5.0
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (jiffies since boot) on Linux, to detect reused pids."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def read_status(run_dir: Path) -> dict[str, Any] | None:
+    """The raw ``status.json`` of a run directory (None when missing or unreadable)."""
+    try:
+        record = json.loads((Path(run_dir) / STATUS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def process_alive(record: Mapping[str, Any], now: float | None = None) -> bool:
+    """Whether the process that wrote ``record`` is still running."""
+    pid = record.get("pid")
+    if record.get("host") == platform.node() and isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        started = record.get("process_start")
+        return started is None or _process_start(pid) in (None, started)
+    updated = record.get("updated")
+    now = time.time() if now is None else now
+    return isinstance(updated, (int, float)) and now - updated < STALE_AFTER
+
+
+def state_of(record: Mapping[str, Any], now: float | None = None) -> str:
+    """``complete``, ``stopped``, ``running`` or ``crashed`` for a status record."""
+    state = record.get("state")
+    if state in ("complete", "stopped"):
+        return str(state)
+    if state == "running" and process_alive(record, now):
+        return "running"
+    return "crashed"
+
+
+class StatusRecorder:
+    """Writes ``status.json`` for one invocation of a training run (process 0 only)."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        run: str,
+        job: str | None,
+        total_steps: int,
+        stop_step: int,
+        tokens_per_step: int,
+        start_step: int,
+    ) -> None:
+        self.path = Path(run_dir) / STATUS_FILE
+        previous = read_status(Path(run_dir)) or {}
+        self._wall_before = float(previous.get("wall_time", 0.0) or 0.0) if start_step > 0 else 0.0
+        self._began = time.time()
+        self._lock = threading.Lock()
+        self._last_write = 0.0
+        self._stop_event = threading.Event()
+        self.record: dict[str, Any] = {
+            "version": 1,
+            "run": run,
+            "job": job,
+            "state": "running",
+            "step": start_step,
+            "start_step": start_step,
+            "total_steps": total_steps,
+            "stop_step": stop_step,
+            "tokens_per_step": tokens_per_step,
+            "tokens": start_step * tokens_per_step,
+            "best_val_loss": _finite(previous.get("best_val_loss")) if start_step > 0 else None,
+            "last_val_loss": _finite(previous.get("last_val_loss")) if start_step > 0 else None,
+            "checkpoint": start_step if start_step > 0 else None,
+            "eta_seconds": None,
+            "started": previous.get("started") if start_step > 0 and previous.get("started") else self._began,
+            "pid": os.getpid(),
+            "process_start": _process_start(os.getpid()),
+            "host": platform.node(),
+            "error": None,
+        }
+        self._write()
+        self._thread = threading.Thread(target=self._heartbeat, name="theseus-status", daemon=True)
+        self._thread.start()
+
+    def _write(self) -> None:
+        with self._lock:
+            now = time.time()
+            self.record["updated"] = now
+            self.record["wall_time"] = self._wall_before + (now - self._began)
+            tmp = self.path.with_name(f"{STATUS_FILE}.{os.getpid()}.tmp")
+            try:
+                tmp.write_text(json.dumps(self.record, sort_keys=True) + "\n", encoding="utf-8")
+                tmp.replace(self.path)
+            except OSError:
+                pass  # a status record must never stop training
+            self._last_write = now
+
+    def _heartbeat(self) -> None:
+        while not self._stop_event.wait(HEARTBEAT_INTERVAL):
+            self._write()
+
+    def step(self, step: int, *, eta_seconds: float | None = None, force: bool = False) -> None:
+        """Record that update ``step`` finished; written at most every ``WRITE_INTERVAL`` seconds."""
+        self.record["step"] = int(step)
+        self.record["tokens"] = int(step) * int(self.record["tokens_per_step"])
+        self.record["eta_seconds"] = eta_seconds
+        if force or time.time() - self._last_write >= WRITE_INTERVAL:
+            self._write()
+
+    def validated(self, step: int, loss: float) -> None:
+        value = _finite(loss)
+        if value is not None:
+            self.record["last_val_loss"] = value
+            best = self.record.get("best_val_loss")
+            self.record["best_val_loss"] = value if best is None else min(best, value)
+        self.step(step, eta_seconds=self.record.get("eta_seconds"), force=True)
+
+    def checkpointed(self, step: int) -> None:
+        self.record["checkpoint"] = int(step)
+        self.step(step, eta_seconds=self.record.get("eta_seconds"), force=True)
+
+    def _end(self, state: str, error: str | None = None) -> None:
+        self._stop_event.set()
+        self.record["state"] = state
+        self.record["error"] = error
+        self.record["eta_seconds"] = None
+        self._write()
+
+    def finished(self) -> None:
+        """The invocation ended normally: ``complete`` at ``training/steps``, else ``stopped``."""
+        complete = int(self.record["step"]) >= int(self.record["total_steps"])
+        self._end("complete" if complete else "stopped")
+
+    def failed(self, error: BaseException) -> None:
+        self._end("crashed", f"{type(error).__name__}: {error}")
