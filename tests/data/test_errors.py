@@ -112,7 +112,7 @@ def test_rates_must_be_positive_and_sum_to_one(root: Path) -> None:
     fail("sum to 1.2", Flywheel, [Sampling("a", 0.6), Sampling("b", 0.6)], root=root, block_size=8, batch_size=2)
     fail("rate must be a number above 0", Sampling, "a", 0.0)
     fail("rate must be a number above 0", Sampling, "a", -1)
-    fail("style 'packed' .* is not one of pmd, padded", Sampling, "a", 1.0, "packed")
+    fail("style 'stacked' .* is not one of pmd, padded, packed", Sampling, "a", 1.0, "stacked")
     fail("no dataset to sample from", Strategy, [])
     Strategy([Sampling("a", 0.1), Sampling("b", 0.2), Sampling("c", 0.7)])  # 0.1 + 0.2 + 0.7 within 1e-6
 

@@ -128,3 +128,55 @@ def test_other_settings_start_over(tmp_path: Path) -> None:
         assert not (writer.staging / MANIFEST_FILE).exists()
     finally:
         writer.abort()
+
+
+def test_chat_masks_are_committed_and_cut_back_with_the_tokens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A masked (chat) preparation interrupted after uncommitted appends resumes to the same bytes, masks included."""
+    from theseus.config import configuration, configure
+    from theseus.data import prepare as prepare_module
+    from theseus.data.datasets import Chat
+
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"question {i} " * (1 + i % 5)},
+                {"role": "assistant", "content": f"a{i}"},
+            ]
+        }
+        for i in range(60)
+    ]
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def chat() -> Chat:
+        with configuration({"data/chat/path": str(tmp_path / "chat.jsonl"), "data/val_fraction": 0.1}):
+            return configure(Chat)
+
+    monkeypatch.setattr(prepare_module, "CHUNK_DOCUMENTS", 8)  # chunks of eight documents (val: 9, 19, 29, ...)
+    files = ("train.bin", "train.idx", "train.mask", "val.bin", "val.idx", "val.mask")
+    reference = prepare(chat(), tmp_path / "reference", tokenizer="byte", commit_seconds=0).folder
+    assert reference.joinpath("train.mask").stat().st_size == reference.joinpath("train.bin").stat().st_size // 2
+
+    original = PreparedWriter.append
+    calls = {"n": 0}
+
+    def append(self: PreparedWriter, split: str, *args: object, **kwargs: object) -> None:
+        calls["n"] += 1
+        original(self, split, *args, **kwargs)  # type: ignore[arg-type]
+        if calls["n"] == 7:  # chunk 4 (train, then val) is written, not committed
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(PreparedWriter, "append", append)
+    root = tmp_path / "resumed"
+    with pytest.raises(KeyboardInterrupt):
+        prepare(chat(), root, tokenizer="byte", commit_seconds=0)
+    staging = resumable_staging(root, "chat")
+    progress = json.loads((staging / MANIFEST_FILE).read_text())
+    committed_tokens = progress["splits"]["train"][0]
+    assert progress["position"] == 24  # three chunks of eight documents
+    assert (staging / "train.mask").stat().st_size > committed_tokens  # uncommitted learned flags to cut off
+
+    monkeypatch.setattr(PreparedWriter, "append", original)
+    published = prepare(chat(), root, tokenizer="byte", commit_seconds=0).folder
+    for name in files:
+        assert (published / name).read_bytes() == (reference / name).read_bytes(), name
+    assert header(published) == header(reference)

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks import sharding_memory
 from benchmarks.sharding_memory import device_bytes
-from tests.distributed.jobs import PlainGPT
+from tests.distributed.jobs import DistributedGPT, PlainGPT
 from tests.distributed.settings import SETTINGS
 
 LAYOUTS = {"dp": (-1, 1), "fsdp": (-1, 1), "tp": (1, -1), "fsdp+tp": (2, 2)}
@@ -153,8 +153,23 @@ def main() -> None:
     results["benchmark"] = [dataclasses.asdict(row) for row in benchmark]
     results["benchmark_table"] = sharding_memory.table(benchmark, 4)
     if resume is not None:
-        trainer = trainers["fsdp+tp"]  # another layout than the resumed run's; its compiled step is reused
-        trainer.args.run_name = resume
+        # A run resumes only with the evaluations and analyses it started with, so the two-process
+        # run's own job continues it, in another layout (fsdp+tp) and another micro-batching.
+        data, model = LAYOUTS["fsdp+tp"]
+        extra = {
+            "mesh/layout": "fsdp+tp",
+            "mesh/data": data,
+            "mesh/model": model,
+            "run/name": resume,
+            "training/eval_interval": 3,
+            "training/eval_batches": 1,
+            "training/evaluation_interval": 3,
+            "training/analysis_interval": 3,
+            "evaluation/perplexity/batches": 1,
+            "evaluation/multiple_choice/limit": 3,
+            "analysis/activations/plot": False,
+        }
+        trainer = DistributedGPT.create(root, {**SETTINGS, **extra}, name="test/distributed/gpt")
         trainer.run()
         assert trainer.state is not None
         results["resumed"] = {

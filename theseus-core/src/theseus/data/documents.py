@@ -24,11 +24,14 @@ class Document:
     """One document: its ``text``; instruction data also has a ``prompt`` that precedes it.
 
     ``split`` is ``"train"``/``"val"`` when the source decides, or None to let the dataset route it.
+    Chat data gives ``segments``: ``(text, learned)`` pieces tokenized one after the other (``text``
+    is then their concatenation), so that only the learned pieces (assistant turns) are targets.
     """
 
     text: str
     prompt: str = ""
     split: str | None = None
+    segments: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass
@@ -43,8 +46,11 @@ class Dataset:
     """
 
     name: ClassVar[str] = ""
-    #: The sampling style the prepared data defaults to ("pmd" packed windows, "padded" one per row).
+    #: The sampling style the prepared data defaults to ("pmd" packed windows, "padded" one per
+    #: row, "packed" several whole documents per row with segment ids).
     style: ClassVar[str] = "pmd"
+    #: Whether documents carry ``segments`` whose learned tokens are stored as a per-token mask.
+    masked: ClassVar[bool] = False
 
     max_documents: int | None = field(
         "data/max_documents", default=None, help="read at most this many documents (None: all)"

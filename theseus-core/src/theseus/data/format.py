@@ -6,11 +6,14 @@ Layout of a prepared dataset folder::
     train.bin          every train token, documents back to back, each followed by end-of-text
     train.idx          int64 [documents, 3]: (start, length, prompt_length) of each document
     val.bin, val.idx   the same for the validation split
+    train.mask, ...    uint8 per token, 1 = learned as a target (only data with masks: chat)
     tokenizer.json     a copy of the tokenizer file, for file-based tokenizers
 
 Tokens are ``uint16`` when the vocabulary fits (``vocab_size <= 65536``), else ``uint32``. A document's
 ``length`` counts its end-of-text token; ``prompt_length`` is the number of leading tokens that are
-a prompt (not learned in the ``"padded"`` style), 0 for plain text.
+a prompt (not learned in the ``"padded"`` and ``"packed"`` styles), 0 for plain text. Data whose
+learned tokens are not one suffix per document (chat: only assistant turns are learned) also
+stores a per-token mask (``masked`` in the header).
 
 Writing goes to a hidden staging folder that is fsynced and renamed into place, with the header
 written last, so an interrupted run never leaves a folder that looks complete.
@@ -47,7 +50,7 @@ FORMAT_VERSION = 1
 HEADER_FILE = "header.json"
 MANIFEST_FILE = "progress.json"
 INDEX_COLUMNS = 3  # start, length, prompt_length
-STYLES = ("pmd", "padded")
+STYLES = ("pmd", "padded", "packed")
 
 
 def check_name(name: str) -> str:
@@ -102,6 +105,7 @@ class Header:
     splits: dict[str, SplitInfo]
     source: dict[str, Any] = field(default_factory=dict)
     style: str = "pmd"
+    masked: bool = False
     version: int = FORMAT_VERSION
     created: str = ""
 
@@ -115,6 +119,7 @@ class Header:
             "version": self.version,
             "name": self.name,
             "style": self.style,
+            "masked": self.masked,
             "tokenizer": dict(self.tokenizer),
             "vocab_size": self.vocab_size,
             "eot_id": self.eot_id,
@@ -148,6 +153,7 @@ class Header:
                 splits=splits,
                 source=dict(data.get("source") or {}),
                 style=str(data.get("style", "pmd")),
+                masked=bool(data.get("masked", False)),
                 version=int(version),
                 created=str(data.get("created", "")),
             )
@@ -185,6 +191,7 @@ class Prepared:
         self.header = header if header is not None else read_header(self.folder)
         self._tokens: dict[str, np.ndarray] = {}
         self._index: dict[str, np.ndarray] = {}
+        self._learned: dict[str, np.ndarray] = {}
 
     @classmethod
     def open(cls, root: str | Path, name: str, *, dataset: str | None = None) -> Prepared:
@@ -277,11 +284,25 @@ class Prepared:
             )
         return self._index[split]
 
+    def learned(self, split: str) -> np.ndarray | None:
+        """uint8 per token, 1 where the token is learned as a target; None when the data has no masks."""
+        if not self.header.masked:
+            return None
+        if split not in self._learned:
+            info = self._split_info(split)
+            path = self.folder / f"{split}.mask"
+            self._check_size(path, info.tokens, f"{info.tokens} mask bytes")
+            if info.tokens == 0:
+                return np.zeros(0, dtype=np.uint8)
+            self._learned[split] = np.asarray(np.memmap(path, dtype=np.uint8, mode="r", shape=(info.tokens,)))
+        return self._learned[split]
+
     def verify(self) -> None:
         """Check every split's files against the header (sizes only; cheap)."""
         for split in self.header.splits:
             self.tokens(split)
             self.index(split)
+            self.learned(split)
 
     def documents(self, split: str) -> Iterator[np.ndarray]:
         """Each document's tokens (including its end-of-text), in order."""
@@ -292,6 +313,7 @@ class Prepared:
     def close(self) -> None:
         self._tokens.clear()
         self._index.clear()
+        self._learned.clear()
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v.tokens}" for k, v in self.header.splits.items())
@@ -328,9 +350,11 @@ class PreparedWriter:
         *,
         vocab_size: int,
         eot_id: int,
+        masked: bool = False,
         resume: Mapping[str, Any] | None = None,
     ) -> None:
         self.folder = data_folder(root, name)
+        self.masked = masked
         self.name = name
         self.vocab_size = vocab_size
         self.eot_id = eot_id
@@ -338,6 +362,7 @@ class PreparedWriter:
         self.folder.parent.mkdir(parents=True, exist_ok=True)
         self._bins: dict[str, Any] = {}
         self._idx: dict[str, Any] = {}
+        self._masks: dict[str, Any] = {}
         self._counts: dict[str, list[int]] = {}
         self._closed = False
         self.fingerprint = json.loads(json.dumps(dict(resume))) if resume is not None else None
@@ -368,16 +393,18 @@ class PreparedWriter:
                     self.staging / f"{split}.idx"
                 ).stat().st_size < documents * INDEX_COLUMNS * 8:
                     return None
+                if self.masked and (self.staging / f"{split}.mask").stat().st_size < tokens:
+                    return None
             return {"fingerprint": data["fingerprint"], "position": int(data["position"]), "splits": splits}
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             return None
 
     def _reopen(self, split: str, tokens: int, documents: int) -> None:
         """Open a split's staged files for appending after cutting them back to the committed sizes."""
-        for suffix, size, handles in (
-            ("bin", tokens * self.dtype.itemsize, self._bins),
-            ("idx", documents * INDEX_COLUMNS * 8, self._idx),
-        ):
+        files = [("bin", tokens * self.dtype.itemsize, self._bins), ("idx", documents * INDEX_COLUMNS * 8, self._idx)]
+        if self.masked:
+            files.append(("mask", tokens, self._masks))  # one byte per token, cut with the tokens
+        for suffix, size, handles in files:
             path = self.staging / f"{split}.{suffix}"
             with open(path, "r+b") as f:
                 f.truncate(size)
@@ -388,7 +415,7 @@ class PreparedWriter:
         """Commit what was appended so far as the progress up to input ``position`` (resumable writers)."""
         if self.fingerprint is None:
             raise ValueError("checkpoint() needs a resumable writer (PreparedWriter(..., resume=...))")
-        for handle in (*self._bins.values(), *self._idx.values()):
+        for handle in (*self._bins.values(), *self._idx.values(), *self._masks.values()):
             handle.flush()
             os.fsync(handle.fileno())
         manifest = {
@@ -416,11 +443,25 @@ class PreparedWriter:
         if split not in self._bins:
             self._bins[split] = open(self.staging / f"{split}.bin", "wb")  # noqa: SIM115 - closed in commit/abort
             self._idx[split] = open(self.staging / f"{split}.idx", "wb")  # noqa: SIM115
+            if self.masked:
+                self._masks[split] = open(self.staging / f"{split}.mask", "wb")  # noqa: SIM115
             self._counts[split] = [0, 0]
 
-    def append(self, split: str, tokens: np.ndarray, lengths: np.ndarray, prompt_lengths: np.ndarray) -> None:
-        """Append documents: ``tokens`` is their concatenation, ``lengths`` their sizes (EOT included)."""
+    def append(
+        self,
+        split: str,
+        tokens: np.ndarray,
+        lengths: np.ndarray,
+        prompt_lengths: np.ndarray,
+        learned: np.ndarray | None = None,
+    ) -> None:
+        """Append documents: ``tokens`` is their concatenation, ``lengths`` their sizes (EOT included).
+
+        A writer made with ``masked=True`` also takes ``learned``: 1 per token learned as a target.
+        """
         self.open_split(split)
+        if self.masked and (learned is None or np.shape(learned) != np.shape(tokens)):
+            raise ValueError("a masked writer needs one learned flag per token")
         tokens = np.asarray(tokens)
         lengths = np.asarray(lengths, dtype=np.int64)
         if int(lengths.sum()) != tokens.size:
@@ -434,6 +475,8 @@ class PreparedWriter:
         rows = np.stack([starts, lengths, np.asarray(prompt_lengths, dtype=np.int64)], axis=1).astype(np.int64)
         self._bins[split].write(tokens.astype(self.dtype, copy=False).tobytes())
         self._idx[split].write(np.ascontiguousarray(rows).tobytes())
+        if self.masked:
+            self._masks[split].write(np.asarray(learned, dtype=np.uint8).tobytes())
         count[0] += int(tokens.size)
         count[1] += int(lengths.size)
 
@@ -454,7 +497,7 @@ class PreparedWriter:
         """Flush and fsync the shards, write the header last, and move the folder into place."""
         if style not in STYLES:
             raise DataError(f"style {style!r} is not one of {', '.join(STYLES)}")
-        for handle in (*self._bins.values(), *self._idx.values()):
+        for handle in (*self._bins.values(), *self._idx.values(), *self._masks.values()):
             handle.flush()
             os.fsync(handle.fileno())
             handle.close()
@@ -467,6 +510,7 @@ class PreparedWriter:
             splits=self.counts(),
             source=dict(source or {}),
             style=style,
+            masked=self.masked,
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
         for leftover in (MANIFEST_FILE, MANIFEST_FILE + ".tmp"):
@@ -497,7 +541,7 @@ class PreparedWriter:
         With ``keep_progress`` the staging folder stays if :meth:`checkpoint` committed chunks, so
         that they can be continued from; what was appended after them is cut off then.
         """
-        for handle in (*self._bins.values(), *self._idx.values()):
+        for handle in (*self._bins.values(), *self._idx.values(), *self._masks.values()):
             with contextlib.suppress(Exception):
                 handle.close()
         committed = (self.staging / MANIFEST_FILE).is_file()

@@ -45,7 +45,8 @@ CHUNK_DOCUMENTS = 1024
 #: Committed progress is at most this old when a preparation is killed (``prepare(commit_seconds=...)``).
 COMMIT_SECONDS = 10.0
 
-Encoded = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+Encoded = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+Chunk = list[tuple[Any, ...]]  # (split, prompt, text) or (split, prompt, text, segments)
 _WORKER_TOKENIZER: Tokenizer | None = None
 
 
@@ -136,26 +137,33 @@ def _init_worker(spec: Mapping[str, Any]) -> None:
     _WORKER_TOKENIZER = load_tokenizer(spec)
 
 
-def _encode_in_worker(chunk: list[tuple[str, str, str]]) -> Encoded:
+def _encode_in_worker(chunk: Chunk) -> Encoded:
     assert _WORKER_TOKENIZER is not None
     return encode_chunk(_WORKER_TOKENIZER, chunk)
 
 
-def encode_chunk(tokenizer: Tokenizer, chunk: list[tuple[str, str, str]]) -> Encoded:
-    """Encode ``(split, prompt, text)`` documents: per split, (tokens, lengths, prompt lengths).
+def encode_chunk(tokenizer: Tokenizer, chunk: Chunk) -> Encoded:
+    """Encode ``(split, prompt, text[, segments])`` documents: per split, (tokens, lengths, prompt
+    lengths, learned), ``learned`` being uint8 per token (1 = learned as a target).
 
-    Each document becomes its prompt's tokens, its text's tokens and the end-of-text id.
+    Each document becomes its prompt's tokens, its text's tokens and the end-of-text id; a document
+    with ``segments`` becomes each segment's tokens in order (learned where the segment is), then
+    the end-of-text id (learned when the last segment is).
     """
     dtype = token_dtype(tokenizer.vocab_size)
     eot = np.asarray([tokenizer.eot_id], dtype=np.int64)
-    texts = encode_arrays(tokenizer, [text for _, _, text in chunk])
-    with_prompt = [i for i, (_, prompt, _) in enumerate(chunk) if prompt]
+    segmented = {i: item[3] for i, item in enumerate(chunk) if len(item) > 3 and item[3]}
+    if segmented:
+        return _encode_segmented(tokenizer, chunk, segmented)
+    texts = encode_arrays(tokenizer, [item[2] for item in chunk])
+    with_prompt = [i for i, item in enumerate(chunk) if item[1]]
     prompts: dict[int, np.ndarray] = {}
     if with_prompt:
         encoded = encode_arrays(tokenizer, [chunk[i][1] for i in with_prompt])
         prompts = dict(zip(with_prompt, encoded, strict=True))
     grouped: dict[str, tuple[list[np.ndarray], list[int], list[int]]] = {}
-    for i, (split, _, _) in enumerate(chunk):
+    for i, item in enumerate(chunk):
+        split = item[0]
         parts, lengths, prompt_lengths = grouped.setdefault(split, ([], [], []))
         prompt = prompts.get(i)
         if prompt is not None:
@@ -170,15 +178,53 @@ def encode_chunk(tokenizer: Tokenizer, chunk: list[tuple[str, str, str]]) -> Enc
         tokens = np.concatenate([p.astype(np.int64, copy=False) for p in parts])
         if tokens.size and (tokens.min() < 0 or tokens.max() >= tokenizer.vocab_size):
             raise DataError(f"tokenizer produced id {int(tokens.max())} outside its vocabulary {tokenizer.vocab_size}")
-        out[split] = (tokens.astype(dtype), np.asarray(lengths, np.int64), np.asarray(prompt_lengths, np.int64))
+        lengths_array = np.asarray(lengths, np.int64)
+        prompts_array = np.asarray(prompt_lengths, np.int64)
+        out[split] = (tokens.astype(dtype), lengths_array, prompts_array, _suffix_mask(lengths_array, prompts_array))
     return out
 
 
-def _chunks(documents: Iterable[Document], limit_chars: int, limit_docs: int) -> Iterator[list[tuple[str, str, str]]]:
-    chunk: list[tuple[str, str, str]] = []
+def _suffix_mask(lengths: np.ndarray, prompt_lengths: np.ndarray) -> np.ndarray:
+    """1 on every token after each document's prompt."""
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    within = np.arange(int(lengths.sum())) - starts
+    return (within >= np.repeat(prompt_lengths, lengths)).astype(np.uint8)
+
+
+def _encode_segmented(tokenizer: Tokenizer, chunk: Chunk, segmented: dict[int, Any]) -> Encoded:
+    """``encode_chunk`` for chunks holding segmented (chat) documents."""
+    dtype = token_dtype(tokenizer.vocab_size)
+    plain = {i: ((item[1], False), (item[2], True)) if item[1] else ((item[2], True),) for i, item in enumerate(chunk)}
+    documents = [segmented.get(i, plain[i]) for i in range(len(chunk))]
+    encoded = iter(encode_arrays(tokenizer, [text for segments in documents for text, _ in segments]))
+    grouped: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[int]]] = {}
+    for item, segments in zip(chunk, documents, strict=True):
+        parts, learned, lengths = grouped.setdefault(item[0], ([], [], []))
+        flags = [bool(flag) for _, flag in segments]
+        size = 0
+        for flag in flags:
+            ids = next(encoded).astype(np.int64, copy=False)
+            parts.append(ids)
+            learned.append(np.full(ids.size, flag, np.uint8))
+            size += int(ids.size)
+        parts.append(np.asarray([tokenizer.eot_id], dtype=np.int64))
+        learned.append(np.asarray([flags[-1]], np.uint8))
+        lengths.append(size + 1)
+    out: Encoded = {}
+    for split, (parts, learned, lengths) in grouped.items():
+        tokens = np.concatenate(parts)
+        if tokens.size and (tokens.min() < 0 or tokens.max() >= tokenizer.vocab_size):
+            raise DataError(f"tokenizer produced id {int(tokens.max())} outside its vocabulary {tokenizer.vocab_size}")
+        count = np.asarray(lengths, np.int64)
+        out[split] = (tokens.astype(dtype), count, np.zeros_like(count), np.concatenate(learned))
+    return out
+
+
+def _chunks(documents: Iterable[Document], limit_chars: int, limit_docs: int) -> Iterator[Chunk]:
+    chunk: Chunk = []
     size = 0
     for doc in documents:
-        chunk.append((doc.split or "train", doc.prompt, doc.text))
+        chunk.append((doc.split or "train", doc.prompt, doc.text, doc.segments))
         size += len(doc.text) + len(doc.prompt)
         if size >= limit_chars or len(chunk) >= limit_docs:
             yield chunk
@@ -199,9 +245,7 @@ def auto_workers(tokenizer: Tokenizer) -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-def _encoded_chunks(
-    tokenizer: Tokenizer, chunks: Iterator[list[tuple[str, str, str]]], workers: int
-) -> Iterator[Encoded]:
+def _encoded_chunks(tokenizer: Tokenizer, chunks: Iterator[Chunk], workers: int) -> Iterator[Encoded]:
     if workers <= 1:
         for chunk in chunks:
             yield encode_chunk(tokenizer, chunk)
@@ -226,7 +270,14 @@ def fingerprint(ds: Dataset, tok: Tokenizer) -> dict[str, Any]:
     """What must match for an interrupted preparation to be continued: dataset, settings, tokenizer, format."""
     from theseus.data.format import FORMAT_VERSION
 
-    return {"source": ds.describe(), "tokenizer": spec_identity(header_spec(tok)), "format": FORMAT_VERSION}
+    found: dict[str, Any] = {
+        "source": ds.describe(),
+        "tokenizer": spec_identity(header_spec(tok)),
+        "format": FORMAT_VERSION,
+    }
+    if ds.masked:  # the staged shards then include the per-token masks
+        found["masked"] = True
+    return found
 
 
 def _write(
@@ -242,7 +293,9 @@ def _write(
     workers = workers if workers > 0 else auto_workers(tok)
     reporter: _Progress | None = None
     documents = 0
-    writer = PreparedWriter(root, name, vocab_size=tok.vocab_size, eot_id=tok.eot_id, resume=fingerprint(ds, tok))
+    writer = PreparedWriter(
+        root, name, vocab_size=tok.vocab_size, eot_id=tok.eot_id, masked=ds.masked, resume=fingerprint(ds, tok)
+    )
     try:
         with writer:
             position = writer.resumed_position  # input documents already committed
@@ -260,8 +313,8 @@ def _write(
             for number, encoded in enumerate(_encoded_chunks(tok, chunks, workers), start=1):
                 tokens = 0
                 in_chunk = 0
-                for split, (ids, lengths, prompt_lengths) in encoded.items():
-                    writer.append(split, ids, lengths, prompt_lengths)
+                for split, (ids, lengths, prompt_lengths, learned) in encoded.items():
+                    writer.append(split, ids, lengths, prompt_lengths, learned)
                     tokens += int(ids.size)
                     in_chunk += int(lengths.size)
                 position += in_chunk

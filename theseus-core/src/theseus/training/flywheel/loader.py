@@ -65,7 +65,9 @@ class Flywheel:
 
     Rows are assigned to samplings independently with probability ``rate``. ``x`` and ``y`` are int32
     ``[len(rows), block_size]`` with ``y`` shifted by one token; ``y == -1`` marks targets that are
-    not learned (padding, and prompts of instruction data); ``padding_mask`` is True on real tokens.
+    not learned (padding, and prompts of instruction data); ``padding_mask`` is True on real tokens,
+    or, when a source is read in ``"packed"`` style, int32 segment ids (0 = padding, 1, 2, ... = the
+    examples of a row; rows of other sources hold one segment).
     Every call returns fresh arrays, so callers may modify them. A background thread prepares the
     next ``prefetch`` steps of the split last asked for.
     """
@@ -144,6 +146,11 @@ class Flywheel:
         return self.sources[0].prepared.header.vocab_size
 
     @property
+    def packed(self) -> bool:
+        """Whether a source is read in ``"packed"`` style: ``padding_mask`` then holds int32 segment ids."""
+        return any(source.style == "packed" for source in self.sources)
+
+    @property
     def eot_id(self) -> int:
         return self.sources[0].prepared.header.eot_id
 
@@ -172,8 +179,8 @@ class Flywheel:
             )
 
     def batch(self, step: int, split: str = "train") -> Batch:
-        """This process's rows of batch ``step`` of ``split``: int32 ``x``, ``y`` and bool ``padding_mask``,
-        ``[len(self.rows), block_size]``."""
+        """This process's rows of batch ``step`` of ``split``: int32 ``x``, ``y`` and ``padding_mask`` (bool,
+        or int32 segment ids when a source is packed), ``[len(self.rows), block_size]``."""
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
             raise DataError(f"batch step must be an integer >= 0, got {step!r}")
         step = int(step)
@@ -190,7 +197,7 @@ class Flywheel:
         b, t = len(self.rows), self.block_size
         x = np.empty((b, t), dtype=np.int32)
         y = np.empty((b, t), dtype=np.int32)
-        mask = np.empty((b, t), dtype=bool)
+        mask = np.empty((b, t), dtype=np.int32 if self.packed else bool)
         # Every process draws for every row of the global batch (cheap), then cuts only its own rows.
         if len(self.sources) == 1:
             owner = np.zeros(b, dtype=np.intp)

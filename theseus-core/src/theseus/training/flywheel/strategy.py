@@ -10,7 +10,7 @@ from typing import Any
 
 from theseus.errors import DataError, TheseusError
 
-STYLES = ("pmd", "padded")
+STYLES = ("pmd", "padded", "packed")
 RATE_TOLERANCE = 1e-6
 
 
@@ -47,8 +47,9 @@ class Sampling:
     """Draw a share ``rate`` of every batch from ``dataset`` in ``style``.
 
     ``dataset`` is a dataset class (``FineWeb``) or a registered name (``"fineweb"``); the loader reads
-    ``<root>/data/<name>/``. ``style`` is ``"pmd"`` (random windows of packed tokens) or ``"padded"``
-    (one document per row); ``None`` uses the style recorded when the data was prepared.
+    ``<root>/data/<name>/``. ``style`` is ``"pmd"`` (random windows of packed tokens), ``"padded"``
+    (one document per row) or ``"packed"`` (several whole documents per row, kept apart by segment
+    ids); ``None`` uses the style recorded when the data was prepared.
     """
 
     dataset: Any

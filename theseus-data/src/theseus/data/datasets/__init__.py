@@ -8,8 +8,10 @@ Registered components (``theseus components --kind dataset``):
 * ``dataset/fineweb`` -- :class:`FineWeb`, streamed from the hub or read from local parquet files
 * ``dataset/local`` -- :class:`LocalText`, local text / JSONL / parquet files
 * ``dataset/instructions`` -- :class:`Instructions`, prompt/response JSONL for the ``"padded"`` style
+* ``dataset/chat`` -- :class:`Chat`, conversations (``messages`` JSONL) learned on assistant turns
 """
 
+from theseus.data.datasets.chat import Chat
 from theseus.data.datasets.fineweb import FineWeb
 from theseus.data.datasets.instructions import Instructions
 from theseus.data.datasets.local import LocalText
@@ -19,6 +21,7 @@ from theseus.data.stdlib import PythonStdlib
 __all__ = [
     "TRAIN",
     "VAL",
+    "Chat",
     "Dataset",
     "Document",
     "FineWeb",

@@ -34,6 +34,9 @@ class GenerateConfig:
         "generate/start_with_eot", default=True, help="put end-of-text before the prompt, where documents begin"
     )
     tokenizer: str = field("generate/tokenizer", default="", help="tokenizer spec (empty: the run's own)")
+    chat: bool = field(
+        "generate/chat", default=False, help="send the prompt as a user message through the run's chat template"
+    )
 
 
 class Generate(Job):
@@ -58,6 +61,14 @@ class Generate(Job):
         def note(text: str) -> None:
             click.echo(text, err=True)
 
+        start_with_eot = args.start_with_eot
+        if args.chat:
+            from theseus.model.finetune.chat import chat_prompt
+
+            prompt = chat_prompt(run, prompt)
+            start_with_eot = False
+            note(f"chat prompt {prompt!r}")
+
         note(
             f"{run.name} step {run.step}: {type(run.model).__name__} {run.parameters / 1e6:.2f}M parameters, "
             f"context {run.context_length}, tokenizer {run.tokenizer.spec}; {sampling.describe()}, seed {args.seed}"
@@ -68,7 +79,7 @@ class Generate(Job):
             args.max_new_tokens,
             sampling=sampling,
             seed=args.seed,
-            start_with_eot=args.start_with_eot,
+            start_with_eot=start_with_eot,
             stop_at_eot=args.stop_at_eot,
             note=note,
         )

@@ -246,7 +246,12 @@ def load_run(root: str | Path, name: str = "", *, step: int | None = None, token
     config = Configuration(values)
     with configuration(config):
         model = configure(cls)
-    params = restore_params(path / CHECKPOINTS, chosen, abstract_params(model), name)
+    from theseus.model.finetune.loading import refers_to_base, restore_adapted
+
+    if refers_to_base(config):  # a LoRA run: the checkpoint holds the adapters, init_from the base
+        params = restore_adapted(root, config, model, path / CHECKPOINTS, chosen, abstract_params(model), name)
+    else:
+        params = restore_params(path / CHECKPOINTS, chosen, abstract_params(model), name)
     tok = run_tokenizer(provenance, model, tokenizer, name)
     if tok.vocab_size > model.architecture.vocab_size:
         raise ConfigError(

@@ -115,6 +115,16 @@ def write_tokenizer(
     return (eos, eos) if eos is not None else None
 
 
+def merged_params(loaded: Any) -> Any:
+    """A run's parameters with any LoRA adapters folded into their kernels (the plain model's layout)."""
+    from theseus.model.layers import lora
+
+    rank = int(loaded.config.get("model/lora/rank") or 0)
+    if rank <= 0:
+        return loaded.params
+    return lora.merge(loaded.params, float(loaded.config.get("model/lora/alpha", 16.0)), rank)
+
+
 def export_run(
     root: Path, run: str, out: str, *, step: int | None = None, dtype: str = "float32", shard_size: str = "5GB"
 ) -> Path:
@@ -133,7 +143,7 @@ def export_run(
     model_class = f"{type(loaded.model).__module__}:{type(loaded.model).__qualname__}"
     arch = loaded.model.architecture
     family = family_of(model_class, arch, (record.get("huggingface") or {}).get("model_type"))
-    plan = export_plan(family, arch, loaded.params, target_dtype)
+    plan = export_plan(family, arch, merged_params(loaded), target_dtype)
     to_config(family, arch, dtype=dtype, bos_id=None, eos_id=None)  # refuse what the family cannot express first
     staging = folder.with_name(folder.name + ".exporting")
     shutil.rmtree(staging, ignore_errors=True)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
+from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require
 from theseus.model.layers.rotary import RopeScaling, RotaryEmbedding
 from theseus.model.module import Module
@@ -17,10 +18,25 @@ ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
 
 
 def attention_mask(padding_mask: jax.Array | None) -> jax.Array | None:
-    """A ``[B, 1, 1, S]`` key mask from a ``[B, S]`` padding mask (True = real token)."""
+    """The attention mask of a ``[B, S]`` padding mask or segment ids.
+
+    A bool mask (True = real token) gives a ``[B, 1, 1, S]`` key mask. Integer segment ids
+    (0 = padding, ``k > 0`` = the k-th example packed into the row) give a ``[B, 1, S, S]`` mask
+    in which a token attends only to tokens of its own example, so attention never crosses an
+    example boundary.
+    """
     if padding_mask is None:
         return None
-    return padding_mask.astype(jnp.bool_)[:, None, None, :]
+    if not is_segment_ids(padding_mask):
+        return padding_mask.astype(jnp.bool_)[:, None, None, :]
+    ids = jnp.asarray(padding_mask)
+    same = ids[:, :, None] == ids[:, None, :]
+    return (same & (ids[:, None, :] > 0))[:, None, :, :]
+
+
+def is_segment_ids(padding_mask: jax.Array) -> bool:
+    """Whether a padding mask holds integer segment ids (packed examples) rather than booleans."""
+    return bool(jnp.issubdtype(jnp.asarray(padding_mask).dtype, jnp.integer))
 
 
 def missing_cache_error() -> ConfigError:
@@ -51,14 +67,17 @@ def blocked_causal_attention(
 ) -> jax.Array:
     """Causal attention computed per block of ``block`` queries against only the keys up to the
     block's end, so the score matrix above the diagonal blocks is never formed (about half of it
-    for long sequences). ``key_mask``: bool ``[B, S]`` (True = real key) or None."""
+    for long sequences). ``key_mask``: bool ``[B, S]`` (True = real key), ``[B, 1, T, S]`` (a mask
+    per query, as packed rows have), or None."""
     steps = q.shape[1]
     outputs = []
     for start in range(0, steps, block):
         end = min(start + block, steps)
         causal = jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]  # [block, end]
         mask = causal[None, None]
-        if key_mask is not None:
+        if key_mask is not None and key_mask.ndim == 4:  # [B, 1, T, S]: per-query masks (packed rows)
+            mask = mask & key_mask[:, :, start:end, :end]
+        elif key_mask is not None:
             mask = mask & key_mask[:, None, None, :end]
         outputs.append(
             jax.nn.dot_product_attention(q[:, start:end], k[:, :end], v[:, :end], mask=mask, implementation="xla")
@@ -77,8 +96,8 @@ def dot_product_attention(
 ) -> jax.Array:
     """``jax.nn.dot_product_attention`` with a backend choice.
 
-    ``mask``: bool, broadcastable to ``[B, 1, T, S]``; for causal attention only a key mask
-    ``[B, 1, 1, S]`` is supported. ``"xla"`` works everywhere (the only option on CPU); causal
+    ``mask``: bool, broadcastable to ``[B, 1, T, S]`` (a key mask ``[B, 1, 1, S]``, or a mask per
+    query such as the segment mask of packed rows). ``"xla"`` works everywhere (the only option on CPU); causal
     sequences of 256 or more are computed in query blocks (:func:`blocked_causal_attention`).
     ``"cudnn"`` is the fused flash kernel on NVIDIA GPUs (bf16/f16). ``"auto"`` uses cuDNN when
     eligible (GPU, half precision, head_dim a multiple of 8 and at most 128) and falls back to XLA
@@ -102,7 +121,12 @@ def dot_product_attention(
     steps = q.shape[1]
     if is_causal and steps >= 2 * MIN_CAUSAL_BLOCK and k.shape[1] == steps:
         block = max(MIN_CAUSAL_BLOCK, -(-steps // MAX_CAUSAL_BLOCKS))
-        key_mask = None if mask is None else jnp.broadcast_to(mask, (q.shape[0], 1, 1, steps))[:, 0, 0, :]
+        if mask is None:
+            key_mask = None
+        elif mask.shape[-2] == 1:
+            key_mask = jnp.broadcast_to(mask, (q.shape[0], 1, 1, steps))[:, 0, 0, :]
+        else:
+            key_mask = jnp.broadcast_to(mask, (q.shape[0], 1, steps, steps))
         return blocked_causal_attention(q, k, v, key_mask, block)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, implementation="xla")
 
@@ -114,7 +138,9 @@ class CausalSelfAttention(Module):
     ``architecture/n_kv_heads`` (key/value heads; ``None`` = ``n_heads``; must divide ``n_heads``),
     ``architecture/n_embd`` (``None``: the input width), ``architecture/dropout`` (on the output,
     training only; attention probabilities are not dropped: the fused kernel has no dropout),
-    ``architecture/attention_impl`` (auto | xla | cudnn, see :func:`dot_product_attention`).
+    ``architecture/attention_impl`` (auto | xla | cudnn, see :func:`dot_product_attention`), and the
+    LoRA keys ``model/lora/*`` (adapters ``<name>_lora_a`` / ``<name>_lora_b`` on the projections
+    named in ``model/lora/targets``; see :mod:`theseus.model.layers.lora`).
 
     Parameters: ``query`` ``[embed, heads, head_dim]``, ``key``/``value`` ``[embed, kv_heads, head_dim]``,
     ``out`` ``[heads, head_dim, embed]``; ``query_bias``/``key_bias``/``value_bias`` when ``use_bias``,
@@ -123,7 +149,8 @@ class CausalSelfAttention(Module):
 
     Call: ``attn(x, padding_mask=None, positions=None, deterministic=False, decode=False)``;
     ``x`` ``[B, T, E]``, ``padding_mask`` bool ``[B, T]`` (True = real token; padded keys are
-    never attended to), ``positions`` int ``[B, T]`` for rotary (default ``0..T-1``).
+    never attended to) or int segment ids ``[B, T]`` (packed examples; see :func:`attention_mask`),
+    ``positions`` int ``[B, T]`` for rotary (default ``0..T-1``).
     With ``decode=True`` keys and values are appended to the ``cache`` collection
     (``key``/``value`` ``[B, L, kv_heads, head_dim]``, ``mask`` ``[B, L]``, ``index``) and the
     queries attend to every cached real token before them; the cache is created by
@@ -139,6 +166,10 @@ class CausalSelfAttention(Module):
     attention_impl: str = field(
         "architecture/attention_impl", default="auto", help="auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"
     )
+    lora_rank: int = lora.rank_field()
+    lora_alpha: float = lora.alpha_field()
+    lora_dropout: float = lora.dropout_field()
+    lora_targets: tuple[str, ...] = lora.targets_field()
     use_bias: bool = True
     use_out_bias: bool | None = None
     head_dim: int | None = None
@@ -187,12 +218,43 @@ class CausalSelfAttention(Module):
         n_heads, _, head_dim = self._heads(n_embd)
         return 6 * seq * self.matmul_params() + 12 * seq * seq * n_heads * head_dim
 
-    def _project(self, x: jax.Array, name: str, heads: int, head_dim: int, axis: str) -> jax.Array:
+    def _adapted(self, name: str) -> bool:
+        return self.lora_rank > 0 and name in lora.check_targets(self.lora_targets)
+
+    def _adapter(
+        self,
+        name: str,
+        x: jax.Array,
+        in_dims: tuple[int, ...],
+        out_dims: tuple[int, ...],
+        axes: tuple[tuple[str, ...], tuple[str, ...]],
+        deterministic: bool,
+    ) -> jax.Array:
+        return lora.adapter(
+            self,
+            name,
+            x,
+            in_dims,
+            out_dims,
+            axes,
+            rank=self.lora_rank,
+            alpha=self.lora_alpha,
+            dropout=self.lora_dropout,
+            deterministic=deterministic,
+            prefix=f"{name}_",
+        )
+
+    def _project(
+        self, x: jax.Array, name: str, heads: int, head_dim: int, axis: str, deterministic: bool = True
+    ) -> jax.Array:
         dtype = self._activation_dtype
         kernel = param(
             self, name, normal(self.init_std), (x.shape[-1], heads, head_dim), (Axis.EMBED, axis, Axis.HEAD_DIM)
         )
         y = jnp.einsum("bte,enh->btnh", x, cast(kernel, dtype))
+        if self._adapted(name):
+            dims = ((Axis.EMBED,), (axis, Axis.HEAD_DIM))
+            y = y + self._adapter(name, x, (x.shape[-1],), (heads, head_dim), dims, deterministic)
         if self.use_bias:
             bias = param(self, f"{name}_bias", nn.initializers.zeros_init(), (heads, head_dim), (axis, Axis.HEAD_DIM))
             y = y + cast(bias, dtype)
@@ -240,9 +302,9 @@ class CausalSelfAttention(Module):
         n_heads, n_kv, head_dim = self._heads(n_embd)
         dtype = self._activation_dtype
         x = cast(x, dtype)
-        q = self._project(x, "query", n_heads, head_dim, Axis.HEADS)
-        k = self._project(x, "key", n_kv, head_dim, Axis.KV_HEADS)
-        v = self._project(x, "value", n_kv, head_dim, Axis.KV_HEADS)
+        q = self._project(x, "query", n_heads, head_dim, Axis.HEADS, deterministic)
+        k = self._project(x, "key", n_kv, head_dim, Axis.KV_HEADS, deterministic)
+        v = self._project(x, "value", n_kv, head_dim, Axis.KV_HEADS, deterministic)
         if self.rotary:
             rope = child(self, RotaryEmbedding, theta=self.rope_theta, scaling=self.rope_scaling, name="rotary")
             q, k = rope(q, positions), rope(k, positions)
@@ -262,6 +324,9 @@ class CausalSelfAttention(Module):
             self, "out", normal(out_std), (n_heads, head_dim, n_embd), (Axis.HEADS, Axis.HEAD_DIM, Axis.EMBED)
         )
         out = jnp.einsum("btnh,nhe->bte", y, cast(kernel, dtype))
+        if self._adapted("out"):
+            dims = ((Axis.HEADS, Axis.HEAD_DIM), (Axis.EMBED,))
+            out = out + self._adapter("out", y, (n_heads, head_dim), (n_embd,), dims, deterministic)
         if self.use_bias if self.use_out_bias is None else self.use_out_bias:
             out = out + cast(param(self, "out_bias", nn.initializers.zeros_init(), (n_embd,), (Axis.EMBED,)), dtype)
         if self.dropout > 0.0 and not deterministic:

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from theseus.base.axis import Axis
+from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, normal, param
 from theseus.model.module import Module
 
@@ -15,13 +16,18 @@ class Dense(Module):
     """``x @ kernel (+ bias)`` computed in the activation dtype.
 
     ``kernel`` is ``[in, features]`` with logical axes ``axes``; ``bias`` is ``[features]`` with ``axes[1]``.
-    No configuration keys: the enclosing layer decides the sizes.
+    No configuration keys: the enclosing layer decides the sizes, and whether the projection carries
+    a LoRA adapter (``lora_rank > 0``: parameters ``lora_a`` / ``lora_b``, see
+    :mod:`theseus.model.layers.lora`).
     """
 
     features: int = 0
     axes: tuple[str, str] = (Axis.EMBED, Axis.MLP)
     std: float = INIT_STD
     use_bias: bool = True
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
 
     def flops(self, seq: int) -> int:
         """Forward + backward FLOPs need the input width; known only once bound."""
@@ -29,10 +35,23 @@ class Dense(Module):
         return 6 * seq * int(kernel.shape[0]) * int(kernel.shape[1])
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
         dtype = self._activation_dtype
         kernel = param(self, "kernel", normal(self.std), (x.shape[-1], self.features), self.axes)
         y = jnp.dot(cast(x, dtype), cast(kernel, dtype))
+        if self.lora_rank > 0:
+            y = y + lora.adapter(
+                self,
+                self.name or "dense",
+                x,
+                (x.shape[-1],),
+                (self.features,),
+                ((self.axes[0],), (self.axes[1],)),
+                rank=self.lora_rank,
+                alpha=self.lora_alpha,
+                dropout=self.lora_dropout,
+                deterministic=deterministic,
+            )
         if self.use_bias:
             bias = param(self, "bias", nn.initializers.zeros_init(), (self.features,), self.axes[1:])
             y = y + cast(bias, dtype)

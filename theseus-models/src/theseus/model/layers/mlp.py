@@ -10,6 +10,7 @@ import jax
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
+from theseus.model.layers import lora
 from theseus.model.layers._common import ACTIVATIONS, GATED, INIT_STD, cast, check_activation, child, constrain
 from theseus.model.layers.dense import Dense
 from theseus.model.module import Module
@@ -32,7 +33,8 @@ class MLP(Module):
     ``architecture/d_ff`` (hidden width; default ``mlp_ratio * n_embd``),
     ``architecture/mlp_ratio`` (default 4.0), ``architecture/activation``
     (gelu | gelu_exact | relu | silu | swiglu | geglu; default gelu, the tanh approximation GPT-2 uses),
-    ``architecture/dropout`` (on the output, training only).
+    ``architecture/dropout`` (on the output, training only), and the LoRA keys ``model/lora/*``
+    (adapters on ``up`` / ``gate`` / ``down`` when named in ``model/lora/targets``).
 
     Parameters: ``up`` / ``gate`` kernels ``[embed, mlp]``, ``down`` kernel ``[mlp, embed]``,
     biases ``[mlp]`` / ``[embed]`` when ``use_bias``.
@@ -51,6 +53,10 @@ class MLP(Module):
         help="gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
     )
     dropout: float = field("architecture/dropout", default=0.0, help="dropout rate of residual branches")
+    lora_rank: int = lora.rank_field()
+    lora_alpha: float = lora.alpha_field()
+    lora_dropout: float = lora.dropout_field()
+    lora_targets: tuple[str, ...] = lora.targets_field()
     use_bias: bool = True
     multiple_of: int = 1
     init_std: float = INIT_STD
@@ -87,8 +93,23 @@ class MLP(Module):
         """Forward + backward matmul FLOPs for ``seq`` tokens: ``6 * seq * matmul_params``."""
         return 6 * seq * self.matmul_params()
 
-    def _dense(self, name: str, x: jax.Array, features: int, axes: tuple[str, str], std: float) -> jax.Array:
-        return child(self, Dense, features=features, axes=axes, std=std, use_bias=self.use_bias, name=name)(x)
+    def _dense(
+        self, name: str, x: jax.Array, features: int, axes: tuple[str, str], std: float, deterministic: bool
+    ) -> jax.Array:
+        adapted = self.lora_rank > 0 and name in lora.check_targets(self.lora_targets)
+        dense = child(
+            self,
+            Dense,
+            features=features,
+            axes=axes,
+            std=std,
+            use_bias=self.use_bias,
+            lora_rank=self.lora_rank if adapted else 0,
+            lora_alpha=self.lora_alpha,
+            lora_dropout=self.lora_dropout,
+            name=name,
+        )
+        return dense(x, deterministic)
 
     @nn.compact
     def __call__(self, x: jax.Array, deterministic: bool = False) -> jax.Array:
@@ -98,15 +119,15 @@ class MLP(Module):
         width = hidden_size(n_embd, self.d_ff, self.mlp_ratio, self.multiple_of)
         act = ACTIVATIONS[self.resolved_activation]
         x = cast(x, self._activation_dtype)
-        up = self._dense("up", x, width, (Axis.EMBED, Axis.MLP), self.init_std)
+        up = self._dense("up", x, width, (Axis.EMBED, Axis.MLP), self.init_std, deterministic)
         if self.gated:
-            gate = self._dense("gate", x, width, (Axis.EMBED, Axis.MLP), self.init_std)
+            gate = self._dense("gate", x, width, (Axis.EMBED, Axis.MLP), self.init_std, deterministic)
             h = act(gate) * up
         else:
             h = act(up)
         h = constrain(h, (Axis.BATCH, Axis.SEQUENCE, Axis.MLP))
         out_std = self.init_std if self.out_std is None else self.out_std
-        out = self._dense("down", h, n_embd, (Axis.MLP, Axis.EMBED), out_std)
+        out = self._dense("down", h, n_embd, (Axis.MLP, Axis.EMBED), out_std, deterministic)
         if self.dropout > 0.0 and not deterministic:
             out = nn.Dropout(rate=self.dropout)(out, deterministic=False)
         return out

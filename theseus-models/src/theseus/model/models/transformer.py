@@ -14,7 +14,7 @@ from theseus.base.axis import Axis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
-from theseus.model.layers.attention import missing_cache_error
+from theseus.model.layers.attention import is_segment_ids, missing_cache_error
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.layers.rotary import RopeScaling
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
@@ -51,8 +51,16 @@ def token_positions(padding_mask: jax.Array, offset: jax.Array | None = None) ->
     """Position of each token = number of real tokens before it in its row (+ ``offset[b]``).
 
     Equal to ``0..T-1`` for unpadded or right-padded rows; a left-padded row starts at 0 at
-    its first real token, so padding never shifts the positions of real tokens.
+    its first real token, so padding never shifts the positions of real tokens. With integer
+    segment ids (packed examples) positions restart at 0 where each example begins.
     """
+    if is_segment_ids(padding_mask):
+        ids = jnp.asarray(padding_mask)
+        index = jnp.broadcast_to(jnp.arange(ids.shape[1], dtype=jnp.int32), ids.shape)
+        begins = jnp.concatenate([jnp.ones_like(ids[:, :1], jnp.bool_), ids[:, 1:] != ids[:, :-1]], axis=1)
+        first = jax.lax.cummax(jnp.where(begins, index, 0), axis=1)
+        restarted = index - first
+        return restarted if offset is None else restarted + offset[:, None]
     counts = jnp.cumsum(padding_mask.astype(jnp.int32), axis=1) - 1
     if offset is not None:
         counts = counts + offset[:, None]

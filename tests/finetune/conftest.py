@@ -1,0 +1,69 @@
+"""Fine-tuning test helpers: prepared chat data (byte tokens) and tiny SFT settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+#: A tiny GPT fine-tuned with LoRA on packed chat rows of 64 tokens.
+TINY_SFT: dict[str, Any] = {
+    "architecture/n_layers": 2,
+    "architecture/n_heads": 2,
+    "architecture/n_embd": 32,
+    "architecture/block_size": 64,
+    "model/lora/rank": 4,
+    "model/lora/targets": ["query", "value", "out", "up", "down"],
+    "training/steps": 4,
+    "training/batch_size": 4,
+    "training/lr": 1e-2,
+    "training/log_interval": 1,
+    "training/eval_interval": 0,
+    "training/eval_batches": 0,
+    "training/checkpoint_interval": 0,
+    "training/async_checkpoints": False,
+    "training/progress": False,
+    "training/peak_flops": 1e12,
+    "training/compilation_cache": False,
+}
+
+
+def conversations(count: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Short chat rows: an optional system message, then one or two user/assistant exchanges."""
+    rng = np.random.default_rng(seed)
+    words = ["hi", "cat", "sun", "two", "red", "yes", "no", "why", "tea", "map"]
+    rows = []
+    for i in range(count):
+        messages: list[dict[str, str]] = []
+        if i % 3 == 0:
+            messages.append({"role": "system", "content": "be brief"})
+        for _ in range(int(rng.integers(1, 3))):
+            messages.append({"role": "user", "content": " ".join(rng.choice(words, size=int(rng.integers(1, 4))))})
+            messages.append({"role": "assistant", "content": " ".join(rng.choice(words, size=int(rng.integers(1, 5))))})
+        rows.append({"messages": messages})
+    return rows
+
+
+def prepare_chat(root: Path, count: int = 48, template: str = "plain") -> None:
+    """Prepared ``chat`` data under ``root`` (byte tokenizer, plain template, train and val)."""
+    from theseus.config import configuration, configure
+    from theseus.data.datasets import Chat
+    from theseus.data.prepare import prepare
+
+    path = root / "chat.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in conversations(count)))
+    values = {"data/chat/path": str(path), "data/chat/template": template, "data/val_fraction": 0.125}
+    with configuration(values):
+        dataset = configure(Chat)
+    prepare(dataset, root, tokenizer="byte")
+
+
+@pytest.fixture(scope="session")
+def chat_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("chat-root")
+    prepare_chat(root)
+    return root

@@ -1,0 +1,113 @@
+"""Chat data: templates, the learned mask (assistant tokens only), and one-line errors for bad rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from theseus.config import configuration, configure
+from theseus.data.chat import ChatTemplate
+from theseus.data.datasets import Chat
+from theseus.data.prepare import prepare
+from theseus.errors import DataError
+from theseus.training.flywheel import Flywheel
+
+CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "Hello!"},
+    {"role": "user", "content": "2+2?"},
+    {"role": "assistant", "content": "4"},
+]
+
+
+def _chat(path: Path, **values: object) -> Chat:
+    with configuration({"data/chat/path": str(path), "data/val_fraction": 0.0, **values}):
+        return configure(Chat)
+
+
+def _write(path: Path, rows: list[object]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_chatml_rendering_and_segments() -> None:
+    template = ChatTemplate.load("chatml")
+    text = template.render(CONVERSATION)
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+        "<|im_start|>assistant\n4<|im_end|>\n"
+    )
+    segments = template.segments(CONVERSATION)
+    assert "".join(t for t, _ in segments) == text
+    assert [t for t, learned in segments if learned] == ["Hello!<|im_end|>\n", "4<|im_end|>\n"]
+    assert template.prompt("Hi") == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_mask_covers_exactly_the_assistant_tokens(tmp_path: Path) -> None:
+    data = _write(tmp_path / "chat.jsonl", [{"messages": CONVERSATION}])
+    prepared = prepare(_chat(data), tmp_path, tokenizer="byte")
+    assert prepared.header.masked and prepared.header.style == "packed"
+    tokens = prepared.tokens("train")
+    learned = prepared.learned("train")
+    text = ChatTemplate.load("chatml").render(CONVERSATION).encode()
+    assert bytes(tokens[:-1].astype(np.uint8)) == text and tokens[-1] == 256  # end-of-text closes it
+    # by hand: the bytes of "Hello!<|im_end|>\n" and "4<|im_end|>\n", and the end-of-text after the last turn
+    first = text.index(b"Hello!")
+    second = text.rindex(b"4<|im_end|>")
+    expected = np.zeros(len(text) + 1, np.uint8)
+    expected[first : first + len(b"Hello!<|im_end|>\n")] = 1
+    expected[second:] = 1
+    np.testing.assert_array_equal(learned, expected)
+
+    with Flywheel("chat", root=tmp_path, block_size=len(text), batch_size=1, prefetch=0) as wheel:
+        batch = wheel.batch(0)
+    y = batch["y"][0]
+    targets = tokens[1:]
+    np.testing.assert_array_equal(y[y != -1], targets[expected[1:] == 1])
+    assert int((y != -1).sum()) == int(expected[1:].sum())
+
+
+def test_template_from_tokenizer_config(tmp_path: Path) -> None:
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "eos_token": {"content": "</s>"},
+                "chat_template": "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}"
+                "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}\n{% endfor %}"
+                "{% if add_generation_prompt %}[assistant] {% endif %}",
+            }
+        )
+    )
+    (tmp_path / "tokenizer.json").write_text("{}")
+    template = ChatTemplate.load("auto", str(tmp_path / "tokenizer.json"))
+    learned = [t for t, flag in template.segments(CONVERSATION[1:3]) if flag]
+    assert learned == ["Hello!</s>"]  # trim_blocks drops the newline after a tag, as transformers does
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([{"text": "no messages"}], "has no 'messages' field"),
+        ([{"messages": [{"role": "bot", "content": "hi"}]}], "unknown role 'bot'"),
+        ([{"messages": [{"role": "user", "content": "hi"}]}], "refused the conversation: no system"),
+    ],
+    ids=["no-messages", "unknown-role", "template-fails"],
+)
+def test_bad_chat_rows_are_one_line_errors(tmp_path: Path, rows: list[object], message: str) -> None:
+    data = _write(tmp_path / "bad.jsonl", rows)
+    jinja = tmp_path / "strict.jinja"
+    jinja.write_text(
+        "{% if messages[0]['role'] != 'system' %}{{ raise_exception('no system message') }}{% endif %}"
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    )
+    with pytest.raises(DataError) as info:
+        prepare(_chat(data, **{"data/chat/template": str(jinja)}), tmp_path, tokenizer="byte")
+    text = str(info.value)
+    assert message in text and "\n" not in text
+    assert "bad.jsonl:1" in text

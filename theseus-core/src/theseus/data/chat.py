@@ -1,0 +1,204 @@
+"""Chat templates: render ``messages`` to text, and split a conversation into learned and
+unlearned pieces (only assistant turns are learned).
+
+A template is a Jinja2 program in the Hugging Face convention (``messages``, ``add_generation_prompt``,
+``bos_token``, ``eos_token``, ``raise_exception``), read from a tokenizer's ``tokenizer_config.json``
+(``chat_template``), from a ``.jinja`` file, or one of the built-in templates (``chatml``, ``plain``)
+that suit byte-level and BPE tokenizers without one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from theseus.errors import DataError
+
+ROLES = ("system", "user", "assistant", "tool")
+
+#: Built-in templates, by name.
+BUILTIN_TEMPLATES: dict[str, str] = {
+    "chatml": (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    ),
+    "plain": (
+        "{% for m in messages %}{% if m['role'] == 'assistant' %}Assistant: {{ m['content'] }}{{ eos_token }}\n"
+        "{% else %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}Assistant: {% endif %}"
+    ),
+}
+
+Message = Mapping[str, Any]
+
+
+def _token_text(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return str(value.get("content", ""))
+    return "" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A Jinja2 chat template with the special-token strings it may use."""
+
+    source: str
+    name: str = "custom"
+    bos_token: str = ""
+    eos_token: str = ""
+
+    @classmethod
+    def load(cls, choice: str, tokenizer_path: str | None = None) -> ChatTemplate:
+        """The template named by ``choice``.
+
+        ``choice``: a built-in name (``chatml``, ``plain``), a path to ``tokenizer_config.json`` or
+        to a ``.jinja`` file, or ``auto``: the ``chat_template`` of the ``tokenizer_config.json``
+        beside ``tokenizer_path`` when there is one, else ``chatml``.
+        """
+        if choice in BUILTIN_TEMPLATES:
+            return cls(BUILTIN_TEMPLATES[choice], name=choice)
+        if choice == "auto":
+            if tokenizer_path:
+                config = Path(tokenizer_path).expanduser().parent / "tokenizer_config.json"
+                if config.is_file() and "chat_template" in _read_json(config):
+                    return cls.from_tokenizer_config(config)
+            return cls(BUILTIN_TEMPLATES["chatml"], name="chatml")
+        path = Path(choice).expanduser()
+        if path.is_dir():
+            path = path / "tokenizer_config.json"
+        if not path.is_file():
+            names = ", ".join(BUILTIN_TEMPLATES)
+            raise DataError(
+                f"chat template {choice!r} is neither a built-in ({names}, auto) nor an existing file; "
+                "give a tokenizer_config.json or a .jinja file"
+            )
+        if path.suffix == ".json":
+            return cls.from_tokenizer_config(path)
+        return cls(path.read_text(encoding="utf-8"), name=str(path))
+
+    @classmethod
+    def from_tokenizer_config(cls, path: str | Path) -> ChatTemplate:
+        """The ``chat_template`` of a Hugging Face ``tokenizer_config.json`` (the default one of a list)."""
+        data = _read_json(Path(path))
+        template = data.get("chat_template")
+        if isinstance(template, list):
+            named = {str(t.get("name")): t.get("template") for t in template if isinstance(t, Mapping)}
+            template = named.get("default") or next(iter(named.values()), None)
+        if not isinstance(template, str) or not template:
+            raise DataError(f"{path} has no chat_template; choose a built-in template with data/chat/template=chatml")
+        return cls(
+            template,
+            name=str(path),
+            bos_token=_token_text(data.get("bos_token")),
+            eos_token=_token_text(data.get("eos_token")),
+        )
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:
+        """The conversation as text; DataError when the template fails."""
+        try:
+            return str(
+                _compiled(self.source).render(
+                    messages=[dict(m) for m in messages],
+                    add_generation_prompt=add_generation_prompt,
+                    bos_token=self.bos_token,
+                    eos_token=self.eos_token,
+                )
+            )
+        except DataError:
+            raise
+        except Exception as exc:  # jinja2 errors and raise_exception() from the template itself
+            raise DataError(
+                f"chat template {self.name} failed to render ({type(exc).__name__}: {exc}); "
+                "fix the conversation or choose another template with data/chat/template"
+            ) from exc
+
+    def prompt(self, user: str, system: str | None = None) -> str:
+        """The text that asks the model for an answer to ``user`` (generation prompt included)."""
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+        return self.render(messages, add_generation_prompt=True)
+
+    def segments(self, messages: Sequence[Message]) -> tuple[tuple[str, bool], ...]:
+        """``(text, learned)`` pieces whose concatenation is the rendered conversation.
+
+        Each assistant turn (its content and end marker, not the header the generation prompt
+        adds) is learned; everything else is not. Found by rendering the conversation one message
+        at a time, so the template must render each conversation as an extension of its prefixes.
+        """
+        check_messages(messages)
+        pieces: list[tuple[str, bool]] = []
+        done = ""
+        for i, message in enumerate(messages):
+            if message["role"] == "assistant":
+                head = self.render(messages[:i], add_generation_prompt=True) if i else self._empty_prompt()
+                done = self._extend(pieces, done, head, False)
+            done = self._extend(pieces, done, self.render(messages[: i + 1]), message["role"] == "assistant")
+        return tuple(pieces)
+
+    def _empty_prompt(self) -> str:
+        try:
+            return self.render([], add_generation_prompt=True)
+        except DataError:
+            return ""
+
+    def _extend(self, pieces: list[tuple[str, bool]], done: str, rendered: str, learned: bool) -> str:
+        if not rendered.startswith(done):
+            raise DataError(
+                f"chat template {self.name} does not render a conversation as an extension of its first "
+                "messages, so assistant turns cannot be told apart; choose another template with data/chat/template"
+            )
+        if len(rendered) > len(done):
+            pieces.append((rendered[len(done) :], learned))
+        return rendered
+
+
+def check_messages(messages: Any, where: str = "a conversation") -> None:
+    """DataError unless ``messages`` is a non-empty list of ``{"role", "content"}`` with known roles."""
+    if not isinstance(messages, list) or not messages:
+        raise DataError(f'{where} has no \'messages\' list; each chat row needs "messages": [{{"role", "content"}}]')
+    for message in messages:
+        if not isinstance(message, Mapping) or not isinstance(message.get("content"), str):
+            raise DataError(f"{where} has a message without string 'content': {message!r}")
+        role = message.get("role")
+        if role not in ROLES:
+            raise DataError(f"{where} has a message with unknown role {role!r}; use one of {', '.join(ROLES)}")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path} is not readable JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise DataError(f"{path} does not hold a JSON object")
+    return data
+
+
+_CACHE: dict[str, Any] = {}
+
+
+def _compiled(source: str) -> Any:
+    template = _CACHE.get(source)
+    if template is None:
+        try:
+            from jinja2 import TemplateError
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+        except ImportError as exc:  # pragma: no cover - jinja2 is a dependency
+            raise DataError("chat templates need jinja2; pip install jinja2") from exc
+
+        def raise_exception(message: str) -> None:
+            raise DataError(f"chat template refused the conversation: {message}")
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = raise_exception
+        try:
+            template = env.from_string(source)
+        except TemplateError as exc:
+            raise DataError(f"chat template does not parse ({exc}); fix it or choose another") from exc
+        _CACHE[source] = template
+    return template
+
+
+__all__ = ["BUILTIN_TEMPLATES", "ROLES", "ChatTemplate", "check_messages"]

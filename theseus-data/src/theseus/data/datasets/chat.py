@@ -1,0 +1,89 @@
+"""Chat data: conversations (``messages`` with roles) from JSON lines, learned only on assistant turns."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from theseus.config import field
+from theseus.data.chat import ChatTemplate, check_messages
+from theseus.data.datasets.hf import find_files
+from theseus.data.documents import TRAIN, VAL, Dataset, Document
+from theseus.data.tokenizer import parse_spec
+from theseus.errors import DataError
+
+
+@dataclass
+class Chat(Dataset):
+    """Conversations from a JSONL file or folder, rendered with a chat template.
+
+    Each line is ``{"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "..."}]}``
+    (the field is ``data/chat/messages_field``) and may carry ``"split": "train"|"val"``. The
+    conversation is rendered with ``data/chat/template``: ``auto`` (the ``chat_template`` of the
+    ``tokenizer_config.json`` beside an ``hf:`` tokenizer, else ``chatml``), a built-in name
+    (``chatml``, ``plain``), or a path to a ``tokenizer_config.json`` or ``.jinja`` file. Only the
+    assistant turns are learned: the prepared data stores a mask with the tokens. Read it in the
+    ``"packed"`` style (the default) or ``"padded"``.
+    """
+
+    name: ClassVar[str] = "chat"
+    style: ClassVar[str] = "packed"
+    masked: ClassVar[bool] = True
+
+    path: str = field("data/chat/path", default="", help="a JSONL file or folder of them")
+    messages_field: str = field("data/chat/messages_field", default="messages", help="field holding the messages")
+    template: str = field(
+        "data/chat/template",
+        default="auto",
+        help="auto | chatml | plain | a tokenizer_config.json or .jinja file",
+    )
+    tokenizer: str = field("data/tokenizer", default="byte", help="byte, hf:PATH/tokenizer.json or tiktoken:ENCODING")
+
+    def chat_template(self) -> ChatTemplate:
+        """The template conversations are rendered with."""
+        spec = parse_spec(self.tokenizer) if self.tokenizer else {}
+        path = spec.get("path") if spec.get("kind") == "hf" else None
+        return ChatTemplate.load(self.template, path)
+
+    def source(self) -> Iterator[Document]:
+        if not self.path:
+            raise DataError("dataset 'chat' needs a path; pass data/chat/path=FILE.jsonl")
+        template = self.chat_template()
+        for file in find_files(self.path, (".jsonl", ".json"), key="data/chat/path"):
+            with open(file, encoding="utf-8") as f:
+                for number, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    where = f"{file}:{number}"
+                    try:
+                        row = json.loads(line)
+                    except ValueError as exc:
+                        raise DataError(f"{where} is not valid JSON ({exc}); fix the line") from exc
+                    messages = row.get(self.messages_field) if isinstance(row, dict) else None
+                    if messages is None:
+                        raise DataError(
+                            f"{where} has no {self.messages_field!r} field; each chat row needs "
+                            f'"{self.messages_field}": [{{"role": ..., "content": ...}}] '
+                            "(or set data/chat/messages_field)"
+                        )
+                    check_messages(messages, where)
+                    try:
+                        segments = template.segments(messages)
+                    except DataError as exc:
+                        raise DataError(f"{where}: {exc}") from exc
+                    split = row.get("split")
+                    yield Document(
+                        "".join(text for text, _ in segments),
+                        split=split if split in (TRAIN, VAL) else None,
+                        segments=segments,
+                    )
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        info["origin"] = self.path
+        template = self.chat_template()
+        info["chat_template"] = template.source
+        info["chat_tokens"] = {"bos_token": template.bos_token, "eos_token": template.eos_token}
+        return info

@@ -1,0 +1,133 @@
+"""``hf/export-adapter``: a run's LoRA adapters as a PEFT adapter (``adapter_config.json`` +
+``adapter_model.safetensors``) for the base model exported with ``hf/export``.
+
+PEFT stores ``lora_A.weight`` ``[r, in]`` and ``lora_B.weight`` ``[out, r]`` per module and scales by
+``lora_alpha / r``. Llama-family projections map one to one (``q_proj`` ... ``down_proj``). GPT-2 fuses
+query, key and value into ``c_attn``: their adapters become one adapter of rank ``k * r`` (``k`` the
+number of adapted projections) whose ``B`` is block diagonal, with ``rank_pattern`` / ``alpha_pattern``
+keeping the scale ``alpha / r``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from theseus.errors import ConfigError
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+_LLAMA_ATTN = {"query": "q_proj", "key": "k_proj", "value": "v_proj", "out": "o_proj"}
+_LLAMA_MLP = {"up": "up_proj", "gate": "gate_proj", "down": "down_proj"}
+
+
+def _linear(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(lora_A [r, in], lora_B [out, r])`` from our ``A [*in, r]`` and ``B [r, *out]``."""
+    rank = a.shape[-1]
+    return np.ascontiguousarray(a.reshape(-1, rank).T), np.ascontiguousarray(b.reshape(rank, -1).T)
+
+
+def peft_tensors(family: str, params: Mapping[str, Any], n_layers: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """PEFT tensor names -> values, and the rank of each adapted module (module path -> rank)."""
+    tensors: dict[str, np.ndarray] = {}
+    ranks: dict[str, int] = {}
+
+    def put(module: str, a: np.ndarray, b: np.ndarray) -> None:
+        tensors[f"base_model.model.{module}.lora_A.weight"] = a.astype(np.float32)
+        tensors[f"base_model.model.{module}.lora_B.weight"] = b.astype(np.float32)
+        ranks[module] = int(a.shape[0])
+
+    for i in range(n_layers):
+        block = params[f"blocks_{i}"]
+        attn, mlp = block["attn"], block["mlp"]
+        if family == "gpt2":
+            prefix = f"transformer.h.{i}."
+            qkv = [name for name in ("query", "key", "value") if f"{name}_lora_a" in attn]
+            if qkv:
+                width = int(np.prod(np.shape(attn["query"])[1:]))
+                rank = int(np.shape(attn[f"{qkv[0]}_lora_a"])[-1])
+                a_parts, b_full = [], np.zeros((3 * width, rank * len(qkv)), np.float32)
+                for slot, name in enumerate(qkv):
+                    a, b = _linear(np.asarray(attn[f"{name}_lora_a"]), np.asarray(attn[f"{name}_lora_b"]))
+                    a_parts.append(a)
+                    column = ("query", "key", "value").index(name)
+                    b_full[column * width : (column + 1) * width, slot * rank : (slot + 1) * rank] = b
+                put(prefix + "attn.c_attn", np.concatenate(a_parts, axis=0), b_full)
+            modules = {"out": (attn, "out_", "attn.c_proj"), "up": (mlp.get("up"), "", "mlp.c_fc")}
+            modules["down"] = (mlp.get("down"), "", "mlp.c_proj")
+        else:
+            prefix = f"model.layers.{i}."
+            modules = {name: (attn, f"{name}_", f"self_attn.{hf}") for name, hf in _LLAMA_ATTN.items()}
+            modules.update({name: (mlp.get(name), "", f"mlp.{hf}") for name, hf in _LLAMA_MLP.items()})
+        for holder, key, module in modules.values():
+            if holder is None or f"{key}lora_a" not in holder:
+                continue
+            a, b = _linear(np.asarray(holder[f"{key}lora_a"]), np.asarray(holder[f"{key}lora_b"]))
+            put(prefix + module, a, b)
+    return tensors, ranks
+
+
+def _constant(value: np.ndarray) -> Callable[[], np.ndarray]:
+    return lambda: value
+
+
+def export_adapter(root: Path, run: str, out: str, *, step: int | None = None, base: str = "") -> Path:
+    """Write run ``run``'s adapters (checkpoint ``step``, default latest) as a PEFT adapter in ``out``."""
+    from theseus.model.generation.runs import load_run
+    from theseus.model.huggingface.exporter import output_folder
+    from theseus.model.huggingface.families import family_of
+    from theseus.model.huggingface.safetensors_io import PlannedTensor, _write_file
+
+    folder = output_folder(out)
+    loaded = load_run(root, run, step=step, tokenizer=None)
+    rank = int(loaded.config.get("model/lora/rank") or 0)
+    if rank <= 0:
+        raise ConfigError(f"run {loaded.name!r} has no LoRA adapters (model/lora/rank=0); export it with hf/export")
+    record = json.loads((loaded.path / "provenance.json").read_text())
+    model_class = f"{type(loaded.model).__module__}:{type(loaded.model).__qualname__}"
+    arch = loaded.model.architecture
+    family = family_of(model_class, arch, (record.get("huggingface") or {}).get("model_type"))
+    tensors, ranks = peft_tensors(family, loaded.params, arch.n_layers)
+    alpha = float(loaded.config.get("model/lora/alpha", 16.0))
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base or str(loaded.config.get("training/init_from") or "").partition(":")[2],
+        "r": rank,
+        "lora_alpha": alpha,
+        "lora_dropout": float(loaded.config.get("model/lora/dropout", 0.0)),
+        "target_modules": sorted(ranks),
+        "rank_pattern": {m: r for m, r in ranks.items() if r != rank},
+        "alpha_pattern": {m: alpha * r / rank for m, r in ranks.items() if r != rank},
+        "fan_in_fan_out": family == "gpt2",
+        "bias": "none",
+        "inference_mode": True,
+        "init_lora_weights": True,
+    }
+    staging = folder.with_name(folder.name + ".exporting")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        (staging / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+        planned = [
+            PlannedTensor(name, tuple(value.shape), "F32", _constant(value)) for name, value in sorted(tensors.items())
+        ]
+        _write_file(staging / ADAPTER_WEIGHTS, planned, {"format": "pt"})
+        if folder.exists():
+            folder.rmdir()
+        staging.rename(folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)
+        raise
+    return folder
+
+
+__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "export_adapter", "peft_tensors"]

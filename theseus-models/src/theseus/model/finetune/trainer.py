@@ -1,0 +1,190 @@
+"""``SFTTrainer``: supervised fine-tuning on chat or instruction data, fully or with LoRA adapters.
+
+The trainer reads prepared chat data in the ``"packed"`` style by default (several conversations per
+row, kept apart by segment ids, loss on assistant tokens only), starts from base weights
+(``training/init_from``: a run or a Hugging Face checkpoint; else the model's own initialisation), and, when
+``model/lora/rank`` is above 0, trains only the adapters: the optimizer holds state for the adapters
+alone, gradients stop at the base, and the base stays bit for bit as loaded. With a base in
+``training/init_from`` checkpoints hold only the adapters and refer to that base (read again on
+resume, by ``generate`` and by the exports).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jax
+
+from theseus.config import configuration
+from theseus.errors import ConfigError
+from theseus.model.finetune import adapters
+from theseus.model.finetune.chat import TEMPLATE_FILE
+from theseus.model.layers import lora
+from theseus.training import steps
+from theseus.training.base import BaseTrainer, Batch
+from theseus.training.config import BaseTrainerConfig
+from theseus.training.flywheel.strategy import Sampling
+from theseus.training.optimizers import AdamW
+from theseus.training.sharding import TrainerSharding
+from theseus.training.state import TrainState, create_state, state_shardings, with_shardings
+
+
+@dataclass
+class SFTConfig(BaseTrainerConfig):
+    """Training settings of fine-tuning; the base weights come from ``training/init_from``."""
+
+
+class SFTTrainer(BaseTrainer):
+    """Supervised fine-tuning: packed chat data, loss on assistant tokens, optional LoRA.
+
+    Subclass it to change the model or the data (``DATASET = Sampling("instructions", 1.0, "packed")``).
+    """
+
+    CONFIG: ClassVar[type] = SFTConfig
+    MODEL: ClassVar[Any] = "gpt"
+    DATASET: ClassVar[Any] = Sampling("chat", 1.0, "packed")
+    OPTIMIZER: ClassVar[Any] = AdamW
+    SCHEDULE: ClassVar[Any] = None
+    EVALUATION: ClassVar[Any] = []
+
+    # -- LoRA ----------------------------------------------------------------------------------
+    @property
+    def lora_rank(self) -> int:
+        return int(self.setting("model/lora/rank", 0) or 0)
+
+    def setup(self) -> None:
+        """The base setup; with LoRA, an optimizer over the adapters only (checked to cover the targets)."""
+        if self._ready:
+            return
+        super().setup()
+        if self.lora_rank <= 0:
+            return
+        params = self.abstract_state.params
+        lora.check_coverage(params, self.setting("model/lora/targets", lora.DEFAULT_TARGETS), type(self.model).__name__)
+        self.tx = adapters.adapters_only(self.tx, params)
+        with configuration(self.context.config):
+            self.abstract_state, self.state_shardings = state_shardings(
+                self.model, self.tx, self.sharding, self.init_key, self.sequence_length
+            )
+
+    @staticmethod
+    def forward(
+        state: TrainState,
+        params: Any,
+        batch: Batch,
+        key: jax.Array | None = None,
+        deterministic: bool = False,
+        intermediates: bool = False,
+    ) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]:
+        """The model call; with adapters present, gradients stop at the base parameters."""
+        if adapters.has_adapters(params):
+            params = adapters.freeze_base(params)
+        return steps.forward(state, params, batch, key=key, deterministic=deterministic, intermediates=intermediates)
+
+    @classmethod
+    def train_step(
+        cls,
+        state: TrainState,
+        batch: Batch,
+        key: jax.Array,
+        accumulate_steps: int,
+        *,
+        sharding: TrainerSharding,
+        skip_nonfinite: bool = False,
+    ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
+        """The base update; with adapters, the base parameters are passed through untouched."""
+        new, loss, meta, grad_norm = super().train_step(
+            state, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
+        )
+        if adapters.has_adapters(state.params):
+            new = new.replace(params=adapters.keep_base(new.params, state.params))
+        return new, loss, meta, grad_norm
+
+    # -- base weights and checkpoints --------------------------------------------------------
+    def init_state(self) -> TrainState:
+        """Fresh adapters and optimizer state over the base weights of ``training/init_from``."""
+        self.setup()
+        if self.init_source is None or self.lora_rank <= 0:
+            return super().init_state()
+        from theseus.model.finetune.loading import load_base
+
+        with configuration(self.context.config):
+            fresh = create_state(
+                self.model, self.tx, self.sharding, self.init_key, self.sequence_length, self.state_shardings
+            )
+            base = load_base(self.init_source, self.model, self.abstract_state.params, self.state_shardings.params)
+        return fresh.replace(params=adapters.overlay(fresh.params, base))
+
+    @property
+    def adapter_checkpoints(self) -> bool:
+        """Checkpoints hold only the adapters: LoRA over the base that ``training/init_from`` names."""
+        return self.lora_rank > 0 and bool(self.args.init_from)
+
+    def checkpoint_tree(self, state: TrainState) -> dict[str, Any]:
+        tree = super().checkpoint_tree(state)
+        if self.adapter_checkpoints:
+            tree["params"] = adapters.prune(state.params)
+        return tree
+
+    def abstract_checkpoint_tree(self) -> dict[str, Any]:
+        tree = super().abstract_checkpoint_tree()
+        if self.adapter_checkpoints:
+            a, s = self.abstract_state, self.state_shardings
+            tree["params"] = adapters.prune(with_shardings(a.params, s.params))
+        return tree
+
+    def state_from_checkpoint(self, tree: Mapping[str, Any]) -> TrainState:
+        if not self.adapter_checkpoints:
+            return super().state_from_checkpoint(tree)
+        base = self.init_state().params
+        params = adapters.overlay(base, tree["params"])
+        return super().state_from_checkpoint({**tree, "params": params})
+
+    def run(self) -> None:
+        """Train; the chat template of the data is kept in the run folder (``chat_template.json``) so
+        that ``generate generate/chat=true`` renders prompts the way the model was trained."""
+        self.setup()
+        template = self.chat_template()
+        if template is not None and jax.process_index() == 0:
+            folder = self.context.root / "runs" / self.run_name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / TEMPLATE_FILE).write_text(json.dumps(template, indent=2) + "\n", encoding="utf-8")
+        super().run()
+
+    def chat_template(self) -> dict[str, str] | None:
+        """The chat template the prepared data was rendered with, with its special-token strings, in the
+        ``tokenizer_config.json`` layout (None for data without one)."""
+        flywheel = self._open_flywheel() if self.flywheel is None else self.flywheel
+        for source in getattr(flywheel, "sources", []):
+            recorded = source.prepared.header.source
+            template = recorded.get("chat_template")
+            if isinstance(template, str) and template:
+                return {"chat_template": template, **dict(recorded.get("chat_tokens") or {})}
+        return None
+
+    def merged_params(self, state: TrainState | None = None) -> Any:
+        """The parameters with every adapter folded into its kernel (the base layout, for export)."""
+        state = state if state is not None else self.state
+        if state is None:
+            raise ConfigError("no trained state: run the trainer (or restore a checkpoint) first")
+        if self.lora_rank <= 0:
+            return state.params
+        return lora.merge(state.params, float(self.setting("model/lora/alpha", 16.0)), self.lora_rank)
+
+
+class GPTSFT(SFTTrainer):
+    """GPT (``model/gpt``) fine-tuned on prepared chat data (``dataset/chat``, packed)."""
+
+    MODEL: ClassVar[Any] = "gpt"
+
+
+class LlamaSFT(SFTTrainer):
+    """The Llama-style model (``model/llama``) fine-tuned on prepared chat data (``dataset/chat``, packed)."""
+
+    MODEL: ClassVar[Any] = "llama"
+
+
+__all__ = ["GPTSFT", "LlamaSFT", "SFTConfig", "SFTTrainer"]
