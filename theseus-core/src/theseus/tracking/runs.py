@@ -71,9 +71,12 @@ def read_yaml(path: Path) -> dict[str, Any]:
     """A YAML mapping (the C loader when available); empty when missing or unreadable."""
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(path.read_text(encoding="utf-8"))
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
     except (OSError, yaml.YAMLError):
         return {}
     return data if isinstance(data, dict) else {}
