@@ -56,7 +56,7 @@ sys.exit(1 if failed else 0)
 def tests(session: nox.Session) -> None:
     """The whole test suite with all four distributions installed."""
     session.install("-r", "requirements-dev.txt")
-    session.run("python", "-m", "pytest", *session.posargs)
+    session.run("python", "-m", "pytest", *(session.posargs or ["-n", "2", "--dist", "loadfile"]))
 
 
 @nox.session(python="3.11")
