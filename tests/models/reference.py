@@ -1,6 +1,7 @@
 """An independent float64 numpy implementation of the GPT and Llama forward passes and loss.
 
-Written from the architecture's definition, it reads the Flax parameter tree by name only.
+Written from the architecture's definition, it reads the Flax parameter tree by name only (a
+scanned model's stacked layers are read through their per-layer view).
 Rotary embeddings are done with complex numbers (pairs ``(x[i], x[i + H/2])``), attention
 with explicit masks and key/value heads repeated per group.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from theseus.checkpoint.layers import per_layer
 
 Params = dict[str, Any]
 
@@ -73,6 +76,7 @@ def attention(
 
 def gpt_logits(params: Params, x: np.ndarray, mask: np.ndarray, *, n_heads: int, eps: float = 1e-5) -> np.ndarray:
     """GPT-2: learned positions, pre-LayerNorm blocks, tanh-GELU MLP, tied head."""
+    params = per_layer(params, ["blocks"])
     wte = params["token_embedding"]["embedding"]
     wpe = params["position_embedding"]["embedding"]
     h = wte[x] + wpe[positions_of(mask)]
@@ -97,6 +101,7 @@ def llama_logits(
     eps: float = 1e-5,
 ) -> np.ndarray:
     """Llama: RoPE, pre-RMSNorm blocks, SwiGLU MLP, grouped-query attention, untied head."""
+    params = per_layer(params, ["blocks"])
     h = params["token_embedding"]["embedding"][x]
     n_layers = sum(1 for name in params if name.startswith("blocks_"))
     for i in range(n_layers):

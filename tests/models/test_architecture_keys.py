@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.models.conftest import build
+from theseus.checkpoint.layers import per_layer, stacked
 from theseus.errors import ConfigError
 from theseus.model.layers.rotary import RopeScaling, rotary_angles
 from theseus.model.models import GPT, Llama, TransformerLM
@@ -16,7 +17,7 @@ from theseus.model.models import GPT, Llama, TransformerLM
 
 def shapes(model: TransformerLM) -> dict:
     tree = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])
-    return nn.unbox(tree)
+    return per_layer(nn.unbox(tree), model.stacked_layers)  # the per-layer view of any layout
 
 
 def test_qwen2_style_biases_on_query_key_value_only() -> None:
@@ -41,7 +42,7 @@ def test_head_dim_independent_of_width() -> None:
     assert attn["key"].shape == (32, 2, 16)
     assert attn["out"].shape == (4, 16, 32)
     assert model.architecture.attention_params() == 2 * 32 * 4 * 16 + 2 * 32 * 2 * 16
-    params = shapes(model)
+    params = stacked(shapes(model), model.stacked_layers)  # the model's own layout again
     logits, _ = jax.eval_shape(
         lambda p: model.apply({"params": p}, jnp.ones((2, 5), jnp.int32), deterministic=True), params
     )

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.models.conftest import build, random_params
+from theseus.checkpoint.layers import per_layer
 from theseus.errors import ConfigError
 from theseus.model.models import TransformerLM, decode_step, generate, init_cache
 
@@ -60,7 +61,7 @@ def test_greedy_with_cache_equals_rerunning_the_prefix(family: type[TransformerL
     np.testing.assert_allclose(np.stack(got_logits), np.stack(expected_logits), atol=2e-5)
     assert len({int(t) for t in np.stack(expected_tokens).ravel()}) > 2  # a non-trivial continuation
     # every slot was written; the left-padded row counted only its real tokens
-    assert int(cache["blocks_0"]["attn"]["index"]) == total - 1
+    assert int(per_layer(cache, model.stacked_layers)["blocks_0"]["attn"]["index"]) == total - 1
     np.testing.assert_array_equal(cache["decode_positions"]["length"], [total - 1, total - 3])
 
     generated = generate(model, params, prompt, NEW, padding_mask=prompt_mask)
@@ -71,7 +72,7 @@ def test_cache_holds_activation_dtype_and_grouped_heads(family: type[Transformer
     model = build(family, model__activation_dtype="bfloat16")
     cache = init_cache(model, 2, 16)
     arch = model.architecture
-    attn = cache["blocks_1"]["attn"]
+    attn = per_layer(cache, model.stacked_layers)["blocks_1"]["attn"]
     assert attn["key"].shape == (2, 16, arch.n_kv_heads, arch.head_dim)
     assert attn["key"].dtype == jnp.bfloat16 and attn["mask"].dtype == jnp.bool_
     assert not bool(attn["mask"].any()) and int(attn["index"]) == 0

@@ -41,8 +41,9 @@ def reference_logits(model: TransformerLM, params: dict, x: np.ndarray, mask: np
     return reference.gpt_logits(p64, x, mask, n_heads=arch.n_heads)
 
 
-def test_parity_with_numpy_reference(family: type[TransformerLM]) -> None:
-    model = build(family)
+@pytest.mark.parametrize("scan", [True, False], ids=["stacked", "per-layer"])
+def test_parity_with_numpy_reference(family: type[TransformerLM], scan: bool) -> None:
+    model = build(family, model__scan_layers=scan)
     x, y, mask = batch()
     params = random_params(model)
     logits, loss = jax.jit(lambda p: model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True))(params)
@@ -105,7 +106,10 @@ def analytic_flops(n_layers: int, width: int, d_ff: int, vocab: int, seq: int, k
 
 
 def test_flops_formula_and_xla_cost_analysis() -> None:
-    model = build(GPT, architecture__n_embd=128, architecture__vocab_size=256, architecture__block_size=128)
+    # unrolled: XLA's cost analysis counts the body of a scan over layers once
+    model = build(
+        GPT, architecture__n_embd=128, architecture__vocab_size=256, architecture__block_size=128, model__scan_layers=False
+    )
     seq = 128
     assert model.flops(seq) == analytic_flops(2, 128, 512, 256, seq, 128, gated=False)
 
@@ -129,7 +133,7 @@ def test_llama_flops_count_grouped_heads_and_swiglu() -> None:
 
 
 def test_layer_flops_add_up_to_the_model() -> None:
-    model = build(GPT)
+    model = build(GPT, model__scan_layers=False)
     arch = model.architecture
     variables = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32)))
     block = model.bind(variables).blocks[0]
@@ -269,14 +273,14 @@ def test_every_parameter_has_logical_axes_and_the_plan_covers_them(family: type[
     for leaf in boxed:
         assert len(leaf.names) == leaf.value.ndim and set(leaf.names) <= known, leaf.names
     plan = model.sharding
-    assert plan == ShardingPlan(embed="data", mlp="model", heads="model", kv_heads="model", vocab="model")
+    assert plan == ShardingPlan(embed="data", mlp="model", heads="model", kv_heads="model", vocab="model", layers=None)
     specs = nn.logical_to_mesh(nn.get_partition_spec(variables["params"]), plan.rules())
     embedding = specs["token_embedding"]["embedding"]
     assert tuple(embedding) == (MeshAxis.MODEL, MeshAxis.DATA)
-    up = specs["blocks_0"]["mlp"]["up"]["kernel"]
-    assert tuple(up) == (MeshAxis.DATA, MeshAxis.MODEL)
+    up = specs["blocks"]["mlp"]["up"]["kernel"]  # [layers, embed, mlp]: the stacked layer axis is never sharded
+    assert tuple(up) == (None, MeshAxis.DATA, MeshAxis.MODEL)
     fsdp = nn.logical_to_mesh(nn.get_partition_spec(variables["params"]), plan.restricted(["data"]).rules())
-    assert tuple(fsdp["blocks_0"]["mlp"]["up"]["kernel"]) == (MeshAxis.DATA, None)
+    assert tuple(fsdp["blocks"]["mlp"]["up"]["kernel"]) == (None, MeshAxis.DATA, None)
 
 
 def test_models_and_layers_are_registered_components() -> None:

@@ -23,6 +23,7 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint._src.checkpoint_managers import preservation_policy as policies
 
+from theseus.checkpoint.layers import LayoutChange, convert_restored, layout_changes, to_layout
 from theseus.checkpoint.shapes import param_shapes
 from theseus.errors import CheckpointError
 
@@ -175,8 +176,8 @@ class CheckpointStore:
         except OSError as exc:
             raise self._write_error(step, exc) from exc
 
-    def check_shapes(self, step: int, abstract_params: Any) -> None:
-        """Raise CheckpointError if the saved parameters do not match ``abstract_params``."""
+    def _saved_tree(self, step: int) -> Mapping[str, Any]:
+        """The metadata tree (shapes, no values) of checkpoint ``step``'s state."""
         _quiet_unraisable()
         try:
             saved = self.manager.item_metadata(step)[STATE]
@@ -191,6 +192,12 @@ class CheckpointStore:
                 f"checkpoint {self._where(step)} is unreadable (it holds no parameters)",
                 "remove it to resume from an earlier one, or use a new run/name",
             )
+        return tree
+
+    def check_shapes(self, step: int, abstract_params: Any, saved: Mapping[str, Any] | None = None) -> None:
+        """Raise CheckpointError if the saved parameters do not match ``abstract_params`` (in the
+        saved layer layout)."""
+        tree = self._saved_tree(step) if saved is None else saved
         saved_shapes = param_shapes(tree["params"])
         wanted = param_shapes(abstract_params)
         for path, shape in wanted.items():
@@ -218,17 +225,25 @@ class CheckpointStore:
             )
 
     def restore(self, step: int, abstract_state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Restore ``step`` into the shapes, dtypes and shardings of ``abstract_state``."""
+        """Restore ``step`` into the shapes, dtypes and shardings of ``abstract_state``.
+
+        A checkpoint whose repeated layers are stacked while ``abstract_state`` holds them per layer
+        (or the reverse) is read in its own layout and converted (see :mod:`theseus.checkpoint.layers`).
+        """
         _quiet_unraisable()
+        changes: list[LayoutChange] = []
+        target = dict(abstract_state)
         if "params" in abstract_state:
-            self.check_shapes(step, abstract_state["params"])
+            saved = self._saved_tree(step)
+            changes = layout_changes(param_shapes(saved).keys(), abstract_state)
+            target = to_layout(target, changes, abstract=True)
+            self.check_shapes(step, target["params"], saved)
         try:
             restored = self.manager.restore(
                 step,
-                args=ocp.args.Composite(
-                    **{STATE: ocp.args.StandardRestore(dict(abstract_state)), META: ocp.args.JsonRestore()}
-                ),
+                args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore(target), META: ocp.args.JsonRestore()}),
             )
+            state = convert_restored(dict(restored[STATE]), changes, dict(abstract_state))
         except CheckpointError:
             raise
         except Exception as exc:
@@ -236,7 +251,7 @@ class CheckpointStore:
                 f"cannot restore checkpoint {self._where(step)} ({type(exc).__name__}: {_first_line(exc)})",
                 "remove it to resume from an earlier one, or use a new run/name",
             ) from exc
-        return dict(restored[STATE]), dict(restored[META] or {})
+        return dict(state), dict(restored[META] or {})
 
     def restore_latest(
         self, abstract_state: Mapping[str, Any], warn: Callable[[str], None] | None = None

@@ -71,6 +71,13 @@ class Module(nn.Module):
         return 0
 
     @property
+    def stacked_layers(self) -> tuple[str, ...]:
+        """Variable entries that hold repeated layers stacked on a leading axis (a scanned layer
+        stack), ``()`` when every layer has entries of its own. Name-based code reads
+        ``theseus.checkpoint.layers.per_layer(tree, module.stacked_layers)``."""
+        return ()
+
+    @property
     def _param_dtype(self) -> jnp.dtype:
         return jnp.dtype(self.param_dtype)
 

@@ -460,6 +460,8 @@ class BaseTrainer(Job):
         cls, sharding = type(self), self.sharding
         # Paths are static: recorded while tracing, kept for calls that reuse the compiled function.
         paths: list[tuple[str, ...]] = self.compiled("capture_paths", list)
+        stacked = getattr(self.model, "stacked_layers", ())  # scanned layers: one entry per layer
+        from theseus.checkpoint.layers import per_layer
 
         def build() -> Any:
             def captured(state: TrainState, batch: Batch, key: jax.Array) -> tuple[Any, list[Any]]:
@@ -480,7 +482,7 @@ class BaseTrainer(Job):
                 outputs = cls.trace(state.replace(apply_fn=recording_apply), batch, key, sharding=sharding)
                 if isinstance(outputs, tuple) and len(outputs) == 3 and isinstance(outputs[2], Mapping):
                     outputs = (outputs[0], outputs[1], {k: v for k, v in outputs[2].items() if k != "intermediates"})
-                ordered = _in_order(recorded[-1]) if recorded else []
+                ordered = _in_order(per_layer(recorded[-1], stacked)) if recorded else []
                 paths[:] = [path for path, _ in ordered]
                 return outputs, [value for _, value in ordered]
 

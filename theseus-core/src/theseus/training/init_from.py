@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 
-from theseus.checkpoint.shapes import first_shape_mismatch
 from theseus.config import Configuration, read_yaml
 from theseus.errors import CheckpointError, ConfigError, DataError
 
@@ -96,26 +95,18 @@ def run_source(root: Path, name: str, step: int | None, spec: str) -> InitSource
 
 
 def restore_params(path: Path, abstract: Any, shardings: Any, where: str) -> Any:
-    """Only ``params`` of an orbax state, restored directly onto ``shardings``."""
-    import orbax.checkpoint as ocp
+    """Only ``params`` of an orbax state, restored directly onto ``shardings`` (either layer layout)."""
+    from theseus.checkpoint.params import NoSavedParams, ParamsMismatch, read_params
 
     target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
     try:
-        handler = ocp.PyTreeCheckpointHandler()
-        try:
-            metadata = handler.metadata(path)
-        finally:
-            handler.close()
-        saved = getattr(metadata, "tree", metadata)
-        if not isinstance(saved, Mapping) or "params" not in saved:
-            raise CheckpointError(f"training/init_from={where}: the checkpoint holds no parameters")
-        check_shapes(saved["params"], abstract, where)
-        restore_args = ocp.checkpoint_utils.construct_restore_args(target)
-        args = ocp.args.PyTreeRestore(
-            item={"params": target}, restore_args={"params": restore_args}, partial_restore=True
-        )
-        with ocp.PyTreeCheckpointer() as checkpointer:
-            restored = checkpointer.restore(path, args=args)
+        return read_params(path, target)
+    except NoSavedParams as exc:
+        raise CheckpointError(f"training/init_from={where}: the checkpoint holds no parameters") from exc
+    except ParamsMismatch as exc:
+        raise CheckpointError(
+            f"training/init_from={where} holds {exc.found} for parameter {exc.key!r}, but the model expects {exc.shape}"
+        ) from exc
     except (ConfigError, CheckpointError):
         raise
     except Exception as exc:
@@ -123,16 +114,6 @@ def restore_params(path: Path, abstract: Any, shardings: Any, where: str) -> Any
         raise CheckpointError(
             f"training/init_from={where}: cannot read {path} ({type(exc).__name__}: {first})"
         ) from exc
-    return restored["params"]
-
-
-def check_shapes(saved: Any, abstract: Any, where: str) -> None:
-    mismatch = first_shape_mismatch(saved, abstract)
-    if mismatch is not None:
-        key, found, shape = mismatch
-        raise CheckpointError(
-            f"training/init_from={where} holds {found} for parameter {key!r}, but the model expects {shape}"
-        )
 
 
 # -- the trainer side ----------------------------------------------------------------------------

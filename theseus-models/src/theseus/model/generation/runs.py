@@ -18,7 +18,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from theseus.checkpoint.shapes import first_shape_mismatch
 from theseus.config import Configuration, configuration, configure, read_yaml
 from theseus.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 from theseus.errors import CheckpointError, ConfigError, TheseusError
@@ -183,41 +182,24 @@ def abstract_params(model: TransformerLM) -> Any:
     return nn.unbox(shapes["params"])
 
 
-def check_saved_shapes(saved: Any, abstract: Any, where: str) -> None:
-    """CheckpointError naming the first parameter whose saved shape differs from the rebuilt model's."""
-    mismatch = first_shape_mismatch(saved, abstract)
-    if mismatch is not None:
-        key, found, shape = mismatch
-        raise CheckpointError(
-            f"checkpoint {where} holds {found} for parameter {key!r}, but the model rebuilt from the run's "
-            f"config.yaml expects {shape}; restore the run's config.yaml or train the run again"
-        )
-
-
 def restore_params(checkpoints: Path, step: int, abstract: Any, run: str) -> Any:
     """Read only ``params`` of checkpoint ``step`` onto the default device, without writing anything
-    (a training run may be saving its next checkpoint meanwhile)."""
-    import orbax.checkpoint as ocp
+    (a training run may be saving its next checkpoint meanwhile). Either layer layout loads."""
+    from theseus.checkpoint.params import NoSavedParams, ParamsMismatch, read_params
 
     path = checkpoints / str(step) / "state"
     where = f"{str(checkpoints / str(step))!r} of run {run!r}"
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device), abstract)
-    args = ocp.args.PyTreeRestore(
-        item={"params": abstract}, restore_args={"params": restore_args}, partial_restore=True
-    )
+    target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), abstract)
     try:
-        handler = ocp.PyTreeCheckpointHandler()
-        try:
-            metadata = handler.metadata(path)
-        finally:
-            handler.close()
-        saved = getattr(metadata, "tree", metadata)
-        if not isinstance(saved, dict) or "params" not in saved:
-            raise CheckpointError(f"checkpoint {where} holds no parameters; train the run again")
-        check_saved_shapes(saved["params"], abstract, where)
-        with ocp.PyTreeCheckpointer() as checkpointer:
-            restored = checkpointer.restore(path, args=args)
+        return read_params(path, target)
+    except NoSavedParams as exc:
+        raise CheckpointError(f"checkpoint {where} holds no parameters; train the run again") from exc
+    except ParamsMismatch as exc:
+        raise CheckpointError(
+            f"checkpoint {where} holds {exc.found} for parameter {exc.key!r}, but the model rebuilt from the run's "
+            f"config.yaml expects {exc.shape}; restore the run's config.yaml or train the run again"
+        ) from exc
     except TheseusError:
         raise
     except Exception as exc:
@@ -225,7 +207,6 @@ def restore_params(checkpoints: Path, step: int, abstract: Any, run: str) -> Any
         raise CheckpointError(
             f"cannot read the parameters of checkpoint {where}: {type(exc).__name__}: {first}"
         ) from exc
-    return restored["params"]
 
 
 def load_run(root: str | Path, name: str = "", *, step: int | None = None, tokenizer: str | None = None) -> LoadedRun:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, ClassVar
 
@@ -80,6 +81,63 @@ class DecodePositions(nn.Module):
         if exists:
             length.value = length.value + jnp.sum(mask, axis=1, dtype=jnp.int32)
         return positions
+
+
+#: The entry of the stacked layers of a scanned model (``blocks_<i>`` per layer otherwise).
+LAYERS = "blocks"
+
+#: ``model/remat`` policies: what the backward pass keeps from the forward pass of a layer.
+REMAT_POLICIES: dict[str, Any] = {
+    "none": None,  # everything (no recomputation)
+    "full": jax.checkpoint_policies.nothing_saveable,  # only the layer's input
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # the projections' outputs
+}
+
+
+def with_remat(block: type[Block], policy: str, *, prevent_cse: bool) -> type[Block]:
+    """``block`` recomputed in the backward pass under ``policy`` (unchanged for ``"none"``)."""
+    if policy == "none":
+        return block
+    lifted: type[Block] = nn.remat(  # deterministic and decode are Python flags
+        block, static_argnums=(4, 5), policy=REMAT_POLICIES[policy], prevent_cse=prevent_cse
+    )
+    return lifted
+
+
+@functools.cache
+def _scan_body(block: type[Block]) -> type[Block]:
+    """``block`` with the call shape ``nn.scan`` expects: ``(carry, ...) -> (carry, None)``."""
+
+    class Layer(block):  # type: ignore[valid-type,misc]
+        def __call__(  # type: ignore[override]
+            self,
+            x: jax.Array,
+            padding_mask: jax.Array | None = None,
+            positions: jax.Array | None = None,
+            deterministic: bool = False,
+            decode: bool = False,
+        ) -> tuple[jax.Array, None]:
+            return super().__call__(x, padding_mask, positions, deterministic, decode), None
+
+    Layer.__name__ = Layer.__qualname__ = f"Scanned{block.__name__}"
+    return Layer
+
+
+@functools.cache
+def layer_stack(block: type[Block], n_layers: int, remat: str) -> type[Block]:
+    """``n_layers`` copies of ``block`` run by one ``nn.scan``: parameters, KV cache and recorded
+    intermediates get a leading layer axis (logical axis ``layers``, never sharded), dropout and
+    initialisation get a key per layer; ``remat`` applies per layer."""
+    body = with_remat(_scan_body(block), remat, prevent_cse=False)
+    stack: type[Block] = nn.scan(
+        body,
+        variable_axes={"params": 0, "cache": 0, "intermediates": 0},
+        split_rngs={"params": True, "dropout": True},
+        in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+        length=n_layers,
+        metadata_params={nn.PARTITION_NAME: Axis.LAYERS},
+    )
+    return stack
 
 
 class TransformerLM(Module):
@@ -185,7 +243,17 @@ class TransformerLM(Module):
         min=1,
         help="pad the embedding and output head to a multiple of this (sharding, matmul speed); 1: no padding",
     )
-    remat: bool = field("model/remat", default=False, help="recompute each layer in the backward pass (less memory)")
+    scan_layers: bool = field(
+        "model/scan_layers",
+        default=True,
+        help="run the layers as one scanned layer: compile time flat in depth, parameters stacked per layer",
+    )
+    remat: str | bool = field(
+        "model/remat",
+        default="none",
+        help="recompute in the backward pass: none | full (whole layers) | dots (keep matmul outputs); "
+        "true = full, false = none",
+    )
 
     @classmethod
     def components(cls) -> list[type]:
@@ -248,8 +316,24 @@ class TransformerLM(Module):
     @property
     def sharding(self) -> ShardingPlan:
         """embed -> data (FSDP); mlp, heads, kv_heads, vocab -> model (tensor parallel): the union of
-        the layers' plans."""
-        return ShardingPlan.union(TokenEmbedding().sharding, self.BLOCK().sharding)
+        the layers' plans; the stacked layer axis of a scanned model is never sharded."""
+        return ShardingPlan.union(TokenEmbedding().sharding, self.BLOCK().sharding, ShardingPlan({Axis.LAYERS: None}))
+
+    @property
+    def stacked_layers(self) -> tuple[str, ...]:
+        """``("blocks",)`` with ``model/scan_layers``: every layer parameter is ``blocks/...`` with a
+        leading ``[n_layers]`` axis; otherwise ``()`` (``blocks_0``, ``blocks_1``, ...)."""
+        return (LAYERS,) if self.scan_layers else ()
+
+    @property
+    def remat_policy(self) -> str:
+        """``model/remat`` as one of :data:`REMAT_POLICIES` (booleans read as full / none)."""
+        value = self.remat
+        if isinstance(value, bool):
+            return "full" if value else "none"
+        if value not in REMAT_POLICIES:
+            raise ConfigError(f"model/remat={value!r} is not one of {', '.join(REMAT_POLICIES)}; pick one of them")
+        return value
 
     def flops(self, seq: int) -> int:
         """Forward + backward FLOPs of one sequence; see :meth:`Architecture.flops`. Works unbound."""
@@ -267,9 +351,14 @@ class TransformerLM(Module):
         self.token_embedding = child(self, TokenEmbedding, vocab_size=arch.padded_vocab_size, n_embd=arch.n_embd)
         if arch.learned_positions:
             self.position_embedding = child(self, PositionEmbedding, block_size=arch.block_size, n_embd=arch.n_embd)
-        block_cls: Any = nn.remat(self.BLOCK, static_argnums=(4, 5)) if self.remat else self.BLOCK
         out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
-        self.blocks = [child(self, block_cls, architecture=arch, out_std=out_std) for _ in range(arch.n_layers)]
+        if self.scan_layers:
+            self.blocks = child(
+                self, layer_stack(self.BLOCK, arch.n_layers, self.remat_policy), architecture=arch, out_std=out_std
+            )
+        else:
+            block_cls = with_remat(self.BLOCK, self.remat_policy, prevent_cse=True)
+            self.blocks = [child(self, block_cls, architecture=arch, out_std=out_std) for _ in range(arch.n_layers)]
         self.final_norm = make_norm(self, arch)
         if not arch.tied_embeddings:
             self.lm_head = param(
@@ -312,8 +401,11 @@ class TransformerLM(Module):
         if arch.dropout > 0.0 and not deterministic:
             h = self.embedding_dropout(h, deterministic=False)
         h = constrain(cast(h, self._activation_dtype), ACTIVATION_AXES)
-        for block in self.blocks:
-            h = block(h, mask, positions, deterministic, decode)
+        if self.scan_layers:
+            h, _ = self.blocks(h, mask, positions, deterministic, decode)
+        else:
+            for block in self.blocks:
+                h = block(h, mask, positions, deterministic, decode)
         h = self.final_norm(h)
         if arch.tied_embeddings:
             logits = self.token_embedding.attend(h)
