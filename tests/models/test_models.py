@@ -108,7 +108,11 @@ def analytic_flops(n_layers: int, width: int, d_ff: int, vocab: int, seq: int, k
 def test_flops_formula_and_xla_cost_analysis() -> None:
     # unrolled: XLA's cost analysis counts the body of a scan over layers once
     model = build(
-        GPT, architecture__n_embd=128, architecture__vocab_size=256, architecture__block_size=128, model__scan_layers=False
+        GPT,
+        architecture__n_embd=128,
+        architecture__vocab_size=256,
+        architecture__block_size=128,
+        model__scan_layers=False,
     )
     seq = 128
     assert model.flops(seq) == analytic_flops(2, 128, 512, 256, seq, 128, gated=False)

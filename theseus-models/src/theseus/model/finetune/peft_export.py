@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from theseus.errors import ConfigError
+from theseus.model.models.transformer import LAYERS
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -44,6 +45,9 @@ def peft_tensors(family: str, params: Mapping[str, Any], n_layers: int) -> tuple
         tensors[f"base_model.model.{module}.lora_B.weight"] = b.astype(np.float32)
         ranks[module] = int(a.shape[0])
 
+    from theseus.checkpoint.layers import per_layer
+
+    params = per_layer(params, (LAYERS,))  # a scanned model's stacked layers, one entry per layer
     for i in range(n_layers):
         block = params[f"blocks_{i}"]
         attn, mlp = block["attn"], block["mlp"]

@@ -116,13 +116,19 @@ def write_tokenizer(
 
 
 def merged_params(loaded: Any) -> Any:
-    """A run's parameters with any LoRA adapters folded into their kernels (the plain model's layout)."""
+    """A run's parameters one entry per layer (host views of stacked layers, nothing copied) with any
+    LoRA adapters folded into their kernels (the plain model's layout)."""
+    import jax
+    import numpy as np
+
+    from theseus.checkpoint.layers import per_layer
     from theseus.model.layers import lora
 
+    params = per_layer(jax.tree.map(np.asarray, loaded.params), loaded.model.stacked_layers)
     rank = int(loaded.config.get("model/lora/rank") or 0)
     if rank <= 0:
-        return loaded.params
-    return lora.merge(loaded.params, float(loaded.config.get("model/lora/alpha", 16.0)), rank)
+        return params
+    return lora.merge(params, float(loaded.config.get("model/lora/alpha", 16.0)), rank)
 
 
 def export_run(

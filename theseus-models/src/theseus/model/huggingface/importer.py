@@ -76,25 +76,61 @@ def abstract_params(model: TransformerLM) -> dict[ParamPath, Any]:
 
 
 def read_params(prepared: PreparedImport, shardings: dict[ParamPath, Any] | None = None) -> dict[str, Any]:
-    """The parameter tree, each tensor placed with its sharding (default: the first device) in the
-    model's parameter dtype."""
+    """The parameter tree in the model's layout, each tensor placed with its sharding (default: the
+    first device) in the model's parameter dtype.
+
+    Hugging Face names every layer's tensors apart; for a model that scans over its layers the
+    layers of one parameter are gathered in a host buffer and placed once the last one is read,
+    so at most the model's size is held on the host besides what is already placed.
+    """
     import jax
 
     wanted = abstract_params(prepared.model)
+    stacked_names = set(prepared.model.stacked_layers)
+    per_layer: dict[ParamPath, Any] = {}
+    for path, leaf in wanted.items():
+        if path[0] in stacked_names:
+            for index in range(leaf.shape[0]):
+                per_layer[(f"{path[0]}_{index}", *path[1:])] = jax.ShapeDtypeStruct(leaf.shape[1:], leaf.dtype)
+        else:
+            per_layer[path] = leaf
     mapped = {path for m in prepared.maps for path in m.paths}
-    if mapped != set(wanted):
-        missing = sorted(set(wanted) - mapped) or sorted(mapped - set(wanted))
+    if mapped != set(per_layer):
+        missing = sorted(set(per_layer) - mapped) or sorted(mapped - set(per_layer))
         raise ConfigError(f"the import does not cover parameter {'/'.join(missing[0])!r}; this model is not supported")
     device = jax.devices()[0]
+    buffers: dict[ParamPath, tuple[np.ndarray, set[int]]] = {}
+    placed: dict[ParamPath, Any] = {}
+
+    def put(path: ParamPath, values: np.ndarray) -> Any:
+        sharding = shardings[path] if shardings is not None else device
+        return jax.device_put(np.asarray(values, dtype=wanted[path].dtype), sharding)
 
     def place(path: ParamPath, values: np.ndarray) -> Any:
-        target = wanted[path]
+        target = per_layer[path]
         if tuple(values.shape) != tuple(target.shape):
             raise ConfigError(f"parameter {'/'.join(path)!r}: converted shape {values.shape} != {target.shape}")
-        sharding = shardings[path] if shardings is not None else device
-        return jax.device_put(np.asarray(values, dtype=target.dtype), sharding)
+        name, _, index = path[0].rpartition("_")
+        if name not in stacked_names:
+            return put(path, values)
+        key = (name, *path[1:])
+        buffer, filled = buffers.setdefault(key, (np.empty(wanted[key].shape, wanted[key].dtype), set()))
+        buffer[int(index)] = values
+        filled.add(int(index))
+        if len(filled) == buffer.shape[0]:
+            placed[key] = put(key, buffers.pop(key)[0])
+        return None
 
-    return load_params(prepared.checkpoint, prepared.maps, place)
+    tree = load_params(prepared.checkpoint, prepared.maps, place)
+    for name in stacked_names:
+        for key in [k for k in tree if k.rpartition("_")[0] == name]:
+            del tree[key]
+    for key, value in placed.items():
+        node = tree
+        for part in key[:-1]:
+            node = node.setdefault(part, {})
+        node[key[-1]] = value
+    return tree
 
 
 def file_hashes(folder: Path) -> dict[str, str]:

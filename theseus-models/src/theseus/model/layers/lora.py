@@ -146,8 +146,17 @@ def check_coverage(params: Any, targets: Iterable[str], model: str) -> None:
         )
 
 
+def _product(a: jax.Array, b: jax.Array, kernel_ndim: int) -> jax.Array:
+    """``A B`` over the rank axis; layers stacked on a leading axis (a scanned model) are multiplied
+    layer by layer."""
+    if a.ndim + b.ndim - 2 == kernel_ndim + 1:
+        return jax.vmap(lambda x, y: jnp.tensordot(x, y, axes=1))(a, b)
+    return jnp.tensordot(a, b, axes=1)
+
+
 def merge(params: Any, alpha: float, rank: int) -> Any:
-    """``params`` with every adapter folded into its kernel (``W + (alpha / rank) A B``) and removed."""
+    """``params`` with every adapter folded into its kernel (``W + (alpha / rank) A B``) and removed;
+    stacked (scanned) and per-layer layouts alike."""
     scale = alpha / rank if rank else 0.0
 
     def fold(tree: Any) -> Any:
@@ -165,7 +174,7 @@ def merge(params: Any, alpha: float, rank: int) -> Any:
             base = name[: -len(SUFFIX_A)].rstrip("_") or "kernel"
             a, b = tree[key], tree[name[: -len(SUFFIX_A)] + SUFFIX_B]
             kernel = out[base]
-            delta = jnp.tensordot(a.astype(jnp.float32), b.astype(jnp.float32), axes=1) * scale
+            delta = _product(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32), jnp.ndim(kernel)) * scale
             out[base] = (kernel.astype(jnp.float32) + delta).astype(kernel.dtype)
         return out
 
