@@ -154,9 +154,11 @@ def main() -> None:
     results["benchmark_table"] = sharding_memory.table(benchmark, 4)
     if resume is not None:
         # A run resumes only with the evaluations and analyses it started with, so the two-process
-        # run's own job continues it, in another layout (fsdp+tp) and another micro-batching.
+        # run's own job continues it, in another layout (fsdp+tp), another micro-batching and with
+        # its layers unrolled (the checkpoint holds them stacked).
         data, model = LAYOUTS["fsdp+tp"]
         extra = {
+            "model/scan_layers": False,
             "mesh/layout": "fsdp+tp",
             "mesh/data": data,
             "mesh/model": model,

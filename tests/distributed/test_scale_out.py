@@ -152,12 +152,13 @@ def test_layouts_shard_parameters_and_optimizer_state_as_planned(scale_out: dict
             mirrors = [v for k, v in run["opt_state"].items() if k.endswith("/" + path) and v["shape"] == info["shape"]]
             assert len(mirrors) == 2, (layout, path)  # AdamW's two moments
             assert all(m["spec"] == spec and m["device_shapes"] == [held] for m in mirrors), (layout, path)
-    up = "blocks_0/mlp/up/kernel"  # [embed=32, mlp=128]
-    assert runs["dp"]["params"][up]["device_shapes"] == [[32, 128]]  # replicated
-    assert runs["fsdp"]["params"][up]["device_shapes"] == [[8, 128]]  # a quarter on each device
-    assert runs["tp"]["params"][up]["device_shapes"] == [[32, 32]]  # the mlp dimension split
-    assert runs["fsdp+tp"]["params"][up]["device_shapes"] == [[16, 64]]
-    assert runs["tp"]["params"]["blocks_0/attn/query"]["device_shapes"] == [[32, 1, 8]]  # one head each
+    up = "blocks/mlp/up/kernel"  # [layers, embed=32, mlp=128]: the scanned layers' axis is never split
+    layers = runs["dp"]["params"][up]["shape"][0]
+    assert runs["dp"]["params"][up]["device_shapes"] == [[layers, 32, 128]]  # replicated
+    assert runs["fsdp"]["params"][up]["device_shapes"] == [[layers, 8, 128]]  # a quarter on each device
+    assert runs["tp"]["params"][up]["device_shapes"] == [[layers, 32, 32]]  # the mlp dimension split
+    assert runs["fsdp+tp"]["params"][up]["device_shapes"] == [[layers, 16, 64]]
+    assert runs["tp"]["params"]["blocks/attn/query"]["device_shapes"] == [[layers, 32, 1, 8]]  # one head each
 
 
 def test_memory_benchmark_counts_the_bytes_devices_hold(scale_out: dict[str, Any]) -> None:
@@ -182,7 +183,7 @@ def test_sizes_that_do_not_split_are_one_line_errors(scale_out: dict[str, Any]) 
     errors = scale_out["one"]["errors"]
     assert all("\n" not in message for message in errors.values())
     assert (
-        "'blocks_0/attn/key' dimension 1 (kv_heads=2) is not divisible by the model mesh axis of size 4"
+        "'blocks/attn/key' dimension 2 (kv_heads=2) is not divisible by the model mesh axis of size 4"
         in (errors["heads"])
     )
     assert "(vocab=258) is not divisible by the model mesh axis of size 4" in errors["vocab"]
@@ -222,7 +223,8 @@ def test_a_two_process_checkpoint_resumes_in_one_process_and_another_layout(scal
     resumed = scale_out["one"]["resumed"]
     reference = scale_out["one"]["runs"]["dp"]["losses"]
     assert resumed["step"] == 5
-    assert resumed["params"]["blocks_0/mlp/up/kernel"]["spec"] == ["data", "model"]  # restored into fsdp+tp
+    # restored into fsdp+tp, one entry per layer (the two processes saved the layers stacked)
+    assert resumed["params"]["blocks_0/mlp/up/kernel"]["spec"] == ["data", "model"]
     assert resumed["losses"]["steps"] == [1, 2, 3, 4, 5]
     close(resumed["losses"]["train"][3:], reference["train"][3:])
     close(resumed["losses"]["val"], reference["val"])

@@ -221,7 +221,7 @@ def convert_restored(restored: Any, changes: list[LayoutChange], target: Any) ->
     shardings = jax.tree_util.tree_map(
         lambda leaf: getattr(leaf, "sharding", None), target, is_leaf=lambda x: hasattr(x, "shape")
     )
-    return jax.jit(lambda tree: to_layout(tree, undo), out_shardings=shardings, donate_argnums=0)(restored)
+    return jax.jit(lambda tree: to_layout(tree, undo), out_shardings=shardings)(restored)
 
 
 __all__ = [

@@ -1,0 +1,153 @@
+"""Scanned (stacked) and unrolled (per-layer) layers: the same model, and checkpoints that load into
+either layout, optimizer state included."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from tests.models.conftest import build, random_params
+from tests.models.test_models import batch
+from theseus.checkpoint import CheckpointStore
+from theseus.checkpoint.layers import per_layer, stacked
+from theseus.errors import CheckpointError, ConfigError
+from theseus.model.models import GPT, Llama, TransformerLM
+
+
+def test_stacked_and_per_layer_parameters_give_the_same_logits_and_gradients(family: type[TransformerLM]) -> None:
+    unrolled, scanned = build(family, model__scan_layers=False), build(family, model__scan_layers=True)
+    assert (unrolled.stacked_layers, scanned.stacked_layers) == ((), ("blocks",))
+    params = random_params(unrolled, std=0.1)
+    x, y, mask = batch()
+
+    def loss_and_grads(model: TransformerLM, p: dict) -> tuple:
+        def fn(p: dict) -> tuple:
+            logits, loss = model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True)
+            return loss, logits
+
+        (loss, logits), grads = jax.value_and_grad(fn, has_aux=True)(p)
+        return logits, loss, grads
+
+    logits_a, loss_a, grads_a = jax.jit(lambda p: loss_and_grads(unrolled, p))(params)
+    logits_b, loss_b, grads_b = jax.jit(lambda p: loss_and_grads(scanned, p))(stacked(params, ["blocks"]))
+    np.testing.assert_allclose(np.asarray(logits_a), np.asarray(logits_b), atol=1e-5, rtol=0)
+    assert abs(float(loss_a) - float(loss_b)) <= 1e-6
+    for a, b in zip(jax.tree.leaves(stacked(grads_a, ["blocks"])), jax.tree.leaves(grads_b), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scan", [True, False], ids=["stacked", "per-layer"])
+def test_remat_policies_give_the_same_loss_and_gradients(scan: bool) -> None:
+    x, y, mask = batch()
+    plain = build(Llama, model__scan_layers=scan)
+    params = random_params(plain, std=0.1)
+
+    def grads(model: TransformerLM) -> tuple[jax.Array, dict]:
+        fn = lambda p: model.apply({"params": p}, x, y, padding_mask=mask)[1]  # noqa: E731
+        return jax.value_and_grad(fn)(params)
+
+    models = [build(Llama, model__scan_layers=scan, model__remat=policy) for policy in ("full", "dots")]
+    assert [m.remat_policy for m in models] == ["full", "dots"]
+    assert build(Llama, model__remat=True).remat_policy == "full"  # the former boolean key still reads
+    assert build(Llama, model__remat=False).remat_policy == "none"
+    (loss, reference), *others = jax.jit(lambda: [grads(m) for m in (plain, *models)])()
+    for other_loss, other in others:
+        assert float(other_loss) == pytest.approx(float(loss), rel=1e-6)
+        for a, b in zip(jax.tree.leaves(reference), jax.tree.leaves(other), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_an_unknown_remat_policy_is_one_error() -> None:
+    with pytest.raises(ConfigError, match=r"model/remat='some' is not one of none, full, dots"):
+        build(GPT, model__remat="some").init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))
+
+
+def _train_state(model: TransformerLM, params: dict) -> dict:
+    """Parameters plus AdamW moments after one update (so the moments are not all zero)."""
+    tx = optax.adamw(1e-2)
+    grads = jax.tree.map(lambda p: jnp.ones_like(p) * 0.5, params)
+    opt_state = tx.init(params)
+    _, opt_state = tx.update(grads, opt_state, params)
+    return {"params": params, "opt_state": opt_state, "step": jnp.asarray(7, jnp.int32)}
+
+
+def _abstract(tree: dict) -> dict:
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.asarray(a).dtype, sharding=device), tree)
+
+
+@pytest.mark.parametrize("saved_scanned", [False, True], ids=["per-layer-to-stacked", "stacked-to-per-layer"])
+def test_a_checkpoint_loads_into_the_other_layout(tmp_path: Path, saved_scanned: bool) -> None:
+    unrolled = build(Llama, model__scan_layers=False)
+    params = random_params(unrolled, seed=5)
+    per_layer_state = _train_state(unrolled, params)
+    stacked_state = jax.tree.map(jnp.asarray, stacked(per_layer_state, ["blocks"]))
+    saved, wanted = (stacked_state, per_layer_state) if saved_scanned else (per_layer_state, stacked_state)
+    store = CheckpointStore(tmp_path, keep=1, async_save=False)
+    store.save(1, saved, {"step": 1})
+    restored, meta = store.restore(1, _abstract(wanted))
+    store.close()
+    assert meta == {"step": 1}
+    assert jax.tree.structure(restored) == jax.tree.structure(wanted)
+    for got, expected in zip(jax.tree.leaves(restored), jax.tree.leaves(wanted), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))  # bit for bit, moments included
+    mu = restored["opt_state"][0].mu
+    assert ("blocks" in mu) == (not saved_scanned) and ("blocks_0" in mu) == saved_scanned
+
+
+def test_a_mismatch_after_conversion_names_the_saved_parameter(tmp_path: Path) -> None:
+    small = build(Llama, model__scan_layers=False)
+    store = CheckpointStore(tmp_path, keep=1, async_save=False)
+    store.save(1, {"params": random_params(small)}, {"step": 1})
+    wider = build(Llama, architecture__n_embd=64, model__scan_layers=True)
+    wanted = _abstract(jax.tree.map(jnp.asarray, random_params(wider)))
+    with pytest.raises(CheckpointError, match=r"parameter 'blocks_0/.*' of shape \(32,.*expects \(64,"):
+        store.restore(1, {"params": wanted})
+    store.close()
+
+
+def test_per_layer_views_of_the_cache_and_parameters_round_trip() -> None:
+    scanned = build(GPT)
+    params = random_params(scanned)
+    view = per_layer(params, scanned.stacked_layers)
+    n = scanned.architecture.n_layers
+    assert [k for k in view if k.startswith("blocks")] == [f"blocks_{i}" for i in range(n)]
+    np.testing.assert_array_equal(view["blocks_1"]["attn"]["query"], np.asarray(params["blocks"]["attn"]["query"])[1])
+    again = stacked(view, scanned.stacked_layers)
+    for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.slow
+def test_a_run_resumes_in_the_other_layout(tmp_path: Path) -> None:
+    """A run stopped after 2 unrolled steps continues scanned with the losses of the unrolled run that
+    was never stopped (the optimizer's moments and the data position come through the conversion)."""
+    from tests.huggingface.conftest import VOCAB
+    from tests.huggingface.test_init_from import QUICK, FixedGPT, train_losses
+
+    settings = {
+        **QUICK,
+        "architecture/vocab_size": VOCAB,
+        "training/steps": 4,
+        "training/checkpoint_interval": 2,
+        "model/scan_layers": False,
+    }
+    FixedGPT.create(tmp_path, {**settings, "training/keep_checkpoints": 0}, name="straight").run()
+    runs = tmp_path / "runs"
+    shutil.copytree(runs / "straight", runs / "split")  # as if stopped right after the step-2 checkpoint
+    shutil.rmtree(runs / "split" / "checkpoints" / "4")
+    metrics = runs / "split" / "metrics.jsonl"
+    kept = [line for line in metrics.read_text().splitlines() if json.loads(line).get("step", 0) <= 2]
+    metrics.write_text("\n".join(kept) + "\n")
+    FixedGPT.create(tmp_path, {**settings, "model/scan_layers": True}, name="split").run()
+    straight, split = train_losses(tmp_path / "runs" / "straight"), train_losses(tmp_path / "runs" / "split")
+    assert sorted(split) == [1, 2, 3, 4]
+    for step in (3, 4):
+        assert abs(split[step] - straight[step]) <= 1e-5, (step, split[step], straight[step])
