@@ -482,7 +482,7 @@ class BaseTrainer(Job):
                 outputs = cls.trace(state.replace(apply_fn=recording_apply), batch, key, sharding=sharding)
                 if isinstance(outputs, tuple) and len(outputs) == 3 and isinstance(outputs[2], Mapping):
                     outputs = (outputs[0], outputs[1], {k: v for k, v in outputs[2].items() if k != "intermediates"})
-                ordered = _in_order(per_layer(recorded[-1], stacked)) if recorded else []
+                ordered = _in_order(_children_first(per_layer(recorded[-1], stacked), stacked)) if recorded else []
                 paths[:] = [path for path, _ in ordered]
                 return outputs, [value for _, value in ordered]
 
@@ -545,6 +545,25 @@ def enable_compilation_cache(directory: Path) -> None:
         jax.config.update("jax_compilation_cache_dir", str(directory))
     if getattr(jax.config, "jax_persistent_cache_min_compile_time_secs", 0.0) > CACHE_MIN_COMPILE_SECONDS:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
+
+
+def _children_first(tree: Any, stacked: tuple[str, ...]) -> Any:
+    """Recorded outputs of scanned layers (which a scan keeps in name order, not execution order)
+    with each module's own output after its children's, as an unrolled layer records them."""
+    if not stacked or not isinstance(tree, Mapping):
+        return tree
+
+    def reorder(node: Any) -> Any:
+        if not isinstance(node, Mapping):
+            return node
+        children = {k: reorder(v) for k, v in node.items() if k != "__call__"}
+        return {**children, **({"__call__": node["__call__"]} if "__call__" in node else {})}
+
+    def of_stack(key: str) -> bool:
+        name, _, index = key.rpartition("_")
+        return name in stacked and index.isdigit()
+
+    return {k: reorder(v) if of_stack(str(k)) else v for k, v in tree.items()}
 
 
 def _in_order(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:

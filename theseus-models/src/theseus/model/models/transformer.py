@@ -109,6 +109,7 @@ def _scan_body(block: type[Block]) -> type[Block]:
     """``block`` with the call shape ``nn.scan`` expects: ``(carry, ...) -> (carry, None)``."""
 
     class Layer(block):  # type: ignore[valid-type,misc]
+        @nn.nowrap  # only the layer's own call is a module method: recorded outputs stay as unrolled
         def __call__(  # type: ignore[override]
             self,
             x: jax.Array,
