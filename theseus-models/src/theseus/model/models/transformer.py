@@ -176,6 +176,12 @@ class TransformerLM(Module):
     **Custom layers.** ``BLOCK`` is the layer class the model repeats; a subclass that sets it to a
     ``Block`` subclass (same call signature, extra children declared in its ``components()``)
     changes every layer while keeping the rest of the model and its configuration.
+
+    **Layer layout.** With ``model/scan_layers`` (default) the layers run under one ``nn.scan``:
+    compile time does not grow with depth and every layer variable (parameters, KV cache, recorded
+    outputs) is stacked under ``blocks`` with a leading ``[n_layers]`` axis; otherwise the layers are
+    unrolled as ``blocks_0``, ``blocks_1``, ... (:attr:`stacked_layers` says which). ``model/remat``
+    recomputes each layer's activations in the backward pass (:data:`REMAT_POLICIES`).
     """
 
     PRESETS: ClassVar[dict[str, Preset]] = {}
