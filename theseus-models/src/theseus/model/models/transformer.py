@@ -125,10 +125,11 @@ def _scan_body(block: type[Block]) -> type[Block]:
 
 
 @functools.cache
-def layer_stack(block: type[Block], n_layers: int, remat: str) -> type[Block]:
+def layer_stack(block: type[Block], n_layers: int, remat: str, unroll: int = 1) -> type[Block]:
     """``n_layers`` copies of ``block`` run by one ``nn.scan``: parameters, KV cache and recorded
     intermediates get a leading layer axis (logical axis ``layers``, never sharded), dropout and
-    initialisation get a key per layer; ``remat`` applies per layer."""
+    initialisation get a key per layer; ``remat`` applies per layer; each loop iteration runs
+    ``unroll`` layers (the compiled program grows with ``unroll``, never with ``n_layers``)."""
     body = with_remat(_scan_body(block), remat, prevent_cse=False)
     stack: type[Block] = nn.scan(
         body,
@@ -136,6 +137,7 @@ def layer_stack(block: type[Block], n_layers: int, remat: str) -> type[Block]:
         split_rngs={"params": True, "dropout": True},
         in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
         length=n_layers,
+        unroll=unroll,
         metadata_params={nn.PARTITION_NAME: Axis.LAYERS},
     )
     return stack
@@ -255,6 +257,12 @@ class TransformerLM(Module):
         default=True,
         help="run the layers as one scanned layer: compile time flat in depth, parameters stacked per layer",
     )
+    scan_unroll: int = field(
+        "model/scan_unroll",
+        default=2,
+        min=1,
+        help="layers per scan iteration: 1 = smallest program; more = faster small-model steps, longer compile",
+    )
     remat: str | bool = field(
         "model/remat",
         default="none",
@@ -360,9 +368,8 @@ class TransformerLM(Module):
             self.position_embedding = child(self, PositionEmbedding, block_size=arch.block_size, n_embd=arch.n_embd)
         out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
         if self.scan_layers:
-            self.blocks = child(
-                self, layer_stack(self.BLOCK, arch.n_layers, self.remat_policy), architecture=arch, out_std=out_std
-            )
+            stack = layer_stack(self.BLOCK, arch.n_layers, self.remat_policy, min(self.scan_unroll, arch.n_layers))
+            self.blocks = child(self, stack, architecture=arch, out_std=out_std)
         else:
             block_cls = with_remat(self.BLOCK, self.remat_policy, prevent_cse=True)
             self.blocks = [child(self, block_cls, architecture=arch, out_std=out_std) for _ in range(arch.n_layers)]
