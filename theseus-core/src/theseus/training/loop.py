@@ -24,6 +24,7 @@ from theseus.tracking.sinks import open_sinks, selected_sinks
 from theseus.tracking.status import StatusRecorder
 from theseus.training import selection
 from theseus.training.checkpointing import LazyCheckpointStore
+from theseus.training.collector import rare_collections
 from theseus.training.killpoints import kill_point
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
 from theseus.training.plots import LossPlotter
@@ -97,7 +98,7 @@ class TrainingLoop:
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> None:
-        with configuration(self.trainer.context.config):
+        with configuration(self.trainer.context.config), rare_collections():
             self._run()
 
     def _run(self) -> None:
