@@ -69,7 +69,7 @@ def step_key(key: Any, step: int) -> Any:
     """``jax.random.fold_in(key, step)``; on the host for a raw threefry key."""
     if not host_keys_supported() or jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         return jax.random.fold_in(key, step)
-    return jax.numpy.asarray(fold_in(np.asarray(key), step))
+    return jax.device_put(fold_in(np.asarray(key), step))
 
 
 def root_keys(seed: int) -> tuple[Any, Any]:
@@ -78,4 +78,4 @@ def root_keys(seed: int) -> tuple[Any, Any]:
         init_key, dropout_key = jax.random.split(jax.random.PRNGKey(seed))
         return init_key, dropout_key
     init_key, dropout_key = split(seed_key(seed))
-    return jax.numpy.asarray(init_key), jax.numpy.asarray(dropout_key)
+    return jax.device_put(init_key), jax.device_put(dropout_key)
