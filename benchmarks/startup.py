@@ -8,7 +8,7 @@ A fresh interpreter builds a trainer for the workload and times each phase on it
 * **trace**     — tracing and lowering the training step to XLA;
 * **compile**   — XLA compilation of the training step (or a persistent-cache hit);
 * **first step**— running the compiled update once;
-* **checkpoint**— writing one checkpoint of the state and waiting for it.
+* **checkpoint**— importing orbax, writing one checkpoint of the state and waiting for it.
 
 The child runs twice against one fresh compilation-cache folder: ``cold`` (empty cache) and
 ``warm`` (what a restart, or a second run of the same shape, pays).
@@ -99,7 +99,6 @@ def _child(root: str, preset: str, batch: int, seq: int, overrides: dict[str, An
 
     from benchmarks.bare_loop import trainer_class, trainer_overrides
     from benchmarks.workload import Workload
-    from theseus.checkpoint import CheckpointStore
 
     work = Workload.create(preset, batch=batch, seq=seq, overrides=overrides)
     trainer_cls = trainer_class(work)
@@ -127,6 +126,8 @@ def _child(root: str, preset: str, batch: int, seq: int, overrides: dict[str, An
     state, loss, *_ = compiled(state, device_batch, key)
     float(np.asarray(jax.device_get(loss)))
     lap("first step")
+    from theseus.checkpoint import CheckpointStore  # as in a run: orbax is imported at the first save
+
     store = CheckpointStore(tempfile.mkdtemp(dir=root, prefix="checkpoints-"), keep=1, async_save=True)
     store.save(1, trainer.checkpoint_tree(state), {"step": 1, "data_position": 1}, val_loss=None)
     store.wait()
