@@ -92,3 +92,20 @@ def test_first_update_comes_before_orbax_matplotlib_and_the_peak_measurement(tmp
     assert [row["step"] for row in rows if row["split"] == "val"] == [3]
     assert (run / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (run / "checkpoints" / "3" / "state").is_dir()
+
+
+def test_a_listing_tells_whether_the_store_must_be_opened(tmp_path: Path) -> None:
+    from theseus.training.checkpointing import LazyCheckpointStore, may_hold_checkpoints
+
+    directory = tmp_path / "checkpoints"
+    assert not may_hold_checkpoints(directory)  # missing
+    directory.mkdir()
+    (directory / "4.orbax-checkpoint-tmp-1234").mkdir()  # an interrupted save
+    (directory / "3.corrupt").mkdir()  # set aside by an earlier resume
+    assert not may_hold_checkpoints(directory)
+    store = LazyCheckpointStore(directory, keep=1)
+    assert store.latest_step() is None and not store.opened
+    (directory / "2").mkdir()  # may be a committed step: only the store can tell
+    assert may_hold_checkpoints(directory)
+    (tmp_path / "file").write_text("")
+    assert may_hold_checkpoints(tmp_path / "file")  # not a directory: the store reports it

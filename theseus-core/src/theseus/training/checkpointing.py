@@ -53,7 +53,10 @@ class LazyCheckpointStore:
         return self._store is not None
 
     def latest_step(self) -> int | None:
+        """The newest committed step; None without opening the store when a listing shows none (the
+        directory is then created, as opening the store would)."""
         if self._store is None and not may_hold_checkpoints(self.directory):
+            self.directory.mkdir(parents=True, exist_ok=True)
             return None
         return self.store.latest_step()
 
