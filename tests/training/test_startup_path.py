@@ -44,7 +44,6 @@ def counted_step_fn(self):  # counts the updates dispatched
     def update(*args):
         seen["dispatched"] += 1
         return compiled(*args)
-    update.lower = compiled.lower
     return update
 
 def measured():
@@ -77,7 +76,7 @@ def test_the_run_path_imports_no_checkpoint_plot_or_tracker_package() -> None:
 def test_first_update_comes_before_orbax_matplotlib_and_the_peak_measurement(tmp_path: Path) -> None:
     done = _python(RUN, str(tmp_path), JAX_LOG_COMPILES="1")
     assert done.returncode == 0, done.stderr
-    # compiled once, on the worker thread while the state was initialised; the first update reused it
+    # the training step is compiled once
     assert done.stderr.count("Compiling jit(step)") == 1, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["modules"] == []

@@ -28,7 +28,6 @@ from theseus.training.collector import rare_collections
 from theseus.training.killpoints import kill_point
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
 from theseus.training.plots import LossPlotter
-from theseus.training.precompile import StepPrecompile
 from theseus.training.preemption import PreemptionGuard
 from theseus.training.run import RunDirectory, provenance
 from theseus.training.throughput import known_peak_flops, measured_peak, mfu
@@ -114,7 +113,6 @@ class TrainingLoop:
         self.run_dir.create()
         self.stop = min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps
         self.plotter = LossPlotter(self.run_dir.loss_plot, t.run_name)
-        self.precompile: StepPrecompile | None = None
         store = LazyCheckpointStore(  # orbax is imported at the first save (or to resume)
             self.run_dir.checkpoints,
             keep=args.keep_checkpoints,
@@ -163,8 +161,7 @@ class TrainingLoop:
                 self.skipped = int(meta.get("skipped_steps", 0))
                 note = f" (changed: {', '.join(changed)})" if changed else ""
                 self.display.message(f"resuming run {t.run_name!r} from step {start}{note}")
-            else:  # the training step compiles on a worker thread while the initialiser compiles and runs
-                self.precompile = StepPrecompile(t, 0) if StepPrecompile.enabled() else None
+            else:
                 state = t.init_state()
                 start = 0
             if self.main:
@@ -200,8 +197,6 @@ class TrainingLoop:
                 self.guard.restore()
             with contextlib.suppress(Exception):  # after a failure: let a plot being drawn finish
                 self.plotter.wait()
-            if self.precompile is not None:
-                self.precompile.wait()
             self.display.close()
             if logger is not None:
                 logger.close()
@@ -245,8 +240,6 @@ class TrainingLoop:
         #: The newest checkpoint of this run (the one a non-finite update leaves in place).
         self.saved: int | None = start if start > 0 else None
         step_fn = t.train_step_fn()
-        if self.precompile is not None:
-            self.precompile.wait()
         self.logger = logger
         self.window_start: float | None = None
         self.window_steps = 0
