@@ -25,7 +25,7 @@ from theseus.config.configuration import flat_values
 from theseus.errors import ConfigError, DataError
 from theseus.plugins.gather import gather_classes
 from theseus.tracking.config import TrackingConfig
-from theseus.training import declarations, selection, steps
+from theseus.training import declarations, keys, selection, steps
 from theseus.training.config import BaseTrainerConfig
 from theseus.training.optimizers import AdamW, Optimizer, clip_by_global_norm
 from theseus.training.run import default_run_name
@@ -236,8 +236,7 @@ class BaseTrainer(Job):
             self.tx = optax.chain(*parts, self.optimizer().create(self.lr_schedule))
             self.evaluations = [_instantiate(declarations.resolve("evaluation", e)) for e in self.EVALUATION]
             self.analyses = [_instantiate(declarations.resolve("analysis", a)) for a in self.ANALYSIS]
-            root = jax.random.PRNGKey(args.seed)
-            self.init_key, self.dropout_key = jax.random.split(root)
+            self.init_key, self.dropout_key = keys.root_keys(args.seed)  # computed on the host: nothing to compile
             self.abstract_state, self.state_shardings = state_shardings(
                 self.model, self.tx, self.sharding, self.init_key, self.sequence_length
             )
@@ -374,7 +373,7 @@ class BaseTrainer(Job):
 
     def step_key(self, step: int) -> jax.Array:
         """The dropout key of update ``step``: a pure function of (seed, step)."""
-        return jax.random.fold_in(self.dropout_key, step)
+        return keys.step_key(self.dropout_key, step)
 
     # -- state -----------------------------------------------------------------------------
     def init_state(self) -> TrainState:

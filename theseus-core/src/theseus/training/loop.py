@@ -7,6 +7,7 @@ dispatched. Validation, evaluations, analyses and checkpoints run at interval bo
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 import time
@@ -17,21 +18,25 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from theseus.checkpoint import CheckpointStore
 from theseus.config import configuration
 from theseus.errors import ConfigError, TrainingError
 from theseus.tracking.sinks import open_sinks, selected_sinks
 from theseus.tracking.status import StatusRecorder
 from theseus.training import selection
+from theseus.training.checkpointing import LazyCheckpointStore
+from theseus.training.collector import rare_collections
 from theseus.training.killpoints import kill_point
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
-from theseus.training.plots import plot_loss
+from theseus.training.plots import LossPlotter
 from theseus.training.preemption import PreemptionGuard
 from theseus.training.run import RunDirectory, provenance
-from theseus.training.throughput import mfu, peak_flops
+from theseus.training.throughput import known_peak_flops, measured_peak, mfu
 
 if TYPE_CHECKING:
     from theseus.training.base import BaseTrainer
+
+
+MEASURED_LATER = "peak FLOP/s measured after the first update (float32 matmul)"
 
 
 @dataclass
@@ -93,7 +98,7 @@ class TrainingLoop:
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> None:
-        with configuration(self.trainer.context.config):
+        with configuration(self.trainer.context.config), rare_collections():
             self._run()
 
     def _run(self) -> None:
@@ -107,7 +112,8 @@ class TrainingLoop:
         self.run_dir = RunDirectory(t.context.root, t.run_name)
         self.run_dir.create()
         self.stop = min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps
-        store = CheckpointStore(
+        self.plotter = LossPlotter(self.run_dir.loss_plot, t.run_name)
+        store = LazyCheckpointStore(  # orbax is imported at the first save (or to resume)
             self.run_dir.checkpoints,
             keep=args.keep_checkpoints,
             async_save=args.async_checkpoints,
@@ -189,6 +195,8 @@ class TrainingLoop:
         finally:
             if hasattr(self, "guard"):
                 self.guard.restore()
+            with contextlib.suppress(Exception):  # after a failure: let a plot being drawn finish
+                self.plotter.wait()
             self.display.close()
             if logger is not None:
                 logger.close()
@@ -206,17 +214,28 @@ class TrainingLoop:
     def _announce(self, start: int) -> None:
         t = self.trainer
         params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(t.abstract_state.params))
-        self.peak, source = peak_flops(jax.devices()[0], self.args.peak_flops)
+        known = known_peak_flops(jax.devices()[0], self.args.peak_flops)
+        #: Peak FLOP/s per device for MFU; None until measured (after the first update, see _train).
+        self.peak: float | None = known[0] if known is not None else None
+        peak = f"peak {known[0] / 1e12:.2f} TFLOP/s/device ({known[1]})" if known is not None else MEASURED_LATER
         self.flops_per_step = float(t.model.flops(t.sequence_length)) * self.args.batch_size
         self.display.message(
             f"{t.run_name}: {params / 1e6:.2f}M parameters, {self.args.batch_size}x{t.sequence_length} tokens/step "
             f"({t.accumulate_steps} micro-batch{'es' if t.accumulate_steps > 1 else ''}), "
             f"mesh {dict(t.sharding.mesh.shape)} layout {t.sharding.layout}, steps {start}->{self.stop}, "
-            f"peak {self.peak / 1e12:.2f} TFLOP/s/device ({source}); run dir {self.run_dir.path}"
+            f"{peak}; run dir {self.run_dir.path}"
         )
 
+    def _measure_peak(self, pending: Pending | None) -> None:
+        """Measure the peak once the first update is done and before the second is dispatched: the
+        matmul then has the device to itself, and the first update never waits for it."""
+        if pending is not None:
+            jax.block_until_ready(pending.loss)
+        self.peak = measured_peak()
+        self.display.message(f"peak {self.peak / 1e12:.2f} TFLOP/s/device (measured float32 matmul), for MFU")
+
     # -- the loop ----------------------------------------------------------------------------
-    def _train(self, state: Any, start: int, store: CheckpointStore, logger: MetricsLogger) -> Any:
+    def _train(self, state: Any, start: int, store: LazyCheckpointStore, logger: MetricsLogger) -> Any:
         t, args = self.trainer, self.args
         #: The newest checkpoint of this run (the one a non-finite update leaves in place).
         self.saved: int | None = start if start > 0 else None
@@ -228,6 +247,8 @@ class TrainingLoop:
         pending: Pending | None = None
         stopped: int | None = None
         for step in range(start, self.stop):
+            if self.peak is None and step > start:
+                self._measure_peak(pending)
             t.step = step
             host = t.host_batch("train", position=step)
             kill_point("data", step + 1)
@@ -270,7 +291,7 @@ class TrainingLoop:
         self._summary(start, store)
         return state
 
-    def _save(self, store: CheckpointStore, state: Any, done: int, val_loss: float | None) -> None:
+    def _save(self, store: LazyCheckpointStore, state: Any, done: int, val_loss: float | None) -> None:
         t = self.trainer
         meta_record = {
             "step": done,
@@ -311,7 +332,7 @@ class TrainingLoop:
         elapsed = now - self.window_start
         rate = self.window_steps / elapsed if self.window_steps and elapsed > 0 else 0.0
         tokens_per_sec = rate * self.trainer.tokens_per_step
-        utilisation = mfu(self.flops_per_step, self.window_steps, elapsed, self.peak, jax.device_count())
+        utilisation = mfu(self.flops_per_step, self.window_steps, elapsed, self.peak or 0.0, jax.device_count())
         step = pending.step
         eta = (self.stop - step) / rate if rate else None
         stats = progress_stats(
@@ -353,9 +374,9 @@ class TrainingLoop:
         if self.status is not None:
             self.status.validated(step, float(result["loss"]))
         self.display.message(f"step {step}: val loss {result['loss']:.4f}")
-        if self.main:
+        if self.main:  # drawn on a worker thread: the next update does not wait for matplotlib
             history = self.logger.history
-            plot_loss(history["train"], history["val"], self.run_dir.loss_plot, self.trainer.run_name)
+            self.plotter.submit(history["train"], history["val"])
         return float(result["loss"])
 
     def _evaluate(self, state: Any, step: int) -> None:
@@ -383,11 +404,12 @@ class TrainingLoop:
         if record:
             self.logger.log(step, "analysis", record)
 
-    def _summary(self, start: int, store: CheckpointStore) -> None:
+    def _summary(self, start: int, store: LazyCheckpointStore) -> None:
         self.display.close()
         history = self.logger.history
         if self.main and (history["train"] or history["val"]):
-            plot_loss(history["train"], history["val"], self.run_dir.loss_plot, self.trainer.run_name)
+            self.plotter.submit(history["train"], history["val"])
+        self.plotter.wait()
         parts = [f"trained {self.trainer.run_name!r} to step {self.stop}/{self.args.steps}"]
         if history["val"]:
             parts.append(f"val loss {history['val'][-1][1]:.4f}")

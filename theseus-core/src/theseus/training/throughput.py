@@ -43,15 +43,22 @@ def measured_peak(size: int = 1024, repeats: int = 5) -> float:
     return 2.0 * size**3 / max(best, 1e-9)
 
 
-def peak_flops(device: Any, configured: float = 0.0) -> tuple[float, str]:
-    """Peak FLOP/s of one ``device`` and where the figure comes from."""
+def known_peak_flops(device: Any, configured: float = 0.0) -> tuple[float, str] | None:
+    """Peak FLOP/s of one ``device`` and where the figure comes from, when it is configured or
+    published; None when only a measurement (``measured_peak``) can tell."""
     if configured > 0:
         return configured, "configured"
     kind = str(getattr(device, "device_kind", "")).lower()
     for name, value in PUBLISHED_PEAKS:
         if name in kind:
             return value, f"published bf16 peak of {kind}"
-    return measured_peak(), "measured float32 matmul"
+    return None
+
+
+def peak_flops(device: Any, configured: float = 0.0) -> tuple[float, str]:
+    """Peak FLOP/s of one ``device`` and where the figure comes from (measured when not known)."""
+    known = known_peak_flops(device, configured)
+    return known if known is not None else (measured_peak(), "measured float32 matmul")
 
 
 def mfu(flops_per_step: float, steps: int, seconds: float, peak_per_device: float, devices: int) -> float:
