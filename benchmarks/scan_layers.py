@@ -66,46 +66,53 @@ def depth_runs(
     return runs
 
 
-def steady_ratio(
-    preset: str = "tiny", batch: int = 8, seq: int = 256, *, width: int | None = None, steps: int = 5, repeats: int = 7
-) -> dict:
-    """Interleaved step times of the bare loop, scanned and unrolled: ``{name: ms, "ratio": x}``."""
+def steady_state(
+    preset: str = "tiny",
+    batch: int = 8,
+    seq: int = 256,
+    *,
+    width: int | None = None,
+    unrolls: tuple[int, ...] = (1, 2),
+    steps: int = 5,
+    repeats: int = 7,
+) -> dict[str, tuple[float, float]]:
+    """The bare loop unrolled and scanned with each ``model/scan_unroll`` in ``unrolls``, timed in
+    interleaved rounds: ``{name: (ms per step, median per-round ratio to unrolled)}``."""
     from benchmarks.bare_loop import BareLoop
     from benchmarks.common import interleaved
     from benchmarks.workload import Workload
 
+    shape = {"architecture/n_embd": width} if width else {}
+    variants = {"unrolled": {"model/scan_layers": False}}
+    variants.update({f"scanned, unroll {u}": {"model/scan_layers": True, "model/scan_unroll": u} for u in unrolls})
     loops = []
-    for scanned in (True, False):
-        overrides = {"model/scan_layers": scanned, **({"architecture/n_embd": width} if width else {})}
-        loop = BareLoop(Workload.create(preset, batch=batch, seq=seq, overrides=overrides))
-        loop.name = "scanned" if scanned else "unrolled"
+    for name, overrides in variants.items():
+        loop = BareLoop(Workload.create(preset, batch=batch, seq=seq, overrides={**shape, **overrides}))
+        loop.name = name
         loops.append(loop)
     timings = interleaved(loops, steps=steps, repeats=repeats, warmup=1)
     for loop in loops:
         loop.close()
-    a, b = timings["scanned"], timings["unrolled"]
+    base = timings["unrolled"]
     return {
-        "scanned_ms": a.step_seconds * 1e3,
-        "unrolled_ms": b.step_seconds * 1e3,
-        "ratio": statistics.median(x / y for x, y in zip(a.windows, b.windows, strict=True)),
+        name: (t.step_seconds * 1e3, statistics.median(x / y for x, y in zip(t.windows, base.windows, strict=True)))
+        for name, t in timings.items()
     }
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny shapes (smoke test)")
+    parser.add_argument("--steady-only", action="store_true", help="skip the start-up runs")
     args = parser.parse_args(argv)
     before = load_average()
-    if args.quick:
+    print(f"{machine_line()}; load {before}", flush=True)
+    if args.steady_only:
+        depth = []
+    elif args.quick:
         depth = depth_runs("tiny", 2, 32, depths=(2, 4))
-        steady = {"tiny 2x32": steady_ratio("tiny", 2, 32, steps=2, repeats=2)}
     else:
         depth = depth_runs()
-        steady = {
-            "tiny 8x256": steady_ratio("tiny", 8, 256),
-            "L4 E256 H4 16x256": steady_ratio("tiny", 16, 256, width=256, repeats=5),
-        }
-    print(f"{machine_line()}; load {before} -> {load_average()}")
     print("first update in a fresh process, empty compilation cache (seconds)")
     for run in depth:
         layout = "scanned" if run.scanned else "unrolled"
@@ -113,17 +120,24 @@ def main(argv: list[str] | None = None) -> None:
             f"  {layout:9s} {run.layers:3d} layers: {run.seconds:6.1f} (warm {run.warm_seconds:5.1f}; "
             f"compile {run.compile_seconds:5.1f}) = {run.breakdown}"
         )
-    for scanned in (True, False):
+    for scanned in (True, False) if depth else ():
         mine = sorted((r for r in depth if r.scanned == scanned), key=lambda r: r.layers)
         ratio = mine[-1].seconds / mine[0].seconds
         layout = "scanned" if scanned else "unrolled"
         print(f"  {layout}: {mine[-1].layers} ÷ {mine[0].layers} layers = {ratio:.2f} (goal <= {DEPTH_RATIO_GOAL})")
-    print("steady-state step, bare loop, interleaved rounds")
-    for where, result in steady.items():
-        print(
-            f"  {where}: scanned {result['scanned_ms']:.1f} ms, unrolled {result['unrolled_ms']:.1f} ms, "
-            f"scanned ÷ unrolled {result['ratio']:.3f} (goal <= {STEADY_GOAL})"
-        )
+    print(f"steady-state step, bare loop, interleaved rounds (goal: scanned ÷ unrolled <= {STEADY_GOAL})", flush=True)
+    shapes = (
+        {"tiny 2x32": dict(preset="tiny", batch=2, seq=32, steps=2, repeats=2)}
+        if args.quick
+        else {
+            "tiny 8x256": dict(preset="tiny", batch=8, seq=256, unrolls=(1, 2, 4), repeats=9),
+            "L4 E256 H4 16x256": dict(preset="tiny", batch=16, seq=256, width=256, repeats=5),
+        }
+    )
+    for where, kwargs in shapes.items():
+        for name, (ms, ratio) in steady_state(**kwargs).items():  # type: ignore[arg-type]
+            print(f"  {where}: {name:18s} {ms:8.1f} ms  ÷ unrolled {ratio:.3f}", flush=True)
+    print(f"load {load_average()}")
 
 
 if __name__ == "__main__":

@@ -123,3 +123,11 @@ def test_published_peaks_match_hopper_device_kinds() -> None:
     assert gpu_mfu.published_peak("NVIDIA H100 80GB HBM3") == 989e12
     assert gpu_mfu.published_peak("NVIDIA H100 PCIe") == 756e12
     assert gpu_mfu.published_peak("cpu") is None
+
+
+def test_scan_layers_benchmark_times_both_layouts_side_by_side() -> None:
+    from benchmarks import scan_layers
+
+    result = scan_layers.steady_state("tiny", 2, 16, width=32, unrolls=(2,), steps=1, repeats=2)
+    assert list(result) == ["unrolled", "scanned, unroll 2"] and result["unrolled"][1] == 1.0
+    assert all(ms > 0 and ratio > 0 for ms, ratio in result.values())
