@@ -1,6 +1,6 @@
 """Scan over layers: start-up that stays flat in depth, and the steady-state step it costs.
 
-Two measurements, scanned (``model/scan_layers=true``, the default) against unrolled:
+Two measurements, scanned (``model/scan_layers=true``; by default from 8 layers on) against unrolled:
 
 * **depth**: a fresh process's wall time until the first training update is done (imports, setup,
   state init, trace, compile, first step; empty compilation cache) at the gpt2-124m width, batch 1,

@@ -10,6 +10,7 @@ from typing import Any
 SETTINGS: dict[str, Any] = {
     "architecture/preset": "tiny",
     "architecture/n_layers": 1,
+    "model/scan_layers": True,  # stacked layers in every layout (a resumed run unrolls them)
     "architecture/n_embd": 32,
     "architecture/vocab_size": 257,
     "architecture/block_size": 16,

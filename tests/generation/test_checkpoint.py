@@ -163,6 +163,6 @@ def test_loading_is_read_only_and_checks_shapes(trained_runs: dict[str, TrainedR
     config = target / "config.yaml"
     config.write_text(config.read_text().replace("n_embd: 32", "n_embd: 64"))
     with pytest.raises(
-        CheckpointError, match=r"'blocks/attn/key', but .* expects \(1, 64, 4, 16\); restore the run's config.yaml"
+        CheckpointError, match=r"'blocks_0/attn/key', but .* expects \(64, 4, 16\); restore the run's config.yaml"
     ):
         load_run(tmp_path, "copy")

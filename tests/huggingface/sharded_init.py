@@ -22,7 +22,7 @@ trainer = FixedLlama.create(
     tmp / "root", {**QUICK, "training/init_from": f"hf:{tmp / 'hf'}", "mesh/layout": "fsdp"}, name="fsdp"
 )
 state = trainer.init_state()
-query = state.params["blocks"]["attn"]["query"]  # [layers, embed, heads, head_dim]
+query = state.params["blocks_0"]["attn"]["query"]
 trainer.run()
 batch = fixed_batch(2, 16, 0)
 diff = abs(train_losses(tmp / "root" / "runs" / "fsdp")[1] - cross_entropy(hf_logits(model, batch["x"]), batch["y"]))

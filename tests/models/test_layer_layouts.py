@@ -114,7 +114,7 @@ def test_a_mismatch_after_conversion_names_the_saved_parameter(tmp_path: Path) -
 
 
 def test_per_layer_views_of_the_cache_and_parameters_round_trip() -> None:
-    scanned = build(GPT)
+    scanned = build(GPT, model__scan_layers=True)
     params = random_params(scanned)
     view = per_layer(params, scanned.stacked_layers)
     n = scanned.architecture.n_layers

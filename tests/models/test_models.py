@@ -253,7 +253,7 @@ def test_sequence_longer_than_block_size_is_an_error() -> None:
 
 
 def test_every_parameter_has_logical_axes_and_the_plan_covers_them(family: type[TransformerLM]) -> None:
-    model = build(family)
+    model = build(family, model__scan_layers=True)
     variables = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32)))
     boxed = jax.tree.leaves(variables["params"], is_leaf=lambda v: isinstance(v, nn.LogicallyPartitioned))
     assert boxed and all(isinstance(v, nn.LogicallyPartitioned) for v in boxed)

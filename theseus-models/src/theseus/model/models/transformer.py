@@ -86,6 +86,12 @@ class DecodePositions(nn.Module):
 #: The entry of the stacked layers of a scanned model (``blocks_<i>`` per layer otherwise).
 LAYERS = "blocks"
 
+#: ``model/scan_layers=None`` scans models of at least this many layers. On CPU a scanned 4-layer
+#: model of width 128-256 steps 17-24% slower than unrolled (the loop's slicing and lost fusion
+#: weigh on small layers) while a 12-layer gpt2-124m steps equally fast (benchmarks/scan_layers.py);
+#: unrolled compile time only hurts deep models.
+SCAN_FROM_LAYERS = 8
+
 #: ``model/remat`` policies: what the backward pass keeps from the forward pass of a layer.
 REMAT_POLICIES: dict[str, Any] = {
     "none": None,  # everything (no recomputation)
@@ -179,7 +185,8 @@ class TransformerLM(Module):
     ``Block`` subclass (same call signature, extra children declared in its ``components()``)
     changes every layer while keeping the rest of the model and its configuration.
 
-    **Layer layout.** With ``model/scan_layers`` (default) the layers run under one ``nn.scan``:
+    **Layer layout.** With ``model/scan_layers`` (default: from ``SCAN_FROM_LAYERS`` = 8 layers on)
+    the layers run under one ``nn.scan``:
     compile time does not grow with depth and every layer variable (parameters, KV cache, recorded
     outputs) is stacked under ``blocks`` with a leading ``[n_layers]`` axis; otherwise the layers are
     unrolled as ``blocks_0``, ``blocks_1``, ... (:attr:`stacked_layers` says which). ``model/remat``
@@ -252,16 +259,17 @@ class TransformerLM(Module):
         min=1,
         help="pad the embedding and output head to a multiple of this (sharding, matmul speed); 1: no padding",
     )
-    scan_layers: bool = field(
+    scan_layers: bool | None = field(
         "model/scan_layers",
-        default=True,
-        help="run the layers as one scanned layer: compile time flat in depth, parameters stacked per layer",
+        default=None,
+        help="run the layers as one scanned layer: compile time flat in depth, parameters stacked per layer "
+        "(None: from 8 layers on)",
     )
     scan_unroll: int = field(
         "model/scan_unroll",
-        default=2,
+        default=1,
         min=1,
-        help="layers per scan iteration: 1 = smallest program; more = faster small-model steps, longer compile",
+        help="layers per scan iteration: 1 = smallest program; n_layers = no loop (stacked parameters only)",
     )
     remat: str | bool = field(
         "model/remat",
@@ -336,9 +344,16 @@ class TransformerLM(Module):
 
     @property
     def stacked_layers(self) -> tuple[str, ...]:
-        """``("blocks",)`` with ``model/scan_layers``: every layer parameter is ``blocks/...`` with a
+        """``("blocks",)`` when the layers are scanned: every layer parameter is ``blocks/...`` with a
         leading ``[n_layers]`` axis; otherwise ``()`` (``blocks_0``, ``blocks_1``, ...)."""
-        return (LAYERS,) if self.scan_layers else ()
+        return (LAYERS,) if self.scans_layers else ()
+
+    @property
+    def scans_layers(self) -> bool:
+        """``model/scan_layers``, or for ``None`` whether the model has ``SCAN_FROM_LAYERS`` layers or more."""
+        if self.scan_layers is None:
+            return self.architecture.n_layers >= SCAN_FROM_LAYERS
+        return self.scan_layers
 
     @property
     def remat_policy(self) -> str:
@@ -367,7 +382,7 @@ class TransformerLM(Module):
         if arch.learned_positions:
             self.position_embedding = child(self, PositionEmbedding, block_size=arch.block_size, n_embd=arch.n_embd)
         out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
-        if self.scan_layers:
+        if self.scans_layers:
             stack = layer_stack(self.BLOCK, arch.n_layers, self.remat_policy, min(self.scan_unroll, arch.n_layers))
             self.blocks = child(self, stack, architecture=arch, out_std=out_std)
         else:
@@ -415,7 +430,7 @@ class TransformerLM(Module):
         if arch.dropout > 0.0 and not deterministic:
             h = self.embedding_dropout(h, deterministic=False)
         h = constrain(cast(h, self._activation_dtype), ACTIVATION_AXES)
-        if self.scan_layers:
+        if self.scans_layers:
             h, _ = self.blocks(h, mask, positions, deterministic, decode)
         else:
             for block in self.blocks:
