@@ -31,7 +31,7 @@ class DemoConfig(BaseTrainerConfig):
     """The trainer keys with the demo's defaults (a few minutes on 2 CPU cores: many small steps
     learn more per second there than few large ones), plus the samples printed at the end."""
 
-    steps: int = field("training/steps", default=4000, min=1, help="optimizer steps of the whole run")
+    steps: int = field("training/steps", default=3400, min=1, help="optimizer steps of the whole run")
     batch_size: int = field("training/batch_size", default=4, help="global rows (sequences) per optimizer step")
     sequence_length: int = field(
         "training/sequence_length", default=128, help="tokens per row (0 = the model's architecture/block_size)"
