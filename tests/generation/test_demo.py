@@ -70,6 +70,9 @@ def test_demo_defaults_fit_byte_data() -> None:
     trainer = DemoGPT.create(Path("unused"), {})
     assert trainer.setting("architecture/vocab_size") == 257  # the generic 256 raised for end-of-text
     assert trainer.setting("architecture/n_layers") == 2
+    assert trainer.setting("architecture/n_heads") == 2 and trainer.setting("architecture/vocab_multiple") == 1
+    schedule = DemoGPT.schedule()
+    assert schedule is not None and schedule.name == "wsd"
     assert trainer.run_name == "demo-gpt"
     chosen = DemoGPT.create(Path("unused"), {"architecture/vocab_size": 300, "architecture/n_layers": 4})
     assert chosen.setting("architecture/vocab_size") == 300 and chosen.setting("architecture/n_layers") == 4

@@ -31,7 +31,7 @@ class DemoConfig(BaseTrainerConfig):
     """The trainer keys with the demo's defaults (a few minutes on 2 CPU cores: many small steps
     learn more per second there than few large ones), plus the samples printed at the end."""
 
-    steps: int = field("training/steps", default=3000, min=1, help="optimizer steps of the whole run")
+    steps: int = field("training/steps", default=3400, min=1, help="optimizer steps of the whole run")
     batch_size: int = field("training/batch_size", default=4, help="global rows (sequences) per optimizer step")
     sequence_length: int = field(
         "training/sequence_length", default=128, help="tokens per row (0 = the model's architecture/block_size)"
@@ -60,9 +60,10 @@ class DemoConfig(BaseTrainerConfig):
 
 
 class DemoGPT(BaseTrainer):
-    """A two-layer byte-level GPT (the ``tiny`` preset's width: 128, 4 heads; vocabulary 257) trained
-    on the Python standard library, 128 bytes of context, with a cosine schedule; validates,
-    checkpoints, plots ``loss.png`` and finishes by printing samples of ``demo/prompts``.
+    """A two-layer byte-level GPT (the ``tiny`` preset's width: 128, 2 heads; vocabulary 257,
+    unpadded) trained on the Python standard library, 128 bytes of context, with a
+    warmup-stable-decay schedule; validates, checkpoints, plots ``loss.png`` and finishes by
+    printing samples of ``demo/prompts``.
 
     Every key can be overridden as usual (``architecture/n_layers=4 training/steps=6000``).
     """
@@ -71,9 +72,12 @@ class DemoGPT(BaseTrainer):
     CONFIG = DemoConfig
     MODEL = GPT
     DATASET = Sampling(DATASET_NAME, 1.0, "pmd")
-    SCHEDULE = "cosine"
-    #: Two layers of the tiny preset learn more in a few CPU minutes than its four.
-    DEFAULTS = {"architecture/n_layers": 2}
+    #: At equal steps, warmup-stable-decay ends lower than cosine here (2.46 vs 2.52 bits/byte).
+    SCHEDULE = "wsd"
+    #: Two layers of the tiny preset learn more in a few CPU minutes than its four. Two heads and
+    #: the unpadded vocabulary make a CPU step about a fifth cheaper (fewer softmax maps, a 257- rather
+    #: than 384-wide output head), which pays for the extra steps.
+    DEFAULTS = {"architecture/n_layers": 2, "architecture/n_heads": 2, "architecture/vocab_multiple": 1}
 
     def prepare_data(self) -> None:
         """Tokenize the standard library into ``<root>/data/python-stdlib`` unless it is there."""
