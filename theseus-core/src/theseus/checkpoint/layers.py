@@ -12,6 +12,7 @@ tuples (optimizer states), so the optimizer's moments follow their parameters.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -150,7 +151,7 @@ def per_layer(tree: Any, names: Iterable[str]) -> Any:
     back unchanged."""
     result = tree
     for name in names:
-        result = _map_mappings(result, lambda m, n=name: _split(m, n, _take_array))
+        result = _map_mappings(result, functools.partial(_split, name=name, take=_take_array))
     return result
 
 
@@ -158,7 +159,7 @@ def stacked(tree: Any, names: Iterable[str]) -> Any:
     """``tree`` with ``name_0``, ``name_1``, ... of every name in ``names`` stacked into ``name``."""
     result = tree
     for name in names:
-        result = _map_mappings(result, lambda m, n=name: _join(m, n, _stack_arrays))
+        result = _map_mappings(result, functools.partial(_join, name=name, stack=_stack_arrays))
     return result
 
 
@@ -201,9 +202,9 @@ def to_layout(tree: Any, changes: Iterable[LayoutChange], *, abstract: bool = Fa
     result = tree
     for change in changes:
         if change.stacked_to_per_layer:
-            result = _map_mappings(result, lambda m, n=change.name: _split(m, n, take))
+            result = _map_mappings(result, functools.partial(_split, name=change.name, take=take))
         else:
-            result = _map_mappings(result, lambda m, n=change.name: _join(m, n, stack))
+            result = _map_mappings(result, functools.partial(_join, name=change.name, stack=stack))
     return result
 
 

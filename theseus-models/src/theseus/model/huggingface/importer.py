@@ -122,14 +122,13 @@ def read_params(prepared: PreparedImport, shardings: dict[ParamPath, Any] | None
         return None
 
     tree = load_params(prepared.checkpoint, prepared.maps, place)
-    for name in stacked_names:
-        for key in [k for k in tree if k.rpartition("_")[0] == name]:
-            del tree[key]
-    for key, value in placed.items():
+    for entry in [k for k in tree if k.rpartition("_")[0] in stacked_names]:
+        del tree[entry]  # the per-layer placeholders of stacked parameters
+    for stacked_path, value in placed.items():
         node = tree
-        for part in key[:-1]:
+        for part in stacked_path[:-1]:
             node = node.setdefault(part, {})
-        node[key[-1]] = value
+        node[stacked_path[-1]] = value
     return tree
 
 

@@ -111,7 +111,7 @@ def with_remat(block: type[Block], policy: str, *, prevent_cse: bool) -> type[Bl
 
 
 @functools.cache
-def _scan_body(block: type[Block]) -> type[Block]:
+def _scan_body(block: Any) -> type[Block]:
     """``block`` with the call shape ``nn.scan`` expects: ``(carry, ...) -> (carry, None)``."""
 
     class Layer(block):  # type: ignore[valid-type,misc]
@@ -131,7 +131,7 @@ def _scan_body(block: type[Block]) -> type[Block]:
 
 
 @functools.cache
-def layer_stack(block: type[Block], n_layers: int, remat: str, unroll: int = 1) -> type[Block]:
+def layer_stack(block: Any, n_layers: int, remat: str, unroll: int = 1) -> type[Block]:
     """``n_layers`` copies of ``block`` run by one ``nn.scan``: parameters, KV cache and recorded
     intermediates get a leading layer axis (logical axis ``layers``, never sharded), dropout and
     initialisation get a key per layer; ``remat`` applies per layer; each loop iteration runs
@@ -383,8 +383,9 @@ class TransformerLM(Module):
             self.position_embedding = child(self, PositionEmbedding, block_size=arch.block_size, n_embd=arch.n_embd)
         out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
         if self.scans_layers:
-            stack = layer_stack(self.BLOCK, arch.n_layers, self.remat_policy, min(self.scan_unroll, arch.n_layers))
-            self.blocks = child(self, stack, architecture=arch, out_std=out_std)
+            block: Any = self.BLOCK  # a class: hashable, as the cached layer_stack needs
+            stack = layer_stack(block, arch.n_layers, self.remat_policy, min(self.scan_unroll, arch.n_layers))
+            self.blocks: Any = child(self, stack, architecture=arch, out_std=out_std)
         else:
             block_cls = with_remat(self.BLOCK, self.remat_policy, prevent_cse=True)
             self.blocks = [child(self, block_cls, architecture=arch, out_std=out_std) for _ in range(arch.n_layers)]
