@@ -10,9 +10,7 @@ keeping the scale ``alpha / r``.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -85,7 +83,7 @@ def _constant(value: np.ndarray) -> Callable[[], np.ndarray]:
 def export_adapter(root: Path, run: str, out: str, *, step: int | None = None, base: str = "") -> Path:
     """Write run ``run``'s adapters (checkpoint ``step``, default latest) as a PEFT adapter in ``out``."""
     from theseus.model.generation.runs import load_run
-    from theseus.model.huggingface.exporter import output_folder
+    from theseus.model.huggingface.exporter import output_folder, staged_folder
     from theseus.model.huggingface.families import family_of
     from theseus.model.huggingface.safetensors_io import PlannedTensor, _write_file
 
@@ -115,22 +113,12 @@ def export_adapter(root: Path, run: str, out: str, *, step: int | None = None, b
         "inference_mode": True,
         "init_lora_weights": True,
     }
-    staging = folder.with_name(folder.name + ".exporting")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+    with staged_folder(folder) as staging:
         (staging / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
         planned = [
             PlannedTensor(name, tuple(value.shape), "F32", _constant(value)) for name, value in sorted(tensors.items())
         ]
         _write_file(staging / ADAPTER_WEIGHTS, planned, {"format": "pt"})
-        if folder.exists():
-            folder.rmdir()
-        staging.rename(folder)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(staging)
-        raise
     return folder
 
 

@@ -6,6 +6,7 @@ import contextlib
 import json
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,24 @@ def output_folder(out: str) -> Path:
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ConfigError(f"hf/out={out!r} exists and is not an empty folder; choose a new folder")
     return folder
+
+
+@contextlib.contextmanager
+def staged_folder(folder: Path) -> Iterator[Path]:
+    """A fresh ``<folder>.exporting`` to write into, renamed to ``folder`` when the block completes and
+    removed when it fails, so ``folder`` only ever holds a complete export."""
+    staging = folder.with_name(folder.name + ".exporting")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        yield staging
+        if folder.exists():
+            folder.rmdir()
+        staging.rename(folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)
+        raise
 
 
 def byte_tokenizer_json() -> dict[str, Any]:
@@ -151,10 +170,7 @@ def export_run(
     family = family_of(model_class, arch, (record.get("huggingface") or {}).get("model_type"))
     plan = export_plan(family, arch, merged_params(loaded), target_dtype)
     to_config(family, arch, dtype=dtype, bos_id=None, eos_id=None)  # refuse what the family cannot express first
-    staging = folder.with_name(folder.name + ".exporting")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+    with staged_folder(folder) as staging:
         ids = write_tokenizer(staging, loaded.path, record.get("tokenizer"), arch.block_size)
         hf = record.get("huggingface") or {}
         bos = hf.get("bos_id") if hf.get("bos_id") is not None else (ids[0] if ids else None)
@@ -164,11 +180,4 @@ def export_run(
         generation = {"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": None}
         (staging / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
         write_checkpoint(staging, plan, shard_bytes)
-        if folder.exists():
-            folder.rmdir()
-        staging.rename(folder)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(staging)
-        raise
     return folder
