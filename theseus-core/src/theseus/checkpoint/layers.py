@@ -98,13 +98,13 @@ def _join(mapping: Mapping[str, Any], name: str, stack: Callable[[list[Any]], An
 
 
 # -- leaf operations ---------------------------------------------------------------------------------
-def _take_array(leaf: Any, index: int) -> Any:
+def _take_layer(leaf: Any, index: int) -> Any:
     if isinstance(leaf, jax.ShapeDtypeStruct):
         return _take_abstract(leaf, index)
     return leaf[index]
 
 
-def _stack_arrays(leaves: list[Any]) -> Any:
+def _stack_layers(leaves: list[Any]) -> Any:
     if isinstance(leaves[0], jax.ShapeDtypeStruct):
         return _stack_abstract(leaves)
     if all(isinstance(leaf, np.ndarray) for leaf in leaves):
@@ -149,18 +149,12 @@ def per_layer(tree: Any, names: Iterable[str]) -> Any:
     """``tree`` with every stacked entry of ``names`` split into ``name_0``, ``name_1``, ... (views of
     numpy arrays, slices of jax arrays, shapes of abstract arrays); trees already per layer come
     back unchanged."""
-    result = tree
-    for name in names:
-        result = _map_mappings(result, functools.partial(_split, name=name, take=_take_array))
-    return result
+    return to_layout(tree, [LayoutChange(name, stacked_to_per_layer=True) for name in names])
 
 
 def stacked(tree: Any, names: Iterable[str]) -> Any:
     """``tree`` with ``name_0``, ``name_1``, ... of every name in ``names`` stacked into ``name``."""
-    result = tree
-    for name in names:
-        result = _map_mappings(result, functools.partial(_join, name=name, stack=_stack_arrays))
-    return result
+    return to_layout(tree, [LayoutChange(name, stacked_to_per_layer=False) for name in names])
 
 
 def _segments(paths: Iterable[str]) -> set[str]:
@@ -195,16 +189,15 @@ def layout_changes(saved_paths: Iterable[str], wanted: Any) -> list[LayoutChange
     return changes
 
 
-def to_layout(tree: Any, changes: Iterable[LayoutChange], *, abstract: bool = False) -> Any:
-    """``tree`` rewritten by ``changes``; ``abstract=True`` for trees of ``jax.ShapeDtypeStruct``
-    (shardings gain or lose the replicated layer axis)."""
-    take, stack = (_take_abstract, _stack_abstract) if abstract else (_take_array, _stack_arrays)
+def to_layout(tree: Any, changes: Iterable[LayoutChange]) -> Any:
+    """``tree`` (arrays, or ``jax.ShapeDtypeStruct`` whose shardings gain or lose the replicated layer
+    axis) rewritten by ``changes``."""
     result = tree
     for change in changes:
         if change.stacked_to_per_layer:
-            result = _map_mappings(result, functools.partial(_split, name=change.name, take=take))
+            result = _map_mappings(result, functools.partial(_split, name=change.name, take=_take_layer))
         else:
-            result = _map_mappings(result, functools.partial(_join, name=change.name, stack=stack))
+            result = _map_mappings(result, functools.partial(_join, name=change.name, stack=_stack_layers))
     return result
 
 

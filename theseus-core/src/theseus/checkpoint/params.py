@@ -38,7 +38,7 @@ def read_params(path: Path, target: Any) -> Any:
     if not isinstance(saved, Mapping) or "params" not in saved:
         raise NoSavedParams(str(path))
     changes = layout_changes(param_shapes(saved["params"]).keys(), target)
-    layout = to_layout(target, changes, abstract=True)
+    layout = to_layout(target, changes)
     mismatch = first_shape_mismatch(saved["params"], layout)
     if mismatch is not None:
         raise ParamsMismatch(*mismatch)

@@ -236,7 +236,7 @@ class CheckpointStore:
         if "params" in abstract_state:
             saved = self._saved_tree(step)
             changes = layout_changes(param_shapes(saved).keys(), abstract_state)
-            target = to_layout(target, changes, abstract=True)
+            target = to_layout(target, changes)
             self.check_shapes(step, target["params"], saved)
         try:
             restored = self.manager.restore(
