@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Loop, Timing, interleaved, paired_ratio
+from benchmarks.common import Loop, Timing, interleaved, paired_ratio, start_like_theseus_run
 from benchmarks.workload import Workload
 
 LEARNING_RATE = 3e-4
@@ -168,7 +168,9 @@ def trainer_class(work: Workload) -> Any:
 
 
 def trainer_overrides(work: Workload, **extra: Any) -> dict[str, Any]:
-    """The trainer configuration for ``work``: its model keys, batch geometry, no validation, no progress bar."""
+    """The trainer configuration for ``work``: its model keys, batch geometry, no validation, no progress bar,
+    no compilation cache (the trainers run in temporary folders, and JAX keeps writing to the first
+    folder configured in a process, which is gone by the time a later trainer compiles)."""
     values = {k: v for k, v in work.config.items() if k.startswith(("architecture/", "model/"))}
     values.update(
         {
@@ -180,6 +182,7 @@ def trainer_overrides(work: Workload, **extra: Any) -> dict[str, Any]:
             "training/progress": False,
             "training/steps": 1_000_000,
             "training/checkpoint_interval": 0,
+            "training/compilation_cache": False,
         }
     )
     values.update(extra)
@@ -322,4 +325,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    start_like_theseus_run()
     main()

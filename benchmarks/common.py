@@ -15,6 +15,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
+def start_like_theseus_run() -> None:
+    """Restart this script's process as ``theseus run`` starts a run: with transparent huge pages for
+    XLA's per-call host buffers (:mod:`theseus.base.host_memory`), so that the loops timed here run as
+    a user's do. Every loop of the process (PyTorch's included) gets the same setting. Call it first
+    in ``if __name__ == "__main__":``."""
+    from theseus.base.host_memory import restart_with_huge_pages
+
+    restart_with_huge_pages()
+
+
 def median_seconds(fn: Callable[[], Any], *, repeats: int, warmup: int = 1) -> float:
     """Median wall time of ``fn()`` over ``repeats`` calls after ``warmup`` untimed calls.
 

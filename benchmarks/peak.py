@@ -16,7 +16,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Loop, median_seconds
+from benchmarks.common import Loop, median_seconds, start_like_theseus_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,4 +131,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    start_like_theseus_run()
     main()

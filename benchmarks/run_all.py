@@ -35,7 +35,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Row, Timing, load_average, markdown_table, paired_ratio, percent
+from benchmarks.common import Row, Timing, load_average, markdown_table, paired_ratio, percent, start_like_theseus_run
 
 OVERHEAD_GOAL = 1.03
 TORCH_GOAL = 1.0
@@ -600,4 +600,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    start_like_theseus_run()
     sys.exit(main())

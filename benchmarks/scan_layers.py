@@ -22,7 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import load_average, machine_line
+from benchmarks.common import load_average, machine_line, start_like_theseus_run
 
 DEPTH_RATIO_GOAL = 1.25
 FIRST_STEP_GOAL = 8.0  # seconds, gpt2-124m width, cold
@@ -141,4 +141,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    start_like_theseus_run()
     main()

@@ -115,7 +115,7 @@ def _child(root: str, preset: str, batch: int, seq: int, overrides: dict[str, An
         times[name] = now - mark
         mark = now
 
-    trainer = trainer_cls.create(root, trainer_overrides(work))
+    trainer = trainer_cls.create(root, trainer_overrides(work, **{"training/compilation_cache": True}))
     trainer.setup()  # turns on the persistent compilation cache under <root>/cache/jax
     lap("setup")
     state = jax.block_until_ready(trainer.init_state())

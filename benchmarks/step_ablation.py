@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bare_loop import BareLoop
-from benchmarks.common import Loop, interleaved, load_average, machine_line
+from benchmarks.common import Loop, interleaved, load_average, machine_line, start_like_theseus_run
 from benchmarks.workload import Workload
 
 
@@ -178,4 +178,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    start_like_theseus_run()
     main()

@@ -21,7 +21,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Loop, Timing, cpu_cores, interleaved
+from benchmarks.common import Loop, Timing, cpu_cores, interleaved, start_like_theseus_run
 
 SKIPPED = "skipped (torch not installed)"
 
@@ -235,4 +235,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    start_like_theseus_run()
     main()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import pytest
 
@@ -131,3 +132,16 @@ def test_scan_layers_benchmark_times_both_layouts_side_by_side() -> None:
     result = scan_layers.steady_state("tiny", 2, 16, width=32, unrolls=(2,), steps=1, repeats=2)
     assert list(result) == ["unrolled", "scanned, unroll 2"] and result["unrolled"][1] == 1.0
     assert all(ms > 0 and ratio > 0 for ms, ratio in result.values())
+
+
+def test_host_memory_benchmark_runs_both_allocators_in_fresh_processes() -> None:
+    from benchmarks import host_memory
+    from theseus.base.host_memory import TUNABLES, huge_page_environment
+
+    if huge_page_environment({k: v for k, v in os.environ.items() if k != TUNABLES}) is None:
+        pytest.skip("needs glibc >= 2.35 and transparent huge pages")
+    small = {"architecture/n_layers": 1, "architecture/n_embd": 32, "architecture/n_heads": 2}
+    windows = host_memory.compare("tiny", 2, 16, steps=2, warmup=0, rounds=1, overrides=small)
+    assert [w.side for w in windows] == ["huge", "system"]
+    assert all(w.step_seconds > 0 and w.page_faults >= 0 and w.peak_rss_mb > 0 for w in windows)
+    assert host_memory.huge_ratio(windows) > 0
