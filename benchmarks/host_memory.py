@@ -28,7 +28,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO
+
 SIDES = ("huge", "system")
 
 
@@ -68,14 +69,17 @@ def run_side(
     from theseus.base.host_memory import ENV_SWITCH, TUNABLES, huge_page_environment
 
     plain = {k: v for k, v in os.environ.items() if k != TUNABLES}
-    env = huge_page_environment(plain) if side == "huge" else None
-    if side == "huge" and env is None:
-        raise RuntimeError("transparent huge pages are not available here (glibc >= 2.35 and THP needed)")
-    env = env or dict(plain, **{ENV_SWITCH: "system"})
+    if side == "system":
+        env = dict(plain, **{ENV_SWITCH: "system"})
+    else:
+        huge = huge_page_environment(plain)
+        if huge is None:
+            raise RuntimeError("transparent huge pages are not available here (glibc >= 2.35 and THP needed)")
+        env = huge
     command = [sys.executable, str(Path(__file__).resolve()), "--child"]
     command += ["--preset", preset, "--batch", str(batch), "--seq", str(seq), "--steps", str(steps)]
     command += ["--warmup", str(warmup), "--overrides", json.dumps(overrides or {})]
-    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{side} process failed: {done.stderr.strip().splitlines()[-1:]}")
     return Window(side, **json.loads(done.stdout.strip().splitlines()[-1]))
