@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +20,8 @@ from theseus.checkpoint import CheckpointStore
 from theseus.checkpoint.layers import per_layer, stacked
 from theseus.errors import CheckpointError, ConfigError
 from theseus.model.models import GPT, Llama, TransformerLM
+from theseus.training.matrices import register_parameter_axes
+from theseus.training.optimizers import AdamW, Muon, Optimizer
 
 
 def test_stacked_and_per_layer_parameters_give_the_same_logits_and_gradients(family: type[TransformerLM]) -> None:
@@ -67,6 +70,35 @@ def test_remat_policies_give_the_same_loss_and_gradients(scan: bool) -> None:
 def test_an_unknown_remat_policy_is_one_error() -> None:
     with pytest.raises(ConfigError, match=r"model/remat='some' is not one of none, full, dots"):
         build(GPT, model__remat="some").init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))
+
+
+@pytest.mark.parametrize("optimizer", [AdamW, Muon], ids=["adamw", "muon"])
+def test_optimizers_update_both_layouts_alike(family: type[TransformerLM], optimizer: Optimizer) -> None:
+    """Weight decay and Muon's orthogonalisation treat a stacked layer's parameters like its own:
+    norms and biases are never decayed or orthogonalised, attention's kernels are matrices."""
+    unrolled, scanned = build(family, model__scan_layers=False), build(family, model__scan_layers=True)
+    for model in (unrolled, scanned):
+        boxed = jax.eval_shape(lambda m=model: m.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32)))
+        register_parameter_axes(nn.get_partition_spec(boxed)["params"])
+    params, grads = random_params(unrolled, std=0.1), random_params(unrolled, seed=1, std=0.1)
+    tx = optimizer.create(0.05, config=optimizer.config(weight_decay=0.5))
+
+    def two_updates(p: dict, g: dict) -> dict:
+        state = tx.init(p)
+        _, state = tx.update(g, state, p)
+        updates, _ = tx.update(jax.tree.map(lambda x: -x, g), state, p)
+        return updates
+
+    per_layer_updates = jax.jit(two_updates)(params, grads)
+    stacked_updates = jax.jit(two_updates)(stacked(params, ["blocks"]), stacked(grads, ["blocks"]))
+    expected = jax.tree.leaves(stacked(per_layer_updates, ["blocks"]))
+    for a, b in zip(expected, jax.tree.leaves(stacked_updates), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-5)
+    # Without a gradient, a stacked norm scale stays put, while a stacked kernel decays.
+    zero = jax.tree.map(jnp.zeros_like, stacked(grads, ["blocks"]))
+    still, _ = tx.update(zero, tx.init(stacked(params, ["blocks"])), stacked(params, ["blocks"]))
+    assert float(jnp.abs(still["blocks"]["attn_norm"]["scale"]).max()) == 0.0
+    assert float(jnp.abs(still["blocks"]["attn"]["query"]).max()) > 0.0
 
 
 def _train_state(model: TransformerLM, params: dict) -> dict:

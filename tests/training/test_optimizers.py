@@ -12,6 +12,7 @@ from tests.training.conftest import quick
 from tests.training.tiny import TinyTrainer
 from theseus.config import configuration
 from theseus.registry import get_registry
+from theseus.training.matrices import register_parameter_axes
 from theseus.training.optimizers import (
     SGD,
     AdamW,
@@ -119,6 +120,51 @@ def test_muon_orthogonalises_hidden_matrices_and_leaves_embeddings_to_adamw() ->
         return float(singular.max() / singular.min())
 
     assert spread(updates["up"]["kernel"]) < 2.0 < spread(grads["up"]["kernel"])
+
+
+def test_logical_axis_names_decide_what_is_a_matrix_and_how_muon_reads_it() -> None:
+    P = jax.sharding.PartitionSpec
+    specs = {
+        "named": {
+            "query": P("embed", "heads", "head_dim"),
+            "query_bias": P("heads", "head_dim"),
+            "out": P("heads", "head_dim", "embed"),
+            "stacked_up": P("layers", "embed", "mlp"),
+            "stacked_scale": P("layers", "norm"),
+            "wte": P("vocab", "embed"),
+            "unnamed": None,
+        }
+    }
+    shapes = {
+        "query": (8, 2, 4),
+        "query_bias": (2, 4),
+        "out": (2, 4, 8),
+        "stacked_up": (3, 8, 16),
+        "stacked_scale": (3, 8),
+        "wte": (32, 8),
+        "unnamed": (8, 8),
+    }
+    params = {"named": {name: jnp.ones(shape) for name, shape in shapes.items()}}
+    register_parameter_axes(specs)
+    assert decay_mask(params)["named"] == {
+        "query": True,
+        "query_bias": False,
+        "out": True,
+        "stacked_up": True,
+        "stacked_scale": False,
+        "wte": True,
+        "unnamed": True,
+    }
+    dims = {k: v and (v.reduction_axis, v.output_axis) for k, v in muon_parameters(params, [])["named"].items()}
+    assert dims == {
+        "query": ((0,), (1, 2)),
+        "query_bias": None,
+        "out": ((0, 1), (2,)),
+        "stacked_up": ((1,), (2,)),
+        "stacked_scale": None,
+        "wte": None,
+        "unnamed": ((0,), (1,)),
+    }
 
 
 @pytest.mark.parametrize("max_norm", [0.5, 5.0, 100.0])

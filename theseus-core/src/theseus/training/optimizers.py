@@ -1,9 +1,10 @@
 """Optimizers as factory containers: a config dataclass and a factory function.
 
 A factory takes ``(config, learning_rate)`` (a float or a ``step -> lr`` schedule) and returns
-an ``optax.GradientTransformation``. Weight decay applies to matrices only (parameters with
-two or more dimensions); norms' scales and biases are not decayed. Global-norm clipping is
-applied by the trainer (``training/grad_clip``) in front of every optimizer.
+an ``optax.GradientTransformation``. Weight decay applies to matrices only (see
+:mod:`theseus.training.matrices`); norms' scales and biases are not decayed, in per-layer and in
+stacked (scanned) models alike. Global-norm clipping is applied by the trainer
+(``training/grad_clip``) in front of every optimizer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any
 import jax
 import optax
 
+from theseus.base.axis import Axis
 from theseus.config import configure, current_configuration, field
+from theseus.training.matrices import is_matrix, matrix_axes, parameter_axes, path_text
 
 LearningRate = float | Callable[[Any], Any]
 
@@ -57,8 +60,8 @@ class Optimizer:
 
 
 def decay_mask(params: Any) -> Any:
-    """True for parameters that take weight decay: matrices and higher-rank tensors."""
-    return jax.tree.map(lambda p: getattr(p, "ndim", 0) >= 2, params)
+    """True for parameters that take weight decay: the matrices (:func:`theseus.training.matrices.is_matrix`)."""
+    return jax.tree_util.tree_map_with_path(is_matrix, params)
 
 
 # -- AdamW ----------------------------------------------------------------------------------
@@ -148,27 +151,35 @@ class MuonConfig:
     )
 
 
-def _path_text(path: tuple[Any, ...]) -> str:
-    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path).lower()
+#: Logical axes of parameters that Muon leaves to AdamW (embeddings and output heads).
+MUON_EXCLUDED_AXES = frozenset({Axis.VOCAB, Axis.POSITION})
 
 
 def muon_parameters(params: Any, exclude: list[str], vocab_size: int | None = None) -> Any:
     """``MuonDimensionNumbers`` for hidden matrices, None (AdamW) for everything else.
 
-    Embeddings and output heads (a path containing an ``exclude`` name, or a dimension equal
-    to the vocabulary size) are treated like vectors, as the Muon recipe prescribes.
+    A matrix's input and output axes come from :func:`theseus.training.matrices.matrix_axes`, so
+    attention's three-axis kernels are orthogonalised as ``embed x (heads * head_dim)`` matrices and
+    a scanned model's stacked matrices one layer at a time. Embeddings and output heads (a path
+    containing an ``exclude`` name, a vocabulary or position axis, or a dimension equal to the
+    vocabulary size) are treated like vectors, as the Muon recipe prescribes.
     """
     from optax.contrib import MuonDimensionNumbers
 
+    excluded = [name.lower() for name in exclude]
+
     def spec(path: tuple[Any, ...], p: Any) -> Any:
-        if getattr(p, "ndim", 0) != 2:
+        axes = matrix_axes(path, p)
+        if axes is None:
             return None
-        text = _path_text(path)
-        if any(name.lower() in text for name in exclude):
+        text = path_text(path).lower()
+        if any(name in text for name in excluded):
+            return None
+        if MUON_EXCLUDED_AXES & set(parameter_axes(path, p) or ()):
             return None
         if vocab_size and vocab_size in tuple(p.shape):
             return None
-        return MuonDimensionNumbers(reduction_axis=0, output_axis=1)
+        return MuonDimensionNumbers(reduction_axis=axes.inputs, output_axis=axes.outputs)
 
     return jax.tree_util.tree_map_with_path(spec, params)
 

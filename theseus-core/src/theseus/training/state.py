@@ -12,6 +12,7 @@ import optax
 from flax import struct
 from flax.training import train_state
 
+from theseus.training.matrices import register_parameter_axes
 from theseus.training.sharding import TrainerSharding, check_divisible
 
 
@@ -45,6 +46,7 @@ def state_shardings(
     param_shardings = sharding.logical_shardings(logical_specs)["params"]
     params = nn.unbox(boxed)["params"]
     check_divisible(params, param_shardings, logical_specs["params"], sharding.mesh)
+    register_parameter_axes(logical_specs["params"])  # before the optimizer first sees the parameters
     opt_state = jax.eval_shape(tx.init, params)
     replicated = sharding.replicated
     opt_shardings = optimizer_state_shardings(opt_state, params, param_shardings, replicated)

@@ -1,0 +1,108 @@
+"""Which parameters are matrices, and which of their axes a matrix reads from and writes to.
+
+Weight decay and Muon act on matrices only, never on norms' scales and biases. A parameter's
+logical axis names (:class:`theseus.base.axis.Axis`) decide what it is:
+
+* axes are grouped: ``heads``, ``kv_heads`` and ``head_dim`` form one group (one projection side of
+  attention), every other name its own; the stacked ``layers`` axis of scanned models is a batch
+  axis and joins no group;
+* a parameter spanning two or more groups is a matrix. Its first group holds the axes it reduces
+  over (its inputs), the other groups its outputs: the query kernel ``[embed, heads, head_dim]``
+  maps ``embed`` to ``heads x head_dim``, the attention output ``[heads, head_dim, embed]`` the
+  other way, and a query bias ``[heads, head_dim]`` is no matrix.
+
+The trainer registers the names of its model's parameters (:func:`register_parameter_axes`) before
+its optimizer first sees them. Parameters without registered names (an optimizer used outside a
+trainer, a parameter created without logical names) fall back to their rank: two or more
+dimensions make a matrix, the first axis being the input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+from jax.sharding import PartitionSpec
+
+from theseus.base.axis import Axis
+
+#: Logical axes that belong to one side of a matrix together.
+AXIS_GROUPS = {Axis.HEADS: "heads", Axis.KV_HEADS: "heads", Axis.HEAD_DIM: "heads"}
+#: Logical axes that stack independent matrices (a scanned model's layers).
+BATCH_AXES = frozenset({Axis.LAYERS})
+
+_registered: dict[str, tuple[str | None, ...]] = {}
+
+
+@dataclass(frozen=True)
+class MatrixAxes:
+    """The axes a matrix parameter reduces over (``inputs``) and produces (``outputs``); any other
+    axis stacks independent matrices."""
+
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+def path_text(path: Sequence[Any]) -> str:
+    """``blocks_0/attn/query`` for a ``jax.tree_util`` key path."""
+    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+
+
+def register_parameter_axes(logical_specs: Any) -> None:
+    """Remember the logical axis names of a model's parameters by path.
+
+    ``logical_specs`` is the ``params`` tree of ``flax.linen.get_partition_spec`` (a ``PartitionSpec``
+    of names per parameter, or None for a parameter created without names).
+    """
+    leaves = jax.tree_util.tree_flatten_with_path(logical_specs, is_leaf=lambda x: isinstance(x, PartitionSpec))[0]
+    for path, spec in leaves:
+        if isinstance(spec, PartitionSpec):
+            _registered[path_text(path)] = tuple(name if isinstance(name, str) else None for name in spec)
+
+
+def parameter_axes(path: Sequence[Any], leaf: Any) -> tuple[str | None, ...] | None:
+    """The registered logical names of the parameter at ``path``, if they fit its rank."""
+    names = _registered.get(path_text(path))
+    if names is None or len(names) != getattr(leaf, "ndim", -1):
+        return None
+    return names
+
+
+def matrix_axes(path: Sequence[Any], leaf: Any) -> MatrixAxes | None:
+    """How the parameter at ``path`` acts as a matrix, or None for a vector-like parameter."""
+    names = parameter_axes(path, leaf)
+    if names is None:
+        return MatrixAxes((0,), (1,)) if getattr(leaf, "ndim", 0) == 2 else None
+    groups: list[tuple[object, list[int]]] = []
+    for index, name in enumerate(names):
+        if name in BATCH_AXES:
+            continue
+        group: object = AXIS_GROUPS.get(name, name) if name is not None else object()
+        if groups and groups[-1][0] == group:
+            groups[-1][1].append(index)
+        else:
+            groups.append((group, [index]))
+    if len(groups) < 2:
+        return None
+    return MatrixAxes(tuple(groups[0][1]), tuple(i for _, axes in groups[1:] for i in axes))
+
+
+def is_matrix(path: Sequence[Any], leaf: Any) -> bool:
+    """Whether weight decay applies: a matrix by its names, or of rank two or more without them."""
+    if parameter_axes(path, leaf) is None:
+        return getattr(leaf, "ndim", 0) >= 2
+    return matrix_axes(path, leaf) is not None
+
+
+__all__ = [
+    "AXIS_GROUPS",
+    "BATCH_AXES",
+    "MatrixAxes",
+    "is_matrix",
+    "matrix_axes",
+    "parameter_axes",
+    "path_text",
+    "register_parameter_axes",
+]
