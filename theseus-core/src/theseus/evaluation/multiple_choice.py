@@ -9,7 +9,7 @@ of everyday-knowledge questions is used.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -19,6 +19,7 @@ import numpy as np
 from theseus.config import field
 from theseus.errors import DataError
 from theseus.evaluation.base import Evaluation
+from theseus.evaluation.scoring import score_rows
 
 if TYPE_CHECKING:
     from theseus.training.base import BaseTrainer
@@ -121,45 +122,3 @@ class MultipleChoice(Evaluation):
             start = end
         total = len(questions)
         return {"acc": correct / total, "acc_norm": correct_norm / total, "questions": total}
-
-
-def score_rows(
-    trainer: BaseTrainer, state: Any, rows: Sequence[tuple[np.ndarray, ...]]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Summed target log-probabilities and target counts of each row."""
-    width = trainer.eval_rows
-    fn = _scorer(trainer)
-    loglik, counts = [], []
-    for start in range(0, len(rows), width):
-        chunk = list(rows[start : start + width])
-        real = len(chunk)
-        while len(chunk) < width:
-            chunk.append(chunk[-1])
-        batch = {
-            "x": np.stack([r[0] for r in chunk]),
-            "y": np.stack([r[1] for r in chunk]),
-            "padding_mask": np.stack([r[2] for r in chunk]),
-        }
-        ll, n = trainer.sharding.fetch(fn(state, trainer.sharding.put_global(batch)))
-        loglik.append(np.asarray(ll)[:real])
-        counts.append(np.asarray(n)[:real])
-    return np.concatenate(loglik), np.concatenate(counts)
-
-
-def _scorer(trainer: BaseTrainer) -> Any:
-    import jax
-    import jax.numpy as jnp
-
-    cls = type(trainer)
-    sharding = trainer.sharding
-
-    def score(state: Any, batch: Mapping[str, Any]) -> tuple[Any, Any]:
-        with sharding.context():
-            logits, _loss, _meta = cls.forward(state, state.params, batch, key=None, deterministic=True)
-        logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-        y = batch["y"]
-        valid = (y != -1) & batch["padding_mask"]
-        picked = jnp.take_along_axis(logp, jnp.maximum(y, 0)[..., None], axis=-1)[..., 0]
-        return jnp.sum(jnp.where(valid, picked, 0.0), axis=-1), jnp.sum(valid, axis=-1)
-
-    return trainer.compiled("multiple_choice_score", lambda: jax.jit(score))

@@ -1,0 +1,121 @@
+"""Bits per byte of a whole split, scored the way a compressor would code it.
+
+Every token of the split is predicted once, in order, from the tokens before it: windows of the
+trainer's sequence length slide along the split by ``stride`` tokens, and each window scores only its
+last ``stride`` targets, so every scored token sees at least ``sequence_length - stride`` tokens of
+context (the first window scores all of its targets). The summed negative log-likelihood, in bits,
+is divided by the number of UTF-8 bytes the scored tokens stand for (end-of-text markers count no
+bytes), which makes the figure comparable across tokenizers and with ``gzip`` or ``xz`` run on the
+same text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from theseus.config import field
+from theseus.errors import ConfigError, DataError
+from theseus.evaluation.base import Evaluation
+from theseus.evaluation.scoring import Row, score_rows
+
+if TYPE_CHECKING:
+    from theseus.training.base import BaseTrainer
+
+
+def sliding_windows(tokens: int, length: int, stride: int) -> list[tuple[int, int]]:
+    """``(start, first_scored)`` of each window over a split of ``tokens`` tokens.
+
+    A window's inputs are tokens ``start .. start + length - 1`` and its targets the tokens one
+    further; it scores targets ``first_scored .. start + length`` (those not scored before). Token 0
+    has no context and is never a target; every other token is scored exactly once.
+    """
+    if length < 1 or not 1 <= stride <= length:
+        raise ValueError(f"windows need length >= 1 and 1 <= stride <= length, got {length} and {stride}")
+    windows = []
+    scored = 1  # the next target to score
+    last = tokens - 1
+    while scored <= last:
+        end = min(scored + stride - 1, last)  # the last target of this window
+        start = max(0, end - length)
+        windows.append((start, scored))
+        scored = min(start + length, last) + 1
+    return windows
+
+
+def window_row(tokens: np.ndarray, start: int, first_scored: int, length: int) -> Row:
+    """Inputs, targets (-1 where not scored) and padding mask of one window, padded to ``length``."""
+    piece = np.asarray(tokens[start : start + length + 1], dtype=np.int32)
+    n = len(piece) - 1
+    x = np.zeros(length, np.int32)
+    y = np.full(length, -1, np.int32)
+    mask = np.zeros(length, bool)
+    x[:n], mask[:n] = piece[:-1], True
+    targets = np.arange(start + 1, start + 1 + n)
+    y[:n] = np.where(targets >= first_scored, piece[1:], -1)
+    return x, y, mask
+
+
+@dataclass
+class Compression(Evaluation):
+    """Bits per byte over a whole split of the trainer's first dataset (or ``dataset``), every token
+    scored once with at least ``sequence_length - stride`` tokens of context."""
+
+    name: ClassVar[str] = "compression"
+
+    split: str = field("evaluation/compression/split", default="val", help="data split to score")
+    dataset: str = field(
+        "evaluation/compression/dataset", default="", help="prepared dataset to score ('' = the trainer's first)"
+    )
+    stride: int = field(
+        "evaluation/compression/stride", default=0, min=0, help="tokens scored per window (0 = half the window)"
+    )
+    max_tokens: int = field(
+        "evaluation/compression/max_tokens", default=0, min=0, help="score only the split's first N tokens (0 = all)"
+    )
+
+    def evaluate(self, trainer: BaseTrainer, state: Any) -> Mapping[str, float]:
+        from theseus.data.format import Prepared
+        from theseus.training.flywheel.strategy import strategy_of
+
+        length = trainer.sequence_length
+        stride = self.stride or max(1, length // 2)
+        if stride > length:
+            raise ConfigError(
+                f"evaluation/compression/stride={stride} exceeds the sequence length {length}; "
+                "choose a stride of at most the sequence length"
+            )
+        name = self.dataset or self._first_dataset(trainer, strategy_of)
+        prepared = Prepared.open(trainer.context.root, name)
+        if self.split not in prepared.splits:
+            raise DataError(
+                f"dataset {name!r} has no {self.split!r} split (it has {', '.join(prepared.splits)}); "
+                "set evaluation/compression/split"
+            )
+        tokens = prepared.tokens(self.split)
+        if self.max_tokens:
+            tokens = tokens[: self.max_tokens]
+        if len(tokens) < 2:
+            raise DataError(f"split {self.split!r} of dataset {name!r} holds fewer than two tokens; nothing to score")
+        windows = sliding_windows(len(tokens), length, stride)
+        rows = [window_row(tokens, start, first, length) for start, first in windows]
+        loglik, counts = score_rows(trainer, state, rows)
+        tokenizer = prepared.tokenizer()
+        scored = np.asarray(tokens[1:])
+        text = tokenizer.decode(int(t) for t in scored[scored != tokenizer.eot_id])
+        size = len(text.encode("utf-8"))
+        bits = -float(np.sum(loglik, dtype=np.float64)) / math.log(2)
+        return {"bits_per_byte": bits / max(size, 1), "bytes": size, "tokens": int(np.sum(counts))}
+
+    @staticmethod
+    def _first_dataset(trainer: BaseTrainer, strategy_of: Any) -> str:
+        try:
+            return str(strategy_of(trainer.DATASET)[0].name)
+        except (IndexError, TypeError, DataError) as exc:
+            raise ConfigError(
+                f"{type(trainer).__qualname__} declares no dataset to score; set evaluation/compression/dataset"
+            ) from exc
