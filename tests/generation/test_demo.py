@@ -48,6 +48,13 @@ def test_demo_trains_checkpoints_plots_and_writes(tmp_path: Path) -> None:
     assert final < math.log(256)  # better than uniform bytes
     out = result.stdout
     assert f"validation at step 30: loss {final:.4f} nats/byte = {final / math.log(2):.3f} bits/byte" in out
+    # the whole validation split, scored once at the end, as a compressor codes it
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    (whole,) = [r for r in records if r["split"] == "eval"]
+    assert whole["step"] == 30 and whole["compression/tokens"] >= whole["compression/bytes"] > 10_000
+    bits, size = whole["compression/bits_per_byte"], whole["compression/bytes"]
+    assert abs(bits - final / math.log(2)) < 0.5  # the same model on more of the same bytes
+    assert f"whole validation split ({size:,} bytes, each predicted once, in order): {bits:.3f} bits/byte" in out
     assert "samples from step 30" in out
     for prompt in ("def ", "import ", "class "):
         assert f"----- {prompt!r} -----\n{prompt}" in out
@@ -76,5 +83,6 @@ def test_demo_defaults_fit_byte_data() -> None:
     assert trainer.run_name == "demo-gpt"
     chosen = DemoGPT.create(Path("unused"), {"architecture/vocab_size": 300, "architecture/n_layers": 4})
     assert chosen.setting("architecture/vocab_size") == 300 and chosen.setting("architecture/n_layers") == 4
-    assert schema["training/batch_size"].default == trainer.args.batch_size == 4
+    assert schema["training/batch_size"].default == trainer.args.batch_size == 8
+    assert DemoGPT.optimizer().name == "muon" and [e.name for e in DemoGPT.EVALUATION] == ["compression"]
     assert trainer.args.prompts == ["def ", "import ", "class "]
