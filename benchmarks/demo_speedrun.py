@@ -5,7 +5,7 @@ library's held-out documents, end-of-text markers removed) with ``gzip -9``, ``b
 ``xz -9e`` and reports ``8 x compressed / raw`` bytes; ``demo_bits_per_byte(root, ...)`` runs
 ``theseus run demo/gpt`` in a fresh process (no samples) and reads the bits per byte of its final
 evaluation on the whole split (``evaluation/compression``: every byte predicted once, in order,
-with at least 64 bytes of context: the same bytes the compressors code), next to its final
+from the 64-127 bytes before it: the bytes the compressors code), next to its final
 validation (40 random windows). A model that has learned Python should need fewer bits than the
 compressors.
 
@@ -81,8 +81,10 @@ def demo_bits_per_byte(
     seconds = time.perf_counter() - start
     validation = re.search(r"= ([0-9.]+) bits/byte", done.stdout)
     whole = re.search(r"whole validation split .*: ([0-9.]+) bits/byte", done.stdout)
-    if done.returncode != 0 or validation is None or whole is None:
+    if done.returncode != 0:
         raise RuntimeError(f"demo/gpt failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-400:]}")
+    if validation is None or whole is None:
+        raise RuntimeError(f"demo/gpt printed no validation or whole-split bits/byte: {done.stdout.strip()[-400:]}")
     return float(whole.group(1)), float(validation.group(1)), seconds
 
 

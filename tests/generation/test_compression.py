@@ -12,7 +12,7 @@ import pytest
 
 from tests.generation.conftest import CORPUS, QUICK, TRAINERS, spread_params, tiny_values, write_corpus
 from theseus.data.format import Prepared
-from theseus.errors import ConfigError
+from theseus.errors import ConfigError, DataError
 from theseus.evaluation import Compression
 from theseus.evaluation.compression import sliding_windows, window_row
 from theseus.model.models import GPT
@@ -64,3 +64,5 @@ def test_bits_per_byte_match_each_byte_predicted_from_its_own_window(tmp_path: P
     assert halves["tokens"] == result["tokens"] and halves["bits_per_byte"] != result["bits_per_byte"]
     with pytest.raises(ConfigError, match="stride=17 exceeds the sequence length 16"):
         Compression(stride=17).evaluate(trainer, state)
+    with pytest.raises(DataError, match="gives 1 token"):
+        Compression(max_tokens=1).evaluate(trainer, state)

@@ -20,8 +20,8 @@ from theseus.checkpoint import CheckpointStore
 from theseus.checkpoint.layers import per_layer, stacked
 from theseus.errors import CheckpointError, ConfigError
 from theseus.model.models import GPT, Llama, TransformerLM
-from theseus.training.matrices import register_parameter_axes
-from theseus.training.optimizers import AdamW, Muon, Optimizer
+from theseus.training.matrices import parameter_axes_known, with_parameter_axes
+from theseus.training.optimizers import AdamW, Muon, Optimizer, muon_parameters
 
 
 def test_stacked_and_per_layer_parameters_give_the_same_logits_and_gradients(family: type[TransformerLM]) -> None:
@@ -77,28 +77,54 @@ def test_optimizers_update_both_layouts_alike(family: type[TransformerLM], optim
     """Weight decay and Muon's orthogonalisation treat a stacked layer's parameters like its own:
     norms and biases are never decayed or orthogonalised, attention's kernels are matrices."""
     unrolled, scanned = build(family, model__scan_layers=False), build(family, model__scan_layers=True)
-    for model in (unrolled, scanned):
-        boxed = jax.eval_shape(lambda m=model: m.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32)))
-        register_parameter_axes(nn.get_partition_spec(boxed)["params"])
+    specs = [
+        nn.get_partition_spec(jax.eval_shape(lambda m=m: m.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))))
+        for m in (unrolled, scanned)
+    ]
     params, grads = random_params(unrolled, std=0.1), random_params(unrolled, seed=1, std=0.1)
     tx = optimizer.create(0.05, config=optimizer.config(weight_decay=0.5))
+    per_layer_tx, stacked_tx = (with_parameter_axes(tx, spec["params"]) for spec in specs)
 
-    def two_updates(p: dict, g: dict) -> dict:
+    def two_updates(tx: optax.GradientTransformation, p: dict, g: dict) -> dict:
         state = tx.init(p)
         _, state = tx.update(g, state, p)
         updates, _ = tx.update(jax.tree.map(lambda x: -x, g), state, p)
         return updates
 
-    per_layer_updates = jax.jit(two_updates)(params, grads)
-    stacked_updates = jax.jit(two_updates)(stacked(params, ["blocks"]), stacked(grads, ["blocks"]))
+    per_layer_updates = jax.jit(lambda p, g: two_updates(per_layer_tx, p, g))(params, grads)
+    stacked_params, stacked_grads = stacked(params, ["blocks"]), stacked(grads, ["blocks"])
+    stacked_updates = jax.jit(lambda p, g: two_updates(stacked_tx, p, g))(stacked_params, stacked_grads)
     expected = jax.tree.leaves(stacked(per_layer_updates, ["blocks"]))
     for a, b in zip(expected, jax.tree.leaves(stacked_updates), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-5)
     # Without a gradient, a stacked norm scale stays put, while a stacked kernel decays.
-    zero = jax.tree.map(jnp.zeros_like, stacked(grads, ["blocks"]))
-    still, _ = tx.update(zero, tx.init(stacked(params, ["blocks"])), stacked(params, ["blocks"]))
+    zero = jax.tree.map(jnp.zeros_like, stacked_grads)
+    still, _ = stacked_tx.update(zero, stacked_tx.init(stacked_params), stacked_params)
     assert float(jnp.abs(still["blocks"]["attn_norm"]["scale"]).max()) == 0.0
     assert float(jnp.abs(still["blocks"]["attn"]["query"]).max()) > 0.0
+    # Muon reads the stacked query kernel [layers, embed, heads, head_dim] as one embed x heads*head_dim
+    # matrix per layer.
+    with parameter_axes_known(specs[1]["params"]):
+        query = muon_parameters(stacked_params, [])["blocks"]["attn"]["query"]
+    assert (query.reduction_axis, query.output_axis) == ((1,), (2, 3))
+
+
+@pytest.mark.parametrize("trainer_layout", [True, False], ids=["stacked", "per-layer"])
+def test_the_trainers_optimizer_decays_matrices_only(tmp_path: Path, trainer_layout: bool) -> None:
+    """The trainer hands its model's axis names to the optimizer it builds."""
+    from tests.huggingface.conftest import VOCAB
+    from tests.huggingface.test_init_from import QUICK, FixedGPT
+
+    settings = {**QUICK, "architecture/vocab_size": VOCAB, "model/scan_layers": trainer_layout}
+    trainer = FixedGPT.create(tmp_path, {**settings, "optimizer/adamw/weight_decay": 0.5})
+    trainer.setup()
+    params = jax.tree.map(lambda a: jnp.ones(a.shape, a.dtype), trainer.abstract_state.params)
+    assert trainer.tx is not None
+    updates, _ = trainer.tx.update(jax.tree.map(jnp.zeros_like, params), trainer.tx.init(params), params)
+    block = per_layer(updates, ["blocks"])["blocks_0"] if trainer_layout else updates["blocks_0"]
+    assert float(jnp.abs(block["attn_norm"]["scale"]).max()) == 0.0
+    assert float(jnp.abs(block["attn"]["query_bias"]).max()) == 0.0
+    assert float(jnp.abs(block["attn"]["query"]).min()) > 0.0  # decoupled decay: lr x 0.5 x 1
 
 
 def _train_state(model: TransformerLM, params: dict) -> dict:

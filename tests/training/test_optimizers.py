@@ -12,7 +12,7 @@ from tests.training.conftest import quick
 from tests.training.tiny import TinyTrainer
 from theseus.config import configuration
 from theseus.registry import get_registry
-from theseus.training.matrices import register_parameter_axes
+from theseus.training.matrices import parameter_axes_known
 from theseus.training.optimizers import (
     SGD,
     AdamW,
@@ -132,6 +132,7 @@ def test_logical_axis_names_decide_what_is_a_matrix_and_how_muon_reads_it() -> N
             "stacked_up": P("layers", "embed", "mlp"),
             "stacked_scale": P("layers", "norm"),
             "wte": P("vocab", "embed"),
+            "square": P("embed", "embed"),
             "unnamed": None,
         }
     }
@@ -142,20 +143,24 @@ def test_logical_axis_names_decide_what_is_a_matrix_and_how_muon_reads_it() -> N
         "stacked_up": (3, 8, 16),
         "stacked_scale": (3, 8),
         "wte": (32, 8),
+        "square": (8, 8),
         "unnamed": (8, 8),
     }
     params = {"named": {name: jnp.ones(shape) for name, shape in shapes.items()}}
-    register_parameter_axes(specs)
-    assert decay_mask(params)["named"] == {
+    with parameter_axes_known(specs):
+        decays = decay_mask(params)["named"]
+        muon = muon_parameters(params, [])["named"]
+    assert decays == {
         "query": True,
         "query_bias": False,
         "out": True,
         "stacked_up": True,
         "stacked_scale": False,
         "wte": True,
+        "square": True,
         "unnamed": True,
     }
-    dims = {k: v and (v.reduction_axis, v.output_axis) for k, v in muon_parameters(params, [])["named"].items()}
+    dims = {k: v and (v.reduction_axis, v.output_axis) for k, v in muon.items()}
     assert dims == {
         "query": ((0,), (1, 2)),
         "query_bias": None,
@@ -163,6 +168,7 @@ def test_logical_axis_names_decide_what_is_a_matrix_and_how_muon_reads_it() -> N
         "stacked_up": ((1,), (2,)),
         "stacked_scale": None,
         "wte": None,
+        "square": ((0,), (1,)),
         "unnamed": ((0,), (1,)),
     }
 

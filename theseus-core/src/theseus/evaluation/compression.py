@@ -2,11 +2,13 @@
 
 Every token of the split is predicted once, in order, from the tokens before it: windows of the
 trainer's sequence length slide along the split by ``stride`` tokens, and each window scores only its
-last ``stride`` targets, so every scored token sees at least ``sequence_length - stride`` tokens of
-context (the first window scores all of its targets). The summed negative log-likelihood, in bits,
-is divided by the number of UTF-8 bytes the scored tokens stand for (end-of-text markers count no
-bytes), which makes the figure comparable across tokenizers and with ``gzip`` or ``xz`` run on the
-same text.
+last ``stride`` targets, so every token scored after the first window sees more than
+``sequence_length - stride`` tokens of context (the first window scores all of its targets). The
+summed negative log-likelihood, in bits, is divided by the number of UTF-8 bytes the scored tokens
+stand for, which makes the figure comparable across tokenizers and with ``gzip`` or ``xz`` run on
+the same text. End-of-text markers between documents are predicted too, and their bits counted,
+but they stand for no bytes (a compressor given the concatenated files codes no separator), so the
+figure errs on the strict side.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from theseus.config import field
 from theseus.errors import ConfigError, DataError
 from theseus.evaluation.base import Evaluation
 from theseus.evaluation.scoring import Row, score_rows
+
+#: Forward passes (of ``trainer.eval_rows`` windows each) whose rows are built at a time.
+WINDOW_BATCHES = 64
 
 if TYPE_CHECKING:
     from theseus.training.base import BaseTrainer
@@ -60,6 +65,17 @@ def window_row(tokens: np.ndarray, start: int, first_scored: int, length: int) -
     return x, y, mask
 
 
+def scored_bytes(tokenizer: Any, tokens: np.ndarray) -> int:
+    """UTF-8 bytes that ``tokens`` stand for, decoded a document at a time (end-of-text: no bytes)."""
+    eot = int(tokenizer.eot_id)
+    size, begin = 0, 0
+    for end in [*np.flatnonzero(tokens == eot).tolist(), len(tokens)]:
+        if end > begin:
+            size += len(tokenizer.decode(int(t) for t in tokens[begin:end]).encode("utf-8"))
+        begin = end + 1
+    return size
+
+
 @dataclass
 class Compression(Evaluation):
     """Bits per byte over a whole split of the trainer's first dataset (or ``dataset``), every token
@@ -96,20 +112,30 @@ class Compression(Evaluation):
                 f"dataset {name!r} has no {self.split!r} split (it has {', '.join(prepared.splits)}); "
                 "set evaluation/compression/split"
             )
+        vocab = trainer.setting("architecture/vocab_size")
+        if vocab is not None and prepared.header.vocab_size > int(vocab):
+            raise DataError(
+                f"dataset {name!r} has {prepared.header.vocab_size} token ids but the model only "
+                f"architecture/vocab_size={vocab}; score data of the model's tokenizer (evaluation/compression/dataset)"
+            )
         tokens = prepared.tokens(self.split)
         if self.max_tokens:
             tokens = tokens[: self.max_tokens]
         if len(tokens) < 2:
-            raise DataError(f"split {self.split!r} of dataset {name!r} holds fewer than two tokens; nothing to score")
+            raise DataError(
+                f"split {self.split!r} of dataset {name!r} gives {len(tokens)} token(s) to score "
+                f"(evaluation/compression/max_tokens={self.max_tokens}); at least two are needed"
+            )
         windows = sliding_windows(len(tokens), length, stride)
-        rows = [window_row(tokens, start, first, length) for start, first in windows]
-        loglik, counts = score_rows(trainer, state, rows)
-        tokenizer = prepared.tokenizer()
-        scored = np.asarray(tokens[1:])
-        text = tokenizer.decode(int(t) for t in scored[scored != tokenizer.eot_id])
-        size = len(text.encode("utf-8"))
-        bits = -float(np.sum(loglik, dtype=np.float64)) / math.log(2)
-        return {"bits_per_byte": bits / max(size, 1), "bytes": size, "tokens": int(np.sum(counts))}
+        nats, scored = 0.0, 0
+        chunk = trainer.eval_rows * WINDOW_BATCHES  # rows built at a time, so memory stays bounded
+        for begin in range(0, len(windows), chunk):
+            rows = [window_row(tokens, start, first, length) for start, first in windows[begin : begin + chunk]]
+            loglik, counts = score_rows(trainer, state, rows)
+            nats -= float(np.sum(loglik, dtype=np.float64))
+            scored += int(np.sum(counts))
+        size = scored_bytes(prepared.tokenizer(), np.asarray(tokens[1:]))
+        return {"bits_per_byte": nats / math.log(2) / max(size, 1), "bytes": size, "tokens": scored}
 
     @staticmethod
     def _first_dataset(trainer: BaseTrainer, strategy_of: Any) -> str:

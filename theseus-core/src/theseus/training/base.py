@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,11 +28,12 @@ from theseus.plugins.gather import gather_classes
 from theseus.tracking.config import TrackingConfig
 from theseus.training import declarations, keys, selection, steps
 from theseus.training.config import BaseTrainerConfig
+from theseus.training.matrices import with_parameter_axes
 from theseus.training.optimizers import AdamW, Optimizer, clip_by_global_norm
 from theseus.training.run import default_run_name
 from theseus.training.schedules import Schedule
 from theseus.training.sharding import TrainerSharding, build_sharding
-from theseus.training.state import TrainState, create_state, state_shardings, with_shardings
+from theseus.training.state import TrainState, abstract_variables, create_state, state_shardings, with_shardings
 
 Batch = Mapping[str, Any]
 
@@ -232,13 +234,16 @@ class BaseTrainer(Job):
                 self.lr_schedule = schedule.create(args.lr, args.steps)
             else:
                 self.lr_schedule = optax.constant_schedule(args.lr)
+            self.init_key, self.dropout_key = keys.root_keys(args.seed)  # computed on the host: nothing to compile
+            variables = abstract_variables(self.model, self.sharding, self.init_key, self.sequence_length)
             parts = [clip_by_global_norm(args.grad_clip)] if args.grad_clip > 0 else []
-            self.tx = optax.chain(*parts, self.optimizer().create(self.lr_schedule))
+            optimizer = optax.chain(*parts, self.optimizer().create(self.lr_schedule))
+            # weight decay and Muon tell matrices from vectors by the parameters' logical axis names
+            self.tx = with_parameter_axes(optimizer, nn.get_partition_spec(variables)["params"])
             self.evaluations = [_instantiate(declarations.resolve("evaluation", e)) for e in self.EVALUATION]
             self.analyses = [_instantiate(declarations.resolve("analysis", a)) for a in self.ANALYSIS]
-            self.init_key, self.dropout_key = keys.root_keys(args.seed)  # computed on the host: nothing to compile
             self.abstract_state, self.state_shardings = state_shardings(
-                self.model, self.tx, self.sharding, self.init_key, self.sequence_length
+                self.model, self.tx, self.sharding, self.init_key, self.sequence_length, variables
             )
             if self.init_source is not None:
                 from theseus.training.init_from import check_data

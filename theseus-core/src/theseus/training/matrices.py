@@ -3,27 +3,31 @@
 Weight decay and Muon act on matrices only, never on norms' scales and biases. A parameter's
 logical axis names (:class:`theseus.base.axis.Axis`) decide what it is:
 
-* axes are grouped: ``heads``, ``kv_heads`` and ``head_dim`` form one group (one projection side of
-  attention), every other name its own; the stacked ``layers`` axis of scanned models is a batch
-  axis and joins no group;
+* axes are grouped: ``heads``, ``kv_heads`` and ``head_dim`` next to each other form one group (one
+  side of an attention projection); every other axis is a group of its own; the stacked ``layers``
+  axis of scanned models is a batch axis and joins no group;
 * a parameter spanning two or more groups is a matrix. Its first group holds the axes it reduces
   over (its inputs), the other groups its outputs: the query kernel ``[embed, heads, head_dim]``
   maps ``embed`` to ``heads x head_dim``, the attention output ``[heads, head_dim, embed]`` the
   other way, and a query bias ``[heads, head_dim]`` is no matrix.
 
-The trainer registers the names of its model's parameters (:func:`register_parameter_axes`) before
-its optimizer first sees them. Parameters without registered names (an optimizer used outside a
-trainer, a parameter created without logical names) fall back to their rank: two or more
+The trainer wraps its optimizer with :func:`with_parameter_axes`, so the masks (``decay_mask``,
+Muon's dimension numbers) see its model's names whenever the optimizer runs; tests and other code
+can set them with :func:`parameter_axes_known`. Parameters without known names (an optimizer used
+outside a trainer, a parameter created without logical names) fall back to their rank: two or more
 dimensions make a matrix, the first axis being the input.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import jax
+import optax
 from jax.sharding import PartitionSpec
 
 from theseus.base.axis import Axis
@@ -33,7 +37,8 @@ AXIS_GROUPS = {Axis.HEADS: "heads", Axis.KV_HEADS: "heads", Axis.HEAD_DIM: "head
 #: Logical axes that stack independent matrices (a scanned model's layers).
 BATCH_AXES = frozenset({Axis.LAYERS})
 
-_registered: dict[str, tuple[str | None, ...]] = {}
+Names = Mapping[str, tuple[str | None, ...]]
+_known: ContextVar[Names | None] = ContextVar("theseus_parameter_axes", default=None)
 
 
 @dataclass(frozen=True)
@@ -50,21 +55,54 @@ def path_text(path: Sequence[Any]) -> str:
     return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
 
 
-def register_parameter_axes(logical_specs: Any) -> None:
-    """Remember the logical axis names of a model's parameters by path.
-
-    ``logical_specs`` is the ``params`` tree of ``flax.linen.get_partition_spec`` (a ``PartitionSpec``
-    of names per parameter, or None for a parameter created without names).
-    """
+def names_by_path(logical_specs: Any) -> dict[str, tuple[str | None, ...]]:
+    """``{path: names}`` of a ``params`` tree of ``flax.linen.get_partition_spec`` (a ``PartitionSpec``
+    per parameter; parameters created without names are left out)."""
     leaves = jax.tree_util.tree_flatten_with_path(logical_specs, is_leaf=lambda x: isinstance(x, PartitionSpec))[0]
-    for path, spec in leaves:
-        if isinstance(spec, PartitionSpec):
-            _registered[path_text(path)] = tuple(name if isinstance(name, str) else None for name in spec)
+    return {
+        path_text(path): tuple(name if isinstance(name, str) else None for name in spec)
+        for path, spec in leaves
+        if isinstance(spec, PartitionSpec)
+    }
+
+
+@contextmanager
+def parameter_axes_known(logical_specs: Any) -> Iterator[None]:
+    """Within the block, parameters are judged by the names of ``logical_specs`` (see :func:`names_by_path`)."""
+    token = _known.set(names_by_path(logical_specs))
+    try:
+        yield
+    finally:
+        _known.reset(token)
+
+
+def with_parameter_axes(tx: optax.GradientTransformation, logical_specs: Any) -> optax.GradientTransformation:
+    """``tx`` whose ``init`` and ``update`` judge parameters by the names of ``logical_specs``."""
+    names = names_by_path(logical_specs)
+
+    def init(params: Any) -> Any:
+        token = _known.set(names)
+        try:
+            return tx.init(params)
+        finally:
+            _known.reset(token)
+
+    def update(updates: Any, state: Any, params: Any = None, **extra: Any) -> Any:
+        token = _known.set(names)
+        try:
+            if isinstance(tx, optax.GradientTransformationExtraArgs):
+                return tx.update(updates, state, params, **extra)
+            return tx.update(updates, state, params)
+        finally:
+            _known.reset(token)
+
+    return optax.GradientTransformationExtraArgs(init, update)
 
 
 def parameter_axes(path: Sequence[Any], leaf: Any) -> tuple[str | None, ...] | None:
-    """The registered logical names of the parameter at ``path``, if they fit its rank."""
-    names = _registered.get(path_text(path))
+    """The known logical names of the parameter at ``path``, if they fit its rank."""
+    known = _known.get()
+    names = None if known is None else known.get(path_text(path))
     if names is None or len(names) != getattr(leaf, "ndim", -1):
         return None
     return names
@@ -75,14 +113,14 @@ def matrix_axes(path: Sequence[Any], leaf: Any) -> MatrixAxes | None:
     names = parameter_axes(path, leaf)
     if names is None:
         return MatrixAxes((0,), (1,)) if getattr(leaf, "ndim", 0) == 2 else None
-    groups: list[tuple[object, list[int]]] = []
+    groups: list[tuple[str | None, list[int]]] = []
     for index, name in enumerate(names):
         if name in BATCH_AXES:
             continue
-        group: object = AXIS_GROUPS.get(name, name) if name is not None else object()
-        if groups and groups[-1][0] == group:
+        group = AXIS_GROUPS.get(name) if name is not None else None
+        if group is not None and groups and groups[-1][0] == group:
             groups[-1][1].append(index)
-        else:
+        else:  # an axis outside AXIS_GROUPS (or unnamed) is a group of its own
             groups.append((group, [index]))
     if len(groups) < 2:
         return None
@@ -102,7 +140,9 @@ __all__ = [
     "MatrixAxes",
     "is_matrix",
     "matrix_axes",
+    "names_by_path",
     "parameter_axes",
+    "parameter_axes_known",
     "path_text",
-    "register_parameter_axes",
+    "with_parameter_axes",
 ]

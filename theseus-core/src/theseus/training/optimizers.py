@@ -161,8 +161,9 @@ def muon_parameters(params: Any, exclude: list[str], vocab_size: int | None = No
     A matrix's input and output axes come from :func:`theseus.training.matrices.matrix_axes`, so
     attention's three-axis kernels are orthogonalised as ``embed x (heads * head_dim)`` matrices and
     a scanned model's stacked matrices one layer at a time. Embeddings and output heads (a path
-    containing an ``exclude`` name, a vocabulary or position axis, or a dimension equal to the
-    vocabulary size) are treated like vectors, as the Muon recipe prescribes.
+    containing an ``exclude`` name, a vocabulary or position axis, or, for a parameter without
+    names, a dimension equal to the vocabulary size) are treated like vectors, as the Muon recipe
+    prescribes.
     """
     from optax.contrib import MuonDimensionNumbers
 
@@ -175,9 +176,10 @@ def muon_parameters(params: Any, exclude: list[str], vocab_size: int | None = No
         text = path_text(path).lower()
         if any(name in text for name in excluded):
             return None
-        if MUON_EXCLUDED_AXES & set(parameter_axes(path, p) or ()):
+        names = parameter_axes(path, p)
+        if names is not None and MUON_EXCLUDED_AXES & set(names):
             return None
-        if vocab_size and vocab_size in tuple(p.shape):
+        if names is None and vocab_size and vocab_size in tuple(p.shape):
             return None
         return MuonDimensionNumbers(reduction_axis=axes.inputs, output_axis=axes.outputs)
 

@@ -12,7 +12,6 @@ import optax
 from flax import struct
 from flax.training import train_state
 
-from theseus.training.matrices import register_parameter_axes
 from theseus.training.sharding import TrainerSharding, check_divisible
 
 
@@ -32,21 +31,30 @@ def init_variables(model: nn.Module, key: jax.Array, sequence_length: int) -> An
     return model.init({"params": key, "dropout": key}, x, deterministic=True)
 
 
+def abstract_variables(model: nn.Module, sharding: TrainerSharding, key: jax.Array, sequence_length: int) -> Any:
+    """The model's variables as shapes and dtypes, boxed with their logical axis names (nothing is computed)."""
+    with sharding.context():
+        return jax.eval_shape(lambda k: init_variables(model, k, sequence_length), key)
+
+
 def state_shardings(
     model: nn.Module,
     tx: optax.GradientTransformation,
     sharding: TrainerSharding,
     key: jax.Array,
     sequence_length: int,
+    boxed: Any = None,
 ) -> tuple[TrainState, TrainState]:
-    """The abstract state (shapes/dtypes) and the matching tree of ``NamedSharding``."""
-    with sharding.context():
-        boxed = jax.eval_shape(lambda k: init_variables(model, k, sequence_length), key)
+    """The abstract state (shapes/dtypes) and the matching tree of ``NamedSharding``.
+
+    ``boxed``: the model's :func:`abstract_variables`, when the caller has them already.
+    """
+    if boxed is None:
+        boxed = abstract_variables(model, sharding, key, sequence_length)
     logical_specs = nn.get_partition_spec(boxed)
     param_shardings = sharding.logical_shardings(logical_specs)["params"]
     params = nn.unbox(boxed)["params"]
     check_divisible(params, param_shardings, logical_specs["params"], sharding.mesh)
-    register_parameter_axes(logical_specs["params"])  # before the optimizer first sees the parameters
     opt_state = jax.eval_shape(tx.init, params)
     replicated = sharding.replicated
     opt_shardings = optimizer_state_shardings(opt_state, params, param_shardings, replicated)

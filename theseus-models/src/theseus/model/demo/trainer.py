@@ -83,8 +83,9 @@ class DemoGPT(BaseTrainer):
     #: the unpadded vocabulary make a CPU step about a fifth cheaper (fewer softmax maps, a 257- rather
     #: than 384-wide output head), which pays for the extra steps.
     DEFAULTS = {"architecture/n_layers": 2, "architecture/n_heads": 2, "architecture/vocab_multiple": 1}
-    #: At the end: bits per byte of the whole validation split, each byte predicted once with at least
-    #: 64 bytes of context, as a compressor codes it (``benchmarks/demo_speedrun.py`` compares them).
+    #: At the end: bits per byte of the whole validation split, each byte predicted once, in order,
+    #: from the 64-127 bytes before it, as a compressor codes it (``benchmarks/demo_speedrun.py``
+    #: sets it beside gzip, bz2 and xz).
     EVALUATION = [Compression]
 
     def prepare_data(self) -> None:
