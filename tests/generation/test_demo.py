@@ -26,6 +26,7 @@ SMALL = [
     "training/log_interval=5",
     "training/peak_flops=1e12",
     "demo/max_new_tokens=24",
+    "evaluation/compression/max_tokens=16384",
 ]
 
 
