@@ -86,4 +86,9 @@ def test_demo_defaults_fit_byte_data() -> None:
     assert chosen.setting("architecture/vocab_size") == 300 and chosen.setting("architecture/n_layers") == 4
     assert schema["training/batch_size"].default == trainer.args.batch_size == 8
     assert DemoGPT.optimizer().name == "muon" and [e.name for e in DemoGPT.EVALUATION] == ["compression"]
+    assert (
+        trainer.setting("optimizer/muon/weight_decay") == 0.0 and trainer.setting("schedule/wsd/decay_fraction") == 0.4
+    )
+    adamw = DemoGPT.create(Path("unused"), {"select/optimizer": "adamw"})  # Muon's keys leave with Muon
+    assert adamw.setting("optimizer/muon/weight_decay") is None
     assert trainer.args.prompts == ["def ", "import ", "class "]

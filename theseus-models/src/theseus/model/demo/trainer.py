@@ -82,7 +82,16 @@ class DemoGPT(BaseTrainer):
     #: Two layers of the tiny preset learn more in a few CPU minutes than its four. Two heads and
     #: the unpadded vocabulary make a CPU step about a fifth cheaper (fewer softmax maps, a 257- rather
     #: than 384-wide output head), which pays for the extra steps.
-    DEFAULTS = {"architecture/n_layers": 2, "architecture/n_heads": 2, "architecture/vocab_multiple": 1}
+    #: Muon without weight decay, its AdamW part (embeddings, head, norms) at twice the learning rate,
+    #: and the last 40 % of the steps decaying: together 0.04 bits/byte lower at two seeds.
+    DEFAULTS = {
+        "architecture/n_layers": 2,
+        "architecture/n_heads": 2,
+        "architecture/vocab_multiple": 1,
+        "optimizer/muon/weight_decay": 0.0,
+        "optimizer/muon/adam_lr_ratio": 2.0,
+        "schedule/wsd/decay_fraction": 0.4,
+    }
     #: At the end: bits per byte of the whole validation split, each byte predicted once, in order,
     #: from the 64-127 bytes before it, as a compressor codes it (``benchmarks/demo_speedrun.py``
     #: sets it beside gzip, bz2 and xz).
