@@ -96,7 +96,6 @@ class Compression(Evaluation):
 
     def evaluate(self, trainer: BaseTrainer, state: Any) -> Mapping[str, float]:
         from theseus.data.format import Prepared
-        from theseus.training.flywheel.strategy import strategy_of
 
         length = trainer.sequence_length
         stride = self.stride or max(1, length // 2)
@@ -105,7 +104,7 @@ class Compression(Evaluation):
                 f"evaluation/compression/stride={stride} exceeds the sequence length {length}; "
                 "choose a stride of at most the sequence length"
             )
-        name = self.dataset or self._first_dataset(trainer, strategy_of)
+        name = self.dataset or self._first_dataset(trainer)
         prepared = Prepared.open(trainer.context.root, name)
         if self.split not in prepared.splits:
             raise DataError(
@@ -138,7 +137,9 @@ class Compression(Evaluation):
         return {"bits_per_byte": nats / math.log(2) / max(size, 1), "bytes": size, "tokens": scored}
 
     @staticmethod
-    def _first_dataset(trainer: BaseTrainer, strategy_of: Any) -> str:
+    def _first_dataset(trainer: BaseTrainer) -> str:
+        from theseus.training.flywheel.strategy import strategy_of
+
         try:
             return str(strategy_of(trainer.DATASET)[0].name)
         except (IndexError, TypeError, DataError) as exc:

@@ -21,7 +21,7 @@ dimensions make a matrix, the first axis being the input.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -67,34 +67,31 @@ def names_by_path(logical_specs: Any) -> dict[str, tuple[str | None, ...]]:
 
 
 @contextmanager
-def parameter_axes_known(logical_specs: Any) -> Iterator[None]:
-    """Within the block, parameters are judged by the names of ``logical_specs`` (see :func:`names_by_path`)."""
-    token = _known.set(names_by_path(logical_specs))
+def _names_known(names: Names) -> Iterator[None]:
+    token = _known.set(names)
     try:
         yield
     finally:
         _known.reset(token)
 
 
+def parameter_axes_known(logical_specs: Any) -> AbstractContextManager[None]:
+    """Within the block, parameters are judged by the names of ``logical_specs`` (see :func:`names_by_path`)."""
+    return _names_known(names_by_path(logical_specs))
+
+
 def with_parameter_axes(tx: optax.GradientTransformation, logical_specs: Any) -> optax.GradientTransformation:
     """``tx`` whose ``init`` and ``update`` judge parameters by the names of ``logical_specs``."""
     names = names_by_path(logical_specs)
+    extra_args = isinstance(tx, optax.GradientTransformationExtraArgs)
 
     def init(params: Any) -> Any:
-        token = _known.set(names)
-        try:
+        with _names_known(names):
             return tx.init(params)
-        finally:
-            _known.reset(token)
 
     def update(updates: Any, state: Any, params: Any = None, **extra: Any) -> Any:
-        token = _known.set(names)
-        try:
-            if isinstance(tx, optax.GradientTransformationExtraArgs):
-                return tx.update(updates, state, params, **extra)
-            return tx.update(updates, state, params)
-        finally:
-            _known.reset(token)
+        with _names_known(names):
+            return tx.update(updates, state, params, **extra) if extra_args else tx.update(updates, state, params)
 
     return optax.GradientTransformationExtraArgs(init, update)
 
