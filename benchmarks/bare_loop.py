@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Loop, Timing, interleaved, paired_ratio, start_like_theseus_run
+from benchmarks.common import Loop, Timing, add_workload_arguments, interleaved, paired_ratio, start_like_theseus_run
 from benchmarks.workload import Workload
 
 LEARNING_RATE = 3e-4
@@ -305,9 +305,7 @@ def compare(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=256)
+    add_workload_arguments(parser)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime
 import os
@@ -13,6 +14,13 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--preset``, ``--batch`` and ``--seq``: the model and batch shape a script times (default tiny 8x256)."""
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=256)
 
 
 def start_like_theseus_run() -> None:

@@ -46,7 +46,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, add_workload_arguments
 
 SPAWN_ENV = "THESEUS_BENCHMARK_SPAWNED_AT"
 PHASES = ("imports", "setup", "state init", "trace", "compile", "first step", "checkpoint")
@@ -261,9 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=256)
+    add_workload_arguments(parser)
     parser.add_argument("--set", nargs="*", default=[], help="model keys, e.g. architecture/n_layers=24")
     parser.add_argument("--run", action="store_true", help="time a real 1-step `theseus run` instead (gpt by default)")
     parser.add_argument("--job", default="gpt/train/pretrain")

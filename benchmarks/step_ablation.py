@@ -29,7 +29,14 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bare_loop import BareLoop
-from benchmarks.common import Loop, interleaved, load_average, machine_line, start_like_theseus_run
+from benchmarks.common import (
+    Loop,
+    add_workload_arguments,
+    interleaved,
+    load_average,
+    machine_line,
+    start_like_theseus_run,
+)
 from benchmarks.workload import Workload
 
 
@@ -160,9 +167,7 @@ def variants(preset: str, batch: int, seq: int) -> list[Loop]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=256)
+    add_workload_arguments(parser)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)

@@ -21,7 +21,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Loop, Timing, cpu_cores, interleaved, start_like_theseus_run
+from benchmarks.common import Loop, Timing, add_workload_arguments, cpu_cores, interleaved, start_like_theseus_run
 
 SKIPPED = "skipped (torch not installed)"
 
@@ -214,9 +214,7 @@ def measure_torch(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=256)
+    add_workload_arguments(parser)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (needs a C++ compiler)")
