@@ -22,7 +22,7 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -88,15 +88,17 @@ class _JaxLoop(Loop):
 
 
 class BareLoop(_JaxLoop):
-    """The minimal flax + optax training loop on ``work.model``."""
+    """The minimal flax + optax training loop on ``work.model`` (``optimizer``: a factory of the
+    transformation to use instead of :func:`make_optimizer`)."""
 
     name = "bare flax+optax"
 
-    def __init__(self, work: Workload, seed: int = 0) -> None:
+    def __init__(self, work: Workload, seed: int = 0, optimizer: Callable[[], Any] | None = None) -> None:
         if work.model is None:
             raise ValueError("BareLoop needs a built model (Workload.create(..., build=True))")
         super().__init__(work)
         self.seed = seed
+        self.optimizer = optimizer or make_optimizer
         self.state: Any = None
 
     def build(self) -> None:
@@ -106,7 +108,7 @@ class BareLoop(_JaxLoop):
         import optax
 
         model, seq = self.work.model, self.work.seq
-        tx = make_optimizer()
+        tx = self.optimizer()
         init_key, self.dropout_key = jax.random.split(jax.random.key(self.seed))
 
         @jax.jit

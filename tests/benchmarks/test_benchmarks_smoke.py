@@ -145,3 +145,12 @@ def test_host_memory_benchmark_runs_both_allocators_in_fresh_processes() -> None
     assert [w.side for w in windows] == ["huge", "system"]
     assert all(w.step_seconds > 0 and w.page_faults >= 0 and w.peak_rss_mb > 0 for w in windows)
     assert host_memory.huge_ratio(windows) > 0
+
+
+def test_muon_benchmark_times_both_muons_beside_adamw() -> None:
+    from benchmarks import muon_step
+
+    _, result = muon_step.compare("tiny", 2, 16, {**TINY, "architecture/vocab_multiple": 1}, steps=1, repeats=2)
+    assert list(result) == ["AdamW", muon_step.PER_PARAMETER, muon_step.BATCHED]
+    assert result[muon_step.PER_PARAMETER][1] == 1.0
+    assert all(ms > 0 and ratio > 0 for ms, ratio in result.values())

@@ -187,8 +187,9 @@ def muon_parameters(params: Any, exclude: list[str], vocab_size: int | None = No
 
 
 def make_muon(cfg: MuonConfig, learning_rate: LearningRate) -> optax.GradientTransformation:
-    """Orthogonalised momentum for hidden matrices; AdamW without decay for the rest."""
-    from optax.contrib import muon
+    """Orthogonalised momentum for hidden matrices (:mod:`theseus.training.muon`); AdamW without
+    decay for the rest. The same updates and state as ``optax.contrib.muon``."""
+    from theseus.training import muon
 
     active: Mapping[str, Any] = current_configuration() or {}
     vocab_size = active.get("architecture/vocab_size")
@@ -197,20 +198,36 @@ def make_muon(cfg: MuonConfig, learning_rate: LearningRate) -> optax.GradientTra
         adam_lr: LearningRate = lambda step: schedule(step) * cfg.adam_lr_ratio  # noqa: E731
     else:
         adam_lr = learning_rate * cfg.adam_lr_ratio
-    return muon(
-        learning_rate,
-        ns_steps=cfg.ns_steps,
-        beta=cfg.beta,
-        nesterov=cfg.nesterov,
-        weight_decay=cfg.weight_decay,
-        weight_decay_mask=decay_mask,
-        adam_b1=cfg.adam_beta1,
-        adam_b2=cfg.adam_beta2,
-        adam_weight_decay=0.0,
-        adam_learning_rate=adam_lr,
-        muon_weight_dimension_numbers=lambda params: muon_parameters(params, cfg.exclude, vocab_size),
-        consistent_rms=cfg.consistent_rms or None,
+
+    def dimension_numbers(params: Any) -> Any:
+        return muon_parameters(params, cfg.exclude, vocab_size)
+
+    def labels(params: Any) -> Any:
+        return jax.tree.map(
+            lambda dims: "adam" if dims is None else "muon", dimension_numbers(params), is_leaf=_dims_or_none
+        )
+
+    eps = 1e-8
+    return optax.partition(
+        {
+            "muon": optax.chain(
+                muon.scale_by_muon(dimension_numbers, cfg.beta, cfg.nesterov, cfg.ns_steps, eps),
+                muon.scale_by_shape(dimension_numbers, cfg.consistent_rms or None),
+                optax.add_decayed_weights(cfg.weight_decay, decay_mask),
+                optax.scale_by_learning_rate(learning_rate),
+            ),
+            "adam": optax.adamw(
+                adam_lr, b1=cfg.adam_beta1, b2=cfg.adam_beta2, eps=eps, weight_decay=0.0, nesterov=cfg.nesterov
+            ),
+        },
+        labels,
     )
+
+
+def _dims_or_none(x: Any) -> bool:
+    from optax.contrib import MuonDimensionNumbers
+
+    return x is None or isinstance(x, MuonDimensionNumbers)
 
 
 Muon = Optimizer("muon", MuonConfig, make_muon)
