@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import run_cli
 
-#: A one-layer, 32-wide GPT over 64 positions for 30 steps: the demo's whole path in seconds.
+#: A one-layer, 32-wide model over 64 positions for 30 steps: the demo's whole path in seconds.
 SMALL = [
     "architecture/n_layers=1",
     "architecture/n_embd=32",
@@ -79,6 +79,7 @@ def test_demo_defaults_fit_byte_data() -> None:
     assert trainer.setting("architecture/vocab_size") == 257  # the generic 256 raised for end-of-text
     assert trainer.setting("architecture/n_layers") == 2
     assert trainer.setting("architecture/n_heads") == 2 and trainer.setting("architecture/vocab_multiple") == 1
+    assert DemoGPT.MODEL.FAMILY == "Llama" and trainer.setting("architecture/n_kv_heads") == 1
     schedule = DemoGPT.schedule()
     assert schedule is not None and schedule.name == "wsd"
     assert trainer.run_name == "demo-gpt"
