@@ -239,7 +239,8 @@ class BaseTrainer(Job):
             parts = [clip_by_global_norm(args.grad_clip)] if args.grad_clip > 0 else []
             optimizer = optax.chain(*parts, self.optimizer().create(self.lr_schedule))
             # weight decay and Muon tell matrices from vectors by the parameters' logical axis names
-            self.tx = with_parameter_axes(optimizer, nn.get_partition_spec(variables)["params"])
+            tx = with_parameter_axes(optimizer, nn.get_partition_spec(variables)["params"])
+            self.tx = self._restrict_optimizer(tx, nn.unbox(variables)["params"])
             self.evaluations = [_instantiate(declarations.resolve("evaluation", e)) for e in self.EVALUATION]
             self.analyses = [_instantiate(declarations.resolve("analysis", a)) for a in self.ANALYSIS]
             self.abstract_state, self.state_shardings = state_shardings(
@@ -252,6 +253,13 @@ class BaseTrainer(Job):
             if args.compilation_cache:  # only once the job is known to be runnable: nothing written before
                 enable_compilation_cache(self.context.root / "cache" / "jax")
         self._ready = True
+
+    def _restrict_optimizer(self, tx: optax.GradientTransformation, params: Any) -> optax.GradientTransformation:
+        """The optimizer the run trains with, given the full one and the abstract parameters; a
+        subclass that trains part of the parameters (LoRA's adapters) narrows it here, before the
+        optimizer state is laid out."""
+        del params
+        return tx
 
     def mesh_devices(self) -> list[Any]:
         """The devices the mesh spans: all devices of all processes (override to use fewer)."""

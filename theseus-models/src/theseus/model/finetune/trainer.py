@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import jax
+import optax
 
 from theseus.config import configuration
 from theseus.errors import ConfigError
@@ -29,7 +30,7 @@ from theseus.training.config import BaseTrainerConfig
 from theseus.training.flywheel.strategy import Sampling
 from theseus.training.optimizers import AdamW
 from theseus.training.sharding import TrainerSharding
-from theseus.training.state import TrainState, create_state, state_shardings, with_shardings
+from theseus.training.state import TrainState, create_state, with_shardings
 
 
 @dataclass
@@ -55,20 +56,12 @@ class SFTTrainer(BaseTrainer):
     def lora_rank(self) -> int:
         return int(self.setting("model/lora/rank", 0) or 0)
 
-    def setup(self) -> None:
-        """The base setup; with LoRA, an optimizer over the adapters only (checked to cover the targets)."""
-        if self._ready:
-            return
-        super().setup()
+    def _restrict_optimizer(self, tx: optax.GradientTransformation, params: Any) -> optax.GradientTransformation:
+        """With LoRA, an optimizer over the adapters only (the targets checked to exist)."""
         if self.lora_rank <= 0:
-            return
-        params = self.abstract_state.params
+            return tx
         lora.check_coverage(params, self.setting("model/lora/targets", lora.DEFAULT_TARGETS), type(self.model).__name__)
-        self.tx = adapters.adapters_only(self.tx, params)
-        with configuration(self.context.config):
-            self.abstract_state, self.state_shardings = state_shardings(
-                self.model, self.tx, self.sharding, self.init_key, self.sequence_length
-            )
+        return adapters.adapters_only(tx, params)
 
     @staticmethod
     def forward(
