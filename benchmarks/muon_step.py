@@ -8,8 +8,9 @@ interleaved with three optimizers (global-norm clipping in front of each):
 * ``Muon, batched``: theseus's Muon (:mod:`theseus.training.muon`): the same mathematics, one
   batched iteration per group of matrices with the same shape and axis names.
 
-Both Muons get the model's logical axis names, as in a trainer. The default workload is the demo's
-shape (tiny preset with 2 layers and 2 heads, unpadded byte vocabulary, 8 rows of 128 tokens).
+Both Muons get the model's logical axis names, as in a trainer. The default workload is a GPT of
+the demo's size (tiny preset with 2 layers and 2 heads, unpadded byte vocabulary, 8 rows of 128
+tokens; the demo itself uses Llama's blocks).
 
 Run ``python benchmarks/muon_step.py`` or e.g. ``--preset small --batch 8 --seq 256 --layers 0``.
 """

@@ -79,3 +79,39 @@ def test_newton_schulz_flattens_singular_values_of_each_matrix() -> None:
     for matrix in result:  # each matrix on its own scale: singular values in the iteration's (0.5, 1.5) band
         singular = np.linalg.svd(matrix, compute_uv=False)
         assert singular.min() > 0.5 and singular.max() < 1.5, singular
+
+
+@pytest.mark.parametrize(
+    ("shape", "reduction", "output"),
+    [
+        ((6, 3, 5), (0, 2), 1),  # reduction axes around the output axis
+        ((4, 3, 2, 5), (2, 0), (3, 1)),  # axes listed out of order
+        ((3, 2, 4, 5), (3,), (0, 2)),  # a batch axis (1) between output axes; tall, so transposed
+        ((5, 2, 3, 4), (-1, 0), (2,)),  # negative axes, batch axis 1
+    ],
+)
+def test_stacked_views_orthogonalise_like_optax_one_parameter_at_a_time(shape, reduction, output) -> None:
+    """Parameters whose matrix axes are reordered, grouped with copies of other batch sizes, come back
+    in their own layout with the values optax computes for each of them alone."""
+    from optax.contrib._muon import orthogonalize_via_newton_schulz
+
+    from theseus.training.muon import NS_COEFFICIENTS, orthogonalize
+
+    rng = np.random.default_rng(0)
+    dims = MuonDimensionNumbers(reduction_axis=reduction, output_axis=output)
+    batch_axes = [a for a in range(len(shape)) if a not in {r % len(shape) for r in np.atleast_1d(reduction)}]
+    batch_axes = [a for a in batch_axes if a not in {o % len(shape) for o in np.atleast_1d(output)}]
+    wider = list(shape)
+    if batch_axes:  # a second parameter with another batch size joins the same group
+        wider[batch_axes[0]] += 2
+    updates = {
+        "a": jnp.asarray(rng.standard_normal(shape), jnp.float32),
+        "b": jnp.asarray(rng.standard_normal(shape) * 30.0, jnp.float32),
+        "c": jnp.asarray(rng.standard_normal(wider), jnp.float32),
+    }
+    coefficients = jnp.asarray(NS_COEFFICIENTS)
+    ours = orthogonalize(updates, lambda tree: jax.tree.map(lambda _: dims, tree), coefficients, 5, 1e-8)
+    for name, value in updates.items():
+        expected = np.asarray(orthogonalize_via_newton_schulz(value, coefficients, 5, dimension_numbers=dims))
+        assert ours[name].shape == value.shape
+        np.testing.assert_allclose(np.asarray(ours[name]), expected, rtol=0, atol=2e-5 * np.abs(expected).max())
