@@ -27,7 +27,13 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bare_loop import LEARNING_RATE, BareLoop, make_optimizer
-from benchmarks.common import interleaved, load_average, machine_line, start_like_theseus_run
+from benchmarks.common import (
+    add_workload_arguments,
+    interleaved,
+    load_average,
+    machine_line,
+    start_like_theseus_run,
+)
 from benchmarks.workload import Workload
 
 PER_PARAMETER = "Muon, per parameter (optax)"
@@ -105,9 +111,8 @@ def compare(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=128)
+    add_workload_arguments(parser)
+    parser.set_defaults(seq=128)
     parser.add_argument("--layers", type=int, default=2, help="architecture/n_layers (0: the preset's)")
     parser.add_argument("--heads", type=int, default=2, help="architecture/n_heads (0: the preset's)")
     parser.add_argument("--steps", type=int, default=10)

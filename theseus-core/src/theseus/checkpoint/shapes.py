@@ -6,11 +6,13 @@ from typing import Any
 
 import jax
 
+from theseus.base.tree import path_text
+
 
 def param_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
     """``{"a/b/kernel": shape}`` for every array-like leaf of ``tree`` (arrays or abstract shapes)."""
     flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
-    return {_path(path): tuple(leaf.shape) for path, leaf in flat if hasattr(leaf, "shape")}
+    return {path_text(path): tuple(leaf.shape) for path, leaf in flat if hasattr(leaf, "shape")}
 
 
 def first_shape_mismatch(saved: Any, wanted: Any) -> tuple[str, str, tuple[int, ...]] | None:
@@ -23,15 +25,3 @@ def first_shape_mismatch(saved: Any, wanted: Any) -> tuple[str, str, tuple[int, 
         if have.get(path) != shape:
             return path, (f"shape {have[path]}" if path in have else "nothing"), shape
     return None
-
-
-def _path(path: tuple[Any, ...]) -> str:
-    parts = []
-    for entry in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(entry, attr):
-                parts.append(str(getattr(entry, attr)))
-                break
-        else:
-            parts.append(str(entry))
-    return "/".join(parts)

@@ -31,6 +31,7 @@ import optax
 from jax.sharding import PartitionSpec
 
 from theseus.base.axis import Axis
+from theseus.base.tree import path_text
 
 #: Logical axes that belong to one side of a matrix together.
 AXIS_GROUPS = {Axis.HEADS: "heads", Axis.KV_HEADS: "heads", Axis.HEAD_DIM: "heads"}
@@ -48,11 +49,6 @@ class MatrixAxes:
 
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
-
-
-def path_text(path: Sequence[Any]) -> str:
-    """``blocks_0/attn/query`` for a ``jax.tree_util`` key path."""
-    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
 
 
 def names_by_path(logical_specs: Any) -> dict[str, tuple[str | None, ...]]:
@@ -140,6 +136,5 @@ __all__ = [
     "names_by_path",
     "parameter_axes",
     "parameter_axes_known",
-    "path_text",
     "with_parameter_axes",
 ]

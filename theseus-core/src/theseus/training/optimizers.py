@@ -17,8 +17,9 @@ import jax
 import optax
 
 from theseus.base.axis import Axis
+from theseus.base.tree import path_text
 from theseus.config import configure, current_configuration, field
-from theseus.training.matrices import is_matrix, matrix_axes, parameter_axes, path_text
+from theseus.training.matrices import is_matrix, matrix_axes, parameter_axes
 
 LearningRate = float | Callable[[Any], Any]
 

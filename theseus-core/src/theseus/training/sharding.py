@@ -20,6 +20,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from theseus.base.axis import Axis, MeshAxes, MeshAxis, ShardingPlan
+from theseus.base.tree import path_text
 from theseus.errors import ConfigError
 
 LAYOUTS: dict[str, tuple[str, ...]] = {
@@ -197,14 +198,10 @@ def check_divisible(abstract_params: Any, shardings: Any, logical_specs: Any, me
                     else f"make the model's {logical_name or 'dimension'} size a multiple of {parts}"
                 )
                 raise ConfigError(
-                    f"parameter {_path(path)!r} dimension {dim} ({label}) is not divisible by the "
+                    f"parameter {path_text(path)!r} dimension {dim} ({label}) is not divisible by the "
                     f"{' x '.join(names)} mesh axis of size {parts}; set {' x '.join(f'mesh/{n}' for n in names)} "
                     f"to a divisor of {size}, {size_fix}, or use a layout that does not shard {logical_name or 'it'}"
                 )
-
-
-def _path(path: tuple[Any, ...]) -> str:
-    return "/".join(str(getattr(entry, "key", getattr(entry, "idx", entry))) for entry in path)
 
 
 def resolve_mesh_shape(data: int, model: int, device_count: int) -> tuple[int, int]:
