@@ -22,13 +22,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, clean_env
+from tests.conftest import REPO, clean_env, xla_flags
 from tests.distributed.settings import overrides
 from tests.training.conftest import write_byte_corpus
 
 HERE = Path(__file__).resolve().parent
-#: Optimisation level 0 makes XLA compile several times faster; every run here uses it alike.
-FAST_COMPILE = "--xla_backend_optimization_level=0"
 TWO_PROCESS = overrides(
     training__stop_after=3,
     training__eval_interval=3,
@@ -59,7 +57,7 @@ def free_port() -> int:
 
 
 def env_with_devices(count: int) -> dict[str, str]:
-    return clean_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={count} {FAST_COMPILE}", JAX_PLATFORMS="cpu")
+    return clean_env(XLA_FLAGS=xla_flags(devices=count), JAX_PLATFORMS="cpu")
 
 
 def metrics(run_dir: Path) -> list[dict[str, Any]]:

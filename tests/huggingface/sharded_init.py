@@ -10,7 +10,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+from tests.conftest import xla_flags
+
+os.environ["XLA_FLAGS"] = xla_flags(devices=2)
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 from tests.huggingface.conftest import hf_logits, save_model

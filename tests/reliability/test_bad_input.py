@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import clean_env, run_cli
+from tests.conftest import clean_env, run_cli, xla_flags
 from tests.reliability.conftest import BAD_JOB, call_cli, error_line, train_args
 
 Cli = Callable[[list[str]], tuple[int, str]]
@@ -155,7 +155,7 @@ def test_steps_not_positive(cli: Cli, root: Path) -> None:
 
 
 def test_global_batch_not_divisible_by_data_parallel_devices(root: Path) -> None:
-    env = clean_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env = clean_env(XLA_FLAGS=xla_flags(devices=2))
     done = run_cli(train_args(root, "training/batch_size=3"), env=env, timeout=300)
     assert done.returncode == 2
     assert error_line(done.stderr) == (

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import clean_env
+from tests.conftest import clean_env, xla_flags
 from tests.reliability.crash_job import HASHES
 from tests.training.conftest import write_byte_corpus
 
@@ -67,7 +67,9 @@ def command(root: Path, name: str) -> list[str]:
 
 def start(root: Path, name: str, kill_at: str | None = None) -> subprocess.Popen[str]:
     # One compilation cache for all runs: the first run compiles, the others load the same executables.
+    # XLA's default optimisation level, as a user's run compiles: bit-exact resume is checked on that build.
     env = clean_env(
+        XLA_FLAGS=xla_flags(production=True),
         JAX_COMPILATION_CACHE_DIR=str(root / "jax-cache"),
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
         JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
