@@ -29,7 +29,15 @@ from typing import Any, ClassVar
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Loop, Timing, add_workload_arguments, interleaved, paired_ratio, start_like_theseus_run
+from benchmarks.common import (
+    Loop,
+    Timing,
+    add_workload_arguments,
+    interleaved,
+    paired_ratio,
+    rotated,
+    start_like_theseus_run,
+)
 from benchmarks.workload import Workload
 
 LEARNING_RATE = 3e-4
@@ -255,7 +263,7 @@ def measure_trainer_loop(
                     raise _WindowDone
                 if call in boundaries:
                     _settle()
-                    for loop in others:
+                    for loop in rotated(others, boundaries.index(call)):
                         windows[loop.name].append(loop.window(steps) / steps)
                     _settle()
             return super().batch(slice)

@@ -156,7 +156,8 @@ class Loop:
     """A training loop that can be timed in windows, so several loops can be measured interleaved.
 
     ``prepare(warmup)`` builds state, compiles and runs the first step (its wall time is returned)
-    plus ``warmup`` untimed steps; ``window(steps)`` runs ``steps`` steps and waits for them.
+    plus ``warmup`` untimed steps; ``window(steps)`` runs one untimed step, then times ``steps``
+    steps and waits for them.
     """
 
     name = "loop"
@@ -167,6 +168,11 @@ class Loop:
         raise NotImplementedError
 
     def window(self, steps: int) -> float:
+        """Seconds for ``steps`` steps, after one untimed step: the first step after another loop's
+        window pays for waking this loop's threads and refilling caches. Without it, a jitted step
+        timed right after the PyTorch loop came out 5-16 % slower than the same program timed later
+        in the round (three runs, tiny 8x256)."""
+        self.run(1)
         start = time.perf_counter()
         self.run(steps)
         return time.perf_counter() - start
@@ -201,16 +207,25 @@ class Timing:
         return None if self.flops_per_step is None else self.flops_per_step / self.step_seconds
 
 
+def rotated(loops: Sequence[Loop], round_index: int) -> list[Loop]:
+    """``loops`` in the order of round ``round_index``: starting ``round_index`` places later."""
+    if not loops:
+        return []
+    shift = round_index % len(loops)
+    return [*loops[shift:], *loops[:shift]]
+
+
 def interleaved(loops: Sequence[Loop], *, steps: int, repeats: int, warmup: int) -> dict[str, Timing]:
     """Prepare every loop, then time ``repeats`` rounds of one ``steps``-step window per loop, in turn.
 
     Interleaving puts every loop through the same load swings of a shared machine, so ratios of
-    their medians (or the median of per-round ratios, see :func:`paired_ratio`) are stable.
+    their medians (or the median of per-round ratios, see :func:`paired_ratio`) are stable. Each
+    round starts one loop later (:func:`rotated`), so no loop always follows the same neighbour.
     """
     firsts = {loop.name: loop.prepare(warmup) for loop in loops}
     windows: dict[str, list[float]] = {loop.name: [] for loop in loops}
-    for _ in range(repeats):
-        for loop in loops:
+    for round_index in range(repeats):
+        for loop in rotated(loops, round_index):
             windows[loop.name].append(loop.window(steps) / steps)
     return {
         loop.name: Timing(loop.name, firsts[loop.name], windows[loop.name], loop.tokens_per_step, loop.flops_per_step)

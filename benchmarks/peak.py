@@ -99,7 +99,9 @@ class PeakLoop(Loop):
 
     def window(self, steps: int) -> float:
         """Seconds for ``steps`` calls, measured over at least ``steps`` calls and ``min_seconds``
-        (so a short peak window samples the machine's load as long as a training window does)."""
+        (so a short peak window samples the machine's load as long as a training window does), after
+        one untimed call (as :meth:`benchmarks.common.Loop.window`)."""
+        self.run(1)
         start = time.perf_counter()
         calls = 0
         while True:

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from benchmarks import gpu_mfu, run_all
-from benchmarks.common import Row, Timing, markdown_table, paired_ratio, percent
+from benchmarks.common import Loop, Row, Timing, interleaved, markdown_table, paired_ratio, percent
 from benchmarks.torch_baseline import SKIPPED, torch_available
 
 TINY = {"architecture/n_layers": 1, "architecture/n_embd": 32, "architecture/n_heads": 2}
@@ -42,6 +42,29 @@ def test_paired_ratio_is_the_median_of_per_round_ratios() -> None:
     assert a.tokens_per_s == pytest.approx(10 / 4.0)
     assert a.flops_per_s == pytest.approx(100 / 4.0)
     assert b.flops_per_s is None
+
+
+def test_interleaved_rounds_rotate_and_time_windows_after_one_untimed_step() -> None:
+    calls: list[tuple[str, int]] = []
+
+    class Recording(Loop):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def prepare(self, warmup: int) -> float:
+            return 0.0
+
+        def run(self, steps: int) -> None:
+            calls.append((self.name, steps))
+
+    timings = interleaved([Recording("a"), Recording("b"), Recording("c")], steps=4, repeats=4, warmup=0)
+    assert calls == [
+        (name, steps)
+        for order in ("abc", "bca", "cab", "abc")
+        for name in order
+        for steps in (1, 4)  # the untimed step, then the timed window
+    ]
+    assert all(len(t.windows) == 4 for t in timings.values())
 
 
 def test_markdown_table_has_header_machine_and_one_line_per_row() -> None:
