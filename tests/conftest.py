@@ -26,7 +26,10 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="thes
 #: against figures computed under another. ``xla_flags(production=True)`` restores XLA's default
 #: level for the tests that check a user's build (the SIGKILL resume test).
 FAST_COMPILE = "--xla_backend_optimization_level=0"
-_INHERITED_XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
+# The flags from before the suite added its own, kept in the environment so that pytest-xdist workers
+# (which inherit the controller's environment, FAST_COMPILE included) know them too.
+os.environ.setdefault("TESTS_ORIGINAL_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+_INHERITED_XLA_FLAGS = os.environ["TESTS_ORIGINAL_XLA_FLAGS"]
 if "xla_backend_optimization_level" not in _INHERITED_XLA_FLAGS:
     os.environ["XLA_FLAGS"] = f"{_INHERITED_XLA_FLAGS} {FAST_COMPILE}".strip()
 DISTRIBUTIONS = ["theseus-core", "theseus-models", "theseus-data", "theseus-plugins-example"]

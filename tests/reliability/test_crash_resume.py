@@ -17,6 +17,7 @@ run, and the same ``metrics.jsonl`` (timing fields aside).
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import clean_env, xla_flags
+from tests.conftest import FAST_COMPILE, clean_env, xla_flags
 from tests.reliability.crash_job import HASHES
 from tests.training.conftest import write_byte_corpus
 
@@ -91,6 +92,14 @@ def metric_rows(run: Path) -> list[dict]:
 
 def name_of(kill_at: str) -> str:
     return "kill-" + kill_at.replace(":", "-")
+
+
+def test_the_resume_runs_compile_at_xla_default_level() -> None:
+    """The suite compiles at level 0 (tests/conftest.py); bit-exact resumption is checked on a user's build."""
+    original = os.environ["TESTS_ORIGINAL_XLA_FLAGS"]  # what the suite was started with
+    assert xla_flags(production=True) == original
+    if "xla_backend_optimization_level" not in original:
+        assert FAST_COMPILE in os.environ["XLA_FLAGS"] and FAST_COMPILE not in original
 
 
 @pytest.fixture(scope="module")
