@@ -169,9 +169,9 @@ class Loop:
 
     def window(self, steps: int) -> float:
         """Seconds for ``steps`` steps, after one untimed step: the first step after another loop's
-        window pays for waking this loop's threads and refilling caches. Without it, a jitted step
-        timed right after the PyTorch loop came out 5-16 % slower than the same program timed later
-        in the round (three runs, tiny 8x256)."""
+        window is not yet at steady state. Without it, a jitted step timed right after the PyTorch
+        loop came out 5-16 % slower than the same program timed later in the round (three runs,
+        tiny 8x256)."""
         self.run(1)
         start = time.perf_counter()
         self.run(steps)
