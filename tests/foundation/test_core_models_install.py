@@ -133,3 +133,37 @@ def test_a_short_demo_prepares_the_corpus_and_trains(core_models_python: Path, t
     assert [r["step"] for r in records if r["split"] == "train"] == [1, 2, 3]
     assert any(r["split"] == "val" and r["loss"] > 0 for r in records)
     assert "samples from step 3" in demo.stdout
+
+
+def test_the_demo_run_exports_without_a_tokenizer_library_and_loads_in_transformers(
+    core_models_python: Path, tmp_path: Path
+) -> None:
+    """The README's install, ``demo/gpt``, then ``hf/export``: the byte tokenizer is written as plain
+    JSON, and transformers loads the export with logits equal to theseus' own."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from theseus.model.generation.runs import load_run
+
+    root = tmp_path / "root"
+    run_offline(core_models_python, ["run", "demo/gpt", *TINY, "demo/max_new_tokens=8", "--root", str(root)], tmp_path)
+    exported = run_offline(
+        core_models_python,
+        ["run", "hf/export", "hf/run=demo-gpt", "hf/out=./export", "--root", str(root)],
+        tmp_path,
+    )
+    assert "Traceback" not in exported.stderr
+    folder = tmp_path / "export"
+    assert json.loads((folder / "tokenizer.json").read_text())["model"]["type"] == "BPE"
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    text = "def f(x):\n    return x"
+    ids = tokenizer(text)["input_ids"]
+    assert ids == list(text.encode())  # byte b is id b
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        theirs = model(torch.tensor([ids])).logits.float().numpy()
+    run = load_run(root, "demo-gpt")
+    ours = np.asarray(run.model.apply({"params": run.params}, np.asarray([ids], np.int32), deterministic=True)[0])
+    np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)

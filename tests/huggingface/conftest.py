@@ -20,9 +20,9 @@ def make_tokenizer(folder: Path, *, bos: bool) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    from theseus.model.huggingface.exporter import _bytes_to_unicode
+    from theseus.model.huggingface.tokenizer_files import bytes_to_unicode
 
-    table = _bytes_to_unicode()
+    table = bytes_to_unicode()
     tok = Tokenizer(models.BPE(vocab={table[b]: b for b in range(256)}, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()

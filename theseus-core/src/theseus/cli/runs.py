@@ -20,12 +20,10 @@ KEY_PREFIXES = ("training/", "architecture/", "mesh/", "metrics/sinks")
 
 
 def _root(root: Path | None) -> Path:
-    if root is not None:
-        return root
-    import os
+    from theseus.base.job import default_root
+    from theseus.config.paths import absolute
 
-    env = os.environ.get("THESEUS_ROOT")
-    return Path(env).expanduser() if env else Path.home() / ".theseus"
+    return absolute(root if root is not None else default_root())
 
 
 def _human(value: float | None) -> str:

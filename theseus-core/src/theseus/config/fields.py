@@ -14,6 +14,10 @@ from theseus.errors import ConfigError
 KEY_METADATA = "theseus_key"
 HELP_METADATA = "theseus_help"
 CONSTRAINT_METADATA = "theseus_constraints"
+PATH_METADATA = "theseus_path"
+#: What a ``path=`` field holds: ``"file"`` a local file or folder; ``"source"`` a local folder or a
+#: hub id; ``"spec"`` a ``kind:target`` value whose ``hf:`` target is a source (``hf:./gpt2``, ``run:x``).
+PATH_KINDS = ("file", "source", "spec")
 MISSING: Any = dataclasses.MISSING
 
 _KEY_PATTERN = re.compile(r"^[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+)*$")
@@ -30,6 +34,7 @@ def field(
     above: float | None = None,
     below: float | None = None,
     choices: Sequence[Any] | None = None,
+    path: str | None = None,
 ) -> Any:
     """Declare an attribute whose value comes from the configuration key ``key``.
 
@@ -40,6 +45,9 @@ def field(
     Constraints are checked when a configuration is loaded: ``min``/``max`` bound a number
     inclusively, ``above``/``below`` exclusively, and ``choices`` lists the accepted values
     (``None`` passes when the type allows it).
+
+    ``path`` marks a value that names something on disk (one of ``PATH_KINDS``): ``theseus run``
+    makes it absolute against the working directory before the job starts.
     """
     if not isinstance(key, str) or not _KEY_PATTERN.match(key):
         raise ConfigError(
@@ -47,6 +55,8 @@ def field(
         )
     if default is not MISSING and default_factory is not MISSING:
         raise ConfigError(f"field {key!r}: give either default or default_factory, not both")
+    if path is not None and path not in PATH_KINDS:
+        raise ConfigError(f"field {key!r}: path={path!r} is not a path kind; use one of {', '.join(PATH_KINDS)}")
     if isinstance(default, (list, dict, set)):
         raise ConfigError(f"field {key!r}: a mutable default must be given as default_factory=lambda: ...")
     constraints = Constraints(
@@ -55,6 +65,8 @@ def field(
     metadata: dict[str, Any] = {KEY_METADATA: key, HELP_METADATA: help}
     if constraints.any:
         metadata[CONSTRAINT_METADATA] = constraints
+    if path is not None:
+        metadata[PATH_METADATA] = path
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata, kw_only=True)
     return dataclasses.field(default=default, metadata=metadata, kw_only=True)
@@ -117,6 +129,7 @@ class FieldSpec:
     attribute: str
     help: str = ""
     constraints: Constraints = NO_CONSTRAINTS
+    path: str | None = None
 
     @property
     def required(self) -> bool:
@@ -162,6 +175,7 @@ def declared_fields(cls: type) -> list[FieldSpec]:
                 attribute=f.name,
                 help=f.metadata.get(HELP_METADATA, ""),
                 constraints=f.metadata.get(CONSTRAINT_METADATA, NO_CONSTRAINTS),
+                path=f.metadata.get(PATH_METADATA),
             )
         )
     return specs

@@ -45,7 +45,9 @@ class Schema:
         if spec.owner not in self._owners[spec.key]:
             self._owners[spec.key].append(spec.owner)
         if not existing.constraints.any and spec.constraints.any:  # one declaration's bounds hold for the key
-            self._fields[spec.key] = dataclasses.replace(existing, constraints=spec.constraints)
+            existing = self._fields[spec.key] = dataclasses.replace(existing, constraints=spec.constraints)
+        if existing.path is None and spec.path is not None:  # so does one declaration's path kind
+            self._fields[spec.key] = dataclasses.replace(existing, path=spec.path)
         if not same_type(existing.type, spec.type):
             raise ConfigError(
                 f"configuration key {spec.key!r} has type {type_name(existing.type)} in "

@@ -88,7 +88,10 @@ class MultipleChoice(Evaluation):
     name: ClassVar[str] = "multiple_choice"
 
     path: str = field(
-        "evaluation/multiple_choice/path", default="", help="JSONL of {context, choices, answer} ('' = bundled set)"
+        "evaluation/multiple_choice/path",
+        default="",
+        path="file",
+        help="JSONL of {context, choices, answer} ('' = bundled set)",
     )
     limit: int = field("evaluation/multiple_choice/limit", default=0, help="use only the first N questions (0 = all)")
 

@@ -94,6 +94,7 @@ class BaseTrainerConfig:
     init_from: str = field(
         "training/init_from",
         default="",
+        path="spec",
         help="start from run:<name>[@step] or hf:<folder or hub id> (parameters only; empty: random init)",
     )
     run_name: str = field("run/name", default="", help="run directory under <root>/runs (default: from the job key)")

@@ -21,7 +21,9 @@ class TokenizeConfig:
     """What ``data/tokenize`` prepares, with which tokenizer, and where."""
 
     dataset: str = field("data/dataset", default="python-stdlib", help="registered dataset name")
-    tokenizer: str = field("data/tokenizer", default="byte", help="byte, hf:PATH/tokenizer.json or tiktoken:ENCODING")
+    tokenizer: str = field(
+        "data/tokenizer", default="byte", path="spec", help="byte, hf:PATH/tokenizer.json or tiktoken:ENCODING"
+    )
     name: str = field("data/name", default="", help="prepared folder <root>/data/<name> (default: dataset name)")
     force: bool = field("data/force", default=False, help="re-prepare even if the data already exists")
     workers: int = field("data/workers", default=0, help="tokenizer processes (0: automatic)")

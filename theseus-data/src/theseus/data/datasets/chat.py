@@ -32,14 +32,16 @@ class Chat(Dataset):
     style: ClassVar[str] = "packed"
     masked: ClassVar[bool] = True
 
-    path: str = field("data/chat/path", default="", help="a JSONL file or folder of them")
+    path: str = field("data/chat/path", default="", path="file", help="a JSONL file or folder of them")
     messages_field: str = field("data/chat/messages_field", default="messages", help="field holding the messages")
     template: str = field(
         "data/chat/template",
         default="auto",
         help="auto | chatml | plain | a tokenizer_config.json or .jinja file",
     )
-    tokenizer: str = field("data/tokenizer", default="byte", help="byte, hf:PATH/tokenizer.json or tiktoken:ENCODING")
+    tokenizer: str = field(
+        "data/tokenizer", default="byte", path="spec", help="byte, hf:PATH/tokenizer.json or tiktoken:ENCODING"
+    )
 
     def chat_template(self) -> ChatTemplate:
         """The template conversations are rendered with."""

@@ -25,7 +25,9 @@ class FineWeb(Dataset):
     text_column: ClassVar[str] = "text"
 
     subset: str = field("data/fineweb/subset", default="sample-10BT", help="hub configuration to stream")
-    path: str = field("data/fineweb/path", default="", help="local parquet file or folder (empty: stream from the hub)")
+    path: str = field(
+        "data/fineweb/path", default="", path="file", help="local parquet file or folder (empty: stream from the hub)"
+    )
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """The raw rows (every FineWeb column), in stream order."""

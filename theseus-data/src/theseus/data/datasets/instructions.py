@@ -27,7 +27,7 @@ class Instructions(Dataset):
     name: ClassVar[str] = "instructions"
     style: ClassVar[str] = "padded"
 
-    path: str = field("data/instructions/path", default="", help="a JSONL file or folder of them")
+    path: str = field("data/instructions/path", default="", path="file", help="a JSONL file or folder of them")
     prompt_field: str = field("data/instructions/prompt_field", default="prompt", help="field holding the prompt")
     response_field: str = field(
         "data/instructions/response_field", default="response", help="field holding the response"

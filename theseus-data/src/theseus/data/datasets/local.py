@@ -58,7 +58,9 @@ class LocalText(Dataset):
 
     name: ClassVar[str] = "local"
 
-    path: str = field("data/local/path", default="", help="a file or folder of text, JSONL or parquet files")
+    path: str = field(
+        "data/local/path", default="", path="file", help="a file or folder of text, JSONL or parquet files"
+    )
     format: str = field("data/local/format", default="auto", help="auto, text, jsonl or parquet")
     text_field: str = field("data/local/text_field", default="text", help="JSONL/parquet field holding the text")
 

@@ -16,7 +16,7 @@ class AdapterExportConfig:
 
     run: str = field("hf/run", default="", help="run name under <root>/runs (empty: the only run there is)")
     step: int = field("hf/step", default=-1, help="checkpoint step to export (-1 = the latest)")
-    out: str = field("hf/out", default="", help="output folder (created; must be empty if it exists)")
+    out: str = field("hf/out", default="", path="file", help="output folder (created; must be empty if it exists)")
     base: str = field(
         "hf/base", default="", help="base_model_name_or_path written in adapter_config.json (empty: training/init_from)"
     )

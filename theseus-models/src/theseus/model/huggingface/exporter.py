@@ -14,6 +14,7 @@ from theseus.errors import ConfigError
 from theseus.model.huggingface.convert import export_plan
 from theseus.model.huggingface.families import family_of, to_config
 from theseus.model.huggingface.safetensors_io import write_checkpoint
+from theseus.model.huggingface.tokenizer_files import BYTE_END_OF_TEXT, byte_tokenizer_json, token_id
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16"}
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
@@ -69,34 +70,6 @@ def staged_folder(folder: Path) -> Iterator[Path]:
         raise
 
 
-def byte_tokenizer_json() -> dict[str, Any]:
-    """A ``tokenizer.json`` equal to theseus' byte tokenizer: byte b -> id b, end-of-text -> 256."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    byte_to_char = _bytes_to_unicode()
-    vocab = {byte_to_char[b]: b for b in range(256)}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens(["<|endoftext|>"])
-    result: dict[str, Any] = json.loads(tokenizer.to_str())
-    return result
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable character table (what the ByteLevel pre-tokenizer emits)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    chars = list(printable)
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {b: chr(c) for b, c in zip(printable, chars, strict=True)}
-
-
 def write_tokenizer(
     folder: Path, run_path: Path, spec: dict[str, Any] | None, block_size: int
 ) -> tuple[int, int] | None:
@@ -113,14 +86,13 @@ def write_tokenizer(
         eot = spec.get("eot") if spec else None
     elif kind == "byte":
         (folder / "tokenizer.json").write_text(json.dumps(byte_tokenizer_json()))
-        eot = "<|endoftext|>"
+        eot = BYTE_END_OF_TEXT
     else:
         return None
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    eot = eot or next((t for t in ("<|endoftext|>", "</s>", "<|end_of_text|>") if tok.token_to_id(t) is not None), None)
-    eos = tok.token_to_id(eot) if eot else None
+    tokenizer = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    ends = ("<|endoftext|>", "</s>", "<|end_of_text|>")
+    eot = eot or next((t for t in ends if token_id(tokenizer, t) is not None), None)
+    eos = token_id(tokenizer, eot) if eot else None
     if not (folder / "tokenizer_config.json").is_file():
         config = {
             "tokenizer_class": "PreTrainedTokenizerFast",

@@ -71,21 +71,34 @@ def abstract_params(model: TransformerLM) -> dict[ParamPath, Any]:
     import jax.numpy as jnp
 
     shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32), deterministic=True))
-    flat = jax.tree_util.tree_flatten_with_path(nn.unbox(shapes["params"]))[0]
+    return flat_paths(nn.unbox(shapes["params"]))
+
+
+def flat_paths(tree: Any) -> dict[ParamPath, Any]:
+    """The leaves of a nested parameter mapping, by path."""
+    import jax
+
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
     return {tuple(str(k.key) for k in path): leaf for path, leaf in flat}
 
 
-def read_params(prepared: PreparedImport, shardings: dict[ParamPath, Any] | None = None) -> dict[str, Any]:
+def read_params(
+    prepared: PreparedImport,
+    shardings: dict[ParamPath, Any] | None = None,
+    wanted: dict[ParamPath, Any] | None = None,
+) -> dict[str, Any]:
     """The parameter tree in the model's layout, each tensor placed with its sharding (default: the
     first device) in the model's parameter dtype.
 
+    ``wanted`` (shapes by path; default: every parameter of the model) names the parameters to read:
+    a model with LoRA adapters asks for its base alone, since a checkpoint holds no adapters.
     Hugging Face names every layer's tensors apart; for a model that scans over its layers the
     layers of one parameter are gathered in a host buffer and placed once the last one is read,
     so at most the model's size is held on the host besides what is already placed.
     """
     import jax
 
-    wanted = abstract_params(prepared.model)
+    wanted = abstract_params(prepared.model) if wanted is None else wanted
     stacked_names = set(prepared.model.stacked_layers)
     per_layer: dict[ParamPath, Any] = {}
     for path, leaf in wanted.items():

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
-
 from theseus.model.huggingface.convert import open_checkpoint, plan_import
-from theseus.model.huggingface.importer import PreparedImport, read_params
+from theseus.model.huggingface.importer import PreparedImport, flat_paths, read_params
 from theseus.model.huggingface.source import resolve_source
 from theseus.model.huggingface.tokenizer_files import tokenizer_spec
 from theseus.training.init_from import InitSource
@@ -27,8 +25,6 @@ def hf_source(target: str, spec: str) -> InitSource:
     def load(model: Any, abstract: Any, shardings: Any) -> Any:
         maps = plan_import(checkpoint, model.architecture)
         prepared = PreparedImport(checkpoint, model, None, maps, tokenizer, None)  # type: ignore[arg-type]
-        flat = jax.tree_util.tree_flatten_with_path(shardings)[0]
-        by_path = {tuple(str(k.key) for k in path): sharding for path, sharding in flat}
-        return read_params(prepared, by_path)
+        return read_params(prepared, flat_paths(shardings), wanted=flat_paths(abstract))
 
     return InitSource(spec, dict(checkpoint.imported.keys), checkpoint.imported.model_class, tokenizer, load)

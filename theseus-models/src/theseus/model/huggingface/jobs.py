@@ -19,7 +19,9 @@ from theseus.errors import ConfigError
 class ImportConfig:
     """Where the checkpoint comes from and the run it becomes."""
 
-    source: str = field("hf/source", default="", help="checkpoint folder, or hub repository id (needs huggingface_hub)")
+    source: str = field(
+        "hf/source", default="", path="source", help="checkpoint folder, or hub repository id (needs huggingface_hub)"
+    )
     revision: str = field("hf/revision", default="", help="hub branch, tag or commit (empty: main)")
     run_name: str = field("run/name", default="", help="run directory under <root>/runs to create")
     param_dtype: str = field("hf/param_dtype", default="float32", help="dtype of the imported parameters")
@@ -54,7 +56,7 @@ class ExportConfig:
 
     run: str = field("hf/run", default="", help="run name under <root>/runs (empty: the only run there is)")
     step: int = field("hf/step", default=-1, help="checkpoint step to export (-1 = the latest)")
-    out: str = field("hf/out", default="", help="output folder (created; must be empty if it exists)")
+    out: str = field("hf/out", default="", path="file", help="output folder (created; must be empty if it exists)")
     dtype: str = field("hf/dtype", default="float32", help="float32 | bfloat16")
     shard_size: str = field(
         "hf/shard_size", default="5GB", help="largest safetensors file before sharding (e.g. 5GB, 500MB)"

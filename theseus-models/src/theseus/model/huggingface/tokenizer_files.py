@@ -17,6 +17,77 @@ TOKENIZER_FILES = (
 )
 
 
+#: The end-of-text token of theseus' byte tokenizer (id 256, after the 256 bytes).
+BYTE_END_OF_TEXT = "<|endoftext|>"
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character table (what the ByteLevel pre-tokenizer emits)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    chars = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {b: chr(c) for b, c in zip(printable, chars, strict=True)}
+
+
+def byte_tokenizer_json() -> dict[str, Any]:
+    """A ``tokenizer.json`` equal to theseus' byte tokenizer (byte b -> id b, end-of-text -> 256):
+    a byte-level BPE without merges, written as plain JSON (no tokenizer library needed)."""
+    byte_to_char = bytes_to_unicode()
+    byte_level = {"type": "ByteLevel", "trim_offsets": True}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": 256,
+                "content": BYTE_END_OF_TEXT,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {**byte_level, "add_prefix_space": False, "use_regex": False},
+        "post_processor": None,
+        "decoder": {**byte_level, "add_prefix_space": True, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": {byte_to_char[b]: b for b in range(256)},
+            "merges": [],
+        },
+    }
+
+
+def token_id(tokenizer: dict[str, Any], token: str) -> int | None:
+    """The id of ``token`` in a parsed ``tokenizer.json`` (added tokens first, then the model's vocabulary)."""
+    for added in tokenizer.get("added_tokens") or []:
+        if added.get("content") == token:
+            return int(added["id"])
+    vocab = (tokenizer.get("model") or {}).get("vocab")
+    if isinstance(vocab, dict):
+        found = vocab.get(token)
+        return int(found) if found is not None else None
+    if isinstance(vocab, list):  # Unigram: [piece, score] pairs, the id is the position
+        return next((i for i, entry in enumerate(vocab) if entry and entry[0] == token), None)
+    return None
+
+
 def _first(value: Any) -> int | None:
     if isinstance(value, list):
         value = value[0] if value else None
@@ -47,8 +118,8 @@ def tokenizer_spec(folder: Path, config: dict[str, Any], vocab_size: int) -> tup
         return None, None
     try:
         from tokenizers import Tokenizer
-    except ImportError as exc:  # pragma: no cover - tokenizers comes with theseus-data
-        raise ConfigError("reading tokenizer.json needs the tokenizers package: pip install tokenizers") from exc
+    except ImportError as exc:
+        raise ConfigError(f"reading {path} needs the tokenizers package: pip install 'theseus-models[hf]'") from exc
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as exc:
