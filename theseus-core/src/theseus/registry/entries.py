@@ -19,6 +19,7 @@ COMPONENT_KINDS: dict[str, str] = {
     "schedule": "a Schedule factory container",
     "evaluation": "an evaluation class",
     "analysis": "an analysis class",
+    "hf": "a Hugging Face checkpoint family (config.json and tensor names, both ways)",
     "plugin": "pluggy hook implementations",
 }
 
