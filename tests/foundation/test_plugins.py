@@ -14,7 +14,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "plugins"
 @pytest.fixture(scope="module")
 def plugin_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = make_venv(tmp_path_factory.mktemp("plugins-venv"), inherit="site")
-    pip_install(python, *(FIXTURES / name for name in ("good", "broken", "dup_a", "dup_b", "badhook")))
+    pip_install(python, *(FIXTURES / name for name in ("good", "broken", "dup_a", "dup_b", "badhook", "badargs")))
     return python
 
 
@@ -112,3 +112,37 @@ def test_blocking_and_strict_mode(plugin_python: Path) -> None:
         and "THESEUS_STRICT_PLUGINS" in strict.stderr
     )
     assert "Traceback" not in strict.stderr
+
+
+def test_a_raising_hook_is_skipped_and_the_other_plugins_keep_working(plugin_python: Path) -> None:
+    ran = run_cli(["fixture-hello"], python=plugin_python)  # theseus-fixture-badhook's CLI hook raises
+    assert ran.returncode == 0, ran.stderr
+    assert "hello from theseus-fixture-good" in ran.stdout
+    warned = [line for line in ran.stderr.splitlines() if "theseus-fixture-badhook" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: plugin hook theseus_cli_commands of ")
+    assert "raised RuntimeError: cli hook exploded" in warned[0] and "Traceback" not in ran.stderr
+    shown = run_cli(["plugins"], python=plugin_python)
+    row = next(line for line in shown.stdout.splitlines() if line.startswith("theseus-fixture-badhook"))
+    assert "theseus_cli_commands" in row and "1 failed" in row
+    assert "  theseus-fixture-badhook: plugin hook theseus_cli_commands" in shown.stdout
+    quiet = "theseus-fixture-broken,theseus-fixture-badargs"
+    strict = run_cli(
+        ["fixture-hello"], python=plugin_python, env=clean_env(THESEUS_STRICT_PLUGINS="1", THESEUS_BLOCK_PLUGINS=quiet)
+    )
+    assert strict.returncode == 2 and "hello from" not in strict.stdout
+    assert strict.stderr.strip().startswith("error: plugin hook theseus_cli_commands of theseus-fixture-badhook")
+    assert strict.stderr.strip().endswith("(THESEUS_STRICT_PLUGINS is set)") and strict.stderr.count("\n") == 1
+
+
+def test_a_hook_with_a_wrong_argument_name_is_one_line_naming_its_distribution(plugin_python: Path) -> None:
+    jobs = run_cli(["jobs"], python=plugin_python)
+    assert jobs.returncode == 0 and "fixture/badargs" in jobs.stdout  # its jobs still work
+    lines = [line for line in jobs.stderr.splitlines() if "theseus-fixture-badargs" in line]
+    assert len(lines) == 1, jobs.stderr
+    assert lines[0].startswith("warning: plugin 'plugin/fixture-badargs' from theseus-fixture-badargs does not match")
+    assert "theseus_gather(ownr)" in lines[0] and "Argument(s) {'ownr'}" in lines[0]
+    ran = run_cli(["run", "fixture/badargs", "--root", "/nonexistent-unused"], python=plugin_python)
+    assert ran.returncode == 0 and "fine" in ran.stdout
+    shown = run_cli(["plugins"], python=plugin_python)
+    row = next(line for line in shown.stdout.splitlines() if line.startswith("theseus-fixture-badargs"))
+    assert row.split()[-2:] == ["1", "failed"]

@@ -22,7 +22,8 @@ def _table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
 def warn_problems(registry: Registry, include_failures: bool = True) -> None:
     if include_failures:
         for failure in registry.failures:
-            click.echo(f"warning: {failure.message}", err=True)
+            if not failure.announced:  # a hook failure was printed when it happened
+                click.echo(f"warning: {failure.message}", err=True)
     for label, providers in registry.conflicts.items():
         names = " and ".join(sorted({p.distribution for p in providers}))
         click.echo(f"warning: {label} is provided by both {names}; it cannot be used until one is removed", err=True)
@@ -47,6 +48,7 @@ def list_plugins(plugins: object) -> None:
 
     assert isinstance(plugins, Plugins)
     registry = plugins.registry
+    plugins.call("theseus_cli_commands")  # so that a failing CLI hook shows below
     rows = []
     for dist, version in sorted(registry.distributions.items()):
         jobs = sum(1 for e in registry.jobs.values() if e.distribution == dist)

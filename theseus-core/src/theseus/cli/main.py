@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 import click
 
-from theseus.cli.scaffold import new
 from theseus.errors import TheseusError
+
+#: Built-in command groups imported only when used, so that ``theseus jobs`` does not load them.
+LAZY_COMMANDS = {"new": "theseus.cli.scaffold:new", "runs": "theseus.cli.runs:runs"}
 
 
 def _version() -> str:
@@ -21,6 +23,18 @@ def _version() -> str:
         return version("theseus-core")
     except PackageNotFoundError:
         return "unknown"
+
+
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"theseus, version {_version()}")
+        ctx.exit()
+
+
+def _lazy(name: str) -> click.Command:
+    module, _, attribute = LAZY_COMMANDS[name].partition(":")
+    command: click.Command = getattr(importlib.import_module(module), attribute)
+    return command
 
 
 class TheseusGroup(click.Group):
@@ -37,7 +51,7 @@ class TheseusGroup(click.Group):
         return commands
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        names = set(super().list_commands(ctx))
+        names = set(super().list_commands(ctx)) | set(LAZY_COMMANDS)
         with contextlib.suppress(TheseusError):
             names |= set(self._plugin_commands())
         return sorted(names)
@@ -46,6 +60,8 @@ class TheseusGroup(click.Group):
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             return command
+        if cmd_name in LAZY_COMMANDS:
+            return _lazy(cmd_name)
         return self._plugin_commands().get(cmd_name)
 
     def resolve_command(
@@ -64,7 +80,14 @@ class TheseusGroup(click.Group):
 
 
 @click.group(cls=TheseusGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), "--version", prog_name="theseus")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version and exit.",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Show full tracebacks on errors.")
 @click.option(
     "--load",
@@ -169,12 +192,6 @@ def run(
     run_job(job, list(overrides), config_file, root, verbose=ctx.obj["verbose"], distributed=distributed)
 
 
-cli.add_command(new)
-from theseus.cli.runs import runs as runs_group  # noqa: E402  (after cli: the group needs no plugins)
-
-cli.add_command(runs_group)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes become one ``error:`` line and a non-zero exit."""
     args = sys.argv[1:] if argv is None else argv
@@ -183,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=args, prog_name="theseus", standalone_mode=False)
     except TheseusError as exc:
         if verbose:
+            import traceback
+
             traceback.print_exc()
         # A plain exit (a preempted run that checkpointed) is a notice, not an error.
         click.echo(str(exc) if getattr(exc, "plain", False) else f"error: {exc}", err=True)

@@ -1,9 +1,17 @@
-"""Discovery: the entry-point scanner and the process-wide plugin manager."""
+"""Discovery: the entry-point scanner and the process-wide plugin manager.
+
+Every hook is called through pluggy (``manager.hook.<name>``), so ordering (``tryfirst``,
+``trylast``), ``firstresult``, wrappers and ``PluginValidationError`` behave as pluggy documents.
+Each plugin is registered as a stand-in (``guard``) whose implementations report their own
+failure with the plugin's distribution, so a broken plugin is skipped and the rest keep working.
+"""
 
 from __future__ import annotations
 
-import importlib.metadata as metadata
+import difflib
+import sys
 import threading
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pluggy
@@ -11,12 +19,24 @@ import pluggy
 from theseus.errors import PluginError
 from theseus.plugins import hookspecs
 from theseus.plugins.compat import CORE, Target, core_version, targets
+from theseus.plugins.guard import RESULTS, guard
 from theseus.plugins.hookspecs import PROJECT, hookimpl
+from theseus.plugins.installed import COMPONENTS_GROUP, JOBS_GROUP, Provider, canonical, providers
 from theseus.registry.entries import LOCAL
-from theseus.registry.registry import Registry, blocked_distributions, strict_plugins
+from theseus.registry.registry import BLOCK_ENV, BaseTypes, Registry, blocked_distributions, strict_plugins
 
-JOBS_GROUP = "theseus.jobs"
-COMPONENTS_GROUP = "theseus.components"
+#: What each kind's objects must subclass, imported only when an entry is loaded.
+BASE_TYPES: BaseTypes = {
+    "job": "theseus.base.job:Job",
+    "model": "theseus.model.module:Module",
+    "layer": "theseus.model.module:Module",
+}
+SCANNER = "theseus-core:entry-points"
+
+
+def one_line(text: str) -> str:
+    """``text`` with its lines joined by ``"; "`` (pluggy's messages span several lines)."""
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 class EntryPointScanner:
@@ -25,21 +45,38 @@ class EntryPointScanner:
     Only distribution metadata is read; targets are imported when first used.
     """
 
+    def __init__(self) -> None:
+        self.providers: list[Provider] = []
+
     @hookimpl(tryfirst=True)
     def theseus_register(self, registry: Registry) -> None:
         blocked = blocked_distributions()
-        for group in (JOBS_GROUP, COMPONENTS_GROUP):
-            for ep in metadata.entry_points(group=group):
-                dist = ep.dist.name if ep.dist is not None else LOCAL
-                version = ep.dist.version if ep.dist is not None else ""
-                if dist.lower().replace("_", "-") in blocked:
-                    registry.blocked.add(dist)
-                    registry.blocked_entries[ep.name] = dist
-                    continue
+        self.providers = providers()
+        for provider in self.providers:
+            dist, version = provider.name, provider.version
+            if canonical(dist) in blocked:
+                registry.blocked.add(dist)
+                registry.blocked_entries.update({name: dist for _, name, _ in provider.entry_points})
+                continue
+            for group, name, value in provider.entry_points:
                 if group == JOBS_GROUP:
-                    registry.add_job(ep.name, ep.value, distribution=dist, version=version)
+                    registry.add_job(name, value, distribution=dist, version=version)
                 else:
-                    registry.add_component(ep.name, ep.value, distribution=dist, version=version)
+                    registry.add_component(name, value, distribution=dist, version=version)
+
+
+class Declared:
+    """One ``@job`` / ``@component`` registration: a plugin of ``<local>`` adding one entry."""
+
+    def __init__(self, kind: str, key: str, obj: Any) -> None:
+        self.kind, self.key, self.obj = kind, key, obj
+
+    @hookimpl
+    def theseus_register(self, registry: Registry) -> None:
+        if self.kind == "job":
+            registry.add_job(self.key, self.obj)
+        else:
+            registry.add_component(self.key, self.obj)
 
 
 class Plugins:
@@ -48,63 +85,125 @@ class Plugins:
     def __init__(self) -> None:
         self.manager = pluggy.PluginManager(PROJECT)
         self.manager.add_hookspecs(hookspecs)
-        self.registry = Registry()
+        self.registry = Registry(BASE_TYPES)
         self.hook_owners: dict[str, str] = {}  # plugin name -> distribution
-        scanner = EntryPointScanner()
-        self.manager.register(scanner, name="theseus-core:entry-points")
-        self.hook_owners["theseus-core:entry-points"] = "theseus-core"
-        scanner.theseus_register(self.registry)
-        self.targets = check_targets(self.registry)
+        self._reported: set[tuple[str, str]] = set()
+        self.scanner = EntryPointScanner()
+        self.add(self.scanner, SCANNER, CORE)
+        # Historic: the scanner runs now, and each plugin registered from here on as it is registered.
+        self.manager.hook.theseus_register.call_historic(kwargs={"registry": self.registry})
+        self.targets = check_targets(self.registry, self.scanner.providers)
         for entry in self.registry.components_of("plugin"):
             try:
                 obj = entry.load()
             except PluginError as exc:
                 self.registry.report(entry.distribution, entry.key, str(exc))
                 continue
-            name = f"{entry.distribution}:{entry.name}"
-            self.manager.register(obj, name=name)
-            self.hook_owners[name] = entry.distribution
-        for name, impl in self._impls("theseus_register"):
-            if name == "theseus-core:entry-points":
-                continue
-            dist = self.hook_owners.get(name, LOCAL)
-            with self.registry.attributed(dist, self.registry.distributions.get(dist, "")):
-                self._call(name, impl, {"registry": self.registry})
+            problem = self.add(obj, f"{entry.distribution}:{entry.name}", entry.distribution)
+            if problem is not None:
+                self.registry.report(entry.distribution, entry.key, f"plugin {entry.key!r} from {problem}")
+        for name, declared in _declared_now():
+            self.add(declared, name, LOCAL)
 
-    def _impls(self, hook: str) -> list[tuple[str, Any]]:
-        caller = getattr(self.manager.hook, hook)
-        impls = []
-        for impl in reversed(caller.get_hookimpls()):  # pluggy calls in reverse registration order
-            impls.append((impl.plugin_name, impl))
-        return impls
+    # -- registering --------------------------------------------------------------
+    def add(self, plugin: Any, name: str, distribution: str) -> str | None:
+        """Register ``plugin``'s hook implementations as ``name``; the problem if pluggy refuses them.
 
-    def _call(self, name: str, impl: Any, kwargs: dict[str, Any]) -> Any:
-        args = {k: v for k, v in kwargs.items() if k in impl.argnames}
-        try:
-            return impl.function(**args)
-        except PluginError:
-            raise
-        except Exception as exc:
-            dist = self.hook_owners.get(name, name)
-            message = (
-                f"plugin hook {impl.function.__name__} of {dist} raised {type(exc).__name__}: {exc}; "
-                f"fix the plugin or block it with THESEUS_BLOCK_PLUGINS={dist}"
-            )
-            raise PluginError(message) from exc
-
-    def call(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
-        """Call every implementation of ``hook``; returns ``(distribution, result)`` pairs.
-
-        A raising implementation becomes a PluginError naming its distribution.
+        The problem reads "<distribution> ..." so that callers can prefix what the plugin is.
         """
-        results = []
-        for name, impl in self._impls(hook):
-            result = self._call(name, impl, kwargs)
-            if result is not None:
-                results.append((self.hook_owners.get(name, name), result))
-        return results
+        hooks = self._hooks_of(plugin)
+        problem = self._misfit(hooks, distribution)
+        if problem is not None:
+            return problem
+        stand_in = guard(
+            plugin,
+            hooks,
+            name,
+            failed=lambda hook, exc: self._failed(name, hook, exc),
+            around=lambda: self._attributed(name),
+            firstresult=self._firstresult,
+            marker=f"{PROJECT}_impl",
+        )
+        self.hook_owners[name] = distribution
+        try:
+            self.manager.register(stand_in, name=name)
+        except pluggy.PluginValidationError as exc:
+            del self.hook_owners[name]
+            return f"{distribution} does not match the theseus hooks: {one_line(str(exc))}; {_fix(distribution)}"
+        return None
+
+    def replace(self, plugin: Any, name: str, distribution: str) -> str | None:
+        """``add``, after unregistering whatever was registered as ``name``."""
+        if self.manager.get_plugin(name) is not None:
+            self.manager.unregister(name=name)
+        return self.add(plugin, name, distribution)
+
+    def _hooks_of(self, plugin: Any) -> dict[str, dict[str, Any]]:
+        found = {}
+        for attribute in dir(plugin):
+            opts = self.manager.parse_hookimpl_opts(plugin, attribute)
+            if opts is not None:
+                found[attribute] = dict(opts)
+        return found
+
+    def _misfit(self, hooks: dict[str, dict[str, Any]], distribution: str) -> str | None:
+        """What pluggy would accept but theseus does not: an unknown hook, an old-style hookwrapper."""
+        known = [name for name in vars(self.manager.hook) if not name.startswith("_")]
+        for attribute, opts in hooks.items():
+            hook = opts.get("specname") or attribute
+            caller = getattr(self.manager.hook, hook, None)
+            if (caller is None or not caller.has_spec()) and not opts.get("optionalhook"):
+                close = difflib.get_close_matches(hook, known, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"hooks are: {', '.join(sorted(known))}"
+                return f"{distribution} implements {hook!r}, which is not a theseus hook ({hint}); {_fix(distribution)}"
+            if opts.get("hookwrapper"):
+                return (
+                    f"{distribution} declares {hook} with hookwrapper=True, which theseus does not support; "
+                    f"use @hookimpl(wrapper=True)"
+                )
+        return None
+
+    def _firstresult(self, hook: str) -> bool:
+        caller = getattr(self.manager.hook, hook, None)
+        return bool(caller is not None and caller.spec is not None and caller.spec.opts.get("firstresult"))
+
+    def _attributed(self, name: str) -> AbstractContextManager[Any]:
+        dist = self.hook_owners.get(name, LOCAL)
+        return self.registry.attributed(dist, self.registry.distributions.get(dist, ""))
+
+    def _failed(self, name: str, hook: str, exc: Exception) -> None:
+        """A hook implementation raised: report it once (fatal when strict) and go on without it."""
+        if (name, hook) in self._reported:
+            return
+        self._reported.add((name, hook))
+        dist = self.hook_owners.get(name, LOCAL)
+        message = (
+            f"plugin hook {hook} of {dist} raised {type(exc).__name__}: {one_line(str(exc))}; "
+            f"it was skipped; {_fix(dist)}"
+        )
+        self.registry.report(dist, hook, message)
+        self.registry.failures[-1].announced = True
+        print(f"warning: {message}", file=sys.stderr)
+
+    # -- calling --------------------------------------------------------------------
+    def call(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
+        """``manager.hook.<hook>(**kwargs)``, each value paired with the distribution that gave it.
+
+        The values are pluggy's result (one value for a ``firstresult`` hook, ``None`` left out).
+        A raising implementation is reported by its distribution and skipped.
+        """
+        record: list[tuple[str, Any]] = []
+        token = RESULTS.set(record)
+        try:
+            result = getattr(self.manager.hook, hook)(**kwargs)
+        finally:
+            RESULTS.reset(token)
+        values = ([] if result is None else [result]) if self._firstresult(hook) else list(result)
+        origin = {id(value): name for name, value in record}
+        return [(self.hook_owners.get(origin.get(id(value), ""), LOCAL), value) for value in values]
 
     def hooks_of(self, distribution: str) -> list[str]:
+        """The hooks the plugins of ``distribution`` implement."""
         names = []
         for plugin_name, dist in self.hook_owners.items():
             if dist != distribution:
@@ -114,18 +213,26 @@ class Plugins:
         return sorted(set(names))
 
 
-def check_targets(registry: Registry) -> dict[str, Target]:
+def _fix(distribution: str) -> str:
+    if distribution == LOCAL:
+        return "fix the hook implementation"
+    return f"fix the plugin or block it with {BLOCK_ENV}={distribution}"
+
+
+def check_targets(registry: Registry, found: list[Provider]) -> dict[str, Target]:
     """Each plugin distribution's theseus-core target; an incompatible one is reported (fatal if strict)."""
-    core = core_version()
-    found = targets(registry.distributions, core)
-    for name, target in found.items():
+    core = next((p.version for p in found if canonical(p.name) == CORE), None) or core_version()
+    listed = targets((p for p in found if p.name in registry.distributions), core)
+    for name, target in listed.items():
         if not target.compatible:
             registry.report(name, CORE, target.problem(core))
-    return found
+    return listed
 
 
 _PLUGINS: Plugins | None = None
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
+#: Every ``@job`` / ``@component`` registration of this process, by plugin name (kept across ``reset``).
+_DECLARED: dict[str, Declared] = {}
 
 
 def plugins() -> Plugins:
@@ -144,13 +251,52 @@ def reset() -> None:
         _PLUGINS = None
 
 
+def _declared_now() -> list[tuple[str, Declared]]:
+    with _LOCK:
+        return list(_DECLARED.items())
+
+
+def declare(kind: str, key: str, obj: Any) -> None:
+    """Register ``obj`` as job or component ``key`` of ``<local>`` (what ``@job`` / ``@component`` do).
+
+    Before discovery it waits for it; afterwards it is registered at once.
+    """
+    name = f"{LOCAL}:{kind}:{key}"
+    declared = Declared(kind, key, obj)
+    with _LOCK:
+        _DECLARED[name] = declared
+        current = _PLUGINS
+    if current is not None:
+        current.replace(declared, name, LOCAL)
+
+
 def register_hooks(obj: Any, name: str, distribution: str = LOCAL) -> None:
-    """Register an in-process object holding hook implementations (e.g. from a --load file)."""
+    """Register an in-process object holding hook implementations (e.g. from a --load file).
+
+    An object pluggy refuses (an argument the hook does not have, an unknown hook) is a PluginError.
+    """
     p = plugins()
     if p.manager.get_plugin(name) is None:
-        p.manager.register(obj, name=name)
-        p.hook_owners[name] = distribution
+        problem = p.add(obj, name, distribution)
+        if problem is not None:
+            raise PluginError(f"hooks {name!r} of {problem}")
 
 
 def strict() -> bool:
     return strict_plugins()
+
+
+__all__ = [
+    "BASE_TYPES",
+    "COMPONENTS_GROUP",
+    "JOBS_GROUP",
+    "Declared",
+    "EntryPointScanner",
+    "Plugins",
+    "check_targets",
+    "declare",
+    "one_line",
+    "plugins",
+    "register_hooks",
+    "reset",
+]

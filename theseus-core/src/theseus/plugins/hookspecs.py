@@ -16,11 +16,13 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
-@hookspec
+@hookspec(historic=True)
 def theseus_register(registry: Registry) -> None:
     """Add jobs and components with ``registry.add_job`` / ``registry.add_component``.
 
-    Entries are attributed to the distribution of the plugin that adds them.
+    Called once per process with the process's registry, and for a plugin registered later (an
+    in-process ``register_hooks``) when it is registered. Entries are attributed to the
+    distribution of the plugin that adds them.
     """
 
 

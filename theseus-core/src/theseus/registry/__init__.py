@@ -1,4 +1,4 @@
-"""The registry of jobs and components, and the ``@job`` decorator."""
+"""The registry of jobs and components, and the ``@job`` / ``@component`` decorators."""
 
 from __future__ import annotations
 
@@ -8,31 +8,33 @@ from typing import Any, TypeVar
 from theseus.registry.entries import COMPONENT_KINDS, LOCAL, Entry
 from theseus.registry.registry import BLOCK_ENV, STRICT_ENV, Failure, Registry
 
-T = TypeVar("T", bound=type)
-
-_LOCAL_JOBS: dict[str, type] = {}
-_LOCAL_COMPONENTS: dict[str, Any] = {}
+T = TypeVar("T")
 
 
 def job(key: str) -> Callable[[T], T]:
     """Register a Job/BaseTrainer subclass under ``key`` (e.g. ``"my/gpt/train"``).
 
-    Importing the file that holds the decorated class registers it.
+    Importing the file that holds the decorated class registers it: the class becomes a
+    ``theseus_register`` hook implementation of ``<local>``, like any plugin's.
     """
 
     def decorate(cls: T) -> T:
-        _LOCAL_JOBS[key] = cls
+        from theseus.plugins.discovery import declare
+
         cls.JOB_KEY = key  # type: ignore[attr-defined]
+        declare("job", key, cls)
         return cls
 
     return decorate
 
 
 def component(key: str) -> Callable[[T], T]:
-    """Register an object in-process as the component ``kind/name``."""
+    """Register an object in-process as the component ``kind/name`` (see ``job``)."""
 
     def decorate(obj: T) -> T:
-        _LOCAL_COMPONENTS[key] = obj
+        from theseus.plugins.discovery import declare
+
+        declare("component", key, obj)
         return obj
 
     return decorate
@@ -42,13 +44,7 @@ def get_registry() -> Registry:
     """The registry of installed and in-process jobs and components."""
     from theseus.plugins.discovery import plugins
 
-    registry = plugins().registry
-    with registry.attributed(LOCAL):
-        for key, cls in _LOCAL_JOBS.items():
-            registry.add_job(key, cls)
-        for key, obj in _LOCAL_COMPONENTS.items():
-            registry.add_component(key, obj)
-    return registry
+    return plugins().registry
 
 
 def resolve_component(kind: str, value: Any) -> Any:

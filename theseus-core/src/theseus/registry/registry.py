@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ class Failure:
     distribution: str
     entry: str
     message: str
+    announced: bool = False  #: already printed as a warning when it happened
 
 
 def blocked_distributions() -> set[str]:
@@ -37,42 +39,65 @@ def _normalize(dist: str) -> str:
     return dist.strip().lower().replace("_", "-").replace(".", "-")
 
 
-def _validate_job(entry: Entry, obj: Any) -> None:
-    from theseus.base.job import Job
-
-    if not (isinstance(obj, type) and issubclass(obj, Job)):
-        raise PluginError(
-            f"job {entry.name!r} from {entry.distribution} points at {entry.target!r}, which is "
-            f"not a Job class (got {type(obj).__name__}); point the entry point at a BaseTrainer or Job subclass"
-        )
+#: What ``Registry`` checks a loaded object against: ``{kind: base type}``, where a base type is a
+#: class or an ``"module:Class"`` path imported on first use (so that listing imports nothing).
+BaseTypes = Mapping[str, "type | str"]
 
 
-def _validate_component(entry: Entry, obj: Any) -> None:
+def _resolve(base: type | str) -> type:
+    if isinstance(base, type):
+        return base
+    module_name, _, attribute = base.partition(":")
+    resolved = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        resolved = getattr(resolved, part)
+    if not isinstance(resolved, type):
+        raise TypeError(f"base type {base!r} is not a class")
+    return resolved
+
+
+def _expected(kind: str, base: type) -> str:
+    if kind == "job":
+        return "a Job class"
+    return f"a {base.__module__}.{base.__qualname__} subclass"
+
+
+def _check(entry: Entry, obj: Any, base: type | str | None) -> None:
+    """Raise a PluginError unless ``obj`` is what an entry of its kind must be."""
     kind = entry.kind
-    if kind in ("model", "layer"):
-        from theseus.model.module import Module
-
-        ok = isinstance(obj, type) and issubclass(obj, Module)
-        expected = "a theseus.model.module.Module subclass"
+    if base is not None:
+        klass = _resolve(base)
+        ok, expected = isinstance(obj, type) and issubclass(obj, klass), _expected(kind, klass)
     elif kind in ("optimizer", "schedule"):
         ok = hasattr(obj, "config") and callable(getattr(obj, "factory", None))
         expected = f"a {kind.capitalize()} factory container (config type + factory function)"
-    elif kind == "plugin":
+    elif kind in ("plugin", "job"):
         ok, expected = True, ""
     else:
-        ok = isinstance(obj, type)
-        expected = "a class"
-    if not ok:
+        ok, expected = isinstance(obj, type), "a class"
+    if ok:
+        return
+    got = type(obj).__name__
+    if kind == "job":
         raise PluginError(
-            f"component {entry.key!r} from {entry.distribution} points at {entry.target!r}, "
-            f"which is not {expected} (got {type(obj).__name__}); fix the entry point"
+            f"job {entry.name!r} from {entry.distribution} points at {entry.target!r}, which is "
+            f"not {expected} (got {got}); point the entry point at a BaseTrainer or Job subclass"
         )
+    raise PluginError(
+        f"component {entry.key!r} from {entry.distribution} points at {entry.target!r}, "
+        f"which is not {expected} (got {got}); fix the entry point"
+    )
 
 
 class Registry:
-    """Jobs by key and components by ``(kind, name)``, each attributed to a distribution."""
+    """Jobs by key and components by ``(kind, name)``, each attributed to a distribution.
 
-    def __init__(self) -> None:
+    ``bases`` is what a loaded object must subclass, by kind (``"job"`` included); kinds not in
+    it are checked by shape only. The registry imports none of these types itself.
+    """
+
+    def __init__(self, bases: BaseTypes | None = None) -> None:
+        self.bases: dict[str, type | str] = dict(bases or {})
         self.jobs: dict[str, Entry] = {}
         self.components: dict[tuple[str, str], Entry] = {}
         self.failures: list[Failure] = []
@@ -89,7 +114,7 @@ class Registry:
         return _Attribution(self, distribution, version)
 
     def add_job(self, name: str, target: str | type, *, distribution: str | None = None, version: str = "") -> None:
-        entry = self._entry("job", name, target, distribution, version, _validate_job)
+        entry = self._entry("job", name, target, distribution, version)
         self._insert(self.jobs, name, entry, f"job {name!r}")
 
     def add_component(self, key: str, target: str | Any, *, distribution: str | None = None, version: str = "") -> None:
@@ -102,7 +127,7 @@ class Registry:
             kinds = ", ".join(COMPONENT_KINDS)
             self.report(dist, key, f"component {key!r} from {dist} has unknown kind {kind!r}; use one of: {kinds}")
             return
-        entry = self._entry(kind, name, target, distribution, version, _validate_component)
+        entry = self._entry(kind, name, target, distribution, version)
         self._insert(self.components, (kind, name), entry, f"component {key!r}")
 
     def report(self, distribution: str, entry: str, message: str) -> None:
@@ -111,15 +136,12 @@ class Registry:
             raise PluginError(message + f" ({STRICT_ENV} is set)")
         self.failures.append(Failure(distribution, entry, message))
 
-    def _entry(
-        self,
-        kind: str,
-        name: str,
-        target: str | Any,
-        distribution: str | None,
-        version: str,
-        validate: Callable[[Entry, Any], None],
-    ) -> Entry:
+    def _validator(self, kind: str) -> Callable[[Entry, Any], None]:
+        base = self.bases.get(kind)
+        return lambda entry, obj: _check(entry, obj, base)
+
+    def _entry(self, kind: str, name: str, target: str | Any, distribution: str | None, version: str) -> Entry:
+        validate = self._validator(kind)
         if distribution is None and self._current_distribution is not None:
             distribution, version = self._current_distribution
         distribution = distribution or LOCAL
