@@ -50,6 +50,7 @@ def test_peft_loads_llama_adapters_and_gives_the_same_logits(tmp_path: Path) -> 
     from tests.huggingface.conftest import save_model
     from theseus.config import configuration, configure
     from theseus.model.finetune.peft_export import peft_tensors
+    from theseus.model.huggingface.family import family
     from theseus.model.huggingface.importer import prepare, read_params
 
     hf_model = save_model(tmp_path, "llama", tokenizer=False)
@@ -66,7 +67,7 @@ def test_peft_loads_llama_adapters_and_gives_the_same_logits(tmp_path: Path) -> 
     x = np.random.default_rng(0).integers(0, 256, size=(2, 10)).astype(np.int32)
     ours = np.asarray(jax.jit(lambda p: model.apply({"params": p}, x, deterministic=True)[0])(params))
 
-    tensors, ranks = peft_tensors("llama", params, model.architecture.n_layers)
+    tensors, ranks = peft_tensors(family("llama"), params, model.architecture.n_layers)
     assert set(ranks.values()) == {rank} and len(ranks) == 7 * model.architecture.n_layers
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=sorted(ranks), lora_dropout=0.0)
     peft_model = get_peft_model(hf_model, config).eval()

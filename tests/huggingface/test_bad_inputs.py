@@ -56,7 +56,12 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "damaged-header": (damaged_header, "is not a valid safetensors file"),
     "truncated": (truncated, "does not fit its byte range"),
     "wrong-shape": (wrong_shape, "'model.layers.0.mlp.gate_proj.weight' in model.safetensors has shape (48, 32)"),
-    "unknown-model-type": (edit_config(model_type="falcon"), "model_type 'falcon' is not supported; supported: gpt2"),
+    "unknown-model-type": (
+        edit_config(model_type="falcon"),
+        # the example plugin's family is installed in the test environment too
+        "model_type 'falcon' is not supported; installed families: example_scaled_gpt, gpt2, llama, mistral, qwen2 "
+        "(a plugin adds one by registering an 'hf/<model_type>' component",
+    ),
     "rope-yarn": (
         edit_config(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}),
         "rope_scaling.rope_type='yarn' is not supported",

@@ -2,7 +2,8 @@
 ``adapter_model.safetensors``) for the base model exported with ``hf/export``.
 
 PEFT stores ``lora_A.weight`` ``[r, in]`` and ``lora_B.weight`` ``[out, r]`` per module and scales by
-``lora_alpha / r``. Llama-family projections map one to one (``q_proj`` ... ``down_proj``). GPT-2 fuses
+``lora_alpha / r``. The Hugging Face family names the modules (``HFFamily.peft_modules``): Llama-family
+projections map one to one (``q_proj`` ... ``down_proj``). GPT-2 fuses
 query, key and value into ``c_attn``: their adapters become one adapter of rank ``k * r`` (``k`` the
 number of adapted projections) whose ``B`` is block diagonal, with ``rank_pattern`` / ``alpha_pattern``
 keeping the scale ``alpha / r``.
@@ -18,13 +19,14 @@ from typing import Any
 import numpy as np
 
 from theseus.errors import ConfigError
+from theseus.model.huggingface.family import HFFamily
 from theseus.model.models.transformer import LAYERS
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
-_LLAMA_ATTN = {"query": "q_proj", "key": "k_proj", "value": "v_proj", "out": "o_proj"}
-_LLAMA_MLP = {"up": "up_proj", "gate": "gate_proj", "down": "down_proj"}
+QKV = ("query", "key", "value")
+ATTENTION = (*QKV, "out")
 
 
 def _linear(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -33,8 +35,12 @@ def _linear(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(a.reshape(-1, rank).T), np.ascontiguousarray(b.reshape(rank, -1).T)
 
 
-def peft_tensors(family: str, params: Mapping[str, Any], n_layers: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """PEFT tensor names -> values, and the rank of each adapted module (module path -> rank)."""
+def peft_tensors(
+    family: HFFamily, params: Mapping[str, Any], n_layers: int
+) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """PEFT tensor names -> values, and the rank of each adapted module (module path -> rank).
+
+    The module names come from the family (``peft_modules``, ``peft_fused_qkv``, ``peft_layer_prefix``)."""
     tensors: dict[str, np.ndarray] = {}
     ranks: dict[str, int] = {}
 
@@ -49,31 +55,38 @@ def peft_tensors(family: str, params: Mapping[str, Any], n_layers: int) -> tuple
     for i in range(n_layers):
         block = params[f"blocks_{i}"]
         attn, mlp = block["attn"], block["mlp"]
-        if family == "gpt2":
-            prefix = f"transformer.h.{i}."
-            qkv = [name for name in ("query", "key", "value") if f"{name}_lora_a" in attn]
-            if qkv:
-                width = int(np.prod(np.shape(attn["query"])[1:]))
-                rank = int(np.shape(attn[f"{qkv[0]}_lora_a"])[-1])
-                a_parts, b_full = [], np.zeros((3 * width, rank * len(qkv)), np.float32)
-                for slot, name in enumerate(qkv):
-                    a, b = _linear(np.asarray(attn[f"{name}_lora_a"]), np.asarray(attn[f"{name}_lora_b"]))
-                    a_parts.append(a)
-                    column = ("query", "key", "value").index(name)
-                    b_full[column * width : (column + 1) * width, slot * rank : (slot + 1) * rank] = b
-                put(prefix + "attn.c_attn", np.concatenate(a_parts, axis=0), b_full)
-            modules = {"out": (attn, "out_", "attn.c_proj"), "up": (mlp.get("up"), "", "mlp.c_fc")}
-            modules["down"] = (mlp.get("down"), "", "mlp.c_proj")
-        else:
-            prefix = f"model.layers.{i}."
-            modules = {name: (attn, f"{name}_", f"self_attn.{hf}") for name, hf in _LLAMA_ATTN.items()}
-            modules.update({name: (mlp.get(name), "", f"mlp.{hf}") for name, hf in _LLAMA_MLP.items()})
-        for holder, key, module in modules.values():
+        prefix = family.peft_layer_prefix(i)
+        fused = QKV if family.peft_fused_qkv is not None else ()
+        qkv = [name for name in fused if f"{name}_lora_a" in attn]
+        if qkv:
+            width = int(np.prod(np.shape(attn["query"])[1:]))
+            rank = int(np.shape(attn[f"{qkv[0]}_lora_a"])[-1])
+            a_parts, b_full = [], np.zeros((3 * width, rank * len(qkv)), np.float32)
+            for slot, name in enumerate(qkv):
+                a, b = _linear(np.asarray(attn[f"{name}_lora_a"]), np.asarray(attn[f"{name}_lora_b"]))
+                a_parts.append(a)
+                column = QKV.index(name)
+                b_full[column * width : (column + 1) * width, slot * rank : (slot + 1) * rank] = b
+            put(prefix + str(family.peft_fused_qkv), np.concatenate(a_parts, axis=0), b_full)
+        for target, module in family.peft_modules.items():
+            holder, key = (attn, f"{target}_") if target in ATTENTION else (mlp.get(target), "")
             if holder is None or f"{key}lora_a" not in holder:
                 continue
             a, b = _linear(np.asarray(holder[f"{key}lora_a"]), np.asarray(holder[f"{key}lora_b"]))
             put(prefix + module, a, b)
+        unmapped = sorted(name for name in adapted(attn, mlp) if name not in family.peft_modules and name not in fused)
+        if unmapped:
+            raise ConfigError(
+                f"the {family.model_type} family names no PEFT module for the {', '.join(unmapped)} adapters; "
+                "export the merged model with hf/export instead"
+            )
     return tensors, ranks
+
+
+def adapted(attn: Mapping[str, Any], mlp: Mapping[str, Any]) -> set[str]:
+    """The LoRA targets with adapters in one layer's attention and MLP."""
+    names = {name for name in ATTENTION if f"{name}_lora_a" in attn}
+    return names | {name for name, node in mlp.items() if isinstance(node, Mapping) and "lora_a" in node}
 
 
 def _constant(value: np.ndarray) -> Callable[[], np.ndarray]:
@@ -84,7 +97,7 @@ def export_adapter(root: Path, run: str, out: str, *, step: int | None = None, b
     """Write run ``run``'s adapters (checkpoint ``step``, default latest) as a PEFT adapter in ``out``."""
     from theseus.model.generation.runs import load_run
     from theseus.model.huggingface.exporter import output_folder, staged_folder
-    from theseus.model.huggingface.families import family_of
+    from theseus.model.huggingface.family import export_family
     from theseus.model.huggingface.safetensors_io import PlannedTensor, _write_file
 
     folder = output_folder(out)
@@ -95,7 +108,7 @@ def export_adapter(root: Path, run: str, out: str, *, step: int | None = None, b
     record = json.loads((loaded.path / "provenance.json").read_text())
     model_class = f"{type(loaded.model).__module__}:{type(loaded.model).__qualname__}"
     arch = loaded.model.architecture
-    family = family_of(model_class, arch, (record.get("huggingface") or {}).get("model_type"))
+    family = export_family(model_class, arch, (record.get("huggingface") or {}).get("model_type"))
     tensors, ranks = peft_tensors(family, loaded.params, arch.n_layers)
     alpha = float(loaded.config.get("model/lora/alpha", 16.0))
     config = {
@@ -108,7 +121,7 @@ def export_adapter(root: Path, run: str, out: str, *, step: int | None = None, b
         "target_modules": sorted(ranks),
         "rank_pattern": {m: r for m, r in ranks.items() if r != rank},
         "alpha_pattern": {m: alpha * r / rank for m, r in ranks.items() if r != rank},
-        "fan_in_fan_out": family == "gpt2",
+        "fan_in_fan_out": family.fan_in_fan_out,
         "bias": "none",
         "inference_mode": True,
         "init_lora_weights": True,

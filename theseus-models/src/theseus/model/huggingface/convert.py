@@ -17,14 +17,29 @@ from typing import Any
 import numpy as np
 
 from theseus.errors import CheckpointError
-from theseus.model.huggingface.families import Imported, from_config
-from theseus.model.huggingface.names import IGNORED_SUFFIXES, TensorMap, canonical_name, tensor_maps
+from theseus.model.huggingface.family import HFFamily, family
+from theseus.model.huggingface.names import IGNORED_SUFFIXES, TensorMap
 from theseus.model.huggingface.safetensors_io import PlannedTensor, TensorInfo, dtype_code, read_index, read_tensor
 from theseus.model.huggingface.source import read_config
 from theseus.model.models.architecture import Architecture
 
 ParamPath = tuple[str, ...]
 Place = Callable[[ParamPath, np.ndarray], Any]
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What a ``config.json`` becomes: the family, the theseus model class and its configuration keys."""
+
+    family: str
+    model_class: str
+    keys: dict[str, Any]
+
+
+def from_config(config: Mapping[str, Any]) -> tuple[HFFamily, Imported]:
+    """The installed family of a ``config.json`` and what the checkpoint becomes."""
+    found = family(config.get("model_type"))
+    return found, Imported(found.model_type, found.model_class, found.keys(config))
 
 
 @dataclass
@@ -35,19 +50,20 @@ class HFCheckpoint:
     config: dict[str, Any]
     imported: Imported
     tensors: dict[str, TensorInfo]
+    family: HFFamily
 
 
 def open_checkpoint(folder: Path) -> HFCheckpoint:
     config = read_config(folder)
-    imported = from_config(config)
-    tensors = {canonical_name(imported.family, n): info for n, info in read_index(folder).items()}
-    return HFCheckpoint(folder, config, imported, tensors)
+    found, imported = from_config(config)
+    tensors = {found.canonical_name(n): info for n, info in read_index(folder).items()}
+    return HFCheckpoint(folder, config, imported, tensors, found)
 
 
 def plan_import(checkpoint: HFCheckpoint, arch: Architecture) -> list[TensorMap]:
     """The tensor maps of ``arch``, each checked against the checkpoint; CheckpointError (one line) for a
     missing tensor, a wrong shape, or a tensor theseus would not load."""
-    maps = tensor_maps(checkpoint.imported.family, arch)
+    maps = checkpoint.family.tensor_maps(arch)
     tensors = dict(checkpoint.tensors)
     if arch.tied_embeddings and "lm_head.weight" in tensors:
         tensors.pop("lm_head.weight")  # a tied head saved anyway: the embedding is authoritative
@@ -108,11 +124,11 @@ def _lookup(tree: Mapping[str, Any], path: ParamPath) -> Any:
     return node
 
 
-def export_plan(family: str, arch: Architecture, params: Mapping[str, Any], dtype: Any) -> list[PlannedTensor]:
+def export_plan(family: HFFamily, arch: Architecture, params: Mapping[str, Any], dtype: Any) -> list[PlannedTensor]:
     """The checkpoint tensors of ``params``, produced one at a time in ``dtype`` when written."""
     code = dtype_code(dtype)
     planned = []
-    for tensor_map in tensor_maps(family, arch):
+    for tensor_map in family.tensor_maps(arch):
         leaves = [_lookup(params, path) for path in tensor_map.paths]
 
         def produce(tensor_map: TensorMap = tensor_map, leaves: list[Any] = leaves) -> np.ndarray:

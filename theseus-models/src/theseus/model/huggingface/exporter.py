@@ -12,7 +12,7 @@ from typing import Any
 
 from theseus.errors import ConfigError
 from theseus.model.huggingface.convert import export_plan
-from theseus.model.huggingface.families import family_of, to_config
+from theseus.model.huggingface.family import export_family
 from theseus.model.huggingface.safetensors_io import write_checkpoint
 from theseus.model.huggingface.tokenizer_files import BYTE_END_OF_TEXT, byte_tokenizer_json, token_id
 
@@ -139,15 +139,15 @@ def export_run(
     loaded = load_run(root, run, step=step, tokenizer=None if record.get("tokenizer") else "byte")
     model_class = f"{type(loaded.model).__module__}:{type(loaded.model).__qualname__}"
     arch = loaded.model.architecture
-    family = family_of(model_class, arch, (record.get("huggingface") or {}).get("model_type"))
+    family = export_family(model_class, arch, (record.get("huggingface") or {}).get("model_type"))
     plan = export_plan(family, arch, merged_params(loaded), target_dtype)
-    to_config(family, arch, dtype=dtype, bos_id=None, eos_id=None)  # refuse what the family cannot express first
+    family.to_config(arch, loaded.config, dtype=dtype, bos_id=None, eos_id=None)  # refuse what the family cannot express first
     with staged_folder(folder) as staging:
         ids = write_tokenizer(staging, loaded.path, record.get("tokenizer"), arch.block_size)
         hf = record.get("huggingface") or {}
         bos = hf.get("bos_id") if hf.get("bos_id") is not None else (ids[0] if ids else None)
         eos = ids[1] if ids else None
-        config = to_config(family, arch, dtype=dtype, bos_id=bos, eos_id=eos)
+        config = family.to_config(arch, loaded.config, dtype=dtype, bos_id=bos, eos_id=eos)
         (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         generation = {"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": None}
         (staging / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")

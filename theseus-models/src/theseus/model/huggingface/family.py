@@ -1,0 +1,174 @@
+"""A Hugging Face model family as a component: ``config.json`` <-> ``architecture/*`` keys and the
+checkpoint's tensor names <-> the theseus parameters, both ways.
+
+Families register under ``theseus.components`` as ``hf/<model_type>`` (``hf/gpt2``, ``hf/llama``);
+``hf/import``, ``hf/export``, ``training/init_from=hf:`` and ``hf/export-adapter`` find them by
+``model_type`` through the registry, so a plugin model imports and exports checkpoints the same way
+the built-in ones do. Each family lives beside its model (``theseus.model.models.gpt_hf``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from theseus.errors import ConfigError
+
+if TYPE_CHECKING:
+    from theseus.model.huggingface.names import TensorMap
+    from theseus.model.models.architecture import Architecture
+
+#: The component kind families register under.
+KIND = "hf"
+
+
+class HFFamily:
+    """One ``model_type``: how its ``config.json`` and tensors map onto a theseus model class.
+
+    Subclasses set the three class attributes and implement ``keys``, ``config`` and ``tensor_maps``;
+    a field theseus cannot honour is refused with one line naming it (``unsupported``), never ignored.
+    """
+
+    #: ``config.json``'s ``model_type`` (also the component name: ``hf/<model_type>``).
+    model_type: ClassVar[str]
+    #: The transformers class named in ``config.json``'s ``architectures``.
+    hf_class: ClassVar[str]
+    #: The theseus model, ``"module:Class"``.
+    model_class: ClassVar[str]
+    #: Exported as this family when no other family of the same model class describes the model.
+    fallback: ClassVar[bool] = False
+
+    #: LoRA targets -> the module (below the layer prefix) PEFT adapts; see ``peft_layer_prefix``.
+    peft_modules: ClassVar[Mapping[str, str]] = {}
+    #: A module holding query, key and value fused (GPT-2's ``attn.c_attn``), or None.
+    peft_fused_qkv: ClassVar[str | None] = None
+    #: Whether the checkpoint stores linear weights ``[in, out]`` (PEFT's ``fan_in_fan_out``).
+    fan_in_fan_out: ClassVar[bool] = False
+
+    # -- import ------------------------------------------------------------------------------------
+    def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``architecture/*`` keys that rebuild the network ``config`` describes."""
+        raise NotImplementedError
+
+    def canonical_name(self, name: str) -> str:
+        """A checkpoint tensor name in the ``*ForCausalLM`` layout (e.g. with the base model's prefix)."""
+        return name
+
+    # -- both ways ---------------------------------------------------------------------------------
+    def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
+        """Every checkpoint tensor of ``arch`` with the theseus parameters it holds."""
+        raise NotImplementedError
+
+    # -- export ------------------------------------------------------------------------------------
+    def describes(self, arch: Architecture) -> bool:
+        """Whether a model of ``model_class`` with ``arch`` is naturally this family (used to choose one
+        for a model that was not imported)."""
+        return self.fallback
+
+    def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The family's own ``config.json`` fields for ``arch``; ``cannot`` for what it cannot express.
+
+        ``settings`` is the run's whole configuration, for models that read keys beyond ``arch``."""
+        raise NotImplementedError
+
+    def peft_layer_prefix(self, layer: int) -> str:
+        """The module path of layer ``layer`` in the checkpoint (``model.layers.3.``)."""
+        raise NotImplementedError
+
+    def to_config(
+        self,
+        arch: Architecture,
+        settings: Mapping[str, Any],
+        *,
+        dtype: str,
+        bos_id: int | None,
+        eos_id: int | None,
+    ) -> dict[str, Any]:
+        """The whole ``config.json`` of ``arch``: the common fields and the family's."""
+        common: dict[str, Any] = {
+            "architectures": [self.hf_class],
+            "model_type": self.model_type,
+            "vocab_size": arch.vocab_size,
+            "tie_word_embeddings": arch.tied_embeddings,
+            "dtype": dtype,
+            "torch_dtype": dtype,
+            "bos_token_id": bos_id,
+            "eos_token_id": eos_id,
+            "use_cache": True,
+        }
+        return {**common, **self.config(arch, settings)}
+
+
+# -- one-line refusals, for families to use ----------------------------------------------------------
+def unsupported(field: str, value: Any, why: str = "") -> ConfigError:
+    """``config.json`` holds a value theseus cannot honour."""
+    reason = f" ({why})" if why else ""
+    return ConfigError(f"config.json field {field}={value!r} is not supported by theseus{reason}")
+
+
+def require(config: Mapping[str, Any], field: str) -> Any:
+    """A field ``config.json`` must have."""
+    if config.get(field) is None:
+        raise ConfigError(f"config.json has no {field!r}; the checkpoint's configuration is incomplete")
+    return config[field]
+
+
+def expect(config: Mapping[str, Any], field: str, allowed: Any) -> None:
+    """A field that, when present, must hold ``allowed``."""
+    value = config.get(field, allowed)
+    if value != allowed:
+        raise unsupported(field, value)
+
+
+def cannot(family: str, what: str) -> ConfigError:
+    """A checkpoint of ``family`` cannot express ``what`` of the model being exported."""
+    return ConfigError(f"a {family} checkpoint cannot express {what}; this model cannot be exported as {family}")
+
+
+# -- lookup through the registry ---------------------------------------------------------------------
+def installed() -> list[str]:
+    """The ``model_type`` of every installed family."""
+    from theseus.registry import get_registry
+
+    return sorted(entry.name for entry in get_registry().components_of(KIND))
+
+
+def family(model_type: Any) -> HFFamily:
+    """The installed family of ``model_type``; ConfigError naming the installed ones otherwise."""
+    from theseus.errors import PluginError
+    from theseus.registry import get_registry
+
+    names = installed()
+    if not isinstance(model_type, str) or model_type not in names:
+        raise ConfigError(
+            f"config.json model_type {model_type!r} is not supported; installed families: {', '.join(names)} "
+            f"(a plugin adds one by registering an '{KIND}/<model_type>' component, see docs/huggingface.md)"
+        )
+    try:
+        found = get_registry().load_component(KIND, model_type)
+    except PluginError as exc:
+        raise ConfigError(str(exc)) from exc
+    made = found() if isinstance(found, type) else found
+    if not isinstance(made, HFFamily):
+        raise ConfigError(f"component '{KIND}/{model_type}' is a {type(made).__name__}, not an HFFamily")
+    return made
+
+
+def export_family(model_class: str, arch: Architecture, recorded: str | None = None) -> HFFamily:
+    """The family a theseus model is exported as: the one it was imported from when recorded, else the
+    installed family of its class that describes it (a more specific one before a fallback)."""
+    if recorded is not None and recorded in installed():
+        chosen = family(recorded)
+        if chosen.model_class == model_class:
+            return chosen
+    candidates = [f for f in (family(name) for name in installed()) if f.model_class == model_class]
+    if not candidates:
+        raise ConfigError(
+            f"cannot export a {model_class} model: no installed Hugging Face family converts it "
+            f"(installed: {', '.join(installed())}; a plugin adds one as an '{KIND}/<model_type>' component)"
+        )
+    fitting = sorted((f for f in candidates if f.describes(arch)), key=lambda f: (f.fallback, f.model_type))
+    return fitting[0] if fitting else candidates[0]
+
+
+__all__ = ["KIND", "HFFamily", "cannot", "expect", "export_family", "family", "installed", "require", "unsupported"]

@@ -1,0 +1,257 @@
+"""Llama, Mistral and Qwen2 checkpoints (the ``LlamaForCausalLM`` layout) <-> theseus' ``Llama``:
+the ``hf/llama``, ``hf/mistral`` and ``hf/qwen2`` families.
+
+The three share the tensor layout and most of ``config.json``; they differ in biases and the
+sliding window. transformers and theseus use the same half-split RoPE layout, so no query/key
+permutation is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from theseus.model.huggingface.family import HFFamily, cannot, require, unsupported
+from theseus.model.huggingface.names import (
+    TensorMap,
+    heads_bias,
+    heads_in,
+    heads_out,
+    same,
+    transposed,
+    vocab_embedding,
+    vocab_head,
+)
+from theseus.model.models.architecture import Architecture
+
+LLAMA_CLASS = "theseus.model.models.llama:Llama"
+
+
+def rope_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``rope_theta`` and ``rope_scaling`` (default, linear, llama3) as ``architecture/rope_*`` keys."""
+    parameters = config.get("rope_parameters") or {}
+    legacy = config.get("rope_scaling") or {}
+    scaling = {**parameters, **legacy}
+    theta = config.get("rope_theta", scaling.get("rope_theta", 10000.0))
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    field = "rope_scaling.rope_type" if "rope_type" in scaling or "type" not in scaling else "rope_scaling.type"
+    partial = config.get("partial_rotary_factor", scaling.get("partial_rotary_factor", 1.0))
+    if partial != 1.0:
+        raise unsupported("partial_rotary_factor", partial)
+    keys: dict[str, Any] = {"architecture/rope_theta": float(theta)}
+    if kind == "default":
+        keys["architecture/rope_scaling"] = "none"
+    elif kind == "linear":
+        keys.update({"architecture/rope_scaling": "linear", "architecture/rope_factor": float(scaling["factor"])})
+    elif kind == "llama3":
+        keys.update(
+            {
+                "architecture/rope_scaling": "llama3",
+                "architecture/rope_factor": float(scaling["factor"]),
+                "architecture/rope_low_freq_factor": float(scaling.get("low_freq_factor", 1.0)),
+                "architecture/rope_high_freq_factor": float(scaling.get("high_freq_factor", 4.0)),
+                "architecture/rope_original_max_positions": int(scaling["original_max_position_embeddings"]),
+            }
+        )
+    else:
+        raise unsupported(field, kind, "supported: default, linear, llama3")
+    return keys
+
+
+def rope_config(arch: Architecture) -> dict[str, Any]:
+    """``rope_parameters`` / ``rope_scaling`` of ``arch`` as transformers writes them."""
+    scaling = arch.rope_scaling
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": arch.rope_theta}
+    if scaling.kind == "linear":
+        rope = {**rope, "rope_type": "linear", "factor": scaling.factor}
+    elif scaling.kind == "llama3":
+        rope = {
+            **rope,
+            "rope_type": "llama3",
+            "factor": scaling.factor,
+            "low_freq_factor": scaling.low_freq_factor,
+            "high_freq_factor": scaling.high_freq_factor,
+            "original_max_position_embeddings": scaling.original_max_positions,
+        }
+    return {"rope_parameters": rope, "rope_scaling": None if scaling.kind == "none" else rope}
+
+
+def block_maps(arch: Architecture, layer: int) -> list[TensorMap]:
+    """The tensors of one layer (``model.layers.<layer>.``)."""
+    e, h, kv, d, f = arch.n_embd, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.d_ff
+    hf, ours = f"model.layers.{layer}.", f"blocks_{layer}"
+    maps = [same(hf + "input_layernorm.weight", (ours, "attn_norm", "scale"), (e,))]
+    for name, ours_name, heads in (("q", "query", h), ("k", "key", kv), ("v", "value", kv)):
+        maps.append(heads_in(hf + f"self_attn.{name}_proj.weight", (ours, "attn", ours_name), e, heads, d))
+        if arch.qkv_bias:
+            maps.append(heads_bias(hf + f"self_attn.{name}_proj.bias", (ours, "attn", f"{ours_name}_bias"), heads, d))
+    maps.append(heads_out(hf + "self_attn.o_proj.weight", (ours, "attn", "out"), e, h, d))
+    if arch.out_bias:
+        maps.append(same(hf + "self_attn.o_proj.bias", (ours, "attn", "out_bias"), (e,)))
+    maps.append(same(hf + "post_attention_layernorm.weight", (ours, "mlp_norm", "scale"), (e,)))
+    for name, out_features, in_features in (("gate", f, e), ("up", f, e), ("down", e, f)):
+        kernel = (ours, "mlp", name, "kernel")
+        maps.append(transposed(hf + f"mlp.{name}_proj.weight", kernel, out_features, in_features))
+        if arch.ffn_bias:
+            maps.append(same(hf + f"mlp.{name}_proj.bias", (ours, "mlp", name, "bias"), (out_features,)))
+    return maps
+
+
+class LlamaFamily(HFFamily):
+    """``model_type: llama`` (Llama 2 and 3); the base of the Mistral and Qwen2 families."""
+
+    model_type: ClassVar[str] = "llama"
+    hf_class: ClassVar[str] = "LlamaForCausalLM"
+    model_class: ClassVar[str] = LLAMA_CLASS
+    fallback: ClassVar[bool] = True
+    peft_modules: ClassVar[Mapping[str, str]] = {
+        "query": "self_attn.q_proj",
+        "key": "self_attn.k_proj",
+        "value": "self_attn.v_proj",
+        "out": "self_attn.o_proj",
+        "up": "mlp.up_proj",
+        "gate": "mlp.gate_proj",
+        "down": "mlp.down_proj",
+    }
+
+    # -- import ------------------------------------------------------------------------------------
+    def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        activation = config.get("hidden_act", "silu")
+        if activation != "silu":
+            raise unsupported("hidden_act", activation, "supported: silu")
+        n_embd = int(require(config, "hidden_size"))
+        n_heads = int(require(config, "num_attention_heads"))
+        n_kv = config.get("num_key_value_heads")
+        head_dim = config.get("head_dim")
+        keys: dict[str, Any] = {
+            "architecture/vocab_size": int(require(config, "vocab_size")),
+            "architecture/n_layers": int(require(config, "num_hidden_layers")),
+            "architecture/n_heads": n_heads,
+            "architecture/n_kv_heads": n_heads if n_kv is None else int(n_kv),
+            "architecture/n_embd": n_embd,
+            "architecture/d_ff": int(require(config, "intermediate_size")),
+            "architecture/activation": "swiglu",
+            "architecture/norm_eps": float(config.get("rms_norm_eps", 1e-6)),
+            "architecture/tied_embeddings": bool(config.get("tie_word_embeddings", False)),
+            "architecture/head_dim": None if head_dim is None or int(head_dim) * n_heads == n_embd else int(head_dim),
+            "architecture/dropout": 0.0,
+            **rope_keys(config),
+            **self.bias_keys(config),
+        }
+        block_size = int(config.get("max_position_embeddings", 2048))
+        window = self.window(config)
+        if self.windowed or window is not None:
+            keys["architecture/sliding_window"] = window
+            if window is not None:
+                block_size = min(block_size, window)
+        keys["architecture/block_size"] = block_size
+        return keys
+
+    #: Whether the family always has the ``sliding_window`` field (Mistral).
+    windowed: ClassVar[bool] = False
+
+    def bias_keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        bias = bool(config.get("attention_bias", False))
+        return {
+            "architecture/attention_bias": bias,
+            "architecture/attention_out_bias": bias,
+            "architecture/mlp_bias": bool(config.get("mlp_bias", False)),
+        }
+
+    def window(self, config: Mapping[str, Any]) -> int | None:
+        window = config.get("sliding_window")
+        return None if window is None else int(window)
+
+    # -- both ways ---------------------------------------------------------------------------------
+    def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
+        maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+        for i in range(arch.n_layers):
+            maps.extend(block_maps(arch, i))
+        maps.append(same("model.norm.weight", ("final_norm", "scale"), (arch.n_embd,)))
+        if not arch.tied_embeddings:
+            maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+        return maps
+
+    # -- export ------------------------------------------------------------------------------------
+    def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
+        if arch.activation != "swiglu":
+            raise cannot(self.model_type, f"architecture/activation={arch.activation}")
+        self.check_biases(arch)
+        return {
+            "hidden_size": arch.n_embd,
+            "intermediate_size": arch.d_ff,
+            "num_hidden_layers": arch.n_layers,
+            "num_attention_heads": arch.n_heads,
+            "num_key_value_heads": arch.n_kv_heads,
+            "head_dim": arch.head_dim,
+            "hidden_act": "silu",
+            "max_position_embeddings": arch.block_size,
+            "rms_norm_eps": arch.norm_eps,
+            "rope_theta": arch.rope_theta,
+            "attention_dropout": 0.0,
+            **rope_config(arch),
+            **self.family_config(arch),
+        }
+
+    def check_biases(self, arch: Architecture) -> None:
+        if arch.qkv_bias != arch.out_bias:
+            raise cannot(self.model_type, "different query/key/value and output biases")
+
+    def family_config(self, arch: Architecture) -> dict[str, Any]:
+        return {"attention_bias": arch.qkv_bias, "mlp_bias": arch.ffn_bias}
+
+    def peft_layer_prefix(self, layer: int) -> str:
+        return f"model.layers.{layer}."
+
+
+class MistralFamily(LlamaFamily):
+    """``model_type: mistral``: Llama's layout with a sliding window and no biases."""
+
+    model_type: ClassVar[str] = "mistral"
+    hf_class: ClassVar[str] = "MistralForCausalLM"
+    fallback: ClassVar[bool] = False
+    windowed: ClassVar[bool] = True
+
+    def describes(self, arch: Architecture) -> bool:
+        return arch.sliding_window is not None and not arch.qkv_bias
+
+    def check_biases(self, arch: Architecture) -> None:
+        super().check_biases(arch)
+        if arch.qkv_bias:
+            raise cannot(self.model_type, "attention biases")
+        if arch.ffn_bias:
+            raise cannot(self.model_type, "MLP biases")
+
+    def family_config(self, arch: Architecture) -> dict[str, Any]:
+        return {"sliding_window": arch.sliding_window}
+
+
+class Qwen2Family(LlamaFamily):
+    """``model_type: qwen2``: Llama's layout with query/key/value biases only."""
+
+    model_type: ClassVar[str] = "qwen2"
+    hf_class: ClassVar[str] = "Qwen2ForCausalLM"
+    fallback: ClassVar[bool] = False
+
+    def describes(self, arch: Architecture) -> bool:
+        return arch.qkv_bias and not arch.out_bias and not arch.ffn_bias
+
+    def bias_keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "architecture/attention_bias": True,
+            "architecture/attention_out_bias": False,
+            "architecture/mlp_bias": False,
+        }
+
+    def window(self, config: Mapping[str, Any]) -> int | None:
+        return super().window(config) if config.get("use_sliding_window", False) else None
+
+    def check_biases(self, arch: Architecture) -> None:
+        if not arch.qkv_bias or arch.out_bias or arch.ffn_bias:
+            raise cannot(self.model_type, "these biases (it has query/key/value biases only)")
+
+    def family_config(self, arch: Architecture) -> dict[str, Any]:
+        return {"use_sliding_window": False, "sliding_window": None}
+
+
+__all__ = ["LLAMA_CLASS", "LlamaFamily", "MistralFamily", "Qwen2Family", "block_maps", "rope_config", "rope_keys"]
