@@ -1,4 +1,5 @@
-"""The run directory: resolved configuration, provenance record, metrics, checkpoints, plots."""
+"""Writing a run directory: its resolved configuration and provenance record (the layout is in
+``theseus.runs.layout``)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.config import read_yaml, write_yaml
-
-CONFIG_FILE = "config.yaml"
-PROVENANCE_FILE = "provenance.json"
-METRICS_FILE = "metrics.jsonl"
-LOSS_PLOT = "loss.png"
-CHECKPOINTS = "checkpoints"
-ANALYSIS = "analysis"
+from theseus.runs.layout import ANALYSIS, CHECKPOINTS, CONFIG_FILE, LOSS_PLOT, METRICS_FILE, PROVENANCE_FILE, run_path
 
 _VERSIONED = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")
 
@@ -37,7 +32,7 @@ class RunDirectory:
     def __init__(self, root: Path, name: str) -> None:
         self.root = Path(root)
         self.name = name
-        self.path = self.root / "runs" / name
+        self.path = run_path(self.root, name)
 
     @property
     def config_file(self) -> Path:

@@ -15,7 +15,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from theseus.tracking.status import STATUS_FILE, read_status, state_of
+from theseus.runs.layout import (
+    CHECKPOINTS,
+    CONFIG_FILE,
+    METRICS_FILE,
+    PROVENANCE_FILE,
+    STATUS_FILE,
+    checkpoint_steps,
+    runs_dir,
+)
+from theseus.tracking.status import read_status, state_of
 
 STATUSES = ("complete", "stopped", "running", "crashed")
 #: Keys every listing row has, in ``--json`` order.
@@ -59,10 +68,6 @@ class RunRow:
         return f"stopped at step {self.step}" if self.status == "stopped" else self.status
 
 
-def runs_dir(root: Path) -> Path:
-    return Path(root) / "runs"
-
-
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
@@ -95,7 +100,7 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def read_config(run_dir: Path) -> dict[str, Any]:
     """The resolved configuration of a run as slash keys (empty when missing)."""
-    return flatten(read_yaml(Path(run_dir) / "config.yaml"))
+    return flatten(read_yaml(Path(run_dir) / CONFIG_FILE))
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -106,21 +111,11 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def checkpoint_steps(run_dir: Path) -> list[int]:
-    """Steps of the committed checkpoints of a run, ascending."""
-    try:
-        entries = os.scandir(Path(run_dir) / "checkpoints")
-    except OSError:
-        return []
-    with entries:
-        return sorted(int(e.name) for e in entries if e.name.isdigit() and e.is_dir())
-
-
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The records of ``metrics.jsonl`` (a line cut short by a crash is skipped)."""
     records = []
     try:
-        text = (Path(run_dir) / "metrics.jsonl").read_text(encoding="utf-8")
+        text = (Path(run_dir) / METRICS_FILE).read_text(encoding="utf-8")
     except OSError:
         return []
     for line in text.splitlines():
@@ -136,7 +131,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 def _row_without_status(run_dir: Path) -> RunRow:
     """A run written before ``status.json`` existed: its state from config, checkpoints and metrics."""
     config = read_config(run_dir)
-    provenance = read_json(run_dir / "provenance.json")
+    provenance = read_json(run_dir / PROVENANCE_FILE)
     steps = checkpoint_steps(run_dir)
     metrics = read_metrics(run_dir)
     step = max([*steps, *(int(r["step"]) for r in metrics)], default=0)
@@ -144,7 +139,7 @@ def _row_without_status(run_dir: Path) -> RunRow:
     total = int(total) if isinstance(total, int) else None
     vals = [v for r in metrics if r.get("split") == "val" and (v := _number(r.get("loss"))) is not None]
     tokens = [int(r["tokens"]) for r in metrics if isinstance(r.get("tokens"), int)]
-    updated = max((p.stat().st_mtime for p in (run_dir, run_dir / "metrics.jsonl") if p.exists()), default=None)
+    updated = max((p.stat().st_mtime for p in (run_dir, run_dir / METRICS_FILE) if p.exists()), default=None)
     complete = total is not None and bool(steps) and steps[-1] >= total
     return RunRow(
         name=run_dir.name,
@@ -194,7 +189,7 @@ def run_dirs(root: Path) -> list[Path]:
             if not entry.is_dir() or entry.name.startswith("."):
                 continue
             path = Path(entry.path)
-            if any((path / f).exists() for f in (STATUS_FILE, "config.yaml", "metrics.jsonl")):
+            if any((path / f).exists() for f in (STATUS_FILE, CONFIG_FILE, METRICS_FILE)):
                 found.append(path)
     return found
 
@@ -230,7 +225,7 @@ def checkpoints(run_dir: Path) -> list[dict[str, Any]]:
     """Each committed checkpoint: step, size in bytes, validation loss (if recorded), best flag."""
     out: list[dict[str, Any]] = []
     for step in checkpoint_steps(run_dir):
-        path = Path(run_dir) / "checkpoints" / str(step)
+        path = Path(run_dir) / CHECKPOINTS / str(step)
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         val = _number(read_json(path / "metrics" / "metrics").get("val_loss"))
         out.append({"step": step, "bytes": size, "val_loss": val, "best": False})

@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-STATUS_FILE = "status.json"
+from theseus.runs.layout import STATUS_FILE
+
 #: Seconds between heartbeats written by the background thread.
 HEARTBEAT_INTERVAL = 30.0
 #: A run on another host whose heartbeat is older than this is taken to have crashed.

@@ -68,13 +68,13 @@ def open_source(spec: str, root: Path) -> InitSource:
 
 # -- a theseus run -----------------------------------------------------------------------------------
 def run_source(root: Path, name: str, step: int | None, spec: str) -> InitSource:
-    from theseus.training.run import CHECKPOINTS, CONFIG_FILE, PROVENANCE_FILE
+    from theseus.runs.layout import CONFIG_FILE, PROVENANCE_FILE, checkpoint_steps, run_path, runs_dir, state_path
+    from theseus.runs.params import restore_params
 
-    folder = Path(root) / "runs" / name
+    folder = run_path(root, name)
     if not (folder / CONFIG_FILE).is_file():
-        raise ConfigError(f"training/init_from={spec!r}: there is no run {name!r} under {Path(root) / 'runs'}")
-    checkpoints = folder / CHECKPOINTS
-    steps = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) if checkpoints.is_dir() else []
+        raise ConfigError(f"training/init_from={spec!r}: there is no run {name!r} under {runs_dir(root)}")
+    steps = checkpoint_steps(folder)
     if not steps:
         raise CheckpointError(f"training/init_from={spec!r}: run {name!r} has no checkpoint yet")
     if step is not None and step not in steps:
@@ -86,34 +86,13 @@ def run_source(root: Path, name: str, step: int | None, spec: str) -> InitSource
     values = read_yaml(folder / CONFIG_FILE)
     keys = {k: v for k, v in values.items() if k.startswith("architecture/")}
     record = json.loads((folder / PROVENANCE_FILE).read_text()) if (folder / PROVENANCE_FILE).is_file() else {}
-    path = checkpoints / str(chosen) / "state"
+    path = state_path(folder, chosen)
 
     def load(model: Any, abstract: Any, shardings: Any) -> Any:
-        return restore_params(path, abstract, shardings, f"{spec!r}")
+        what = f"training/init_from={spec!r} (checkpoint {chosen} of run {name!r})"
+        return restore_params(path, abstract, shardings, what=what, fix="start from a run of the same architecture")
 
     return InitSource(spec, keys, record.get("model"), record.get("tokenizer"), load)
-
-
-def restore_params(path: Path, abstract: Any, shardings: Any, where: str) -> Any:
-    """Only ``params`` of an orbax state, restored directly onto ``shardings`` (either layer layout)."""
-    from theseus.checkpoint.params import NoSavedParams, ParamsMismatch, read_params
-
-    target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
-    try:
-        return read_params(path, target)
-    except NoSavedParams as exc:
-        raise CheckpointError(f"training/init_from={where}: the checkpoint holds no parameters") from exc
-    except ParamsMismatch as exc:
-        raise CheckpointError(
-            f"training/init_from={where} holds {exc.found} for parameter {exc.key!r}, but the model expects {exc.shape}"
-        ) from exc
-    except (ConfigError, CheckpointError):
-        raise
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise CheckpointError(
-            f"training/init_from={where}: cannot read {path} ({type(exc).__name__}: {first})"
-        ) from exc
 
 
 # -- the trainer side ----------------------------------------------------------------------------

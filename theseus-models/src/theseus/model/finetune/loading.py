@@ -35,11 +35,12 @@ def load_base(source: Any, model: Any, abstract: Any, shardings: Any) -> Any:
 
 
 def restore_adapted(
-    root: str | Path, config: Mapping[str, Any], model: Any, checkpoints: Path, step: int, abstract: Any, run: str
+    root: str | Path, config: Mapping[str, Any], model: Any, run_dir: Path, step: int, abstract: Any, run: str
 ) -> Any:
     """The parameters of an adapter-only checkpoint: its adapters over the base its run started from."""
     from theseus.config import configuration
-    from theseus.model.generation.runs import restore_params
+    from theseus.runs.layout import state_path
+    from theseus.runs.params import restore_params
     from theseus.training.init_from import open_source
 
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -47,7 +48,9 @@ def restore_adapted(
     source = open_source(str(config.get("training/init_from")), Path(root))
     with configuration(config):
         base = load_base(source, model, abstract, shardings)
-    adapters = restore_params(checkpoints, step, prune(abstract), run)
+    what = f"checkpoint {step} of run {run!r} (its LoRA adapters)"
+    fix = "restore the run's config.yaml or train the run again"
+    adapters = restore_params(state_path(run_dir, step), prune(abstract), what=what, fix=fix)
     return overlay(base, adapters)
 
 

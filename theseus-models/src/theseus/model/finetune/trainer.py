@@ -24,6 +24,7 @@ from theseus.errors import ConfigError
 from theseus.model.finetune import adapters
 from theseus.model.finetune.chat import TEMPLATE_FILE
 from theseus.model.layers import lora
+from theseus.runs.layout import run_path
 from theseus.training import steps
 from theseus.training.base import BaseTrainer, Batch
 from theseus.training.config import BaseTrainerConfig
@@ -142,7 +143,7 @@ class SFTTrainer(BaseTrainer):
         self.setup()
         template = self.chat_template()
         if template is not None and jax.process_index() == 0:
-            folder = self.context.root / "runs" / self.run_name
+            folder = run_path(self.context.root, self.run_name)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / TEMPLATE_FILE).write_text(json.dumps(template, indent=2) + "\n", encoding="utf-8")
         super().run()

@@ -20,11 +20,10 @@ import jax.numpy as jnp
 
 from theseus.config import Configuration, configuration, configure, read_yaml
 from theseus.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
-from theseus.errors import CheckpointError, ConfigError, TheseusError
+from theseus.errors import CheckpointError, ConfigError
 from theseus.model.models.transformer import TransformerLM
-from theseus.training.run import CHECKPOINTS, CONFIG_FILE, PROVENANCE_FILE
-
-RUNS = "runs"
+from theseus.runs.layout import CONFIG_FILE, PROVENANCE_FILE, checkpoint_steps, run_names, runs_dir, state_path
+from theseus.runs.params import restore_params
 
 
 @dataclass
@@ -62,10 +61,7 @@ class LoadedRun:
 
 def available_runs(root: str | Path) -> list[str]:
     """Names of the runs under ``<root>/runs`` (folders holding a ``config.yaml``), sorted."""
-    folder = Path(root).expanduser() / RUNS
-    if not folder.is_dir():
-        return []
-    return sorted(p.name for p in folder.iterdir() if (p / CONFIG_FILE).is_file())
+    return run_names(root)
 
 
 def run_folder(root: str | Path, name: str) -> Path:
@@ -74,7 +70,7 @@ def run_folder(root: str | Path, name: str) -> Path:
     An empty ``name`` picks the only run there is.
     """
     runs = available_runs(root)
-    where = Path(root).expanduser() / RUNS
+    where = runs_dir(root)
     if not name:
         if len(runs) == 1:
             return where / runs[0]
@@ -154,16 +150,12 @@ def run_tokenizer(provenance: dict[str, Any], model: TransformerLM, spec: str | 
     )
 
 
-def checkpoint_step(checkpoints: Path, step: int | None, run: str) -> int:
+def checkpoint_step(run_dir: Path, step: int | None, run: str) -> int:
     """``step`` if that checkpoint exists, else (``None``) the latest; CheckpointError when there is none."""
-    steps = (
-        sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit() and (p / "state").is_dir())
-        if checkpoints.is_dir()
-        else []
-    )
+    steps = checkpoint_steps(run_dir)
     if not steps:
         raise CheckpointError(
-            f"run {run!r} has no checkpoint yet in {checkpoints}; let its training reach a checkpoint first"
+            f"run {run!r} has no checkpoint yet in {run_dir / 'checkpoints'}; let its training reach a checkpoint first"
         )
     if step is None:
         return steps[-1]
@@ -182,31 +174,11 @@ def abstract_params(model: TransformerLM) -> Any:
     return nn.unbox(shapes["params"])
 
 
-def restore_params(checkpoints: Path, step: int, abstract: Any, run: str) -> Any:
-    """Read only ``params`` of checkpoint ``step`` onto the default device, without writing anything
-    (a training run may be saving its next checkpoint meanwhile). Either layer layout loads."""
-    from theseus.checkpoint.params import NoSavedParams, ParamsMismatch, read_params
-
-    path = checkpoints / str(step) / "state"
-    where = f"{str(checkpoints / str(step))!r} of run {run!r}"
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), abstract)
-    try:
-        return read_params(path, target)
-    except NoSavedParams as exc:
-        raise CheckpointError(f"checkpoint {where} holds no parameters; train the run again") from exc
-    except ParamsMismatch as exc:
-        raise CheckpointError(
-            f"checkpoint {where} holds {exc.found} for parameter {exc.key!r}, but the model rebuilt from the run's "
-            f"config.yaml expects {exc.shape}; restore the run's config.yaml or train the run again"
-        ) from exc
-    except TheseusError:
-        raise
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise CheckpointError(
-            f"cannot read the parameters of checkpoint {where}: {type(exc).__name__}: {first}"
-        ) from exc
+def restore_run_params(run_dir: Path, step: int, abstract: Any, run: str) -> Any:
+    """Only ``params`` of checkpoint ``step`` of a run, on the default device (either layer layout)."""
+    what = f"checkpoint {step} of run {run!r}"
+    fix = "restore the run's config.yaml (the model is rebuilt from it) or train the run again"
+    return restore_params(state_path(run_dir, step), abstract, what=what, fix=fix)
 
 
 def load_run(root: str | Path, name: str = "", *, step: int | None = None, tokenizer: str | None = None) -> LoadedRun:
@@ -216,7 +188,7 @@ def load_run(root: str | Path, name: str = "", *, step: int | None = None, token
     """
     path = run_folder(root, name).absolute()
     name = path.name
-    chosen = checkpoint_step(path / CHECKPOINTS, step, name)
+    chosen = checkpoint_step(path, step, name)
     values = read_yaml(path / CONFIG_FILE)
     record_file = path / PROVENANCE_FILE
     try:
@@ -230,9 +202,9 @@ def load_run(root: str | Path, name: str = "", *, step: int | None = None, token
     from theseus.model.finetune.loading import refers_to_base, restore_adapted
 
     if refers_to_base(config):  # a LoRA run: the checkpoint holds the adapters, init_from the base
-        params = restore_adapted(root, config, model, path / CHECKPOINTS, chosen, abstract_params(model), name)
+        params = restore_adapted(root, config, model, path, chosen, abstract_params(model), name)
     else:
-        params = restore_params(path / CHECKPOINTS, chosen, abstract_params(model), name)
+        params = restore_run_params(path, chosen, abstract_params(model), name)
     tok = run_tokenizer(provenance, model, tokenizer, name)
     if tok.vocab_size > model.architecture.vocab_size:
         raise ConfigError(

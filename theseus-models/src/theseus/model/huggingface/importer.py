@@ -172,10 +172,11 @@ def write_run(
     Nothing is left under ``runs/`` when anything fails."""
     from theseus.checkpoint.store import CheckpointStore
     from theseus.config import write_yaml
-    from theseus.training.run import CONFIG_FILE as RUN_CONFIG
-    from theseus.training.run import RunDirectory, provenance
+    from theseus.runs.directory import RunDirectory, provenance
+    from theseus.runs.layout import CONFIG_FILE as RUN_CONFIG
+    from theseus.runs.layout import runs_dir
 
-    runs = root / "runs"
+    runs = runs_dir(root)
     final = runs / name
     if final.exists():
         raise ConfigError(f"run {name!r} already exists in {runs}; choose another run/name or delete that folder")
