@@ -2,7 +2,7 @@
 a second Ctrl-C aborts at once; the same command then resumes to the result of an uninterrupted run.
 
 The signals are sent by the process itself at exact points of the loop (``THESEUS_TEST_KILL_AT``
-with a signal name, see ``theseus.training.killpoints``); a checkpoint every 2 steps, 6 steps.
+with a signal name, see ``theseus.base.killpoints``); a checkpoint every 2 steps, 6 steps.
 """
 
 from __future__ import annotations

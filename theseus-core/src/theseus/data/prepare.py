@@ -37,7 +37,7 @@ from theseus.data.format import (
 )
 from theseus.data.tokenizer import Tokenizer, encode_arrays, load_tokenizer, spec_identity
 from theseus.errors import DataError
-from theseus.training.killpoints import kill_point
+from theseus.base.killpoints import kill_point
 
 #: Documents are sent to workers in chunks of about this many characters (or CHUNK_DOCUMENTS documents).
 CHUNK_CHARS = 1 << 20

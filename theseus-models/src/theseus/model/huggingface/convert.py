@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,7 +21,9 @@ from theseus.model.huggingface.family import HFFamily, family
 from theseus.model.huggingface.names import IGNORED_SUFFIXES, TensorMap
 from theseus.model.huggingface.safetensors_io import PlannedTensor, TensorInfo, dtype_code, read_index, read_tensor
 from theseus.model.huggingface.source import read_config
-from theseus.model.models.architecture import Architecture
+
+if TYPE_CHECKING:
+    from theseus.model.models.architecture import Architecture
 
 ParamPath = tuple[str, ...]
 Place = Callable[[ParamPath, np.ndarray], Any]

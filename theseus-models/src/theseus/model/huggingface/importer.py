@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,7 +19,9 @@ from theseus.model.huggingface.convert import HFCheckpoint, ParamPath, load_para
 from theseus.model.huggingface.names import TensorMap
 from theseus.model.huggingface.source import CONFIG_FILE
 from theseus.model.huggingface.tokenizer_files import TOKENIZER_FILES, tokenizer_spec
-from theseus.model.models.transformer import TransformerLM
+
+if TYPE_CHECKING:
+    from theseus.model.models.transformer import TransformerLM
 
 TOKENIZER_DIR = "tokenizer"
 

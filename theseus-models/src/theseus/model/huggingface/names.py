@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from theseus.model.models.architecture import Architecture
+if TYPE_CHECKING:
+    from theseus.model.models.architecture import Architecture
+
 
 Path = tuple[str, ...]
 
