@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from theseus.base.killpoints import kill_point
 from theseus.config import configure
 from theseus.data.documents import Dataset, Document, resolve_dataset
 from theseus.data.format import (
@@ -37,7 +38,6 @@ from theseus.data.format import (
 )
 from theseus.data.tokenizer import Tokenizer, encode_arrays, load_tokenizer, spec_identity
 from theseus.errors import DataError
-from theseus.base.killpoints import kill_point
 
 #: Documents are sent to workers in chunks of about this many characters (or CHUNK_DOCUMENTS documents).
 CHUNK_CHARS = 1 << 20
