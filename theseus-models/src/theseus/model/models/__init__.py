@@ -8,21 +8,26 @@ Both follow the trainer's call contract::
 and size themselves from ``architecture/preset`` plus explicit ``architecture/*`` keys (see
 :class:`TransformerLM`). ``model.flops(seq)`` and ``model.architecture`` work on an unbound model.
 
-KV-cache decoding (:mod:`theseus.model.models.decoding`)::
+The KV cache (:mod:`theseus.model.models.decoding`)::
 
-    from theseus.model.models import GPT, decode_step, generate, init_cache
+    from theseus.model.models import GPT, decode_step, init_cache
 
     cache = init_cache(model, batch_size, max_len)                 # max_len <= block_size
     logits, cache = decode_step(model, params, cache, prompt, padding_mask)   # prompt [B, P], left-padded
     logits, cache = decode_step(model, params, cache, next_tokens[:, None])   # then one token at a time
-    tokens = generate(model, params, prompt, max_new_tokens, sample=my_sampler, key=key)  # [B, N]
 
 The same works directly: ``model.apply({"params": p, "cache": cache}, x, decode=True, mutable=["cache"])``.
+The decoder (sampling, stop at end-of-text, one jitted loop) is
+``theseus.model.generation.decode.generate_tokens``; ``generate`` and ``greedy`` here are deprecated
+aliases of it, kept for one minor version.
 """
+
+import warnings
+from typing import Any
 
 from theseus.model.models.architecture import Architecture, Preset
 from theseus.model.models.block import Block
-from theseus.model.models.decoding import decode_step, generate, greedy, init_cache
+from theseus.model.models.decoding import decode_step, init_cache
 from theseus.model.models.gpt import GPT, GPT_PRESETS
 from theseus.model.models.llama import LLAMA_PRESETS, Llama
 from theseus.model.models.transformer import TransformerLM, cross_entropy, token_positions
@@ -38,8 +43,54 @@ __all__ = [
     "TransformerLM",
     "cross_entropy",
     "decode_step",
-    "generate",
-    "greedy",
     "init_cache",
     "token_positions",
 ]
+
+
+def _generate(
+    model: TransformerLM,
+    params: Any,
+    prompt: Any,
+    max_new_tokens: int,
+    *,
+    padding_mask: Any = None,
+    sample: Any = None,
+    key: Any = None,
+) -> Any:
+    """Deprecated: ``max_new_tokens`` greedy tokens after left-padded ``prompt`` ``[B, P]``, ``[B, N]``."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from theseus.errors import ConfigError
+    from theseus.model.generation.decode import generate_tokens
+    from theseus.model.generation.sampling import SamplingParams
+
+    if sample is not None:
+        raise ConfigError("generate(sample=...) is gone; use generate_tokens(..., sampling=SamplingParams(...))")
+    ids = np.asarray(prompt, np.int32)
+    mask = np.ones(ids.shape, bool) if padding_mask is None else np.asarray(padding_mask, bool)
+    prompts = [row[keep].tolist() for row, keep in zip(ids, mask, strict=True)]
+    done = generate_tokens(model, params, prompts, max_new_tokens, sampling=SamplingParams(temperature=0.0))
+    return jnp.asarray([c.tokens for c in done], jnp.int32)
+
+
+def _greedy(logits: Any, key: Any = None) -> Any:
+    """Deprecated: the most likely token of each row of ``logits`` ``[B, vocab]``."""
+    import jax.numpy as jnp
+
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+
+_DEPRECATED = {"generate": _generate, "greedy": _greedy}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        warnings.warn(
+            f"theseus.model.models.{name} is deprecated; use theseus.model.generation.decode.generate_tokens",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _DEPRECATED[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

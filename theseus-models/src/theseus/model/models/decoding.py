@@ -13,7 +13,8 @@ plus the model's ``length`` ``[B]`` (real tokens seen per row, which gives the p
 are padded on the LEFT with ``padding_mask`` False there, so every row's last column is its last
 real token; padded slots are never attended to and do not advance positions. Each call writes its
 tokens at the next ``T`` slots; writing past ``max_len`` is not checked inside the jitted step
-(:func:`generate` checks it). ``decode_step`` donates the cache it is given: use the returned one.
+(``theseus.model.generation.decode.generate_tokens``, the decoder, checks it). ``decode_step``
+donates the cache it is given: use the returned one.
 """
 
 from __future__ import annotations
@@ -73,41 +74,3 @@ def decode_step(
     ids = jnp.asarray(tokens, jnp.int32)
     mask = None if padding_mask is None else jnp.asarray(padding_mask, jnp.bool_)
     return _step(model, params, cache, ids, mask)
-
-
-def greedy(logits: jax.Array, key: jax.Array | None = None) -> jax.Array:
-    """The most likely token of each row of ``logits`` ``[B, vocab]``."""
-    del key
-    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-
-
-def generate(
-    model: TransformerLM,
-    params: Any,
-    prompt: ArrayLike,
-    max_new_tokens: int,
-    *,
-    padding_mask: ArrayLike | None = None,
-    sample: Sampler = greedy,
-    key: jax.Array | None = None,
-) -> jax.Array:
-    """Append ``max_new_tokens`` tokens to left-padded ``prompt`` ``[B, P]``; returns them ``[B, N]``.
-
-    ``sample(logits [B, vocab] float32, key) -> [B] int32`` picks each token (default greedy);
-    ``key`` is split once per step. Stopping at an end-of-text token is the caller's business.
-    """
-    ids = jnp.asarray(prompt, jnp.int32)
-    batch, prompt_len = ids.shape
-    if prompt_len < 1 or max_new_tokens < 1:
-        raise ConfigError("generate needs a non-empty prompt and max_new_tokens >= 1")
-    cache = init_cache(model, batch, prompt_len + max_new_tokens - 1)
-    key = jax.random.key(0) if key is None else key
-    logits, cache = decode_step(model, params, cache, ids, padding_mask)
-    out = []
-    for step in range(max_new_tokens):
-        key, sub = jax.random.split(key)
-        token = sample(logits[:, -1].astype(jnp.float32), sub)
-        out.append(token)
-        if step + 1 < max_new_tokens:
-            logits, cache = decode_step(model, params, cache, token[:, None])
-    return jnp.stack(out, axis=1)
