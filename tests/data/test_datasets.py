@@ -14,7 +14,7 @@ from theseus.config import Schema
 from theseus.data.datasets import Dataset, Document, FineWeb, Instructions, LocalText, PythonStdlib
 from theseus.data.jobs import Tokenize
 from theseus.data.prepare import prepare
-from theseus.data.tokenizer import EOT_TEXT, ByteTokenizer
+from theseus.data.tokenizers import EOT_TEXT, ByteTokenizer
 from theseus.errors import DataError
 from theseus.registry import get_registry
 

@@ -12,7 +12,7 @@ from tests.data.conftest import FINEWEB_COLUMNS, fineweb_rows, write_fineweb_par
 from theseus.config import configuration, configure
 from theseus.data.datasets import FineWeb
 from theseus.data.prepare import prepare
-from theseus.data.tokenizer import EOT_TEXT, ByteTokenizer, load_tokenizer
+from theseus.data.tokenizers import EOT_TEXT, ByteTokenizer, load_tokenizer
 from theseus.data.tokenizers.bpe import train_bpe
 from theseus.errors import DataError
 

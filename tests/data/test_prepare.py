@@ -11,7 +11,7 @@ import pytest
 from theseus.data.datasets import Dataset, Document, LocalText, PythonStdlib
 from theseus.data.format import Prepared, data_folder, read_header
 from theseus.data.prepare import prepare
-from theseus.data.tokenizer import EOT_TEXT, ByteTokenizer
+from theseus.data.tokenizers import EOT_TEXT, ByteTokenizer
 from theseus.data.tokenizers.bpe import train_bpe
 from theseus.errors import DataError
 

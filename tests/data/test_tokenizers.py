@@ -9,8 +9,16 @@ import numpy as np
 import pytest
 
 from theseus.data.format import Header, SplitInfo, token_dtype
-from theseus.data.tokenizer import EOT_TEXT, ByteTokenizer, Tokenizer, load_tokenizer, parse_spec
-from theseus.data.tokenizers import HFTokenizer, TiktokenTokenizer, train_bpe
+from theseus.data.tokenizers import (
+    EOT_TEXT,
+    ByteTokenizer,
+    HFTokenizer,
+    TiktokenTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    train_bpe,
+)
+from theseus.data.tokenizers.spec import parse_spec
 from theseus.errors import DataError, TheseusError
 
 SAMPLES = ["", "hello", "naïve café — 数据 🙂", "def f(x):\n    return x  # tabs\tand spaces  \n"]

@@ -95,11 +95,17 @@ def test_only_core_and_models_are_installed(core_models_python: Path, tmp_path: 
     code = (
         "import importlib.metadata as m, importlib.util as u\n"
         "print(sorted(d.metadata['Name'] for d in m.distributions() if d.metadata['Name'].startswith('theseus')))\n"
-        "print(u.find_spec('theseus.data.datasets'), u.find_spec('theseus.data.jobs'))\n"
+        "print(u.find_spec('theseus.data.datasets.fineweb'), u.find_spec('theseus.data.jobs'))\n"
+        "print(u.find_spec('theseus.data.datasets').origin, u.find_spec('theseus.data.datasets.stdlib').name)\n"
     )
     done = subprocess.run([str(core_models_python), "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["['theseus-core', 'theseus-models']", "None None"]
+    # theseus.data.datasets is then a plain namespace holding theseus-core's modules only
+    assert done.stdout.splitlines() == [
+        "['theseus-core', 'theseus-models']",
+        "None None",
+        "None theseus.data.datasets.stdlib",
+    ]
 
 
 def test_every_module_imports_without_the_data_libraries(core_models_python: Path, tmp_path: Path) -> None:
@@ -127,7 +133,7 @@ def test_a_short_demo_prepares_the_corpus_and_trains(core_models_python: Path, t
     assert "preparing the Python standard library (byte-level)" in demo.stderr
     header = json.loads((root / "data" / "python-stdlib" / "header.json").read_text())
     assert header["tokenizer"] == {"kind": "byte"} and header["vocab_size"] == 257
-    assert header["source"]["class"] == "theseus.data.stdlib:PythonStdlib"
+    assert header["source"]["class"] == "theseus.data.datasets.stdlib:PythonStdlib"
     assert header["splits"]["train"]["documents"] + header["splits"]["val"]["documents"] == 48
     records = [json.loads(line) for line in (root / "runs" / "demo-gpt" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "train"] == [1, 2, 3]

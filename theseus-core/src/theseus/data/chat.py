@@ -5,6 +5,10 @@ A template is a Jinja2 program in the Hugging Face convention (``messages``, ``a
 ``bos_token``, ``eos_token``, ``raise_exception``), read from a tokenizer's ``tokenizer_config.json``
 (``chat_template``), from a ``.jinja`` file, or one of the built-in templates (``chatml``, ``plain``)
 that suit byte-level and BPE tokenizers without one.
+
+This is the template itself, used by both sides of a chat run: the ``dataset/chat`` source of
+theseus-data (``theseus.data.datasets.chat``) renders conversations with it, and theseus-models keeps
+the template of a fine-tuned run in its folder (``theseus.model.finetune.chat``) to render prompts.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from theseus.data.tokenizers.spec import parse_spec
 from theseus.errors import DataError
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -78,6 +83,14 @@ class ChatTemplate:
         if path.suffix == ".json":
             return cls.from_tokenizer_config(path)
         return cls(path.read_text(encoding="utf-8"), name=str(path))
+
+    @classmethod
+    def for_tokenizer(cls, choice: str, tokenizer: str | Mapping[str, Any] | None) -> ChatTemplate:
+        """The template named by ``choice`` for data tokenized by ``tokenizer`` (a spec): ``auto``
+        looks beside the file of an ``hf`` tokenizer, see :meth:`load`."""
+        spec = parse_spec(tokenizer) if tokenizer else {}
+        path = spec.get("path") if spec.get("kind") == "hf" else None
+        return cls.load(choice or "auto", path)
 
     @classmethod
     def from_tokenizer_config(cls, path: str | Path) -> ChatTemplate:

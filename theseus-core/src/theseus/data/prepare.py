@@ -26,7 +26,7 @@ import numpy as np
 
 from theseus.base.killpoints import kill_point
 from theseus.config import configure
-from theseus.data.documents import Dataset, Document, resolve_dataset
+from theseus.data.datasets.base import Dataset, Document, resolve_dataset
 from theseus.data.format import (
     HEADER_FILE,
     Prepared,
@@ -36,7 +36,8 @@ from theseus.data.format import (
     remove_stale_staging,
     token_dtype,
 )
-from theseus.data.tokenizer import Tokenizer, encode_arrays, load_tokenizer, spec_identity
+from theseus.data.tokenizers.base import Tokenizer, encode_arrays
+from theseus.data.tokenizers.spec import load_tokenizer, spec_identity
 from theseus.errors import DataError
 
 #: Documents are sent to workers in chunks of about this many characters (or CHUNK_DOCUMENTS documents).
@@ -57,7 +58,7 @@ def as_dataset(dataset: Dataset | type[Dataset] | str) -> Dataset:
         return resolved
     if isinstance(resolved, type) and issubclass(resolved, Dataset):
         return configure(resolved)
-    raise DataError(f"{dataset!r} is not a theseus.data.documents.Dataset; register a Dataset subclass")
+    raise DataError(f"{dataset!r} is not a theseus.data.datasets.base.Dataset; register a Dataset subclass")
 
 
 def header_spec(tokenizer: Tokenizer) -> dict[str, Any]:

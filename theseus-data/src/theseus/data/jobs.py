@@ -13,7 +13,7 @@ from theseus.config import field
 from theseus.data.datasets.base import TRAIN, dataset_classes
 from theseus.data.format import HEADER_FILE, Prepared, data_folder
 from theseus.data.prepare import as_dataset, check_existing, prepare
-from theseus.data.tokenizer import load_tokenizer
+from theseus.data.tokenizers.spec import load_tokenizer
 
 
 @dataclass

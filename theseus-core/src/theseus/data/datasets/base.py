@@ -1,8 +1,8 @@
 """``Dataset``: a configurable source of documents, each routed to the train or validation split.
 
-The base lives in theseus-core so that the offline corpus (``theseus.data.stdlib``) and the
-preparation pipeline (``theseus.data.prepare``) need no other distribution; theseus-data re-exports
-it as ``theseus.data.datasets.Dataset`` beside FineWeb and the other downloadable sources.
+The base ships with theseus-core, beside the offline corpus (``theseus.data.datasets.stdlib``), so
+that the preparation pipeline (``theseus.data.prepare``) needs no other distribution; theseus-data
+adds FineWeb and the other downloadable sources to the same package.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from theseus.config import field
-from theseus.data.documents import Dataset, Document
+from theseus.data.datasets.base import Dataset, Document
 from theseus.errors import DataError
 
 if TYPE_CHECKING:

@@ -9,9 +9,8 @@ from typing import Any, ClassVar
 
 from theseus.config import field
 from theseus.data.chat import ChatTemplate, check_messages
+from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files
-from theseus.data.documents import TRAIN, VAL, Dataset, Document
-from theseus.data.tokenizer import parse_spec
 from theseus.errors import DataError
 
 
@@ -45,9 +44,7 @@ class Chat(Dataset):
 
     def chat_template(self) -> ChatTemplate:
         """The template conversations are rendered with."""
-        spec = parse_spec(self.tokenizer) if self.tokenizer else {}
-        path = spec.get("path") if spec.get("kind") == "hf" else None
-        return ChatTemplate.load(self.template, path)
+        return ChatTemplate.for_tokenizer(self.template, self.tokenizer)
 
     def source(self) -> Iterator[Document]:
         if not self.path:

@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from theseus.data.tokenizer import EOT_TEXT
+from theseus.data.tokenizers.base import EOT_TEXT
 from theseus.errors import DataError
 
 

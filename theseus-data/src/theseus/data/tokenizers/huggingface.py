@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from theseus.data.tokenizer import EOT_TEXT
+from theseus.data.tokenizers.base import EOT_TEXT
 from theseus.errors import DataError
 
 #: End-of-text tokens looked for, in order, when the spec does not name one.

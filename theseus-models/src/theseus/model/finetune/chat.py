@@ -15,9 +15,7 @@ TEMPLATE_FILE = "chat_template.json"
 def run_template(config: Any, tokenizer_spec: dict[str, Any]) -> ChatTemplate:
     """The chat template of a run: ``data/chat/template`` from its configuration (default ``auto``),
     resolved beside the run's tokenizer file for ``auto``."""
-    choice = str(config.get("data/chat/template") or "auto")
-    path = tokenizer_spec.get("path") if tokenizer_spec.get("kind") == "hf" else None
-    return ChatTemplate.load(choice, path)
+    return ChatTemplate.for_tokenizer(str(config.get("data/chat/template") or "auto"), tokenizer_spec)
 
 
 def chat_prompt(run: Any, user: str) -> str:
