@@ -19,11 +19,11 @@ import pluggy
 from theseus.errors import PluginError
 from theseus.plugins import hookspecs
 from theseus.plugins.compat import CORE, Target, core_version, targets
+from theseus.plugins.entries import LOCAL
 from theseus.plugins.guard import RESULTS, guard
 from theseus.plugins.hookspecs import PROJECT, hookimpl
 from theseus.plugins.installed import COMPONENTS_GROUP, JOBS_GROUP, Provider, canonical, providers
-from theseus.registry.entries import LOCAL
-from theseus.registry.registry import BLOCK_ENV, BaseTypes, Registry, blocked_distributions, strict_plugins
+from theseus.plugins.registry import BLOCK_ENV, BaseTypes, Registry, blocked_distributions, strict_plugins
 
 #: What each kind's objects must subclass, imported only when an entry is loaded.
 BASE_TYPES: BaseTypes = {

@@ -9,7 +9,7 @@ import pluggy
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from theseus.registry.registry import Registry
+    from theseus.plugins.registry import Registry
 
 PROJECT = "theseus"
 hookspec = pluggy.HookspecMarker(PROJECT)

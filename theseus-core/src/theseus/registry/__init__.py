@@ -1,12 +1,16 @@
-"""The registry of jobs and components, and the ``@job`` / ``@component`` decorators."""
+"""The registry of jobs and components, and the ``@job`` / ``@component`` decorators.
+
+The public import path of what ``theseus.plugins`` keeps: this package imports the plugins
+package, never the other way round.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from theseus.registry.entries import COMPONENT_KINDS, LOCAL, Entry
-from theseus.registry.registry import BLOCK_ENV, STRICT_ENV, Failure, Registry
+from theseus.plugins.entries import COMPONENT_KINDS, LOCAL, Entry
+from theseus.plugins.registry import BLOCK_ENV, STRICT_ENV, Failure, Registry
 
 T = TypeVar("T")
 

@@ -1,4 +1,7 @@
-"""The registry of jobs and components, filled from entry points, hooks and ``@job``."""
+"""The registry of jobs and components, filled from entry points, hooks and ``@job``.
+
+It lives beside discovery, which fills it; ``theseus.registry`` is its public import path.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from theseus.errors import PluginError
-from theseus.registry.entries import COMPONENT_KINDS, LOCAL, Entry
+from theseus.plugins.entries import COMPONENT_KINDS, LOCAL, Entry
 
 BLOCK_ENV = "THESEUS_BLOCK_PLUGINS"
 STRICT_ENV = "THESEUS_STRICT_PLUGINS"
