@@ -30,6 +30,7 @@ BASE_TYPES: BaseTypes = {
     "job": "theseus.base.job:Job",
     "model": "theseus.model.module:Module",
     "layer": "theseus.model.module:Module",
+    "hf": "theseus.model.huggingface.family:HFFamily",  # theseus-models; resolved only when one loads
 }
 SCANNER = "theseus-core:entry-points"
 
