@@ -21,8 +21,10 @@ from pathlib import Path
 
 from theseus.data.datasets import PythonStdlib
 from theseus.data.prepare import prepare
-from theseus.data.tokenizer import ByteTokenizer, encode_arrays, load_tokenizer
+from theseus.data.tokenizers.base import encode_arrays
 from theseus.data.tokenizers.bpe import train_bpe
+from theseus.data.tokenizers.byte import ByteTokenizer
+from theseus.data.tokenizers.spec import load_tokenizer
 
 
 def main() -> None:

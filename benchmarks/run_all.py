@@ -511,7 +511,9 @@ def _tokenize_rates(sizes: Sizes) -> dict[str, float]:
     if measure is not None:
         return dict(measure(max_documents=sizes.tokenize_documents, bpe_vocab=sizes.bpe_vocab))
     from theseus.data.datasets import PythonStdlib
-    from theseus.data.tokenizer import ByteTokenizer, encode_arrays, load_tokenizer
+    from theseus.data.tokenizers.base import encode_arrays
+    from theseus.data.tokenizers.byte import ByteTokenizer
+    from theseus.data.tokenizers.spec import load_tokenizer
 
     dataset = PythonStdlib(max_documents=sizes.tokenize_documents, val_fraction=0.01)
     texts = [document.text for document in dataset.documents()]

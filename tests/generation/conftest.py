@@ -86,7 +86,7 @@ QUICK: dict[str, Any] = {
 def write_corpus(root: Path) -> None:
     """Prepared byte data (Python-like lines, documents ended by end-of-text) under ``root``."""
     from theseus.data.format import PreparedWriter
-    from theseus.data.tokenizer import ByteTokenizer
+    from theseus.data.tokenizers.byte import ByteTokenizer
 
     tokenizer = ByteTokenizer()
     rng = np.random.default_rng(0)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.generation.conftest import TrainedRun
 from theseus.cli.main import main
-from theseus.data.tokenizer import ByteTokenizer
+from theseus.data.tokenizers.byte import ByteTokenizer
 from theseus.errors import CheckpointError, ConfigError
 from theseus.model.generation import SamplingParams, available_runs, complete, generate_tokens, load_run
 from theseus.model.models import GPT, Llama

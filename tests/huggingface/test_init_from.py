@@ -107,7 +107,7 @@ def test_init_from_an_imported_run(tmp_path: Path, theseus: Any) -> None:
     import jax.numpy as jnp
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from theseus.data.tokenizer import ByteTokenizer
+    from theseus.data.tokenizers.byte import ByteTokenizer
     from theseus.model.generation.runs import load_run
 
     out = tmp_path / "export"

@@ -33,7 +33,7 @@ def quick(**overrides: Any) -> dict[str, Any]:
 def write_byte_corpus(root: Path, name: str, documents: int = 64, seed: int = 0) -> None:
     """Prepared data ``name`` tokenized with the byte tokenizer (train and val splits)."""
     from theseus.data.format import PreparedWriter
-    from theseus.data.tokenizer import ByteTokenizer
+    from theseus.data.tokenizers.byte import ByteTokenizer
 
     tokenizer = ByteTokenizer()
     rng = np.random.default_rng(seed)

@@ -53,8 +53,8 @@ def prepare_offline_corpus(trainer: BaseTrainer, *, wait: float = 600.0) -> None
     When another process is preparing it (every process of a multi-process run on a shared root
     gets here), this one waits up to ``wait`` seconds for it and then reads what it wrote.
     """
+    from theseus.data.datasets.stdlib import PythonStdlib, prepare_stdlib
     from theseus.data.prepare import is_prepared
-    from theseus.data.stdlib import PythonStdlib, prepare_stdlib
 
     root = trainer.context.root
     for declared in declarations.as_list(trainer.DATASET):

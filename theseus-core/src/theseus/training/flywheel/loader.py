@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from theseus.data.format import Prepared
-from theseus.data.tokenizer import spec_identity
+from theseus.data.tokenizers.spec import spec_identity
 from theseus.errors import DataError
 from theseus.training.flywheel.sources import Source
 from theseus.training.flywheel.strategy import Strategy, strategy_of

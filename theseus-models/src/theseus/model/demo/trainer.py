@@ -108,7 +108,7 @@ class DemoGPT(BaseTrainer):
 
     def prepare_data(self) -> None:
         """Tokenize the standard library into ``<root>/data/python-stdlib`` unless it is there."""
-        from theseus.data.stdlib import prepare_stdlib
+        from theseus.data.datasets.stdlib import prepare_stdlib
 
         with configuration(self.context.config):
             prepared = prepare_stdlib(self.context.root, note=lambda text: click.echo(text, err=True))

@@ -19,7 +19,9 @@ import jax
 import jax.numpy as jnp
 
 from theseus.config import Configuration, configuration, configure, read_yaml
-from theseus.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
+from theseus.data.tokenizers.base import Tokenizer
+from theseus.data.tokenizers.byte import ByteTokenizer
+from theseus.data.tokenizers.spec import load_tokenizer
 from theseus.errors import CheckpointError, ConfigError
 from theseus.model.models.transformer import TransformerLM
 from theseus.runs.layout import CONFIG_FILE, PROVENANCE_FILE, checkpoint_steps, run_names, runs_dir, state_path

@@ -141,7 +141,8 @@ def export_run(
     arch = loaded.model.architecture
     family = export_family(model_class, arch, (record.get("huggingface") or {}).get("model_type"))
     plan = export_plan(family, arch, merged_params(loaded), target_dtype)
-    family.to_config(arch, loaded.config, dtype=dtype, bos_id=None, eos_id=None)  # refuse what the family cannot express first
+    # refuse what the family cannot express before anything is written
+    family.to_config(arch, loaded.config, dtype=dtype, bos_id=None, eos_id=None)
     with staged_folder(folder) as staging:
         ids = write_tokenizer(staging, loaded.path, record.get("tokenizer"), arch.block_size)
         hf = record.get("huggingface") or {}
