@@ -179,6 +179,7 @@ def _run_child(root: str, out: str, job: str, overrides: list[str]) -> None:
 
     from theseus.cli.main import main as cli_main
     from theseus.training.base import BaseTrainer
+    from theseus.training.callbacks import Checkpoints, Evaluations, Validation
     from theseus.training.loop import TrainingLoop
 
     def timed(owner: Any, attribute: str, phase: str, after: Any = None) -> None:
@@ -208,9 +209,9 @@ def _run_child(root: str, out: str, job: str, overrides: list[str]) -> None:
     timed(BaseTrainer, "setup", "setup")
     timed(BaseTrainer, "init_state", "state init")
     timed(TrainingLoop, "_finish", "finish", first_update)
-    timed(TrainingLoop, "_validate", "validation")
-    timed(TrainingLoop, "_evaluate", "evaluation")
-    timed(TrainingLoop, "_save", "checkpoint")
+    timed(Validation, "work", "validation")
+    timed(Evaluations, "work", "evaluation")
+    timed(Checkpoints, "save", "checkpoint")
     events["finish"] = 0.0
     try:
         cli_main(["run", job, "--root", root, *overrides])

@@ -70,8 +70,9 @@ class ExampleTrainer(BaseTrainer):
     """``ScaledGPT`` on the byte-level Python standard library, with NAdamW, an inverse-square-root
     schedule, next-token accuracy and a prediction-entropy analysis.
 
-    ``CSV_METRICS = True`` opts the trainer (and its
-    subclasses) into the ``metrics/csv/*`` section and CSV sink of this distribution's hooks.
+    ``CSV_METRICS = True`` opts the trainer (and its subclasses) into the ``metrics/csv/*`` section
+    and CSV sink of this distribution's hooks; ``EARLY_STOP = True`` into ``early_stop/*`` and the
+    early-stop loop callback.
     """
 
     CONFIG = ExampleConfig
@@ -82,6 +83,7 @@ class ExampleTrainer(BaseTrainer):
     EVALUATION = [NextTokenAccuracy]
     ANALYSIS = [PredictionEntropy]
     CSV_METRICS: ClassVar[bool] = True
+    EARLY_STOP: ClassVar[bool] = True
 
     def run(self) -> None:
         super().run()

@@ -43,3 +43,11 @@ def theseus_metrics_sinks(run_dir: Path, job: Any) -> list[Any] | None:
 @hookspec
 def theseus_cli_commands() -> list[Any] | None:
     """Return extra ``click`` commands to add to the ``theseus`` CLI."""
+
+
+@hookspec
+def theseus_callbacks(trainer: Any) -> list[Any] | None:
+    """Return loop callbacks (``theseus.training.callbacks``) to add to a training run of ``trainer``.
+
+    Called once per run, after ``trainer.setup()``; they run after the built-ins and the trainer's own.
+    """

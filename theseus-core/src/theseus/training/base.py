@@ -25,12 +25,12 @@ from theseus.config import Schema, configuration, configure, parse_overrides, re
 from theseus.config.configuration import flat_values
 from theseus.errors import ConfigError, DataError
 from theseus.plugins.gather import gather_classes
+from theseus.runs.directory import default_run_name
 from theseus.tracking.config import TrackingConfig
 from theseus.training import declarations, keys, selection, steps
 from theseus.training.config import BaseTrainerConfig
 from theseus.training.matrices import with_parameter_axes
 from theseus.training.optimizers import AdamW, Optimizer, clip_by_global_norm
-from theseus.training.run import default_run_name
 from theseus.training.schedules import Schedule
 from theseus.training.sharding import TrainerSharding, build_sharding
 from theseus.training.state import TrainState, abstract_variables, create_state, state_shardings, with_shardings
@@ -53,6 +53,8 @@ class BaseTrainer(Job):
     SCHEDULE: ClassVar[Any] = None
     EVALUATION: ClassVar[Sequence[Any]] = []
     ANALYSIS: ClassVar[Sequence[Any]] = []
+    #: Loop callbacks (``theseus.training.callbacks``): instances, or classes built from the configuration.
+    CALLBACKS: ClassVar[Sequence[Any]] = []
     #: Names a run may select per kind, e.g. ``{"model": ["gpt", "llama"]}`` (absent kind: any).
     ACCEPTS: ClassVar[Mapping[str, Sequence[str]]] = {}
 
@@ -80,7 +82,7 @@ class BaseTrainer(Job):
     @classmethod
     def config(cls) -> list[type]:
         """Every configuration class of this job: CONFIG, ``MODEL.gather()``, what DATASET,
-        OPTIMIZER, SCHEDULE, EVALUATION and ANALYSIS declare, and plugin contributions
+        OPTIMIZER, SCHEDULE, EVALUATION, ANALYSIS and CALLBACKS declare, and plugin contributions
         (``theseus_gather`` hook with ``owner`` = this trainer class)."""
         contributed: list[type] = [cls.CONFIG] if cls.CONFIG is not None else []
         contributed.append(TrackingConfig)
@@ -92,6 +94,8 @@ class BaseTrainer(Job):
         for kind, entries in (("evaluation", cls.EVALUATION), ("analysis", cls.ANALYSIS)):
             for entry in declarations.as_list(entries):
                 contributed += declarations.contributed_classes(declarations.resolve(kind, entry))
+        for callback in declarations.as_list(cls.CALLBACKS):
+            contributed += declarations.contributed_classes(callback)
         contributed = declarations.unique(contributed)
         children = {cls: contributed}
         gathered = gather_classes(cls, lambda klass: children.get(klass, []))
@@ -534,6 +538,13 @@ class BaseTrainer(Job):
         if self.flywheel is not None:
             self.flywheel.close()
             self.flywheel = None
+
+    def callbacks(self) -> list[Any]:
+        """The loop callbacks this job adds (``theseus.training.callbacks``), built for each run:
+        ``CALLBACKS``, classes among them configured from the job's keys. Override it to add
+        callbacks that depend on ``self.args``."""
+        with configuration(self.context.config):
+            return [_instantiate(entry) for entry in declarations.as_list(self.CALLBACKS)]
 
     def run(self) -> None:
         """Train (or resume) this job's run; see ``theseus.training.loop``."""

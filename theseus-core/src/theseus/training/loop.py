@@ -2,34 +2,35 @@
 
 While the device runs update ``s``, the host fetches the scalars of update ``s-1`` (already
 finished), writes metrics, and prepares batch ``s+1``; it never waits on the step it has just
-dispatched. Validation, evaluations, analyses and checkpoints run at interval boundaries.
+dispatched. Everything else (validation, evaluations, analyses, checkpoints, status, plots,
+preemption, and what trainers and plugins add) is a callback of ``theseus.training.callbacks``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 
+from theseus.base.killpoints import kill_point
 from theseus.config import configuration
-from theseus.errors import ConfigError, TrainingError
+from theseus.errors import ConfigError, PluginError, TrainingError
+from theseus.runs.directory import RunDirectory, provenance
 from theseus.tracking.sinks import open_sinks, selected_sinks
 from theseus.tracking.status import StatusRecorder
+from theseus.training import callbacks as cb
 from theseus.training import selection
 from theseus.training.checkpointing import LazyCheckpointStore
 from theseus.training.collector import rare_collections
-from theseus.training.killpoints import kill_point
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
 from theseus.training.plots import LossPlotter
 from theseus.training.preemption import PreemptionGuard
-from theseus.training.run import RunDirectory, provenance
 from theseus.training.throughput import known_peak_flops, measured_peak, mfu
 
 if TYPE_CHECKING:
@@ -48,11 +49,6 @@ class Pending:
     meta: Any
     grad_norm: Any
     lr: Any
-
-
-def due(step: int, interval: int, final: int) -> bool:
-    """Whether something run every ``interval`` steps (and at ``final``) is due after ``step``."""
-    return step == final or (interval > 0 and step % interval == 0)
 
 
 def _human(value: float) -> str:
@@ -90,7 +86,7 @@ def progress_stats(
 
 
 class TrainingLoop:
-    """Runs a trainer's job: run directory, resume, steps, validation and checkpoints."""
+    """Runs a trainer's job: run directory, resume, the updates, and the callbacks around them."""
 
     def __init__(self, trainer: BaseTrainer) -> None:
         self.trainer = trainer
@@ -107,6 +103,7 @@ class TrainingLoop:
             raise ConfigError(f"training/steps must be positive, got {args.steps}; set training/steps=<updates>")
         selected_sinks(t.context.config)  # an unknown or uninstalled tracker fails before anything is written
         t.setup()
+        added = self._added_callbacks()  # a bad callback fails before anything is written too
         #: Only process 0 writes the run directory's files (metrics, plots, records); all write checkpoints.
         self.main = jax.process_index() == 0
         self.run_dir = RunDirectory(t.context.root, t.run_name)
@@ -185,7 +182,7 @@ class TrainingLoop:
             )
             self._announce(start)
             self.guard = PreemptionGuard().install()
-            t.state = self._train(state, start, store, logger)
+            t.state = self._train(state, start, store, logger, added)
             if self.status is not None:
                 self.status.finished()
         except BaseException as exc:
@@ -211,11 +208,40 @@ class TrainingLoop:
             sinks.extend(result or [])
         return sinks
 
+    def _added_callbacks(self) -> list[Any]:
+        """The trainer's callbacks (``callbacks()``), then those of the ``theseus_callbacks`` hook."""
+        from theseus.plugins.discovery import plugins
+
+        t = self.trainer
+        added = [cb.as_callback(c, f"{type(t).__name__}.callbacks()") for c in t.callbacks()]
+        for dist, result in plugins().call("theseus_callbacks", trainer=t):
+            added += [cb.as_callback(c, f"the theseus_callbacks hook of {dist}", PluginError) for c in result or []]
+        return added
+
+    def _callbacks(self, store: LazyCheckpointStore, added: list[Any]) -> cb.CallbackList:
+        """The built-ins (registered like any other callback, and before them), then ``added``."""
+        t, args = self.trainer, self.args
+        builtins: list[Any] = []
+        if args.eval_batches > 0:
+            builtins.append(cb.Validation(args.eval_interval, args.steps, self.stop))
+        if t.evaluations:
+            builtins.append(cb.Evaluations(args.evaluation_interval, args.steps, self.stop))
+        if t.analyses:
+            builtins.append(cb.Analyses(args.analysis_interval, args.steps, self.stop, self.run_dir, main=self.main))
+        self.checkpoints = cb.Checkpoints(store, args.checkpoint_interval, self.stop, skipped=lambda: self.skipped)
+        builtins.append(self.checkpoints)
+        if self.status is not None:
+            builtins.append(cb.Status(self.status, lambda: self.eta))
+        builtins.append(cb.Preemption(self.guard, self.stop, args.steps, self.run_dir.path))
+        if self.main:  # drawn on a worker thread: the next update does not wait for matplotlib
+            builtins.append(cb.Plots(self.plotter, self.logger.history))
+        return cb.CallbackList([*builtins, *added])
+
     def _announce(self, start: int) -> None:
         t = self.trainer
         params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(t.abstract_state.params))
         known = known_peak_flops(jax.devices()[0], self.args.peak_flops)
-        #: Peak FLOP/s per device for MFU; None until measured (after the first update, see _train).
+        #: Peak FLOP/s per device for MFU; None until measured (after the first update, see _updates).
         self.peak: float | None = known[0] if known is not None else None
         peak = f"peak {known[0] / 1e12:.2f} TFLOP/s/device ({known[1]})" if known is not None else MEASURED_LATER
         self.flops_per_step = float(t.model.flops(t.sequence_length)) * self.args.batch_size
@@ -235,77 +261,61 @@ class TrainingLoop:
         self.display.message(f"peak {self.peak / 1e12:.2f} TFLOP/s/device (measured float32 matmul), for MFU")
 
     # -- the loop ----------------------------------------------------------------------------
-    def _train(self, state: Any, start: int, store: LazyCheckpointStore, logger: MetricsLogger) -> Any:
-        t, args = self.trainer, self.args
-        #: The newest checkpoint of this run (the one a non-finite update leaves in place).
-        self.saved: int | None = start if start > 0 else None
-        step_fn = t.train_step_fn()
+    def _train(
+        self, state: Any, start: int, store: LazyCheckpointStore, logger: MetricsLogger, added: list[Any]
+    ) -> Any:
+        """Run the updates, calling the callbacks around each (``theseus.training.callbacks``)."""
         self.logger = logger
         self.window_start: float | None = None
         self.window_steps = 0
-        self.last_stats = ""
-        pending: Pending | None = None
-        stopped: int | None = None
+        self.pending: Pending | None = None
+        self.metrics: dict[str, Any] = {}
+        self.metrics_step = start
+        self.validation: tuple[int, dict[str, Any]] | None = None
+        self.eta: float | None = None
+        self.stopping: str | None = None
+        self.callbacks = callbacks = self._callbacks(store, added)
+        callbacks.emit(cb.StepInfo(self, "start", start, state))
+        done, updates = start, self._updates(state, start)
+        if self.stopping is None:
+            for done, state in updates:
+                due = callbacks.due(done)
+                if due:  # they see this update's own metrics, and the pause is left out of the throughput
+                    self._flush()
+                    callbacks.run(due, cb.StepInfo(self, "every", done, state))
+                    self.window_start, self.window_steps = None, 0
+                callbacks.emit(cb.StepInfo(self, "step", done, state))
+                if self.stopping is not None:
+                    break
+        self._flush()
+        reason = self.stopping or (cb.COMPLETED if done == self.args.steps else cb.STOP_AFTER)
+        callbacks.emit(cb.StepInfo(self, "end", done, state, reason=reason))
+        self._summary(done, store, reason)
+        return state
+
+    def _updates(self, state: Any, start: int) -> Iterator[tuple[int, Any]]:
+        """Dispatch updates ``start + 1 .. stop``; yields ``(update, state)`` once each is dispatched and
+        the one before it fetched (``_finish``)."""
+        t = self.trainer
+        step_fn = t.train_step_fn()
         for step in range(start, self.stop):
             if self.peak is None and step > start:
-                self._measure_peak(pending)
+                self._measure_peak(self.pending)
             t.step = step
             host = t.host_batch("train", position=step)
             kill_point("data", step + 1)
             batch = t.device_train_batch(host)
             state, loss, meta, grad_norm, lr = step_fn(state, batch, t.step_key(step))
             kill_point("step", step + 1)
-            if pending is not None:
-                self._finish(pending)
-            pending = Pending(step + 1, loss, meta, grad_norm, lr)
-            done = step + 1
-            validate = args.eval_batches > 0 and due(done, args.eval_interval, args.steps)
-            evaluate = bool(t.evaluations) and due(done, args.evaluation_interval, args.steps)
-            analyse = bool(t.analyses) and due(done, args.analysis_interval, args.steps)
-            checkpoint = due(done, args.checkpoint_interval, self.stop)
-            if validate or evaluate or analyse or checkpoint:
-                self._finish(pending)
-                pending = None
-                val_loss = self._validate(state, done) if validate else None
-                if evaluate:
-                    self._evaluate(state, done)
-                if analyse:
-                    self._analyse(state, done)
-                if checkpoint:
-                    self._save(store, state, done, val_loss)
-                self.window_start, self.window_steps = None, 0
-            if self.guard.stops_at(done, self.stop):  # a signal: checkpoint here, then stop (preemption.py)
-                if pending is not None:
-                    self._finish(pending)
-                    pending = None
-                if self.saved != done:
-                    self._save(store, state, done, None)
-                stopped = done
-                break
-        if pending is not None:
-            self._finish(pending)
-        store.wait()
-        if stopped is not None:
-            self.display.close()
-            self.guard.preempted(stopped, self.args.steps, self.run_dir.path)
-        self._summary(start, store)
-        return state
+            self._flush()
+            self.pending = Pending(step + 1, loss, meta, grad_norm, lr)
+            yield step + 1, state
 
-    def _save(self, store: LazyCheckpointStore, state: Any, done: int, val_loss: float | None) -> None:
-        t = self.trainer
-        meta_record = {
-            "step": done,
-            "data_position": done,
-            "seed": self.args.seed,
-            "job": t.context.name,
-            "val_loss": val_loss,
-            "skipped_steps": self.skipped,
-        }
-        store.save(done, t.checkpoint_tree(state), meta_record, val_loss=val_loss)
-        self.saved = done
-        if self.status is not None:
-            self.status.checkpointed(done)
-        kill_point("save", done)
+    def _flush(self) -> None:
+        """Fetch the update in flight, if any (waiting for it)."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            self._finish(pending)
 
     def _finish(self, pending: Pending) -> None:
         """Fetch one update's scalars, stop on non-finite values, log at intervals."""
@@ -317,7 +327,8 @@ class TrainingLoop:
         if not skipped:
             for quantity, value in (("loss", loss), ("gradient norm", grad_norm)):
                 if not math.isfinite(value):
-                    kept = f"checkpoint {self.saved} is kept" if self.saved is not None else "no checkpoint was written"
+                    saved = self.checkpoints.saved
+                    kept = f"checkpoint {saved} is kept" if saved is not None else "no checkpoint was written"
                     raise TrainingError(
                         f"non-finite {quantity} ({value}) at step {pending.step}; {kept}. Lower training/lr, or set "
                         "training/skip_nonfinite=true to skip such updates, and run again"
@@ -334,7 +345,7 @@ class TrainingLoop:
         tokens_per_sec = rate * self.trainer.tokens_per_step
         utilisation = mfu(self.flops_per_step, self.window_steps, elapsed, self.peak or 0.0, jax.device_count())
         step = pending.step
-        eta = (self.stop - step) / rate if rate else None
+        self.eta = (self.stop - step) / rate if rate else None
         stats = progress_stats(
             loss,
             lr,
@@ -342,80 +353,47 @@ class TrainingLoop:
             step * self.trainer.tokens_per_step,
             tokens_per_sec,
             utilisation,
-            eta,
+            self.eta,
             self.display.live,
         )
         self.display.update(step, stats)
-        if self.status is not None:
-            self.status.step(step, eta_seconds=eta)
-        if due(step, self.args.log_interval, self.stop) or step == 1:
-            values: dict[str, Any] = {
-                "loss": loss,
-                "grad_norm": grad_norm,
-                "lr": lr,
-                "tokens": step * self.trainer.tokens_per_step,
-                **meta_scalars,
-            }
-            if rate:
-                values.update({"tokens_per_sec": tokens_per_sec, "step_time": 1.0 / rate})
-                if self.flops_per_step > 0:
-                    values["mfu"] = utilisation
-            if self.args.skip_nonfinite:
-                values["skipped_steps"] = self.skipped
+        values: dict[str, Any] = {
+            "loss": loss,
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "tokens": step * self.trainer.tokens_per_step,
+            **meta_scalars,
+        }
+        if rate:
+            values.update({"tokens_per_sec": tokens_per_sec, "step_time": 1.0 / rate})
+            if self.flops_per_step > 0:
+                values["mfu"] = utilisation
+        if self.args.skip_nonfinite:
+            values["skipped_steps"] = self.skipped
+        self.metrics, self.metrics_step = values, step
+        if cb.due(step, self.args.log_interval, self.stop) or step == 1:
             self.logger.log(step, "train", values)
             if not self.display.live:
                 self.display.message(f"step {step}/{self.args.steps}  {stats}")
         if first:
             self.window_start = time.perf_counter()
 
-    def _validate(self, state: Any, step: int) -> float:
-        result = self.trainer.validate(state)
-        self.logger.log(step, "val", result)
-        if self.status is not None:
-            self.status.validated(step, float(result["loss"]))
-        self.display.message(f"step {step}: val loss {result['loss']:.4f}")
-        if self.main:  # drawn on a worker thread: the next update does not wait for matplotlib
-            history = self.logger.history
-            self.plotter.submit(history["train"], history["val"])
-        return float(result["loss"])
+    def request_stop(self, reason: str) -> None:
+        """A callback's ``info.stop()``: the first reason given is the one shown."""
+        if self.stopping is None:
+            self.stopping = reason
 
-    def _evaluate(self, state: Any, step: int) -> None:
-        """Every evaluation; their results form one ``eval`` record named ``<evaluation>/<key>``."""
-        record: dict[str, Any] = {}
-        for evaluation in self.trainer.evaluations:
-            results = evaluation.evaluate(self.trainer, state)
-            name = evaluation.label()
-            record.update({f"{name}/{k}": v for k, v in results.items()})
-            shown = ", ".join(f"{k} {v:.4g}" for k, v in scalars(results).items())
-            self.display.message(f"step {step}: {name}: {shown}")
-        self.logger.log(step, "eval", record)
-
-    def _analyse(self, state: Any, step: int) -> None:
-        """Every analysis (artefacts under ``analysis/<name>``); returned scalars form one record."""
-        record: dict[str, Any] = {}
-        for analysis in self.trainer.analyses:
-            name = analysis.label()
-            if self.main:
-                results = analysis.analyze(self.trainer, state, step, self.run_dir.analysis_dir(name))
-            else:  # every process computes (collectives); only process 0's artefacts are kept
-                with tempfile.TemporaryDirectory() as scratch:
-                    results = analysis.analyze(self.trainer, state, step, Path(scratch))
-            record.update({f"{name}/{k}": v for k, v in (results or {}).items()})
-        if record:
-            self.logger.log(step, "analysis", record)
-
-    def _summary(self, start: int, store: LazyCheckpointStore) -> None:
+    def _summary(self, done: int, store: LazyCheckpointStore, reason: str) -> None:
         self.display.close()
         history = self.logger.history
-        if self.main and (history["train"] or history["val"]):
-            self.plotter.submit(history["train"], history["val"])
-        self.plotter.wait()
-        parts = [f"trained {self.trainer.run_name!r} to step {self.stop}/{self.args.steps}"]
+        parts = [f"trained {self.trainer.run_name!r} to step {done}/{self.args.steps}"]
         if history["val"]:
             parts.append(f"val loss {history['val'][-1][1]:.4f}")
         best = store.best_step()
         if best is not None:
             parts.append(f"best checkpoint at step {best}")
-        if self.stop < self.args.steps:
+        if reason == cb.STOP_AFTER:
             parts.append("stopped by training/stop_after; run the same command to continue")
+        elif reason != cb.COMPLETED:
+            parts.append(f"stopped: {reason}")
         self.display.message("; ".join(parts) + f"; run dir {self.run_dir.path}")
