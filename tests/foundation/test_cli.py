@@ -50,7 +50,7 @@ def test_listing_does_not_import_heavy_libraries() -> None:
         "from theseus.cli.main import main\n"
         "for args in (['jobs'], ['components'], ['plugins']):\n"
         "    main(args)\n"
-        "heavy = ('jax', 'flax', 'optax', 'datasets', 'orbax', 'tokenizers', 'torch')\n"
+        "heavy = ('jax', 'flax', 'optax', 'datasets', 'orbax', 'tokenizers', 'torch', 'numpy')\n"
         "heavy = [m for m in heavy if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
     )

@@ -15,7 +15,8 @@ import pytest
 from theseus.config import Schema
 from theseus.errors import ConfigError
 from theseus.training.pretrain import GPTPretrain
-from theseus_plugins_example.hooks import EarlyStop, EarlyStopConfig
+from theseus_plugins_example.callbacks import EarlyStop
+from theseus_plugins_example.hooks import EarlyStopConfig
 from theseus_plugins_example.trainers import ExampleTrainer
 
 

@@ -8,7 +8,8 @@ light: the standard library and ``theseus.config`` only, never jax.
   subclass of them, or your own trainer that sets it).
 * ``theseus_metrics_sinks`` gives such a run a sink that writes every metric to a CSV file in the
   run directory, next to ``metrics.jsonl``.
-* ``theseus_callbacks`` adds a loop callback, :class:`EarlyStop`, to the runs of trainers that set
+* ``theseus_callbacks`` adds a loop callback, ``callbacks.EarlyStop`` (imported in the hook, as it
+  needs the trainer's modules), to the runs of trainers that set
   ``EARLY_STOP = True`` (their schema gains ``early_stop/*`` through ``theseus_gather``): with
   ``early_stop/metric=loss early_stop/below=2.5`` a run ends, with a checkpoint, at the first
   validation whose loss is at most 2.5.
@@ -24,7 +25,6 @@ from typing import Any
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.plugins import hookimpl
-from theseus.training.callbacks import Callback, StepInfo
 
 
 @dataclass
@@ -93,42 +93,6 @@ class EarlyStopConfig:
     below: float = field("early_stop/below", default=0.0, help="the value early_stop/metric has to reach")
 
 
-class EarlyStop(Callback):
-    """Stops the run once ``metric`` of ``split`` (``"val"`` or ``"train"``) is at or below ``below``.
-
-    A validation metric is read on the ``validation`` event, so the run ends at that step; a
-    training metric on the ``step`` event, as the loop fetches it: usually one update late, so the
-    run ends one update after the crossing (at the crossing itself where the loop waited for that
-    update, e.g. to validate). At the end, a metric never seen is reported.
-    """
-
-    on = ("step", "validation", "end")
-
-    def __init__(self, metric: str, below: float, split: str = "val") -> None:
-        if split not in ("val", "train"):
-            raise ValueError(f"split must be 'val' or 'train', not {split!r}")
-        self.metric, self.below, self.split = metric, below, split
-        self.seen = False
-
-    def __call__(self, info: StepInfo) -> None:
-        if info.event == "end":
-            if not self.seen:
-                info.message(f"warning: early_stop/metric {self.metric!r} never appeared in the {self.split} metrics")
-            return
-        if self.split == "train" and info.event == "step":
-            value, step = info.metrics.get(self.metric), info.metrics_step
-        elif self.split == "val" and info.event == "validation":
-            value, step = (info.validation or {}).get(self.metric), info.step
-        else:
-            return
-        if not isinstance(value, (int, float)):
-            return
-        self.seen = True
-        if value <= self.below:
-            name = f"{self.split}/{self.metric}"
-            info.stop(f"{name} {value:.4f} at step {step} is at or below early_stop/below={self.below:g}")
-
-
 def opted_in(owner: type) -> bool:
     """Whether a trainer class asks for the CSV section (``CSV_METRICS = True``)."""
     return bool(getattr(owner, "CSV_METRICS", False))
@@ -166,4 +130,6 @@ def theseus_callbacks(trainer: Any) -> list[Any] | None:
     metric = str(config.get("early_stop/metric") or "")
     if not early_stop_opted_in(type(trainer)) or not metric:
         return None
+    from theseus_plugins_example.callbacks import EarlyStop
+
     return [EarlyStop(metric, float(config.get("early_stop/below", 0.0)), str(config.get("early_stop/split", "val")))]
