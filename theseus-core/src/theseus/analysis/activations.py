@@ -13,7 +13,7 @@ import numpy as np
 from theseus.analysis.base import Analysis
 from theseus.config import field
 from theseus.errors import TrainingError
-from theseus.training.plots import figure
+from theseus.tracking.plots import figure
 
 if TYPE_CHECKING:
     from theseus.training.base import BaseTrainer

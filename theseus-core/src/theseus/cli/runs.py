@@ -251,7 +251,7 @@ def compare(
 
 
 def _plot(curves: list[list[tuple[float, float]]], names: tuple[str, ...], metric: str, x_axis: str, out: Path) -> None:
-    from theseus.training.plots import figure
+    from theseus.tracking.plots import figure
 
     out.parent.mkdir(parents=True, exist_ok=True)
     with figure(out, figsize=(7, 4.2)) as ax:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -218,7 +217,10 @@ class BaseTrainer(Job):
         if getattr(self.args, "init_from", ""):  # the source's architecture keys enter the configuration first
             from theseus.training import init_from
 
-            self.init_source = init_from.prepare(self)
+            model_cls = declarations.resolve("model", self.MODEL)
+            self.init_source, self.context.config = init_from.prepare(
+                self.args.init_from, self.context.root, model_cls, self.context.config, self.schema()
+            )
         with configuration(self.context.config):
             args = self.args
             model_cls = declarations.resolve("model", self.MODEL)
@@ -253,8 +255,10 @@ class BaseTrainer(Job):
             if self.init_source is not None:
                 from theseus.training.init_from import check_data
 
-                check_data(self, self.init_source)
+                check_data(self.flywheel, self.init_source)
             if args.compilation_cache:  # only once the job is known to be runnable: nothing written before
+                from theseus.training.compilation import enable_compilation_cache
+
                 enable_compilation_cache(self.context.root / "cache" / "jax")
         self._ready = True
 
@@ -355,7 +359,7 @@ class BaseTrainer(Job):
         """The tokenizer of the training data (a byte tokenizer for custom batches)."""
         if declarations.as_list(self.DATASET):
             return self._open_flywheel().tokenizer()
-        from theseus.data.tokenizer import ByteTokenizer
+        from theseus.data.tokenizers.byte import ByteTokenizer
 
         return ByteTokenizer()
 
@@ -466,48 +470,14 @@ class BaseTrainer(Job):
         return self.compiled("trace", lambda: jax.jit(functools.partial(cls.trace, sharding=sharding)))
 
     def capture(self, state: TrainState, batch: Batch, key: jax.Array) -> tuple[Any, list[tuple[tuple[str, ...], Any]]]:
-        """Run ``trace`` with every module's output recorded.
+        """Run ``trace`` with every module's output recorded (see ``theseus.analysis.capture``).
 
         Returns ``(trace outputs, [(path, array), ...])`` with the module outputs in execution
         order; a path is the module path plus the output's position, e.g. ``("up", "__call__", "0")``.
-        Works with any ``trace`` that calls the model through ``state.apply_fn``.
         """
-        self.setup()
-        cls, sharding = type(self), self.sharding
-        # Paths are static: recorded while tracing, kept for calls that reuse the compiled function.
-        paths: list[tuple[str, ...]] = self.compiled("capture_paths", list)
-        stacked = getattr(self.model, "stacked_layers", ())  # scanned layers: one entry per layer
-        from theseus.checkpoint.layers import per_layer
+        from theseus.analysis.capture import capture
 
-        def build() -> Any:
-            def captured(state: TrainState, batch: Batch, key: jax.Array) -> tuple[Any, list[Any]]:
-                recorded: list[Any] = []
-                apply_fn = state.apply_fn
-
-                def recording_apply(variables: Any, *args: Any, **kwargs: Any) -> Any:
-                    if kwargs.get("capture_intermediates"):
-                        out = apply_fn(variables, *args, **kwargs)
-                        recorded.append(out[1].get("intermediates", {}))
-                        return out
-                    out, mutated = apply_fn(
-                        variables, *args, capture_intermediates=True, mutable=["intermediates"], **kwargs
-                    )
-                    recorded.append(mutated.get("intermediates", {}))
-                    return out
-
-                outputs = cls.trace(state.replace(apply_fn=recording_apply), batch, key, sharding=sharding)
-                if isinstance(outputs, tuple) and len(outputs) == 3 and isinstance(outputs[2], Mapping):
-                    outputs = (outputs[0], outputs[1], {k: v for k, v in outputs[2].items() if k != "intermediates"})
-                ordered = _in_order(_children_first(per_layer(recorded[-1], stacked), stacked)) if recorded else []
-                paths[:] = [path for path, _ in ordered]
-                return outputs, [value for _, value in ordered]
-
-            return jax.jit(captured)
-
-        outputs, values = self.compiled("capture", build)(state, batch, key)
-        if jax.process_count() > 1:  # rows live on other processes too: gather them
-            outputs, values = self.sharding.fetch((outputs, values))
-        return outputs, list(zip(paths, values, strict=True))
+        return capture(self, state, batch, key)
 
     # -- validation ------------------------------------------------------------------------
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
@@ -551,57 +521,6 @@ class BaseTrainer(Job):
         from theseus.training.loop import TrainingLoop
 
         TrainingLoop(self).run()
-
-
-#: Programs that compile faster than this are not written to the persistent cache. JAX's default
-#: (1 s) leaves a small model's start-up uncached: its state initialisation, validation and
-#: sampling programs each compile in well under a second, yet together they cost seconds.
-CACHE_MIN_COMPILE_SECONDS = 0.0
-
-
-def enable_compilation_cache(directory: Path) -> None:
-    """Persist compiled XLA programs in ``directory`` unless a cache is already configured
-    (``JAX_COMPILATION_CACHE_DIR`` or an earlier call); small programs are cached too."""
-    configured = getattr(jax.config, "jax_compilation_cache_dir", None) or os.environ.get("JAX_COMPILATION_CACHE_DIR")
-    if not configured:
-        directory.mkdir(parents=True, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", str(directory))
-    if getattr(jax.config, "jax_persistent_cache_min_compile_time_secs", 0.0) > CACHE_MIN_COMPILE_SECONDS:
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
-
-
-def _children_first(tree: Any, stacked: tuple[str, ...]) -> Any:
-    """Recorded outputs of scanned layers (which a scan keeps in name order, not execution order)
-    with each module's own output after its children's, as an unrolled layer records them."""
-    if not stacked or not isinstance(tree, Mapping):
-        return tree
-
-    def reorder(node: Any) -> Any:
-        if not isinstance(node, Mapping):
-            return node
-        children = {k: reorder(v) for k, v in node.items() if k != "__call__"}
-        return {**children, **({"__call__": node["__call__"]} if "__call__" in node else {})}
-
-    def of_stack(key: str) -> bool:
-        name, _, index = key.rpartition("_")
-        return name in stacked and index.isdigit()
-
-    return {k: reorder(v) if of_stack(str(k)) else v for k, v in tree.items()}
-
-
-def _in_order(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    """Leaves of nested mappings/sequences with their paths, in insertion (execution) order."""
-    if isinstance(tree, Mapping):
-        items: list[tuple[tuple[str, ...], Any]] = []
-        for key, value in tree.items():
-            items += _in_order(value, (*prefix, str(key)))
-        return items
-    if isinstance(tree, (list, tuple)):
-        items = []
-        for index, value in enumerate(tree):
-            items += _in_order(value, (*prefix, str(index)))
-        return items
-    return [] if tree is None else [(prefix, tree)]
 
 
 def _instantiate(klass: Any) -> Any:

@@ -39,10 +39,10 @@ from theseus.training.metrics import scalars
 
 if TYPE_CHECKING:
     from theseus.runs.directory import RunDirectory
+    from theseus.tracking.plots import LossPlotter
     from theseus.tracking.status import StatusRecorder
     from theseus.training.checkpointing import LazyCheckpointStore
     from theseus.training.metrics import MetricsLogger, ProgressDisplay
-    from theseus.training.plots import LossPlotter
     from theseus.training.preemption import PreemptionGuard
 
 #: The events a callback may list in ``on``.

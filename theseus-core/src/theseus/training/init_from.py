@@ -149,19 +149,20 @@ def check_tokenizer(data_spec: Mapping[str, Any] | None, source: InitSource) -> 
     )
 
 
-def prepare(trainer: BaseTrainer) -> InitSource:
-    """Open the trainer's source and give its configuration the source's architecture keys."""
-    from theseus.training import declarations
+def prepare(
+    spec: str, root: Path, model_cls: type, config: Configuration, schema: Any
+) -> tuple[InitSource, Configuration]:
+    """Open the source ``spec`` names (no weights yet), check it holds a ``model_cls``, and return it
+    with ``config`` given the source's architecture keys."""
+    source = open_source(spec, root)
+    check_model_class(model_cls, source)
+    return source, apply_architecture(config, schema, source)
 
-    source = open_source(trainer.args.init_from, trainer.context.root)
-    check_model_class(declarations.resolve("model", trainer.MODEL), source)
-    trainer.context.config = apply_architecture(trainer.context.config, trainer.schema(), source)
-    return source
 
-
-def check_data(trainer: BaseTrainer, source: InitSource) -> None:
-    if trainer.flywheel is not None:
-        check_tokenizer(trainer.flywheel.tokenizer_spec, source)
+def check_data(flywheel: Any, source: InitSource) -> None:
+    """DataError when the data ``flywheel`` reads was tokenized otherwise than the source's model."""
+    if flywheel is not None:
+        check_tokenizer(flywheel.tokenizer_spec, source)
 
 
 def initial_state(trainer: BaseTrainer, source: InitSource) -> TrainState:

@@ -22,6 +22,7 @@ from theseus.base.killpoints import kill_point
 from theseus.config import configuration
 from theseus.errors import ConfigError, PluginError, TrainingError
 from theseus.runs.directory import RunDirectory, provenance
+from theseus.tracking.plots import LossPlotter
 from theseus.tracking.sinks import open_sinks, selected_sinks
 from theseus.tracking.status import StatusRecorder
 from theseus.training import callbacks as cb
@@ -29,7 +30,6 @@ from theseus.training import selection
 from theseus.training.checkpointing import LazyCheckpointStore
 from theseus.training.collector import rare_collections
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
-from theseus.training.plots import LossPlotter
 from theseus.training.preemption import PreemptionGuard
 from theseus.training.throughput import known_peak_flops, measured_peak, mfu
 

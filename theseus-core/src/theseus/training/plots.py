@@ -1,91 +1,11 @@
-"""Loss curves as PNG (matplotlib's Agg renderer, imported only when plotting).
-
-Figures are built with the object-oriented API (no ``pyplot`` state), so they can be drawn on a
-worker thread: ``LossPlotter`` redraws a run's loss plot there while training goes on.
-"""
+"""Deprecated: the plots moved to ``theseus.tracking.plots``. This alias is kept for one minor version."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import Any
+import warnings
 
+from theseus.tracking.plots import LossPlotter, figure, plot_loss
 
-@contextlib.contextmanager
-def figure(path: Path, figsize: tuple[float, float], dpi: int = 100) -> Iterator[Any]:
-    """A matplotlib axes whose figure is written to ``path`` (PNG, Agg) atomically on exit."""
-    from matplotlib.figure import Figure
+warnings.warn("theseus.training.plots is deprecated; import theseus.tracking.plots", DeprecationWarning, stacklevel=2)
 
-    fig = Figure(figsize=figsize, dpi=dpi)
-    ax = fig.subplots()
-    yield ax
-    fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp)
-    tmp.replace(path)
-
-
-def plot_loss(
-    train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]], path: Path, title: str = ""
-) -> Path:
-    """Write training and validation loss against step to ``path`` (atomically)."""
-    with figure(path, figsize=(7, 4.2)) as ax:
-        if train:
-            ax.plot([s for s, _ in train], [v for _, v in train], label="train", linewidth=1.2)
-        if val:
-            ax.plot([s for s, _ in val], [v for _, v in val], "o-", label="val", linewidth=1.5, markersize=3)
-        ax.set_xlabel("step")
-        ax.set_ylabel("loss")
-        if title:
-            ax.set_title(title)
-        ax.grid(alpha=0.3)
-        if train or val:
-            ax.legend()
-    return path
-
-
-class LossPlotter:
-    """Redraws one loss plot on a worker thread, so that training never waits for matplotlib.
-
-    ``submit`` hands over the newest curves (a request not yet started is replaced by a newer
-    one); ``wait`` returns once the newest request is written and raises what drawing raised.
-    """
-
-    def __init__(self, path: Path, title: str = "") -> None:
-        self.path = path
-        self.title = title
-        self._lock = threading.Lock()
-        self._pending: tuple[list[tuple[int, float]], list[tuple[int, float]]] | None = None
-        self._worker: threading.Thread | None = None
-        self._error: BaseException | None = None
-
-    def submit(self, train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]]) -> None:
-        with self._lock:
-            self._pending = (list(train), list(val))
-            if self._worker is None:
-                self._worker = threading.Thread(target=self._drain, name="theseus-loss-plot")
-                self._worker.start()
-
-    def wait(self) -> None:
-        """Block until every submitted plot is written; re-raise the first drawing error."""
-        with self._lock:
-            worker = self._worker
-        if worker is not None:
-            worker.join()
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
-
-    def _drain(self) -> None:
-        while True:
-            with self._lock:
-                request, self._pending = self._pending, None
-                if request is None:
-                    self._worker = None
-                    return
-            try:
-                plot_loss(request[0], request[1], self.path, self.title)
-            except BaseException as exc:  # reported by wait(), in the training thread
-                self._error = self._error or exc
+__all__ = ["LossPlotter", "figure", "plot_loss"]
