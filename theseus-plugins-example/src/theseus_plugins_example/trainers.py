@@ -30,9 +30,9 @@ import jax.numpy as jnp
 
 from theseus.config import field
 from theseus.data.datasets import PythonStdlib
+from theseus.runs.directory import RunDirectory
 from theseus.training.base import BaseTrainer, BaseTrainerConfig
 from theseus.training.flywheel.strategy import Sampling
-from theseus.training.run import RunDirectory
 from theseus_plugins_example.analysis import PredictionEntropy
 from theseus_plugins_example.evaluation import NextTokenAccuracy
 from theseus_plugins_example.models import ScaledGPT
