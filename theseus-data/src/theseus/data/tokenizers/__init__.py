@@ -14,9 +14,10 @@ optional extra).
 
 from __future__ import annotations
 
-import importlib
 from pkgutil import extend_path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from theseus.base.lazy import lazy_exports
 
 # theseus-core's modules of this package may lie in another folder (editable installs): look there too.
 __path__ = extend_path(__path__, __name__)
@@ -41,17 +42,6 @@ if TYPE_CHECKING:
     from theseus.data.tokenizers.tiktoken_tokenizer import TiktokenTokenizer
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
-
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
 
 __all__ = ["EOT_TEXT", "ByteTokenizer", "HFTokenizer", "TiktokenTokenizer", "Tokenizer", "load_tokenizer", "train_bpe"]
