@@ -105,7 +105,9 @@ def plugin(name: str, directory: Path) -> None:
     click.echo(f"created {folder} ({len(written)} files):")
     for path in written:
         click.echo(f"  {path.relative_to(folder)}")
+    # pip reads a bare relative name as a package to download: a relative folder is spelled ./NAME
+    install = folder if folder.is_absolute() else f"./{folder.as_posix()}"
     click.echo(
         f"job {names.short}/train, component schedule/{names.short}-warmup, hooks plugin/{names.short}\n"
-        f"next: pip install {folder} && theseus jobs; then run its test: cd {folder} && pytest"
+        f"next: pip install {install} && theseus jobs; then run its test: cd {folder} && pytest"
     )
