@@ -185,13 +185,11 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rows = chat_rows()
     (folder / "chat.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     texts = [m["content"] for row in rows for m in row["messages"]] + [CHAT_PROMPT, "The meaning of life"]
-    save_model(folder / "gpt2", "gpt2", tokenizer=False, vocab_size=MODEL_VOCAB, n_positions=128)
-    save_model(folder / "llama", "llama", tokenizer=False, vocab_size=MODEL_VOCAB, max_position_embeddings=128)
-    for family, bos_id in [("gpt2", 0), ("llama", 1)]:
-        config_file = folder / family / "config.json"
-        config = json.loads(config_file.read_text())
-        config.update(bos_token_id=bos_id, eos_token_id=0)
-        config_file.write_text(json.dumps(config, indent=2))
+    # the special ids of the tokenizers below: <|endoftext|> = 0 ends texts, Llama's texts start with <s> = 1
+    gpt2 = {"n_positions": 128, "bos_token_id": 0, "eos_token_id": 0}
+    llama = {"max_position_embeddings": 128, "bos_token_id": 1, "eos_token_id": 0}
+    save_model(folder / "gpt2", "gpt2", tokenizer=False, vocab_size=MODEL_VOCAB, **gpt2)
+    save_model(folder / "llama", "llama", tokenizer=False, vocab_size=MODEL_VOCAB, **llama)
     assert save_bpe_tokenizer(folder / "gpt2", texts, vocab_size=300, bos=False) == 300
     assert save_bpe_tokenizer(folder / "llama", texts, vocab_size=280, bos=True) == 280
     return folder
@@ -339,7 +337,10 @@ def test_huggingface_local_folder_flow(sources: Path, tmp_path: Path, monkeypatc
     ids = np.random.default_rng(2).integers(0, 280, (2, 12))
     ours = theseus_logits(shell.root, "llama-finetuned", ids)
     exported = hf_logits(model.eval(), ids)
-    assert np.max(np.abs(exported - ours)) <= 0.02 * np.max(np.abs(ours))  # bfloat16 weights
+    source = hf_logits(AutoModelForCausalLM.from_pretrained("./my-llama").eval(), ids)
+    tolerance = 0.05 * np.max(np.abs(ours))  # bfloat16 weights: about 1.5 % measured
+    assert np.max(np.abs(exported - ours)) <= tolerance
+    assert np.max(np.abs(source - ours)) > tolerance  # the export holds the trained weights, not the source's
 
 
 # --- docs/tracking.md ----------------------------------------------------------------------------
