@@ -396,7 +396,10 @@ def test_tracking_runs_flow(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_multi_host_two_processes_on_one_machine(tmp_path: Path) -> None:
-    shell = Shell.create(tmp_path / "work")
+    from tests.distributed.test_scale_out import free_port
+
+    # the page's coordinator port is ${PORT:-12345}: a free one here, so parallel test runs never collide
+    shell = Shell.create(tmp_path / "work", PORT=str(free_port()))
     (script,) = shell.run(flows("docs/multi-host.md")["two-processes"])
     run = shell.root / "runs" / "gpt-train-pretrain"
     # `wait` succeeds whatever its children did: the run directory says whether both processes trained
