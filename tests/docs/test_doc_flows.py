@@ -289,6 +289,12 @@ def test_fine_tuning_chat_generation_and_data(fine_tuned: Shell) -> None:
     assert len(preparations) == 2
     for preparation, name in zip(preparations, ["chat", "chat-llama"], strict=True):
         assert re.search(rf"prepared {name}: train [\d,]+ tokens .*, val [\d,]+ tokens", preparation.output)
+    # the run keeps its own copy of the tokenizer: preparing the data again cannot break it
+    recorded = json.loads((fine_tuned.root / "runs" / "chat-gpt2" / "provenance.json").read_text())["tokenizer"]
+    copy = fine_tuned.root / "runs" / "chat-gpt2" / "tokenizer" / "tokenizer.json"
+    assert (
+        recorded["path"] == str(copy) and copy.read_bytes() == (fine_tuned.cwd / "gpt2" / "tokenizer.json").read_bytes()
+    )
 
 
 # --- docs/huggingface.md -------------------------------------------------------------------------

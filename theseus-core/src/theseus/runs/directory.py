@@ -8,13 +8,24 @@ import importlib.metadata as metadata
 import json
 import platform
 import re
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from theseus.config import read_yaml, write_yaml
-from theseus.runs.layout import ANALYSIS, CHECKPOINTS, CONFIG_FILE, LOSS_PLOT, METRICS_FILE, PROVENANCE_FILE, run_path
+from theseus.runs.layout import (
+    ANALYSIS,
+    CHECKPOINTS,
+    CONFIG_FILE,
+    LOSS_PLOT,
+    METRICS_FILE,
+    PROVENANCE_FILE,
+    TOKENIZER,
+    TOKENIZER_COMPANIONS,
+    run_path,
+)
 
 _VERSIONED = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")
 
@@ -55,6 +66,24 @@ class RunDirectory:
 
     def create(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
+
+    def keep_tokenizer(self, spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """``spec`` with its tokenizer file (and the companions beside it) copied into the run's
+        ``tokenizer/`` folder and the path pointing there: the run keeps decoding after its data
+        folder is prepared again with another tokenizer. Specs without a file are returned as they are."""
+        if spec is None:
+            return None
+        kept = dict(spec)
+        source = Path(str(kept.get("path") or ""))
+        if not kept.get("path") or not source.is_file():
+            return kept
+        folder = self.path / TOKENIZER
+        folder.mkdir(parents=True, exist_ok=True)
+        for companion in (source.name, *TOKENIZER_COMPANIONS):
+            if (source.parent / companion).is_file() and source.parent != folder:
+                shutil.copyfile(source.parent / companion, folder / companion)
+        kept["path"] = str(folder / source.name)
+        return kept
 
     def previous_config(self) -> dict[str, Any] | None:
         return read_yaml(self.config_file) if self.config_file.is_file() else None

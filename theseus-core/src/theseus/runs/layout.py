@@ -18,6 +18,9 @@ CHECKPOINTS = "checkpoints"
 #: Inside a checkpoint step's folder: the saved training state (orbax).
 STATE = "state"
 ANALYSIS = "analysis"
+#: The run's copy of its file-based tokenizer (``tokenizer.json`` and the files that travel with it).
+TOKENIZER = "tokenizer"
+TOKENIZER_COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json")
 
 
 def runs_dir(root: str | Path) -> Path:
@@ -66,6 +69,8 @@ __all__ = [
     "RUNS",
     "STATE",
     "STATUS_FILE",
+    "TOKENIZER",
+    "TOKENIZER_COMPANIONS",
     "checkpoint_steps",
     "run_names",
     "run_path",

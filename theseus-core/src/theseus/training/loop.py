@@ -147,7 +147,9 @@ class TrainingLoop:
                         type(t),
                         resumed_from=resumed[0] if resumed is not None else None,
                         model=type(t.model),
-                        tokenizer=t.flywheel.tokenizer_spec if t.flywheel is not None else t.tokenizer().spec,
+                        tokenizer=self.run_dir.keep_tokenizer(
+                            t.flywheel.tokenizer_spec if t.flywheel is not None else t.tokenizer().spec
+                        ),
                         selection=selection.of_configuration(t.context.config),
                     )
                 )
