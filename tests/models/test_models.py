@@ -52,7 +52,10 @@ def test_parity_with_numpy_reference(family: type[TransformerLM], scan: bool) ->
     real = mask  # padded positions' outputs are unspecified
     error = float(np.max(np.abs(np.asarray(logits)[real] - expected[real])))
     assert float(np.std(expected[real])) > 0.5  # weights spread enough for the comparison to mean something
-    assert error <= 1e-5, f"max abs logit difference {error:.2e}"
+    # float32 against float64: a few float32 roundings per layer, relative to the logits' scale
+    # (measured 0.9-1.8e-6 of it, depending on XLA's optimisation level and the layer layout)
+    scale = float(np.max(np.abs(expected[real])))
+    assert error <= 4e-6 * scale, f"max abs logit difference {error:.2e} at logit scale {scale:.2f}"
     assert loss.dtype == jnp.float32
     assert float(loss) == pytest.approx(reference.masked_cross_entropy(expected, y, mask), rel=1e-5)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import jax
@@ -13,8 +12,9 @@ from tests.models.conftest import build, random_params
 from theseus.checkpoint import CheckpointStore
 from theseus.config import configuration, configure
 from theseus.errors import CheckpointError
-from theseus.model.generation.sampling import SamplingParams, sample_logits
-from theseus.model.models import GPT, TransformerLM, generate
+from theseus.model.generation.decode import generate_tokens
+from theseus.model.generation.sampling import SamplingParams
+from theseus.model.models import GPT, TransformerLM
 
 VOCAB, MULTIPLE, PADDED = 61, 16, 64
 
@@ -63,9 +63,10 @@ def test_loss_and_logits_equal_the_unpadded_model(family: type[TransformerLM]) -
 def test_padded_ids_never_win_a_sample(family: type[TransformerLM]) -> None:
     padded, params, _, _ = padded_and_plain(family)
     x, _ = tokens(1)
-    sampler = functools.partial(sample_logits, params=SamplingParams(temperature=2.0))
-    drawn = np.asarray(generate(padded, params, x[:, :4], 12, sample=sampler, key=jax.random.key(7)))
-    assert int(drawn.max()) < VOCAB and len(np.unique(drawn)) > 4
+    prompts = [list(map(int, x[0, :4]))]
+    done = generate_tokens(padded, params, prompts, 12, sampling=SamplingParams(temperature=2.0), seed=7)
+    drawn = np.asarray(done[0].tokens)
+    assert len(drawn) == 12 and int(drawn.max()) < VOCAB and len(np.unique(drawn)) > 4
 
 
 def test_flops_and_parameters_count_the_padded_head() -> None:
