@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from theseus.errors import ConfigError, TheseusError
+from theseus.runs import records
 from theseus.tracking import runs as data
 
 ROOT_HELP = "Root holding runs/ (default $THESEUS_ROOT or ~/.theseus)."
@@ -121,9 +122,9 @@ def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> Non
     """Selections, key configuration, provenance, last metrics and checkpoints of run NAME."""
     path = _run_dir(_root_option(ctx, root), name)
     row = data.run_row(path)
-    config = data.read_config(path)
-    provenance = data.read_json(path / "provenance.json")
-    last = data.last_records(data.read_metrics(path))
+    config = records.read_config(path)
+    provenance = records.read_json(path / "provenance.json")
+    last = data.last_records(records.read_metrics(path))
     ckpts = data.checkpoints(path)
     selections = {k: v for k, v in config.items() if "/" not in k}
     key_config = {k: v for k, v in config.items() if k.startswith(KEY_PREFIXES)}
@@ -137,8 +138,8 @@ def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> Non
             "last_metrics": last,
             "checkpoints": ckpts,
             "trackers": {
-                "wandb": data.read_json(path / "wandb.json") or None,
-                "mlflow": data.read_json(path / "mlflow.json") or None,
+                "wandb": records.read_json(path / "wandb.json") or None,
+                "mlflow": records.read_json(path / "mlflow.json") or None,
             },
         }
         click.echo(json.dumps(record, indent=2, default=str))
@@ -189,10 +190,10 @@ def _trackers(path: Path) -> list[str]:
     lines = []
     if any(path.glob("events.out.tfevents.*")):
         lines.append(f"tensorboard  tensorboard --logdir {path}")
-    wandb_id = data.read_json(path / "wandb.json").get("id")
+    wandb_id = records.read_json(path / "wandb.json").get("id")
     if wandb_id:
         lines.append(f"wandb        run id {wandb_id} (local files in {path / 'wandb'})")
-    mlflow = data.read_json(path / "mlflow.json")
+    mlflow = records.read_json(path / "mlflow.json")
     if mlflow.get("run_id"):
         lines.append(f"mlflow       run id {mlflow['run_id']} at {mlflow.get('tracking_uri')}")
     return lines
@@ -219,13 +220,13 @@ def compare(
         raise ConfigError(f"--metric {metric!r} must be split/name, such as val/loss or train/loss")
     root_dir = _root_option(ctx, root)
     paths = [_run_dir(root_dir, n) for n in names]
-    records = [data.read_metrics(p) for p in paths]
+    histories = [records.read_metrics(p) for p in paths]
     curves = []
-    for path, recs in zip(paths, records, strict=True):
-        tokens_per_step = (data.read_json(path / "status.json")).get("tokens_per_step")
+    for path, recs in zip(paths, histories, strict=True):
+        tokens_per_step = (records.read_json(path / "status.json")).get("tokens_per_step")
         curves.append(data.series(recs, metric, x_axis, tokens_per_step if isinstance(tokens_per_step, int) else None))
     if not any(curves):
-        available = sorted({m for recs in records for m in data.metric_names(recs)})
+        available = sorted({m for recs in histories for m in data.metric_names(recs)})
         raise ConfigError(f"no run has metric {metric!r}; recorded metrics: {', '.join(available) or 'none'}")
     summary = [
         (
@@ -237,7 +238,7 @@ def compare(
         for name, points in zip(names, curves, strict=True)
     ]
     click.echo(_table(summary, ("RUN", "POINTS", f"LAST {metric}", f"MIN {metric}")))
-    configs = [data.read_config(p) for p in paths]
+    configs = [records.read_config(p) for p in paths]
     differing = data.config_differences(configs)
     click.echo("")
     if differing:

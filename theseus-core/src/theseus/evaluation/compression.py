@@ -138,10 +138,8 @@ class Compression(Evaluation):
 
     @staticmethod
     def _first_dataset(trainer: BaseTrainer) -> str:
-        from theseus.training.flywheel.strategy import strategy_of
-
         try:
-            return str(strategy_of(trainer.DATASET)[0].name)
+            return trainer.dataset_names()[0]
         except (IndexError, TypeError, DataError) as exc:
             raise ConfigError(
                 f"{type(trainer).__qualname__} declares no dataset to score; set evaluation/compression/dataset"

@@ -1,7 +1,6 @@
-"""Reading run directories for ``theseus runs``: status, configuration, metrics and checkpoints.
+"""The rows, series and comparisons ``theseus runs`` shows, from what ``theseus.runs`` reads.
 
-Standard library (and PyYAML for ``config.yaml``) only: listing hundreds of runs reads one small
-``status.json`` per run and never imports jax.
+Listing hundreds of runs reads one small ``status.json`` per run and never imports jax.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from theseus.runs.layout import (
     checkpoint_steps,
     runs_dir,
 )
+from theseus.runs.records import read_config, read_json, read_metrics
 from theseus.tracking.status import read_status, state_of
 
 STATUSES = ("complete", "stopped", "running", "crashed")
@@ -70,62 +70,6 @@ class RunRow:
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    """A YAML mapping (the C loader when available); empty when missing or unreadable."""
-    import yaml
-
-    try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(path.read_text(encoding="utf-8"))
-        try:
-            data = loader.get_single_data()
-        finally:
-            loader.dispose()
-    except (OSError, yaml.YAMLError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested mapping as slash keys: ``{"training": {"lr": 1}}`` -> ``{"training/lr": 1}``."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten(value, f"{prefix}{key}/"))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def read_config(run_dir: Path) -> dict[str, Any]:
-    """The resolved configuration of a run as slash keys (empty when missing)."""
-    return flatten(read_yaml(Path(run_dir) / CONFIG_FILE))
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The records of ``metrics.jsonl`` (a line cut short by a crash is skipped)."""
-    records = []
-    try:
-        text = (Path(run_dir) / METRICS_FILE).read_text(encoding="utf-8")
-    except OSError:
-        return []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "step" in record:
-            records.append(record)
-    return records
 
 
 def _row_without_status(run_dir: Path) -> RunRow:

@@ -26,10 +26,9 @@ from theseus.errors import ConfigError, DataError
 from theseus.plugins.gather import gather_classes
 from theseus.runs.directory import default_run_name
 from theseus.tracking.config import TrackingConfig
-from theseus.training import declarations, keys, selection, steps
+from theseus.training import assembly, declarations, keys, selection, steps
 from theseus.training.config import BaseTrainerConfig
-from theseus.training.matrices import with_parameter_axes
-from theseus.training.optimizers import AdamW, Optimizer, clip_by_global_norm
+from theseus.training.optimizers import AdamW, Optimizer
 from theseus.training.schedules import Schedule
 from theseus.training.sharding import TrainerSharding, build_sharding
 from theseus.training.state import TrainState, abstract_variables, create_state, state_shardings, with_shardings
@@ -209,7 +208,8 @@ class BaseTrainer(Job):
         return self.args.run_name or default_run_name(self.context.name, type(self))
 
     def setup(self) -> None:
-        """Build the model, mesh, data, optimizer and the abstract state (idempotent)."""
+        """Build the model, mesh, data, optimizer and the abstract state (idempotent); the pieces are
+        built by ``theseus.training.assembly``."""
         if self._ready:
             return
         if self.MODEL is None:
@@ -223,9 +223,9 @@ class BaseTrainer(Job):
             )
         with configuration(self.context.config):
             args = self.args
-            model_cls = declarations.resolve("model", self.MODEL)
-            self.model = configure(model_cls)
-            self.sequence_length = self._sequence_length()
+            self.model = configure(declarations.resolve("model", self.MODEL))
+            block_size = self.setting("architecture/block_size")
+            self.sequence_length = assembly.sequence_length(args.sequence_length, block_size)
             self.sharding = build_sharding(
                 self.model.sharding,
                 layout=args.layout,
@@ -233,19 +233,14 @@ class BaseTrainer(Job):
                 model=args.mesh_model,
                 devices=self.mesh_devices(),
             )
-            self.accumulate_steps, self.micro_rows = self._batch_geometry()
+            self.accumulate_steps, self.micro_rows = assembly.batch_geometry(
+                args.batch_size, args.micro_batch_size, self.sharding
+            )
             self.flywheel = self._build_flywheel()
-            schedule = self.schedule()
-            if schedule is not None:
-                self.lr_schedule = schedule.create(args.lr, args.steps)
-            else:
-                self.lr_schedule = optax.constant_schedule(args.lr)
+            self.lr_schedule = assembly.learning_rate_schedule(self.schedule(), args.lr, args.steps)
             self.init_key, self.dropout_key = keys.root_keys(args.seed)  # computed on the host: nothing to compile
             variables = abstract_variables(self.model, self.sharding, self.init_key, self.sequence_length)
-            parts = [clip_by_global_norm(args.grad_clip)] if args.grad_clip > 0 else []
-            optimizer = optax.chain(*parts, self.optimizer().create(self.lr_schedule))
-            # weight decay and Muon tell matrices from vectors by the parameters' logical axis names
-            tx = with_parameter_axes(optimizer, nn.get_partition_spec(variables)["params"])
+            tx = assembly.optimizer_chain(self.optimizer(), self.lr_schedule, args.grad_clip, variables)
             self.tx = self._restrict_optimizer(tx, nn.unbox(variables)["params"])
             self.evaluations = [_instantiate(declarations.resolve("evaluation", e)) for e in self.EVALUATION]
             self.analyses = [_instantiate(declarations.resolve("analysis", a)) for a in self.ANALYSIS]
@@ -273,42 +268,6 @@ class BaseTrainer(Job):
         """The devices the mesh spans: all devices of all processes (override to use fewer)."""
         return list(jax.devices())
 
-    def _sequence_length(self) -> int:
-        block = self.setting("architecture/block_size")
-        length = self.args.sequence_length or block
-        if not length:
-            raise ConfigError("the model has no architecture/block_size; set training/sequence_length")
-        if block and length > block:
-            raise ConfigError(
-                f"training/sequence_length={length} exceeds the model's architecture/block_size={block}; "
-                "lower the sequence length or raise the block size"
-            )
-        return int(length)
-
-    def _batch_geometry(self) -> tuple[int, int]:
-        args = self.args
-        if args.batch_size <= 0:
-            raise ConfigError(f"training/batch_size must be positive, got {args.batch_size}")
-        micro = args.micro_batch_size or args.batch_size
-        if micro <= 0 or args.batch_size % micro:
-            raise ConfigError(
-                f"training/batch_size={args.batch_size} is not divisible by training/micro_batch_size={micro}; "
-                "choose a micro batch that divides the global batch"
-            )
-        processes = self.sharding.feed_count
-        if args.batch_size % processes:
-            raise ConfigError(
-                f"training/batch_size={args.batch_size} cannot be split over {processes} processes; "
-                f"make it a multiple of {processes}"
-            )
-        data = self.sharding.data_size
-        if micro % data:
-            raise ConfigError(
-                f"the micro batch of {micro} rows cannot be split over {data} data-parallel devices; "
-                f"make training/micro_batch_size (or training/batch_size) a multiple of {data}"
-            )
-        return args.batch_size // micro, micro
-
     def _open_flywheel(self) -> Any:
         """The data loader, opened again if ``close()`` released it."""
         self.setup()
@@ -320,22 +279,17 @@ class BaseTrainer(Job):
     def _build_flywheel(self) -> Any:
         if not declarations.as_list(self.DATASET):
             return None
-        from theseus.training.flywheel import Flywheel
-
-        flywheel = Flywheel(
+        return assembly.open_flywheel(
             self.DATASET,
             root=self.context.root,
-            block_size=self.sequence_length,
-            batch_size=self.args.batch_size,  # global: each process materialises only its own rows
+            sequence_length=self.sequence_length,
+            batch_size=self.args.batch_size,
             seed=self.args.seed,
-            process_index=self.sharding.feed_index,
-            process_count=self.sharding.feed_count,
-            micro_batches=self.accumulate_steps,
+            sharding=self.sharding,
+            accumulate_steps=self.accumulate_steps,
+            vocab_size=self.setting("architecture/vocab_size"),
+            block_size=self.setting("architecture/block_size"),
         )
-        vocab = self.setting("architecture/vocab_size")
-        if vocab is not None:
-            flywheel.check_model(int(vocab), int(self.setting("architecture/block_size") or self.sequence_length))
-        return flywheel
 
     @property
     def batch_rows(self) -> int:
@@ -354,6 +308,14 @@ class BaseTrainer(Job):
     def learning_rate(self, step: int) -> float:
         """The learning rate of the update at ``step`` (0-based)."""
         return float(self.lr_schedule(step))
+
+    def dataset_names(self) -> list[str]:
+        """The prepared-folder names (``<root>/data/<name>``) DATASET samples from, in declaration order."""
+        from theseus.training.flywheel.strategy import strategy_of
+
+        if not declarations.as_list(self.DATASET):
+            return []
+        return [sampling.name for sampling in strategy_of(self.DATASET)]
 
     def tokenizer(self) -> Any:
         """The tokenizer of the training data (a byte tokenizer for custom batches)."""

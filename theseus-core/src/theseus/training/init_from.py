@@ -11,7 +11,6 @@ data must be tokenized with the source's tokenizer.
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,8 +67,9 @@ def open_source(spec: str, root: Path) -> InitSource:
 
 # -- a theseus run -----------------------------------------------------------------------------------
 def run_source(root: Path, name: str, step: int | None, spec: str) -> InitSource:
-    from theseus.runs.layout import CONFIG_FILE, PROVENANCE_FILE, checkpoint_steps, run_path, runs_dir, state_path
+    from theseus.runs.layout import CONFIG_FILE, checkpoint_steps, run_path, runs_dir, state_path
     from theseus.runs.params import restore_params
+    from theseus.runs.records import read_provenance
 
     folder = run_path(root, name)
     if not (folder / CONFIG_FILE).is_file():
@@ -85,7 +85,7 @@ def run_source(root: Path, name: str, step: int | None, spec: str) -> InitSource
     chosen = steps[-1] if step is None else step
     values = read_yaml(folder / CONFIG_FILE)
     keys = {k: v for k, v in values.items() if k.startswith("architecture/")}
-    record = json.loads((folder / PROVENANCE_FILE).read_text()) if (folder / PROVENANCE_FILE).is_file() else {}
+    record = read_provenance(folder)
     path = state_path(folder, chosen)
 
     def load(model: Any, abstract: Any, shardings: Any) -> Any:

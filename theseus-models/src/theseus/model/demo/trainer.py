@@ -19,7 +19,8 @@ from theseus.base.job import default_root
 from theseus.config import configuration, field
 from theseus.evaluation import Compression
 from theseus.model.models import Llama
-from theseus.tracking.runs import last_records, read_metrics
+from theseus.runs.records import read_metrics
+from theseus.tracking.runs import last_records
 from theseus.training.base import BaseTrainer
 from theseus.training.config import BaseTrainerConfig
 from theseus.training.flywheel.strategy import Sampling

@@ -9,7 +9,6 @@ A run directory ``<root>/runs/<name>/`` holds ``config.yaml`` (the resolved conf
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from theseus.errors import CheckpointError, ConfigError
 from theseus.model.models.transformer import TransformerLM
 from theseus.runs.layout import CONFIG_FILE, PROVENANCE_FILE, checkpoint_steps, run_names, runs_dir, state_path
 from theseus.runs.params import restore_params
+from theseus.runs.records import read_provenance
 
 
 @dataclass
@@ -192,11 +192,7 @@ def load_run(root: str | Path, name: str = "", *, step: int | None = None, token
     name = path.name
     chosen = checkpoint_step(path, step, name)
     values = read_yaml(path / CONFIG_FILE)
-    record_file = path / PROVENANCE_FILE
-    try:
-        provenance = json.loads(record_file.read_text()) if record_file.is_file() else {}
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{record_file} is unreadable ({exc}); train the run again") from exc
+    provenance = read_provenance(path)
     cls = model_class(provenance, name)
     config = Configuration(values)
     with configuration(config):
