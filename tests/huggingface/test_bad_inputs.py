@@ -59,14 +59,23 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "unknown-model-type": (
         edit_config(model_type="falcon"),
         # the example plugin's family is installed in the test environment too
-        "model_type 'falcon' is not supported; installed families: example_scaled_gpt, gpt2, llama, mistral, qwen2 "
-        "(a plugin adds one by registering an 'hf/<model_type>' component",
+        "model_type 'falcon' is not supported; installed families: example_scaled_gpt, gpt2, llama, mistral, qwen2, "
+        "qwen3 (a plugin adds one by registering an 'hf/<model_type>' component",
     ),
     "rope-yarn": (
         edit_config(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}),
         "rope_scaling.rope_type='yarn' is not supported",
     ),
     "activation": (edit_config(hidden_act="gelu_fast"), "hidden_act='gelu_fast' is not supported"),
+    "layer-types-length": (
+        edit_config(layer_types=["full_attention"] * 3),
+        "layer_types=['full_attention', 'full_attention', 'full_attention'] is not supported by theseus "
+        "(expected 2 of 'sliding_attention' / 'full_attention')",
+    ),
+    "layer-types-mixed": (
+        edit_config(sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+        "(windowed and full layers in one model; every layer must be alike)",
+    ),
     "tokenizer-vocab": (edit_config(vocab_size=200), "has 258 token ids but config.json's vocab_size is 200"),
 }
 

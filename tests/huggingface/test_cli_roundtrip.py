@@ -13,15 +13,26 @@ from tests.huggingface.conftest import hf_logits, read_json, save_model
 PROMPT = "def f(x):"
 
 
+#: Each family with what it adds; the windows (6) are shorter than the prompt and its 16 new tokens,
+#: so generation runs past them against the KV cache.
+FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "gpt2": ("gpt2", {}),
+    "llama": ("llama", {}),
+    "mistral-window": ("mistral", {"sliding_window": 6}),
+    "qwen3-window": ("qwen3", {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 0}),
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_import_generate_export_round_trip(family: str, tmp_path: Path, theseus: Any) -> None:
+@pytest.mark.parametrize("case", list(FAMILIES))
+def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: Any) -> None:
     import torch
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    family, overrides = FAMILIES[case]
     source = tmp_path / "source"
-    model = save_model(source, family, vocab_size=258)
+    model = save_model(source, family, vocab_size=258, **overrides)
     code, _, err = theseus("run", "hf/import", f"hf/source={source}", "run/name=imported")
     assert code == 0, err
     run = theseus.root / "runs" / "imported"
@@ -62,7 +73,9 @@ def test_import_generate_export_round_trip(family: str, tmp_path: Path, theseus:
     assert np.max(np.abs(hf_logits(reloaded.eval(), x) - hf_logits(model, x))) <= 1e-5
     exported_tok = AutoTokenizer.from_pretrained(out_dir)
     assert exported_tok(PROMPT).input_ids == hf_tok(PROMPT).input_ids
-    assert read_json(out_dir / "config.json")["model_type"] == family
+    exported = read_json(out_dir / "config.json")
+    assert exported["model_type"] == family
+    assert getattr(reloaded.config, "sliding_window", None) == overrides.get("sliding_window")
 
     # sharded, bfloat16: an index and several files that transformers reads back
     sharded = tmp_path / "sharded"

@@ -32,8 +32,21 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         {"tie_word_embeddings": True, "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}},
     ),
     "qwen2-biases": ("qwen2", {"tie_word_embeddings": True}),
-    "mistral-window": ("mistral", {"sliding_window": 512}),
+    # prompts of 12 tokens against windows of 5: the window changes the logits of the later tokens
+    "mistral-window": ("mistral", {"sliding_window": 5}),
+    "qwen2-window": ("qwen2", {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 0}),
+    "qwen3-qk-norm": ("qwen3", {}),
+    "qwen3-window": ("qwen3", {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 0}),
 }
+
+
+def full_attention_logits(prepared: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The imported model's logits with its window switched off (the same weights)."""
+    params = read_params(prepared)
+    logits, _ = prepared.model.clone(sliding_window=None).apply(
+        {"params": params}, jnp.asarray(ids), padding_mask=jnp.asarray(mask), deterministic=True
+    )
+    return np.asarray(logits)
 
 
 def ours(folder: Path, ids: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
@@ -54,13 +67,16 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     model = save_model(tmp_path, family, **overrides)
     ids = np.random.default_rng(1).integers(0, VOCAB, (2, 12))
     mask = np.ones_like(ids, dtype=bool)
-    if family == "gpt2":  # a left-padded batch: positions count real tokens only
-        mask[0, :4] = False
+    mask[0, :4] = False  # a left-padded row: positions count real tokens only
     got, prepared = ours(tmp_path, ids, mask)
     expected = hf_logits(model, ids, mask)
     assert np.max(np.abs(got - expected)[mask]) <= 1e-4
     arch = prepared.model.architecture
-    assert arch.tied_embeddings == bool(overrides.get("tie_word_embeddings", family == "gpt2"))
+    assert arch.sliding_window == overrides.get("sliding_window")
+    assert arch.qk_norm == (family == "qwen3")
+    if arch.sliding_window is not None:  # not a vacuous match: without the window the logits differ
+        assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
+    assert arch.tied_embeddings == bool(overrides.get("tie_word_embeddings", family in ("gpt2", "qwen3")))
     if family == "qwen2":
         assert (arch.qkv_bias, arch.out_bias, arch.ffn_bias) == (True, False, False)
     if "head_dim" in overrides:
@@ -72,6 +88,19 @@ def test_long_sequence_blocked_attention(tmp_path: Path) -> None:
     ids = np.random.default_rng(3).integers(0, VOCAB, (1, 264))
     got, _ = ours(tmp_path, ids)
     assert np.max(np.abs(got - hf_logits(model, ids))) <= 1e-4
+
+
+def test_long_sequence_blocked_attention_within_a_window(tmp_path: Path) -> None:
+    """300 tokens in query blocks of 128 against a window of 100: each block reads only the keys it can
+    see, and a left-padded row keeps transformers' index-based window."""
+    model = save_model(tmp_path, "mistral", sliding_window=100)
+    ids = np.random.default_rng(4).integers(0, VOCAB, (2, 300))
+    mask = np.ones_like(ids, dtype=bool)
+    mask[1, :40] = False
+    got, prepared = ours(tmp_path, ids, mask)
+    assert prepared.model.architecture.block_size == 512  # max_position_embeddings, not the window
+    assert np.max(np.abs(got - hf_logits(model, ids, mask))[mask]) <= 1e-4
+    assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
 
 
 def test_parameters_land_on_the_given_shardings(tmp_path: Path) -> None:

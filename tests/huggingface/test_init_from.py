@@ -11,7 +11,7 @@ import pytest
 
 from tests.huggingface.conftest import VOCAB, hf_logits, save_model
 from theseus.errors import ConfigError, DataError
-from theseus.model.models import GPT, Llama
+from theseus.model.models import GPT, Llama, Qwen3
 from theseus.training.base import BaseTrainer
 from theseus.training.init_from import InitSource, check_tokenizer
 
@@ -52,6 +52,10 @@ class FixedGPT(FixedLlama):
     MODEL = GPT
 
 
+class FixedQwen3(FixedLlama):
+    MODEL = Qwen3
+
+
 def train_losses(run: Path) -> dict[int, float]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return {int(r["step"]): float(r["loss"]) for r in records if r.get("split", "train") == "train" and "loss" in r}
@@ -64,9 +68,21 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> float:
 
 
 @pytest.mark.slow
-def test_fine_tune_from_hf_starts_at_transformers_loss(tmp_path: Path) -> None:
-    model = save_model(tmp_path / "hf", "llama", head_dim=16, tokenizer=False)
-    trainer = FixedLlama.create(tmp_path / "root", {**QUICK, "training/init_from": f"hf:{tmp_path / 'hf'}"}, name="ft")
+@pytest.mark.parametrize(
+    ("family", "trainer_class", "overrides"),
+    [
+        ("llama", FixedLlama, {"head_dim": 16}),
+        ("qwen3", FixedQwen3, {}),
+        ("mistral", FixedLlama, {"head_dim": 16, "sliding_window": 6}),  # sequences of 16 > the window
+    ],
+)
+def test_fine_tune_from_hf_starts_at_transformers_loss(
+    family: str, trainer_class: type[BaseTrainer], overrides: dict[str, Any], tmp_path: Path
+) -> None:
+    model = save_model(tmp_path / "hf", family, tokenizer=False, **overrides)
+    trainer = trainer_class.create(
+        tmp_path / "root", {**QUICK, "training/init_from": f"hf:{tmp_path / 'hf'}"}, name="ft"
+    )
     trainer.run()
     losses = train_losses(tmp_path / "root" / "runs" / "ft")
     batch = fixed_batch(2, 16, 0)

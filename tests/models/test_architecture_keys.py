@@ -99,7 +99,7 @@ def test_rope_scaling_matches_transformers(kind: str, extra: dict) -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"architecture/block_size": 64, "architecture/sliding_window": 32}, "architecture/sliding_window=32"),
+        ({"architecture/sliding_window": 0}, "architecture/sliding_window must be a positive integer or null"),
         ({"architecture/rope_scaling": "yarn"}, "unknown architecture/rope_scaling 'yarn'"),
         ({"architecture/head_dim": 0}, "architecture/head_dim must be a positive integer"),
         ({"architecture/n_embd": 30, "architecture/n_heads": 4}, "or set architecture/head_dim"),
@@ -112,5 +112,6 @@ def test_bad_switches_are_one_line_errors(values: dict, message: str) -> None:
     assert "\n" not in str(info.value)
 
 
-def test_sequences_within_the_sliding_window_work() -> None:
-    assert build(Llama, architecture__sliding_window=32).architecture.sliding_window == 32
+def test_sequences_longer_than_the_sliding_window_work() -> None:
+    model = build(Llama, architecture__sliding_window=32, architecture__block_size=64)
+    assert (model.architecture.sliding_window, model.architecture.block_size) == (32, 64)

@@ -15,7 +15,7 @@ from tests.models.conftest import build, random_params
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import Schema, configuration, configure
 from theseus.errors import ConfigError
-from theseus.model.models import GPT, Llama, TransformerLM, cross_entropy
+from theseus.model.models import GPT, Llama, Qwen3, TransformerLM, cross_entropy
 from theseus.registry import get_registry
 
 B, T = 3, 12
@@ -216,6 +216,36 @@ def test_preset_parameter_counts() -> None:
     assert 0.7e6 <= llama_tiny <= 1.2e6, llama_tiny
     llama_124m = count(Llama, **{"architecture/preset": "llama-124m", "architecture/vocab_size": 32000})
     assert 120e6 <= llama_124m <= 130e6, llama_124m
+
+
+def test_the_qwen3_preset_has_the_published_shape_and_count() -> None:
+    """qwen3-0.6b against transformers' Qwen3 built from Qwen3-0.6B's config.json fields (on the meta
+    device: shapes only): the same 596.0M parameters (440.5M without the embedding, as published)."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    values = {"architecture/preset": "qwen3-0.6b", "architecture/vocab_size": 151936}
+    with configuration(values):
+        arch = configure(Qwen3).architecture
+    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.d_ff) == (
+        28, 16, 8, 128, 1024, 3072
+    )  # fmt: skip
+    assert arch.tied_embeddings and arch.qk_norm
+    config = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=True,
+    )
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    expected = sum(p.numel() for p in reference.parameters())
+    assert count(Qwen3, **values) == expected == 596_049_920
+    assert expected - 151936 * 1024 == 440_467_456
 
 
 def test_explicit_keys_override_the_preset() -> None:

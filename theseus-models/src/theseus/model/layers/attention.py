@@ -11,6 +11,7 @@ from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require
+from theseus.model.layers.norms import RMSNorm
 from theseus.model.layers.rotary import RopeScaling, RotaryEmbedding
 from theseus.model.module import Module
 
@@ -56,6 +57,16 @@ def _cudnn_eligible(q: jax.Array) -> bool:
     )
 
 
+def window_mask(query_index: jax.Array, key_index: jax.Array, window: int | None) -> jax.Array:
+    """``[T, S]`` bool: query ``t`` (at sequence index ``query_index[t]``) may attend to key ``s``:
+    the key is not later and, with a ``window``, fewer than ``window`` places earlier (a token sees
+    itself and the ``window - 1`` tokens before it, as Mistral's and transformers' windows do)."""
+    causal = key_index[None, :] <= query_index[:, None]
+    if window is None:
+        return causal
+    return causal & (query_index[:, None] - key_index[None, :] < window)
+
+
 #: Causal attention over longer sequences is split into query blocks that skip the fully masked
 #: part of the score matrix; blocks are at least this long.
 MIN_CAUSAL_BLOCK = 128
@@ -63,25 +74,26 @@ MAX_CAUSAL_BLOCKS = 16
 
 
 def blocked_causal_attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array | None, block: int
+    q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array | None, block: int, window: int | None = None
 ) -> jax.Array:
-    """Causal attention computed per block of ``block`` queries against only the keys up to the
-    block's end, so the score matrix above the diagonal blocks is never formed (about half of it
-    for long sequences). ``key_mask``: bool ``[B, S]`` (True = real key), ``[B, 1, T, S]`` (a mask
-    per query, as packed rows have), or None."""
+    """Causal attention computed per block of ``block`` queries against only the keys the block can
+    see: up to the block's end, and with a ``window`` from ``window - 1`` places before its start, so
+    the score matrix outside the diagonal band is never formed (about half of it for long sequences,
+    all but ``window + block`` columns per block with a window). ``key_mask``: bool ``[B, S]``
+    (True = real key), ``[B, 1, T, S]`` (a mask per query, as packed rows have), or None."""
     steps = q.shape[1]
     outputs = []
     for start in range(0, steps, block):
         end = min(start + block, steps)
-        causal = jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]  # [block, end]
-        mask = causal[None, None]
+        first = 0 if window is None else max(0, start - window + 1)
+        allowed = window_mask(jnp.arange(start, end), jnp.arange(first, end), window)  # [block, end - first]
+        mask = allowed[None, None]
         if key_mask is not None and key_mask.ndim == 4:  # [B, 1, T, S]: per-query masks (packed rows)
-            mask = mask & key_mask[:, :, start:end, :end]
+            mask = mask & key_mask[:, :, start:end, first:end]
         elif key_mask is not None:
-            mask = mask & key_mask[:, None, None, :end]
-        outputs.append(
-            jax.nn.dot_product_attention(q[:, start:end], k[:, :end], v[:, :end], mask=mask, implementation="xla")
-        )
+            mask = mask & key_mask[:, None, None, first:end]
+        keys, values = k[:, first:end], v[:, first:end]
+        outputs.append(jax.nn.dot_product_attention(q[:, start:end], keys, values, mask=mask, implementation="xla"))
     return jnp.concatenate(outputs, axis=1)
 
 
@@ -93,12 +105,15 @@ def dot_product_attention(
     mask: jax.Array | None,
     is_causal: bool,
     implementation: str = "auto",
+    window: int | None = None,
 ) -> jax.Array:
     """``jax.nn.dot_product_attention`` with a backend choice.
 
     ``mask``: bool, broadcastable to ``[B, 1, T, S]`` (a key mask ``[B, 1, 1, S]``, or a mask per
-    query such as the segment mask of packed rows). ``"xla"`` works everywhere (the only option on CPU); causal
-    sequences of 256 or more are computed in query blocks (:func:`blocked_causal_attention`).
+    query such as the segment mask of packed rows). ``window`` (causal self-attention only): each
+    query sees itself and the ``window - 1`` keys before it (:func:`window_mask`). ``"xla"`` works
+    everywhere (the only option on CPU); causal sequences of 256 or more are computed in query
+    blocks (:func:`blocked_causal_attention`), which skip the keys outside a window.
     ``"cudnn"`` is the fused flash kernel on NVIDIA GPUs (bf16/f16). ``"auto"`` uses cuDNN when
     eligible (GPU, half precision, head_dim a multiple of 8 and at most 128) and falls back to XLA
     if cuDNN rejects the call while tracing.
@@ -108,13 +123,18 @@ def dot_product_attention(
             f"unknown architecture/attention_impl {implementation!r}; "
             f"choose one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
         )
+    if window is not None and not is_causal:
+        raise ValueError("a sliding window applies to causal self-attention only")
     use_cudnn = implementation == "cudnn" or (implementation == "auto" and _cudnn_eligible(q))
     if use_cudnn:
         cudnn_mask = mask
         if mask is not None:
             cudnn_mask = jnp.broadcast_to(mask, (q.shape[0], 1, q.shape[1], k.shape[1]))
         try:
-            return jax.nn.dot_product_attention(q, k, v, mask=cudnn_mask, is_causal=is_causal, implementation="cudnn")
+            local = None if window is None else (window - 1, 0)
+            return jax.nn.dot_product_attention(
+                q, k, v, mask=cudnn_mask, is_causal=is_causal, local_window_size=local, implementation="cudnn"
+            )
         except Exception:
             if implementation == "cudnn":
                 raise
@@ -127,7 +147,11 @@ def dot_product_attention(
             key_mask = jnp.broadcast_to(mask, (q.shape[0], 1, 1, steps))[:, 0, 0, :]
         else:
             key_mask = jnp.broadcast_to(mask, (q.shape[0], 1, steps, steps))
-        return blocked_causal_attention(q, k, v, key_mask, block)
+        return blocked_causal_attention(q, k, v, key_mask, block, window)
+    if window is not None:
+        allowed = window_mask(jnp.arange(steps), jnp.arange(k.shape[1]), window)[None, None]
+        mask = allowed if mask is None else mask & allowed
+        return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, implementation="xla")
 
 
@@ -146,6 +170,10 @@ class CausalSelfAttention(Module):
     ``out`` ``[heads, head_dim, embed]``; ``query_bias``/``key_bias``/``value_bias`` when ``use_bias``,
     ``out_bias`` when ``use_out_bias`` (``None``: same as ``use_bias``). ``head_dim`` (``None``:
     ``n_embd / n_heads``) may differ from the width divided by the heads, as in some Llama checkpoints.
+    ``qk_norm`` adds ``query_norm`` / ``key_norm`` (RMSNorm ``scale`` ``[head_dim]``, epsilon
+    ``norm_eps``) applied to each head's query and key before RoPE, as Qwen3 does.
+    ``sliding_window``: each token attends to itself and the ``sliding_window - 1`` tokens before it
+    (:func:`window_mask`), in training and against the KV cache.
 
     Call: ``attn(x, padding_mask=None, positions=None, deterministic=False, decode=False)``;
     ``x`` ``[B, T, E]``, ``padding_mask`` bool ``[B, T]`` (True = real token; padded keys are
@@ -176,12 +204,15 @@ class CausalSelfAttention(Module):
     rotary: bool = False
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling | None = None
+    sliding_window: int | None = None
+    qk_norm: bool = False
+    norm_eps: float = 1e-6
     init_std: float = INIT_STD
     out_std: float | None = None
 
     @classmethod
     def components(cls) -> list[type]:
-        return [RotaryEmbedding]
+        return [RotaryEmbedding, RMSNorm]
 
     @property
     def sharding(self) -> ShardingPlan:
@@ -283,8 +314,8 @@ class CausalSelfAttention(Module):
         cached_mask.value = jax.lax.dynamic_update_slice(cached_mask.value, step_mask, (0, start))
         index.value = start + steps
         query_slot = start + jnp.arange(steps, dtype=jnp.int32)
-        causal = jnp.arange(length, dtype=jnp.int32)[None, :] <= query_slot[:, None]  # [T, L]
-        mask = causal[None, None, :, :] & cached_mask.value[:, None, None, :]  # [B, 1, T, L]
+        visible = window_mask(query_slot, jnp.arange(length, dtype=jnp.int32), self.sliding_window)  # [T, L]
+        mask = visible[None, None, :, :] & cached_mask.value[:, None, None, :]  # [B, 1, T, L]
         return cached_k.value, cached_v.value, mask
 
     @nn.compact
@@ -305,6 +336,9 @@ class CausalSelfAttention(Module):
         q = self._project(x, "query", n_heads, head_dim, Axis.HEADS, deterministic)
         k = self._project(x, "key", n_kv, head_dim, Axis.KV_HEADS, deterministic)
         v = self._project(x, "value", n_kv, head_dim, Axis.KV_HEADS, deterministic)
+        if self.qk_norm:
+            q = child(self, RMSNorm, eps=self.norm_eps, name="query_norm")(q)
+            k = child(self, RMSNorm, eps=self.norm_eps, name="key_norm")(k)
         if self.rotary:
             rope = child(self, RotaryEmbedding, theta=self.rope_theta, scaling=self.rope_scaling, name="rotary")
             q, k = rope(q, positions), rope(k, positions)
@@ -315,7 +349,13 @@ class CausalSelfAttention(Module):
             y = dot_product_attention(q, keys, values, mask=mask, is_causal=False, implementation="xla")
         else:
             y = dot_product_attention(
-                q, k, v, mask=attention_mask(padding_mask), is_causal=True, implementation=self.attention_impl
+                q,
+                k,
+                v,
+                mask=attention_mask(padding_mask),
+                is_causal=True,
+                implementation=self.attention_impl,
+                window=self.sliding_window,
             )
         y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
 

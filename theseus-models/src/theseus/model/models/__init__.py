@@ -1,4 +1,4 @@
-"""Language models: ``GPT`` (GPT-2) and ``Llama`` (Llama-style), plus KV-cache decoding.
+"""Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style) and ``Qwen3``, plus KV-cache decoding.
 
 Both follow the trainer's call contract::
 
@@ -30,16 +30,19 @@ from theseus.model.models.block import Block
 from theseus.model.models.decoding import decode_step, init_cache
 from theseus.model.models.gpt import GPT, GPT_PRESETS
 from theseus.model.models.llama import LLAMA_PRESETS, Llama
+from theseus.model.models.qwen3 import QWEN3_PRESETS, Qwen3
 from theseus.model.models.transformer import TransformerLM, cross_entropy, token_positions
 
 __all__ = [
     "GPT",
     "GPT_PRESETS",
     "LLAMA_PRESETS",
+    "QWEN3_PRESETS",
     "Architecture",
     "Block",
     "Llama",
     "Preset",
+    "Qwen3",
     "TransformerLM",
     "cross_entropy",
     "decode_step",

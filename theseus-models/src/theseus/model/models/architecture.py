@@ -19,6 +19,7 @@ class Preset:
     n_heads: int
     n_embd: int
     n_kv_heads: int | None = None  # None: n_heads (multi-head attention)
+    head_dim: int | None = None  # None: n_embd / n_heads
     mlp_ratio: float = 4.0
     ffn_multiple: int = 1
     description: str = ""
@@ -32,7 +33,9 @@ class Architecture:
     ``attention_bias`` (query/key/value), ``attention_out_bias`` (attention output) and
     ``mlp_bias`` override it per projection when not ``None`` (read the resolved values from
     :attr:`qkv_bias`, :attr:`out_bias`, :attr:`ffn_bias`). ``explicit_head_dim`` sets the head
-    width when it is not ``n_embd / n_heads`` (read :attr:`head_dim`).
+    width when it is not ``n_embd / n_heads`` (read :attr:`head_dim`). ``qk_norm`` normalises each
+    head's query and key (RMSNorm over ``head_dim``) before RoPE. ``sliding_window``: every layer's
+    tokens attend to themselves and the ``sliding_window - 1`` tokens before them.
     """
 
     n_layers: int
@@ -59,6 +62,7 @@ class Architecture:
     rope_scaling: RopeScaling = RopeScaling()
     sliding_window: int | None = None
     vocab_multiple: int = 1
+    qk_norm: bool = False
 
     @property
     def padded_vocab_size(self) -> int:
@@ -148,17 +152,10 @@ class Architecture:
                 "change architecture/head_dim, architecture/n_embd or architecture/n_heads"
             )
         self.rope_scaling.validate()
-        if self.sliding_window is not None:
-            if not isinstance(self.sliding_window, int) or self.sliding_window < 1:
-                raise ConfigError(
-                    f"architecture/sliding_window must be a positive integer or null, got {self.sliding_window!r}"
-                )
-            if self.block_size > self.sliding_window:
-                raise ConfigError(
-                    f"architecture/block_size={self.block_size} exceeds architecture/sliding_window="
-                    f"{self.sliding_window}: windowed attention is not implemented, so sequences must fit the "
-                    f"window; set architecture/block_size={self.sliding_window} or less"
-                )
+        if self.sliding_window is not None and (not isinstance(self.sliding_window, int) or self.sliding_window < 1):
+            raise ConfigError(
+                f"architecture/sliding_window must be a positive integer or null, got {self.sliding_window!r}"
+            )
         check_activation(self.activation)
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"architecture/dropout must be in [0, 1), got {self.dropout}")

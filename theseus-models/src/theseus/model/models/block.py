@@ -66,6 +66,9 @@ class Block(Module):
             rotary=arch.rotary,
             rope_theta=arch.rope_theta,
             rope_scaling=arch.rope_scaling if arch.rope_scaling.kind != "none" else None,
+            sliding_window=arch.sliding_window,
+            qk_norm=arch.qk_norm,
+            norm_eps=arch.norm_eps,
             out_std=self.out_std,
         )
         self.mlp_norm = make_norm(self, arch)

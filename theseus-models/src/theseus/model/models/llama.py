@@ -54,7 +54,8 @@ class Llama(TransformerLM):
     query/key-value head ratio. ``architecture/rope_scaling`` (``none`` | ``linear`` | ``llama3``,
     with ``rope_factor``, ``rope_low_freq_factor``, ``rope_high_freq_factor``,
     ``rope_original_max_positions``) stretches the rotary frequencies as Llama 3.1 checkpoints do;
-    ``architecture/sliding_window`` records a Mistral window (``block_size`` may not exceed it).
+    ``architecture/sliding_window`` gives every layer a Mistral-style attention window (each token
+    sees itself and the ``sliding_window - 1`` tokens before it, in training and generation).
     See :class:`TransformerLM` for the keys and the call contract.
     """
 
@@ -86,7 +87,7 @@ class Llama(TransformerLM):
     sliding_window: int | None = field(
         "architecture/sliding_window",
         default=None,
-        help="attention window (Mistral); block_size may not exceed it (None: no window)",
+        help="attention window of every layer: a token sees itself and the window - 1 before it (None: no window)",
     )
 
     def _rope_theta(self) -> float:

@@ -3,7 +3,7 @@ the ``hf/llama``, ``hf/mistral`` and ``hf/qwen2`` families.
 
 The three share the tensor layout and most of ``config.json``; they differ in biases and the
 sliding window. transformers and theseus use the same half-split RoPE layout, so no query/key
-permutation is needed.
+permutation is needed. Qwen3 (``qwen3_hf``) builds on these.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from theseus.errors import ConfigError
 from theseus.model.huggingface.family import HFFamily, cannot, require, unsupported
 from theseus.model.huggingface.names import (
     TensorMap,
@@ -76,6 +77,51 @@ def rope_config(arch: Architecture) -> dict[str, Any]:
     return {"rope_parameters": rope, "rope_scaling": None if scaling.kind == "none" else rope}
 
 
+SLIDING, FULL = "sliding_attention", "full_attention"
+
+
+def layer_window(config: Mapping[str, Any], window: int | None, windowed_from: int | None = None) -> int | None:
+    """The one attention window of every layer: ``window`` where ``config.json``'s ``layer_types`` (or,
+    without them, layers ``windowed_from`` on) say ``sliding_attention``, None where all are full.
+
+    A mix of windowed and full layers is refused in one line (theseus gives every layer one window)."""
+    n_layers = int(require(config, "num_hidden_layers"))
+    types = config.get("layer_types")
+    if types is None:
+        start = 0 if windowed_from is None else windowed_from
+        types = [SLIDING if window is not None and i >= start else FULL for i in range(n_layers)]
+    types = list(types)
+    if len(types) != n_layers or not set(types) <= {SLIDING, FULL}:
+        raise unsupported("layer_types", types, f"expected {n_layers} of {SLIDING!r} / {FULL!r}")
+    if set(types) == {SLIDING, FULL}:
+        raise unsupported("layer_types", types, "windowed and full layers in one model; every layer must be alike")
+    if types[0] == FULL:
+        return None
+    if window is None:
+        raise ConfigError(
+            "config.json has sliding_attention layers but no sliding_window; the checkpoint is incomplete"
+        )
+    return window
+
+
+def qwen_window(config: Mapping[str, Any], window: int | None) -> int | None:
+    """Qwen's window: ``sliding_window`` where ``use_sliding_window``, on the layers from
+    ``max_window_layers`` on (or as ``layer_types`` say)."""
+    used = window if config.get("use_sliding_window", False) else None
+    return layer_window(config, used, config.get("max_window_layers"))
+
+
+def window_config(arch: Architecture) -> dict[str, Any]:
+    """Qwen's ``use_sliding_window`` / ``sliding_window`` / ``max_window_layers`` / ``layer_types``."""
+    window = arch.sliding_window
+    return {
+        "use_sliding_window": window is not None,
+        "sliding_window": window,
+        "max_window_layers": 0 if window is not None else arch.n_layers,
+        "layer_types": [SLIDING if window is not None else FULL] * arch.n_layers,
+    }
+
+
 def block_maps(arch: Architecture, layer: int) -> list[TensorMap]:
     """The tensors of one layer (``model.layers.<layer>.``)."""
     e, h, kv, d, f = arch.n_embd, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.d_ff
@@ -138,17 +184,16 @@ class LlamaFamily(HFFamily):
             **rope_keys(config),
             **self.bias_keys(config),
         }
-        block_size = int(config.get("max_position_embeddings", 2048))
         window = self.window(config)
         if self.windowed or window is not None:
             keys["architecture/sliding_window"] = window
-            if window is not None:
-                block_size = min(block_size, window)
-        keys["architecture/block_size"] = block_size
+        keys["architecture/block_size"] = int(config.get("max_position_embeddings", 2048))
         return keys
 
     #: Whether the family always has the ``sliding_window`` field (Mistral).
     windowed: ClassVar[bool] = False
+    #: Whether the family's checkpoints can hold an attention window.
+    holds_window: ClassVar[bool] = False
 
     def bias_keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
         bias = bool(config.get("attention_bias", False))
@@ -159,6 +204,10 @@ class LlamaFamily(HFFamily):
         }
 
     def window(self, config: Mapping[str, Any]) -> int | None:
+        """Every layer's attention window (:func:`layer_window`)."""
+        return layer_window(config, self.sliding_window(config))
+
+    def sliding_window(self, config: Mapping[str, Any]) -> int | None:
         window = config.get("sliding_window")
         return None if window is None else int(window)
 
@@ -176,6 +225,8 @@ class LlamaFamily(HFFamily):
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
         if arch.activation != "swiglu":
             raise cannot(self.model_type, f"architecture/activation={arch.activation}")
+        if arch.sliding_window is not None and not self.holds_window:
+            raise cannot(self.model_type, f"architecture/sliding_window={arch.sliding_window}")
         self.check_biases(arch)
         return {
             "hidden_size": arch.n_embd,
@@ -211,6 +262,7 @@ class MistralFamily(LlamaFamily):
     hf_class: ClassVar[str] = "MistralForCausalLM"
     fallback: ClassVar[bool] = False
     windowed: ClassVar[bool] = True
+    holds_window: ClassVar[bool] = True
 
     def describes(self, arch: Architecture) -> bool:
         return arch.sliding_window is not None and not arch.qkv_bias
@@ -232,6 +284,7 @@ class Qwen2Family(LlamaFamily):
     model_type: ClassVar[str] = "qwen2"
     hf_class: ClassVar[str] = "Qwen2ForCausalLM"
     fallback: ClassVar[bool] = False
+    holds_window: ClassVar[bool] = True
 
     def describes(self, arch: Architecture) -> bool:
         return arch.qkv_bias and not arch.out_bias and not arch.ffn_bias
@@ -244,14 +297,25 @@ class Qwen2Family(LlamaFamily):
         }
 
     def window(self, config: Mapping[str, Any]) -> int | None:
-        return super().window(config) if config.get("use_sliding_window", False) else None
+        return qwen_window(config, self.sliding_window(config))
 
     def check_biases(self, arch: Architecture) -> None:
         if not arch.qkv_bias or arch.out_bias or arch.ffn_bias:
             raise cannot(self.model_type, "these biases (it has query/key/value biases only)")
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:
-        return {"use_sliding_window": False, "sliding_window": None}
+        return window_config(arch)
 
 
-__all__ = ["LLAMA_CLASS", "LlamaFamily", "MistralFamily", "Qwen2Family", "block_maps", "rope_config", "rope_keys"]
+__all__ = [
+    "LLAMA_CLASS",
+    "LlamaFamily",
+    "MistralFamily",
+    "Qwen2Family",
+    "block_maps",
+    "layer_window",
+    "qwen_window",
+    "rope_config",
+    "rope_keys",
+    "window_config",
+]

@@ -201,6 +201,8 @@ class TransformerLM(Module):
     ROTARY: ClassVar[bool] = False
     TIED_EMBEDDINGS: ClassVar[bool] = True
     LEARNED_POSITIONS: ClassVar[bool] = True
+    #: Whether each head's query and key are RMS-normalised before RoPE (Qwen3).
+    QK_NORM: ClassVar[bool] = False
     #: The layer class repeated ``n_layers`` times; subclasses may set a ``Block`` subclass.
     BLOCK: ClassVar[type[Block]] = Block
 
@@ -330,10 +332,11 @@ class TransformerLM(Module):
             attention_bias=self.attention_bias,
             attention_out_bias=self.attention_out_bias,
             mlp_bias=self.mlp_bias,
-            explicit_head_dim=self.head_dim,
+            explicit_head_dim=self.head_dim if self.head_dim is not None else preset.head_dim,
             rope_scaling=self._rope_scaling(),
             sliding_window=self._sliding_window(),
             vocab_multiple=self.vocab_multiple,
+            qk_norm=self.QK_NORM,
         ).validate()
 
     @property

@@ -1,0 +1,62 @@
+"""Qwen3 checkpoints (``Qwen3ForCausalLM``) <-> theseus' ``Qwen3``: the ``hf/qwen3`` family.
+
+Llama's tensor layout plus ``self_attn.q_norm`` / ``k_norm`` per layer; ``attention_bias`` covers
+query, key, value and output as in Llama; the window fields are Qwen2's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from theseus.model.huggingface.family import cannot
+from theseus.model.huggingface.names import TensorMap, same
+from theseus.model.models.architecture import Architecture
+from theseus.model.models.llama_hf import LlamaFamily, qwen_window, window_config
+
+QWEN3_CLASS = "theseus.model.models.qwen3:Qwen3"
+
+
+class Qwen3Family(LlamaFamily):
+    """``model_type: qwen3`` (dense Qwen3)."""
+
+    model_type: ClassVar[str] = "qwen3"
+    hf_class: ClassVar[str] = "Qwen3ForCausalLM"
+    model_class: ClassVar[str] = QWEN3_CLASS
+    fallback: ClassVar[bool] = True
+    holds_window: ClassVar[bool] = True
+
+    def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        keys = super().keys(config)
+        keys["architecture/head_dim"] = int(config.get("head_dim", keys["architecture/head_dim"] or 0)) or None
+        return keys
+
+    def bias_keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        bias = bool(config.get("attention_bias", False))
+        return {
+            "architecture/attention_bias": bias,
+            "architecture/attention_out_bias": bias,
+            "architecture/mlp_bias": False,
+        }
+
+    def window(self, config: Mapping[str, Any]) -> int | None:
+        return qwen_window(config, self.sliding_window(config))
+
+    def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
+        maps = super().tensor_maps(arch)
+        for i in range(arch.n_layers):
+            hf, ours = f"model.layers.{i}.self_attn.", f"blocks_{i}"
+            maps.append(same(hf + "q_norm.weight", (ours, "attn", "query_norm", "scale"), (arch.head_dim,)))
+            maps.append(same(hf + "k_norm.weight", (ours, "attn", "key_norm", "scale"), (arch.head_dim,)))
+        return maps
+
+    def check_biases(self, arch: Architecture) -> None:
+        super().check_biases(arch)
+        if arch.ffn_bias:
+            raise cannot(self.model_type, "MLP biases")
+
+    def family_config(self, arch: Architecture) -> dict[str, Any]:
+        return {"attention_bias": arch.qkv_bias, "head_dim": arch.head_dim, **window_config(arch)}
+
+
+__all__ = ["QWEN3_CLASS", "Qwen3Family"]
