@@ -169,6 +169,8 @@ class LlamaFamily(HFFamily):
         n_heads = int(require(config, "num_attention_heads"))
         n_kv = config.get("num_key_value_heads")
         head_dim = config.get("head_dim")
+        if head_dim is None and n_embd % n_heads == 0:  # explicit, so that no preset's head width applies (Qwen3)
+            head_dim = n_embd // n_heads
         keys: dict[str, Any] = {
             "architecture/vocab_size": int(require(config, "vocab_size")),
             "architecture/n_layers": int(require(config, "num_hidden_layers")),
@@ -179,7 +181,7 @@ class LlamaFamily(HFFamily):
             "architecture/activation": "swiglu",
             "architecture/norm_eps": float(config.get("rms_norm_eps", 1e-6)),
             "architecture/tied_embeddings": bool(config.get("tie_word_embeddings", False)),
-            "architecture/head_dim": None if head_dim is None or int(head_dim) * n_heads == n_embd else int(head_dim),
+            "architecture/head_dim": None if head_dim is None else int(head_dim),
             "architecture/dropout": 0.0,
             **rope_keys(config),
             **self.bias_keys(config),

@@ -26,11 +26,6 @@ class Qwen3Family(LlamaFamily):
     fallback: ClassVar[bool] = True
     holds_window: ClassVar[bool] = True
 
-    def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        keys = super().keys(config)
-        keys["architecture/head_dim"] = int(config.get("head_dim", keys["architecture/head_dim"] or 0)) or None
-        return keys
-
     def bias_keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
         bias = bool(config.get("attention_bias", False))
         return {
