@@ -177,3 +177,11 @@ def test_muon_benchmark_times_both_muons_beside_adamw() -> None:
     assert list(result) == ["AdamW", muon_step.PER_PARAMETER, muon_step.BATCHED]
     assert result[muon_step.PER_PARAMETER][1] == 1.0
     assert all(ms > 0 and ratio > 0 for ms, ratio in result.values())
+
+
+def test_dpo_step_benchmark_times_every_update() -> None:
+    from benchmarks import dpo_step
+
+    times = dpo_step.measure(layers=1, width=32, block=64, rows=4, rounds=1)
+    assert set(times) == {"sft", "dpo copy", "dpo precomputed", "sft lora", "dpo lora"}
+    assert all(t > 0 for t in times.values())

@@ -188,6 +188,17 @@ class BaseTrainer(Job):
             cls, state, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
         )
 
+    @staticmethod
+    def loss_weight(batch: Batch) -> jax.Array:
+        """What one micro-batch weighs when accumulated gradients are averaged: its count of targets
+        (the loss is a mean per target). A loss that is a mean over something else (pairs) says so here."""
+        return steps.target_count(batch)
+
+    def step_options(self) -> dict[str, Any]:
+        """Static keyword arguments ``train_step`` and ``val_step`` receive besides ``sharding`` (settings
+        of the loss a subclass computes, e.g. a preference objective); hashable values only."""
+        return {}
+
     @classmethod
     def val_step(cls, state: TrainState, batch: Batch, *, sharding: TrainerSharding) -> tuple[Any, Any, dict[str, Any]]:
         """``(loss_sum, count, metadata)`` of one batch without dropout."""
@@ -354,6 +365,10 @@ class BaseTrainer(Job):
         arranged = {name: np.asarray(v).reshape((k, -1, *np.shape(v)[1:])) for name, v in host.items()}
         return self.sharding.put_batch(arranged, leading=1)
 
+    def device_eval_batch(self, host: Batch) -> dict[str, jax.Array]:
+        """Place a host batch of validation rows on the mesh (what ``val_step`` receives)."""
+        return self.sharding.put_batch(host)
+
     def step_key(self, step: int) -> jax.Array:
         """The dropout key of update ``step``: a pure function of (seed, step)."""
         return keys.step_key(self.dropout_key, step)
@@ -406,7 +421,7 @@ class BaseTrainer(Job):
         """``fn(state, device_batch, key) -> (state, loss, meta, grad_norm, lr)``, jitted, state donated."""
         self.setup()
         cls, sharding, shardings = type(self), self.sharding, self.state_shardings
-        options: dict[str, Any] = {"sharding": sharding}
+        options: dict[str, Any] = {"sharding": sharding, **self.step_options()}
         if self.args.skip_nonfinite:
             options["skip_nonfinite"] = True
         k = self.accumulate_steps
@@ -422,8 +437,8 @@ class BaseTrainer(Job):
 
     def val_step_fn(self) -> Any:
         self.setup()
-        cls, sharding = type(self), self.sharding
-        return self.compiled("val", lambda: jax.jit(functools.partial(cls.val_step, sharding=sharding)))
+        cls, sharding, options = type(self), self.sharding, self.step_options()
+        return self.compiled("val", lambda: jax.jit(functools.partial(cls.val_step, sharding=sharding, **options)))
 
     def trace_fn(self) -> Any:
         """``fn(state, device_batch, key)``: the trainer's ``trace`` under jit."""
@@ -451,7 +466,7 @@ class BaseTrainer(Job):
         sums: list[Any] = []
         for index in range(batches):
             host = self.host_batch(slice, position=index)
-            sums.append(fn(state, self.sharding.put_batch(host)))
+            sums.append(fn(state, self.device_eval_batch(host)))
         fetched = jax.device_get(sums)
         loss_sum = sum(float(np.asarray(s[0])) for s in fetched)
         count = sum(float(np.asarray(s[1])) for s in fetched)

@@ -66,8 +66,10 @@ def train_step(
 ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
     """One optimizer update from ``accumulate_steps`` micro-batches (leading batch axis).
 
-    Gradients of the micro-batches are averaged with weights proportional to their target
-    counts, so k micro-batches of b rows give the update of one batch of k*b rows.
+    ``cls`` gives ``forward`` (the loss) and ``loss_weight`` (what a micro-batch weighs: its target
+    count for token-mean losses, see :func:`target_count`). Gradients of the micro-batches are
+    averaged with weights proportional to ``loss_weight``, so k micro-batches of b rows give the
+    update of one batch of k*b rows.
     """
 
     def grads_of(params: Any, micro: Batch, micro_key: jax.Array) -> tuple[jax.Array, dict[str, Any], Any]:
@@ -83,7 +85,7 @@ def train_step(
             micro = jax.tree.map(lambda a: a[0], dict(batch))
             loss, meta, grads = grads_of(state.params, micro, jax.random.fold_in(key, 0))
         else:
-            counts = jax.vmap(target_count)(dict(batch)).astype(jnp.float32)
+            counts = jax.vmap(cls.loss_weight)(dict(batch)).astype(jnp.float32)
             total = jnp.sum(counts)
             weights = jnp.where(total > 0, counts / jnp.maximum(total, 1.0), 1.0 / accumulate_steps)
             keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(accumulate_steps))

@@ -17,7 +17,7 @@ FORMAT = "theseus-tokens"
 FORMAT_VERSION = 1
 HEADER_FILE = "header.json"
 INDEX_COLUMNS = 3  # start, length, prompt_length
-STYLES = ("pmd", "padded", "packed")
+STYLES = ("pmd", "padded", "packed", "pairs")
 
 
 def check_name(name: str) -> str:

@@ -67,7 +67,9 @@ class Flywheel:
     ``[len(rows), block_size]`` with ``y`` shifted by one token; ``y == -1`` marks targets that are
     not learned (padding, and prompts of instruction data); ``padding_mask`` is True on real tokens,
     or, when a source is read in ``"packed"`` style, int32 segment ids (0 = padding, 1, 2, ... = the
-    examples of a row; rows of other sources hold one segment).
+    examples of a row; rows of other sources hold one segment). A source read in ``"pairs"`` style
+    (the only source then) adds ``document``: the index of each row's document in its split, the key
+    of anything computed once per document (a preference run's reference log-probabilities).
     Every call returns fresh arrays, so callers may modify them. A background thread prepares the
     next ``prefetch`` steps of the split last asked for.
     """
@@ -101,6 +103,12 @@ class Flywheel:
         self.rates = self.rates / self.rates.sum()
         self._cumulative = np.cumsum(self.rates)
         self.sources = [self._open(s) for s in self.strategy]
+        if self.paired and len(self.sources) > 1:
+            names = ", ".join(repr(s.name) for s in self.sources)
+            raise DataError(
+                f"the 'pairs' style keeps both documents of a pair in one batch, so it reads one dataset alone; "
+                f"got {names}: train on one preference dataset"
+            )
         self._check_tokenizers()
         for source in self.sources:
             for split in source.prepared.splits:
@@ -149,6 +157,11 @@ class Flywheel:
     def packed(self) -> bool:
         """Whether a source is read in ``"packed"`` style: ``padding_mask`` then holds int32 segment ids."""
         return any(source.style == "packed" for source in self.sources)
+
+    @property
+    def paired(self) -> bool:
+        """Whether the source is read in ``"pairs"`` style: batches then carry ``document``."""
+        return any(source.style == "pairs" for source in self.sources)
 
     @property
     def eot_id(self) -> int:
@@ -204,11 +217,14 @@ class Flywheel:
         else:
             chosen = np.searchsorted(self._cumulative, rng.random(self.batch_size), side="right")
             owner = np.minimum(chosen, len(self.sources) - 1)[self.rows]
+        batch: Batch = {"x": x, "y": y, "padding_mask": mask}
         for i, source in enumerate(self.sources):
             picks = source.draw(rng, split, self.batch_size)[self.rows]
             local = np.flatnonzero(owner == i)
             source.fill(picks[local], local, split, x, y, mask)
-        return {"x": x, "y": y, "padding_mask": mask}
+            if source.style == "pairs":
+                batch["document"] = picks.astype(np.int32)
+        return batch
 
     def _schedule(self, step: int, split: str) -> None:
         executor = self._executor

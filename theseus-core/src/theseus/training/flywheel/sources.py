@@ -13,7 +13,10 @@ Styles:
 * ``"packed"``: a pick is a per-row seed; ``fill`` draws documents from it and places them one after
   the other into the row while they fit (``PACK_MISSES`` draws that do not fit end the row). The
   padding mask holds segment ids (1, 2, ... per example, 0 on padding) so that attention stays
-  within an example and positions restart per example.
+  within an example and positions restart per example;
+* ``"pairs"``: data prepared as pairs of documents (``2p``, ``2p + 1``: preference data's chosen and
+  rejected responses); rows ``2j`` and ``2j + 1`` hold the two documents of one drawn pair, each
+  padded (or cut) to ``block_size`` as in ``"padded"``. A pick is the document index.
 
 Targets that are not learned (prompts, non-assistant chat turns) are ``-1``: from the per-token
 mask stored with the tokens when the data has one, else from each document's prompt length.
@@ -46,7 +49,7 @@ PACK_MISSES = 16
 
 
 class Source:
-    """Rows from one prepared dataset, in ``"pmd"``, ``"padded"`` or ``"packed"`` style."""
+    """Rows from one prepared dataset, in ``"pmd"``, ``"padded"``, ``"packed"`` or ``"pairs"`` style."""
 
     def __init__(
         self,
@@ -100,6 +103,14 @@ class Source:
         learned = self.prepared.learned(split)
         if self.style == "packed":
             return _SplitView(tokens, index, learned)
+        if self.style == "pairs":
+            if index.shape[0] % 2:
+                raise DataError(
+                    f"split {split!r} of dataset {self.name!r} holds {index.shape[0]} documents, not pairs; the "
+                    "'pairs' style reads data prepared as pairs (dataset/preference), or prepare it again: "
+                    f"{self._fix()}"
+                )
+            return _SplitView(tokens, index, learned)
         longest = int(index[:, 1].max()) - 1  # a document of length L gives L - 1 (input, target) pairs
         if self.block_size > longest:
             raise DataError(
@@ -110,13 +121,17 @@ class Source:
         return _SplitView(tokens, index, learned)
 
     def draw(self, rng: np.random.Generator, split: str, count: int) -> np.ndarray:
-        """One pick per row of the global batch: a window start (``pmd``), a document (``padded``) or
-        a seed for the row's documents (``packed``)."""
+        """One pick per row of the global batch: a window start (``pmd``), a document (``padded``,
+        ``pairs``: the two documents of a pair in consecutive rows) or a seed for the row's documents
+        (``packed``)."""
         view = self.view(split)
         if self.style == "pmd":
             return rng.integers(0, view.tokens.size - self.block_size - 1, size=count, endpoint=True)
         if self.style == "packed":
             return rng.integers(0, np.iinfo(np.int64).max, size=count, dtype=np.int64)
+        if self.style == "pairs":
+            pairs = rng.integers(0, view.index.shape[0] // 2, size=(count + 1) // 2)
+            return (2 * pairs[:, None] + np.arange(2)).ravel()[:count]
         return rng.integers(0, view.index.shape[0], size=count)
 
     def fill(

@@ -8,9 +8,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from theseus.data.format import STYLES
 from theseus.errors import DataError, TheseusError
 
-STYLES = ("pmd", "padded", "packed")
 RATE_TOLERANCE = 1e-6
 
 
@@ -48,8 +48,9 @@ class Sampling:
 
     ``dataset`` is a dataset class (``FineWeb``) or a registered name (``"fineweb"``); the loader reads
     ``<root>/data/<name>/``. ``style`` is ``"pmd"`` (random windows of packed tokens), ``"padded"``
-    (one document per row) or ``"packed"`` (several whole documents per row, kept apart by segment
-    ids); ``None`` uses the style recorded when the data was prepared.
+    (one document per row), ``"packed"`` (several whole documents per row, kept apart by segment
+    ids) or ``"pairs"`` (the two documents of a preference pair in consecutive rows); ``None`` uses
+    the style recorded when the data was prepared.
     """
 
     dataset: Any

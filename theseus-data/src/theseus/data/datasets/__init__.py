@@ -14,6 +14,7 @@ Registered components (``theseus components --kind dataset``):
 * ``dataset/local`` -- :class:`LocalText`, local text / JSONL / parquet files
 * ``dataset/instructions`` -- :class:`Instructions`, prompt/response JSONL for the ``"padded"`` style
 * ``dataset/chat`` -- :class:`Chat`, conversations (``messages`` JSONL) learned on assistant turns
+* ``dataset/preference`` -- :class:`Preference`, prompt + chosen + rejected JSONL for the ``"pairs"`` style
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ _HOMES = {
     "FineWeb": "fineweb",
     "Instructions": "instructions",
     "LocalText": "local",
+    "Preference": "preference",
 }
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from theseus.data.datasets.fineweb import FineWeb
     from theseus.data.datasets.instructions import Instructions
     from theseus.data.datasets.local import LocalText
+    from theseus.data.datasets.preference import Preference
     from theseus.data.datasets.stdlib import PythonStdlib
 
 
@@ -61,6 +64,7 @@ __all__ = [
     "FineWeb",
     "Instructions",
     "LocalText",
+    "Preference",
     "PythonStdlib",
     "dataset_classes",
     "resolve_dataset",

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import optax
 
-from theseus.model.layers.lora import adapter_labels, is_adapter
+from theseus.model.layers.lora import SUFFIX_B, adapter_labels, is_adapter
 
 
 def has_adapters(params: Any) -> bool:
@@ -30,6 +30,17 @@ def freeze_base(params: Any) -> Any:
 def keep_base(new: Any, old: Any) -> Any:
     """``new`` adapters with ``old`` base parameters, so the base stays bit for bit what it was."""
     return jax.tree_util.tree_map_with_path(lambda p, n, o: n if is_adapter(p) else o, new, old)
+
+
+def switched_off(params: Any) -> Any:
+    """``params`` with every adapter's second factor zeroed: the model then computes its base exactly
+    (the reference of preference tuning with LoRA, without a second copy of the weights)."""
+
+    def off(path: Any, value: Any) -> Any:
+        name = str(getattr(path[-1], "key", path[-1])) if path else ""
+        return jax.numpy.zeros_like(value) if name.endswith(SUFFIX_B) else value
+
+    return jax.tree_util.tree_map_with_path(off, params)
 
 
 def prune(tree: Any) -> Any:
@@ -59,4 +70,13 @@ def tree_bytes(tree: Any) -> int:
     return sum(int(leaf.size) * leaf.dtype.itemsize for leaf in jax.tree.leaves(tree) if hasattr(leaf, "dtype"))
 
 
-__all__ = ["adapters_only", "freeze_base", "has_adapters", "keep_base", "overlay", "prune", "tree_bytes"]
+__all__ = [
+    "adapters_only",
+    "freeze_base",
+    "has_adapters",
+    "keep_base",
+    "overlay",
+    "prune",
+    "switched_off",
+    "tree_bytes",
+]

@@ -1,0 +1,270 @@
+"""``DPOTrainer``: preference tuning (DPO, IPO, SimPO) on pairs of responses, fully or with LoRA.
+
+The policy starts from ``training/init_from`` (else the model's own initialisation) and the
+reference is that same start, frozen. Where the reference log-probabilities come from:
+
+* with ``dpo/precompute_reference=true`` they are computed once, before the first update, for every
+  document of the data, and kept in the run folder (``reference/``; a resumed run reads them);
+* with LoRA (``model/lora/rank`` > 0) they come from the policy with its adapters switched off, in
+  the same compiled step: no second copy of the weights;
+* otherwise a frozen copy of the starting parameters computes them beside each step;
+* SimPO (``dpo/loss=simpo``) has no reference.
+
+Chosen and rejected responses run in one forward pass: a batch holds pairs in consecutive rows
+(the ``"pairs"`` style of ``dataset/preference``), so ``training/batch_size`` counts sequences, two
+per pair. Exports, LoRA checkpoints, resume and every sharding layout work as in ``SFTTrainer``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import click
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from theseus.config import field
+from theseus.errors import ConfigError, DataError
+from theseus.model.finetune import adapters
+from theseus.model.finetune.preference import LOSSES, Objective, preference_loss, sequence_logps
+from theseus.model.finetune.reference import (
+    REFERENCE_DIR,
+    compute_table,
+    load_table,
+    manifest,
+    reference_fn,
+    save_table,
+)
+from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
+from theseus.runs.layout import run_path
+from theseus.training import steps
+from theseus.training.base import Batch
+from theseus.training.flywheel.strategy import Sampling
+from theseus.training.sharding import TrainerSharding
+from theseus.training.state import TrainState
+
+
+@dataclass
+class DPOConfig(SFTConfig):
+    """The preference objective; the policy and the reference start from ``training/init_from``."""
+
+    beta: float = field("dpo/beta", default=0.1, above=0.0, help="strength of the preference against the reference")
+    loss: str = field("dpo/loss", default="sigmoid", choices=LOSSES, help="sigmoid (DPO) | ipo | simpo")
+    label_smoothing: float = field(
+        "dpo/label_smoothing",
+        default=0.0,
+        min=0.0,
+        below=0.5,
+        help="assumed share of flipped labels (conservative DPO)",
+    )
+    simpo_gamma: float = field("dpo/simpo_gamma", default=0.5, help="SimPO's target margin (gamma)")
+    precompute_reference: bool = field(
+        "dpo/precompute_reference",
+        default=False,
+        help="compute the reference log-probabilities once, before training, and keep them in the run folder",
+    )
+
+
+class PreferenceStep:
+    """What ``steps.train_step`` needs from a trainer, for a preference objective: ``forward`` returns
+    the preference loss (with TRL's metrics), and a micro-batch weighs its number of pairs."""
+
+    def __init__(self, objective: Objective) -> None:
+        self.objective = objective
+
+    def forward(
+        self,
+        state: TrainState,
+        params: Any,
+        batch: Batch,
+        key: jax.Array | None = None,
+        deterministic: bool = False,
+        intermediates: bool = False,
+    ) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]:
+        inputs = {"x": batch["x"], "padding_mask": batch.get("padding_mask")}
+        trained = adapters.freeze_base(params) if adapters.has_adapters(params) else params
+        logits, _, meta = steps.forward(
+            state, trained, inputs, key=key, deterministic=deterministic, intermediates=intermediates
+        )
+        logps, counts = sequence_logps(logits, batch["y"])
+        reference = None
+        if self.objective.reference == "adapters":
+            base = adapters.switched_off(params)
+            ref_logits, _, _ = steps.forward(state, base, inputs, deterministic=True)
+            reference = jax.lax.stop_gradient(sequence_logps(ref_logits, batch["y"])[0])
+        elif self.objective.reference == "batch":
+            reference = batch["reference_logps"]
+        loss, metrics = preference_loss(self.objective, logps, counts, reference)
+        return logits, loss, {**meta, **metrics}
+
+    @staticmethod
+    def loss_weight(batch: Batch) -> jax.Array:
+        return jnp.asarray(batch["x"].shape[0] // 2, jnp.float32)
+
+
+class DPOTrainer(SFTTrainer):
+    """Preference tuning on ``dataset/preference`` (pairs), from ``training/init_from``, optionally with LoRA.
+
+    Subclass it to change the model or the data, as with ``SFTTrainer``.
+    """
+
+    CONFIG: ClassVar[type] = DPOConfig
+    DATASET: ClassVar[Any] = Sampling("preference", 1.0, "pairs")
+
+    def __init__(self, context: Any) -> None:
+        super().__init__(context)
+        self._reference_params: Any = None
+        self._table: dict[str, np.ndarray] | None = None
+
+    # -- the objective -------------------------------------------------------------------------
+    @property
+    def objective(self) -> Objective:
+        args: DPOConfig = self.args
+        if args.loss == "simpo":
+            reference = "none"
+        elif self.lora_rank > 0 and not args.precompute_reference:
+            reference = "adapters"
+        else:
+            reference = "batch"
+        return Objective(args.loss, float(args.beta), float(args.label_smoothing), float(args.simpo_gamma), reference)
+
+    def step_options(self) -> dict[str, Any]:
+        return {"objective": self.objective}
+
+    def setup(self) -> None:
+        if self._ready:
+            return
+        super().setup()
+        if self.flywheel is not None and not self.flywheel.paired:
+            raise DataError(
+                f"{type(self).__qualname__} trains on preference pairs; read them in the 'pairs' style "
+                "(dataset=preference:1:pairs after data/tokenize data/dataset=preference)"
+            )
+        if self.micro_rows % 2:
+            raise ConfigError(
+                f"a micro batch of {self.micro_rows} rows splits a preference pair (2 rows: chosen, rejected); "
+                "make training/batch_size and training/micro_batch_size even"
+            )
+
+    @classmethod
+    def train_step(
+        cls,
+        state: TrainState,
+        batch: Batch,
+        key: jax.Array,
+        accumulate_steps: int,
+        *,
+        sharding: TrainerSharding,
+        skip_nonfinite: bool = False,
+        objective: Objective = Objective(),
+    ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
+        """One update of the preference loss; with adapters, the base passes through untouched."""
+        new, loss, meta, grad_norm = steps.train_step(
+            PreferenceStep(objective),
+            state,
+            batch,
+            key,
+            accumulate_steps,
+            sharding=sharding,
+            skip_nonfinite=skip_nonfinite,
+        )
+        if adapters.has_adapters(state.params):
+            new = new.replace(params=adapters.keep_base(new.params, state.params))
+        return new, loss, meta, grad_norm
+
+    @classmethod
+    def val_step(
+        cls, state: TrainState, batch: Batch, *, sharding: TrainerSharding, objective: Objective = Objective()
+    ) -> tuple[Any, Any, dict[str, Any]]:
+        """``(loss x pairs, pairs, metrics)`` of one batch of pairs, without dropout."""
+        with sharding.context():
+            _logits, loss, meta = PreferenceStep(objective).forward(state, state.params, batch, deterministic=True)
+        assert loss is not None
+        pairs = jnp.asarray(batch["x"].shape[0] // 2, jnp.float32)
+        return loss.astype(jnp.float32) * pairs, pairs, meta
+
+    def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
+        result = super().validate(state, batches, slice)
+        result["pairs"] = result.pop("tokens")
+        return result
+
+    # -- the reference -------------------------------------------------------------------------
+    def reference_params(self) -> Any:
+        """The frozen starting point: ``training/init_from`` (or the seeded initialisation), adapters off."""
+        return adapters.switched_off(self.init_state().params)
+
+    def _ensure_reference(self) -> None:
+        """Build what the reference needs once: the stored table or the frozen parameters."""
+        self.setup()
+        objective = self.objective
+        if objective.reference != "batch" or self._table is not None or self._reference_params is not None:
+            return
+        if self.args.precompute_reference:
+            self._table = self._precomputed()
+        else:
+            self._reference_params = self.reference_params()
+
+    def _precomputed(self) -> dict[str, np.ndarray]:
+        source = self._open_flywheel().sources[0]
+        splits = tuple(source.prepared.splits)
+        folder = run_path(self.context.root, self.run_name) / REFERENCE_DIR
+        description = manifest(source, splits, str(self.args.init_from))
+        table = load_table(folder, description)
+        if table is not None:
+            return table
+        begun = time.perf_counter()
+        documents = sum(description["documents"].values())
+        click.echo(f"reference: log-probabilities of {documents // 2} pairs ({', '.join(splits)})", err=True)
+        fn = self.compiled("reference", lambda: reference_fn(self.model, self.sharding, leading=False))
+        params = self.reference_params()
+        table = {split: compute_table(fn, params, source, split, self.eval_rows, self.sharding) for split in splits}
+        del params
+        if jax.process_index() == 0:
+            save_table(folder, table, description)
+        click.echo(f"reference: kept in {folder} ({time.perf_counter() - begun:.1f} s)", err=True)
+        return table
+
+    def host_batch(self, slice: str = "train", position: int | None = None) -> dict[str, np.ndarray]:
+        batch = super().host_batch(slice, position)
+        if self.args.precompute_reference and self.objective.reference == "batch":
+            self._ensure_reference()
+            assert self._table is not None
+            batch["reference_logps"] = self._table[slice][batch["document"]]
+        return batch
+
+    def _with_reference(self, batch: dict[str, jax.Array], *, leading: bool) -> dict[str, jax.Array]:
+        if self.objective.reference != "batch" or "reference_logps" in batch:
+            return batch
+        self._ensure_reference()
+        name = "reference_train" if leading else "reference_val"
+        fn = self.compiled(name, lambda: reference_fn(self.model, self.sharding, leading=leading))
+        return {**batch, "reference_logps": fn(self._reference_params, batch)}
+
+    def device_train_batch(self, host: Batch) -> dict[str, jax.Array]:
+        return self._with_reference(super().device_train_batch(host), leading=True)
+
+    def device_eval_batch(self, host: Batch) -> dict[str, jax.Array]:
+        return self._with_reference(super().device_eval_batch(host), leading=False)
+
+    def close(self) -> None:
+        """Release the data loader and the reference (built again when next needed)."""
+        super().close()
+        self._reference_params = None
+
+
+class GPTDPO(DPOTrainer):
+    """GPT (``model/gpt``) tuned on preference pairs (``dataset/preference``)."""
+
+    MODEL: ClassVar[Any] = "gpt"
+
+
+class LlamaDPO(DPOTrainer):
+    """The Llama-style model (``model/llama``) tuned on preference pairs (``dataset/preference``)."""
+
+    MODEL: ClassVar[Any] = "llama"
+
+
+__all__ = ["GPTDPO", "DPOConfig", "DPOTrainer", "LlamaDPO", "PreferenceStep"]
