@@ -198,3 +198,11 @@ def test_bad_dpo_settings_are_one_line_errors(
     code = call_cli(["run", "gpt/train/dpo", "--root", str(root), *cli_settings({**TINY_DPO, **overrides})])
     line = error_line(capsys.readouterr().err)
     assert code == 2 and message in line, line
+
+
+def test_responses_cut_by_the_row_length_are_reported(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    GPTDPO.create(root, {**TINY_DPO, "training/sequence_length": 16, "run/name": "cut"}).setup()
+    err = capsys.readouterr().err
+    assert "note: 112 of 112 training responses are longer than training/sequence_length=16 and are cut" in err
+    GPTDPO.create(root, {**TINY_DPO, "run/name": "whole"}).setup()
+    assert "are cut" not in capsys.readouterr().err

@@ -143,10 +143,24 @@ class DPOTrainer(SFTTrainer):
                 f"{type(self).__qualname__} trains on preference pairs; read them in the 'pairs' style "
                 "(dataset=preference:1:pairs after data/tokenize data/dataset=preference)"
             )
+        if self.flywheel is not None:
+            self._report_cut_pairs()
         if self.micro_rows % 2:
             raise ConfigError(
                 f"a micro batch of {self.micro_rows} rows splits a preference pair (2 rows: chosen, rejected); "
                 "make training/batch_size and training/micro_batch_size even"
+            )
+
+    def _report_cut_pairs(self) -> None:
+        """Say how many responses the row length cuts (their tail is then not compared)."""
+        source = self.flywheel.sources[0]
+        index = source.view("train").index
+        cut = int(np.count_nonzero(index[:, 1] > source.block_size + 1))
+        if cut and jax.process_index() == 0:
+            click.echo(
+                f"note: {cut} of {index.shape[0]} training responses are longer than training/sequence_length="
+                f"{source.block_size} and are cut; raise it (and architecture/block_size) to compare them whole",
+                err=True,
             )
 
     @classmethod
