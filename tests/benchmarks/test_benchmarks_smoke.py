@@ -185,3 +185,11 @@ def test_dpo_step_benchmark_times_every_update() -> None:
     times = dpo_step.measure(layers=1, width=32, block=64, rows=4, rounds=1)
     assert set(times) == {"sft", "dpo copy", "dpo precomputed", "sft lora", "dpo lora"}
     assert all(t > 0 for t in times.values())
+
+
+def test_sliding_window_benchmark_times_both_masks() -> None:
+    from benchmarks import sliding_window
+
+    found = sliding_window.measure(width=32, heads=2, seq=256, window=32, rounds=1)
+    for kind in ("attention", "block"):
+        assert found[f"{kind} full"] > 0 and found[f"{kind} window"] > 0 and found[f"{kind} ratio"] > 0
