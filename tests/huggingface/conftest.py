@@ -36,7 +36,7 @@ def make_tokenizer(folder: Path, *, bos: bool) -> None:
 
 
 def hf_config(family: str, **overrides: Any) -> Any:
-    from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+    from transformers import GPT2Config, LlamaConfig, MistralConfig, Olmo2Config, Qwen2Config, Qwen3Config
 
     if family == "gpt2":
         values = {"vocab_size": VOCAB, "n_positions": 320, "n_embd": 32, "n_layer": 2, "n_head": 4}
@@ -54,7 +54,13 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "eos_token_id": 256,
         "rms_norm_eps": 1e-6,
     }
-    classes = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
+    classes = {
+        "llama": LlamaConfig,
+        "mistral": MistralConfig,
+        "qwen2": Qwen2Config,
+        "qwen3": Qwen3Config,
+        "olmo2": Olmo2Config,
+    }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
     return classes[family](**{**common, **overrides})

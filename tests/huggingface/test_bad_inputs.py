@@ -59,8 +59,8 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "unknown-model-type": (
         edit_config(model_type="falcon"),
         # the example plugin's family is installed in the test environment too
-        "model_type 'falcon' is not supported; installed families: example_scaled_gpt, gpt2, llama, mistral, qwen2, "
-        "qwen3 (a plugin adds one by registering an 'hf/<model_type>' component",
+        "model_type 'falcon' is not supported; installed families: example_scaled_gpt, gpt2, llama, mistral, olmo2, "
+        "qwen2, qwen3 (a plugin adds one by registering an 'hf/<model_type>' component",
     ),
     "rope-yarn": (
         edit_config(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}),

@@ -20,6 +20,7 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "llama": ("llama", {}),
     "mistral-window": ("mistral", {"sliding_window": 6}),
     "qwen3-window": ("qwen3", {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 0}),
+    "olmo2": ("olmo2", {}),
 }
 
 

@@ -39,6 +39,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # head_dim = hidden_size / heads: the import still sets it, so the Qwen3 preset's own width never applies
     "qwen3-width-heads": ("qwen3", {"head_dim": 8}),
     "qwen3-window": ("qwen3", {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 0}),
+    # norms after each branch, q/k RMSNorm over the whole projection (GQA: 4 query, 2 key heads)
+    "olmo2": ("olmo2", {}),
+    "olmo2-tied-bias": ("olmo2", {"tie_word_embeddings": True, "attention_bias": True}),
 }
 
 
@@ -75,7 +78,10 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     assert np.max(np.abs(got - expected)[mask]) <= 1e-4
     arch = prepared.model.architecture
     assert arch.sliding_window == overrides.get("sliding_window")
-    assert arch.qk_norm == (family == "qwen3")
+    assert arch.qk_norm == (family in ("qwen3", "olmo2"))
+    assert (arch.qk_norm_span, arch.norm_placement) == (
+        ("projection", "post") if family == "olmo2" else ("head", "pre")
+    )
     if arch.sliding_window is not None:  # not a vacuous match: without the window the logits differ
         assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
     assert arch.tied_embeddings == bool(overrides.get("tie_word_embeddings", family in ("gpt2", "qwen3")))

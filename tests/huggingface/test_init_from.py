@@ -11,7 +11,7 @@ import pytest
 
 from tests.huggingface.conftest import VOCAB, hf_logits, save_model
 from theseus.errors import ConfigError, DataError
-from theseus.model.models import GPT, Llama, Qwen3
+from theseus.model.models import GPT, Llama, OLMo2, Qwen3
 from theseus.training.base import BaseTrainer
 from theseus.training.init_from import InitSource, check_tokenizer
 
@@ -56,6 +56,10 @@ class FixedQwen3(FixedLlama):
     MODEL = Qwen3
 
 
+class FixedOLMo2(FixedLlama):
+    MODEL = OLMo2
+
+
 def train_losses(run: Path) -> dict[int, float]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return {int(r["step"]): float(r["loss"]) for r in records if r.get("split", "train") == "train" and "loss" in r}
@@ -73,6 +77,7 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> float:
     [
         ("llama", FixedLlama, {"head_dim": 16}),
         ("qwen3", FixedQwen3, {}),
+        ("olmo2", FixedOLMo2, {"head_dim": 16}),
         ("mistral", FixedLlama, {"head_dim": 16, "sliding_window": 6}),  # sequences of 16 > the window
     ],
 )

@@ -15,7 +15,7 @@ from tests.models.conftest import build, random_params
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import Schema, configuration, configure
 from theseus.errors import ConfigError
-from theseus.model.models import GPT, Llama, Qwen3, TransformerLM, cross_entropy
+from theseus.model.models import GPT, Llama, OLMo2, Qwen3, TransformerLM, cross_entropy
 from theseus.registry import get_registry
 
 B, T = 3, 12
@@ -246,6 +246,33 @@ def test_the_qwen3_preset_has_the_published_shape_and_count() -> None:
     expected = sum(p.numel() for p in reference.parameters())
     assert count(Qwen3, **values) == expected == 596_049_920
     assert expected - 151936 * 1024 == 440_467_456
+
+
+def test_the_olmo2_preset_has_the_published_shape_and_count() -> None:
+    """olmo2-1b against transformers' OLMo 2 built from OLMo-2-0425-1B's config.json fields (meta device)."""
+    import torch
+    from transformers import AutoModelForCausalLM, Olmo2Config
+
+    values = {"architecture/preset": "olmo2-1b", "architecture/vocab_size": 100352}
+    with configuration(values):
+        arch = configure(OLMo2).architecture
+    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.d_ff) == (
+        16, 16, 16, 128, 2048, 8192
+    )  # fmt: skip
+    assert not arch.tied_embeddings and (arch.qk_norm_span, arch.norm_placement) == ("projection", "post")
+    config = Olmo2Config(
+        vocab_size=100352,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        tie_word_embeddings=False,
+    )
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    expected = sum(p.numel() for p in reference.parameters())
+    assert count(OLMo2, **values) == expected == 1_484_916_736
 
 
 def test_explicit_keys_override_the_preset() -> None:

@@ -171,7 +171,9 @@ class CausalSelfAttention(Module):
     ``out_bias`` when ``use_out_bias`` (``None``: same as ``use_bias``). ``head_dim`` (``None``:
     ``n_embd / n_heads``) may differ from the width divided by the heads, as in some Llama checkpoints.
     ``qk_norm`` adds ``query_norm`` / ``key_norm`` (RMSNorm ``scale`` ``[head_dim]``, epsilon
-    ``norm_eps``) applied to each head's query and key before RoPE, as Qwen3 does.
+    ``norm_eps``) applied to each head's query and key before RoPE, as Qwen3 does; with
+    ``qk_norm_span="projection"`` each norm spans the whole projection (``scale``
+    ``[heads * head_dim]``), as OLMo 2 does.
     ``sliding_window``: each token attends to itself and the ``sliding_window - 1`` tokens before it
     (:func:`window_mask`), in training and against the KV cache.
 
@@ -206,6 +208,7 @@ class CausalSelfAttention(Module):
     rope_scaling: RopeScaling | None = None
     sliding_window: int | None = None
     qk_norm: bool = False
+    qk_norm_span: str = "head"
     norm_eps: float = 1e-6
     init_std: float = INIT_STD
     out_std: float | None = None
@@ -318,6 +321,15 @@ class CausalSelfAttention(Module):
         mask = visible[None, None, :, :] & cached_mask.value[:, None, None, :]  # [B, 1, T, L]
         return cached_k.value, cached_v.value, mask
 
+    def _qk_norm(self, x: jax.Array, name: str) -> jax.Array:
+        """RMSNorm of each head (``qk_norm_span="head"``) or of the whole projection."""
+        norm = child(self, RMSNorm, eps=self.norm_eps, name=name)
+        if self.qk_norm_span == "head":
+            return norm(x)
+        if self.qk_norm_span != "projection":
+            raise ConfigError(f"qk_norm_span must be 'head' or 'projection', got {self.qk_norm_span!r}")
+        return norm(x.reshape(*x.shape[:-2], -1)).reshape(x.shape)
+
     @nn.compact
     def __call__(
         self,
@@ -337,8 +349,8 @@ class CausalSelfAttention(Module):
         k = self._project(x, "key", n_kv, head_dim, Axis.KV_HEADS, deterministic)
         v = self._project(x, "value", n_kv, head_dim, Axis.KV_HEADS, deterministic)
         if self.qk_norm:
-            q = child(self, RMSNorm, eps=self.norm_eps, name="query_norm")(q)
-            k = child(self, RMSNorm, eps=self.norm_eps, name="key_norm")(k)
+            q = self._qk_norm(q, "query_norm")
+            k = self._qk_norm(k, "key_norm")
         if self.rotary:
             rope = child(self, RotaryEmbedding, theta=self.rope_theta, scaling=self.rope_scaling, name="rotary")
             q, k = rope(q, positions), rope(k, positions)

@@ -1,4 +1,4 @@
-"""Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style) and ``Qwen3``, plus KV-cache decoding.
+"""Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3`` and ``OLMo2``, plus KV-cache decoding.
 
 Both follow the trainer's call contract::
 
@@ -30,6 +30,7 @@ from theseus.model.models.block import Block
 from theseus.model.models.decoding import decode_step, init_cache
 from theseus.model.models.gpt import GPT, GPT_PRESETS
 from theseus.model.models.llama import LLAMA_PRESETS, Llama
+from theseus.model.models.olmo2 import OLMO2_PRESETS, OLMo2
 from theseus.model.models.qwen3 import QWEN3_PRESETS, Qwen3
 from theseus.model.models.transformer import TransformerLM, cross_entropy, token_positions
 
@@ -37,10 +38,12 @@ __all__ = [
     "GPT",
     "GPT_PRESETS",
     "LLAMA_PRESETS",
+    "OLMO2_PRESETS",
     "QWEN3_PRESETS",
     "Architecture",
     "Block",
     "Llama",
+    "OLMo2",
     "Preset",
     "Qwen3",
     "TransformerLM",

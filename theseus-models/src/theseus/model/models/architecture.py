@@ -36,6 +36,9 @@ class Architecture:
     width when it is not ``n_embd / n_heads`` (read :attr:`head_dim`). ``qk_norm`` normalises each
     head's query and key (RMSNorm over ``head_dim``) before RoPE. ``sliding_window``: every layer's
     tokens attend to themselves and the ``sliding_window - 1`` tokens before them.
+    ``qk_norm_span="projection"`` normalises the whole query and key projections instead of each
+    head (OLMo 2). ``norm_placement="post"`` normalises each branch's output before the residual
+    sum instead of its input (``x + norm(attn(x))``, OLMo 2).
     """
 
     n_layers: int
@@ -63,6 +66,8 @@ class Architecture:
     sliding_window: int | None = None
     vocab_multiple: int = 1
     qk_norm: bool = False
+    qk_norm_span: str = "head"
+    norm_placement: str = "pre"
 
     @property
     def padded_vocab_size(self) -> int:
@@ -157,6 +162,11 @@ class Architecture:
                 f"architecture/sliding_window must be a positive integer or null, got {self.sliding_window!r}"
             )
         check_activation(self.activation)
+        if self.qk_norm_span not in ("head", "projection") or self.norm_placement not in ("pre", "post"):
+            raise ConfigError(
+                f"qk_norm_span {self.qk_norm_span!r} / norm_placement {self.norm_placement!r}: "
+                "use 'head' or 'projection' / 'pre' or 'post'"
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"architecture/dropout must be in [0, 1), got {self.dropout}")
         if self.attention_impl not in ATTENTION_IMPLEMENTATIONS:

@@ -1,4 +1,5 @@
-"""``Block``: one pre-norm transformer layer (attention + MLP, each on a residual branch)."""
+"""``Block``: one transformer layer (attention + MLP, each on a residual branch, normalised before
+or after the branch)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def make_norm(parent: Module, arch: Architecture, name: str | None = None) -> La
 
 
 class Block(Module):
-    """``x + attn(attn_norm(x))`` then ``x + mlp(mlp_norm(x))``.
+    """``x + attn(attn_norm(x))`` then ``x + mlp(mlp_norm(x))``; with the architecture's
+    ``norm_placement="post"``: ``x + attn_norm(attn(x))`` then ``x + mlp_norm(mlp(x))``.
 
     Takes its sizes from ``architecture`` (the model resolves presets and keys once) and
     passes them to its children; ``out_std`` initialises the residual output projections.
@@ -68,6 +70,7 @@ class Block(Module):
             rope_scaling=arch.rope_scaling if arch.rope_scaling.kind != "none" else None,
             sliding_window=arch.sliding_window,
             qk_norm=arch.qk_norm,
+            qk_norm_span=arch.qk_norm_span,
             norm_eps=arch.norm_eps,
             out_std=self.out_std,
         )
@@ -96,6 +99,10 @@ class Block(Module):
         deterministic: bool = False,
         decode: bool = False,
     ) -> jax.Array:
-        x = x + self.attn(self.attn_norm(x), padding_mask, positions, deterministic, decode)
-        x = x + self.mlp(self.mlp_norm(x), deterministic)
+        if self.arch.norm_placement == "post":
+            x = x + self.attn_norm(self.attn(x, padding_mask, positions, deterministic, decode))
+            x = x + self.mlp_norm(self.mlp(x, deterministic))
+        else:
+            x = x + self.attn(self.attn_norm(x), padding_mask, positions, deterministic, decode)
+            x = x + self.mlp(self.mlp_norm(x), deterministic)
         return constrain(x, ACTIVATION_AXES)

@@ -203,6 +203,10 @@ class TransformerLM(Module):
     LEARNED_POSITIONS: ClassVar[bool] = True
     #: Whether each head's query and key are RMS-normalised before RoPE (Qwen3).
     QK_NORM: ClassVar[bool] = False
+    #: What one query/key norm spans: "head" (Qwen3) or the whole "projection" (OLMo 2).
+    QK_NORM_SPAN: ClassVar[str] = "head"
+    #: "pre": each branch's input is normalised; "post": its output, before the residual sum (OLMo 2).
+    NORM_PLACEMENT: ClassVar[str] = "pre"
     #: The layer class repeated ``n_layers`` times; subclasses may set a ``Block`` subclass.
     BLOCK: ClassVar[type[Block]] = Block
 
@@ -337,6 +341,8 @@ class TransformerLM(Module):
             sliding_window=self._sliding_window(),
             vocab_multiple=self.vocab_multiple,
             qk_norm=self.QK_NORM,
+            qk_norm_span=self.QK_NORM_SPAN,
+            norm_placement=self.NORM_PLACEMENT,
         ).validate()
 
     @property
