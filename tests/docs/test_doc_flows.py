@@ -36,6 +36,7 @@ from tests.tracking.readers import jsonl_scalars, tensorboard_scalars, wandb_off
 #: The flows this module runs, by page; ``test_every_flow_runs_and_every_page_is_considered`` checks
 #: that they are exactly the flows marked in the docs.
 RUN = {
+    "docs/evaluation.md": {"harness"},
     "docs/fine-tuning.md": {"gpt2", "llama", "preference"},
     "docs/huggingface.md": {"local-folder"},
     "docs/tracking.md": {"runs"},
@@ -217,6 +218,25 @@ def theseus_logits(root: Path, run: str, ids: np.ndarray) -> np.ndarray:
     loaded = load_run(root, run)
     logits, _ = loaded.model.apply({"params": loaded.params}, jnp.asarray(ids), deterministic=True)
     return np.asarray(logits, dtype=np.float32)
+
+
+# --- docs/evaluation.md --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_evaluation_harness_flow(tmp_path: Path) -> None:
+    pytest.importorskip("lm_eval")
+    shell = Shell.create(tmp_path / "work", HF_DATASETS_CACHE=str(tmp_path / "datasets"))
+    shell.run(flows("docs/evaluation.md")["harness"])
+    run = shell.root / "runs" / "small"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (logged,) = [r for r in records if r["split"] == "eval"]
+    assert logged["step"] == 20 and logged["harness/capitals/samples"] == 4 and "perplexity/loss" in logged
+    results = json.loads((shell.cwd / "results.json").read_text())
+    assert results["results"]["capitals"]["acc,none"] == pytest.approx(logged["harness/capitals/acc"])
+    assert results["config"]["model_args"] == {"run": "small", "step": 20}
+    table = shell.result("theseus run eval/harness").stdout
+    assert "|capitals|" in table and "acc_norm" in table
 
 
 # --- docs/fine-tuning.md -------------------------------------------------------------------------

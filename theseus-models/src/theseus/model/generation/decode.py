@@ -31,11 +31,12 @@ class Completion:
     stopped: bool
 
 
-def left_pad(prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Token prompts as int32 ``[B, P]`` padded on the left, and the bool mask of real tokens."""
+def left_pad(prompts: Sequence[Sequence[int]], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Token prompts as int32 ``[B, P]`` padded on the left, and the bool mask of real tokens;
+    ``P`` is the longest prompt, or ``width`` when that is longer (fewer shapes to compile)."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ConfigError("every prompt needs at least one token (an empty text can start with end-of-text)")
-    width = max(len(p) for p in prompts)
+    width = max(max(len(p) for p in prompts), width or 0)
     ids = np.zeros((len(prompts), width), np.int32)
     mask = np.zeros((len(prompts), width), bool)
     for row, prompt in enumerate(prompts):
@@ -114,15 +115,17 @@ def generate_tokens(
     sampling: SamplingParams | None = None,
     seed: int = 0,
     eot_id: int | None = None,
+    width: int | None = None,
 ) -> list[Completion]:
     """Continue each token prompt by up to ``max_new_tokens`` tokens drawn with ``sampling``
     (default: temperature 1, no filtering), using the KV cache.
 
     A row stops at ``eot_id`` (not included in its tokens); generation ends when every row has
-    stopped. The result is a pure function of (params, prompts, sampling, seed).
+    stopped. The result is a pure function of (params, prompts, sampling, seed). ``width`` pads the
+    prompts to at least that many positions, so that batches of different lengths share a compile.
     """
     sampling = sampling or SamplingParams()
-    ids, mask = left_pad(prompts)
+    ids, mask = left_pad(prompts, width)
     check_fits(model, ids.shape[1], max_new_tokens)
     eot = jnp.int32(-1 if eot_id is None else eot_id)
     out, _ = _sample(

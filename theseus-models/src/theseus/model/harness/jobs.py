@@ -1,0 +1,116 @@
+"""The ``eval/harness`` job: a run's checkpoint on lm-evaluation-harness tasks, in process.
+
+theseus run eval/harness eval/run=NAME eval/tasks=hellaswag,arc_easy eval/limit=100
+theseus run eval/harness eval/run=NAME@2000 eval/tasks=my_task eval/include_path=tasks/ eval/out=out.json
+
+It writes lm-eval's results JSON (and ``samples_<task>.jsonl`` with ``eval/log_samples=true``) and
+prints lm-eval's table of the metrics. lm-eval is imported only when the job runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from theseus.base.job import Job
+from theseus.config import field
+from theseus.errors import ConfigError
+
+
+@dataclass
+class HarnessConfig:
+    """Which run and checkpoint, which lm-eval tasks and how many documents, and where results go."""
+
+    run: str = field(
+        "eval/run", default="", help="run NAME or NAME@STEP under <root>/runs (empty: the only run; no @STEP: latest)"
+    )
+    tasks: str = field("eval/tasks", default="", help="comma-separated lm-eval task, group or tag names (globs too)")
+    include_path: str = field(
+        "eval/include_path", default="", path="file", help="a folder of task YAML files (lm_eval --include_path)"
+    )
+    num_fewshot: int = field(
+        "eval/num_fewshot", default=-1, min=-1, help="few-shot examples per prompt (-1: each task's default)"
+    )
+    limit: int = field("eval/limit", default=0, min=0, help="documents per task (0: all of them)")
+    batch_size: int = field("eval/batch_size", default=8, min=1, help="rows per forward pass and per generation batch")
+    out: str = field(
+        "eval/out", default="", path="file", help="results JSON file, or a folder (empty: <run>/harness/<step>/)"
+    )
+    log_samples: bool = field(
+        "eval/log_samples", default=False, help="also write every request and response as samples_<task>.jsonl"
+    )
+
+
+def parse_run(root: Path, spec: str) -> tuple[str, int]:
+    """``(run name, checkpoint step)`` of ``NAME``, ``NAME@STEP`` or empty (the only run; without a
+    step its latest checkpoint), checked to exist; one-line errors naming what is there otherwise.
+
+    Only the run folders are read (nothing imports jax), so a mistake is reported at once.
+    """
+    from theseus.errors import CheckpointError
+    from theseus.runs.layout import checkpoint_steps, run_names, runs_dir
+
+    name, at, step_text = spec.strip().partition("@")
+    if at and not step_text.isdigit():
+        raise ConfigError(f"eval/run={spec}: after '@' comes a checkpoint step, e.g. {name or 'NAME'}@1000")
+    runs, where = run_names(root), runs_dir(root)
+    if not runs:
+        raise ConfigError(f"no training runs under {where}; train one first (e.g. 'theseus run gpt/train/pretrain')")
+    if not name and len(runs) > 1:
+        raise ConfigError(f"several runs under {where}; choose one with eval/run=<name> ({', '.join(runs)})")
+    name = name or runs[0]
+    if name not in runs:
+        raise ConfigError(f"no run {name!r} under {where} (available: {', '.join(runs)})")
+    steps = checkpoint_steps(where / name)
+    if not steps:
+        raise CheckpointError(f"run {name!r} has no checkpoint yet; let its training reach a checkpoint first")
+    if at and int(step_text) not in steps:
+        raise CheckpointError(
+            f"run {name!r} has no checkpoint at step {int(step_text)}; available steps: {', '.join(map(str, steps))}"
+        )
+    return name, int(step_text) if at else steps[-1]
+
+
+class HarnessEval(Job):
+    """Evaluate a run's checkpoint with lm-evaluation-harness (loglikelihood, rolling and generation tasks)."""
+
+    CONFIG = HarnessConfig
+
+    def run(self) -> None:
+        from theseus.model.harness.dependency import require_lm_eval
+
+        require_lm_eval("eval/harness")
+        from theseus.model.harness import tasks
+
+        args: HarnessConfig = self.args
+        root = self.context.root
+        name, step = parse_run(root, args.run)
+        selection = tasks.choose(args.tasks, args.include_path, key="eval/tasks", include_key="eval/include_path")
+        tasks.load(selection)  # the data and what each task asks for, checked before jax and the model load
+        import jax
+
+        from theseus.model.generation.runs import load_run
+        from theseus.model.harness import results, runner
+        from theseus.model.harness.model import TheseusLM
+
+        if jax.process_count() > 1:
+            raise ConfigError(
+                "eval/harness runs in one process; start it without --coordinator/--num-processes "
+                "(a checkpoint is read onto one process's devices)"
+            )
+        run = load_run(root, name, step=step)
+        click.echo(
+            f"{run.name} step {run.step}: {type(run.model).__name__} {run.parameters / 1e6:.2f}M parameters; "
+            f"lm-eval tasks {', '.join(selection.names)}",
+            err=True,
+        )
+        lm = TheseusLM.from_run(run, batch_size=args.batch_size)
+        options = runner.Options(num_fewshot=args.num_fewshot, limit=args.limit, log_samples=args.log_samples)
+        found = runner.evaluate(lm, selection, options, model_args={"run": run.name, "step": run.step})
+        if found is None:
+            return
+        written = results.write(found, args.out or run.path / "harness" / str(run.step))
+        click.echo(results.table(found))
+        click.echo(f"wrote {', '.join(str(path) for path in written)}", err=True)
