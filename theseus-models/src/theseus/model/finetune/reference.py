@@ -68,7 +68,7 @@ def load_table(folder: Path, expected: Mapping[str, Any]) -> dict[str, np.ndarra
         path = folder / f"{split}.npy"
         if not path.is_file():
             return None
-        values = np.load(path)
+        values = np.load(path, allow_pickle=False)
         if values.shape != (count,):
             return None
         table[split] = values

@@ -257,6 +257,27 @@ class LlamaFamily(HFFamily):
         return f"model.layers.{layer}."
 
 
+class AttentionBiasFamily(LlamaFamily):
+    """A Llama-layout family whose one ``attention_bias`` covers query, key, value and output
+    projections and whose MLP has no biases (the base of Qwen3's and OLMo 2's families)."""
+
+    def bias_keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        bias = bool(config.get("attention_bias", False))
+        return {
+            "architecture/attention_bias": bias,
+            "architecture/attention_out_bias": bias,
+            "architecture/mlp_bias": False,
+        }
+
+    def check_biases(self, arch: Architecture) -> None:
+        super().check_biases(arch)
+        if arch.ffn_bias:
+            raise cannot(self.model_type, "MLP biases")
+
+    def family_config(self, arch: Architecture) -> dict[str, Any]:
+        return {"attention_bias": arch.qkv_bias}
+
+
 class MistralFamily(LlamaFamily):
     """``model_type: mistral``: Llama's layout with a sliding window and no biases."""
 

@@ -7,32 +7,22 @@ span the whole projections.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from theseus.model.huggingface.family import cannot
 from theseus.model.huggingface.names import TensorMap, same
 from theseus.model.models.architecture import Architecture
-from theseus.model.models.llama_hf import LlamaFamily
+from theseus.model.models.llama_hf import AttentionBiasFamily
 
 OLMO2_CLASS = "theseus.model.models.olmo2:OLMo2"
 
 
-class OLMo2Family(LlamaFamily):
+class OLMo2Family(AttentionBiasFamily):
     """``model_type: olmo2``."""
 
     model_type: ClassVar[str] = "olmo2"
     hf_class: ClassVar[str] = "Olmo2ForCausalLM"
     model_class: ClassVar[str] = OLMO2_CLASS
     fallback: ClassVar[bool] = True
-
-    def bias_keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        bias = bool(config.get("attention_bias", False))
-        return {
-            "architecture/attention_bias": bias,
-            "architecture/attention_out_bias": bias,
-            "architecture/mlp_bias": False,
-        }
 
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
         maps: list[TensorMap] = []
@@ -52,14 +42,6 @@ class OLMo2Family(LlamaFamily):
             maps.append(same(hf + "q_norm.weight", (ours, "attn", "query_norm", "scale"), (q,)))
             maps.append(same(hf + "k_norm.weight", (ours, "attn", "key_norm", "scale"), (k,)))
         return maps
-
-    def check_biases(self, arch: Architecture) -> None:
-        super().check_biases(arch)
-        if arch.ffn_bias:
-            raise cannot(self.model_type, "MLP biases")
-
-    def family_config(self, arch: Architecture) -> dict[str, Any]:
-        return {"attention_bias": arch.qkv_bias}
 
 
 __all__ = ["OLMO2_CLASS", "OLMo2Family"]

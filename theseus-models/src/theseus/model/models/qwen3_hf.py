@@ -9,15 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from theseus.model.huggingface.family import cannot
 from theseus.model.huggingface.names import TensorMap, same
 from theseus.model.models.architecture import Architecture
-from theseus.model.models.llama_hf import LlamaFamily, qwen_window, window_config
+from theseus.model.models.llama_hf import AttentionBiasFamily, qwen_window, window_config
 
 QWEN3_CLASS = "theseus.model.models.qwen3:Qwen3"
 
 
-class Qwen3Family(LlamaFamily):
+class Qwen3Family(AttentionBiasFamily):
     """``model_type: qwen3`` (dense Qwen3)."""
 
     model_type: ClassVar[str] = "qwen3"
@@ -25,14 +24,6 @@ class Qwen3Family(LlamaFamily):
     model_class: ClassVar[str] = QWEN3_CLASS
     fallback: ClassVar[bool] = True
     holds_window: ClassVar[bool] = True
-
-    def bias_keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        bias = bool(config.get("attention_bias", False))
-        return {
-            "architecture/attention_bias": bias,
-            "architecture/attention_out_bias": bias,
-            "architecture/mlp_bias": False,
-        }
 
     def window(self, config: Mapping[str, Any]) -> int | None:
         return qwen_window(config, self.sliding_window(config))
@@ -44,11 +35,6 @@ class Qwen3Family(LlamaFamily):
             maps.append(same(hf + "q_norm.weight", (ours, "attn", "query_norm", "scale"), (arch.head_dim,)))
             maps.append(same(hf + "k_norm.weight", (ours, "attn", "key_norm", "scale"), (arch.head_dim,)))
         return maps
-
-    def check_biases(self, arch: Architecture) -> None:
-        super().check_biases(arch)
-        if arch.ffn_bias:
-            raise cannot(self.model_type, "MLP biases")
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:
         return {"attention_bias": arch.qkv_bias, "head_dim": arch.head_dim, **window_config(arch)}
