@@ -109,6 +109,11 @@ class ChatTemplate:
             eos_token=_token_text(data.get("eos_token")),
         )
 
+    def record(self) -> dict[str, Any]:
+        """What prepared data records of its template (``chat_template`` and ``chat_tokens``), which a
+        fine-tuned run keeps in the ``tokenizer_config.json`` layout."""
+        return {"chat_template": self.source, "chat_tokens": {"bos_token": self.bos_token, "eos_token": self.eos_token}}
+
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:
         """The conversation as text; DataError when the template fails."""
         try:

@@ -82,7 +82,4 @@ class Chat(Dataset):
     def describe(self) -> dict[str, Any]:
         info = super().describe()
         info["origin"] = self.path
-        template = self.chat_template()
-        info["chat_template"] = template.source
-        info["chat_tokens"] = {"bos_token": template.bos_token, "eos_token": template.eos_token}
-        return info
+        return {**info, **self.chat_template().record()}
