@@ -86,6 +86,15 @@ def offline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         yield values
 
 
+def logliks(resps: list[Any]) -> list[float]:
+    """The log-likelihoods of one sample's responses (as lm-eval writes them, or as it returns them)."""
+    values = []
+    for resp in resps:
+        first = resp[0]
+        values.append(float(first[0] if isinstance(first, (list, tuple)) else first))
+    return values
+
+
 def theseus_main(*args: str) -> int:
     """``theseus ARGS`` in this process; the exit code."""
     from theseus.cli.main import main

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness.conftest import Imported, theseus_main
+from tests.harness.conftest import Imported, logliks, theseus_main
 
 TASKS = ["tiny_choice", "tiny_generate", "tiny_rolling"]
 TOLERANCE = 1e-4
@@ -73,15 +73,6 @@ def test_metrics_match_lm_eval_on_the_export(evaluated: dict[str, Any]) -> None:
     assert evaluated["ours"]["n-samples"] == evaluated["theirs"]["n-samples"]
 
 
-def _logliks(resps: list[Any]) -> list[float]:
-    """The log-likelihoods of one sample's responses (as lm-eval writes them, or as it returns them)."""
-    values = []
-    for resp in resps:
-        first = resp[0]
-        values.append(float(first[0] if isinstance(first, (list, tuple)) else first))
-    return values
-
-
 def test_every_request_matches(evaluated: dict[str, Any]) -> None:
     worst = 0.0
     generated = 0
@@ -96,8 +87,8 @@ def test_every_request_matches(evaluated: dict[str, Any]) -> None:
                 assert ours["resps"] == row["resps"], row["doc_id"]
                 generated += 1
                 continue
-            theirs = _logliks(row["resps"])
-            got = _logliks(ours["resps"])
+            theirs = logliks(row["resps"])
+            got = logliks(ours["resps"])
             assert len(got) == len(theirs)
             worst = max(worst, *(abs(a - b) for a, b in zip(got, theirs, strict=True)))
             if task == "tiny_choice":  # is-greedy flags too

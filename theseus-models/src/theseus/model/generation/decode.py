@@ -7,10 +7,11 @@ jitted function with a ``lax.while_loop`` over tokens: it compiles once per (bat
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,9 @@ from theseus.errors import ConfigError
 from theseus.model.generation.sampling import SamplingParams, sample_logits
 from theseus.model.models.decoding import init_cache
 from theseus.model.models.transformer import TransformerLM
+
+if TYPE_CHECKING:
+    from theseus.training.sharding import TrainerSharding
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ def _sample(
     params: Any,
     ids: jax.Array,
     mask: jax.Array,
-    key: jax.Array,
+    seed: jax.Array,
     eot: jax.Array,
     *,
     model: TransformerLM,
@@ -71,6 +75,7 @@ def _sample(
 ) -> tuple[jax.Array, jax.Array]:
     """``(tokens [B, N], stopped [B])``; rows that stopped are filled with ``eot`` after it."""
     batch, prompt_length = ids.shape
+    key = jax.random.key(seed)
     fill = jnp.maximum(eot, 0).astype(jnp.int32)
 
     def run(tokens: jax.Array, step_mask: jax.Array | None, cache: Any) -> tuple[jax.Array, Any]:
@@ -116,6 +121,7 @@ def generate_tokens(
     seed: int = 0,
     eot_id: int | None = None,
     width: int | None = None,
+    sharding: TrainerSharding | None = None,
 ) -> list[Completion]:
     """Continue each token prompt by up to ``max_new_tokens`` tokens drawn with ``sampling``
     (default: temperature 1, no filtering), using the KV cache.
@@ -123,23 +129,38 @@ def generate_tokens(
     A row stops at ``eot_id`` (not included in its tokens); generation ends when every row has
     stopped. The result is a pure function of (params, prompts, sampling, seed). ``width`` pads the
     prompts to at least that many positions, so that batches of different lengths share a compile.
+
+    ``sharding``: the mesh ``params`` live on (rows are split over its data axis, every process
+    passing the same prompts); None: the arrays go to the default device.
     """
     sampling = sampling or SamplingParams()
     ids, mask = left_pad(prompts, width)
     check_fits(model, ids.shape[1], max_new_tokens)
-    eot = jnp.int32(-1 if eot_id is None else eot_id)
-    out, _ = _sample(
-        params,
-        jnp.asarray(ids),
-        jnp.asarray(mask),
-        jax.random.key(seed),
-        eot,
-        model=model,
-        max_new_tokens=int(max_new_tokens),
-        sampling=sampling,
-    )
+    scalars = {"seed": np.int32(seed), "eot": np.int32(-1 if eot_id is None else eot_id)}
+    real = len(ids)
+    if sharding is None:
+        rows = {"ids": jnp.asarray(ids), "mask": jnp.asarray(mask)}
+        placed = {name: jnp.asarray(value) for name, value in scalars.items()}
+        context: Any = contextlib.nullcontext()
+    else:  # whole rows per data shard: the last prompt repeated, its copies dropped below
+        extra = -real % sharding.data_size
+        ids, mask = np.concatenate([ids, ids[-1:].repeat(extra, 0)]), np.concatenate([mask, mask[-1:].repeat(extra, 0)])
+        rows, placed = sharding.put_global({"ids": ids, "mask": mask}), sharding.put_replicated(scalars)
+        context = sharding.context()
+    with context:
+        out, _ = _sample(
+            params,
+            rows["ids"],
+            rows["mask"],
+            placed["seed"],
+            placed["eot"],
+            model=model,
+            max_new_tokens=int(max_new_tokens),
+            sampling=sampling,
+        )
+    tokens = np.asarray(out if sharding is None else sharding.fetch(out))[:real]
     completions = []
-    for row in np.asarray(out).tolist():
+    for row in tokens.tolist():
         if eot_id is not None and eot_id in row:
             completions.append(Completion(row[: row.index(eot_id)], True))
         else:

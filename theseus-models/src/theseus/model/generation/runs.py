@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +27,9 @@ from theseus.model.models.transformer import TransformerLM
 from theseus.runs.layout import CONFIG_FILE, PROVENANCE_FILE, checkpoint_steps, run_names, runs_dir, state_path
 from theseus.runs.params import restore_params
 from theseus.runs.records import read_provenance
+
+if TYPE_CHECKING:
+    from theseus.training.sharding import TrainerSharding
 
 
 @dataclass
@@ -42,6 +46,8 @@ class LoadedRun:
     #: The id that starts a text, for checkpoints imported with a tokenizer that adds one (Llama's
     #: ``<s>``); None: documents start after end-of-text, as in packed training data.
     bos_id: int | None = None
+    #: The mesh the parameters are on (None: the default device).
+    sharding: TrainerSharding | None = None
 
     @property
     def eot_id(self) -> int | None:
@@ -176,17 +182,44 @@ def abstract_params(model: TransformerLM) -> Any:
     return nn.unbox(shapes["params"])
 
 
-def restore_run_params(run_dir: Path, step: int, abstract: Any, run: str) -> Any:
-    """Only ``params`` of checkpoint ``step`` of a run, on the default device (either layer layout)."""
+def restore_run_params(run_dir: Path, step: int, abstract: Any, run: str, shardings: Any = None) -> Any:
+    """Only ``params`` of checkpoint ``step`` of a run, on ``shardings`` (default: the default
+    device), from either layer layout."""
     what = f"checkpoint {step} of run {run!r}"
     fix = "restore the run's config.yaml (the model is rebuilt from it) or train the run again"
-    return restore_params(state_path(run_dir, step), abstract, what=what, fix=fix)
+    return restore_params(state_path(run_dir, step), abstract, shardings, what=what, fix=fix)
 
 
-def load_run(root: str | Path, name: str = "", *, step: int | None = None, tokenizer: str | None = None) -> LoadedRun:
+def param_shardings(model: TransformerLM, sharding: TrainerSharding) -> Any:
+    """Where each parameter of ``model`` lives on ``sharding``'s mesh (its layout's rules)."""
+    import flax.linen as nn
+
+    with sharding.context():
+        boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32), deterministic=True))
+    return sharding.logical_shardings(nn.get_partition_spec(boxed))["params"]
+
+
+def distribute(params: Any, shardings: Any) -> Any:
+    """Parameters this process holds in full, placed on ``shardings`` (each process its own shards)."""
+    host = jax.device_get(params)
+    return jax.tree.map(
+        lambda leaf, where: jax.make_array_from_callback(leaf.shape, where, lambda index: leaf[index]), host, shardings
+    )
+
+
+def load_run(
+    root: str | Path,
+    name: str = "",
+    *,
+    step: int | None = None,
+    tokenizer: str | None = None,
+    mesh: Callable[[TransformerLM], TrainerSharding] | None = None,
+) -> LoadedRun:
     """Rebuild run ``name``'s model from its saved configuration and load checkpoint ``step`` (default: latest).
 
-    ``tokenizer`` (a spec such as ``"byte"``) replaces the tokenizer recorded with the run.
+    ``tokenizer`` (a spec such as ``"byte"``) replaces the tokenizer recorded with the run;
+    ``mesh(model)`` gives the mesh and layout to place the parameters on (default: the default
+    device; the run's :attr:`LoadedRun.sharding`).
     """
     path = run_folder(root, name).absolute()
     name = path.name
@@ -199,10 +232,13 @@ def load_run(root: str | Path, name: str = "", *, step: int | None = None, token
         model = configure(cls)
     from theseus.model.finetune.loading import refers_to_base, restore_adapted
 
+    sharding = None if mesh is None else mesh(model)
+    shardings = None if sharding is None else param_shardings(model, sharding)
     if refers_to_base(config):  # a LoRA run: the checkpoint holds the adapters, init_from the base
         params = restore_adapted(root, config, model, path, chosen, abstract_params(model), name)
+        params = params if shardings is None else distribute(params, shardings)
     else:
-        params = restore_run_params(path, chosen, abstract_params(model), name)
+        params = restore_run_params(path, chosen, abstract_params(model), name, shardings)
     tok = run_tokenizer(provenance, model, tokenizer, name)
     if tok.vocab_size > model.architecture.vocab_size:
         raise ConfigError(
@@ -211,4 +247,4 @@ def load_run(root: str | Path, name: str = "", *, step: int | None = None, token
         )
     bos = (provenance.get("huggingface") or {}).get("bos_id")
     bos_id = int(bos) if isinstance(bos, int) and 0 <= bos < model.architecture.vocab_size else None
-    return LoadedRun(name, path, config, model, params, tok, chosen, bos_id)
+    return LoadedRun(name, path, config, model, params, tok, chosen, bos_id, sharding)

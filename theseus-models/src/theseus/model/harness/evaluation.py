@@ -3,7 +3,8 @@
 theseus run gpt/train/pretrain evaluation=harness evaluation/harness/tasks=my_task \\
     evaluation/harness/include_path=tasks/ evaluation/harness/limit=50
 
-Every evaluation logs ``harness/<task>/<metric>`` (``acc``, ``acc_stderr``, ``exact_match``,
+On several processes, process 0 runs lm-eval and every process computes. Every evaluation logs
+``harness/<task>/<metric>`` (``acc``, ``acc_stderr``, ``exact_match``,
 ``word_perplexity``, ...; ``<task>/<metric>/<filter>`` for a filter other than ``none``) and
 ``harness/<task>/samples``. The tasks are found and checked when the trainer is set up, before
 training starts; the model reads at most ``training/sequence_length`` tokens.
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from theseus.config import field
-from theseus.errors import ConfigError
 from theseus.evaluation.base import Evaluation
 
 if TYPE_CHECKING:
@@ -46,10 +46,6 @@ class Harness(Evaluation):
         from theseus.model.harness.dependency import require_lm_eval
 
         require_lm_eval(WHAT)
-        import jax
-
-        if jax.process_count() > 1:
-            raise ConfigError(f"{WHAT} runs in single-process training; evaluate its checkpoints with eval/harness")
         from theseus.model.harness import tasks
 
         self._selection: Selection = tasks.choose(
@@ -59,20 +55,28 @@ class Harness(Evaluation):
 
     def evaluate(self, trainer: BaseTrainer, state: Any) -> Mapping[str, float]:
         from theseus.model.harness import results, runner
+        from theseus.model.harness.compute import Devices
+        from theseus.model.harness.lockstep import Lockstep
         from theseus.model.harness.model import TheseusLM
         from theseus.model.harness.scoring import score_function
 
         model = trainer.model
         score = trainer.compiled("harness_score", lambda: score_function(model))
+        lockstep = Lockstep(Devices(model, state.params, score, trainer.sharding))
         lm = TheseusLM(
             model,
             state.params,
             trainer.tokenizer(),
             batch_size=self.batch_size,
             max_length=trainer.sequence_length,
-            score=score,
+            compute=lockstep,
             info={"theseus_run": trainer.run_name, "theseus_step": int(getattr(state, "step", trainer.step))},
         )
         options = runner.Options(num_fewshot=self.num_fewshot, limit=self.limit)
-        found = runner.evaluate(lm, self._selection, options, model_args={"run": trainer.run_name})
-        return results.flat_metrics(found or {})
+
+        def drive() -> dict[str, float]:
+            found = runner.evaluate(lm, self._selection, options, model_args={"run": trainer.run_name})
+            return results.flat_metrics(found or {})
+
+        metrics: dict[str, float] = lockstep.lead(drive, share=lambda found: found)
+        return metrics

@@ -8,18 +8,16 @@ first occurrence of each stop string (:mod:`.settings` reads and checks the sett
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from theseus.errors import ConfigError
-from theseus.model.generation.decode import generate_tokens
+from theseus.model.harness.compute import Compute, Generation
 from theseus.model.harness.encoding import Codec
 from theseus.model.harness.scoring import bucket
 from theseus.model.harness.settings import Settings, cut
 
 
 def generate(
-    model: Any,
-    params: Any,
+    compute: Compute,
     codec: Codec,
     contexts: Sequence[str],
     chosen: Settings,
@@ -47,18 +45,9 @@ def generate(
         rows = [prompts[i] for i in chunk]
         rows += [rows[0]] * (batch_size - len(rows))  # a full batch: one compile per width
         width = bucket(max(len(r) for r in rows), room)
-        done = generate_tokens(
-            model,
-            params,
-            rows,
-            chosen.max_gen_toks,
-            sampling=chosen.sampling(),
-            seed=seed + number,
-            eot_id=eot_id,
-            width=width,
-        )
-        for request, completion in zip(chunk, done, strict=False):
-            texts[request] = cut(codec.decode(completion.tokens), chosen.until)
+        request = Generation(rows, chosen.max_gen_toks, chosen.sampling(), seed + number, eot_id, width)
+        for index, tokens in zip(chunk, compute.generate(request), strict=False):
+            texts[index] = cut(codec.decode(tokens), chosen.until)
     return texts
 
 

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
 from theseus.base.job import Job
 from theseus.config import field
 from theseus.errors import ConfigError
+
+if TYPE_CHECKING:
+    from theseus.config import Configuration
+    from theseus.training.sharding import TrainerSharding
 
 
 @dataclass
@@ -40,6 +45,15 @@ class HarnessConfig:
     )
     log_samples: bool = field(
         "eval/log_samples", default=False, help="also write every request and response as samples_<task>.jsonl"
+    )
+    layout: Literal["", "dp", "fsdp", "tp", "fsdp+tp"] = field(
+        "eval/layout", default="", help="how the parameters are sharded over the devices (empty: as the run trained)"
+    )
+    mesh_model: int = field(
+        "eval/mesh_model",
+        default=0,
+        min=0,
+        help="model axis of the mesh (0: the run's mesh/model where it divides the devices, else 1)",
     )
 
 
@@ -89,28 +103,58 @@ class HarnessEval(Job):
         name, step = parse_run(root, args.run)
         selection = tasks.choose(args.tasks, args.include_path, key="eval/tasks", include_key="eval/include_path")
         tasks.load(selection)  # the data and what each task asks for, checked before jax and the model load
-        import jax
-
+        from theseus.config import Configuration, read_yaml
         from theseus.model.generation.runs import load_run
         from theseus.model.harness import results, runner
+        from theseus.model.harness.compute import Devices
+        from theseus.model.harness.lockstep import Lockstep
         from theseus.model.harness.model import TheseusLM
+        from theseus.model.harness.scoring import score_function
+        from theseus.runs.layout import CONFIG_FILE, runs_dir
 
-        if jax.process_count() > 1:
-            raise ConfigError(
-                "eval/harness runs in one process; start it without --coordinator/--num-processes "
-                "(a checkpoint is read onto one process's devices)"
+        trained = Configuration(read_yaml(runs_dir(root) / name / CONFIG_FILE))
+        run = load_run(root, name, step=step, mesh=lambda model: mesh_for(model, trained, args.layout, args.mesh_model))
+        lockstep = Lockstep(Devices(run.model, run.params, score_function(run.model), run.sharding))
+        if lockstep.leads:
+            click.echo(
+                f"{run.name} step {run.step}: {type(run.model).__name__} {run.parameters / 1e6:.2f}M parameters "
+                f"({describe(run.sharding)}); lm-eval tasks {', '.join(selection.names)}",
+                err=True,
             )
-        run = load_run(root, name, step=step)
-        click.echo(
-            f"{run.name} step {run.step}: {type(run.model).__name__} {run.parameters / 1e6:.2f}M parameters; "
-            f"lm-eval tasks {', '.join(selection.names)}",
-            err=True,
-        )
-        lm = TheseusLM.from_run(run, batch_size=args.batch_size)
+        lm = TheseusLM.from_run(run, batch_size=args.batch_size, compute=lockstep)
         options = runner.Options(num_fewshot=args.num_fewshot, limit=args.limit, log_samples=args.log_samples)
-        found = runner.evaluate(lm, selection, options, model_args={"run": run.name, "step": run.step})
-        if found is None:
+        model_args = {"run": run.name, "step": run.step}
+        found = lockstep.lead(lambda: runner.evaluate(lm, selection, options, model_args=model_args))
+        if found is None or not lockstep.leads:
             return
         written = results.write(found, args.out or run.path / "harness" / str(run.step))
         click.echo(results.table(found))
         click.echo(f"wrote {', '.join(str(path) for path in written)}", err=True)
+
+
+def mesh_for(model: Any, trained: Configuration, layout: str, mesh_model: int) -> TrainerSharding:
+    """The mesh ``model`` is evaluated on: every device of every process, in ``layout`` (empty: the
+    run's ``mesh/layout`` from its ``trained`` configuration) with a model axis of ``mesh_model``
+    (0: the run's ``mesh/model`` where it divides the devices, else 1)."""
+    import jax
+
+    from theseus.base.axis import MeshAxis
+    from theseus.training.sharding import LAYOUTS, build_sharding
+
+    layout = layout or str(trained.get("mesh/layout") or "dp")
+    if layout not in LAYOUTS:
+        layout = "dp"
+    if not mesh_model:
+        wanted = int(trained.get("mesh/model") or 1)
+        fits = wanted > 0 and jax.device_count() % wanted == 0 and MeshAxis.MODEL in LAYOUTS[layout]
+        mesh_model = wanted if fits else 1
+    return build_sharding(model.sharding, layout=layout, data=-1, model=mesh_model)
+
+
+def describe(sharding: TrainerSharding | None) -> str:
+    """``fsdp over 4 devices (data 4 x model 1)``."""
+    if sharding is None:
+        return "one device"
+    return (
+        f"{sharding.layout} over {sharding.mesh.size} devices (data {sharding.data_size} x model {sharding.model_size})"
+    )

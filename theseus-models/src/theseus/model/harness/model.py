@@ -3,25 +3,30 @@
 Import this module only after :func:`theseus.model.harness.dependency.require_lm_eval` succeeded:
 it subclasses ``lm_eval.api.model.LM``.
 
-The parameters are used as they are given (one process's arrays, or a trainer's arrays on its
-mesh): scoring is one jitted forward pass per batch (:mod:`.scoring`), generation the jitted
-KV-cache loop of :mod:`theseus.model.generation.decode`.
+The parameters are used where they are (one device, or a mesh given as ``sharding``): scoring is
+one jitted forward pass per batch (:mod:`.scoring`), generation the jitted KV-cache loop of
+:mod:`theseus.model.generation.decode`, both run by :mod:`.compute` (or, on several processes, by
+:mod:`.lockstep`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 from lm_eval.api.model import LM
 
 from theseus.data.tokenizers.base import Tokenizer
 from theseus.model.generation.runs import LoadedRun
+from theseus.model.harness.compute import Compute, Devices
 from theseus.model.harness.encoding import Codec, Pair
 from theseus.model.harness.generation import generate
 from theseus.model.harness.scoring import ScoreFn, score_function, score_pairs
 from theseus.model.harness.settings import Settings, settings
+
+if TYPE_CHECKING:
+    from theseus.training.sharding import TrainerSharding
 
 
 class TheseusLM(LM):
@@ -30,6 +35,8 @@ class TheseusLM(LM):
     ``max_length`` is the longest input the model sees (the model's block size by default),
     ``batch_size`` the rows of every forward pass, ``bos_id`` the id the tokenizer starts texts with
     (None: texts start after end-of-text), ``score`` a cached jitted scorer (built when None).
+    ``sharding``: the mesh ``params`` live on (None: one device); ``compute`` replaces where the
+    batches run (e.g. a :class:`~theseus.model.harness.lockstep.Lockstep` over several processes).
     """
 
     def __init__(
@@ -44,6 +51,8 @@ class TheseusLM(LM):
         score: ScoreFn | None = None,
         seed: int = 0,
         info: dict[str, Any] | None = None,
+        sharding: TrainerSharding | None = None,
+        compute: Compute | None = None,
     ) -> None:
         super().__init__()
         block = int(model.architecture.block_size)
@@ -55,16 +64,17 @@ class TheseusLM(LM):
         self.eot_id = eot if 0 <= eot < vocab else None
         self._max_length = min(int(max_length or block), block)
         self.batch_size = max(1, int(batch_size))
-        self.score = score if score is not None else score_function(model)
+        score = score if score is not None else score_function(model)
+        self.compute = compute if compute is not None else Devices(model, params, score, sharding)
         self.seed = seed
         self.info = dict(info or {})
 
     @classmethod
-    def from_run(cls, run: LoadedRun, *, batch_size: int = 8, score: ScoreFn | None = None) -> TheseusLM:
+    def from_run(cls, run: LoadedRun, *, batch_size: int = 8, compute: Compute | None = None) -> TheseusLM:
         """The model of a loaded run (its checkpoint's parameters, tokenizer and block size)."""
         info = {"theseus_run": run.name, "theseus_step": run.step, "tokenizer": run.tokenizer.spec}
         return cls(
-            run.model, run.params, run.tokenizer, batch_size=batch_size, bos_id=run.bos_id, score=score, info=info
+            run.model, run.params, run.tokenizer, batch_size=batch_size, bos_id=run.bos_id, compute=compute, info=info
         )
 
     # -- what lm-eval reads ------------------------------------------------------------------
@@ -90,7 +100,7 @@ class TheseusLM(LM):
 
     # -- the three request types -----------------------------------------------------------------
     def _score(self, pairs: Sequence[Pair]) -> list[tuple[float, bool]]:
-        return score_pairs(self.score, self.params, pairs, batch_size=self.batch_size, max_length=self.max_length)
+        return score_pairs(self.compute, pairs, batch_size=self.batch_size, max_length=self.max_length)
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """``(log-probability, greedy)`` of each request's continuation after its context."""
@@ -126,8 +136,7 @@ class TheseusLM(LM):
         texts = [""] * len(requests)
         for chosen, members in groups.items():
             done = generate(
-                self.model,
-                self.params,
+                self.compute,
                 self.codec,
                 [requests[i].args[0] for i in members],
                 chosen,

@@ -10,7 +10,7 @@ continuation fit ``max_length + 1`` tokens (the last token is only predicted).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +18,9 @@ import numpy as np
 
 from theseus.errors import DataError
 from theseus.model.harness.encoding import Pair
+
+if TYPE_CHECKING:
+    from theseus.model.harness.compute import Compute
 
 #: ``fn(params, ids [B, W], targets [B, W]) -> (summed log-probability [B], all greedy [B])``;
 #: targets are -1 where nothing is scored.
@@ -71,7 +74,7 @@ def row(pair: Pair, max_length: int) -> tuple[list[int], list[int]]:
 
 
 def score_pairs(
-    fn: ScoreFn, params: Any, pairs: Sequence[Pair], *, batch_size: int, max_length: int
+    compute: Compute, pairs: Sequence[Pair], *, batch_size: int, max_length: int
 ) -> list[tuple[float, bool]]:
     """``(log-likelihood, is greedy)`` of each request's continuation after its context.
 
@@ -88,7 +91,7 @@ def score_pairs(
         for index, (inputs, wanted) in enumerate(rows):
             ids[index, : len(inputs)] = inputs
             targets[index, : len(wanted)] = wanted
-        total, greedy = jax.device_get(fn(params, jnp.asarray(ids), jnp.asarray(targets)))
+        total, greedy = compute.score(ids, targets)
         for index, request in enumerate(chunk):
             results[request] = (float(total[index]), bool(greedy[index]))
     return results
