@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import clean_env, xla_flags
+from tests.conftest import clean_env
 from tests.finetune.conftest import TINY_DPO, preference_rows, prepare_preferences, write_jsonl
 from tests.finetune.test_sft import cli_settings, leaves, read_checkpoint
 from tests.reliability.conftest import call_cli, error_line
@@ -133,20 +133,6 @@ def test_killed_dpo_run_resumes_bit_exact(root: Path) -> None:
     assert final.keys() == reference.keys()
     for key in reference:
         assert final[key].tobytes() == reference[key].tobytes(), key
-
-
-def test_sharded_layouts_train_the_curve_of_one_device(root: Path, tmp_path: Path) -> None:
-    out = tmp_path / "losses.json"
-    script = Path(__file__).with_name("dpo_layouts_run.py")
-    env = clean_env(XLA_FLAGS=xla_flags(devices=4))
-    done = subprocess.run([sys.executable, str(script), str(root), str(out)], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(out.read_text())
-    for mode, layouts in (("copy", ["fsdp", "tp"]), ("lora", ["fsdp+tp"])):
-        one = found[f"{mode}/1"]
-        assert one[0] == pytest.approx(math.log(2), abs=1e-6) and one[-1] < one[0]
-        for layout in layouts:
-            np.testing.assert_allclose(found[f"{mode}/{layout}"], one, atol=1e-5, rtol=0, err_msg=f"{mode}/{layout}")
 
 
 def bad_file(root: Path, name: str, rows: list[dict[str, Any]]) -> str:
