@@ -307,6 +307,9 @@ def owner_of(name: str, cls: Any, texts: Mapping[str, str]) -> str | None:
     if found is None:
         return None
     kind, owner = found
+    if kind == "models":  # several models declare the key, none of them selected
+        selected = texts.get("model", "")
+        return f"{name} belongs to models {owner}; this run selects {selected!r} (model={selected})"
     selected = texts.get(kind, "")
     if kind in MULTIPLE:
         chosen = [n.split(":", 1)[0] for n in _names(selected)]
@@ -348,10 +351,16 @@ def _owner_by_declaration(name: str, cls: Any) -> tuple[str, str] | None:
     return None
 
 
+#: How many of the models declaring a key an error names before "and N more".
+SHOWN_OWNERS = 4
+
+
 def _owner_among_models(name: str, texts: Mapping[str, str]) -> tuple[str, str] | None:
-    """The first other registered model declaring ``name`` (loaded only on this error path)."""
+    """The other registered models declaring ``name``, sorted (loaded only on this error path): one
+    name, or ``'a', 'b' and 3 more`` when several models share the key."""
     if not name.startswith(("architecture/", "model/")):
         return None
+    owners = []
     for entry in _registry().components_of("model"):
         if entry.name == texts.get("model"):
             continue
@@ -360,8 +369,15 @@ def _owner_among_models(name: str, texts: Mapping[str, str]) -> tuple[str, str] 
         except TheseusError:
             continue  # a broken plugin is reported elsewhere
         if any(spec.key == name for klass in classes for spec in _fields(klass)):
-            return "model", str(entry.name)
-    return None
+            owners.append(str(entry.name))
+    if not owners:
+        return None
+    owners.sort()
+    if len(owners) == 1:
+        return "model", owners[0]
+    shown = ", ".join(repr(owner) for owner in owners[:SHOWN_OWNERS])
+    more = len(owners) - SHOWN_OWNERS
+    return "models", shown + (f" and {more} more" if more > 0 else "")
 
 
 def _samplings(declaration: Any) -> list[Any]:
