@@ -48,6 +48,87 @@ def test_chatml_rendering_and_segments() -> None:
     assert template.prompt("Hi") == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 
 
+#: microsoft/Phi-3-mini-4k-instruct's tokenizer_config.json chat_template.
+PHI3_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + message['content'] + "
+    "'<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"
+    "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}"
+)
+
+
+def test_phi3_template_renders_as_phi3_s_own_in_transformers(tmp_path: Path) -> None:
+    """The built-in phi3 against Phi-3's template rendered by transformers' apply_chat_template: the same
+    prompts, and the same conversations but for the eos_token Phi-3's adds after the last turn (the data
+    closes every conversation with end-of-text itself)."""
+    from transformers import AutoTokenizer
+
+    from tests.huggingface.conftest import make_tokenizer
+
+    make_tokenizer(tmp_path, bos=True)
+    hf = AutoTokenizer.from_pretrained(tmp_path)
+    hf.chat_template = PHI3_TEMPLATE
+    template = ChatTemplate.load("phi3")
+    for end in range(1, len(CONVERSATION) + 1):
+        messages = CONVERSATION[:end]
+        if messages[-1]["role"] != "assistant":
+            assert template.render(messages, add_generation_prompt=True) == hf.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+        assert template.render(messages) + hf.eos_token == hf.apply_chat_template(messages, tokenize=False)
+    assert (
+        template.prompt("Hi", system="Be brief.")
+        == "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n"
+    )
+    segments = template.segments(CONVERSATION)
+    assert "".join(t for t, _ in segments) == template.render(CONVERSATION)
+    assert [t for t, learned in segments if learned] == ["Hello!<|end|>\n", "4<|end|>\n"]
+
+
+#: google/gemma-3-1b-it's tokenizer_config.json chat_template (its text-only branches).
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}"
+    '{%- else -%}{%- set first_user_prefix = "" -%}{%- set loop_messages = messages -%}{%- endif -%}'
+    "{%- for message in loop_messages -%}"
+    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+    '{{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}{%- endif -%}'
+    "{%- if (message['role'] == 'assistant') -%}{%- set role = \"model\" -%}{%- else -%}"
+    "{%- set role = message['role'] -%}{%- endif -%}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}"
+    "{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{'<start_of_turn>model\n'}}{%- endif -%}"
+)
+
+
+def test_gemma_template_renders_as_gemma_s_own_in_transformers(tmp_path: Path) -> None:
+    """The built-in gemma against Gemma 3's template rendered by transformers' apply_chat_template: every
+    prefix of the conversation, with and without its system message, alike but for the bos_token Gemma's
+    writes first (its tokenizer adds that itself)."""
+    from transformers import AutoTokenizer
+
+    from tests.huggingface.conftest import make_tokenizer
+
+    make_tokenizer(tmp_path, bos=True)
+    hf = AutoTokenizer.from_pretrained(tmp_path)
+    hf.chat_template = GEMMA3_TEMPLATE
+    template = ChatTemplate.load("gemma")
+    for conversation in (CONVERSATION, CONVERSATION[1:]):
+        for end in range(1, len(conversation) + 1):
+            messages = conversation[:end]
+            if messages[-1]["role"] == "system":
+                continue
+            for prompt in (False, True) if messages[-1]["role"] == "user" else (False,):
+                theirs = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=prompt)
+                assert hf.bos_token + template.render(messages, add_generation_prompt=prompt) == theirs
+    assert template.prompt("Hi ", system="Be brief.") == (
+        "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+    )
+    segments = template.segments(CONVERSATION)
+    assert "".join(t for t, _ in segments) == template.render(CONVERSATION)
+    assert [t for t, learned in segments if learned] == ["Hello!<end_of_turn>\n", "4<end_of_turn>\n"]
+
+
 def test_mask_covers_exactly_the_assistant_tokens(tmp_path: Path) -> None:
     data = _write(tmp_path / "chat.jsonl", [{"messages": CONVERSATION}])
     prepared = prepare(_chat(data), tmp_path, tokenizer="byte")

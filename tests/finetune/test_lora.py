@@ -41,39 +41,67 @@ def test_llama_adapters_on_every_projection_merge_into_the_same_model() -> None:
     np.testing.assert_array_equal(logits(adapted_model, fresh), logits(plain_model, base))
 
 
+#: (family, layer layout, targets, PEFT modules per layer). Phi-3 fuses q/k/v into qkv_proj and gate/up
+#: into gate_up_proj: their adapters become one block-structured adapter each (GQA: 4 query, 2 kv heads);
+#: with key and gate left out, their rows of the fused B stay zero.
+PEFT_CASES = {
+    "llama": ("llama", False, ALL, 7),
+    "phi3": ("phi3", False, ALL, 4),
+    "phi3-scanned-subset": ("phi3", True, ["query", "value", "up", "down"], 3),
+    "gemma2": ("gemma2", False, ALL, 7),
+    "gemma3-scanned": ("gemma3_text", True, ALL, 7),  # layer indices scanned in: a window on layer 0 only
+}
+
+
 @pytest.mark.slow
-def test_peft_loads_llama_adapters_and_gives_the_same_logits(tmp_path: Path) -> None:
-    """The PEFT layout of every Llama projection (q/k/v/o, gate/up/down), checked by peft itself."""
+@pytest.mark.parametrize("case", list(PEFT_CASES))
+def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tmp_path: Path) -> None:
+    """The PEFT layout of the adapted projections, written as hf/export-adapter writes it and loaded by peft."""
     import torch
-    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+    from peft import PeftModel
 
     from tests.huggingface.conftest import save_model
     from theseus.config import configuration, configure
-    from theseus.model.finetune.peft_export import peft_tensors
+    from theseus.model.finetune.peft_export import adapter_config, peft_tensors, write_adapter
     from theseus.model.huggingface.family import family
     from theseus.model.huggingface.importer import prepare, read_params
 
-    hf_model = save_model(tmp_path, "llama", tokenizer=False)
-    imported = prepare(tmp_path)
+    name, scan, targets, modules = PEFT_CASES[case]
+    hf_model = save_model(tmp_path / "base", name, tokenizer=False)
+    imported = prepare(tmp_path / "base", {"model/scan_layers": scan})
     base = read_params(imported)
     rank, alpha = 2, 4
-    with configuration(
-        {**dict(imported.config), "model/lora/rank": rank, "model/lora/alpha": float(alpha), "model/lora/targets": ALL}
-    ):
+    adapters = {"model/lora/rank": rank, "model/lora/alpha": float(alpha), "model/lora/targets": targets}
+    with configuration({**dict(imported.config), **adapters}):
         model = configure(type(imported.model))
+    assert model.scans_layers == scan
     shapes = random_params(model, seed=3, std=0.2)
     params = jax.tree_util.tree_map_with_path(lambda path, leaf: leaf if lora.is_adapter(path) else None, shapes)
     params = overlay(base, prune(params))
     x = np.random.default_rng(0).integers(0, 256, size=(2, 10)).astype(np.int32)
     ours = np.asarray(jax.jit(lambda p: model.apply({"params": p}, x, deterministic=True)[0])(params))
 
-    tensors, ranks = peft_tensors(family("llama"), params, model.architecture.n_layers)
-    assert set(ranks.values()) == {rank} and len(ranks) == 7 * model.architecture.n_layers
-    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=sorted(ranks), lora_dropout=0.0)
-    peft_model = get_peft_model(hf_model, config).eval()
-    state = {k.removeprefix("base_model.model."): torch.tensor(v) for k, v in tensors.items()}
-    result: Any = set_peft_model_state_dict(peft_model, {f"base_model.model.{k}": v for k, v in state.items()})
-    assert not [k for k in result.unexpected_keys if "lora" in k]
+    hf_family = family(name)
+    tensors, ranks = peft_tensors(hf_family, params, model.architecture.n_layers)
+    assert len(ranks) == modules * model.architecture.n_layers
+    if name == "phi3":  # a fused module's rank: rank times its adapted projections
+        fused = {"self_attn.qkv_proj": 3 if "key" in targets else 2, "mlp.gate_up_proj": 2 if "gate" in targets else 1}
+        assert {m.split(".", 3)[3]: r for m, r in ranks.items() if "layers.0." in m} == {
+            **{m: rank * k for m, k in fused.items()},
+            "mlp.down_proj": rank,
+            **({"self_attn.o_proj": rank} if "out" in targets else {}),
+        }
+    else:
+        assert set(ranks.values()) == {rank}
+    config = adapter_config(hf_family, ranks, rank=rank, alpha=float(alpha), dropout=0.0, base=str(tmp_path / "base"))
+    (tmp_path / "adapter").mkdir()
+    write_adapter(tmp_path / "adapter", config, tensors)
+    peft_model = PeftModel.from_pretrained(hf_model, tmp_path / "adapter").eval()
+    loaded = {k for k in peft_model.state_dict() if "lora_" in k}
+    assert len(loaded) == len(tensors)
     with torch.no_grad():
         theirs = peft_model(torch.tensor(x, dtype=torch.long)).logits.float().numpy()
+        with peft_model.disable_adapter():
+            plain = peft_model(torch.tensor(x, dtype=torch.long)).logits.float().numpy()
     assert np.max(np.abs(theirs - ours)) <= 1e-4
+    assert np.max(np.abs(plain - ours)) > 1e-2  # the adapters change the model: not a vacuous match

@@ -36,7 +36,7 @@ def make_tokenizer(folder: Path, *, bos: bool) -> None:
 
 
 def hf_config(family: str, **overrides: Any) -> Any:
-    from transformers import GPT2Config, LlamaConfig, MistralConfig, Olmo2Config, Qwen2Config, Qwen3Config
+    from transformers import GPT2Config, LlamaConfig, MistralConfig, Olmo2Config, Phi3Config, Qwen2Config, Qwen3Config
 
     if family == "gpt2":
         values = {"vocab_size": VOCAB, "n_positions": 320, "n_embd": 32, "n_layer": 2, "n_head": 4}
@@ -60,10 +60,49 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "qwen2": Qwen2Config,
         "qwen3": Qwen3Config,
         "olmo2": Olmo2Config,
+        "phi3": Phi3Config,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
+    if family == "phi3":  # its default pad id (32000) is past this vocabulary
+        common["pad_token_id"] = None
+    if family in GEMMA:
+        return gemma_config(family, common, overrides)
     return classes[family](**{**common, **overrides})
+
+
+#: Gemma 3's 4B+ releases: linear scaling of the full layers' RoPE only.
+GEMMA3_LINEAR = {
+    "full_attention": {"rope_type": "linear", "rope_theta": 1e4, "factor": 8.0},
+    "sliding_attention": {"rope_type": "default", "rope_theta": 1e3},
+}
+
+#: Gemma families: a window of 5 and a full layer, a query scalar that is not head_dim, caps that bind.
+GEMMA = {
+    "gemma2": {"attn_logit_softcapping": 3.0, "final_logit_softcapping": 4.0},
+    "gemma3_text": {"rope_parameters": None},
+}
+
+
+def gemma_config(family: str, common: dict[str, Any], overrides: dict[str, Any]) -> Any:
+    from transformers import Gemma2Config, Gemma3TextConfig
+
+    values = {
+        **common,
+        "head_dim": 16,
+        "query_pre_attn_scalar": 24,
+        "sliding_window": 5,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "pad_token_id": None,
+        **GEMMA[family],
+    }
+    if family == "gemma3_text":  # separate bases for the full and the sliding layers
+        values["rope_parameters"] = {
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e3},
+        }
+    values = {**values, **overrides}
+    return (Gemma2Config if family == "gemma2" else Gemma3TextConfig)(**values)
 
 
 def save_model(folder: Path, family: str, seed: int = 0, *, tokenizer: bool = True, **overrides: Any) -> Any:

@@ -59,8 +59,9 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "unknown-model-type": (
         edit_config(model_type="falcon"),
         # the example plugin's family is installed in the test environment too
-        "model_type 'falcon' is not supported; installed families: example_scaled_gpt, gpt2, llama, mistral, olmo2, "
-        "qwen2, qwen3 (a plugin adds one by registering an 'hf/<model_type>' component",
+        "model_type 'falcon' is not supported; installed families: example_scaled_gpt, gemma2, gemma3_text, gpt2, "
+        "llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe "
+        "(a plugin adds one by registering an 'hf/<model_type>' component",
     ),
     "rope-yarn": (
         edit_config(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}),
@@ -107,6 +108,60 @@ def test_bad_checkpoint_is_one_line(case: str, pristine: Path, tmp_path: Path, t
     assert message in lines[0]
     runs = theseus.root / "runs"
     assert not runs.exists() or not any(runs.iterdir())
+
+
+#: Phi-3 RoPE fields theseus cannot honour: Phi-4-mini's partial rotary factor, and a type Phi-3 has not.
+PHI3_CASES: dict[str, tuple[dict[str, Any], str]] = {
+    "partial-rotary": (
+        {"partial_rotary_factor": 0.75},
+        "config.json field partial_rotary_factor=0.75 is not supported",
+    ),
+    "rope-linear": (
+        {"rope_parameters": None, "rope_scaling": {"type": "linear", "factor": 2.0}},
+        "rope_scaling.type='linear' is not supported by theseus (supported for phi3: default, longrope)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PHI3_CASES))
+def test_phi3_rope_refusals_are_one_line(case: str, tmp_path_factory: pytest.TempPathFactory, theseus: Any) -> None:
+    values, message = PHI3_CASES[case]
+    folder = tmp_path_factory.mktemp("phi3")
+    save_model(folder, "phi3", tokenizer=False)
+    edit_config(**values)(folder)
+    code, _, err = theseus("run", "hf/import", f"hf/source={folder}", "run/name=x")
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
+#: Gemma 3 fields theseus cannot honour, each refused in one line.
+GEMMA_CASES: dict[str, tuple[dict[str, Any], str]] = {
+    "layer-types-length": (
+        {"layer_types": ["sliding_attention"] * 3},
+        "layer_types=['sliding_attention', 'sliding_attention', 'sliding_attention'] is not supported by theseus "
+        "(expected 2 of 'sliding_attention' / 'full_attention')",
+    ),
+    "layer-types-unknown": (
+        {"layer_types": ["sliding_attention", "chunked_attention"]},
+        "layer_types=['sliding_attention', 'chunked_attention'] is not supported",
+    ),
+    "rope-type": (
+        {"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 8.0}, "sliding_attention": {}}},
+        "rope_parameters.full_attention.rope_type='yarn' is not supported by theseus (supported: default, linear)",
+    ),
+    "activation": ({"hidden_activation": "relu"}, "hidden_activation='relu' is not supported"),
+}
+
+
+@pytest.mark.parametrize("case", list(GEMMA_CASES))
+def test_gemma_refusals_are_one_line(case: str, tmp_path_factory: pytest.TempPathFactory, theseus: Any) -> None:
+    values, message = GEMMA_CASES[case]
+    folder = tmp_path_factory.mktemp("gemma3")
+    save_model(folder, "gemma3_text", tokenizer=False)
+    edit_config(**values)(folder)
+    code, _, err = theseus("run", "hf/import", f"hf/source={folder}", "run/name=x")
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
 
 
 def test_existing_run_and_missing_name(pristine: Path, theseus: Any) -> None:

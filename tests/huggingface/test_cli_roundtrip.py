@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.huggingface.conftest import hf_logits, read_json, save_model
+from tests.huggingface.test_import_parity import LONGROPE
 
 PROMPT = "def f(x):"
 
@@ -21,6 +22,16 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "mistral-window": ("mistral", {"sliding_window": 6}),
     "qwen3-window": ("qwen3", {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 0}),
     "olmo2": ("olmo2", {}),
+    # the window on layer 0 only; capped scores and logits (Gemma 2), two RoPE bases, linear scaling of the
+    # full layers' (Gemma 3)
+    "gemma2-window": ("gemma2", {"sliding_window": 6}),
+    "gemma3-window": ("gemma3_text", {"sliding_window": 6, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
+    # fused qkv_proj / gate_up_proj split and fused back; LongRoPE's long factors (the prompt of 10 tokens
+    # is past the original 8 positions)
+    "phi3-window-longrope": (
+        "phi3",
+        {"sliding_window": 6, "rope_parameters": LONGROPE, "original_max_position_embeddings": 8},
+    ),
 }
 
 
@@ -77,6 +88,8 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     exported = read_json(out_dir / "config.json")
     assert exported["model_type"] == family
     assert getattr(reloaded.config, "sliding_window", None) == overrides.get("sliding_window")
+    if "rope_parameters" in overrides:
+        assert reloaded.config.rope_parameters["rope_type"] == "longrope"
 
     # sharded, bfloat16: an index and several files that transformers reads back
     sharded = tmp_path / "sharded"
@@ -87,7 +100,8 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     index = read_json(sharded / "model.safetensors.index.json")
     assert len(set(index["weight_map"].values())) > 1
     reloaded = AutoModelForCausalLM.from_pretrained(sharded, dtype=torch.float32).eval()
-    assert np.max(np.abs(hf_logits(reloaded, x) - hf_logits(model, x))) <= 0.1
+    # transformers' own bfloat16 copy of the Gemma models is 0.08-0.14 off (their norms multiply by 1 + w)
+    assert np.max(np.abs(hf_logits(reloaded, x) - hf_logits(model, x))) <= (0.2 if family.startswith("gemma") else 0.1)
 
 
 def test_sharded_transformers_checkpoint_imports(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.huggingface.conftest import VOCAB, hf_logits, save_model
+from tests.huggingface.conftest import GEMMA, GEMMA3_LINEAR, VOCAB, hf_logits, save_model
+from theseus.errors import ConfigError
+from theseus.model.generation.decode import check_rope_switch
 from theseus.model.huggingface.importer import prepare, read_params
 
 LLAMA3 = {
@@ -42,6 +44,14 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # norms after each branch, q/k RMSNorm over the whole projection (GQA: 4 query, 2 key heads)
     "olmo2": ("olmo2", {}),
     "olmo2-tied-bias": ("olmo2", {"tie_word_embeddings": True, "attention_bias": True}),
+    # a window of 5 on layer 0, full attention on layer 1, capped scores and logits, sandwich norms
+    "gemma2": ("gemma2", {}),
+    # per-head q/k norms, bases 1e3 (sliding) / 1e6 (full), an untied head
+    "gemma3-untied": ("gemma3_text", {"tie_word_embeddings": False}),
+    "gemma3-linear-rope": ("gemma3_text", {"rope_parameters": GEMMA3_LINEAR}),
+    # fused qkv_proj (GQA: 4 query, 2 key/value heads) and gate_up_proj split on import
+    "phi3-fused": ("phi3", {}),
+    "phi3-window": ("phi3", {"sliding_window": 5}),
 }
 
 
@@ -77,14 +87,14 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     expected = hf_logits(model, ids, mask)
     assert np.max(np.abs(got - expected)[mask]) <= 1e-4
     arch = prepared.model.architecture
-    assert arch.sliding_window == overrides.get("sliding_window")
-    assert arch.qk_norm == (family in ("qwen3", "olmo2"))
+    assert arch.sliding_window == overrides.get("sliding_window", 5 if family in GEMMA else None)
+    assert arch.qk_norm == (family in ("qwen3", "olmo2", "gemma3_text"))
     assert (arch.qk_norm_span, arch.norm_placement) == (
-        ("projection", "post") if family == "olmo2" else ("head", "pre")
+        ("projection", "post") if family == "olmo2" else ("head", "sandwich" if family in GEMMA else "pre")
     )
     if arch.sliding_window is not None:  # not a vacuous match: without the window the logits differ
         assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
-    assert arch.tied_embeddings == bool(overrides.get("tie_word_embeddings", family in ("gpt2", "qwen3")))
+    assert arch.tied_embeddings == bool(overrides.get("tie_word_embeddings", family in ("gpt2", "qwen3", *GEMMA)))
     if family == "qwen2":
         assert (arch.qkv_bias, arch.out_bias, arch.ffn_bias) == (True, False, False)
     if "head_dim" in overrides:
@@ -111,8 +121,30 @@ def test_long_sequence_blocked_attention_within_a_window(tmp_path: Path) -> None
     assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
 
 
-def test_parameters_land_on_the_given_shardings(tmp_path: Path) -> None:
-    save_model(tmp_path, "llama", tokenizer=False)
+@pytest.mark.parametrize("family", list(GEMMA))
+def test_gemma_layer_types_in_both_layouts_on_the_blocked_path(family: str, tmp_path: Path) -> None:
+    """300 tokens (query blocks of 128) against a window of 100 on the sliding layers only: the
+    unrolled layers (static windows, keys outside skipped) and the scanned ones (window and RoPE base
+    picked per layer at run time) both give transformers' logits."""
+    model = save_model(tmp_path, family, sliding_window=100, tokenizer=False)
+    ids = np.random.default_rng(5).integers(0, VOCAB, (2, 300))
+    mask = np.ones_like(ids, dtype=bool)
+    mask[1, :30] = False
+    expected = hf_logits(model, ids, mask)
+    for scan in (False, True):
+        prepared = prepare(tmp_path, {"model/scan_layers": scan})
+        assert prepared.model.stacked_layers == (("blocks",) if scan else ())
+        assert prepared.model.architecture.layer_types == ("sliding_attention", "full_attention")
+        logits, _ = prepared.model.apply(
+            {"params": read_params(prepared)}, jnp.asarray(ids), padding_mask=jnp.asarray(mask), deterministic=True
+        )
+        assert np.max(np.abs(np.asarray(logits) - expected)[mask]) <= 1e-4, scan
+    assert np.max(np.abs(np.asarray(logits) - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
+
+
+@pytest.mark.parametrize("family", ["llama", "phi3"])  # phi3: each fused tensor's parts placed one by one
+def test_parameters_land_on_the_given_shardings(family: str, tmp_path: Path) -> None:
+    save_model(tmp_path, family, tokenizer=False)
     prepared = prepare(tmp_path)
     device = jax.devices()[0]
     from theseus.model.huggingface.importer import abstract_params
@@ -123,3 +155,37 @@ def test_parameters_land_on_the_given_shardings(tmp_path: Path) -> None:
     assert len(leaves) == len(shardings)
     assert all(leaf.sharding == jax.sharding.SingleDeviceSharding(device) for leaf in leaves)
     assert prepared.tokenizer is None
+
+
+#: LongRoPE as the 128k Phi-3 releases have it, at a small scale: 4 frequencies (head_dim 8), trained on 8
+#: positions, stretched to max_position_embeddings 512 (attention factor sqrt(1 + log 64 / log 8) = sqrt 3).
+LONGROPE = {
+    "rope_type": "longrope",
+    "rope_theta": 10000.0,
+    "short_factor": [1.0, 1.3, 1.9, 2.6],
+    "long_factor": [1.1, 2.5, 7.0, 19.0],
+    "original_max_position_embeddings": 8,
+}
+
+
+def test_phi3_longrope_short_and_long_factors(tmp_path: Path) -> None:
+    """Prompts that fit the original 8 positions use the short factors, longer ones the long factors for
+    every position, as transformers chooses them per call; both within 1e-4."""
+    model = save_model(tmp_path, "phi3", rope_parameters=LONGROPE, original_max_position_embeddings=8)
+    ids = np.random.default_rng(5).integers(0, VOCAB, (2, 12))
+    mask = np.ones_like(ids, dtype=bool)
+    mask[0, :6] = False  # 6 real tokens in this row; the longest row (12) decides, as in transformers
+    long, prepared = ours(tmp_path, ids, mask)
+    assert np.max(np.abs(long - hf_logits(model, ids, mask))[mask]) <= 1e-4
+    short, _ = ours(tmp_path, ids[:, -6:])
+    expected_short = hf_logits(model, ids[:, -6:])
+    assert np.max(np.abs(short - expected_short)) <= 1e-4
+    assert np.max(np.abs(long[0, -6:] - expected_short[0])) > 1e-2  # the same 6 tokens, the other factors
+    scaling = prepared.model.architecture.rope_scaling
+    assert (scaling.kind, scaling.original_max_positions, scaling.long_factor) == ("longrope", 8, (1.1, 2.5, 7.0, 19.0))
+    assert abs(scaling.attention_factor - 3**0.5) <= 1e-12
+    # generation may not cross the switch (transformers re-encodes the sequence there): one line
+    check_rope_switch(prepared.model, 6, 3)  # lengths 6..8: short factors throughout
+    check_rope_switch(prepared.model, 9, 16)  # long throughout
+    with pytest.raises(ConfigError, match="crosses architecture/rope_original_max_positions=8, where longrope"):
+        check_rope_switch(prepared.model, 6, 4)

@@ -11,7 +11,7 @@ import pytest
 
 from tests.huggingface.conftest import VOCAB, hf_logits, save_model
 from theseus.errors import ConfigError, DataError
-from theseus.model.models import GPT, Llama, OLMo2, Qwen3
+from theseus.model.models import GPT, Gemma2, Gemma3, Llama, OLMo2, Phi3, Qwen3
 from theseus.training.base import BaseTrainer
 from theseus.training.init_from import InitSource, check_tokenizer
 
@@ -60,6 +60,18 @@ class FixedOLMo2(FixedLlama):
     MODEL = OLMo2
 
 
+class FixedPhi3(FixedLlama):
+    MODEL = Phi3
+
+
+class FixedGemma2(FixedLlama):
+    MODEL = Gemma2
+
+
+class FixedGemma3(FixedLlama):
+    MODEL = Gemma3
+
+
 def train_losses(run: Path) -> dict[int, float]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return {int(r["step"]): float(r["loss"]) for r in records if r.get("split", "train") == "train" and "loss" in r}
@@ -79,6 +91,9 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> float:
         ("qwen3", FixedQwen3, {}),
         ("olmo2", FixedOLMo2, {"head_dim": 16}),
         ("mistral", FixedLlama, {"head_dim": 16, "sliding_window": 6}),  # sequences of 16 > the window
+        ("phi3", FixedPhi3, {"head_dim": 16, "sliding_window": 6}),  # fused projections, split on import
+        ("gemma2", FixedGemma2, {"sliding_window": 6}),  # one windowed layer, capped scores and logits
+        ("gemma3_text", FixedGemma3, {"sliding_window": 6}),  # q/k norms, a RoPE base per layer type
     ],
 )
 def test_fine_tune_from_hf_starts_at_transformers_loss(

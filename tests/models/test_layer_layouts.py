@@ -46,6 +46,66 @@ def test_stacked_and_per_layer_parameters_give_the_same_logits_and_gradients(fam
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-5)
 
 
+def test_per_layer_windows_and_rope_bases_give_the_same_model_in_both_layouts() -> None:
+    """Gemma 3's ``layer_types`` (a window of 4 on layers 0 and 2, full attention on layer 1, a RoPE
+    base each, linear scaling on the full layer) in unrolled layers (static per layer) and scanned
+    ones (selected by the scanned layer index): the same logits, loss and gradients, and KV-cache
+    decoding in the scanned layout equals rerunning the prefix. (Gemma 2's soft-capping in both
+    layouts: tests/huggingface/test_import_parity.py.)"""
+    from theseus.model.models import Gemma3, decode_step, init_cache
+
+    values = {
+        "architecture__n_layers": 3,
+        "architecture__n_kv_heads": 2,
+        "architecture__sliding_window": 4,
+        "architecture__layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "architecture__rope_local_theta": 100.0,
+        "architecture__rope_scaling": "linear",  # on the full layer only
+        "architecture__rope_factor": 4.0,
+    }
+    unrolled, scanned = (build(Gemma3, model__scan_layers=scan, **values) for scan in (False, True))
+    params = random_params(unrolled, std=0.1)
+    x, y, mask = batch()
+
+    def loss_and_grads(model: TransformerLM, p: dict) -> tuple:
+        def fn(p: dict) -> tuple:
+            logits, loss = model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True)
+            return loss, logits
+
+        (loss, logits), grads = jax.value_and_grad(fn, has_aux=True)(p)
+        return logits, loss, grads
+
+    logits_a, loss_a, grads_a = jax.jit(lambda p: loss_and_grads(unrolled, p))(params)
+    stacked_params = stacked(params, ["blocks"])
+    logits_b, loss_b, grads_b = jax.jit(lambda p: loss_and_grads(scanned, p))(stacked_params)
+    np.testing.assert_allclose(np.asarray(logits_a), np.asarray(logits_b), atol=1e-5, rtol=0)
+    assert abs(float(loss_a) - float(loss_b)) <= 1e-6
+    # the scanned layers compute the RoPE frequencies of a traced base (a few float32 ulps off the
+    # constant-folded ones): gradients agree to 1e-5
+    for a, b in zip(jax.tree.leaves(stacked(grads_a, ["blocks"])), jax.tree.leaves(grads_b), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-5)
+    windowless = unrolled.clone(layer_types=["full_attention"] * 3)
+    full_logits = windowless.apply({"params": params}, x, padding_mask=mask, deterministic=True)[0]
+    assert float(np.max(np.abs(np.asarray(full_logits) - np.asarray(logits_a))[mask])) > 1e-3  # windows bind
+
+    # 12 tokens: prefill 5, then one at a time past the window. Unrolled, a sliding layer's cache is a ring
+    # of 4 slots (its window is fixed); scanned, every layer's is 12 long (stacked caches share one shape).
+    rows = np.asarray(x[:1])
+    whole = unrolled.apply({"params": params}, rows, deterministic=True)[0]
+    for model, p in ((unrolled, params), (scanned, stacked_params)):
+        cache = init_cache(model, 1, rows.shape[1])
+        if model is unrolled:
+            assert [cache[f"blocks_{i}"]["attn"]["key"].shape[1] for i in range(3)] == [4, 12, 4]
+        else:
+            assert cache["blocks"]["attn"]["key"].shape[2] == 12 and "slots" not in cache["blocks"]["attn"]
+        logits, cache = decode_step(model, p, cache, rows[:, :5])
+        steps = [np.asarray(logits)]
+        for t in range(5, rows.shape[1]):
+            logits, cache = decode_step(model, p, cache, rows[:, t : t + 1])
+            steps.append(np.asarray(logits))
+        np.testing.assert_allclose(np.concatenate(steps, axis=1), np.asarray(whole), atol=2e-5, rtol=0)
+
+
 @pytest.mark.parametrize("scan", [True, False], ids=["stacked", "per-layer"])
 def test_remat_policies_give_the_same_loss_and_gradients(scan: bool) -> None:
     x, y, mask = batch()

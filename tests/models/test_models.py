@@ -15,7 +15,7 @@ from tests.models.conftest import build, random_params
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import Schema, configuration, configure
 from theseus.errors import ConfigError
-from theseus.model.models import GPT, Llama, OLMo2, Qwen3, TransformerLM, cross_entropy
+from theseus.model.models import GPT, Llama, OLMo2, Phi3, Qwen3, TransformerLM, cross_entropy
 from theseus.registry import get_registry
 
 B, T = 3, 12
@@ -273,6 +273,104 @@ def test_the_olmo2_preset_has_the_published_shape_and_count() -> None:
         reference = AutoModelForCausalLM.from_config(config)
     expected = sum(p.numel() for p in reference.parameters())
     assert count(OLMo2, **values) == expected == 1_484_916_736
+
+
+#: Gemma presets and the config.json fields of the releases they copy (google/gemma-2-2b, google/gemma-3-1b-pt).
+GEMMA_RELEASES = {
+    "gemma2-2b": (
+        "gemma2",
+        {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26}
+        | {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256},
+    ),
+    "gemma3-1b": (
+        "gemma3_text",
+        {"vocab_size": 262144, "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26}
+        | {"num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "sliding_window": 512},
+    ),
+}
+
+
+@pytest.mark.parametrize("preset", list(GEMMA_RELEASES))
+def test_the_gemma_presets_have_the_published_shapes_and_counts(preset: str) -> None:
+    """Each Gemma preset against transformers' model of the release's config.json fields (meta device):
+    the same shape, the same parameter count, and that count in the preset's description."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from theseus.model.models import Gemma2, Gemma3
+
+    model_type, fields = GEMMA_RELEASES[preset]
+    cls = Gemma2 if model_type == "gemma2" else Gemma3
+    values = {"architecture/preset": preset, "architecture/vocab_size": fields["vocab_size"]}
+    with configuration(values):
+        arch = configure(cls).architecture
+    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.d_ff) == (
+        fields["num_hidden_layers"], fields["num_attention_heads"], fields["num_key_value_heads"],
+        fields["head_dim"], fields["hidden_size"], fields["intermediate_size"],
+    )  # fmt: skip
+    assert arch.tied_embeddings and (arch.activation, arch.norm_placement) == ("geglu", "sandwich")
+    assert arch.qk_norm == (cls is Gemma3) and arch.zero_centred_norm and arch.scale_embeddings
+    config = AutoConfig.for_model(model_type, **fields)
+    assert list(arch.layer_types) == config.layer_types  # every 2nd (Gemma 2) / 6th (Gemma 3) layer full
+    assert arch.sliding_window == config.sliding_window
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    expected = sum(p.numel() for p in reference.parameters())
+    assert count(cls, **values) == expected
+    published = f"{expected / 1e9:.3f}B" if expected >= 1e9 else f"{expected / 1e6:.1f}M"
+    assert f" {published} parameters" in cls.PRESETS[preset].description, (published, expected)
+    tiny = count(cls)  # the tiny preset's description too, at the default vocabulary
+    assert cls.PRESETS["tiny"].description.startswith(f"~{tiny / 1e6:.2f}M parameters at vocab 257"), tiny
+
+
+def test_bad_gemma_layer_types_are_one_line_config_errors() -> None:
+    from theseus.model.models import Gemma3
+
+    for layer_types, message in (
+        (["sliding_attention"] * 3, r"must list 6 entries \(one per layer\)"),
+        (["sliding_attention"] * 5 + ["global"], "each 'sliding_attention' or 'full_attention'"),
+    ):
+        with (
+            configuration({"architecture/layer_types": layer_types}),
+            pytest.raises(ConfigError, match=message) as info,
+        ):
+            configure(Gemma3).flops(8)
+        assert "\n" not in str(info.value) and "architecture/layer_types=" in str(info.value)
+
+
+def test_the_phi3_preset_has_the_published_shape_and_count() -> None:
+    """phi-3-mini against transformers' Phi-3 built from Phi-3-mini-4k-instruct's config.json fields (meta
+    device): the same 3.821B parameters at the unpadded vocabulary, and the count the description prints."""
+    import torch
+    from transformers import AutoModelForCausalLM, Phi3Config
+
+    from theseus.model.models import PHI3_PRESETS
+
+    values = {"architecture/preset": "phi-3-mini", "architecture/vocab_size": 32064, "architecture/vocab_multiple": 1}
+    with configuration(values):
+        arch = configure(Phi3).architecture
+    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.d_ff) == (
+        32, 32, 32, 96, 3072, 8192
+    )  # fmt: skip
+    assert not arch.tied_embeddings and arch.activation == "swiglu" and arch.norm == "rmsnorm"
+    config = Phi3Config(
+        vocab_size=32064,
+        hidden_size=3072,
+        intermediate_size=8192,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        max_position_embeddings=4096,
+        sliding_window=2047,
+        tie_word_embeddings=False,
+    )
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    expected = sum(p.numel() for p in reference.parameters())
+    assert count(Phi3, **values) == expected
+    assert f"{expected / 1e9:.3f}B parameters at vocab 32064" in PHI3_PRESETS["phi-3-mini"].description
+    padded = count(Phi3, **{**values, "architecture/vocab_multiple": 128})  # 32128 rows of embedding and head
+    assert padded - expected == 2 * (32128 - 32064) * 3072
 
 
 def test_explicit_keys_override_the_preset() -> None:

@@ -46,8 +46,9 @@ class ScaledBlock(Block):
         positions: jax.Array | None = None,
         deterministic: bool = False,
         decode: bool = False,
+        layer: int | jax.Array | None = None,
     ) -> jax.Array:
-        x = super().__call__(x, padding_mask, positions, deterministic, decode)
+        x = super().__call__(x, padding_mask, positions, deterministic, decode, layer)
         return x + self.scale(self.extra(x, deterministic=deterministic))
 
     @property

@@ -20,6 +20,7 @@ class Axis:
     VOCAB = "vocab"
     POSITION = "position"
     LAYERS = "layers"
+    EXPERT = "expert"  # stacked experts of a mixture-of-experts layer
     NORM = "norm"
 
 

@@ -3,8 +3,8 @@ unlearned pieces (only assistant turns are learned).
 
 A template is a Jinja2 program in the Hugging Face convention (``messages``, ``add_generation_prompt``,
 ``bos_token``, ``eos_token``, ``raise_exception``), read from a tokenizer's ``tokenizer_config.json``
-(``chat_template``), from a ``.jinja`` file, or one of the built-in templates (``chatml``, ``plain``)
-that suit byte-level and BPE tokenizers without one.
+(``chat_template``), from a ``.jinja`` file, or one of the built-in templates (``chatml``, ``plain``, ``phi3``,
+``gemma``) that suit byte-level and BPE tokenizers without one.
 
 This is the template itself, used by both sides of a chat run: the ``dataset/chat`` source of
 theseus-data (``theseus.data.datasets.chat``) renders conversations with it, and theseus-models keeps
@@ -35,6 +35,23 @@ BUILTIN_TEMPLATES: dict[str, str] = {
         "{% else %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n{% endif %}{% endfor %}"
         "{% if add_generation_prompt %}Assistant: {% endif %}"
     ),
+    # Phi-3's turns (<|system|> / <|user|> / <|assistant|>, each closed by <|end|>); Phi-3's own template also
+    # writes eos_token after a conversation, which the data pipeline's end-of-text already adds.
+    "phi3": (
+        "{% for m in messages %}{% if m['role'] in ('system', 'user', 'assistant') %}"
+        "<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+    ),
+    # Gemma's turns (<start_of_turn>user / <start_of_turn>model, each closed by <end_of_turn>), a system
+    # message written at the start of the first user turn, as Gemma 3's template does; Gemma's own template
+    # also starts with bos_token, which its tokenizer adds itself.
+    "gemma": (
+        "{% for m in messages %}{% if m['role'] != 'system' %}"
+        "<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+        "{% if loop.index0 == 1 and messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+        "{{ m['content'] | trim }}<end_of_turn>\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+    ),
 }
 
 Message = Mapping[str, Any]
@@ -59,7 +76,7 @@ class ChatTemplate:
     def load(cls, choice: str, tokenizer_path: str | None = None) -> ChatTemplate:
         """The template named by ``choice``.
 
-        ``choice``: a built-in name (``chatml``, ``plain``), a path to ``tokenizer_config.json`` or
+        ``choice``: a built-in name (``chatml``, ``plain``, ``phi3``, ``gemma``), a path to ``tokenizer_config.json`` or
         to a ``.jinja`` file, or ``auto``: the ``chat_template`` of the ``tokenizer_config.json``
         beside ``tokenizer_path`` when there is one, else ``chatml``.
         """

@@ -247,8 +247,11 @@ class TrainingLoop:
         self.peak: float | None = known[0] if known is not None else None
         peak = f"peak {known[0] / 1e12:.2f} TFLOP/s/device ({known[1]})" if known is not None else MEASURED_LATER
         self.flops_per_step = float(t.model.flops(t.sequence_length)) * self.args.batch_size
+        inactive = int(getattr(t.model, "inactive_parameter_count", lambda: 0)())
+        active = f" ({(params - inactive) / 1e6:.2f}M active per token)" if inactive else ""
         self.display.message(
-            f"{t.run_name}: {params / 1e6:.2f}M parameters, {self.args.batch_size}x{t.sequence_length} tokens/step "
+            f"{t.run_name}: {params / 1e6:.2f}M parameters{active}, "
+            f"{self.args.batch_size}x{t.sequence_length} tokens/step "
             f"({t.accumulate_steps} micro-batch{'es' if t.accumulate_steps > 1 else ''}), "
             f"mesh {dict(t.sharding.mesh.shape)} layout {t.sharding.layout}, steps {start}->{self.stop}, "
             f"{peak}; run dir {self.run_dir.path}"

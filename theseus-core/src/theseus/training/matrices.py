@@ -5,7 +5,8 @@ logical axis names (:class:`theseus.base.axis.Axis`) decide what it is:
 
 * axes are grouped: ``heads``, ``kv_heads`` and ``head_dim`` next to each other form one group (one
   side of an attention projection); every other axis is a group of its own; the stacked ``layers``
-  axis of scanned models is a batch axis and joins no group;
+  axis of scanned models and the ``expert`` axis of a mixture's experts are batch axes and join no
+  group;
 * a parameter spanning two or more groups is a matrix. Its first group holds the axes it reduces
   over (its inputs), the other groups its outputs: the query kernel ``[embed, heads, head_dim]``
   maps ``embed`` to ``heads x head_dim``, the attention output ``[heads, head_dim, embed]`` the
@@ -35,8 +36,8 @@ from theseus.base.tree import path_text
 
 #: Logical axes that belong to one side of a matrix together.
 AXIS_GROUPS = {Axis.HEADS: "heads", Axis.KV_HEADS: "heads", Axis.HEAD_DIM: "heads"}
-#: Logical axes that stack independent matrices (a scanned model's layers).
-BATCH_AXES = frozenset({Axis.LAYERS})
+#: Logical axes that stack independent matrices (a scanned model's layers, a mixture's experts).
+BATCH_AXES = frozenset({Axis.LAYERS, Axis.EXPERT})
 
 Names = Mapping[str, tuple[str | None, ...]]
 _known: ContextVar[Names | None] = ContextVar("theseus_parameter_axes", default=None)

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from theseus.base.sown import AUX_COLLECTIONS, AUX_LOSSES, AUX_METRICS, PARAM_UPDATES
 from theseus.training.sharding import TrainerSharding
 from theseus.training.state import TrainState
 
@@ -23,7 +24,13 @@ def forward(
     deterministic: bool = False,
     intermediates: bool = False,
 ) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]:
-    """Call the model with token ids, targets, padding mask and dropout controls."""
+    """Call the model with token ids, targets, padding mask and dropout controls.
+
+    What the model sows for the trainer (:mod:`theseus.base.sown`) comes back in
+    the metadata: the sum of its auxiliary losses as ``aux_loss`` (added to the returned loss in
+    training, reported only with ``deterministic``), each metric under its own name (the mean over
+    the places that sowed it) and the parameter updates as ``param_updates`` (applied by
+    :func:`train_step`). A model that sows nothing returns its loss and no metadata."""
     kwargs: dict[str, Any] = {
         "y": batch.get("y"),
         "padding_mask": batch.get("padding_mask"),
@@ -31,13 +38,42 @@ def forward(
         "rngs": {"dropout": key} if key is not None else {},
     }
     variables = {"params": params}
-    if intermediates:
-        (logits, loss), mutated = state.apply_fn(
-            variables, batch["x"], capture_intermediates=True, mutable=["intermediates"], **kwargs
-        )
-        return logits, loss, {"intermediates": mutated.get("intermediates", {})}
-    logits, loss = state.apply_fn(variables, batch["x"], **kwargs)
-    return logits, loss, {}
+    mutable = [*AUX_COLLECTIONS, "intermediates"] if intermediates else list(AUX_COLLECTIONS)
+    extra = {"capture_intermediates": True} if intermediates else {}
+    (logits, loss), mutated = state.apply_fn(variables, batch["x"], mutable=mutable, **extra, **kwargs)
+    meta: dict[str, Any] = {"intermediates": mutated.get("intermediates", {})} if intermediates else {}
+    losses = jax.tree.leaves(mutated.get(AUX_LOSSES, {}))
+    if losses:
+        aux = sum(jnp.sum(jnp.asarray(term, jnp.float32)) for term in losses)
+        meta["aux_loss"] = aux
+        if loss is not None and not deterministic:
+            loss = loss + aux
+    meta.update(aux_metrics(mutated.get(AUX_METRICS, {})))
+    if mutated.get(PARAM_UPDATES):
+        meta[PARAM_UPDATES] = mutated[PARAM_UPDATES]
+    return logits, loss, meta
+
+
+def aux_metrics(sown: Any) -> dict[str, jax.Array]:
+    """Each sown metric name -> the mean of its values over every module (and stacked layer) that sowed it."""
+    found: dict[str, list[jax.Array]] = {}
+    for path, value in jax.tree_util.tree_flatten_with_path(sown)[0]:
+        name = str(getattr(path[-1], "key", path[-1]))
+        found.setdefault(name, []).append(jnp.ravel(jnp.asarray(value, jnp.float32)))
+    return {name: jnp.mean(jnp.concatenate(values)) for name, values in found.items()}
+
+
+def apply_param_updates(params: Any, updates: Any) -> Any:
+    """``params`` with each sown update added to the parameter at its path (the rest unchanged)."""
+    if not updates:
+        return params
+    flat = {tuple(str(k.key) for k in path): u for path, u in jax.tree_util.tree_flatten_with_path(updates)[0]}
+
+    def add(path: Any, leaf: Any) -> Any:
+        update = flat.get(tuple(str(getattr(k, "key", k)) for k in path))
+        return leaf if update is None else (leaf + update).astype(leaf.dtype)
+
+    return jax.tree_util.tree_map_with_path(add, params)
 
 
 def target_count(batch: Batch) -> jax.Array:
@@ -52,6 +88,10 @@ def target_count(batch: Batch) -> jax.Array:
 
 def _without_intermediates(meta: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if k != "intermediates"}
+
+
+def _without_updates(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in meta.items() if k != PARAM_UPDATES}
 
 
 def train_step(
@@ -109,6 +149,10 @@ def train_step(
             grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grad_sum, state.params)
         grad_norm = optax.tree.norm(grads)
         new_state = state.apply_gradients(grads=grads)
+        updates = meta.get(PARAM_UPDATES)
+        if updates:  # accumulated: the micro-batches' updates averaged with the gradients' weights
+            new_state = new_state.replace(params=apply_param_updates(new_state.params, updates))
+        meta = _without_updates(meta)
         if skip_nonfinite:
             finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
             keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
@@ -127,7 +171,7 @@ def val_step(
     with sharding.context():
         _logits, loss, meta = cls.forward(state, state.params, batch, key=None, deterministic=True)
     count = target_count(batch)
-    return loss.astype(jnp.float32) * count, count, _without_intermediates(meta)
+    return loss.astype(jnp.float32) * count, count, _without_updates(_without_intermediates(meta))
 
 
 def trace(cls: Any, state: TrainState, batch: Batch, key: jax.Array, *, sharding: TrainerSharding) -> Any:

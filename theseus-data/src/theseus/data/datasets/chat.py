@@ -22,7 +22,7 @@ class Chat(Dataset):
     (the field is ``data/chat/messages_field``) and may carry ``"split": "train"|"val"``. The
     conversation is rendered with ``data/chat/template``: ``auto`` (the ``chat_template`` of the
     ``tokenizer_config.json`` beside an ``hf:`` tokenizer, else ``chatml``), a built-in name
-    (``chatml``, ``plain``), or a path to a ``tokenizer_config.json`` or ``.jinja`` file. Only the
+    (``chatml``, ``plain``, ``phi3``), or a path to a ``tokenizer_config.json`` or ``.jinja`` file. Only the
     assistant turns are learned: the prepared data stores a mask with the tokens. Read it in the
     ``"packed"`` style (the default) or ``"padded"``.
     """
@@ -36,7 +36,7 @@ class Chat(Dataset):
     template: str = field(
         "data/chat/template",
         default="auto",
-        help="auto | chatml | plain | a tokenizer_config.json or .jinja file",
+        help="auto | chatml | plain | phi3 | a tokenizer_config.json or .jinja file",
     )
     tokenizer: str = field(
         "data/tokenizer", default="byte", path="spec", help="byte, hf:PATH/tokenizer.json or tiktoken:ENCODING"

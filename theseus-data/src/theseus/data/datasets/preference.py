@@ -47,7 +47,7 @@ class Preference(Dataset):
     template: str = field(
         "data/preference/template",
         default="auto",
-        help="chat template of conversational rows: auto | chatml | plain | a tokenizer_config.json or .jinja file",
+        help="chat template of conversational rows: auto | chatml | plain | phi3 | a tokenizer_config.json or .jinja",
     )
     tokenizer: str = field(
         "data/tokenizer", default="byte", path="spec", help="byte, hf:PATH/tokenizer.json or tiktoken:ENCODING"

@@ -3,10 +3,11 @@
 
 PEFT stores ``lora_A.weight`` ``[r, in]`` and ``lora_B.weight`` ``[out, r]`` per module and scales by
 ``lora_alpha / r``. The Hugging Face family names the modules (``HFFamily.peft_modules``): Llama-family
-projections map one to one (``q_proj`` ... ``down_proj``). GPT-2 fuses
-query, key and value into ``c_attn``: their adapters become one adapter of rank ``k * r`` (``k`` the
-number of adapted projections) whose ``B`` is block diagonal, with ``rank_pattern`` / ``alpha_pattern``
-keeping the scale ``alpha / r``.
+projections map one to one (``q_proj`` ... ``down_proj``). Modules that fuse several projections
+(``HFFamily.peft_fused``: GPT-2's ``c_attn``, Phi-3's ``qkv_proj`` and ``gate_up_proj``) get one adapter
+of rank ``k * r`` (``k`` the number of adapted projections) whose ``B`` is block-structured (each
+projection's ``B`` in its own rows), with ``rank_pattern`` / ``alpha_pattern`` keeping the scale
+``alpha / r``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def peft_tensors(
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """PEFT tensor names -> values, and the rank of each adapted module (module path -> rank).
 
-    The module names come from the family (``peft_modules``, ``peft_fused_qkv``, ``peft_layer_prefix``)."""
+    The module names come from the family (``peft_modules``, ``peft_fused``, ``peft_layer_prefix``)."""
     tensors: dict[str, np.ndarray] = {}
     ranks: dict[str, int] = {}
 
@@ -52,22 +53,16 @@ def peft_tensors(
     from theseus.checkpoint.layers import per_layer
 
     params = per_layer(params, (LAYERS,))  # a scanned model's stacked layers, one entry per layer
+    fused_modules = family.peft_fused_modules()
+    fused = {name for parts in fused_modules.values() for name in parts}
     for i in range(n_layers):
         block = params[f"blocks_{i}"]
         attn, mlp = block["attn"], block["mlp"]
         prefix = family.peft_layer_prefix(i)
-        fused = QKV if family.peft_fused_qkv is not None else ()
-        qkv = [name for name in fused if f"{name}_lora_a" in attn]
-        if qkv:
-            width = int(np.prod(np.shape(attn["query"])[1:]))
-            rank = int(np.shape(attn[f"{qkv[0]}_lora_a"])[-1])
-            a_parts, b_full = [], np.zeros((3 * width, rank * len(qkv)), np.float32)
-            for slot, name in enumerate(qkv):
-                a, b = _linear(np.asarray(attn[f"{name}_lora_a"]), np.asarray(attn[f"{name}_lora_b"]))
-                a_parts.append(a)
-                column = QKV.index(name)
-                b_full[column * width : (column + 1) * width, slot * rank : (slot + 1) * rank] = b
-            put(prefix + str(family.peft_fused_qkv), np.concatenate(a_parts, axis=0), b_full)
+        for module, parts in fused_modules.items():
+            adapter = fused_adapter(attn, mlp, parts)
+            if adapter is not None:
+                put(prefix + module, *adapter)
         for target, module in family.peft_modules.items():
             holder, key = (attn, f"{target}_") if target in ATTENTION else (mlp.get(target), "")
             if holder is None or f"{key}lora_a" not in holder:
@@ -83,6 +78,38 @@ def peft_tensors(
     return tensors, ranks
 
 
+def _holder(attn: Mapping[str, Any], mlp: Mapping[str, Any], target: str) -> tuple[Any, str, Any]:
+    """(the mapping holding ``target``'s adapter, its key prefix, the base kernel)."""
+    if target in ATTENTION:
+        return attn, f"{target}_", attn[target]
+    node = mlp[target]
+    return node, "", node["kernel"]
+
+
+def fused_adapter(
+    attn: Mapping[str, Any], mlp: Mapping[str, Any], parts: tuple[str, ...]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """One PEFT adapter ``(lora_A [k*r, in], lora_B [out, k*r])`` on a module whose output rows are
+    ``parts`` in order, from the ``k`` adapted parts' own adapters (None when none is adapted).
+
+    ``A`` stacks the parts' ``A``; ``B`` is block-structured: part ``j``'s ``B`` in its own rows and
+    columns, zeros elsewhere, so ``B @ A @ x`` puts ``B_j A_j x`` in part ``j``'s rows and nothing in an
+    unadapted part's."""
+    holders = [_holder(attn, mlp, part) for part in parts]
+    widths = [int(np.prod(np.shape(kernel)[1:])) for _, _, kernel in holders]
+    offsets = np.cumsum([0, *widths]).tolist()
+    found = [(j, holder, key) for j, (holder, key, _) in enumerate(holders) if f"{key}lora_a" in holder]
+    if not found:
+        return None
+    rank = int(np.shape(found[0][1][f"{found[0][2]}lora_a"])[-1])
+    a_parts, b_full = [], np.zeros((offsets[-1], rank * len(found)), np.float32)
+    for slot, (j, holder, key) in enumerate(found):
+        a, b = _linear(np.asarray(holder[f"{key}lora_a"]), np.asarray(holder[f"{key}lora_b"]))
+        a_parts.append(a)
+        b_full[offsets[j] : offsets[j + 1], slot * rank : (slot + 1) * rank] = b
+    return np.concatenate(a_parts, axis=0), b_full
+
+
 def adapted(attn: Mapping[str, Any], mlp: Mapping[str, Any]) -> set[str]:
     """The LoRA targets with adapters in one layer's attention and MLP."""
     names = {name for name in ATTENTION if f"{name}_lora_a" in attn}
@@ -93,12 +120,44 @@ def _constant(value: np.ndarray) -> Callable[[], np.ndarray]:
     return lambda: value
 
 
+def adapter_config(
+    family: HFFamily, ranks: Mapping[str, int], *, rank: int, alpha: float, dropout: float, base: str
+) -> dict[str, Any]:
+    """``adapter_config.json`` for the modules of ``ranks`` (a fused module's rank is a multiple of
+    ``rank``: ``rank_pattern`` and ``alpha_pattern`` keep its scale at ``alpha / rank``)."""
+    return {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base,
+        "r": rank,
+        "lora_alpha": alpha,
+        "lora_dropout": dropout,
+        "target_modules": sorted(ranks),
+        "rank_pattern": {m: r for m, r in ranks.items() if r != rank},
+        "alpha_pattern": {m: alpha * r / rank for m, r in ranks.items() if r != rank},
+        "fan_in_fan_out": family.fan_in_fan_out,
+        "bias": "none",
+        "inference_mode": True,
+        "init_lora_weights": True,
+    }
+
+
+def write_adapter(folder: Path, config: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> None:
+    """``adapter_config.json`` and ``adapter_model.safetensors`` in ``folder``."""
+    from theseus.model.huggingface.safetensors_io import PlannedTensor, _write_file
+
+    (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    planned = [
+        PlannedTensor(name, tuple(value.shape), "F32", _constant(value)) for name, value in sorted(tensors.items())
+    ]
+    _write_file(folder / ADAPTER_WEIGHTS, planned, {"format": "pt"})
+
+
 def export_adapter(root: Path, run: str, out: str, *, step: int | None = None, base: str = "") -> Path:
     """Write run ``run``'s adapters (checkpoint ``step``, default latest) as a PEFT adapter in ``out``."""
     from theseus.model.generation.runs import load_run
     from theseus.model.huggingface.exporter import output_folder, staged_folder
     from theseus.model.huggingface.family import export_family
-    from theseus.model.huggingface.safetensors_io import PlannedTensor, _write_file
 
     folder = output_folder(out)
     loaded = load_run(root, run, step=step, tokenizer=None)
@@ -110,29 +169,25 @@ def export_adapter(root: Path, run: str, out: str, *, step: int | None = None, b
     arch = loaded.model.architecture
     family = export_family(model_class, arch, (record.get("huggingface") or {}).get("model_type"))
     tensors, ranks = peft_tensors(family, loaded.params, arch.n_layers)
-    alpha = float(loaded.config.get("model/lora/alpha", 16.0))
-    config = {
-        "peft_type": "LORA",
-        "task_type": "CAUSAL_LM",
-        "base_model_name_or_path": base or str(loaded.config.get("training/init_from") or "").partition(":")[2],
-        "r": rank,
-        "lora_alpha": alpha,
-        "lora_dropout": float(loaded.config.get("model/lora/dropout", 0.0)),
-        "target_modules": sorted(ranks),
-        "rank_pattern": {m: r for m, r in ranks.items() if r != rank},
-        "alpha_pattern": {m: alpha * r / rank for m, r in ranks.items() if r != rank},
-        "fan_in_fan_out": family.fan_in_fan_out,
-        "bias": "none",
-        "inference_mode": True,
-        "init_lora_weights": True,
-    }
+    config = adapter_config(
+        family,
+        ranks,
+        rank=rank,
+        alpha=float(loaded.config.get("model/lora/alpha", 16.0)),
+        dropout=float(loaded.config.get("model/lora/dropout", 0.0)),
+        base=base or str(loaded.config.get("training/init_from") or "").partition(":")[2],
+    )
     with staged_folder(folder) as staging:
-        (staging / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
-        planned = [
-            PlannedTensor(name, tuple(value.shape), "F32", _constant(value)) for name, value in sorted(tensors.items())
-        ]
-        _write_file(staging / ADAPTER_WEIGHTS, planned, {"format": "pt"})
+        write_adapter(staging, config, tensors)
     return folder
 
 
-__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "export_adapter", "peft_tensors"]
+__all__ = [
+    "ADAPTER_CONFIG",
+    "ADAPTER_WEIGHTS",
+    "adapter_config",
+    "export_adapter",
+    "fused_adapter",
+    "peft_tensors",
+    "write_adapter",
+]

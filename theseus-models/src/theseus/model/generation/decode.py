@@ -61,6 +61,19 @@ def check_fits(model: TransformerLM, prompt_length: int, max_new_tokens: int) ->
         )
 
 
+def check_rope_switch(model: TransformerLM, longest: int, max_new_tokens: int) -> None:
+    """Raise ConfigError when LongRoPE would switch factors during generation: transformers re-encodes the
+    whole sequence with the long factors at the switch, and a KV cache of short-factor keys cannot."""
+    scaling = model.architecture.rope_scaling
+    original = scaling.original_max_positions
+    if scaling.kind == "longrope" and longest <= original < longest + max_new_tokens - 1:
+        raise ConfigError(
+            f"a prompt of {longest} tokens plus {max_new_tokens} new tokens crosses "
+            f"architecture/rope_original_max_positions={original}, where longrope switches to its long factors; "
+            f"keep prompt + max_new_tokens within {original + 1} tokens or give a prompt longer than {original}"
+        )
+
+
 @functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "sampling"))
 def _sample(
     params: Any,
@@ -136,6 +149,7 @@ def generate_tokens(
     sampling = sampling or SamplingParams()
     ids, mask = left_pad(prompts, width)
     check_fits(model, ids.shape[1], max_new_tokens)
+    check_rope_switch(model, max(len(p) for p in prompts), max_new_tokens)
     scalars = {"seed": np.int32(seed), "eot": np.int32(-1 if eot_id is None else eot_id)}
     real = len(ids)
     if sharding is None:

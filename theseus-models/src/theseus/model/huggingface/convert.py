@@ -98,14 +98,32 @@ def _float_kind(code: str) -> str:
 
 
 def load_params(checkpoint: HFCheckpoint, maps: list[TensorMap], place: Place) -> dict[str, Any]:
-    """The nested parameter tree: each tensor read, converted and handed to ``place(path, array)``."""
+    """The nested parameter tree: each tensor read, converted and handed to ``place(path, array)``.
+
+    The slices of a stacked parameter (maps with an ``index``) fill one host buffer, placed once its
+    last slice is read."""
     params: dict[str, Any] = {}
+    slices: dict[ParamPath, int] = {}
+    for tensor_map in maps:
+        if tensor_map.index is not None:
+            for path in tensor_map.paths:
+                slices[path] = slices.get(path, 0) + 1
+    buffers: dict[ParamPath, tuple[np.ndarray, set[int]]] = {}
     for tensor_map in maps:
         values = read_tensor(checkpoint.tensors[tensor_map.hf])
         parts = tensor_map.to_theseus(values)
         del values
         for path, part in zip(tensor_map.paths, parts, strict=True):
-            _assign(params, path, place(path, part))
+            if tensor_map.index is None:
+                _assign(params, path, place(path, part))
+                continue
+            buffer, filled = buffers.setdefault(path, (np.empty((slices[path], *part.shape), part.dtype), set()))
+            buffer[tensor_map.index] = part
+            filled.add(tensor_map.index)
+            if len(filled) == slices[path]:
+                del buffers[path]
+                _assign(params, path, place(path, buffer))
+            del buffer
         del parts
     return params
 
@@ -132,6 +150,8 @@ def export_plan(family: HFFamily, arch: Architecture, params: Mapping[str, Any],
     planned = []
     for tensor_map in family.tensor_maps(arch):
         leaves = [_lookup(params, path) for path in tensor_map.paths]
+        if tensor_map.index is not None:
+            leaves = [leaf[tensor_map.index] for leaf in leaves]
 
         def produce(tensor_map: TensorMap = tensor_map, leaves: list[Any] = leaves) -> np.ndarray:
             host = [np.asarray(leaf, dtype=np.float32) for leaf in leaves]

@@ -42,6 +42,9 @@ class HFFamily:
     peft_modules: ClassVar[Mapping[str, str]] = {}
     #: A module holding query, key and value fused (GPT-2's ``attn.c_attn``), or None.
     peft_fused_qkv: ClassVar[str | None] = None
+    #: Modules that fuse several LoRA targets, with the targets in the order of their output rows
+    #: (Phi-3's ``{"self_attn.qkv_proj": ("query", "key", "value"), "mlp.gate_up_proj": ("gate", "up")}``).
+    peft_fused: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     #: Whether the checkpoint stores linear weights ``[in, out]`` (PEFT's ``fan_in_fan_out``).
     fan_in_fan_out: ClassVar[bool] = False
 
@@ -74,6 +77,13 @@ class HFFamily:
     def peft_layer_prefix(self, layer: int) -> str:
         """The module path of layer ``layer`` in the checkpoint (``model.layers.3.``)."""
         raise NotImplementedError
+
+    def peft_fused_modules(self) -> dict[str, tuple[str, ...]]:
+        """Every fused module (``peft_fused``, and ``peft_fused_qkv`` as query, key and value)."""
+        modules = dict(self.peft_fused)
+        if self.peft_fused_qkv is not None:
+            modules[self.peft_fused_qkv] = ("query", "key", "value")
+        return modules
 
     def to_config(
         self,

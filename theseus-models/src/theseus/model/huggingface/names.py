@@ -2,7 +2,8 @@
 
 The building blocks of a family's ``tensor_maps`` (``theseus.model.huggingface.family``). Each
 :class:`TensorMap` ties one checkpoint tensor to one or more theseus parameters (GPT-2's
-fused ``c_attn`` holds the query, key and value) with the two layout conversions. theseus keeps
+fused ``c_attn`` holds the query, key and value; :func:`fused` builds such a map from one map per
+part) with the two layout conversions. theseus keeps
 attention projections per head (``query`` ``[embed, heads, head_dim]``, ``out``
 ``[heads, head_dim, embed]``) and dense kernels as ``[in, out]``; transformers' ``nn.Linear``
 stores ``[out, in]`` and GPT-2's ``Conv1D`` ``[in, out]``. Both use the same half-split RoPE
@@ -11,7 +12,8 @@ layout, so no query/key permutation is needed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,13 +28,23 @@ Path = tuple[str, ...]
 
 @dataclass(frozen=True)
 class TensorMap:
-    """``hf`` (shape ``hf_shape``) <-> the theseus parameters at ``paths``."""
+    """``hf`` (shape ``hf_shape``) <-> the theseus parameters at ``paths``; with ``index``, the tensor
+    is slice ``index`` of the leading axis of each of those parameters (see :func:`stacked_slice`)."""
 
     hf: str
     hf_shape: tuple[int, ...]
     paths: tuple[Path, ...]
     to_theseus: Callable[[np.ndarray], list[np.ndarray]]
     to_hf: Callable[[list[np.ndarray]], np.ndarray]
+    index: int | None = None
+
+
+def stacked_slice(index: int, part: TensorMap) -> TensorMap:
+    """``part`` as slice ``index`` of the leading axis of its theseus parameters: many checkpoint
+    tensors <-> one stacked parameter (transformers stores a mixture's experts one tensor each,
+    theseus stacks them ``[expert, ...]``). Import gathers the slices of a parameter in one host buffer
+    and places it once the last slice is read; export takes each slice of the stacked parameter."""
+    return dataclasses.replace(part, index=index)
 
 
 def same(hf: str, path: Path, shape: tuple[int, ...]) -> TensorMap:
@@ -88,6 +100,32 @@ def heads_out(hf: str, path: Path, width: int, heads: int, head_dim: int) -> Ten
         lambda w: [w.T.reshape(heads, head_dim, width)],
         lambda a: a[0].reshape(heads * head_dim, width).T,
     )
+
+
+def fused(hf: str, parts: Sequence[TensorMap], axis: int = 0) -> TensorMap:
+    """One checkpoint tensor holding ``parts`` concatenated along ``axis`` <-> the theseus parameters of
+    every part, in order (Phi-3's ``qkv_proj``: the query, key and value rows; ``gate_up_proj``: the
+    gate rows, then the up rows). Each part describes its own slice as if it were a tensor of its own
+    (``heads_in``, ``transposed``, ...); its name is not used."""
+    shapes = [part.hf_shape for part in parts]
+    rest = {shape[:axis] + shape[axis + 1 :] for shape in shapes}
+    if len(rest) != 1:
+        raise ValueError(f"{hf}: parts of shapes {shapes} do not concatenate along axis {axis}")
+    sizes = [shape[axis] for shape in shapes]
+    bounds = np.cumsum(sizes)[:-1].tolist()
+    counts = [len(part.paths) for part in parts]
+    hf_shape = (*shapes[0][:axis], sum(sizes), *shapes[0][axis + 1 :])
+
+    def to_theseus(w: np.ndarray) -> list[np.ndarray]:
+        pieces = np.split(w, bounds, axis=axis)
+        return [leaf for part, piece in zip(parts, pieces, strict=True) for leaf in part.to_theseus(piece)]
+
+    def to_hf(leaves: list[np.ndarray]) -> np.ndarray:
+        starts = np.cumsum([0, *counts]).tolist()
+        pieces = [part.to_hf(leaves[a:b]) for part, a, b in zip(parts, starts[:-1], starts[1:], strict=True)]
+        return np.concatenate(pieces, axis=axis)
+
+    return TensorMap(hf, hf_shape, tuple(path for part in parts for path in part.paths), to_theseus, to_hf)
 
 
 #: Checkpoint tensors that are buffers, not weights (recomputed by theseus): safe to skip on import.

@@ -11,6 +11,7 @@ from theseus.model.layers.attention import CausalSelfAttention, attention_mask, 
 from theseus.model.layers.dense import Dense
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.layers.mlp import MLP, hidden_size
+from theseus.model.layers.moe import MoE, MoESpec
 from theseus.model.layers.norms import LayerNorm, RMSNorm
 from theseus.model.layers.rotary import ROPE_SCALINGS, RopeScaling, RotaryEmbedding, rotary_angles
 
@@ -20,6 +21,8 @@ __all__ = [
     "CausalSelfAttention",
     "Dense",
     "LayerNorm",
+    "MoE",
+    "MoESpec",
     "PositionEmbedding",
     "RMSNorm",
     "RopeScaling",

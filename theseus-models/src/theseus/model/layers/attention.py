@@ -12,10 +12,13 @@ from theseus.errors import ConfigError
 from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require
 from theseus.model.layers.norms import RMSNorm
-from theseus.model.layers.rotary import RopeScaling, RotaryEmbedding
+from theseus.model.layers.rotary import RopeScaling, RotaryEmbedding, rotate
 from theseus.model.module import Module
 
 ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
+
+#: The entries of a per-layer ``layer_types`` list (transformers' names).
+SLIDING_ATTENTION, FULL_ATTENTION = "sliding_attention", "full_attention"
 
 
 def attention_mask(padding_mask: jax.Array | None) -> jax.Array | None:
@@ -57,10 +60,11 @@ def _cudnn_eligible(q: jax.Array) -> bool:
     )
 
 
-def window_mask(query_index: jax.Array, key_index: jax.Array, window: int | None) -> jax.Array:
+def window_mask(query_index: jax.Array, key_index: jax.Array, window: int | jax.Array | None) -> jax.Array:
     """``[T, S]`` bool: query ``t`` (at sequence index ``query_index[t]``) may attend to key ``s``:
     the key is not later and, with a ``window``, fewer than ``window`` places earlier (a token sees
-    itself and the ``window - 1`` tokens before it, as Mistral's and transformers' windows do)."""
+    itself and the ``window - 1`` tokens before it, as Mistral's and transformers' windows do).
+    ``window`` may be a traced scalar (a window chosen per layer inside a scan)."""
     causal = key_index[None, :] <= query_index[:, None]
     if window is None:
         return causal
@@ -72,20 +76,57 @@ def window_mask(query_index: jax.Array, key_index: jax.Array, window: int | None
 MIN_CAUSAL_BLOCK = 128
 MAX_CAUSAL_BLOCKS = 16
 
+#: The window of a full-attention layer when windows are chosen per layer at run time (never binds).
+NO_WINDOW = 2**30
+
+
+def softcapped_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array | None,
+    scale: float | None = None,
+    softcap: float | None = None,
+) -> jax.Array:
+    """Grouped-query attention with the scores capped as ``tanh(s / softcap) * softcap`` (after the
+    ``scale``, before the mask, as Gemma 2 does); without ``softcap`` it is
+    ``jax.nn.dot_product_attention``. ``mask``: bool broadcastable to ``[B, 1, T, S]``."""
+    if softcap is None:
+        return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, implementation="xla")
+    batch, steps, n_heads, head_dim = q.shape
+    n_kv = k.shape[2]
+    grouped = q.reshape(batch, steps, n_kv, n_heads // n_kv, head_dim)
+    scores = jnp.einsum("btkgh,bskh->bkgts", grouped, k, preferred_element_type=jnp.float32)
+    scores = scores * (head_dim**-0.5 if scale is None else scale)
+    scores = jnp.tanh(scores / softcap) * softcap
+    if mask is not None:
+        scores = jnp.where(mask[:, :, None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
+    return out.reshape(batch, steps, n_heads, head_dim)
+
 
 def blocked_causal_attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array | None, block: int, window: int | None = None
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    key_mask: jax.Array | None,
+    block: int,
+    window: int | jax.Array | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
 ) -> jax.Array:
     """Causal attention computed per block of ``block`` queries against only the keys the block can
     see: up to the block's end, and with a ``window`` from ``window - 1`` places before its start, so
     the score matrix outside the diagonal band is never formed (about half of it for long sequences,
     all but ``window + block`` columns per block with a window). ``key_mask``: bool ``[B, S]``
-    (True = real key), ``[B, 1, T, S]`` (a mask per query, as packed rows have), or None."""
+    (True = real key), ``[B, 1, T, S]`` (a mask per query, as packed rows have), or None. A traced
+    ``window`` (chosen per layer at run time) is masked but cannot skip keys."""
     steps = q.shape[1]
     outputs = []
     for start in range(0, steps, block):
         end = min(start + block, steps)
-        first = 0 if window is None else max(0, start - window + 1)
+        first = max(0, start - window + 1) if isinstance(window, int) else 0
         allowed = window_mask(jnp.arange(start, end), jnp.arange(first, end), window)  # [block, end - first]
         mask = allowed[None, None]
         if key_mask is not None and key_mask.ndim == 4:  # [B, 1, T, S]: per-query masks (packed rows)
@@ -93,7 +134,7 @@ def blocked_causal_attention(
         elif key_mask is not None:
             mask = mask & key_mask[:, None, None, first:end]
         keys, values = k[:, first:end], v[:, first:end]
-        outputs.append(jax.nn.dot_product_attention(q[:, start:end], keys, values, mask=mask, implementation="xla"))
+        outputs.append(softcapped_attention(q[:, start:end], keys, values, mask, scale, softcap))
     return jnp.concatenate(outputs, axis=1)
 
 
@@ -105,7 +146,9 @@ def dot_product_attention(
     mask: jax.Array | None,
     is_causal: bool,
     implementation: str = "auto",
-    window: int | None = None,
+    window: int | jax.Array | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
 ) -> jax.Array:
     """``jax.nn.dot_product_attention`` with a backend choice.
 
@@ -116,7 +159,9 @@ def dot_product_attention(
     blocks (:func:`blocked_causal_attention`), which skip the keys outside a window.
     ``"cudnn"`` is the fused flash kernel on NVIDIA GPUs (bf16/f16). ``"auto"`` uses cuDNN when
     eligible (GPU, half precision, head_dim a multiple of 8 and at most 128) and falls back to XLA
-    if cuDNN rejects the call while tracing.
+    if cuDNN rejects the call while tracing. ``scale`` multiplies the scores (default
+    ``head_dim ** -0.5``); ``softcap`` caps them (:func:`softcapped_attention`, XLA only), and a
+    traced ``window`` is XLA only too.
     """
     if implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ConfigError(
@@ -125,15 +170,23 @@ def dot_product_attention(
         )
     if window is not None and not is_causal:
         raise ValueError("a sliding window applies to causal self-attention only")
-    use_cudnn = implementation == "cudnn" or (implementation == "auto" and _cudnn_eligible(q))
+    fusable = softcap is None and (window is None or isinstance(window, int))
+    use_cudnn = fusable and (implementation == "cudnn" or (implementation == "auto" and _cudnn_eligible(q)))
     if use_cudnn:
         cudnn_mask = mask
         if mask is not None:
             cudnn_mask = jnp.broadcast_to(mask, (q.shape[0], 1, q.shape[1], k.shape[1]))
         try:
-            local = None if window is None else (window - 1, 0)
+            local = (window - 1, 0) if isinstance(window, int) else None
             return jax.nn.dot_product_attention(
-                q, k, v, mask=cudnn_mask, is_causal=is_causal, local_window_size=local, implementation="cudnn"
+                q,
+                k,
+                v,
+                mask=cudnn_mask,
+                scale=scale,
+                is_causal=is_causal,
+                local_window_size=local,
+                implementation="cudnn",
             )
         except Exception:
             if implementation == "cudnn":
@@ -147,12 +200,14 @@ def dot_product_attention(
             key_mask = jnp.broadcast_to(mask, (q.shape[0], 1, 1, steps))[:, 0, 0, :]
         else:
             key_mask = jnp.broadcast_to(mask, (q.shape[0], 1, steps, steps))
-        return blocked_causal_attention(q, k, v, key_mask, block, window)
-    if window is not None:
+        return blocked_causal_attention(q, k, v, key_mask, block, window, scale, softcap)
+    if window is not None or (softcap is not None and is_causal):
         allowed = window_mask(jnp.arange(steps), jnp.arange(k.shape[1]), window)[None, None]
         mask = allowed if mask is None else mask & allowed
-        return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
-    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, implementation="xla")
+        return softcapped_attention(q, k, v, mask, scale, softcap)
+    if softcap is not None:
+        return softcapped_attention(q, k, v, mask, scale, softcap)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=is_causal, implementation="xla")
 
 
 class CausalSelfAttention(Module):
@@ -175,9 +230,16 @@ class CausalSelfAttention(Module):
     ``qk_norm_span="projection"`` each norm spans the whole projection (``scale``
     ``[heads * head_dim]``), as OLMo 2 does.
     ``sliding_window``: each token attends to itself and the ``sliding_window - 1`` tokens before it
-    (:func:`window_mask`), in training and against the KV cache.
+    (:func:`window_mask`), in training and against the KV cache. ``layer_types`` (one
+    ``"sliding_attention"`` / ``"full_attention"`` per layer) gives the window only to the sliding
+    layers, which rotate with ``local_rope_theta`` (``None``: ``rope_theta``) and without
+    ``rope_scaling`` (it scales the full layers only); the layer is the
+    call's ``layer`` (a Python int, or a traced index inside a scan: then the window and base are
+    selected at run time). ``query_pre_attn_scalar`` sets the score scale to its ``** -0.5``
+    (default ``head_dim ** -0.5``); ``attn_softcap`` caps the scores as ``tanh(s / c) * c``
+    (Gemma 2); ``qk_norm_zero_centred`` makes the query/key norms ``1 + scale`` (Gemma 3).
 
-    Call: ``attn(x, padding_mask=None, positions=None, deterministic=False, decode=False)``;
+    Call: ``attn(x, padding_mask=None, positions=None, deterministic=False, decode=False, layer=None)``;
     ``x`` ``[B, T, E]``, ``padding_mask`` bool ``[B, T]`` (True = real token; padded keys are
     never attended to) or int segment ids ``[B, T]`` (packed examples; see :func:`attention_mask`),
     ``positions`` int ``[B, T]`` for rotary (default ``0..T-1``).
@@ -185,6 +247,10 @@ class CausalSelfAttention(Module):
     (``key``/``value`` ``[B, L, kv_heads, head_dim]``, ``mask`` ``[B, L]``, ``index``) and the
     queries attend to every cached real token before them; the cache is created by
     initialising with ``decode=True`` on a ``[B, L]`` input (see ``theseus.model.models.init_cache``).
+    A layer whose window is a fixed number shorter than ``L`` keeps a ring buffer of ``window`` slots
+    instead (``key``/``value`` ``[B, window, kv_heads, head_dim]``, plus ``slots`` ``[window]``: the
+    sequence index each slot holds); a window chosen per layer at run time (a scanned model with
+    ``layer_types``) keeps the whole length, masked to the window, as stacked caches share one shape.
     """
 
     n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
@@ -209,6 +275,11 @@ class CausalSelfAttention(Module):
     sliding_window: int | None = None
     qk_norm: bool = False
     qk_norm_span: str = "head"
+    qk_norm_zero_centred: bool = False
+    layer_types: tuple[str, ...] | None = None
+    local_rope_theta: float | None = None
+    query_pre_attn_scalar: float | None = None
+    attn_softcap: float | None = None
     norm_eps: float = 1e-6
     init_std: float = INIT_STD
     out_std: float | None = None
@@ -294,21 +365,70 @@ class CausalSelfAttention(Module):
             y = y + cast(bias, dtype)
         return constrain(y, (Axis.BATCH, Axis.SEQUENCE, axis, Axis.HEAD_DIM))
 
+    def _layer_window(self, layer: int | jax.Array | None) -> int | jax.Array | None:
+        """This layer's attention window: static for a Python ``layer``, selected from ``layer_types`` at
+        run time for a traced one (a full layer's window is then :data:`NO_WINDOW`)."""
+        if self.layer_types is None:
+            return self.sliding_window
+        if layer is None:
+            raise ConfigError("an attention layer with layer_types needs its layer index (layer=...)")
+        if isinstance(layer, int):
+            return self.sliding_window if self.layer_types[layer] == SLIDING_ATTENTION else None
+        window = NO_WINDOW if self.sliding_window is None else self.sliding_window
+        return jnp.where(self._sliding(layer), window, NO_WINDOW)
+
+    def _sliding(self, layer: jax.Array) -> jax.Array:
+        return jnp.asarray([t == SLIDING_ATTENTION for t in self.layer_types or ()])[layer]
+
+    def _rotate(
+        self, q: jax.Array, k: jax.Array, positions: jax.Array | None, layer: int | jax.Array | None
+    ) -> tuple[jax.Array, jax.Array]:
+        """RoPE of the queries and keys. With ``layer_types`` the sliding layers rotate with
+        ``local_rope_theta`` and no ``rope_scaling`` (which scales the full layers only, as Gemma 3's
+        releases do); a traced ``layer`` selects at run time."""
+        scaling = self.rope_scaling
+        if self.layer_types is None:
+            rope = child(self, RotaryEmbedding, theta=self.rope_theta, scaling=scaling, name="rotary")
+            return rope(q, positions), rope(k, positions)
+        local_theta = self.rope_theta if self.local_rope_theta is None else self.local_rope_theta
+        if isinstance(layer, int):
+            sliding = self.layer_types[layer] == SLIDING_ATTENTION
+            theta, scaled = (local_theta, None) if sliding else (self.rope_theta, scaling)
+            return rotate(q, positions, theta, scaled), rotate(k, positions, theta, scaled)
+        if layer is None:
+            raise ConfigError("an attention layer with layer_types needs its layer index (layer=...)")
+        local = self._sliding(layer)
+        if scaling is None:
+            base = jnp.where(local, local_theta, self.rope_theta)
+            return rotate(q, positions, base), rotate(k, positions, base)
+        both = [(rotate(x, positions, local_theta), rotate(x, positions, self.rope_theta, scaling)) for x in (q, k)]
+        (q_local, q_full), (k_local, k_full) = both
+        return jnp.where(local, q_local, q_full), jnp.where(local, k_local, k_full)
+
     def _cached(
-        self, k: jax.Array, v: jax.Array, padding_mask: jax.Array | None
+        self, k: jax.Array, v: jax.Array, padding_mask: jax.Array | None, window: int | jax.Array | None = None
     ) -> tuple[jax.Array, jax.Array, jax.Array] | None:
         """Append ``k``/``v`` to the cache; returns (keys, values, mask) over the whole cache,
-        or None while the cache is being created."""
+        or None while the cache is being created. A fixed ``window`` shorter than the cache makes it a
+        ring buffer of ``window`` slots (:meth:`_ring`)."""
         batch, steps, n_kv, head_dim = k.shape
         exists = self.has_variable("cache", "key")
         if not exists and not self.is_initializing():
             raise missing_cache_error()
-        cached_k = self.variable("cache", "key", jnp.zeros, (batch, steps, n_kv, head_dim), k.dtype)
-        cached_v = self.variable("cache", "value", jnp.zeros, (batch, steps, n_kv, head_dim), v.dtype)
-        cached_mask = self.variable("cache", "mask", jnp.zeros, (batch, steps), jnp.bool_)
+        ring = exists and self.has_variable("cache", "slots")
+        if not exists and isinstance(window, int) and window < steps:  # created: steps = the cache length
+            self.variable("cache", "slots", jnp.zeros, (window,), jnp.int32)
+            ring, size = True, window
+        else:
+            size = steps
+        cached_k = self.variable("cache", "key", jnp.zeros, (batch, size, n_kv, head_dim), k.dtype)
+        cached_v = self.variable("cache", "value", jnp.zeros, (batch, size, n_kv, head_dim), v.dtype)
+        cached_mask = self.variable("cache", "mask", jnp.zeros, (batch, size), jnp.bool_)
         index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
         if not exists:
             return None
+        if ring:
+            return self._ring(k, v, padding_mask, window)
         length = cached_k.value.shape[1]
         start = index.value
         step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
@@ -317,13 +437,42 @@ class CausalSelfAttention(Module):
         cached_mask.value = jax.lax.dynamic_update_slice(cached_mask.value, step_mask, (0, start))
         index.value = start + steps
         query_slot = start + jnp.arange(steps, dtype=jnp.int32)
-        visible = window_mask(query_slot, jnp.arange(length, dtype=jnp.int32), self.sliding_window)  # [T, L]
+        visible = window_mask(query_slot, jnp.arange(length, dtype=jnp.int32), window)  # [T, L]
         mask = visible[None, None, :, :] & cached_mask.value[:, None, None, :]  # [B, 1, T, L]
         return cached_k.value, cached_v.value, mask
 
+    def _ring(
+        self, k: jax.Array, v: jax.Array, padding_mask: jax.Array | None, window: int | jax.Array | None
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """The ring-buffer cache of a windowed layer: the queries attend to the slots' keys and the
+        step's own (by sequence index, within the window); then the step's last ``window`` keys
+        overwrite the slots they fall on (``index % window``)."""
+        batch, steps = k.shape[:2]
+        cached_k: jax.Array = self.get_variable("cache", "key")
+        cached_v: jax.Array = self.get_variable("cache", "value")
+        cached_mask: jax.Array = self.get_variable("cache", "mask")
+        slots: jax.Array = self.get_variable("cache", "slots")
+        start: jax.Array = self.get_variable("cache", "index")
+        size = cached_k.shape[1]
+        step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
+        query_slot = start + jnp.arange(steps, dtype=jnp.int32)
+        keys = jnp.concatenate([cached_k, k.astype(cached_k.dtype)], axis=1)
+        values = jnp.concatenate([cached_v, v.astype(cached_v.dtype)], axis=1)
+        key_slot = jnp.concatenate([slots, query_slot])
+        visible = window_mask(query_slot, key_slot, window)  # [T, size + T]
+        mask = visible[None, None] & jnp.concatenate([cached_mask, step_mask], axis=1)[:, None, None, :]
+        kept = min(steps, size)
+        written = query_slot[-kept:] % size
+        self.put_variable("cache", "key", cached_k.at[:, written].set(keys[:, -kept:]))
+        self.put_variable("cache", "value", cached_v.at[:, written].set(values[:, -kept:]))
+        self.put_variable("cache", "mask", cached_mask.at[:, written].set(step_mask[:, -kept:]))
+        self.put_variable("cache", "slots", slots.at[written].set(query_slot[-kept:]))
+        self.put_variable("cache", "index", start + steps)
+        return keys, values, mask
+
     def _qk_norm(self, x: jax.Array, name: str) -> jax.Array:
         """RMSNorm of each head (``qk_norm_span="head"``) or of the whole projection."""
-        norm = child(self, RMSNorm, eps=self.norm_eps, name=name)
+        norm = child(self, RMSNorm, eps=self.norm_eps, zero_centred=self.qk_norm_zero_centred, name=name)
         if self.qk_norm_span == "head":
             return norm(x)
         if self.qk_norm_span != "projection":
@@ -338,6 +487,7 @@ class CausalSelfAttention(Module):
         positions: jax.Array | None = None,
         deterministic: bool = False,
         decode: bool = False,
+        layer: int | jax.Array | None = None,
     ) -> jax.Array:
         n_embd = x.shape[-1]
         if self.n_embd is not None and self.n_embd != n_embd:
@@ -351,14 +501,18 @@ class CausalSelfAttention(Module):
         if self.qk_norm:
             q = self._qk_norm(q, "query_norm")
             k = self._qk_norm(k, "key_norm")
+        window = self._layer_window(layer)
         if self.rotary:
-            rope = child(self, RotaryEmbedding, theta=self.rope_theta, scaling=self.rope_scaling, name="rotary")
-            q, k = rope(q, positions), rope(k, positions)
+            q, k = self._rotate(q, k, positions, layer)
 
-        cached = self._cached(k, v, padding_mask) if decode else None
+        scale = None if self.query_pre_attn_scalar is None else float(self.query_pre_attn_scalar) ** -0.5
+        softcap = self.attn_softcap
+        cached = self._cached(k, v, padding_mask, window) if decode else None
         if cached is not None:
             keys, values, mask = cached
-            y = dot_product_attention(q, keys, values, mask=mask, is_causal=False, implementation="xla")
+            y = dot_product_attention(
+                q, keys, values, mask=mask, is_causal=False, implementation="xla", scale=scale, softcap=softcap
+            )
         else:
             y = dot_product_attention(
                 q,
@@ -367,7 +521,9 @@ class CausalSelfAttention(Module):
                 mask=attention_mask(padding_mask),
                 is_causal=True,
                 implementation=self.attention_impl,
-                window=self.sliding_window,
+                window=window,
+                scale=scale,
+                softcap=softcap,
             )
         y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
 

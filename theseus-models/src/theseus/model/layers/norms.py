@@ -41,14 +41,17 @@ class RMSNorm(Module):
     """``x / sqrt(mean(x^2) + eps) * scale`` over the last axis.
 
     Config key: ``architecture/norm_eps``. Parameter ``scale`` (ones) ``[norm]``. Computed in
-    float32; the output is in the activation dtype.
+    float32; the output is in the activation dtype. ``zero_centred``: ``scale`` starts at zeros and
+    multiplies as ``1 + scale`` (Gemma's norms; the checkpoint's weight is stored as it is).
     """
 
     eps: float = field("architecture/norm_eps", default=1e-5, help="epsilon of the normalisation layers")
+    zero_centred: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        scale = param(self, "scale", nn.initializers.ones_init(), (x.shape[-1],), (Axis.NORM,))
+        init = nn.initializers.zeros_init() if self.zero_centred else nn.initializers.ones_init()
+        scale = param(self, "scale", init, (x.shape[-1],), (Axis.NORM,)).astype(jnp.float32)
         x32 = x.astype(jnp.float32)
         y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)
-        return (y * scale.astype(jnp.float32)).astype(self._activation_dtype)
+        return (y * (1.0 + scale if self.zero_centred else scale)).astype(self._activation_dtype)

@@ -12,7 +12,7 @@ from theseus.errors import ConfigError
 from theseus.model.module import Module
 
 #: Supported ``architecture/rope_scaling`` kinds.
-ROPE_SCALINGS = ("none", "linear", "llama3")
+ROPE_SCALINGS = ("none", "linear", "llama3", "longrope")
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,9 @@ class RopeScaling:
     interpolated). ``llama3``: Llama 3.1's scheme: wavelengths longer than
     ``original_max_positions / low_freq_factor`` are divided by ``factor``, shorter than
     ``original_max_positions / high_freq_factor`` kept, and those in between interpolated.
+    ``longrope``: Phi-3's LongRoPE: frequency ``i`` divided by ``short_factor[i]`` while a sequence
+    fits ``original_max_positions`` and by ``long_factor[i]`` once it is longer (chosen per call from
+    the largest position, as transformers does), and queries and keys scaled by ``attention_factor``.
     """
 
     kind: str = "none"
@@ -30,6 +33,9 @@ class RopeScaling:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_positions: int = 8192
+    short_factor: tuple[float, ...] = ()
+    long_factor: tuple[float, ...] = ()
+    attention_factor: float = 1.0
 
     def validate(self) -> RopeScaling:
         if self.kind not in ROPE_SCALINGS:
@@ -43,10 +49,36 @@ class RopeScaling:
                 "llama3 rope scaling needs architecture/rope_high_freq_factor > architecture/rope_low_freq_factor > 0, "
                 f"got {self.high_freq_factor} and {self.low_freq_factor}"
             )
+        if self.kind == "longrope":
+            factors = (*self.short_factor, *self.long_factor)
+            if not self.short_factor or len(self.short_factor) != len(self.long_factor) or min(factors) <= 0:
+                raise ConfigError(
+                    "longrope rope scaling needs architecture/rope_short_factor and rope_long_factor: "
+                    f"positive lists of one length, got {list(self.short_factor)} and {list(self.long_factor)}"
+                )
+            if not self.attention_factor > 0:
+                raise ConfigError(f"architecture/rope_attention_factor must be positive, got {self.attention_factor}")
         return self
 
-    def apply(self, inv_freq: jax.Array) -> jax.Array:
-        """The scaled inverse frequencies (float32)."""
+    @property
+    def magnitude(self) -> float:
+        """What rotated queries and keys are multiplied by (longrope's ``attention_factor``, else 1)."""
+        return self.attention_factor if self.kind == "longrope" else 1.0
+
+    def apply(self, inv_freq: jax.Array, seq_len: jax.Array | None = None) -> jax.Array:
+        """The scaled inverse frequencies (float32); longrope's depend on ``seq_len`` (the largest
+        position + 1; None: the short factors)."""
+        if self.kind == "longrope":
+            if len(self.short_factor) != inv_freq.shape[-1]:
+                raise ConfigError(
+                    f"longrope needs one factor per rotary frequency (head_dim / 2 = {inv_freq.shape[-1]}), "
+                    f"got {len(self.short_factor)}; fix architecture/rope_short_factor and rope_long_factor"
+                )
+            short = inv_freq / jnp.asarray(self.short_factor, jnp.float32)
+            if seq_len is None:
+                return short
+            long = inv_freq / jnp.asarray(self.long_factor, jnp.float32)
+            return jnp.where(seq_len > self.original_max_positions, long, short)
         if self.kind == "linear":
             return inv_freq / self.factor
         if self.kind != "llama3":
@@ -63,12 +95,15 @@ class RopeScaling:
         return jnp.where(medium, interpolated, scaled)
 
 
-def rotary_angles(positions: jax.Array, head_dim: int, theta: float, scaling: RopeScaling | None = None) -> jax.Array:
-    """Rotation angles ``[..., head_dim // 2]`` (float32) of integer ``positions``."""
+def rotary_angles(
+    positions: jax.Array, head_dim: int, theta: float | jax.Array, scaling: RopeScaling | None = None
+) -> jax.Array:
+    """Rotation angles ``[..., head_dim // 2]`` (float32) of integer ``positions``; ``theta`` may be a
+    traced scalar (a base chosen per layer inside a scan)."""
     exponents = jnp.arange(0, head_dim // 2, dtype=jnp.float32) * (2.0 / head_dim)
     inv_freq = 1.0 / (theta**exponents)
     if scaling is not None:
-        inv_freq = scaling.apply(inv_freq)
+        inv_freq = scaling.apply(inv_freq, jnp.max(positions) + 1 if scaling.kind == "longrope" else None)
     return positions.astype(jnp.float32)[..., None] * inv_freq
 
 
@@ -87,17 +122,24 @@ class RotaryEmbedding(Module):
 
     def __call__(self, x: jax.Array, positions: jax.Array | None = None) -> jax.Array:
         """``x``: ``[B, T, N, H]``; ``positions``: int ``[B, T]`` (or ``[1, T]``), default ``0..T-1``."""
-        head_dim = x.shape[-1]
-        if head_dim % 2:
-            raise ConfigError(
-                f"rotary embedding needs an even head dimension, got {head_dim}; change n_embd or n_heads"
-            )
-        if positions is None:
-            positions = jnp.arange(x.shape[1], dtype=jnp.int32)[None, :]
-        angles = rotary_angles(positions, head_dim, self.theta, self.scaling)[:, :, None, :]  # [B, T, 1, H/2]
-        cos, sin = jnp.cos(angles), jnp.sin(angles)
-        half = head_dim // 2
-        x32 = x.astype(jnp.float32)
-        first, second = x32[..., :half], x32[..., half:]
-        rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
-        return rotated.astype(x.dtype)
+        return rotate(x, positions, self.theta, self.scaling)
+
+
+def rotate(
+    x: jax.Array, positions: jax.Array | None, theta: float | jax.Array, scaling: RopeScaling | None = None
+) -> jax.Array:
+    """:class:`RotaryEmbedding`'s rotation as a function: ``theta`` may be traced (a base per layer)."""
+    head_dim = x.shape[-1]
+    if head_dim % 2:
+        raise ConfigError(f"rotary embedding needs an even head dimension, got {head_dim}; change n_embd or n_heads")
+    if positions is None:
+        positions = jnp.arange(x.shape[1], dtype=jnp.int32)[None, :]
+    angles = rotary_angles(positions, head_dim, theta, scaling)[:, :, None, :]  # [B, T, 1, H/2]
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    half = head_dim // 2
+    x32 = x.astype(jnp.float32)
+    first, second = x32[..., :half], x32[..., half:]
+    rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+    if scaling is not None and scaling.magnitude != 1.0:
+        rotated = rotated * scaling.magnitude
+    return rotated.astype(x.dtype)

@@ -1,4 +1,5 @@
-"""Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3`` and ``OLMo2``, plus KV-cache decoding.
+"""Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``Phi3``, ``Gemma2``
+and ``Gemma3``, plus KV-cache decoding.
 
 Both follow the trainer's call contract::
 
@@ -28,24 +29,40 @@ from typing import Any
 from theseus.model.models.architecture import Architecture, Preset
 from theseus.model.models.block import Block
 from theseus.model.models.decoding import decode_step, init_cache
+from theseus.model.models.gemma import GEMMA2_PRESETS, GEMMA3_PRESETS, Gemma2, Gemma3
 from theseus.model.models.gpt import GPT, GPT_PRESETS
 from theseus.model.models.llama import LLAMA_PRESETS, Llama
+from theseus.model.models.mixtral import MIXTRAL_PRESETS, Mixtral
+from theseus.model.models.mixture import MoEBlock
 from theseus.model.models.olmo2 import OLMO2_PRESETS, OLMo2
+from theseus.model.models.phi3 import PHI3_PRESETS, Phi3
 from theseus.model.models.qwen3 import QWEN3_PRESETS, Qwen3
+from theseus.model.models.qwen3_moe import QWEN3_MOE_PRESETS, Qwen3MoE
 from theseus.model.models.transformer import TransformerLM, cross_entropy, token_positions
 
 __all__ = [
+    "GEMMA2_PRESETS",
+    "GEMMA3_PRESETS",
     "GPT",
     "GPT_PRESETS",
     "LLAMA_PRESETS",
+    "MIXTRAL_PRESETS",
     "OLMO2_PRESETS",
+    "PHI3_PRESETS",
+    "QWEN3_MOE_PRESETS",
     "QWEN3_PRESETS",
     "Architecture",
     "Block",
+    "Gemma2",
+    "Gemma3",
     "Llama",
+    "Mixtral",
+    "MoEBlock",
     "OLMo2",
+    "Phi3",
     "Preset",
     "Qwen3",
+    "Qwen3MoE",
     "TransformerLM",
     "cross_entropy",
     "decode_step",

@@ -6,9 +6,15 @@ from dataclasses import dataclass
 
 from theseus.errors import ConfigError
 from theseus.model.layers._common import GATED, check_activation
-from theseus.model.layers.attention import ATTENTION_IMPLEMENTATIONS
+from theseus.model.layers.attention import ATTENTION_IMPLEMENTATIONS, FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.layers.mlp import hidden_size
+from theseus.model.layers.moe import MoESpec
 from theseus.model.layers.rotary import RopeScaling
+
+#: ``Architecture.norm_placement`` values: norms before each branch, after it, or both.
+NORM_PLACEMENTS = ("pre", "post", "sandwich")
+#: ``Architecture.layer_types`` entries (transformers' names).
+LAYER_TYPES = (SLIDING_ATTENTION, FULL_ATTENTION)
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,17 @@ class Architecture:
     tokens attend to themselves and the ``sliding_window - 1`` tokens before them.
     ``qk_norm_span="projection"`` normalises the whole query and key projections instead of each
     head (OLMo 2). ``norm_placement="post"`` normalises each branch's output before the residual
-    sum instead of its input (``x + norm(attn(x))``, OLMo 2).
+    sum instead of its input (``x + norm(attn(x))``, OLMo 2); ``"sandwich"`` normalises both
+    (``x + norm(attn(norm(x)))``, Gemma 2 and 3).
+
+    ``zero_centred_norm``: every RMSNorm (query/key norms included) multiplies by ``1 + scale``, its
+    scale starting at zeros. ``scale_embeddings``: token embeddings times ``sqrt(n_embd)`` (in the
+    activation dtype). ``query_pre_attn_scalar``: attention scores scaled by its ``** -0.5`` instead
+    of ``head_dim ** -0.5``. ``attn_softcap`` / ``final_softcap``: attention scores / output logits
+    capped as ``tanh(x / cap) * cap``. ``layer_types``: one ``"sliding_attention"`` /
+    ``"full_attention"`` per layer: only the sliding layers have ``sliding_window``, and they rotate
+    with ``local_rope_theta`` (``None``: ``rope_theta``) and without ``rope_scaling``, which then
+    scales the full layers only (Gemma 3).
     """
 
     n_layers: int
@@ -68,6 +84,15 @@ class Architecture:
     qk_norm: bool = False
     qk_norm_span: str = "head"
     norm_placement: str = "pre"
+    zero_centred_norm: bool = False
+    scale_embeddings: bool = False
+    query_pre_attn_scalar: float | None = None
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    layer_types: tuple[str, ...] | None = None
+    local_rope_theta: float | None = None
+    #: The mixture of experts of every layer from ``moe.first_k_dense`` on (None: a dense model).
+    moe: MoESpec | None = None
 
     @property
     def padded_vocab_size(self) -> int:
@@ -110,8 +135,27 @@ class Architecture:
     def matmul_params(self) -> int:
         """Weights used in matrix multiplications: every layer's projections plus the output head at
         its padded width (the tied token embedding counts once, as the head; lookups, norms and
-        biases are excluded)."""
-        return self.n_layers * (self.attention_params() + self.mlp_params()) + self.n_embd * self.padded_vocab_size
+        biases are excluded). A mixture layer counts the weights a token passes through
+        (:meth:`ffn_matmul_params`), not every expert."""
+        head = self.n_embd * self.padded_vocab_size
+        return self.n_layers * self.attention_params() + self.ffn_matmul_params() + head
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose feed-forward is the mixture (0 for a dense model)."""
+        return 0 if self.moe is None else self.n_layers - self.moe.first_k_dense
+
+    def ffn_matmul_params(self) -> int:
+        """Feed-forward matmul weights one token passes through, all layers: the dense MLPs, and in a
+        mixture layer the ``top_k`` routed experts, the shared experts and the router."""
+        if self.moe is None:
+            return self.n_layers * self.mlp_params()
+        dense = self.moe.first_k_dense * self.mlp_params()
+        return dense + self.moe_layers * self.moe.active_matmul_params(self.n_embd, self.gated)
+
+    def inactive_params(self) -> int:
+        """Parameters a token does not pass through: the routed experts it did not choose (0 when dense)."""
+        return 0 if self.moe is None else self.moe_layers * self.moe.inactive_params(self.n_embd, self.gated)
 
     def flops(self, seq: int) -> int:
         """Forward + backward FLOPs of one sequence of ``seq`` tokens.
@@ -124,6 +168,20 @@ class Architecture:
         """
         attention = 12 * self.n_layers * seq * seq * self.n_heads * self.head_dim
         return 6 * seq * self.matmul_params() + attention
+
+    def _validate_layer_types(self) -> None:
+        if self.layer_types is None:
+            return
+        types = list(self.layer_types)
+        if len(types) != self.n_layers or not set(types) <= set(LAYER_TYPES):
+            raise ConfigError(
+                f"architecture/layer_types={types!r} must list {self.n_layers} entries (one per layer), "
+                f"each {LAYER_TYPES[0]!r} or {LAYER_TYPES[1]!r}"
+            )
+        if LAYER_TYPES[0] in types and self.sliding_window is None:
+            raise ConfigError(
+                "architecture/layer_types has sliding_attention layers but architecture/sliding_window is null; set it"
+            )
 
     def validate(self) -> Architecture:
         for key, value in (
@@ -162,11 +220,22 @@ class Architecture:
                 f"architecture/sliding_window must be a positive integer or null, got {self.sliding_window!r}"
             )
         check_activation(self.activation)
-        if self.qk_norm_span not in ("head", "projection") or self.norm_placement not in ("pre", "post"):
+        if self.qk_norm_span not in ("head", "projection") or self.norm_placement not in NORM_PLACEMENTS:
             raise ConfigError(
                 f"qk_norm_span {self.qk_norm_span!r} / norm_placement {self.norm_placement!r}: "
-                "use 'head' or 'projection' / 'pre' or 'post'"
+                f"use 'head' or 'projection' / one of {', '.join(NORM_PLACEMENTS)}"
             )
+        self._validate_layer_types()
+        if self.moe is not None:
+            self.moe.validate(self.n_layers)
+        for scalar_key, scalar in (
+            ("query_pre_attn_scalar", self.query_pre_attn_scalar),
+            ("attn_softcap", self.attn_softcap),
+            ("final_softcap", self.final_softcap),
+            ("rope_local_theta", self.local_rope_theta),
+        ):
+            if scalar is not None and not scalar > 0:
+                raise ConfigError(f"architecture/{scalar_key} must be positive or null, got {scalar!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"architecture/dropout must be in [0, 1), got {self.dropout}")
         if self.attention_impl not in ATTENTION_IMPLEMENTATIONS:

@@ -21,13 +21,16 @@ def make_norm(parent: Module, arch: Architecture, name: str | None = None) -> La
     if arch.norm == "layernorm":
         return child(parent, LayerNorm, eps=arch.norm_eps, use_bias=arch.use_bias, **extra)
     if arch.norm == "rmsnorm":
-        return child(parent, RMSNorm, eps=arch.norm_eps, **extra)
+        return child(parent, RMSNorm, eps=arch.norm_eps, zero_centred=arch.zero_centred_norm, **extra)
     raise ConfigError(f"unknown norm {arch.norm!r}; use 'layernorm' or 'rmsnorm'")
 
 
 class Block(Module):
     """``x + attn(attn_norm(x))`` then ``x + mlp(mlp_norm(x))``; with the architecture's
-    ``norm_placement="post"``: ``x + attn_norm(attn(x))`` then ``x + mlp_norm(mlp(x))``.
+    ``norm_placement="post"``: ``x + attn_norm(attn(x))`` then ``x + mlp_norm(mlp(x))``; with
+    ``"sandwich"``: ``x + attn_out_norm(attn(attn_norm(x)))`` then ``x + mlp_out_norm(mlp(mlp_norm(x)))``
+    (Gemma 2 and 3). ``layer`` (the layer's index, passed by the model only when the architecture has
+    ``layer_types``) tells the attention which window and RoPE base it uses.
 
     Takes its sizes from ``architecture`` (the model resolves presets and keys once) and
     passes them to its children; ``out_std`` initialises the residual output projections.
@@ -71,11 +74,25 @@ class Block(Module):
             sliding_window=arch.sliding_window,
             qk_norm=arch.qk_norm,
             qk_norm_span=arch.qk_norm_span,
+            qk_norm_zero_centred=arch.zero_centred_norm,
+            layer_types=arch.layer_types,
+            local_rope_theta=arch.local_rope_theta,
+            query_pre_attn_scalar=arch.query_pre_attn_scalar,
+            attn_softcap=arch.attn_softcap,
             norm_eps=arch.norm_eps,
             out_std=self.out_std,
         )
         self.mlp_norm = make_norm(self, arch)
-        self.mlp = child(
+        if arch.norm_placement == "sandwich":
+            self.attn_out_norm = make_norm(self, arch)
+            self.mlp_out_norm = make_norm(self, arch)
+        self.mlp = self.feed_forward()
+
+    def feed_forward(self) -> Module:
+        """The layer's feed-forward branch (``mlp``): a dense MLP here; a subclass may return another
+        layer with the same call, ``(x, deterministic) -> x`` (a mixture of experts)."""
+        arch = self.arch
+        return child(
             self,
             MLP,
             n_embd=arch.n_embd,
@@ -98,11 +115,19 @@ class Block(Module):
         positions: jax.Array | None = None,
         deterministic: bool = False,
         decode: bool = False,
+        layer: int | jax.Array | None = None,
     ) -> jax.Array:
-        if self.arch.norm_placement == "post":
-            x = x + self.attn_norm(self.attn(x, padding_mask, positions, deterministic, decode))
+        def attend(h: jax.Array) -> jax.Array:
+            return self.attn(h, padding_mask, positions, deterministic, decode, layer)
+
+        placement = self.arch.norm_placement
+        if placement == "sandwich":
+            x = x + self.attn_out_norm(attend(self.attn_norm(x)))
+            x = x + self.mlp_out_norm(self.mlp(self.mlp_norm(x), deterministic))
+        elif placement == "post":
+            x = x + self.attn_norm(attend(x))
             x = x + self.mlp_norm(self.mlp(x, deterministic))
         else:
-            x = x + self.attn(self.attn_norm(x), padding_mask, positions, deterministic, decode)
+            x = x + attend(self.attn_norm(x))
             x = x + self.mlp(self.mlp_norm(x), deterministic)
         return constrain(x, ACTIVATION_AXES)

@@ -53,7 +53,9 @@ class Llama(TransformerLM):
     parameters at ``architecture/vocab_size=32000``). Changing ``n_heads`` alone keeps the preset's
     query/key-value head ratio. ``architecture/rope_scaling`` (``none`` | ``linear`` | ``llama3``,
     with ``rope_factor``, ``rope_low_freq_factor``, ``rope_high_freq_factor``,
-    ``rope_original_max_positions``) stretches the rotary frequencies as Llama 3.1 checkpoints do;
+    ``rope_original_max_positions``) stretches the rotary frequencies as Llama 3.1 checkpoints do
+    (``longrope``, with ``rope_short_factor``, ``rope_long_factor``, ``rope_attention_factor``: as
+    Phi-3's 128k checkpoints do);
     ``architecture/sliding_window`` gives every layer a Mistral-style attention window (each token
     sees itself and the ``sliding_window - 1`` tokens before it, in training and generation).
     See :class:`TransformerLM` for the keys and the call contract.
@@ -69,7 +71,7 @@ class Llama(TransformerLM):
     LEARNED_POSITIONS: ClassVar[bool] = False
 
     rope_theta: float = field("architecture/rope_theta", default=10000.0, help="rotary embedding base frequency")
-    rope_scaling: str = field("architecture/rope_scaling", default="none", help="none | linear | llama3")
+    rope_scaling: str = field("architecture/rope_scaling", default="none", help="none | linear | llama3 | longrope")
     rope_factor: float = field(
         "architecture/rope_factor", default=1.0, help="frequency divisor of linear and llama3 rope scaling"
     )
@@ -82,13 +84,32 @@ class Llama(TransformerLM):
     rope_original_max_positions: int = field(
         "architecture/rope_original_max_positions",
         default=8192,
-        help="llama3 rope scaling: context length the unscaled model was trained on",
+        help="llama3 and longrope scaling: context length the unscaled model was trained on",
+    )
+    rope_short_factor: tuple[float, ...] = field(
+        "architecture/rope_short_factor",
+        default=(),
+        help="longrope: per-frequency divisors (head_dim / 2) while a sequence fits rope_original_max_positions",
+    )
+    rope_long_factor: tuple[float, ...] = field(
+        "architecture/rope_long_factor",
+        default=(),
+        help="longrope: per-frequency divisors once a sequence is longer than rope_original_max_positions",
+    )
+    rope_attention_factor: float = field(
+        "architecture/rope_attention_factor", default=1.0, help="longrope: the scale of rotated queries and keys"
     )
     sliding_window: int | None = field(
         "architecture/sliding_window",
         default=None,
         help="attention window of every layer: a token sees itself and the window - 1 before it (None: no window)",
     )
+
+    def __post_init__(self) -> None:
+        for name in ("rope_short_factor", "rope_long_factor"):  # a run's saved configuration reads back lists
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        super().__post_init__()
 
     def _rope_theta(self) -> float:
         return self.rope_theta
@@ -100,6 +121,9 @@ class Llama(TransformerLM):
             low_freq_factor=self.rope_low_freq_factor,
             high_freq_factor=self.rope_high_freq_factor,
             original_max_positions=self.rope_original_max_positions,
+            short_factor=tuple(float(f) for f in self.rope_short_factor or ()),
+            long_factor=tuple(float(f) for f in self.rope_long_factor or ()),
+            attention_factor=float(self.rope_attention_factor),
         )
 
     def _sliding_window(self) -> int | None:

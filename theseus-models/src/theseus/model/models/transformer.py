@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from theseus.base.axis import Axis, ShardingPlan
+from theseus.base.sown import AUX_COLLECTIONS
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
@@ -100,19 +101,24 @@ REMAT_POLICIES: dict[str, Any] = {
 }
 
 
-def with_remat(block: type[Block], policy: str, *, prevent_cse: bool) -> type[Block]:
-    """``block`` recomputed in the backward pass under ``policy`` (unchanged for ``"none"``)."""
+def with_remat(block: type[Block], policy: str, *, prevent_cse: bool, static_layer: bool = False) -> type[Block]:
+    """``block`` recomputed in the backward pass under ``policy`` (unchanged for ``"none"``);
+    ``static_layer``: the call's ``layer`` index is a Python int too (unrolled layers with ``layer_types``)."""
     if policy == "none":
         return block
-    lifted: type[Block] = nn.remat(  # deterministic and decode are Python flags
-        block, static_argnums=(4, 5), policy=REMAT_POLICIES[policy], prevent_cse=prevent_cse
+    lifted: type[Block] = nn.remat(  # deterministic and decode (and an unrolled layer's index) are Python values
+        block,
+        static_argnums=(4, 5, 6) if static_layer else (4, 5),
+        policy=REMAT_POLICIES[policy],
+        prevent_cse=prevent_cse,
     )
     return lifted
 
 
 @functools.cache
-def _scan_body(block: Any) -> type[Block]:
-    """``block`` with the call shape ``nn.scan`` expects: ``(carry, ...) -> (carry, None)``."""
+def _scan_body(block: Any, indexed: bool = False) -> type[Block]:
+    """``block`` with the call shape ``nn.scan`` expects: ``(carry, ...) -> (carry, None)``; ``indexed``:
+    the layer's index comes in as the scanned input ``layer`` (architectures with ``layer_types``)."""
 
     class Layer(block):  # type: ignore[valid-type,misc]
         @nn.nowrap  # only the layer's own call is a module method: recorded outputs stay as unrolled
@@ -123,7 +129,10 @@ def _scan_body(block: Any) -> type[Block]:
             positions: jax.Array | None = None,
             deterministic: bool = False,
             decode: bool = False,
+            layer: jax.Array | None = None,
         ) -> tuple[jax.Array, None]:
+            if indexed:
+                return super().__call__(x, padding_mask, positions, deterministic, decode, layer), None
             return super().__call__(x, padding_mask, positions, deterministic, decode), None
 
     Layer.__name__ = Layer.__qualname__ = f"Scanned{block.__name__}"
@@ -131,17 +140,21 @@ def _scan_body(block: Any) -> type[Block]:
 
 
 @functools.cache
-def layer_stack(block: Any, n_layers: int, remat: str, unroll: int = 1) -> type[Block]:
-    """``n_layers`` copies of ``block`` run by one ``nn.scan``: parameters, KV cache and recorded
-    intermediates get a leading layer axis (logical axis ``layers``, never sharded), dropout and
-    initialisation get a key per layer; ``remat`` applies per layer; each loop iteration runs
-    ``unroll`` layers (the compiled program grows with ``unroll``, never with ``n_layers``)."""
-    body = with_remat(_scan_body(block), remat, prevent_cse=False)
+def layer_stack(block: Any, n_layers: int, remat: str, unroll: int = 1, indexed: bool = False) -> type[Block]:
+    """``n_layers`` copies of ``block`` run by one ``nn.scan``: parameters, KV cache, recorded
+    intermediates and what layers sow for the trainer get a leading layer axis (logical axis
+    ``layers``, never sharded), dropout and initialisation get a key per layer; ``remat`` applies
+    per layer; each loop iteration runs ``unroll`` layers (the compiled program grows with
+    ``unroll``, never with ``n_layers``).
+    ``indexed``: the stack is called with the layer indices ``[n_layers]`` as a scanned input, so
+    each layer can pick its own window and RoPE base (``layer_types``)."""
+    body = with_remat(_scan_body(block, indexed), remat, prevent_cse=False)
+    broadcast = (nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast)
     stack: type[Block] = nn.scan(
         body,
-        variable_axes={"params": 0, "cache": 0, "intermediates": 0},
+        variable_axes={"params": 0, "cache": 0, "intermediates": 0, **dict.fromkeys(AUX_COLLECTIONS, 0)},
         split_rngs={"params": True, "dropout": True},
-        in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+        in_axes=(*broadcast, 0) if indexed else broadcast,
         length=n_layers,
         unroll=unroll,
         metadata_params={nn.PARTITION_NAME: Axis.LAYERS},
@@ -300,6 +313,15 @@ class TransformerLM(Module):
     def _sliding_window(self) -> int | None:
         return None
 
+    def _layer_options(self, layer: int) -> dict[str, Any]:
+        """Extra ``BLOCK`` fields of unrolled layer ``layer`` (e.g. a mixture model's leading dense
+        layers); a scanned stack repeats one layer, so a model that sets these must not scan."""
+        return {}
+
+    def _extra_architecture(self) -> dict[str, Any]:
+        """More :class:`Architecture` fields of the family (norm style, caps, ``layer_types``...)."""
+        return {}
+
     @property
     def architecture(self) -> Architecture:
         """The resolved sizes: preset values overridden by explicit keys, validated."""
@@ -343,6 +365,7 @@ class TransformerLM(Module):
             qk_norm=self.QK_NORM,
             qk_norm_span=self.QK_NORM_SPAN,
             norm_placement=self.NORM_PLACEMENT,
+            **self._extra_architecture(),
         ).validate()
 
     @property
@@ -393,11 +416,16 @@ class TransformerLM(Module):
         out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
         if self.scans_layers:
             block: Any = self.BLOCK  # a class: hashable, as the cached layer_stack needs
-            stack = layer_stack(block, arch.n_layers, self.remat_policy, min(self.scan_unroll, arch.n_layers))
+            unroll, indexed = min(self.scan_unroll, arch.n_layers), arch.layer_types is not None
+            stack = layer_stack(block, arch.n_layers, self.remat_policy, unroll, indexed)
             self.blocks: Any = child(self, stack, architecture=arch, out_std=out_std)
         else:
-            block_cls = with_remat(self.BLOCK, self.remat_policy, prevent_cse=True)
-            self.blocks = [child(self, block_cls, architecture=arch, out_std=out_std) for _ in range(arch.n_layers)]
+            static_layer = arch.layer_types is not None
+            block_cls = with_remat(self.BLOCK, self.remat_policy, prevent_cse=True, static_layer=static_layer)
+            self.blocks = [
+                child(self, block_cls, architecture=arch, out_std=out_std, **self._layer_options(i))
+                for i in range(arch.n_layers)
+            ]
         self.final_norm = make_norm(self, arch)
         if not arch.tied_embeddings:
             self.lm_head = param(
@@ -435,22 +463,33 @@ class TransformerLM(Module):
             )
         positions, mask = self._positions(x, padding_mask, decode)
         h = self.token_embedding(x)
+        if arch.scale_embeddings:  # the normaliser rounded to the activation dtype, as transformers does
+            h = h * jnp.asarray(math.sqrt(arch.n_embd), h.dtype)
         if arch.learned_positions:
             h = h + self.position_embedding(steps if positions is None else positions)
         if arch.dropout > 0.0 and not deterministic:
             h = self.embedding_dropout(h, deterministic=False)
         h = constrain(cast(h, self._activation_dtype), ACTIVATION_AXES)
-        if self.scans_layers:
+        indexed = arch.layer_types is not None  # each layer is told its index: its window and RoPE base
+        if self.scans_layers and indexed:
+            h, _ = self.blocks(h, mask, positions, deterministic, decode, jnp.arange(arch.n_layers))
+        elif self.scans_layers:
             h, _ = self.blocks(h, mask, positions, deterministic, decode)
         else:
-            for block in self.blocks:
-                h = block(h, mask, positions, deterministic, decode)
+            for i, block in enumerate(self.blocks):
+                h = (
+                    block(h, mask, positions, deterministic, decode, i)
+                    if indexed
+                    else block(h, mask, positions, deterministic, decode)
+                )
         h = self.final_norm(h)
         if arch.tied_embeddings:
             logits = self.token_embedding.attend(h)
         else:
             dtype = self._activation_dtype
             logits = jnp.einsum("bte,ev->btv", h, cast(self.lm_head, dtype), preferred_element_type=jnp.float32)
+        if arch.final_softcap is not None:
+            logits = jnp.tanh(logits / arch.final_softcap) * arch.final_softcap
         logits = constrain(logits, (Axis.BATCH, Axis.SEQUENCE, Axis.VOCAB))
         if arch.padded_vocab_size == arch.vocab_size:
             return logits, None if y is None else cross_entropy(logits, y, padding_mask)

@@ -1,0 +1,69 @@
+"""Run in a subprocess with four host devices: every imported family's logits on a ``fsdp+tp`` mesh
+(data 2 x model 2) and on one device; a mixture's experts are placed slice by slice.
+
+``python -m tests.huggingface.families_sharded_run TMP FAMILY...`` prints one line per family:
+``<family> <distinct shards of the query kernel> <of the last layer's expert gate, 0 for dense>
+<max |sharded - one device|>``. A family named in ``test_moe_families.CASES`` is saved as that
+mixture case.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from tests.conftest import xla_flags
+
+os.environ["XLA_FLAGS"] = xla_flags(devices=4)
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tests.huggingface.conftest import VOCAB, save_model
+from tests.huggingface.test_moe_families import CASES as MIXTURES
+from tests.huggingface.test_moe_families import VOCAB as MIXTURE_VOCAB
+from tests.huggingface.test_moe_families import save_moe
+from theseus.model.generation.runs import param_shardings
+from theseus.model.huggingface.importer import flat_paths, prepare, read_params
+from theseus.training.sharding import build_sharding
+
+
+def distinct_shards(leaf: jax.Array) -> int:
+    return len({str(shard.index) for shard in leaf.addressable_shards})
+
+
+def compare(folder: Path, family: str) -> tuple[int, int, float]:
+    if family in MIXTURES:
+        save_moe(folder, family)
+    else:
+        save_model(folder, family, tokenizer=False)
+    prepared = prepare(folder)
+    model = prepared.model
+    vocab = MIXTURE_VOCAB if family in MIXTURES else VOCAB
+    ids = np.random.default_rng(2).integers(0, vocab, (4, 12))
+    mask = np.ones_like(ids, dtype=bool)
+    mask[1, :3] = False
+
+    def logits(params: object, x: jax.Array, m: jax.Array) -> jax.Array:
+        return model.apply({"params": params}, x, padding_mask=m, deterministic=True)[0]
+
+    single = np.asarray(jax.jit(logits)(read_params(prepared), jnp.asarray(ids), jnp.asarray(mask)))
+    sharding = build_sharding(model.sharding, layout="fsdp+tp", data=2, model=2)
+    params = read_params(prepared, flat_paths(param_shardings(model, sharding)))
+    batch = sharding.put_batch({"ids": ids, "mask": mask})
+    with sharding.context():
+        sharded = np.asarray(sharding.fetch(jax.jit(logits)(params, batch["ids"], batch["mask"])))
+    placed = flat_paths(params)
+    query = distinct_shards(placed[("blocks_0", "attn", "query")])
+    gate = placed.get((f"blocks_{model.architecture.n_layers - 1}", "mlp", "gate"))
+    experts = distinct_shards(gate) if family in MIXTURES and gate is not None else 0
+    return query, experts, float(np.max(np.abs(sharded - single)[mask]))
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1])
+    for name in sys.argv[2:]:
+        print(name, *compare(root / name, name), flush=True)

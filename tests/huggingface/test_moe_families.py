@@ -1,0 +1,178 @@
+"""Mixtral and Qwen3-MoE checkpoints both ways: import logits and greedy tokens equal transformers',
+the export loads in ``from_pretrained`` with every tensor accounted for, and LoRA refuses the experts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.huggingface.conftest import hf_logits, make_tokenizer, read_json
+from theseus.errors import ConfigError
+from theseus.model.huggingface.importer import prepare, read_params
+
+VOCAB = 258
+PROMPT = "def f(x):"
+
+#: Tiny random checkpoints: 4 experts of 24 (Mixtral) / 6 of 16 (Qwen3-MoE), 2 per token; the Qwen3-MoE
+#: one keeps a dense first layer (``mlp_only_layers``) and unnormalised top-k weights.
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "mixtral": (
+        "mixtral",
+        {"intermediate_size": 24, "num_local_experts": 4, "num_experts_per_tok": 2, "rope_theta": 1e6},
+    ),
+    "qwen3_moe": (
+        "qwen3_moe",
+        {
+            "intermediate_size": 40,
+            "moe_intermediate_size": 16,
+            "num_experts": 6,
+            "num_experts_per_tok": 2,
+            "head_dim": 16,
+            "norm_topk_prob": False,
+            "mlp_only_layers": [0],
+        },
+    ),
+}
+
+
+def save_moe(folder: Path, case: str, seed: int = 0) -> Any:
+    """A random transformers model of ``case`` saved in ``folder`` with a byte tokenizer; returns it."""
+    import torch
+    from transformers import AutoModelForCausalLM, MixtralConfig, Qwen3MoeConfig
+
+    family, overrides = CASES[case]
+    common = {
+        "vocab_size": VOCAB,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        "bos_token_id": 257,
+        "eos_token_id": 256,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    }
+    config = (MixtralConfig if family == "mixtral" else Qwen3MoeConfig)(**{**common, **overrides})
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():  # larger weights than the default: logits (and routes) that differ clearly
+        for name, parameter in model.named_parameters():
+            scale = 0.2 if "norm" in name else 0.15
+            parameter.copy_((1.0 if "norm" in name else 0.0) + scale * torch.randn_like(parameter))
+    model.save_pretrained(folder)
+    make_tokenizer(folder, bos=True)
+    return model
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Any]:
+    folder = tmp_path_factory.mktemp(request.param)
+    return request.param, folder, save_moe(folder, request.param)
+
+
+def logits_of(folder: Path, ids: np.ndarray, mask: np.ndarray, **extra: Any) -> tuple[np.ndarray, Any]:
+    prepared = prepare(folder, extra)
+    params = read_params(prepared)
+    logits, _ = prepared.model.apply(
+        {"params": params}, jnp.asarray(ids), padding_mask=jnp.asarray(mask), deterministic=True
+    )
+    return np.asarray(logits), prepared
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_import_logits_match_transformers(saved: tuple[str, Path, Any], scan: bool) -> None:
+    case, folder, model = saved
+    ids = np.random.default_rng(1).integers(0, VOCAB, (2, 12))
+    mask = np.ones_like(ids, dtype=bool)
+    mask[0, :4] = False  # a left-padded row
+    if case == "qwen3_moe" and scan:
+        with pytest.raises(ConfigError, match="first_k_dense > 0 needs unrolled layers"):
+            logits_of(folder, ids, mask, **{"model/scan_layers": True})
+        return
+    got, prepared = logits_of(folder, ids, mask, **{"model/scan_layers": scan})
+    error = float(np.max(np.abs(got - hf_logits(model, ids, mask))[mask]))
+    assert error <= 1e-4, error
+    assert prepared.model.scans_layers == scan
+    moe = prepared.model.architecture.moe
+    assert (moe.n_experts, moe.top_k, moe.norm_topk_prob) == ((4, 2, True) if case == "mixtral" else (6, 2, False))
+    assert moe.first_k_dense == (1 if case == "qwen3_moe" else 0) and moe.capacity_factor is None
+
+
+def test_generate_and_export_round_trip(saved: tuple[str, Path, Any], tmp_path: Path, theseus: Any) -> None:
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    case, source, model = saved
+    code, _, err = theseus("run", "hf/import", f"hf/source={source}", "run/name=imported")
+    assert code == 0, err
+    assert read_json(theseus.root / "runs" / "imported" / "provenance.json")["huggingface"]["model_type"] == case
+    code, out, err = theseus(
+        "run",
+        "generate",
+        "generate/run=imported",
+        f"generate/prompt={PROMPT}",
+        "generate/temperature=0",
+        "generate/max_new_tokens=12",
+        "generate/stop_at_eot=false",
+    )
+    assert code == 0, err
+    ids = AutoTokenizer.from_pretrained(source)(PROMPT, return_tensors="pt").input_ids
+    with torch.no_grad():
+        generated = model.generate(ids, do_sample=False, max_new_tokens=12, min_new_tokens=12, pad_token_id=256)
+    new = generated[0, ids.shape[1] :].tolist()
+    decoder = Tokenizer.from_file(str(source / "tokenizer.json"))
+    assert out.rstrip("\n") == decoder.decode(ids[0, -len(PROMPT) :].tolist() + new, skip_special_tokens=False)
+
+    out_dir = tmp_path / "export"
+    code, _, err = theseus("run", "hf/export", "hf/run=imported", f"hf/out={out_dir}")
+    assert code == 0, err
+    reloaded, info = AutoModelForCausalLM.from_pretrained(out_dir, output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    x = np.random.default_rng(0).integers(0, VOCAB, (2, 9))
+    assert np.max(np.abs(hf_logits(reloaded.eval(), x) - hf_logits(model, x))) <= 1e-5
+    config = read_json(out_dir / "config.json")
+    if case == "qwen3_moe":
+        assert (config["mlp_only_layers"], config["norm_topk_prob"], config["num_experts"]) == ([0], False, 6)
+    else:
+        assert (config["num_local_experts"], config["num_experts_per_tok"], config["intermediate_size"]) == (4, 2, 24)
+
+
+def test_lora_on_attention_reads_the_base_and_on_experts_is_refused(
+    saved: tuple[str, Path, Any], tmp_path: Path
+) -> None:
+    import flax.linen as nn
+    import jax
+
+    from theseus.config import configuration, configure
+    from theseus.model.finetune.loading import base_shapes, load_base
+    from theseus.model.huggingface.importer import flat_paths, import_class
+    from theseus.model.layers import lora
+    from theseus.training.init_from import open_source
+
+    _case, folder, _model = saved
+    source = open_source(f"hf:{folder}", tmp_path)
+    x = jnp.zeros((1, 4), jnp.int32)
+
+    def abstract(targets: str) -> tuple[Any, Any, dict[str, Any]]:
+        values = {**source.keys, "model/lora/rank": 2, "model/lora/targets": targets}
+        with configuration(values):
+            model = configure(import_class(source.model_class))
+            shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), x, deterministic=True))
+        return model, nn.unbox(shapes["params"]), values
+
+    model, shapes, values = abstract("query,key,value,out")
+    assert lora.adapter_names(shapes) == {"query", "key", "value", "out"}
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    with configuration(values):
+        base = flat_paths(load_base(source, model, shapes, jax.tree.map(lambda _: device, shapes)))
+    assert set(base) == set(flat_paths(base_shapes(shapes)))
+    assert any(path[-1] == "router" for path in base)
+    with pytest.raises(ConfigError) as error:
+        abstract("query,up")
+    assert "LoRA on a mixture's experts is not supported" in str(error.value) and "\n" not in str(error.value)

@@ -1,0 +1,32 @@
+"""Every imported family computes the same logits sharded ``fsdp+tp`` over 4 devices as on one
+(a mixture's experts gathered from their per-expert tensors onto the expert shardings)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO, clean_env
+
+FAMILIES = ["mistral", "qwen3", "olmo2", "gemma2", "gemma3_text", "phi3", "mixtral", "qwen3_moe"]
+MIXTURES = {"mixtral", "qwen3_moe"}
+
+
+def test_families_sharded_over_four_devices_equal_one_device(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.huggingface.families_sharded_run", str(tmp_path), *FAMILIES],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=clean_env(),
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line.split() for line in done.stdout.splitlines() if line.strip()]
+    assert [family for family, *_ in lines] == FAMILIES
+    for family, query, experts, diff in lines:
+        assert int(query) == 4, family  # the query kernel: embed over data x heads over model
+        assert int(experts) == (4 if family in MIXTURES else 0), family  # embed over data x width over model
+        assert float(diff) <= 1e-5, (family, diff)

@@ -1,0 +1,581 @@
+"""``MoE``: a mixture-of-experts feed-forward layer (router, top-k experts, optional shared experts).
+
+Each token's router logits pick ``top_k`` of ``n_experts`` gated feed-forward experts; their outputs
+are summed with the routing weights. Experts are stacked on a leading logical axis ``expert``
+(``gate`` / ``up`` ``[expert, embed, mlp]``, ``down`` ``[expert, mlp, embed]``), so a sharding plan
+can spread them over devices. The computation is split into pure functions of arrays
+(:func:`route`, :func:`dropless_experts`, :func:`capacity_experts`) that a ``shard_map`` version
+with all-to-all dispatch can wrap; :func:`loop_over_experts` and :func:`dense_experts` are the
+plain references the tests and ``benchmarks/moe_layer.py`` compare against.
+
+Routers: ``softmax`` (Mixtral, Qwen3-MoE: softmax over all experts, the top-k probabilities,
+renormalised to sum 1 when ``norm_topk_prob``) and ``sigmoid`` (DeepSeek-V3: sigmoid scores, a
+per-expert selection bias, group-limited choice of ``topk_group`` of ``n_group`` groups, weights
+renormalised when ``norm_topk_prob`` and scaled by ``routed_scaling_factor``). The sigmoid router's
+bias is a parameter the loss never trains: each training step moves it by ``bias_update_rate``
+towards balance (``+rate`` for experts below the mean load, ``-rate`` above; DeepSeek-V3's
+auxiliary-loss-free balancing), sown as a parameter update the train step applies
+(:data:`theseus.base.sown.PARAM_UPDATES`).
+
+Dispatch: dropless (``capacity_factor`` null) sorts the token copies by expert and runs the three
+projections as grouped matmuls (``jax.lax.ragged_dot``), or on CPU (``dispatch=auto``; XLA's CPU
+``ragged_dot`` does every group's work over all rows) as one matmul per block of one expert's copies
+(:func:`blocked_experts`); with a capacity factor each expert takes
+at most ``ceil(capacity_factor * tokens * top_k / n_experts)`` copies (first choices before second
+ones, then in token order) and the rest are dropped (their share of the output is zero).
+
+The layer sows into the trainer's collections: the load-balancing loss (Switch Transformer /
+Mixtral form, ``n_experts * sum_e f_e * P_e`` with ``f_e`` the fraction of tokens that chose expert
+``e`` and ``P_e`` its mean router probability; transformers' ``load_balancing_loss_func`` of one
+layer) times ``aux_loss`` and the router z-loss (mean squared logsumexp of the logits) times
+``z_loss`` (each also times ``loss_weight``: a model adds the mean over its mixture layers), and
+the metrics ``moe_tokens_max`` / ``moe_tokens_mean`` (token copies per expert), ``moe_drop_rate``,
+``moe_load_balancing_loss`` and ``moe_z_loss`` (unweighted).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from theseus.base.axis import Axis, MeshAxis, ShardingPlan
+from theseus.base.sown import AUX_LOSSES, AUX_METRICS, PARAM_UPDATES
+from theseus.config import field
+from theseus.errors import ConfigError
+from theseus.model.layers import lora
+from theseus.model.layers._common import ACTIVATIONS, GATED, INIT_STD, cast, check_activation, child, normal, param
+from theseus.model.layers.mlp import MLP
+from theseus.model.module import Module
+
+ROUTERS = ("softmax", "sigmoid")
+#: Dropless dispatches: grouped matmuls, or per-expert blocks; ``auto``: blocks on CPU, else ragged_dot.
+DISPATCHES = ("auto", "ragged_dot", "blocks")
+#: LoRA targets the routed experts would need (refused: PEFT has no per-expert adapters to export).
+EXPERT_TARGETS = frozenset({"up", "gate", "down"})
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """The resolved mixture of one model (``Architecture.moe``); see :class:`MoE` for the keys."""
+
+    n_experts: int
+    top_k: int
+    expert_hidden: int
+    n_shared: int = 0
+    router: str = "softmax"
+    norm_topk_prob: bool = True
+    capacity_factor: float | None = None
+    aux_loss: float = 0.01
+    z_loss: float = 0.001
+    first_k_dense: int = 0
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float = 1.0
+    bias_update_rate: float = 0.001
+    dispatch: str = "auto"
+
+    def validate(self, n_layers: int | None = None) -> MoESpec:
+        for key, value in (
+            ("n_experts", self.n_experts),
+            ("top_k", self.top_k),
+            ("expert_hidden", self.expert_hidden),
+            ("n_group", self.n_group),
+            ("topk_group", self.topk_group),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"architecture/moe/{key} must be a positive integer, got {value!r}")
+        if self.top_k > self.n_experts:
+            raise ConfigError(
+                f"architecture/moe/top_k={self.top_k} exceeds architecture/moe/n_experts={self.n_experts}; "
+                "a token cannot choose more experts than there are"
+            )
+        if self.dispatch not in DISPATCHES:
+            raise ConfigError(f"architecture/moe/dispatch={self.dispatch!r}; choose one of {', '.join(DISPATCHES)}")
+        if self.router not in ROUTERS:
+            raise ConfigError(f"architecture/moe/router={self.router!r}; choose one of {', '.join(ROUTERS)}")
+        if self.capacity_factor is not None and not self.capacity_factor > 0:
+            raise ConfigError(
+                f"architecture/moe/capacity_factor={self.capacity_factor} must be positive "
+                "(e.g. 1.25), or null for dropless routing"
+            )
+        if self.n_shared < 0 or self.first_k_dense < 0:
+            raise ConfigError(
+                f"architecture/moe/n_shared={self.n_shared} and first_k_dense={self.first_k_dense} must be zero or more"
+            )
+        if n_layers is not None and self.first_k_dense >= n_layers:
+            raise ConfigError(
+                f"architecture/moe/first_k_dense={self.first_k_dense} leaves no mixture layer of "
+                f"architecture/n_layers={n_layers}; lower it"
+            )
+        if self.n_group > 1 and self.router != "sigmoid":
+            raise ConfigError(
+                "architecture/moe/n_group > 1 (group-limited routing) needs architecture/moe/router=sigmoid"
+            )
+        if self.n_experts % self.n_group or self.topk_group > self.n_group:
+            raise ConfigError(
+                f"architecture/moe/n_group={self.n_group} must divide n_experts={self.n_experts} and be at "
+                f"least topk_group={self.topk_group}"
+            )
+        if self.n_group > 1 and self.top_k > self.topk_group * (self.n_experts // self.n_group):
+            raise ConfigError(
+                f"architecture/moe/top_k={self.top_k} exceeds the experts of topk_group={self.topk_group} groups"
+            )
+        if min(self.aux_loss, self.z_loss, self.bias_update_rate) < 0:
+            raise ConfigError("architecture/moe/aux_loss, z_loss and bias_update_rate must be zero or more")
+        return self
+
+    def expert_params(self, n_embd: int, gated: bool) -> int:
+        """Weights of one routed expert."""
+        return (3 if gated else 2) * n_embd * self.expert_hidden
+
+    def active_matmul_params(self, n_embd: int, gated: bool) -> int:
+        """Matmul weights one token passes through in a mixture layer: its ``top_k`` experts, the
+        shared experts and the router."""
+        return (self.top_k + self.n_shared) * self.expert_params(n_embd, gated) + n_embd * self.n_experts
+
+    def inactive_params(self, n_embd: int, gated: bool) -> int:
+        """Weights of one mixture layer a token does not pass through (the experts it did not choose)."""
+        return (self.n_experts - self.top_k) * self.expert_params(n_embd, gated)
+
+
+class Routing(NamedTuple):
+    """A router's choice for ``N`` tokens: ``weights`` float32 ``[N, k]``, ``experts`` int32 ``[N, k]``
+    and the per-expert probabilities ``probs`` ``[N, E]`` the load-balancing loss uses."""
+
+    weights: jax.Array
+    experts: jax.Array
+    probs: jax.Array
+
+
+def route(logits: jax.Array, spec: MoESpec, bias: jax.Array | None = None) -> Routing:
+    """Top-``k`` experts of each row of ``logits`` ``[N, E]`` (float32) under ``spec``'s router."""
+    k = spec.top_k
+    if spec.router == "softmax":
+        probs = jax.nn.softmax(logits, axis=-1)
+        weights, experts = jax.lax.top_k(probs, k)
+    else:
+        scores = jax.nn.sigmoid(logits)
+        choice = scores if bias is None else scores + jax.lax.stop_gradient(bias)
+        if spec.n_group > 1:
+            n, e = choice.shape
+            grouped = choice.reshape(n, spec.n_group, e // spec.n_group)
+            group_scores = jnp.sum(jax.lax.top_k(grouped, min(2, e // spec.n_group))[0], axis=-1)
+            groups = jax.lax.top_k(group_scores, spec.topk_group)[1]
+            keep = jnp.sum(jax.nn.one_hot(groups, spec.n_group, dtype=jnp.bool_), axis=1, dtype=jnp.bool_)
+            choice = jnp.where(jnp.repeat(keep, e // spec.n_group, axis=1), choice, 0.0)
+        experts = jax.lax.top_k(choice, k)[1]
+        weights = jnp.take_along_axis(scores, experts, axis=-1)
+        probs = scores / jnp.sum(scores, axis=-1, keepdims=True)
+    if spec.norm_topk_prob:
+        weights = weights / (jnp.sum(weights, axis=-1, keepdims=True) + (1e-20 if spec.router == "sigmoid" else 0.0))
+    weights = weights * spec.routed_scaling_factor
+    return Routing(weights, experts.astype(jnp.int32), probs)
+
+
+Kernels = tuple[jax.Array | None, jax.Array, jax.Array]  # gate (None: not gated), up, down
+
+
+def _ffn(h_gate: jax.Array | None, h_up: jax.Array, act: Callable[[jax.Array], jax.Array]) -> jax.Array:
+    return act(h_up) if h_gate is None else act(h_gate) * h_up
+
+
+def dropless_experts(
+    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Callable[[jax.Array], jax.Array]
+) -> jax.Array:
+    """Every token copy through its expert: copies sorted by expert, each projection one grouped matmul
+    (``ragged_dot``), results put back in token order and summed with the routing weights. ``[N, D]``."""
+    gate, up, down = kernels
+    n, k = routing.experts.shape
+    flat = routing.experts.reshape(-1)
+    order = jnp.argsort(flat, stable=True)
+    sizes = jnp.bincount(flat, length=up.shape[0]).astype(jnp.int32)
+    copies = tokens[order // k]
+    h_gate = None if gate is None else jax.lax.ragged_dot(copies, gate, sizes)
+    hidden = _ffn(h_gate, jax.lax.ragged_dot(copies, up, sizes), act)
+    out = jax.lax.ragged_dot(hidden, down, sizes)
+    inverse = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
+    out = out[inverse].reshape(n, k, -1)
+    return jnp.einsum("nkd,nk->nd", out, routing.weights.astype(out.dtype))
+
+
+def block_rows(copies: int, n_experts: int) -> int:
+    """Rows per block of :func:`blocked_experts`: a power of two near the mean copies per expert, 8 to 128."""
+    mean = max(1, copies // n_experts)
+    return int(min(128, max(8, 1 << (mean - 1).bit_length())))
+
+
+def blocked_experts(
+    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Callable[[jax.Array], jax.Array]
+) -> jax.Array:
+    """Dropless like :func:`dropless_experts`, with the copies of each expert padded to whole blocks of
+    :func:`block_rows` rows and each block one matmul with its expert's weights (``lax.map`` over at
+    most ``copies / rows + n_experts`` blocks). The CPU path: XLA's CPU ``ragged_dot`` computes every
+    group over all rows (``n_experts`` times the work)."""
+    gate, up, down = kernels
+    n, k = routing.experts.shape
+    n_experts, copies = up.shape[0], n * k
+    rows = block_rows(copies, n_experts)
+    n_blocks = -(-copies // rows) + n_experts  # enough for any split of the copies
+    flat = routing.experts.reshape(-1)
+    order = jnp.argsort(flat, stable=True)
+    sizes = jnp.bincount(flat, length=n_experts)
+    padded = -(-sizes // rows) * rows
+    padded_ends = jnp.cumsum(padded)
+    sorted_experts = flat[order]
+    rank = jnp.arange(copies) - (jnp.cumsum(sizes) - sizes)[sorted_experts]
+    destination = (padded_ends - padded)[sorted_experts] + rank
+    buffer = jnp.zeros((n_blocks * rows, tokens.shape[-1]), tokens.dtype).at[destination].set(tokens[order // k])
+    owner = jnp.searchsorted(padded_ends, jnp.arange(n_blocks) * rows, side="right")
+    owner = jnp.minimum(owner, n_experts - 1)  # blocks past the last copy hold zeros
+
+    def block(args: tuple[jax.Array, jax.Array]) -> jax.Array:
+        x, e = args
+        hidden = _ffn(None if gate is None else x @ gate[e], x @ up[e], act)
+        return hidden @ down[e]
+
+    out = jax.lax.map(block, (buffer.reshape(n_blocks, rows, -1), owner)).reshape(n_blocks * rows, -1)
+    inverse = jnp.zeros_like(order).at[order].set(jnp.arange(copies, dtype=order.dtype))
+    out = out[destination][inverse].reshape(n, k, -1)
+    return jnp.einsum("nkd,nk->nd", out, routing.weights.astype(out.dtype))
+
+
+def expert_capacity(n_tokens: int, spec: MoESpec) -> int:
+    """Token copies one expert takes under ``spec.capacity_factor`` (at least 1)."""
+    assert spec.capacity_factor is not None
+    return max(1, math.ceil(spec.capacity_factor * n_tokens * spec.top_k / spec.n_experts))
+
+
+def capacity_slots(experts: jax.Array, n_experts: int, capacity: int) -> tuple[jax.Array, jax.Array]:
+    """For ``experts`` ``[N, k]``: each copy's position in its expert's buffer and whether it fits
+    (``< capacity``), both ``[N, k]``. First choices of all tokens come before second choices; within
+    a choice rank, earlier tokens first."""
+    n, k = experts.shape
+    flat = experts.T.reshape(-1)  # rank-major priority
+    order = jnp.argsort(flat, stable=True)
+    sizes = jnp.bincount(flat, length=n_experts)
+    starts = jnp.cumsum(sizes) - sizes
+    position_sorted = jnp.arange(flat.shape[0]) - starts[flat[order]]
+    position = jnp.zeros_like(position_sorted).at[order].set(position_sorted)
+    position = position.reshape(k, n).T
+    return position, position < capacity
+
+
+def capacity_experts(
+    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Callable[[jax.Array], jax.Array], capacity: int
+) -> tuple[jax.Array, jax.Array]:
+    """Token copies placed in per-expert buffers ``[E, capacity, D]`` (overflow dropped), each expert
+    one batched matmul; returns the output ``[N, D]`` and which copies were kept ``[N, k]``."""
+    gate, up, down = kernels
+    n_experts = up.shape[0]
+    n, k = routing.experts.shape
+    position, kept = capacity_slots(routing.experts, n_experts, capacity)
+    trash = n_experts * capacity
+    slot = jnp.where(kept, routing.experts * capacity + position, trash).reshape(-1)
+    copies = jnp.repeat(tokens, k, axis=0)
+    buffer = jnp.zeros((trash + 1, tokens.shape[-1]), tokens.dtype).at[slot].set(copies)
+    buffer = buffer[:trash].reshape(n_experts, capacity, -1)
+    h_gate = None if gate is None else jnp.einsum("ecd,edf->ecf", buffer, gate)
+    hidden = _ffn(h_gate, jnp.einsum("ecd,edf->ecf", buffer, up), act)
+    out = jnp.einsum("ecf,efd->ecd", hidden, down).reshape(trash, -1)
+    out = jnp.concatenate([out, jnp.zeros((1, out.shape[-1]), out.dtype)])[slot].reshape(n, k, -1)
+    combine = jnp.where(kept, routing.weights, 0.0).astype(out.dtype)
+    return jnp.einsum("nkd,nk->nd", out, combine), kept
+
+
+def loop_over_experts(
+    tokens: jax.Array,
+    routing: Routing,
+    kernels: Kernels,
+    act: Callable[[jax.Array], jax.Array],
+    kept: jax.Array | None = None,
+) -> jax.Array:
+    """Reference: each expert applied to every token in a Python loop, weighted by the tokens that chose
+    it (and were ``kept``). ``[N, D]``."""
+    gate, up, down = kernels
+    combine = routing.weights if kept is None else jnp.where(kept, routing.weights, 0.0)
+    out = jnp.zeros(tokens.shape, jnp.result_type(tokens, up))
+    for e in range(up.shape[0]):
+        share = jnp.sum(jnp.where(routing.experts == e, combine, 0.0), axis=-1)
+        h = _ffn(None if gate is None else tokens @ gate[e], tokens @ up[e], act)
+        out = out + share[:, None].astype(out.dtype) * (h @ down[e])
+    return out
+
+
+def dense_experts(
+    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Callable[[jax.Array], jax.Array]
+) -> jax.Array:
+    """Every expert on every token in one einsum, combined with a one-hot weight matrix ``[N, E]``
+    (``n_experts / top_k`` times the work of the routed layer; a baseline)."""
+    gate, up, down = kernels
+    combine = jnp.sum(jax.nn.one_hot(routing.experts, up.shape[0]) * routing.weights[..., None], axis=1)
+    h_gate = None if gate is None else jnp.einsum("nd,edf->enf", tokens, gate)
+    hidden = _ffn(h_gate, jnp.einsum("nd,edf->enf", tokens, up), act)
+    out = jnp.einsum("enf,efd->end", hidden, down)
+    return jnp.einsum("end,ne->nd", out, combine.astype(out.dtype))
+
+
+def load_balancing_loss(routing: Routing, n_experts: int) -> jax.Array:
+    """``n_experts * sum_e f_e * P_e``: ``f_e`` the fraction of tokens with ``e`` among their top-k
+    (summing to ``k``), ``P_e`` the mean probability of ``e``. 1 x ``k`` when balanced."""
+    n = routing.experts.shape[0]
+    counts = jnp.bincount(routing.experts.reshape(-1), length=n_experts).astype(jnp.float32)
+    return n_experts * jnp.sum(counts / n * jnp.mean(routing.probs, axis=0))
+
+
+def router_z_loss(logits: jax.Array) -> jax.Array:
+    """Mean over tokens of ``logsumexp(logits)^2`` (ST-MoE)."""
+    return jnp.mean(jnp.square(jax.nn.logsumexp(logits, axis=-1)))
+
+
+def _sow_scalar(module: nn.Module, collection: str, name: str, value: jax.Array) -> None:
+    module.sow(collection, name, value, init_fn=lambda: 0.0, reduce_fn=operator.add)
+
+
+class MoEKeys(Module):
+    """The ``architecture/moe/*`` keys, shared by the :class:`MoE` layer and the mixture models (which
+    resolve them once into ``Architecture.moe``)."""
+
+    n_experts: int | None = field(
+        "architecture/moe/n_experts", default=None, help="routed experts per mixture layer (None: the preset's)"
+    )
+    top_k: int | None = field(
+        "architecture/moe/top_k", default=None, help="experts each token is routed to (None: the preset's)"
+    )
+    expert_hidden: int | None = field(
+        "architecture/moe/expert_hidden", default=None, help="hidden width of one expert (None: architecture/d_ff)"
+    )
+    n_shared: int = field(
+        "architecture/moe/n_shared", default=0, help="shared experts every token passes through (0: none)"
+    )
+    router: str = field("architecture/moe/router", default="softmax", help="softmax | sigmoid (DeepSeek-V3)")
+    norm_topk_prob: bool = field(
+        "architecture/moe/norm_topk_prob", default=True, help="renormalise the top-k routing weights to sum 1"
+    )
+    capacity_factor: float | None = field(
+        "architecture/moe/capacity_factor",
+        default=None,
+        help="token copies per expert = factor * tokens * top_k / n_experts, overflow dropped (None: dropless)",
+    )
+    aux_loss: float = field(
+        "architecture/moe/aux_loss", default=0.01, help="coefficient of the load-balancing loss (0: off)"
+    )
+    z_loss: float = field("architecture/moe/z_loss", default=0.001, help="coefficient of the router z-loss (0: off)")
+    first_k_dense: int = field(
+        "architecture/moe/first_k_dense", default=0, help="leading layers with a dense MLP (DeepSeek-V3)"
+    )
+    n_group: int = field("architecture/moe/n_group", default=1, help="expert groups of the sigmoid router")
+    topk_group: int = field(
+        "architecture/moe/topk_group", default=1, help="groups a token's experts are chosen from (sigmoid router)"
+    )
+    routed_scaling_factor: float = field(
+        "architecture/moe/routed_scaling_factor", default=1.0, help="factor on the routed experts' weights"
+    )
+    bias_update_rate: float = field(
+        "architecture/moe/bias_update_rate",
+        default=0.001,
+        help="per-step move of the sigmoid router's balancing bias (0: fixed bias)",
+    )
+    dispatch: str = field(
+        "architecture/moe/dispatch",
+        default="auto",
+        help="dropless dispatch: ragged_dot | blocks | auto (blocks on CPU, whose ragged_dot does every group's work)",
+    )
+
+    def moe_spec(
+        self, d_ff: int | None, n_experts: int | None = None, top_k: int | None = None, expert_hidden: int | None = None
+    ) -> MoESpec:
+        """The keys as a validated :class:`MoESpec`; the arguments stand in for keys left None (a preset's
+        values; ``d_ff`` is the expert width when neither ``expert_hidden`` is set)."""
+        hidden = next((v for v in (self.expert_hidden, expert_hidden, d_ff) if v is not None), None)
+        experts = self.n_experts if self.n_experts is not None else n_experts
+        k = self.top_k if self.top_k is not None else top_k
+        if hidden is None or experts is None or k is None:
+            key = "expert_hidden" if hidden is None else "n_experts" if experts is None else "top_k"
+            raise ConfigError(f"a mixture of experts needs architecture/moe/{key}; set it")
+        return MoESpec(
+            n_experts=experts,
+            top_k=k,
+            expert_hidden=hidden,
+            n_shared=self.n_shared,
+            router=self.router,
+            norm_topk_prob=self.norm_topk_prob,
+            capacity_factor=self.capacity_factor,
+            aux_loss=self.aux_loss,
+            z_loss=self.z_loss,
+            first_k_dense=self.first_k_dense,
+            n_group=self.n_group,
+            topk_group=self.topk_group,
+            routed_scaling_factor=self.routed_scaling_factor,
+            bias_update_rate=self.bias_update_rate,
+            dispatch=self.dispatch,
+        ).validate()
+
+
+class MoE(MoEKeys):
+    """Mixture-of-experts feed-forward layer; see the module docstring for routing and dispatch.
+
+    Config keys (``architecture/moe/*``): ``n_experts``, ``top_k``, ``expert_hidden`` (each expert's
+    hidden width; None: ``architecture/d_ff``), ``n_shared`` (shared experts every token passes
+    through, one MLP of ``n_shared * expert_hidden``), ``router`` (softmax | sigmoid),
+    ``norm_topk_prob``, ``capacity_factor`` (null: dropless), ``aux_loss`` / ``z_loss`` (loss
+    coefficients), ``first_k_dense`` (leading layers with a dense MLP instead, read by the model),
+    ``n_group`` / ``topk_group`` / ``routed_scaling_factor`` / ``bias_update_rate`` (sigmoid router),
+    ``dispatch`` (dropless: ragged_dot | blocks | auto).
+
+    Parameters: ``router`` ``[embed, n_experts]``, ``router_bias`` ``[expert]`` (sigmoid router),
+    ``gate`` / ``up`` ``[expert, embed, mlp]``, ``down`` ``[expert, mlp, embed]``, and the ``shared``
+    MLP. LoRA adapters on the routed experts are refused (``model/lora/targets`` may name the
+    attention projections).
+    """
+
+    d_ff: int | None = field(
+        "architecture/d_ff", default=None, help="MLP hidden width (None: mlp_ratio * n_embd, or the preset's)"
+    )
+    activation: str | None = field(
+        "architecture/activation",
+        default=None,
+        help="gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
+    )
+    lora_rank: int = lora.rank_field()
+    lora_targets: tuple[str, ...] = lora.targets_field()
+    init_std: float = INIT_STD
+    out_std: float | None = None
+    #: Factor on the sown auxiliary losses (a model with ``L`` mixture layers passes ``1 / L``, so
+    #: its loss adds the coefficients times the losses' mean over layers).
+    loss_weight: float = 1.0
+
+    @classmethod
+    def components(cls) -> list[type]:
+        return [MLP]
+
+    @property
+    def sharding(self) -> ShardingPlan:
+        """Experts replicated (the ``expert`` axis is unsharded), their widths as a dense MLP's."""
+        return ShardingPlan({Axis.EXPERT: None, Axis.EMBED: MeshAxis.DATA, Axis.MLP: MeshAxis.MODEL})
+
+    @property
+    def spec(self) -> MoESpec:
+        return self.moe_spec(self.d_ff)
+
+    @property
+    def resolved_activation(self) -> str:
+        return check_activation(self.activation or "swiglu")
+
+    def flops(self, seq: int) -> int:
+        """Forward + backward matmul FLOPs of ``seq`` tokens through the active weights (needs the width
+        of a bound module)."""
+        router = self.variables["params"]["router"]
+        n_embd = int(nn.unbox(router).shape[0])
+        return 6 * seq * self.spec.active_matmul_params(n_embd, self.resolved_activation in GATED)
+
+    def _kernels(self, n_embd: int, spec: MoESpec, gated: bool) -> Kernels:
+        e, f = spec.n_experts, spec.expert_hidden
+        out_std = self.init_std if self.out_std is None else self.out_std
+        axes_in, axes_out = (Axis.EXPERT, Axis.EMBED, Axis.MLP), (Axis.EXPERT, Axis.MLP, Axis.EMBED)
+        dtype = self._activation_dtype
+        gate = cast(param(self, "gate", normal(self.init_std), (e, n_embd, f), axes_in), dtype) if gated else None
+        up = cast(param(self, "up", normal(self.init_std), (e, n_embd, f), axes_in), dtype)
+        down = cast(param(self, "down", normal(out_std), (e, f, n_embd), axes_out), dtype)
+        return gate, up, down
+
+    @nn.compact
+    def __call__(self, x: jax.Array, deterministic: bool = False) -> jax.Array:
+        spec = self.spec
+        if self.lora_rank > 0 and EXPERT_TARGETS & set(lora.check_targets(self.lora_targets)):
+            raise ConfigError(
+                "LoRA on a mixture's experts is not supported (PEFT cannot export per-expert adapters); "
+                "set model/lora/targets to attention projections, e.g. query,key,value,out"
+            )
+        n_embd = x.shape[-1]
+        activation = self.resolved_activation
+        gated, act = activation in GATED, ACTIVATIONS[activation]
+        tokens = cast(x, self._activation_dtype).reshape(-1, n_embd)
+        router = param(self, "router", normal(self.init_std), (n_embd, spec.n_experts), (Axis.EMBED, None))
+        logits = jnp.dot(tokens.astype(jnp.float32), router.astype(jnp.float32))
+        bias = None
+        if spec.router == "sigmoid":
+            zeros = nn.initializers.zeros_init()
+            bias = param(self, "router_bias", zeros, (spec.n_experts,), (Axis.EXPERT,)).astype(jnp.float32)
+        routing = route(logits, spec, bias)
+        kernels = self._kernels(n_embd, spec, gated)
+        if spec.capacity_factor is None:
+            ragged = spec.dispatch == "ragged_dot" or (spec.dispatch == "auto" and jax.default_backend() != "cpu")
+            out = (dropless_experts if ragged else blocked_experts)(tokens, routing, kernels, act)
+            kept = None
+        else:
+            capacity = expert_capacity(tokens.shape[0], spec)
+            out, kept = capacity_experts(tokens, routing, kernels, act, capacity)
+        out = out.reshape(x.shape).astype(self._activation_dtype)
+        if spec.n_shared > 0:
+            shared = child(
+                self,
+                MLP,
+                n_embd=n_embd,
+                d_ff=spec.n_shared * spec.expert_hidden,
+                activation=activation,
+                use_bias=False,
+                lora_rank=0,
+                init_std=self.init_std,
+                out_std=self.out_std,
+                name="shared",
+            )
+            out = out + shared(x, deterministic)
+        if not self.is_initializing():
+            self._record(spec, logits, routing, kept, bias, deterministic)
+        return out
+
+    def _record(
+        self,
+        spec: MoESpec,
+        logits: jax.Array,
+        routing: Routing,
+        kept: jax.Array | None,
+        bias: jax.Array | None,
+        deterministic: bool,
+    ) -> None:
+        """Sow the auxiliary losses, the load metrics and (training, sigmoid router) the bias update."""
+        balance = load_balancing_loss(routing, spec.n_experts)
+        z = router_z_loss(logits)
+        if spec.aux_loss > 0:
+            _sow_scalar(self, AUX_LOSSES, "load_balancing", self.loss_weight * spec.aux_loss * balance)
+        if spec.z_loss > 0:
+            _sow_scalar(self, AUX_LOSSES, "router_z", self.loss_weight * spec.z_loss * z)
+        counts = jnp.bincount(routing.experts.reshape(-1), length=spec.n_experts).astype(jnp.float32)
+        dropped = jnp.zeros((), jnp.float32) if kept is None else 1.0 - jnp.mean(kept.astype(jnp.float32))
+        metrics: dict[str, Any] = {
+            "moe_tokens_max": jnp.max(counts),
+            "moe_tokens_mean": jnp.mean(counts),
+            "moe_drop_rate": dropped,
+            "moe_load_balancing_loss": jax.lax.stop_gradient(balance),
+            "moe_z_loss": jax.lax.stop_gradient(z),
+        }
+        for name, value in metrics.items():
+            _sow_scalar(self, AUX_METRICS, name, jax.lax.stop_gradient(value))
+        if bias is not None and spec.bias_update_rate > 0 and not deterministic:
+            update = spec.bias_update_rate * jnp.sign(jnp.mean(counts) - counts)
+            _sow_scalar(self, PARAM_UPDATES, "router_bias", jax.lax.stop_gradient(update))
+
+
+__all__ = [
+    "MoE",
+    "MoEKeys",
+    "MoESpec",
+    "Routing",
+    "blocked_experts",
+    "capacity_experts",
+    "capacity_slots",
+    "dense_experts",
+    "dropless_experts",
+    "expert_capacity",
+    "load_balancing_loss",
+    "loop_over_experts",
+    "route",
+    "router_z_loss",
+]

@@ -1,0 +1,113 @@
+"""Mixture-of-experts language models: ``MoEBlock`` (a layer whose feed-forward is :class:`MoE`) and
+``MixtureLM``, the mixin that turns a dense family (Llama, Qwen3) into its mixture (Mixtral, Qwen3-MoE)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from theseus.base.axis import ShardingPlan
+from theseus.errors import ConfigError
+from theseus.model.layers._common import child
+from theseus.model.layers.moe import MoE, MoEKeys
+from theseus.model.models.architecture import Architecture, Preset, lookup_preset
+from theseus.model.models.block import Block
+from theseus.model.module import Module
+
+
+@dataclass(frozen=True)
+class MoEPreset(Preset):
+    """A :class:`Preset` with the mixture's shape: routed experts, experts per token and their width
+    (None: ``d_ff``)."""
+
+    n_experts: int = 8
+    top_k: int = 2
+    expert_hidden: int | None = None
+
+
+class MoEBlock(Block):
+    """:class:`Block` whose ``mlp`` is the architecture's mixture of experts (a dense MLP when ``dense``:
+    the leading ``first_k_dense`` layers)."""
+
+    dense: bool = False
+
+    @classmethod
+    def components(cls) -> list[type]:
+        return [*super().components(), MoE]
+
+    @property
+    def sharding(self) -> ShardingPlan:
+        return ShardingPlan.union(super().sharding, MoE().sharding)
+
+    def feed_forward(self) -> Module:
+        arch = self.arch
+        if self.dense or arch.moe is None:
+            return super().feed_forward()
+        moe: MoE = child(
+            self,
+            MoE,
+            **dataclasses.asdict(arch.moe),
+            d_ff=arch.d_ff,
+            activation=arch.activation,
+            out_std=self.out_std,
+            loss_weight=1.0 / arch.moe_layers,
+        )
+        return moe
+
+    def flops(self, seq: int) -> int:
+        """Attention and the feed-forward weights a token passes through (its experts), forward + backward."""
+        arch = self.arch
+        if self.dense or arch.moe is None:
+            return super().flops(seq)
+        ffn = arch.moe.active_matmul_params(arch.n_embd, arch.gated)
+        return 6 * seq * (arch.attention_params() + ffn) + 12 * seq * seq * arch.n_heads * arch.head_dim
+
+
+class MixtureLM(MoEKeys):
+    """Mixin for a :class:`TransformerLM` family whose layers from ``architecture/moe/first_k_dense`` on
+    route each token through ``top_k`` of ``n_experts`` experts (``class Mixtral(MixtureLM, Llama)``).
+
+    The ``architecture/moe/*`` keys left None take the preset's values (:class:`MoEPreset`); the
+    resolved mixture is ``architecture.moe``. FLOPs and MFU count the active weights (the chosen
+    experts, shared experts and router), and :meth:`inactive_parameter_count` the experts a token
+    skips (the start-up line prints total and active counts). Leading dense layers run unrolled: a
+    scanned stack repeats one layer.
+    """
+
+    BLOCK: ClassVar[type[Block]] = MoEBlock
+
+    @property
+    def architecture(self) -> Architecture:
+        arch: Architecture = super().architecture  # type: ignore[misc]
+        preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)  # type: ignore[attr-defined]
+        shape: dict[str, Any] = {}
+        if isinstance(preset, MoEPreset):
+            shape = {"n_experts": preset.n_experts, "top_k": preset.top_k, "expert_hidden": preset.expert_hidden}
+        return dataclasses.replace(arch, moe=self.moe_spec(arch.d_ff, **shape)).validate()
+
+    @property
+    def scans_layers(self) -> bool:
+        if self.architecture.moe is not None and self.architecture.moe.first_k_dense > 0:
+            if self.scan_layers:  # type: ignore[attr-defined]
+                raise ConfigError(
+                    "architecture/moe/first_k_dense > 0 needs unrolled layers (a scanned stack repeats one "
+                    "layer); set model/scan_layers=false"
+                )
+            return False
+        return super().scans_layers  # type: ignore[misc,no-any-return]
+
+    def _layer_options(self, layer: int) -> dict[str, Any]:
+        moe = self.architecture.moe
+        return {"dense": moe is not None and layer < moe.first_k_dense}
+
+    def inactive_parameter_count(self) -> int:
+        """Parameters a token does not pass through (the routed experts it did not choose)."""
+        return self.architecture.inactive_params()
+
+    def active_parameter_count(self) -> int:
+        """Parameters one token passes through: :meth:`parameter_count` less the experts it skips."""
+        return int(self.parameter_count()) - self.inactive_parameter_count()  # type: ignore[attr-defined]
+
+
+__all__ = ["MixtureLM", "MoEBlock", "MoEPreset"]
