@@ -9,7 +9,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,30 @@ def median_seconds(fn: Callable[[], Any], *, repeats: int, warmup: int = 1) -> f
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def timed_call(fn: Callable[..., Any], args: Sequence[Any]) -> float:
+    """Seconds of one call of a jitted ``fn(*args)``, until its results are ready."""
+    import jax
+
+    begun = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - begun
+
+
+def rotated_rounds(
+    steps: Mapping[str, tuple[Callable[..., Any], Sequence[Any]]], rounds: int
+) -> dict[str, list[float]]:
+    """Seconds of each named ``(fn, args)`` per round, side by side: every round runs each once, in
+    an order rotated by the round, after one untimed call (the first run after another program's)."""
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    names = list(steps)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn, args = steps[name]
+            timed_call(fn, args)
+            seconds[name].append(timed_call(fn, args))
+    return seconds
 
 
 def cpu_model() -> str:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
 import jax
 import jax.numpy as jnp
 
-from benchmarks.common import machine_line
+from benchmarks.common import machine_line, rotated_rounds
 from theseus.model.layers._common import ACTIVATIONS
 from theseus.model.layers.moe import (
     MoESpec,
@@ -75,12 +74,6 @@ def step(dispatch: str, experts: int, top_k: int, tokens: int, width: int, hidde
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2))), (x, router, kernels)
 
 
-def timed(fn: Any, args: tuple[Any, ...]) -> float:
-    begun = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - begun
-
-
 def measure(experts: int, top_k: int, tokens: int, width: int, hidden: int, rounds: int) -> dict[str, float]:
     steps = {name: step(name, experts, top_k, tokens, width, hidden) for name in DISPATCHES}
     reference = jax.tree.leaves(steps["ragged_dot"][0](*steps["ragged_dot"][1]))
@@ -88,15 +81,9 @@ def measure(experts: int, top_k: int, tokens: int, width: int, hidden: int, roun
         for got, want in zip(jax.tree.leaves(fn(*args)), reference, strict=True):
             scale = float(jnp.max(jnp.abs(want))) + 1e-6
             assert float(jnp.max(jnp.abs(got - want))) <= 1e-3 * scale, name
-    seconds: dict[str, list[float]] = {name: [] for name in steps}
-    names = list(steps)
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            fn, args = steps[name]
-            timed(fn, args)  # untimed: the first run after another program's
-            seconds[name].append(timed(fn, args))
+    seconds = rotated_rounds(steps, rounds)
     out = {name: statistics.median(values) for name, values in seconds.items()}
-    for name in names:
+    for name in steps:
         ratios = [t / base for t, base in zip(seconds[name], seconds["ragged_dot"], strict=True)]
         out[f"{name} ratio"] = statistics.median(ratios)
     return out

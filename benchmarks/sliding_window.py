@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
 import jax
 import jax.numpy as jnp
 
-from benchmarks.common import machine_line
+from benchmarks.common import machine_line, rotated_rounds, timed_call
 from theseus.config import configuration, configure
 from theseus.model.layers.attention import dot_product_attention
 from theseus.model.models import Llama
@@ -66,12 +65,6 @@ def block_step(width: int, heads: int, seq: int, window: int | None, batch: int)
     return jax.jit(jax.grad(loss)), (params, x)
 
 
-def timed(fn: Any, args: tuple[Any, ...]) -> float:
-    begun = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - begun
-
-
 def measure(width: int, heads: int, seq: int, window: int, rounds: int, batch: int = 1) -> dict[str, float]:
     """Median per-round ratio windowed ÷ full, per measurement, and the median times."""
     steps = {
@@ -83,14 +76,8 @@ def measure(width: int, heads: int, seq: int, window: int, rounds: int, batch: i
         for label, w in (("full", None), ("window", window))
     }
     for fn, args in steps.values():  # compile and warm up
-        timed(fn, args)
-    seconds: dict[str, list[float]] = {name: [] for name in steps}
-    names = list(steps)
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            fn, args = steps[name]
-            timed(fn, args)  # untimed: the first run after another program's
-            seconds[name].append(timed(fn, args))
+        timed_call(fn, args)
+    seconds = rotated_rounds(steps, rounds)
     out = {name: statistics.median(values) for name, values in seconds.items()}
     for kind in ("attention", "block"):
         ratios = [w / f for w, f in zip(seconds[f"{kind} window"], seconds[f"{kind} full"], strict=True)]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import venv
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,48 @@ def run_cli(
         cwd=cwd,
         timeout=timeout,
     )
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (for a coordinator on localhost)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_joined(
+    args: Sequence[str],
+    *,
+    env: Callable[[int], dict[str, str]],
+    count: int = 2,
+    timeout: float = 300,
+) -> list[subprocess.CompletedProcess[str]]:
+    """``theseus ARGS`` as processes 0 .. ``count - 1`` of one run joined on localhost
+    (``--coordinator``, ``--num-processes``, ``--process-id``), process ``i`` with ``env(i)``; each
+    one's result. Every process is killed when one outlives ``timeout``."""
+    port = free_port()
+    joined = ["--coordinator", f"127.0.0.1:{port}", "--num-processes", str(count)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "theseus.cli.main", *args, *joined, "--process-id", str(index)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env(index),
+            cwd=REPO,
+        )
+        for index in range(count)
+    ]
+    done = []
+    for process in processes:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            raise
+        done.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
+    return done
 
 
 def make_venv(path: Path, *, inherit: str) -> Path:

@@ -12,17 +12,15 @@ does not depend on the process count, so the losses agree to 1e-5.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli, run_joined
 from tests.distributed.settings import overrides
-from tests.distributed.test_scale_out import HERE, env_with_devices, free_port, metrics
+from tests.distributed.test_scale_out import HERE, env_with_devices, metrics
 from tests.reliability.test_bad_input import damage
 from tests.training.conftest import write_byte_corpus
 from theseus.training.preemption import EXIT_CODE
@@ -37,41 +35,21 @@ SETTINGS = overrides(
 )
 
 
-def command(root: Path, name: str, *distributed: str) -> list[str]:
+def arguments(root: Path, name: str) -> list[str]:
     return [
-        *(sys.executable, "-m", "theseus.cli.main", "--load", str(HERE / "jobs.py")),
-        *("run", "test/distributed/gpt-plain", *SETTINGS, f"run/name={name}", "--root", str(root), *distributed),
+        *("--load", str(HERE / "jobs.py")),
+        *("run", "test/distributed/gpt-plain", *SETTINGS, f"run/name={name}", "--root", str(root)),
     ]
 
 
 def two_processes(root: Path, name: str, kill_at: dict[int, str]) -> list[tuple[int, str]]:
-    port = free_port()
-    processes = []
-    for index in range(2):
-        env = env_with_devices(1)
+    def env(index: int) -> dict[str, str]:
+        values = env_with_devices(1)
         if index in kill_at:
-            env["THESEUS_TEST_KILL_AT"] = kill_at[index]
-        distributed = ("--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(index))
-        processes.append(
-            subprocess.Popen(
-                command(root, name, *distributed),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
-                cwd=REPO,
-            )
-        )
-    results = []
-    for process in processes:
-        try:
-            _out, err = process.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            for other in processes:
-                other.kill()
-            raise
-        results.append((process.returncode, err))
-    return results
+            values["THESEUS_TEST_KILL_AT"] = kill_at[index]
+        return values
+
+    return [(done.returncode, done.stderr) for done in run_joined(arguments(root, name), env=env)]
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +65,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         damage(checkpoints / "5")
     result["resumed"] = two_processes(root, "two", {})
     result["after_resume"] = sorted(p.name for p in checkpoints.iterdir())
-    done = subprocess.run(
-        command(root, "one"), capture_output=True, text=True, env=env_with_devices(1), cwd=REPO, timeout=300
-    )
+    done = run_cli(arguments(root, "one"), env=env_with_devices(1), cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return result
 

@@ -13,7 +13,6 @@ in every run: the global batch of a step is a function of the seed and step alon
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, clean_env, xla_flags
+from tests.conftest import REPO, clean_env, run_joined, xla_flags
 from tests.distributed.settings import overrides
 from tests.training.conftest import write_byte_corpus
 
@@ -50,12 +49,6 @@ MESHES = {"dp": {"data": 4, "model": 1}, "fsdp": {"data": 4, "model": 1}, "tp": 
 MESHES["fsdp+tp"] = {"data": 2, "model": 2}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def env_with_devices(count: int) -> dict[str, str]:
     return clean_env(XLA_FLAGS=xla_flags(devices=count), JAX_PLATFORMS="cpu")
 
@@ -69,31 +62,9 @@ def scale_out(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("scale-out")
     write_byte_corpus(root, "fineweb")
     write_byte_corpus(root, "chat", documents=48, seed=1)
-    port = free_port()
-    processes = [
-        subprocess.Popen(
-            [
-                *(sys.executable, "-m", "theseus.cli.main", "--load", str(HERE / "jobs.py")),
-                *("run", "test/distributed/gpt", *TWO_PROCESS, "--root", str(root)),
-                *("--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(index)),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env_with_devices(2),
-            cwd=REPO,
-        )
-        for index in range(2)
-    ]
-    logs = []
-    for process in processes:
-        try:
-            out, err = process.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            for other in processes:
-                other.kill()
-            raise
-        logs.append({"rc": process.returncode, "out": out, "err": err})
+    args = [*("--load", str(HERE / "jobs.py")), *("run", "test/distributed/gpt", *TWO_PROCESS, "--root", str(root))]
+    done = run_joined(args, env=lambda _: env_with_devices(2))
+    logs = [{"rc": process.returncode, "out": process.stdout, "err": process.stderr} for process in done]
     run_dir = root / "runs" / "two-process"
     two = {"logs": logs, "run_dir": run_dir}
     if all(log["rc"] == 0 for log in logs):

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
 from tests.docs.doc_flows import Shell
 from tests.docs.flow_common import flows
 
 
 @pytest.mark.slow
 def test_multi_host_two_processes_on_one_machine(tmp_path: Path) -> None:
-    from tests.distributed.test_scale_out import free_port
-
     # the page's coordinator port is ${PORT:-12345}: a free one here, so parallel test runs never collide
     shell = Shell.create(tmp_path / "work", PORT=str(free_port()))
     (script,) = shell.run(flows("docs/multi-host.md")["two-processes"])

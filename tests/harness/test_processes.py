@@ -7,48 +7,25 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, clean_env, xla_flags
-from tests.distributed.test_scale_out import free_port
+from tests.conftest import clean_env, run_joined, xla_flags
 from tests.harness.conftest import Imported, logliks, theseus_main
 from tests.harness.test_training import TINY
 
 TASKS = "tiny_choice,tiny_generate,tiny_rolling"
 
 
-def two_processes(args: list[str], offline: dict[str, str]) -> list[dict[str, Any]]:
-    """``theseus ARGS`` as processes 0 and 1 of one run; their exit codes and output."""
-    port = free_port()
+def two_processes(args: list[str], offline: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
+    """``theseus ARGS`` as processes 0 and 1 of one run, 2 CPU devices each; both must succeed."""
     env = clean_env(XLA_FLAGS=xla_flags(devices=2), **offline)
-    joined = ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-m", "theseus.cli.main", *args, *joined, "--process-id", str(index)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=REPO,
-        )
-        for index in range(2)
-    ]
-    logs = []
-    for process in processes:
-        try:
-            out, err = process.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            for other in processes:
-                other.kill()
-            raise
-        logs.append({"rc": process.returncode, "out": out, "err": err})
-    for index, log in enumerate(logs):
-        assert log["rc"] == 0, f"process {index}:\n{log['err'][-3000:]}"
-    return logs
+    done = run_joined(args, env=lambda _: env)
+    for index, process in enumerate(done):
+        assert process.returncode == 0, f"process {index}:\n{process.stderr[-3000:]}"
+    return done
 
 
 def samples(out: Path, task: str) -> dict[int, Any]:
@@ -80,7 +57,7 @@ def measured(imported: Imported, offline: dict[str, str], tmp_path_factory: pyte
 
 def test_eval_harness_on_two_processes_equals_one_device(measured: dict[str, Any]) -> None:
     one, two = measured["one"], measured["two"]
-    assert "fsdp+tp over 4 devices (data 2 x model 2)" in measured["job"][0]["err"]
+    assert "fsdp+tp over 4 devices (data 2 x model 2)" in measured["job"][0].stderr
     ours, theirs = json.loads(two.read_text())["results"], json.loads(one.read_text())["results"]
     for task in TASKS.split(","):
         for name, value in theirs[task].items():
@@ -94,7 +71,7 @@ def test_eval_harness_on_two_processes_equals_one_device(measured: dict[str, Any
             else:
                 assert logliks(sharded[doc]["resps"]) == pytest.approx(logliks(row["resps"]), abs=1e-5), (task, doc)
     # only process 0 writes results and prints lm-eval's table
-    assert "|tiny_choice" in measured["job"][0]["out"] and "|tiny_choice" not in measured["job"][1]["out"]
+    assert "|tiny_choice" in measured["job"][0].stdout and "|tiny_choice" not in measured["job"][1].stdout
 
 
 def test_training_evaluation_on_two_processes_logs_what_one_device_measures(measured: dict[str, Any]) -> None:

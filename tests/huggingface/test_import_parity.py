@@ -189,3 +189,13 @@ def test_phi3_longrope_short_and_long_factors(tmp_path: Path) -> None:
     check_rope_switch(prepared.model, 9, 16)  # long throughout
     with pytest.raises(ConfigError, match="crosses architecture/rope_original_max_positions=8, where longrope"):
         check_rope_switch(prepared.model, 6, 4)
+
+
+def test_a_window_longer_than_the_context_imports_as_full_attention(tmp_path: Path) -> None:
+    """Phi-3-mini-128k's window (262144) is longer than its context: the import reads no window, and
+    the logits are transformers'."""
+    model = save_model(tmp_path, "phi3", sliding_window=1024, tokenizer=False)
+    ids = np.random.default_rng(6).integers(0, VOCAB, (1, 12))
+    got, prepared = ours(tmp_path, ids)
+    assert (prepared.model.architecture.sliding_window, prepared.model.architecture.block_size) == (None, 512)
+    assert np.max(np.abs(got - hf_logits(model, ids))) <= 1e-4

@@ -100,6 +100,10 @@ def test_rope_scaling_matches_transformers(kind: str, extra: dict) -> None:
     ("values", "message"),
     [
         ({"architecture/sliding_window": 0}, "architecture/sliding_window must be a positive integer or null"),
+        (
+            {"architecture/sliding_window": 128, "architecture/block_size": 64},
+            "architecture/sliding_window=128 is longer than architecture/block_size=64, so it never limits",
+        ),
         ({"architecture/rope_scaling": "yarn"}, "unknown architecture/rope_scaling 'yarn'"),
         ({"architecture/head_dim": 0}, "architecture/head_dim must be a positive integer"),
         ({"architecture/n_embd": 30, "architecture/n_heads": 4}, "or set architecture/head_dim"),

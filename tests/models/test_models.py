@@ -302,7 +302,7 @@ def test_the_gemma_presets_have_the_published_shapes_and_counts(preset: str) -> 
     model_type, fields = GEMMA_RELEASES[preset]
     cls = Gemma2 if model_type == "gemma2" else Gemma3
     values = {"architecture/preset": preset, "architecture/vocab_size": fields["vocab_size"]}
-    with configuration(values):
+    with configuration({**values, "architecture/block_size": 8192}):  # the releases' context: the whole window
         arch = configure(cls).architecture
     assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.d_ff) == (
         fields["num_hidden_layers"], fields["num_attention_heads"], fields["num_key_value_heads"],
@@ -313,6 +313,8 @@ def test_the_gemma_presets_have_the_published_shapes_and_counts(preset: str) -> 
     config = AutoConfig.for_model(model_type, **fields)
     assert list(arch.layer_types) == config.layer_types  # every 2nd (Gemma 2) / 6th (Gemma 3) layer full
     assert arch.sliding_window == config.sliding_window
+    with configuration(values):  # a block shorter than the family's window: the window is the block
+        assert configure(cls).architecture.sliding_window == 256
     with torch.device("meta"):
         reference = AutoModelForCausalLM.from_config(config)
     expected = sum(p.numel() for p in reference.parameters())

@@ -219,6 +219,12 @@ class Architecture:
             raise ConfigError(
                 f"architecture/sliding_window must be a positive integer or null, got {self.sliding_window!r}"
             )
+        if self.sliding_window is not None and self.sliding_window > self.block_size:
+            raise ConfigError(
+                f"architecture/sliding_window={self.sliding_window} is longer than "
+                f"architecture/block_size={self.block_size}, so it never limits attention; "
+                "set architecture/sliding_window=null (full attention) or a window up to the block size"
+            )
         check_activation(self.activation)
         if self.qk_norm_span not in ("head", "projection") or self.norm_placement not in NORM_PLACEMENTS:
             raise ConfigError(

@@ -129,7 +129,10 @@ class Gemma2(Llama):
         super().__post_init__()
 
     def _sliding_window(self) -> int | None:
-        return self.DEFAULT_WINDOW if self.sliding_window is None else self.sliding_window
+        """The key's window; unset, the family's, at most the block size (longer would change nothing)."""
+        if self.sliding_window is None:
+            return min(self.DEFAULT_WINDOW, self.block_size)
+        return self.sliding_window
 
     def _extra_architecture(self) -> dict[str, Any]:
         n_layers = lookup_preset(self.PRESETS, self.preset, self.FAMILY).n_layers

@@ -186,10 +186,13 @@ class LlamaFamily(HFFamily):
             **rope_keys(config),
             **self.bias_keys(config),
         }
+        block = int(config.get("max_position_embeddings", 2048))
         window = self.window(config)
+        if window is not None and window > block:
+            window = None  # longer than any sequence the model reads: full attention (Phi-3-mini-128k's 262144)
         if self.windowed or window is not None:
             keys["architecture/sliding_window"] = window
-        keys["architecture/block_size"] = int(config.get("max_position_embeddings", 2048))
+        keys["architecture/block_size"] = block
         return keys
 
     #: Whether the family always has the ``sliding_window`` field (Mistral).
