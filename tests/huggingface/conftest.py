@@ -36,7 +36,17 @@ def make_tokenizer(folder: Path, *, bos: bool) -> None:
 
 
 def hf_config(family: str, **overrides: Any) -> Any:
-    from transformers import GPT2Config, LlamaConfig, MistralConfig, Olmo2Config, Phi3Config, Qwen2Config, Qwen3Config
+    from transformers import (
+        GPT2Config,
+        LlamaConfig,
+        MistralConfig,
+        MixtralConfig,
+        Olmo2Config,
+        Phi3Config,
+        Qwen2Config,
+        Qwen3Config,
+        Qwen3MoeConfig,
+    )
 
     if family == "gpt2":
         values = {"vocab_size": VOCAB, "n_positions": 320, "n_embd": 32, "n_layer": 2, "n_head": 4}
@@ -61,6 +71,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "qwen3": Qwen3Config,
         "olmo2": Olmo2Config,
         "phi3": Phi3Config,
+        "mixtral": MixtralConfig,
+        "qwen3_moe": Qwen3MoeConfig,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.huggingface.conftest import hf_logits, make_tokenizer, read_json
+from tests.huggingface.conftest import hf_logits, read_json, save_model
 from theseus.errors import ConfigError
 from theseus.model.huggingface.importer import prepare, read_params
 
@@ -41,32 +41,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 
 def save_moe(folder: Path, case: str, seed: int = 0) -> Any:
     """A random transformers model of ``case`` saved in ``folder`` with a byte tokenizer; returns it."""
-    import torch
-    from transformers import AutoModelForCausalLM, MixtralConfig, Qwen3MoeConfig
-
     family, overrides = CASES[case]
-    common = {
-        "vocab_size": VOCAB,
-        "hidden_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 512,
-        "bos_token_id": 257,
-        "eos_token_id": 256,
-        "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": False,
-    }
-    config = (MixtralConfig if family == "mixtral" else Qwen3MoeConfig)(**{**common, **overrides})
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    with torch.no_grad():  # larger weights than the default: logits (and routes) that differ clearly
-        for name, parameter in model.named_parameters():
-            scale = 0.2 if "norm" in name else 0.15
-            parameter.copy_((1.0 if "norm" in name else 0.0) + scale * torch.randn_like(parameter))
-    model.save_pretrained(folder)
-    make_tokenizer(folder, bos=True)
-    return model
+    return save_model(folder, family, seed, vocab_size=VOCAB, tie_word_embeddings=False, **overrides)
 
 
 @pytest.fixture(scope="module", params=list(CASES))

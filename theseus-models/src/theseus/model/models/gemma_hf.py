@@ -19,7 +19,7 @@ from theseus.model.huggingface.names import TensorMap, same
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.models.architecture import Architecture
 from theseus.model.models.gemma import pattern_layer_types
-from theseus.model.models.llama_hf import AttentionBiasFamily
+from theseus.model.models.llama_hf import AttentionBiasFamily, decoder_shape
 
 GEMMA2_CLASS = "theseus.model.models.gemma:Gemma2"
 GEMMA3_CLASS = "theseus.model.models.gemma:Gemma3"
@@ -159,15 +159,8 @@ class Gemma2Family(AttentionBiasFamily):
         self.check_biases(arch)
         types = list(arch.layer_types or [SLIDING_ATTENTION if arch.sliding_window else FULL_ATTENTION] * arch.n_layers)
         return {
-            "hidden_size": arch.n_embd,
-            "intermediate_size": arch.d_ff,
-            "num_hidden_layers": arch.n_layers,
-            "num_attention_heads": arch.n_heads,
-            "num_key_value_heads": arch.n_kv_heads,
-            "head_dim": arch.head_dim,
+            **decoder_shape(arch),
             "hidden_activation": "gelu_pytorch_tanh",
-            "max_position_embeddings": arch.block_size,
-            "rms_norm_eps": arch.norm_eps,
             "attention_bias": arch.qkv_bias,
             "attention_dropout": 0.0,
             "query_pre_attn_scalar": whole(arch.query_pre_attn_scalar or arch.head_dim),

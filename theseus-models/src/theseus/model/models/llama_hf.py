@@ -111,6 +111,20 @@ def qwen_window(config: Mapping[str, Any], window: int | None) -> int | None:
     return layer_window(config, used, config.get("max_window_layers"))
 
 
+def decoder_shape(arch: Architecture) -> dict[str, Any]:
+    """The ``config.json`` sizes every decoder family of Llama's layout writes alike."""
+    return {
+        "hidden_size": arch.n_embd,
+        "intermediate_size": arch.d_ff,
+        "num_hidden_layers": arch.n_layers,
+        "num_attention_heads": arch.n_heads,
+        "num_key_value_heads": arch.n_kv_heads,
+        "head_dim": arch.head_dim,
+        "max_position_embeddings": arch.block_size,
+        "rms_norm_eps": arch.norm_eps,
+    }
+
+
 def window_config(arch: Architecture) -> dict[str, Any]:
     """Qwen's ``use_sliding_window`` / ``sliding_window`` / ``max_window_layers`` / ``layer_types``."""
     window = arch.sliding_window
@@ -234,15 +248,8 @@ class LlamaFamily(HFFamily):
             raise cannot(self.model_type, f"architecture/sliding_window={arch.sliding_window}")
         self.check_biases(arch)
         return {
-            "hidden_size": arch.n_embd,
-            "intermediate_size": arch.d_ff,
-            "num_hidden_layers": arch.n_layers,
-            "num_attention_heads": arch.n_heads,
-            "num_key_value_heads": arch.n_kv_heads,
-            "head_dim": arch.head_dim,
+            **decoder_shape(arch),
             "hidden_act": "silu",
-            "max_position_embeddings": arch.block_size,
-            "rms_norm_eps": arch.norm_eps,
             "rope_theta": arch.rope_theta,
             "attention_dropout": 0.0,
             **rope_config(arch),
