@@ -161,14 +161,14 @@ class _WindowDone(Exception):
 
 
 def trainer_class(work: Workload) -> Any:
-    """A ``BaseTrainer`` subclass training ``GPT`` on the workload's batches (custom batching, ``DATASET = []``)."""
+    """A ``BaseTrainer`` subclass training the workload's model on its batches (custom batching, ``DATASET = []``)."""
     from theseus.model.models import GPT
     from theseus.training.base import BaseTrainer
 
     batches = work.host_batches()
 
     class BenchmarkTrainer(BaseTrainer):
-        MODEL = GPT
+        MODEL = GPT if work.model is None else type(work.model)
         DATASET: ClassVar[list[Any]] = []
 
         def batch(self, slice: str = "train") -> dict[str, Any]:

@@ -28,7 +28,8 @@ class Workload:
     """A model configuration plus batches.
 
     ``config`` is the resolved theseus ``Configuration`` the model is built under; ``model`` is the
-    unbound ``GPT`` (None when built with ``build=False``, e.g. for the PyTorch loop only).
+    unbound model (``GPT`` unless another is named; None when built with ``build=False``, e.g. for the
+    PyTorch loop only).
     """
 
     preset: str
@@ -53,10 +54,14 @@ class Workload:
         overrides: dict[str, Any] | None = None,
         build: bool = True,
         n_batches: int = 4,
+        model: str = "gpt",
     ) -> Workload:
-        """Resolve the GPT configuration for ``preset`` (``block_size = seq``) and build the model."""
+        """Resolve the configuration of the registered ``model`` (default GPT) for ``preset``
+        (``block_size = seq``) and build the model."""
         from theseus.config import Schema, configuration, configure, resolve
-        from theseus.model.models import GPT
+        from theseus.training.declarations import resolve as resolve_declared
+
+        model_class = resolve_declared("model", model)
 
         vocab = vocab_size or default_vocab(preset)
         values: dict[str, Any] = {
@@ -68,10 +73,10 @@ class Workload:
             "model/activation_dtype": activation_dtype,
         }
         values.update(overrides or {})
-        config = resolve(Schema.build(GPT.gather()), {}, values)
+        config = resolve(Schema.build(model_class.gather()), {}, values)
         with configuration(config):
-            model = configure(GPT)
-        arch = model.architecture
+            configured = configure(model_class)
+        arch = configured.architecture
         dims = Dims(
             n_layer=arch.n_layers,
             n_head=arch.n_heads,
@@ -81,7 +86,7 @@ class Workload:
             mlp_ratio=arch.d_ff / arch.n_embd,
             bias=arch.use_bias,
         )
-        return cls(preset, batch, seq, vocab, dims, config, model if build else None, n_batches)
+        return cls(preset, batch, seq, vocab, dims, config, configured if build else None, n_batches)
 
     @property
     def tokens_per_step(self) -> int:

@@ -54,3 +54,12 @@ def test_sliding_window_benchmark_times_both_masks() -> None:
     found = sliding_window.measure(width=32, heads=2, seq=256, window=32, rounds=1)
     for kind in ("attention", "block"):
         assert found[f"{kind} full"] > 0 and found[f"{kind} window"] > 0 and found[f"{kind} ratio"] > 0
+
+
+def test_moe_model_benchmark_times_the_mixture_against_its_dense_twin() -> None:
+    from benchmarks import moe_model
+
+    shape = moe_model.shapes(quick=True)
+    assert moe_model.overrides(shape, moe=False)["architecture/d_ff"] == shape["top_k"] * shape["hidden"]
+    found = moe_model.throughput(shape, rounds=1, steps=1)
+    assert found["dense_ms"] > 0 and found["moe_ms"] > 0 and found["ratio"] > 0

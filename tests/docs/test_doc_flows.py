@@ -50,7 +50,7 @@ NOT_RUN = {
     "docs/errors.md": "sample sessions of failures (a killed run, a typo) and their messages, not commands to follow",
     "docs/extend-a-trainer.md": "trains the guide's trainer with its full-size defaults",
     "docs/security.md": "two alternatives with a placeholder distribution name (some-plugin-dist)",
-    "docs/sharding-design.md": "layouts for 8 or more devices (mesh/model=8) of full-size runs",
+    "docs/sharding-design.md": "layouts for 8 or more devices (mesh/model=8, mesh/expert=8) of full-size runs",
     "theseus-data/README.md": "FineWeb from the hub or from downloaded parquet files, a BPE trained on the whole "
     "corpus; pip installs of the distribution",
     "theseus-models/README.md": "generation from the demo's run (demo-gpt), which the full-size demo trains",

@@ -28,6 +28,7 @@ class MeshAxis:
     """Mesh axis names of the trainer's device mesh."""
 
     DATA = "data"
+    EXPERT = "expert"  # experts of mixture layers; batches split over it too (expert parallelism)
     MODEL = "model"
 
 

@@ -242,6 +242,7 @@ class BaseTrainer(Job):
                 layout=args.layout,
                 data=args.mesh_data,
                 model=args.mesh_model,
+                expert=args.mesh_expert,
                 devices=self.mesh_devices(),
             )
             self.accumulate_steps, self.micro_rows = assembly.batch_geometry(

@@ -7,7 +7,7 @@ from typing import Literal
 
 from theseus.config import field
 
-Layout = Literal["dp", "fsdp", "tp", "fsdp+tp"]
+Layout = Literal["dp", "fsdp", "tp", "fsdp+tp", "ep", "fsdp+ep", "tp+ep", "fsdp+tp+ep"]
 
 
 @dataclass
@@ -99,7 +99,12 @@ class BaseTrainerConfig:
     )
     run_name: str = field("run/name", default="", help="run directory under <root>/runs (default: from the job key)")
     layout: Layout = field(
-        "mesh/layout", default="dp", help="dp (replicated), fsdp (params over data), tp (over model), fsdp+tp"
+        "mesh/layout",
+        default="dp",
+        help="dp (replicated), fsdp (params over data), tp (over model), ep (experts over expert), or a + of them",
     )
     mesh_data: int = field("mesh/data", default=-1, help="size of the data mesh axis (-1 = fill the devices)")
     mesh_model: int = field("mesh/model", default=1, help="size of the model mesh axis (-1 = fill the devices)")
+    mesh_expert: int = field(
+        "mesh/expert", default=1, help="size of the expert mesh axis: experts and batch rows split over it (ep)"
+    )

@@ -1,9 +1,12 @@
 """The device mesh and the shardings of parameters, optimizer state and batches.
 
 The trainer builds one ``TrainerSharding`` from ``mesh/*`` configuration and the model's
-``ShardingPlan``. The same object is handed to ``train_step`` / ``val_step`` / ``trace``
-for every layout: ``.mesh`` is a ``jax.sharding.Mesh`` with Auto axis types and
-``.parameter_fwdbwd_mapping`` is the rule list for ``flax.linen.logical_axis_rules``.
+``ShardingPlan``. The mesh has the axes ``data`` and ``model``, and with an ``ep`` layout first an
+``expert`` axis: mixture layers split their experts over it, and batch rows are split over
+``expert`` and ``data`` together (expert-major), so the expert axis also carries data parallelism.
+The same object is handed to ``train_step`` / ``val_step`` / ``trace`` for every layout:
+``.mesh`` is a ``jax.sharding.Mesh`` with Auto axis types and ``.parameter_fwdbwd_mapping`` is
+the rule list for ``flax.linen.logical_axis_rules``.
 """
 
 from __future__ import annotations
@@ -23,11 +26,16 @@ from theseus.base.axis import Axis, MeshAxes, MeshAxis, ShardingPlan
 from theseus.base.tree import path_text
 from theseus.errors import ConfigError
 
+#: The mesh axes each layout shards parameters over (``ep``: the stacked experts of mixture layers).
 LAYOUTS: dict[str, tuple[str, ...]] = {
     "dp": (),
     "fsdp": (MeshAxis.DATA,),
     "tp": (MeshAxis.MODEL,),
     "fsdp+tp": (MeshAxis.DATA, MeshAxis.MODEL),
+    "ep": (MeshAxis.EXPERT,),
+    "fsdp+ep": (MeshAxis.DATA, MeshAxis.EXPERT),
+    "tp+ep": (MeshAxis.MODEL, MeshAxis.EXPERT),
+    "fsdp+tp+ep": (MeshAxis.DATA, MeshAxis.MODEL, MeshAxis.EXPERT),
 }
 
 
@@ -41,9 +49,19 @@ class TrainerSharding:
     parameter_fwdbwd_mapping: list[tuple[str, MeshAxes]] = field(default_factory=list)
 
     @property
+    def batch_axes(self) -> tuple[str, ...]:
+        """The mesh axes batch rows are split over: ``data``, with ``expert`` first when the mesh has one."""
+        return batch_axes(self.mesh)
+
+    @property
     def data_size(self) -> int:
-        """Number of data-parallel shards (size of the ``data`` mesh axis)."""
-        return int(self.mesh.shape[MeshAxis.DATA])
+        """Number of data-parallel shards of a batch (the sizes of the :attr:`batch_axes` multiplied)."""
+        return int(np.prod([self.mesh.shape[name] for name in self.batch_axes]))
+
+    @property
+    def expert_size(self) -> int:
+        """Size of the ``expert`` mesh axis (1 without one)."""
+        return int(self.mesh.shape.get(MeshAxis.EXPERT, 1))
 
     @property
     def model_size(self) -> int:
@@ -81,8 +99,9 @@ class TrainerSharding:
         return NamedSharding(self.mesh, PartitionSpec())
 
     def batch_sharding(self, ndim: int, leading: int = 0) -> NamedSharding:
-        """Rows sharded over ``data``; ``leading`` unsharded axes come first (e.g. micro-steps)."""
-        spec = (None,) * leading + (MeshAxis.DATA,) + (None,) * (ndim - leading - 1)
+        """Rows sharded over the :attr:`batch_axes`; ``leading`` unsharded axes come first (e.g. micro-steps)."""
+        rows = self.batch_axes if len(self.batch_axes) > 1 else self.batch_axes[0]
+        spec = (None,) * leading + (rows,) + (None,) * (ndim - leading - 1)
         return NamedSharding(self.mesh, PartitionSpec(*spec))
 
     def put_batch(self, batch: Mapping[str, Any], leading: int = 0) -> dict[str, jax.Array]:
@@ -148,22 +167,31 @@ def _canonical(sharding: Any) -> Any:
     return NamedSharding(sharding.mesh, PartitionSpec(*spec), memory_kind=sharding.memory_kind)
 
 
+def batch_axes(mesh: Mesh) -> tuple[str, ...]:
+    """The axes of ``mesh`` that split batch rows, major first: ``expert`` (if present), then ``data``."""
+    return tuple(name for name in (MeshAxis.EXPERT, MeshAxis.DATA) if name in mesh.axis_names)
+
+
 def data_feed(mesh: Mesh, process_index: int | None = None) -> tuple[int, int]:
     """``(index, count)``: the share of each global batch that ``process_index`` feeds (see :func:`feed_share`)."""
     process = jax.process_index() if process_index is None else process_index
-    return feed_share(mesh.devices, mesh.axis_names.index(MeshAxis.DATA), process)
+    return feed_share(mesh.devices, tuple(mesh.axis_names.index(name) for name in batch_axes(mesh)), process)
 
 
-def feed_share(devices: np.ndarray, data_axis: int, process: int) -> tuple[int, int]:
-    """``(index, count)`` of ``process`` for a mesh's device array whose ``data_axis`` splits batches.
+def feed_share(devices: np.ndarray, data_axes: int | tuple[int, ...], process: int) -> tuple[int, int]:
+    """``(index, count)`` of ``process`` for a mesh's device array whose ``data_axes`` (major first) split batches.
 
-    A process feeds the rows of the data positions its devices occupy. Those positions must
-    form equal contiguous blocks that are either identical or disjoint between processes (what
-    ``jax.make_mesh`` builds); each distinct block is one share, numbered in data order.
+    A process feeds the rows of the data positions its devices occupy (the positions on
+    ``data_axes`` counted row-major). Those positions must form equal contiguous blocks that
+    are either identical or disjoint between processes (what ``jax.make_mesh`` builds); each
+    distinct block is one share, numbered in data order.
     """
+    axes = (data_axes,) if isinstance(data_axes, int) else data_axes
+    sizes = [devices.shape[axis] for axis in axes]
     rows: dict[int, set[int]] = {}
     for position, device in np.ndenumerate(devices):
-        rows.setdefault(int(device.process_index), set()).add(position[data_axis])
+        row = int(np.ravel_multi_index(tuple(position[axis] for axis in axes), sizes))
+        rows.setdefault(int(device.process_index), set()).add(row)
     blocks = sorted({tuple(sorted(r)) for r in rows.values()})
     for block in blocks:
         contiguous = list(block) == list(range(block[0], block[0] + len(block)))
@@ -192,10 +220,12 @@ def check_divisible(abstract_params: Any, shardings: Any, logical_specs: Any, me
             if size % parts:
                 logical_name = logical[dim] if dim < len(logical) else None
                 label = f"{logical_name}={size}" if logical_name else f"size {size}"
-                size_fix = (
-                    f"set architecture/vocab_multiple to a multiple of {parts}"
-                    if logical_name == "vocab"
-                    else f"make the model's {logical_name or 'dimension'} size a multiple of {parts}"
+                fixes = {
+                    Axis.VOCAB: f"set architecture/vocab_multiple to a multiple of {parts}",
+                    Axis.EXPERT: f"set architecture/moe/n_experts to a multiple of {parts}",
+                }
+                size_fix = fixes.get(
+                    logical_name or "", f"make the model's {logical_name or 'dimension'} size a multiple of {parts}"
                 )
                 raise ConfigError(
                     f"parameter {path_text(path)!r} dimension {dim} ({label}) is not divisible by the "
@@ -204,35 +234,45 @@ def check_divisible(abstract_params: Any, shardings: Any, logical_specs: Any, me
                 )
 
 
-def resolve_mesh_shape(data: int, model: int, device_count: int) -> tuple[int, int]:
-    """Sizes of the ``data`` and ``model`` axes; one of them may be -1 (= fill)."""
+def resolve_mesh_shape(data: int, model: int, device_count: int, expert: int = 1) -> tuple[int, int]:
+    """Sizes of the ``data`` and ``model`` axes; one of them may be -1 (= fill the devices left by the
+    others, ``expert`` among them)."""
     if data == -1 and model == -1:
         raise ConfigError("mesh/data and mesh/model cannot both be -1; set one of them to a size")
     for key, size in (("mesh/data", data), ("mesh/model", model)):
         if size == 0 or size < -1:
             raise ConfigError(f"{key} must be a positive size or -1 (fill), got {size}")
+    if device_count % expert:
+        raise ConfigError(
+            f"mesh/expert={expert} does not divide the {device_count} available devices; choose a divisor"
+        )
+    axes = "mesh/expert x mesh/data x mesh/model" if expert > 1 else "mesh/data x mesh/model"
+    left = device_count // expert
     if data == -1 or model == -1:
         known = model if data == -1 else data
-        if device_count % known:
+        if left % known:
             raise ConfigError(
                 f"{device_count} devices cannot be split into mesh axes with size {known}; "
-                f"choose mesh/data x mesh/model = {device_count}"
+                f"choose {axes} = {device_count}"
             )
-        fill = device_count // known
+        fill = left // known
         data, model = (fill, model) if data == -1 else (data, fill)
-    if data * model != device_count:
+    if expert * data * model != device_count:
+        sizes = "x".join(str(n) for n in ((expert,) if expert > 1 else ()) + (data, model))
         raise ConfigError(
-            f"mesh/data x mesh/model = {data}x{model} = {data * model} does not match the {device_count} "
+            f"{axes} = {sizes} = {expert * data * model} does not match the {device_count} "
             f"available devices; use -1 for one axis to fill the rest"
         )
     return data, model
 
 
-def _check_model_axis(layout: str, model: int) -> None:
-    if model > 1 and MeshAxis.MODEL not in LAYOUTS[layout]:
+def _check_axis(layout: str, axis: str, size: int) -> None:
+    """``mesh/<axis>`` > 1 needs a layout that shards over it (``model``: tp, ``expert``: ep)."""
+    if size > 1 and axis not in LAYOUTS[layout]:
+        with_axis = [name for name, axes in LAYOUTS.items() if axis in axes]
         raise ConfigError(
-            f"mesh/model={model} but layout {layout!r} does not shard over the model axis; "
-            "use mesh/layout=tp or fsdp+tp, or set mesh/model=1"
+            f"mesh/{axis}={size} but layout {layout!r} does not shard over the {axis} axis; "
+            f"use mesh/layout={' or '.join(with_axis[:2])}, or set mesh/{axis}=1"
         )
 
 
@@ -242,24 +282,31 @@ def build_sharding(
     layout: str = "dp",
     data: int = -1,
     model: int = 1,
+    expert: int = 1,
     devices: Sequence[Any] | None = None,
 ) -> TrainerSharding:
-    """The mesh and rules for ``layout`` over ``devices`` (all devices by default)."""
+    """The mesh and rules for ``layout`` over ``devices`` (all devices by default).
+
+    A layout with ``ep`` gives the mesh an ``expert`` axis of size ``expert`` (first, so it is the
+    major part of the batch split) and splits batch rows over ``expert`` x ``data``."""
     if layout not in LAYOUTS:
         raise ConfigError(f"mesh/layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+    if expert < 1:
+        raise ConfigError(f"mesh/expert must be a positive size, got {expert}")
     devices = list(devices) if devices is not None else jax.devices()
-    _check_model_axis(layout, model)
-    data, model = resolve_mesh_shape(data, model, len(devices))
-    _check_model_axis(layout, model)
+    _check_axis(layout, MeshAxis.MODEL, model)
+    _check_axis(layout, MeshAxis.EXPERT, expert)
+    data, model = resolve_mesh_shape(data, model, len(devices), expert)
+    _check_axis(layout, MeshAxis.MODEL, model)
     restricted = plan.restricted(LAYOUTS[layout])
+    names: tuple[str, ...] = (MeshAxis.DATA, MeshAxis.MODEL)
+    shape: tuple[int, ...] = (data, model)
+    if MeshAxis.EXPERT in LAYOUTS[layout]:
+        names, shape = (MeshAxis.EXPERT, *names), (expert, *shape)
+    mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names), devices=devices)
     rules: list[tuple[str, MeshAxes]] = []
     if Axis.BATCH not in restricted:
-        rules.append((Axis.BATCH, MeshAxis.DATA))
+        rows = batch_axes(mesh)
+        rules.append((Axis.BATCH, rows if len(rows) > 1 else rows[0]))
     rules.extend(restricted.rules())
-    mesh = jax.make_mesh(
-        (data, model),
-        (MeshAxis.DATA, MeshAxis.MODEL),
-        axis_types=(AxisType.Auto, AxisType.Auto),
-        devices=devices,
-    )
     return TrainerSharding(mesh=mesh, layout=layout, plan=restricted, parameter_fwdbwd_mapping=rules)

@@ -148,13 +148,16 @@ def mesh_for(model: Any, trained: Configuration, layout: str, mesh_model: int) -
         wanted = int(trained.get("mesh/model") or 1)
         fits = wanted > 0 and jax.device_count() % wanted == 0 and MeshAxis.MODEL in LAYOUTS[layout]
         mesh_model = wanted if fits else 1
-    return build_sharding(model.sharding, layout=layout, data=-1, model=mesh_model)
+    expert = 1
+    if MeshAxis.EXPERT in LAYOUTS[layout]:  # the run's expert axis, where it fits beside the model axis
+        wanted = int(trained.get("mesh/expert") or 1)
+        expert = wanted if wanted > 0 and jax.device_count() % (wanted * mesh_model) == 0 else 1
+    return build_sharding(model.sharding, layout=layout, data=-1, model=mesh_model, expert=expert)
 
 
 def describe(sharding: TrainerSharding | None) -> str:
-    """``fsdp over 4 devices (data 4 x model 1)``."""
+    """``fsdp over 4 devices (data 4 x model 1)``, ``ep over 4 devices (expert 4 x data 1 x model 1)``."""
     if sharding is None:
         return "one device"
-    return (
-        f"{sharding.layout} over {sharding.mesh.size} devices (data {sharding.data_size} x model {sharding.model_size})"
-    )
+    axes = " x ".join(f"{name} {size}" for name, size in sharding.mesh.shape.items())
+    return f"{sharding.layout} over {sharding.mesh.size} devices ({axes})"

@@ -2,11 +2,11 @@
 
 Each token's router logits pick ``top_k`` of ``n_experts`` gated feed-forward experts; their outputs
 are summed with the routing weights. Experts are stacked on a leading logical axis ``expert``
-(``gate`` / ``up`` ``[expert, embed, mlp]``, ``down`` ``[expert, mlp, embed]``), so a sharding plan
-can spread them over devices. The computation is split into pure functions of arrays
-(:func:`route`, :func:`dropless_experts`, :func:`capacity_experts`) that a ``shard_map`` version
-with all-to-all dispatch can wrap; :func:`loop_over_experts` and :func:`dense_experts` are the
-plain references the tests and ``benchmarks/moe_layer.py`` compare against.
+(``gate`` / ``up`` ``[expert, embed, mlp]``, ``down`` ``[expert, mlp, embed]``), which a layout with
+``ep`` shards over the ``expert`` mesh axis. This module holds the keys, the router and the losses;
+the expert computation is the pure functions of :mod:`theseus.model.layers.experts`, run under
+``shard_map`` with all-to-all dispatch by :mod:`theseus.model.layers.expert_parallel` when the mesh
+has an ``expert`` axis.
 
 Routers: ``softmax`` (Mixtral, Qwen3-MoE: softmax over all experts, the top-k probabilities,
 renormalised to sum 1 when ``norm_topk_prob``) and ``sigmoid`` (DeepSeek-V3: sigmoid scores, a
@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -51,6 +50,21 @@ from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora
 from theseus.model.layers._common import ACTIVATIONS, GATED, INIT_STD, cast, check_activation, child, normal, param
+from theseus.model.layers.expert_parallel import (
+    expert_axis_size,
+    parallel_capacity_experts,
+    parallel_dropless_experts,
+)
+from theseus.model.layers.experts import (
+    Kernels,
+    Routing,
+    blocked_experts,
+    capacity_experts,
+    capacity_slots,
+    dense_experts,
+    dropless_experts,
+    loop_over_experts,
+)
 from theseus.model.layers.mlp import MLP
 from theseus.model.module import Module
 
@@ -145,15 +159,6 @@ class MoESpec:
         return (self.n_experts - self.top_k) * self.expert_params(n_embd, gated)
 
 
-class Routing(NamedTuple):
-    """A router's choice for ``N`` tokens: ``weights`` float32 ``[N, k]``, ``experts`` int32 ``[N, k]``
-    and the per-expert probabilities ``probs`` ``[N, E]`` the load-balancing loss uses."""
-
-    weights: jax.Array
-    experts: jax.Array
-    probs: jax.Array
-
-
 def route(logits: jax.Array, spec: MoESpec, bias: jax.Array | None = None) -> Routing:
     """Top-``k`` experts of each row of ``logits`` ``[N, E]`` (float32) under ``spec``'s router."""
     k = spec.top_k
@@ -179,146 +184,10 @@ def route(logits: jax.Array, spec: MoESpec, bias: jax.Array | None = None) -> Ro
     return Routing(weights, experts.astype(jnp.int32), probs)
 
 
-Kernels = tuple[jax.Array | None, jax.Array, jax.Array]  # gate (None: not gated), up, down
-
-
-def _ffn(h_gate: jax.Array | None, h_up: jax.Array, act: Callable[[jax.Array], jax.Array]) -> jax.Array:
-    return act(h_up) if h_gate is None else act(h_gate) * h_up
-
-
-def dropless_experts(
-    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Callable[[jax.Array], jax.Array]
-) -> jax.Array:
-    """Every token copy through its expert: copies sorted by expert, each projection one grouped matmul
-    (``ragged_dot``), results put back in token order and summed with the routing weights. ``[N, D]``."""
-    gate, up, down = kernels
-    n, k = routing.experts.shape
-    flat = routing.experts.reshape(-1)
-    order = jnp.argsort(flat, stable=True)
-    sizes = jnp.bincount(flat, length=up.shape[0]).astype(jnp.int32)
-    copies = tokens[order // k]
-    h_gate = None if gate is None else jax.lax.ragged_dot(copies, gate, sizes)
-    hidden = _ffn(h_gate, jax.lax.ragged_dot(copies, up, sizes), act)
-    out = jax.lax.ragged_dot(hidden, down, sizes)
-    inverse = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
-    out = out[inverse].reshape(n, k, -1)
-    return jnp.einsum("nkd,nk->nd", out, routing.weights.astype(out.dtype))
-
-
-def block_rows(copies: int, n_experts: int) -> int:
-    """Rows per block of :func:`blocked_experts`: a power of two near the mean copies per expert, 8 to 128."""
-    mean = max(1, copies // n_experts)
-    return int(min(128, max(8, 1 << (mean - 1).bit_length())))
-
-
-def blocked_experts(
-    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Callable[[jax.Array], jax.Array]
-) -> jax.Array:
-    """Dropless like :func:`dropless_experts`, with the copies of each expert padded to whole blocks of
-    :func:`block_rows` rows and each block one matmul with its expert's weights (``lax.map`` over at
-    most ``copies / rows + n_experts`` blocks). The CPU path: XLA's CPU ``ragged_dot`` computes every
-    group over all rows (``n_experts`` times the work)."""
-    gate, up, down = kernels
-    n, k = routing.experts.shape
-    n_experts, copies = up.shape[0], n * k
-    rows = block_rows(copies, n_experts)
-    n_blocks = -(-copies // rows) + n_experts  # enough for any split of the copies
-    flat = routing.experts.reshape(-1)
-    order = jnp.argsort(flat, stable=True)
-    sizes = jnp.bincount(flat, length=n_experts)
-    padded = -(-sizes // rows) * rows
-    padded_ends = jnp.cumsum(padded)
-    sorted_experts = flat[order]
-    rank = jnp.arange(copies) - (jnp.cumsum(sizes) - sizes)[sorted_experts]
-    destination = (padded_ends - padded)[sorted_experts] + rank
-    buffer = jnp.zeros((n_blocks * rows, tokens.shape[-1]), tokens.dtype).at[destination].set(tokens[order // k])
-    owner = jnp.searchsorted(padded_ends, jnp.arange(n_blocks) * rows, side="right")
-    owner = jnp.minimum(owner, n_experts - 1)  # blocks past the last copy hold zeros
-
-    def block(args: tuple[jax.Array, jax.Array]) -> jax.Array:
-        x, e = args
-        hidden = _ffn(None if gate is None else x @ gate[e], x @ up[e], act)
-        return hidden @ down[e]
-
-    out = jax.lax.map(block, (buffer.reshape(n_blocks, rows, -1), owner)).reshape(n_blocks * rows, -1)
-    inverse = jnp.zeros_like(order).at[order].set(jnp.arange(copies, dtype=order.dtype))
-    out = out[destination][inverse].reshape(n, k, -1)
-    return jnp.einsum("nkd,nk->nd", out, routing.weights.astype(out.dtype))
-
-
 def expert_capacity(n_tokens: int, spec: MoESpec) -> int:
     """Token copies one expert takes under ``spec.capacity_factor`` (at least 1)."""
     assert spec.capacity_factor is not None
     return max(1, math.ceil(spec.capacity_factor * n_tokens * spec.top_k / spec.n_experts))
-
-
-def capacity_slots(experts: jax.Array, n_experts: int, capacity: int) -> tuple[jax.Array, jax.Array]:
-    """For ``experts`` ``[N, k]``: each copy's position in its expert's buffer and whether it fits
-    (``< capacity``), both ``[N, k]``. First choices of all tokens come before second choices; within
-    a choice rank, earlier tokens first."""
-    n, k = experts.shape
-    flat = experts.T.reshape(-1)  # rank-major priority
-    order = jnp.argsort(flat, stable=True)
-    sizes = jnp.bincount(flat, length=n_experts)
-    starts = jnp.cumsum(sizes) - sizes
-    position_sorted = jnp.arange(flat.shape[0]) - starts[flat[order]]
-    position = jnp.zeros_like(position_sorted).at[order].set(position_sorted)
-    position = position.reshape(k, n).T
-    return position, position < capacity
-
-
-def capacity_experts(
-    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Callable[[jax.Array], jax.Array], capacity: int
-) -> tuple[jax.Array, jax.Array]:
-    """Token copies placed in per-expert buffers ``[E, capacity, D]`` (overflow dropped), each expert
-    one batched matmul; returns the output ``[N, D]`` and which copies were kept ``[N, k]``."""
-    gate, up, down = kernels
-    n_experts = up.shape[0]
-    n, k = routing.experts.shape
-    position, kept = capacity_slots(routing.experts, n_experts, capacity)
-    trash = n_experts * capacity
-    slot = jnp.where(kept, routing.experts * capacity + position, trash).reshape(-1)
-    copies = jnp.repeat(tokens, k, axis=0)
-    buffer = jnp.zeros((trash + 1, tokens.shape[-1]), tokens.dtype).at[slot].set(copies)
-    buffer = buffer[:trash].reshape(n_experts, capacity, -1)
-    h_gate = None if gate is None else jnp.einsum("ecd,edf->ecf", buffer, gate)
-    hidden = _ffn(h_gate, jnp.einsum("ecd,edf->ecf", buffer, up), act)
-    out = jnp.einsum("ecf,efd->ecd", hidden, down).reshape(trash, -1)
-    out = jnp.concatenate([out, jnp.zeros((1, out.shape[-1]), out.dtype)])[slot].reshape(n, k, -1)
-    combine = jnp.where(kept, routing.weights, 0.0).astype(out.dtype)
-    return jnp.einsum("nkd,nk->nd", out, combine), kept
-
-
-def loop_over_experts(
-    tokens: jax.Array,
-    routing: Routing,
-    kernels: Kernels,
-    act: Callable[[jax.Array], jax.Array],
-    kept: jax.Array | None = None,
-) -> jax.Array:
-    """Reference: each expert applied to every token in a Python loop, weighted by the tokens that chose
-    it (and were ``kept``). ``[N, D]``."""
-    gate, up, down = kernels
-    combine = routing.weights if kept is None else jnp.where(kept, routing.weights, 0.0)
-    out = jnp.zeros(tokens.shape, jnp.result_type(tokens, up))
-    for e in range(up.shape[0]):
-        share = jnp.sum(jnp.where(routing.experts == e, combine, 0.0), axis=-1)
-        h = _ffn(None if gate is None else tokens @ gate[e], tokens @ up[e], act)
-        out = out + share[:, None].astype(out.dtype) * (h @ down[e])
-    return out
-
-
-def dense_experts(
-    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Callable[[jax.Array], jax.Array]
-) -> jax.Array:
-    """Every expert on every token in one einsum, combined with a one-hot weight matrix ``[N, E]``
-    (``n_experts / top_k`` times the work of the routed layer; a baseline)."""
-    gate, up, down = kernels
-    combine = jnp.sum(jax.nn.one_hot(routing.experts, up.shape[0]) * routing.weights[..., None], axis=1)
-    h_gate = None if gate is None else jnp.einsum("nd,edf->enf", tokens, gate)
-    hidden = _ffn(h_gate, jnp.einsum("nd,edf->enf", tokens, up), act)
-    out = jnp.einsum("enf,efd->end", hidden, down)
-    return jnp.einsum("end,ne->nd", out, combine.astype(out.dtype))
 
 
 def load_balancing_loss(routing: Routing, n_experts: int) -> jax.Array:
@@ -457,8 +326,8 @@ class MoE(MoEKeys):
 
     @property
     def sharding(self) -> ShardingPlan:
-        """Experts replicated (the ``expert`` axis is unsharded), their widths as a dense MLP's."""
-        return ShardingPlan({Axis.EXPERT: None, Axis.EMBED: MeshAxis.DATA, Axis.MLP: MeshAxis.MODEL})
+        """Experts over the ``expert`` mesh axis (layouts with ``ep``), their widths as a dense MLP's."""
+        return ShardingPlan({Axis.EXPERT: MeshAxis.EXPERT, Axis.EMBED: MeshAxis.DATA, Axis.MLP: MeshAxis.MODEL})
 
     @property
     def spec(self) -> MoESpec:
@@ -505,13 +374,7 @@ class MoE(MoEKeys):
             bias = param(self, "router_bias", zeros, (spec.n_experts,), (Axis.EXPERT,)).astype(jnp.float32)
         routing = route(logits, spec, bias)
         kernels = self._kernels(n_embd, spec, gated)
-        if spec.capacity_factor is None:
-            ragged = spec.dispatch == "ragged_dot" or (spec.dispatch == "auto" and jax.default_backend() != "cpu")
-            out = (dropless_experts if ragged else blocked_experts)(tokens, routing, kernels, act)
-            kept = None
-        else:
-            capacity = expert_capacity(tokens.shape[0], spec)
-            out, kept = capacity_experts(tokens, routing, kernels, act, capacity)
+        out, kept = self._experts(tokens, routing, kernels, act, spec)
         out = out.reshape(x.shape).astype(self._activation_dtype)
         if spec.n_shared > 0:
             shared = child(
@@ -530,6 +393,32 @@ class MoE(MoEKeys):
         if not self.is_initializing():
             self._record(spec, logits, routing, kept, bias, deterministic)
         return out
+
+    def _experts(
+        self, tokens: jax.Array, routing: Routing, kernels: Kernels, act: Any, spec: MoESpec
+    ) -> tuple[jax.Array, jax.Array | None]:
+        """The routed experts' output ``[N, D]`` and, with a capacity, which copies were kept; split over
+        the ``expert`` mesh axis when the mesh has one (expert parallelism)."""
+        ep = expert_axis_size()
+        if spec.n_experts % ep:
+            raise ConfigError(
+                f"architecture/moe/n_experts={spec.n_experts} cannot be split over mesh/expert={ep}; "
+                f"set mesh/expert to a divisor of {spec.n_experts} or architecture/moe/n_experts to a multiple of {ep}"
+            )
+        if tokens.shape[0] % ep:
+            raise ConfigError(
+                f"{tokens.shape[0]} token rows cannot be split over mesh/expert={ep}; "
+                f"make the batch a multiple of {ep} rows"
+            )
+        if spec.capacity_factor is not None:
+            capacity = expert_capacity(tokens.shape[0], spec)
+            if ep > 1:
+                return parallel_capacity_experts(tokens, routing, kernels, act, capacity, ep)
+            return capacity_experts(tokens, routing, kernels, act, capacity)
+        blocked = spec.dispatch == "blocks" or (spec.dispatch == "auto" and jax.default_backend() == "cpu")
+        if ep > 1:
+            return parallel_dropless_experts(tokens, routing, kernels, act, ep, blocked), None
+        return dropless_experts(tokens, routing, kernels, act, blocked), None
 
     def _record(
         self,
