@@ -85,6 +85,43 @@ def test_phi3_template_renders_as_phi3_s_own_in_transformers(tmp_path: Path) -> 
     assert [t for t, learned in segments if learned] == ["Hello!<|end|>\n", "4<|end|>\n"]
 
 
+def test_phi3_s_own_template_read_by_auto_prepares_as_the_builtin(tmp_path: Path) -> None:
+    """``data/chat/template=auto`` reads Phi-3's template from the tokenizer_config.json of an ``hf:``
+    tokenizer. That template writes eos_token after the last turn only (a generation prompt goes there
+    instead), so a conversation is no extension of its prefixes as rendered; with the closing eos_token
+    left out (the data adds end-of-text itself) the prepared training split is the built-in phi3's:
+    the same tokens, one end-of-text, and only the assistant turns learned."""
+    from tests.huggingface.conftest import make_tokenizer
+
+    folder = tmp_path / "phi3"
+    make_tokenizer(folder, bos=True)
+    config = folder / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "chat_template": PHI3_TEMPLATE}))
+    tokenizer = f"hf:{folder / 'tokenizer.json'}"
+    own = ChatTemplate.for_tokenizer("auto", tokenizer)
+    assert own.name == str(config) and own.eos_token == "<|endoftext|>"
+    assert own.render(CONVERSATION).endswith("4<|end|>\n<|endoftext|>")  # the template's own closing
+    builtin = ChatTemplate.load("phi3")
+    assert own.segments(CONVERSATION) == builtin.segments(CONVERSATION)
+    assert own.conversation(CONVERSATION) == builtin.render(CONVERSATION)
+
+    data = _write(tmp_path / "chat.jsonl", [{"messages": CONVERSATION}, {"messages": CONVERSATION[1:3]}])
+    prepared = {}
+    for choice in ("auto", "phi3"):
+        chat = _chat(data, **{"data/chat/template": choice, "data/tokenizer": tokenizer})
+        prepared[choice] = prepare(chat, tmp_path / choice, tokenizer=tokenizer)
+    tokens, learned = prepared["auto"].tokens("train"), prepared["auto"].learned("train")
+    assert learned is not None
+    np.testing.assert_array_equal(tokens, prepared["phi3"].tokens("train"))
+    np.testing.assert_array_equal(learned, prepared["phi3"].learned("train"))
+    eot = prepared["auto"].header.eot_id
+    assert int((tokens == eot).sum()) == 2 and tokens[-1] == eot  # one end-of-text per conversation
+    first = bytes(tokens[: list(tokens).index(eot)].astype(np.uint8)).decode()
+    assert first == builtin.render(CONVERSATION)
+    picked = bytes(tokens[: len(first)][learned[: len(first)] == 1].astype(np.uint8)).decode()
+    assert picked == "Hello!<|end|>\n4<|end|>\n"
+
+
 #: google/gemma-3-1b-it's tokenizer_config.json chat_template (its text-only branches).
 GEMMA3_TEMPLATE = (
     "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}"

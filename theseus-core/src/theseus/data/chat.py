@@ -155,22 +155,49 @@ class ChatTemplate:
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
         return self.render(messages, add_generation_prompt=True)
 
+    def conversation(self, messages: Sequence[Message]) -> str:
+        """The conversation as training text: :meth:`render` without the ``eos_token`` that a template
+        writes after the last turn only (Phi-3's, where no generation prompt follows), since the data
+        closes every conversation with end-of-text itself."""
+        return self._opened(self.render(messages), self._closing(messages[:1]))
+
     def segments(self, messages: Sequence[Message]) -> tuple[tuple[str, bool], ...]:
-        """``(text, learned)`` pieces whose concatenation is the rendered conversation.
+        """``(text, learned)`` pieces whose concatenation is the :meth:`conversation` text.
 
         Each assistant turn (its content and end marker, not the header the generation prompt
         adds) is learned; everything else is not. Found by rendering the conversation one message
-        at a time, so the template must render each conversation as an extension of its prefixes.
+        at a time, so the template must render each conversation as an extension of its prefixes
+        (once the ``eos_token`` it closes a conversation with is left out, see :meth:`conversation`).
         """
         check_messages(messages)
+        closing = self._closing(messages[:1])
         pieces: list[tuple[str, bool]] = []
         done = ""
         for i, message in enumerate(messages):
             if message["role"] == "assistant":
                 head = self.render(messages[:i], add_generation_prompt=True) if i else self._empty_prompt()
                 done = self._extend(pieces, done, head, False)
-            done = self._extend(pieces, done, self.render(messages[: i + 1]), message["role"] == "assistant")
+            ended = self._opened(self.render(messages[: i + 1]), closing)
+            done = self._extend(pieces, done, ended, message["role"] == "assistant")
         return tuple(pieces)
+
+    @staticmethod
+    def _opened(rendered: str, closing: str) -> str:
+        return rendered[: -len(closing)] if closing and rendered.endswith(closing) else rendered
+
+    def _closing(self, first: Sequence[Message]) -> str:
+        """``eos_token`` when the template writes it after a conversation's last turn but not before a
+        generation prompt there (a conversation of the ``first`` message tells), else ``""``."""
+        eos = self.eos_token
+        if not eos or not first:
+            return ""
+        try:
+            ended, prompted = self.render(first), self.render(first, add_generation_prompt=True)
+        except DataError:  # the first message alone is no conversation to this template
+            return ""
+        if not ended.endswith(eos) or prompted.startswith(ended):
+            return ""
+        return eos if prompted.startswith(ended[: -len(eos)]) else ""
 
     def _empty_prompt(self) -> str:
         try:

@@ -146,7 +146,7 @@ def _segments(
             raise DataError(
                 f"{where} {name!r} holds a message that is not the assistant's; responses are assistant turns"
             )
-        full = template.render([*prompt, *response])
+        full = template.conversation([*prompt, *response])  # without a closing eos_token
         if not full.startswith(head):
             raise DataError(
                 f"{where}: chat template {template.name} does not render the response as a continuation of the "
