@@ -79,7 +79,7 @@ def parallel_dropless_experts(
         send_groups = jnp.full((ep * width,), e_local, jnp.int32).at[slot].set(flat % e_local)
         received = jax.lax.all_to_all(send, MeshAxis.EXPERT, 0, 0, tiled=True)
         received_groups = jax.lax.all_to_all(send_groups, MeshAxis.EXPERT, 0, 0, tiled=True)
-        out = grouped_ffn(received, received_groups, own, act, blocked)
+        out = grouped_ffn(received, received_groups, own, act, blocked, skip_empty=True)
         back = jax.lax.all_to_all(out, MeshAxis.EXPERT, 0, 0, tiled=True)
         rows = back[slot].reshape(n, k, -1)
         return jnp.einsum("nkd,nk->nd", rows, weights.astype(rows.dtype))
