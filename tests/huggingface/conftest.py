@@ -37,6 +37,7 @@ def make_tokenizer(folder: Path, *, bos: bool) -> None:
 
 def hf_config(family: str, **overrides: Any) -> Any:
     from transformers import (
+        DeepseekV3Config,
         GPT2Config,
         LlamaConfig,
         MistralConfig,
@@ -73,6 +74,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "phi3": Phi3Config,
         "mixtral": MixtralConfig,
         "qwen3_moe": Qwen3MoeConfig,
+        "deepseek_v3": DeepseekV3Config,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})

@@ -4,7 +4,7 @@
 ``python -m tests.huggingface.families_sharded_run TMP FAMILY...`` prints one line per family:
 ``<family> <distinct shards of the query kernel> <of the last layer's expert gate, 0 for dense>
 <max |sharded - one device|>``. A family named in ``test_moe_families.CASES`` is saved as that
-mixture case.
+mixture case; ``deepseek_v3`` as its ``plain_query`` case (latent attention without the query bottleneck).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tests.huggingface.conftest import VOCAB, save_model
+from tests.huggingface.test_deepseek_v3 import save_deepseek
 from tests.huggingface.test_moe_families import CASES as MIXTURES
 from tests.huggingface.test_moe_families import VOCAB as MIXTURE_VOCAB
 from tests.huggingface.test_moe_families import save_moe
@@ -36,13 +37,16 @@ def distinct_shards(leaf: jax.Array) -> int:
 
 
 def compare(folder: Path, family: str) -> tuple[int, int, float]:
-    if family in MIXTURES:
+    mixture = family in MIXTURES or family == "deepseek_v3"
+    if family == "deepseek_v3":
+        save_deepseek(folder, "plain_query")
+    elif family in MIXTURES:
         save_moe(folder, family)
     else:
         save_model(folder, family, tokenizer=False)
     prepared = prepare(folder)
     model = prepared.model
-    vocab = MIXTURE_VOCAB if family in MIXTURES else VOCAB
+    vocab = MIXTURE_VOCAB if mixture else VOCAB
     ids = np.random.default_rng(2).integers(0, vocab, (4, 12))
     mask = np.ones_like(ids, dtype=bool)
     mask[1, :3] = False
@@ -59,7 +63,7 @@ def compare(folder: Path, family: str) -> tuple[int, int, float]:
     placed = flat_paths(params)
     query = distinct_shards(placed[("blocks_0", "attn", "query")])
     gate = placed.get((f"blocks_{model.architecture.n_layers - 1}", "mlp", "gate"))
-    experts = distinct_shards(gate) if family in MIXTURES and gate is not None else 0
+    experts = distinct_shards(gate) if mixture and gate is not None else 0
     return query, experts, float(np.max(np.abs(sharded - single)[mask]))
 
 

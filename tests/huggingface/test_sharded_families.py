@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tests.conftest import REPO, clean_env
 
-FAMILIES = ["mistral", "qwen3", "olmo2", "gemma2", "gemma3_text", "phi3", "mixtral", "qwen3_moe"]
-MIXTURES = {"mixtral", "qwen3_moe"}
+FAMILIES = ["mistral", "qwen3", "olmo2", "gemma2", "gemma3_text", "phi3", "mixtral", "qwen3_moe", "deepseek_v3"]
+MIXTURES = {"mixtral", "qwen3_moe", "deepseek_v3"}
 
 
 def test_families_sharded_over_four_devices_equal_one_device(tmp_path: Path) -> None:

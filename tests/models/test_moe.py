@@ -254,6 +254,24 @@ def test_a_mixture_key_on_a_dense_model_is_one_line() -> None:
     assert "\n" not in str(error.value)
 
 
+def test_routing_keys_left_unset_take_the_preset_s_and_set_ones_win() -> None:
+    from theseus.model.models import DeepseekV3, Qwen3MoE
+
+    preset = model_of(DeepseekV3).architecture.moe
+    assert (preset.router, preset.n_shared, preset.first_k_dense, preset.n_group) == ("sigmoid", 1, 1, 2)
+    assert preset.routed_scaling_factor == 2.5
+    generic = {
+        "architecture/moe/router": "softmax",
+        "architecture/moe/n_shared": 0,
+        "architecture/moe/n_group": 1,
+        "architecture/moe/routed_scaling_factor": 1.0,
+    }
+    chosen = model_of(DeepseekV3, **generic).architecture.moe  # a key set to the generic default is honoured
+    assert (chosen.router, chosen.n_shared, chosen.n_group, chosen.routed_scaling_factor) == ("softmax", 0, 1, 1.0)
+    plain = model_of(Qwen3MoE).architecture.moe
+    assert (plain.router, plain.n_shared, plain.first_k_dense, plain.n_group) == ("softmax", 0, 0, 1)
+
+
 def test_first_dense_layers_are_dense_mlps() -> None:
     from theseus.model.models import Qwen3MoE
 

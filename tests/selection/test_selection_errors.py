@@ -130,11 +130,14 @@ def test_a_key_of_an_unselected_model_names_the_model() -> None:
     assert str(caught.value) == "architecture/rope_theta belongs to model 'llama'; this run selects 'gpt' (model=gpt)"
     with pytest.raises(ConfigError) as caught:  # models neither declared nor selected: named, sorted
         GPTPretrain.selected({}, {"architecture/rope_theta": 5.0})
-    assert str(caught.value).startswith("architecture/rope_theta belongs to models 'gemma2', 'gemma3', 'llama', ")
+    assert str(caught.value).startswith("architecture/rope_theta belongs to models 'deepseek_v3', 'gemma2', 'gemma3', ")
     assert str(caught.value).endswith(" more; this run selects 'gpt' (model=gpt)")
     with pytest.raises(ConfigError) as caught:  # a key of mixtures only, on a dense model
         GPTPretrain.selected({}, {"architecture/moe/n_experts": 8})
-    expected = "architecture/moe/n_experts belongs to models 'mixtral', 'qwen3_moe'; this run selects 'gpt' (model=gpt)"
+    expected = (
+        "architecture/moe/n_experts belongs to models 'deepseek_v3', 'mixtral', 'qwen3_moe'; "
+        "this run selects 'gpt' (model=gpt)"
+    )
     assert str(caught.value) == expected
     chosen, _, _given = LlamaPretrain.selected({}, {"architecture/rope_theta": 5.0})
     assert chosen is LlamaPretrain and selection.schema_of(chosen)["select/model"].default == "llama"

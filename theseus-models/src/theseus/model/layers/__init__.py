@@ -10,6 +10,7 @@ forward + backward matmul FLOPs of one sequence.
 from theseus.model.layers.attention import CausalSelfAttention, attention_mask, dot_product_attention
 from theseus.model.layers.dense import Dense
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
+from theseus.model.layers.latent_attention import LatentAttention, MLASpec
 from theseus.model.layers.mlp import MLP, hidden_size
 from theseus.model.layers.moe import MoE, MoESpec
 from theseus.model.layers.norms import LayerNorm, RMSNorm
@@ -20,7 +21,9 @@ __all__ = [
     "ROPE_SCALINGS",
     "CausalSelfAttention",
     "Dense",
+    "LatentAttention",
     "LayerNorm",
+    "MLASpec",
     "MoE",
     "MoESpec",
     "PositionEmbedding",

@@ -35,8 +35,10 @@ the metrics ``moe_tokens_max`` / ``moe_tokens_mean`` (token copies per expert), 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +75,20 @@ ROUTERS = ("softmax", "sigmoid")
 DISPATCHES = ("auto", "ragged_dot", "blocks")
 #: LoRA targets the routed experts would need (refused: PEFT has no per-expert adapters to export).
 EXPERT_TARGETS = frozenset({"up", "gate", "down"})
+
+
+#: The ``architecture/moe/*`` keys a mixture family's preset may fill in where they are left None.
+PRESET_KEYS = (
+    "n_experts",
+    "top_k",
+    "expert_hidden",
+    "n_shared",
+    "router",
+    "first_k_dense",
+    "n_group",
+    "topk_group",
+    "routed_scaling_factor",
+)
 
 
 @dataclass(frozen=True)
@@ -174,7 +190,7 @@ def route(logits: jax.Array, spec: MoESpec, bias: jax.Array | None = None) -> Ro
             group_scores = jnp.sum(jax.lax.top_k(grouped, min(2, e // spec.n_group))[0], axis=-1)
             groups = jax.lax.top_k(group_scores, spec.topk_group)[1]
             keep = jnp.sum(jax.nn.one_hot(groups, spec.n_group, dtype=jnp.bool_), axis=1, dtype=jnp.bool_)
-            choice = jnp.where(jnp.repeat(keep, e // spec.n_group, axis=1), choice, 0.0)
+            choice = jnp.where(jnp.repeat(keep, e // spec.n_group, axis=1), choice, -jnp.inf)
         experts = jax.lax.top_k(choice, k)[1]
         weights = jnp.take_along_axis(scores, experts, axis=-1)
         probs = scores / jnp.sum(scores, axis=-1, keepdims=True)
@@ -220,10 +236,16 @@ class MoEKeys(Module):
     expert_hidden: int | None = field(
         "architecture/moe/expert_hidden", default=None, help="hidden width of one expert (None: architecture/d_ff)"
     )
-    n_shared: int = field(
-        "architecture/moe/n_shared", default=0, help="shared experts every token passes through (0: none)"
+    n_shared: int | None = field(
+        "architecture/moe/n_shared",
+        default=None,
+        help="shared experts every token passes through (None: the preset's, else 0)",
     )
-    router: str = field("architecture/moe/router", default="softmax", help="softmax | sigmoid (DeepSeek-V3)")
+    router: str | None = field(
+        "architecture/moe/router",
+        default=None,
+        help="softmax | sigmoid (DeepSeek-V3) (None: the preset's, else softmax)",
+    )
     norm_topk_prob: bool = field(
         "architecture/moe/norm_topk_prob", default=True, help="renormalise the top-k routing weights to sum 1"
     )
@@ -236,15 +258,25 @@ class MoEKeys(Module):
         "architecture/moe/aux_loss", default=0.01, help="coefficient of the load-balancing loss (0: off)"
     )
     z_loss: float = field("architecture/moe/z_loss", default=0.001, help="coefficient of the router z-loss (0: off)")
-    first_k_dense: int = field(
-        "architecture/moe/first_k_dense", default=0, help="leading layers with a dense MLP (DeepSeek-V3)"
+    first_k_dense: int | None = field(
+        "architecture/moe/first_k_dense",
+        default=None,
+        help="leading layers with a dense MLP, as DeepSeek-V3 (None: the preset's, else 0)",
     )
-    n_group: int = field("architecture/moe/n_group", default=1, help="expert groups of the sigmoid router")
-    topk_group: int = field(
-        "architecture/moe/topk_group", default=1, help="groups a token's experts are chosen from (sigmoid router)"
+    n_group: int | None = field(
+        "architecture/moe/n_group",
+        default=None,
+        help="expert groups of the sigmoid router (None: the preset's, else 1)",
     )
-    routed_scaling_factor: float = field(
-        "architecture/moe/routed_scaling_factor", default=1.0, help="factor on the routed experts' weights"
+    topk_group: int | None = field(
+        "architecture/moe/topk_group",
+        default=None,
+        help="groups a token's experts are chosen from, sigmoid router (None: the preset's, else 1)",
+    )
+    routed_scaling_factor: float | None = field(
+        "architecture/moe/routed_scaling_factor",
+        default=None,
+        help="factor on the routed experts' weights (None: the preset's, else 1.0)",
     )
     bias_update_rate: float = field(
         "architecture/moe/bias_update_rate",
@@ -257,34 +289,25 @@ class MoEKeys(Module):
         help="dropless dispatch: ragged_dot | blocks | auto (blocks on CPU, whose ragged_dot does every group's work)",
     )
 
-    def moe_spec(
-        self, d_ff: int | None, n_experts: int | None = None, top_k: int | None = None, expert_hidden: int | None = None
-    ) -> MoESpec:
-        """The keys as a validated :class:`MoESpec`; the arguments stand in for keys left None (a preset's
-        values; ``d_ff`` is the expert width when neither ``expert_hidden`` is set)."""
-        hidden = next((v for v in (self.expert_hidden, expert_hidden, d_ff) if v is not None), None)
-        experts = self.n_experts if self.n_experts is not None else n_experts
-        k = self.top_k if self.top_k is not None else top_k
-        if hidden is None or experts is None or k is None:
-            key = "expert_hidden" if hidden is None else "n_experts" if experts is None else "top_k"
-            raise ConfigError(f"a mixture of experts needs architecture/moe/{key}; set it")
-        return MoESpec(
-            n_experts=experts,
-            top_k=k,
-            expert_hidden=hidden,
-            n_shared=self.n_shared,
-            router=self.router,
-            norm_topk_prob=self.norm_topk_prob,
-            capacity_factor=self.capacity_factor,
-            aux_loss=self.aux_loss,
-            z_loss=self.z_loss,
-            first_k_dense=self.first_k_dense,
-            n_group=self.n_group,
-            topk_group=self.topk_group,
-            routed_scaling_factor=self.routed_scaling_factor,
-            bias_update_rate=self.bias_update_rate,
-            dispatch=self.dispatch,
-        ).validate()
+    def moe_spec(self, d_ff: int | None, preset: Mapping[str, Any] | None = None) -> MoESpec:
+        """The keys as a validated :class:`MoESpec`. A key of :data:`PRESET_KEYS` left None takes the
+        ``preset``'s value (a mixture family's :class:`~theseus.model.models.mixture.MoEPreset`), else
+        :class:`MoESpec`'s default; ``d_ff`` is the expert width when neither sets ``expert_hidden``."""
+        given = preset or {}
+        values: dict[str, Any] = {}
+        for spec_field in dataclasses.fields(MoESpec):
+            value = getattr(self, spec_field.name)
+            if value is None and spec_field.name in PRESET_KEYS:
+                value = given.get(spec_field.name)
+                if value is None and spec_field.default is not dataclasses.MISSING:
+                    value = spec_field.default
+            values[spec_field.name] = value
+        if values["expert_hidden"] is None:
+            values["expert_hidden"] = d_ff
+        for key in ("n_experts", "top_k", "expert_hidden"):
+            if values[key] is None:
+                raise ConfigError(f"a mixture of experts needs architecture/moe/{key}; set it")
+        return MoESpec(**values).validate()
 
 
 class MoE(MoEKeys):
@@ -453,6 +476,7 @@ class MoE(MoEKeys):
 
 
 __all__ = [
+    "PRESET_KEYS",
     "MoE",
     "MoEKeys",
     "MoESpec",

@@ -1,5 +1,5 @@
-"""Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``Phi3``, ``Gemma2``
-and ``Gemma3``, plus KV-cache decoding.
+"""Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``Phi3``, ``Gemma2``,
+``Gemma3`` and the mixtures ``Mixtral``, ``Qwen3MoE`` and ``DeepseekV3``, plus KV-cache decoding.
 
 Both follow the trainer's call contract::
 
@@ -29,6 +29,7 @@ from typing import Any
 from theseus.model.models.architecture import Architecture, Preset
 from theseus.model.models.block import Block
 from theseus.model.models.decoding import decode_step, init_cache
+from theseus.model.models.deepseek_v3 import DEEPSEEK_V3_PRESETS, DeepseekV3
 from theseus.model.models.gemma import GEMMA2_PRESETS, GEMMA3_PRESETS, Gemma2, Gemma3
 from theseus.model.models.gpt import GPT, GPT_PRESETS
 from theseus.model.models.llama import LLAMA_PRESETS, Llama
@@ -41,6 +42,7 @@ from theseus.model.models.qwen3_moe import QWEN3_MOE_PRESETS, Qwen3MoE
 from theseus.model.models.transformer import TransformerLM, cross_entropy, token_positions
 
 __all__ = [
+    "DEEPSEEK_V3_PRESETS",
     "GEMMA2_PRESETS",
     "GEMMA3_PRESETS",
     "GPT",
@@ -53,6 +55,7 @@ __all__ = [
     "QWEN3_PRESETS",
     "Architecture",
     "Block",
+    "DeepseekV3",
     "Gemma2",
     "Gemma3",
     "Llama",

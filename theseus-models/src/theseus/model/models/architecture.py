@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from theseus.errors import ConfigError
 from theseus.model.layers._common import GATED, check_activation
 from theseus.model.layers.attention import ATTENTION_IMPLEMENTATIONS, FULL_ATTENTION, SLIDING_ATTENTION
+from theseus.model.layers.latent_attention import MLASpec
 from theseus.model.layers.mlp import hidden_size
 from theseus.model.layers.moe import MoESpec
 from theseus.model.layers.rotary import RopeScaling
@@ -93,6 +94,8 @@ class Architecture:
     local_rope_theta: float | None = None
     #: The mixture of experts of every layer from ``moe.first_k_dense`` on (None: a dense model).
     moe: MoESpec | None = None
+    #: Multi-head latent attention in every layer (None: grouped-query attention of ``head_dim``).
+    mla: MLASpec | None = None
 
     @property
     def padded_vocab_size(self) -> int:
@@ -126,7 +129,15 @@ class Architecture:
 
     def attention_params(self) -> int:
         """Query, key, value and output projection weights of one layer."""
+        if self.mla is not None:
+            return self.mla.matmul_params(self.n_embd, self.n_heads)
         return 2 * self.n_embd * self.n_heads * self.head_dim + 2 * self.n_embd * self.n_kv_heads * self.head_dim
+
+    def score_flops(self, seq: int) -> int:
+        """Forward + backward FLOPs of one layer's attention scores and weighted values (the full square)."""
+        if self.mla is not None:
+            return self.mla.score_flops(seq, self.n_heads)
+        return 12 * seq * seq * self.n_heads * self.head_dim
 
     def mlp_params(self) -> int:
         """MLP weights of one layer."""
@@ -164,10 +175,10 @@ class Architecture:
         attention scores and weighted values, ``12 * n_layers * seq^2 * n_heads * head_dim``
         (= ``12 * n_layers * n_embd * seq^2``: the full square, the usual MFU convention; for
         ``seq >= 256`` the XLA attention path skips the blocks above the diagonal, so it executes
-        somewhat fewer). Elementwise work (norms, activations, softmax, the loss) is not counted.
+        somewhat fewer; latent attention: ``6 * seq^2 * n_heads * (qk_head_dim + v_head_dim)`` a
+        layer). Elementwise work (norms, activations, softmax, the loss) is not counted.
         """
-        attention = 12 * self.n_layers * seq * seq * self.n_heads * self.head_dim
-        return 6 * seq * self.matmul_params() + attention
+        return 6 * seq * self.matmul_params() + self.n_layers * self.score_flops(seq)
 
     def _validate_layer_types(self) -> None:
         if self.layer_types is None:
@@ -209,7 +220,7 @@ class Architecture:
             raise ConfigError(
                 f"architecture/n_kv_heads={self.n_kv_heads} must divide architecture/n_heads={self.n_heads}"
             )
-        if self.rotary and self.head_dim % 2:
+        if self.rotary and self.mla is None and self.head_dim % 2:
             raise ConfigError(
                 f"rotary embeddings need an even head dimension, got {self.head_dim}; "
                 "change architecture/head_dim, architecture/n_embd or architecture/n_heads"
@@ -234,6 +245,8 @@ class Architecture:
         self._validate_layer_types()
         if self.moe is not None:
             self.moe.validate(self.n_layers)
+        if self.mla is not None:
+            self.mla.validate()
         for scalar_key, scalar in (
             ("query_pre_attn_scalar", self.query_pre_attn_scalar),
             ("attn_softcap", self.attn_softcap),

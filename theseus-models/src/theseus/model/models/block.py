@@ -57,7 +57,18 @@ class Block(Module):
     def setup(self) -> None:
         arch = self.arch
         self.attn_norm = make_norm(self, arch)
-        self.attn = child(
+        self.attn = self.attention()
+        self.mlp_norm = make_norm(self, arch)
+        if arch.norm_placement == "sandwich":
+            self.attn_out_norm = make_norm(self, arch)
+            self.mlp_out_norm = make_norm(self, arch)
+        self.mlp = self.feed_forward()
+
+    def attention(self) -> Module:
+        """The layer's attention branch (``attn``): grouped-query attention here; a subclass may return
+        another layer with the same call (multi-head latent attention)."""
+        arch = self.arch
+        return child(
             self,
             CausalSelfAttention,
             n_embd=arch.n_embd,
@@ -82,11 +93,6 @@ class Block(Module):
             norm_eps=arch.norm_eps,
             out_std=self.out_std,
         )
-        self.mlp_norm = make_norm(self, arch)
-        if arch.norm_placement == "sandwich":
-            self.attn_out_norm = make_norm(self, arch)
-            self.mlp_out_norm = make_norm(self, arch)
-        self.mlp = self.feed_forward()
 
     def feed_forward(self) -> Module:
         """The layer's feed-forward branch (``mlp``): a dense MLP here; a subclass may return another
@@ -106,7 +112,7 @@ class Block(Module):
     def flops(self, seq: int) -> int:
         """Attention (projections + scores) and MLP forward + backward FLOPs for ``seq`` tokens."""
         arch = self.arch
-        return 6 * seq * (arch.attention_params() + arch.mlp_params()) + 12 * seq * seq * arch.n_heads * arch.head_dim
+        return 6 * seq * (arch.attention_params() + arch.mlp_params()) + arch.score_flops(seq)
 
     def __call__(
         self,

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from theseus.base.axis import ShardingPlan
 from theseus.errors import ConfigError
 from theseus.model.layers._common import child
-from theseus.model.layers.moe import MoE, MoEKeys
+from theseus.model.layers.moe import PRESET_KEYS, MoE, MoEKeys, MoESpec
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset
 from theseus.model.models.block import Block
 from theseus.model.module import Module
@@ -18,12 +18,18 @@ from theseus.model.module import Module
 
 @dataclass(frozen=True)
 class MoEPreset(Preset):
-    """A :class:`Preset` with the mixture's shape: routed experts, experts per token and their width
-    (None: ``d_ff``)."""
+    """A :class:`Preset` with the mixture's shape (routed experts, experts per token and their width;
+    None: ``d_ff``) and routing, filling the ``architecture/moe/*`` keys left None (:data:`PRESET_KEYS`)."""
 
     n_experts: int = 8
     top_k: int = 2
     expert_hidden: int | None = None
+    n_shared: int = 0
+    router: str = "softmax"
+    first_k_dense: int = 0
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float = 1.0
 
 
 class MoEBlock(Block):
@@ -61,7 +67,7 @@ class MoEBlock(Block):
         if self.dense or arch.moe is None:
             return super().flops(seq)
         ffn = arch.moe.active_matmul_params(arch.n_embd, arch.gated)
-        return 6 * seq * (arch.attention_params() + ffn) + 12 * seq * seq * arch.n_heads * arch.head_dim
+        return 6 * seq * (arch.attention_params() + ffn) + arch.score_flops(seq)
 
 
 class MixtureLM(MoEKeys):
@@ -80,11 +86,13 @@ class MixtureLM(MoEKeys):
     @property
     def architecture(self) -> Architecture:
         arch: Architecture = super().architecture  # type: ignore[misc]
+        return dataclasses.replace(arch, moe=self.mixture(arch.d_ff)).validate()
+
+    def mixture(self, d_ff: int) -> MoESpec:
+        """The ``architecture/moe/*`` keys resolved, the preset's values where they are left None."""
         preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)  # type: ignore[attr-defined]
-        shape: dict[str, Any] = {}
-        if isinstance(preset, MoEPreset):
-            shape = {"n_experts": preset.n_experts, "top_k": preset.top_k, "expert_hidden": preset.expert_hidden}
-        return dataclasses.replace(arch, moe=self.moe_spec(arch.d_ff, **shape)).validate()
+        given = {key: getattr(preset, key) for key in PRESET_KEYS} if isinstance(preset, MoEPreset) else {}
+        return self.moe_spec(d_ff, given)
 
     @property
     def scans_layers(self) -> bool:

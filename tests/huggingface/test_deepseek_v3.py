@@ -1,0 +1,238 @@
+"""DeepSeek-V3 checkpoints both ways: import logits and greedy (latent KV-cache) tokens equal
+transformers', the export loads in ``from_pretrained`` with every tensor accounted for, a few train
+steps run, the published preset has the published size, and unsupported fields are one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.huggingface.conftest import hf_logits, read_json, save_model
+from tests.huggingface.test_bad_inputs import edit_config
+from tests.huggingface.test_moe_families import PROMPT, VOCAB, logits_of
+from theseus.model.huggingface.importer import read_params
+from theseus.model.models import init_cache
+
+NEW_TOKENS = 16
+
+#: 3 layers (the first dense), 8 experts of 16 in 2 groups (top 2 from 1 group, scaled 2.5) and one
+#: shared; latent 8, head widths 8 + 4 rotated and values 6. ``plain_query``: no query bottleneck
+#: (``q_lora_rank`` null) and half-split rotary pairs.
+COMMON: dict[str, Any] = {
+    "vocab_size": VOCAB,
+    "tie_word_embeddings": False,
+    "num_hidden_layers": 3,
+    "num_key_value_heads": 4,
+    "first_k_dense_replace": 1,
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "n_group": 2,
+    "topk_group": 1,
+    "moe_intermediate_size": 16,
+    "n_shared_experts": 1,
+    "routed_scaling_factor": 2.5,
+    "kv_lora_rank": 8,
+    "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 4,
+    "v_head_dim": 6,
+}
+CASES: dict[str, dict[str, Any]] = {
+    "query_lora": {"q_lora_rank": 12},
+    "plain_query": {"q_lora_rank": None, "rope_interleave": False},
+}
+
+
+def save_deepseek(folder: Path, case: str) -> Any:
+    """A random DeepSeek-V3 of ``case`` saved in ``folder``, with a balancing bias below -0.6, so that
+    every biased score is negative (experts of unselected groups must lose to them, not win)."""
+    import torch
+
+    model = save_model(folder, "deepseek_v3", 0, **COMMON, **CASES[case])
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.copy_(0.2 * torch.rand(buffer.shape, generator=generator) - 0.8)
+    model.save_pretrained(folder)
+    return model
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any]]:
+    made = {}
+    for case in CASES:
+        folder = tmp_path_factory.mktemp(case)
+        made[case] = (folder, save_deepseek(folder, case))
+    return made
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_import_logits_match_transformers(saved: dict[str, tuple[Path, Any]], case: str) -> None:
+    folder, model = saved[case]
+    ids = np.random.default_rng(1).integers(0, VOCAB, (2, 12))
+    mask = np.ones_like(ids, dtype=bool)
+    mask[0, :4] = False  # a left-padded row
+    got, prepared = logits_of(folder, ids, mask)
+    error = float(np.max(np.abs(got - hf_logits(model, ids, mask))[mask]))
+    assert error <= 1e-4, error
+    arch = prepared.model.architecture
+    assert arch.mla is not None and arch.moe is not None
+    assert (arch.mla.q_lora_rank, arch.mla.rope_interleave) == ((12, True) if case == "query_lora" else (0, False))
+    moe = arch.moe
+    assert (moe.router, moe.n_group, moe.topk_group, moe.n_shared, moe.first_k_dense) == ("sigmoid", 2, 1, 1, 1)
+    bias = np.asarray(read_params(prepared)["blocks_1"]["mlp"]["router_bias"])
+    assert np.all(bias < -0.6)  # e_score_correction_bias arrived as the router's bias
+    cache = init_cache(prepared.model, 2, 20)["blocks_0"]["attn"]  # the compressed latent, no per-head keys
+    assert {k: v.shape for k, v in cache.items()} == {
+        "latent": (2, 20, 8),
+        "rope_key": (2, 20, 4),
+        "mask": (2, 20),
+        "index": (),
+    }
+
+
+def test_the_model_and_the_layer_are_registered() -> None:
+    from theseus.model.layers import LatentAttention
+    from theseus.model.models import DeepseekV3
+    from theseus.registry import get_registry
+
+    registry = get_registry()
+    assert registry.load_component("model", "deepseek_v3") is DeepseekV3
+    assert registry.load_component("layer", "latent_attention") is LatentAttention
+
+
+def test_generate_and_export_round_trip(saved: dict[str, tuple[Path, Any]], tmp_path: Path, theseus: Any) -> None:
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source, model = saved["query_lora"]
+    code, _, err = theseus("run", "hf/import", f"hf/source={source}", "run/name=imported")
+    assert code == 0, err
+    assert (
+        read_json(theseus.root / "runs" / "imported" / "provenance.json")["huggingface"]["model_type"] == "deepseek_v3"
+    )
+    code, out, err = theseus(
+        "run",
+        "generate",
+        "generate/run=imported",
+        f"generate/prompt={PROMPT}",
+        "generate/temperature=0",
+        f"generate/max_new_tokens={NEW_TOKENS}",
+        "generate/stop_at_eot=false",
+    )
+    assert code == 0, err
+    ids = AutoTokenizer.from_pretrained(source)(PROMPT, return_tensors="pt").input_ids
+    with torch.no_grad():
+        generated = model.generate(
+            ids, do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=256
+        )
+    new = generated[0, ids.shape[1] :].tolist()
+    decoder = Tokenizer.from_file(str(source / "tokenizer.json"))
+    assert out.rstrip("\n") == decoder.decode(ids[0, -len(PROMPT) :].tolist() + new, skip_special_tokens=False)
+
+    out_dir = tmp_path / "export"
+    code, _, err = theseus("run", "hf/export", "hf/run=imported", f"hf/out={out_dir}")
+    assert code == 0, err
+    loaded: Any = AutoModelForCausalLM.from_pretrained(out_dir, output_loading_info=True)
+    reloaded, info = loaded
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    x = np.random.default_rng(0).integers(0, VOCAB, (2, 9))
+    assert np.max(np.abs(hf_logits(reloaded.eval(), x) - hf_logits(model, x))) <= 1e-5
+    config = read_json(out_dir / "config.json")
+    expected = {"q_lora_rank": 12, "kv_lora_rank": 8, "n_routed_experts": 8, "n_group": 2, "first_k_dense_replace": 1}
+    assert {k: config[k] for k in expected} == expected and config["num_nextn_predict_layers"] == 0
+
+
+def test_a_few_train_steps_have_a_finite_loss_and_move_the_bias(tmp_path: Path) -> None:
+    import json
+
+    from tests.training.conftest import write_byte_corpus
+    from theseus.runs.params import restore_params
+    from theseus.training.pretrain import GPTPretrain
+
+    write_byte_corpus(tmp_path, "fineweb", documents=16)
+    args = [
+        "model=deepseek_v3",
+        "architecture/block_size=32",
+        "training/batch_size=2",
+        "training/steps=2",
+        "training/log_interval=1",
+        "training/eval_batches=0",
+        "training/checkpoint_interval=2",
+        "training/async_checkpoints=false",
+        "training/progress=false",
+        "training/compilation_cache=false",
+        "training/peak_flops=1e12",
+        "evaluation=",
+        "run/name=tiny",
+    ]
+    job = GPTPretrain.create(tmp_path, args)
+    job.run()
+    lines = (tmp_path / "runs" / "tiny" / "metrics.jsonl").read_text().splitlines()
+    train = [r for r in map(json.loads, lines) if r.get("split") == "train"]
+    assert [r["step"] for r in train] == [1, 2] and all(np.isfinite(r["loss"]) for r in train)
+    checkpoint = tmp_path / "runs" / "tiny" / "checkpoints" / "2" / "state"
+    params = restore_params(checkpoint, job.abstract_state.params, what="step 2", fix="rerun the test")
+    assert np.any(np.asarray(params["blocks_1"]["mlp"]["router_bias"]) != 0)
+
+
+def test_the_published_preset_has_the_published_size() -> None:
+    """671B total as transformers builds the exported config (meta device: nothing allocated), and the
+        count from shapes agrees. DeepSeek publishes 671B for the main model (the checkpoint's 685B adds the
+        14B multi-token-prediction module, which neither side builds) and 37B activated per token, figures
+        rounded to whole billions: 671.03B total, and 36.63B active less the token embedding (37.55B with
+        it, which would round to 38B). The routers' balancing biases count as parameters (transformers keeps
+    them as buffers)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tests.models.test_moe import model_of
+    from theseus.model.huggingface.family import family
+    from theseus.model.models import DeepseekV3
+
+    model = model_of(DeepseekV3, **{"architecture/preset": "deepseek-v3", "architecture/vocab_size": 129280})
+    arch = model.architecture
+    config = family("deepseek_v3").to_config(arch, {}, dtype="bfloat16", bos_id=0, eos_id=1)
+    with torch.device("meta"):
+        hf_model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    biases = [b for n, b in hf_model.named_buffers() if n.endswith("e_score_correction_bias")]  # a buffer there
+    hf_total = sum(p.numel() for p in hf_model.parameters()) + sum(b.numel() for b in biases)
+    total, active = model.parameter_count(), model.active_parameter_count()
+    assert total == hf_total
+    embedding = arch.vocab_size * arch.n_embd
+    assert round(total / 1e9) == 671 and round((active - embedding) / 1e9) == 37
+    assert abs(total / 671e9 - 1) < 0.01 and abs((active - embedding) / 37e9 - 1) < 0.011
+    assert model.flops(128) == 6 * 128 * arch.matmul_params() + arch.n_layers * arch.mla.score_flops(128, 128)
+
+
+BAD: dict[str, tuple[dict[str, Any], str]] = {
+    "rope-yarn": (
+        {"rope_parameters": {"rope_type": "yarn", "factor": 40.0, "rope_theta": 1e4, "mscale_all_dim": 1.0}},
+        "config.json field rope_scaling.rope_type='yarn' is not supported",
+    ),
+    "rope-mscale": (
+        {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4, "mscale_all_dim": 1.0}},
+        "config.json field rope_scaling.mscale_all_dim=1.0 is not supported",
+    ),
+    "kv-heads": ({"num_key_value_heads": 2}, "config.json field num_key_value_heads=2 is not supported"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_unsupported_fields_are_one_line(
+    saved: dict[str, tuple[Path, Any]], case: str, tmp_path: Path, theseus: Any
+) -> None:
+    import shutil
+
+    values, message = BAD[case]
+    folder = tmp_path / "ckpt"
+    shutil.copytree(saved["query_lora"][0], folder)
+    edit_config(**values)(folder)
+    code, _, err = theseus("run", "hf/import", f"hf/source={folder}", "run/name=x")
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err

@@ -1,0 +1,356 @@
+"""``LatentAttention``: multi-head latent attention (MLA, DeepSeek-V2/V3) with a compressed KV cache.
+
+Queries come from the input directly (``q_lora_rank`` 0) or through a low-rank bottleneck
+(``query_down`` to ``q_lora_rank``, RMSNorm, ``query``). Keys and values share one compressed latent:
+``kv_down`` maps the input to ``kv_lora_rank`` dimensions, RMS-normalised (``kv_norm``), and the
+per-head ``key`` (``qk_nope_head_dim``) and ``value`` (``v_head_dim``) are up-projections of it. The
+position lives in a separate ``qk_rope_head_dim`` part: each head's query has its own rotated part,
+the key's rotated part (``key_rope``) is one vector shared by all heads. A head's score is
+``(q_nope . k_nope + q_rope . k_rope) * qk_head_dim ** -0.5`` (``qk_head_dim = nope + rope``).
+
+``rope_interleave`` (DeepSeek's releases and transformers' default): the rotary part's dimensions pair
+up as ``(0, 1), (2, 3), ...``; otherwise as the first and second halves (theseus' other layers). Both
+rotate the same frequencies, so the layer gathers the even then the odd dimensions and rotates
+half-split.
+
+In KV-cache generation the cache holds the compressed latent, not per-head keys and values: per layer
+``latent`` ``[B, L, kv_lora_rank]`` (after ``kv_norm``), ``rope_key`` ``[B, L, qk_rope_head_dim]`` (the
+shared rotated key), ``mask`` ``[B, L]`` and ``index``; ``kv_lora_rank + qk_rope_head_dim`` values per
+token (576 for DeepSeek-V3, against ``2 * 128 * 128`` = 32768 for its heads' keys and values). A
+decode step attends in the latent space: the query's non-rotated part is mapped through ``key`` into
+the latent (``q_nope @ key^T``), scored against the cached latents, and the weighted latents are
+mapped through ``value`` (the same scores and outputs as expanding every cached key and value).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from theseus.base.axis import Axis, MeshAxis, ShardingPlan
+from theseus.config import field
+from theseus.errors import ConfigError
+from theseus.model.layers import lora
+from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require
+from theseus.model.layers.attention import (
+    ATTENTION_IMPLEMENTATIONS,
+    attention_mask,
+    dot_product_attention,
+    missing_cache_error,
+    window_mask,
+)
+from theseus.model.layers.norms import RMSNorm
+from theseus.model.layers.rotary import RopeScaling, rotate
+from theseus.model.module import Module
+
+#: The latents' RMSNorm epsilon (transformers' DeepSeek-V3 fixes it, whatever ``rms_norm_eps`` is).
+LATENT_NORM_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """The resolved latent attention of one model (``Architecture.mla``); see :class:`LatentAttention`."""
+
+    q_lora_rank: int  # 0: the query is one projection of the input
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    rope_interleave: bool = True
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one head's query and key: the non-rotated and the rotated part."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def validate(self) -> MLASpec:
+        for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"architecture/mla/{key} must be a positive integer, got {value!r}")
+        if not isinstance(self.q_lora_rank, int) or isinstance(self.q_lora_rank, bool) or self.q_lora_rank < 0:
+            raise ConfigError(
+                f"architecture/mla/q_lora_rank must be 0 (no query compression) or positive, got {self.q_lora_rank!r}"
+            )
+        if self.qk_rope_head_dim % 2:
+            raise ConfigError(
+                f"architecture/mla/qk_rope_head_dim={self.qk_rope_head_dim} must be even (rotary pairs); change it"
+            )
+        return self
+
+    def matmul_params(self, n_embd: int, n_heads: int) -> int:
+        """Projection weights of one layer: query (or its two low-rank factors), the latent and shared
+        rotated key, the key and value up-projections, the output."""
+        if self.q_lora_rank:
+            query = n_embd * self.q_lora_rank + self.q_lora_rank * n_heads * self.qk_head_dim
+        else:
+            query = n_embd * n_heads * self.qk_head_dim
+        latent = n_embd * (self.kv_lora_rank + self.qk_rope_head_dim)
+        up = self.kv_lora_rank * n_heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return query + latent + up + n_heads * self.v_head_dim * n_embd
+
+    def score_flops(self, seq: int, n_heads: int) -> int:
+        """Forward + backward FLOPs of one layer's scores and weighted values (the full square)."""
+        return 6 * seq * seq * n_heads * (self.qk_head_dim + self.v_head_dim)
+
+
+def deinterleave(x: jax.Array) -> jax.Array:
+    """The even dimensions of the last axis, then the odd ones: interleaved rotary pairs as halves."""
+    return jnp.concatenate([x[..., 0::2], x[..., 1::2]], axis=-1)
+
+
+class MLAKeys(Module):
+    """The ``architecture/mla/*`` keys, shared by :class:`LatentAttention` and the models that resolve
+    them once into ``Architecture.mla`` (None: the preset's)."""
+
+    q_lora_rank: int | None = field(
+        "architecture/mla/q_lora_rank",
+        default=None,
+        help="rank of the query's low-rank bottleneck (0: one query projection; None: the preset's)",
+    )
+    kv_lora_rank: int | None = field(
+        "architecture/mla/kv_lora_rank", default=None, help="width of the shared key/value latent (None: preset)"
+    )
+    qk_nope_head_dim: int | None = field(
+        "architecture/mla/qk_nope_head_dim",
+        default=None,
+        help="per-head query/key width without rotary embedding (None: the preset's)",
+    )
+    qk_rope_head_dim: int | None = field(
+        "architecture/mla/qk_rope_head_dim",
+        default=None,
+        help="per-head query and shared key width that is rotated (None: the preset's)",
+    )
+    v_head_dim: int | None = field(
+        "architecture/mla/v_head_dim", default=None, help="per-head value width (None: the preset's)"
+    )
+    rope_interleave: bool = field(
+        "architecture/mla/rope_interleave",
+        default=True,
+        help="rotary pairs are interleaved dimensions (DeepSeek's layout); false: first and second halves",
+    )
+
+    def mla_spec(self, **preset: int) -> MLASpec:
+        """The keys as a validated :class:`MLASpec`; ``preset`` stands in for keys left None."""
+        values: dict[str, int] = {}
+        for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            value = getattr(self, key)
+            value = preset.get(key) if value is None else value
+            if value is None:
+                raise ConfigError(f"multi-head latent attention needs architecture/mla/{key}; set it")
+            values[key] = value
+        return MLASpec(**values, rope_interleave=bool(self.rope_interleave)).validate()
+
+
+class LatentAttention(MLAKeys):
+    """Causal multi-head latent attention (see the module docstring), with padding masks and a
+    compressed KV cache; the call is :class:`~theseus.model.layers.attention.CausalSelfAttention`'s.
+
+    Config keys: ``architecture/mla/*`` (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
+    ``qk_rope_head_dim``, ``v_head_dim``, ``rope_interleave``), ``architecture/n_heads``,
+    ``architecture/dropout`` (on the output, training only), ``architecture/attention_impl``.
+    LoRA adapters (``model/lora/rank`` > 0) are refused.
+
+    Parameters: ``query_down`` ``[embed, q_lora_rank]``, ``query_norm`` and ``query``
+    ``[q_lora_rank, heads, qk_head_dim]`` (or ``query`` ``[embed, heads, qk_head_dim]`` when
+    ``q_lora_rank`` is 0); ``kv_down`` ``[embed, kv_lora_rank]``, ``kv_norm``, ``key_rope``
+    ``[embed, qk_rope_head_dim]``; ``key`` ``[kv_lora_rank, heads, qk_nope_head_dim]``, ``value``
+    ``[kv_lora_rank, heads, v_head_dim]``; ``out`` ``[heads, v_head_dim, embed]``. Heads shard over the
+    ``model`` mesh axis and the width over ``data``; the ranks are replicated.
+
+    ``rope_theta`` / ``rope_scaling`` rotate the rotary parts (passed by the model); scores are scaled by
+    ``qk_head_dim ** -0.5``.
+    """
+
+    n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
+    n_heads: int | None = field("architecture/n_heads", default=None, help="attention heads (None: from the preset)")
+    dropout: float = field("architecture/dropout", default=0.0, help="dropout rate of residual branches")
+    attention_impl: str = field(
+        "architecture/attention_impl", default="auto", help="auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"
+    )
+    lora_rank: int = lora.rank_field()
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
+    init_std: float = INIT_STD
+    out_std: float | None = None
+
+    @classmethod
+    def components(cls) -> list[type]:
+        return [RMSNorm]
+
+    @property
+    def sharding(self) -> ShardingPlan:
+        return ShardingPlan({Axis.EMBED: MeshAxis.DATA, Axis.HEADS: MeshAxis.MODEL})
+
+    @property
+    def spec(self) -> MLASpec:
+        return self.mla_spec()
+
+    def flops(self, seq: int) -> int:
+        """Forward + backward FLOPs of the projections and of the scores and weighted values."""
+        n_embd = require(self.n_embd, "architecture/n_embd", "LatentAttention")
+        n_heads = require(self.n_heads, "architecture/n_heads", "LatentAttention")
+        spec = self.spec
+        return 6 * seq * spec.matmul_params(n_embd, n_heads) + spec.score_flops(seq, n_heads)
+
+    def _kernel(self, name: str, shape: tuple[int, ...], axes: tuple[str | None, ...], std: float) -> jax.Array:
+        return cast(param(self, name, normal(std), shape, axes), self._activation_dtype)
+
+    def _queries(self, x: jax.Array, spec: MLASpec, n_heads: int) -> jax.Array:
+        """``[B, T, heads, qk_head_dim]``."""
+        n_embd, std = x.shape[-1], self.init_std
+        if spec.q_lora_rank:
+            down = self._kernel("query_down", (n_embd, spec.q_lora_rank), (Axis.EMBED, None), std)
+            norm = child(self, RMSNorm, eps=LATENT_NORM_EPS, name="query_norm")
+            x = norm(jnp.einsum("bte,er->btr", x, down))
+        axes = (None if spec.q_lora_rank else Axis.EMBED, Axis.HEADS, Axis.HEAD_DIM)
+        kernel = self._kernel("query", (x.shape[-1], n_heads, spec.qk_head_dim), axes, std)
+        return constrain(jnp.einsum("btr,rnh->btnh", x, kernel), (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
+
+    def _rotate(self, x: jax.Array, positions: jax.Array | None, spec: MLASpec) -> jax.Array:
+        """RoPE of ``[B, T, N, qk_rope_head_dim]`` (interleaved pairs gathered into halves first)."""
+        return rotate(deinterleave(x) if spec.rope_interleave else x, positions, self.rope_theta, self.rope_scaling)
+
+    def _cached(
+        self, latent: jax.Array, rope_key: jax.Array, padding_mask: jax.Array | None
+    ) -> tuple[jax.Array, jax.Array, jax.Array] | None:
+        """Append the step's latents and rotated keys to the cache; (latents, rotated keys, mask
+        ``[B, 1, T, L]``) over the whole cache, or None while the cache is being created."""
+        batch, steps, rank = latent.shape
+        exists = self.has_variable("cache", "latent")
+        if not exists and not self.is_initializing():
+            raise missing_cache_error()
+        cached_latent = self.variable("cache", "latent", jnp.zeros, (batch, steps, rank), latent.dtype)
+        cached_rope = self.variable("cache", "rope_key", jnp.zeros, (batch, steps, rope_key.shape[-1]), latent.dtype)
+        cached_mask = self.variable("cache", "mask", jnp.zeros, (batch, steps), jnp.bool_)
+        index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+        if not exists:
+            return None
+        start = index.value
+        step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
+        cached_latent.value = jax.lax.dynamic_update_slice(
+            cached_latent.value, latent.astype(cached_latent.value.dtype), (0, start, 0)
+        )
+        cached_rope.value = jax.lax.dynamic_update_slice(
+            cached_rope.value, rope_key.astype(cached_rope.value.dtype), (0, start, 0)
+        )
+        cached_mask.value = jax.lax.dynamic_update_slice(cached_mask.value, step_mask, (0, start))
+        index.value = start + steps
+        length = cached_latent.value.shape[1]
+        visible = window_mask(start + jnp.arange(steps, dtype=jnp.int32), jnp.arange(length, dtype=jnp.int32), None)
+        mask = visible[None, None] & cached_mask.value[:, None, None, :]
+        return cached_latent.value, cached_rope.value, mask
+
+    def _expanded(
+        self,
+        q: jax.Array,
+        latent: jax.Array,
+        rope_key: jax.Array,
+        key: jax.Array,
+        value: jax.Array,
+        padding_mask: jax.Array | None,
+        scale: float,
+    ) -> jax.Array:
+        """Causal attention over the whole sequence with every head's keys and values expanded from the
+        latents; the narrower of the query/key and value widths is zero-padded so the shared kernels
+        (blocked XLA, cuDNN) apply; ``[B, T, heads, v_head_dim]``."""
+        heads = q.shape[2]
+        k_nope = jnp.einsum("bsc,cnh->bsnh", latent, key)
+        k_rope = jnp.broadcast_to(rope_key[:, :, None, :], (*rope_key.shape[:2], heads, rope_key.shape[-1]))
+        k = jnp.concatenate([k_nope, k_rope], axis=-1)
+        v = jnp.einsum("bsc,cnh->bsnh", latent, value)
+        qk_dim, v_dim = q.shape[-1], v.shape[-1]
+        width = max(qk_dim, v_dim)
+
+        def pad(a: jax.Array) -> jax.Array:
+            return a if a.shape[-1] == width else jnp.pad(a, ((0, 0), (0, 0), (0, 0), (0, width - a.shape[-1])))
+
+        y = dot_product_attention(
+            pad(q),
+            pad(k),
+            pad(v),
+            mask=attention_mask(padding_mask),
+            is_causal=True,
+            implementation=self.attention_impl,
+            scale=scale,
+        )
+        return y[..., :v_dim]
+
+    @staticmethod
+    def _absorbed(
+        q: jax.Array,
+        latent: jax.Array,
+        rope_key: jax.Array,
+        key: jax.Array,
+        value: jax.Array,
+        mask: jax.Array,
+        spec: MLASpec,
+        scale: float,
+    ) -> jax.Array:
+        """Attention against cached latents without expanding them per head: the non-rotated query is
+        mapped into the latent space through ``key`` and the weighted latents out through ``value``."""
+        q_nope, q_rope = q[..., : spec.qk_nope_head_dim], q[..., spec.qk_nope_head_dim :]
+        q_latent = jnp.einsum("btnh,cnh->btnc", q_nope, key)
+        f32 = jnp.float32
+        scores = jnp.einsum("btnc,bsc->bnts", q_latent, latent, preferred_element_type=f32)
+        scores = scores + jnp.einsum("btnr,bsr->bnts", q_rope, rope_key, preferred_element_type=f32)
+        scores = jnp.where(mask, scores * scale, jnp.finfo(f32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(latent.dtype)
+        context = jnp.einsum("bnts,bsc->btnc", probs, latent)
+        return jnp.einsum("btnc,cnh->btnh", context, value)
+
+    @nn.compact
+    def __call__(
+        self,
+        x: jax.Array,
+        padding_mask: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        deterministic: bool = False,
+        decode: bool = False,
+        layer: int | jax.Array | None = None,
+    ) -> jax.Array:
+        if self.lora_rank > 0:
+            raise ConfigError(
+                "LoRA on multi-head latent attention is not supported; set model/lora/rank=0 (full fine-tuning)"
+            )
+        if self.attention_impl not in ATTENTION_IMPLEMENTATIONS:
+            raise ConfigError(
+                f"unknown architecture/attention_impl {self.attention_impl!r}; "
+                f"choose one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
+            )
+        n_embd = x.shape[-1]
+        if self.n_embd is not None and self.n_embd != n_embd:
+            raise ConfigError(f"attention input width {n_embd} does not match architecture/n_embd={self.n_embd}")
+        n_heads = require(self.n_heads, "architecture/n_heads", "LatentAttention")
+        spec, std, dtype = self.spec, self.init_std, self._activation_dtype
+        x = cast(x, dtype)
+        q = self._queries(x, spec, n_heads)
+        down = self._kernel("kv_down", (n_embd, spec.kv_lora_rank), (Axis.EMBED, None), std)
+        latent = child(self, RMSNorm, eps=LATENT_NORM_EPS, name="kv_norm")(jnp.einsum("bte,ec->btc", x, down))
+        rope_kernel = self._kernel("key_rope", (n_embd, spec.qk_rope_head_dim), (Axis.EMBED, None), std)
+        rope_key = self._rotate(jnp.einsum("bte,er->btr", x, rope_kernel)[:, :, None, :], positions, spec)[:, :, 0]
+        nope, per_head = spec.qk_nope_head_dim, (None, Axis.HEADS, Axis.HEAD_DIM)
+        q = jnp.concatenate([q[..., :nope], self._rotate(q[..., nope:], positions, spec)], axis=-1)
+        key = self._kernel("key", (spec.kv_lora_rank, n_heads, nope), per_head, std)
+        value = self._kernel("value", (spec.kv_lora_rank, n_heads, spec.v_head_dim), per_head, std)
+        scale = spec.qk_head_dim**-0.5
+
+        cached = self._cached(latent, rope_key, padding_mask) if decode else None
+        if cached is not None:
+            y = self._absorbed(q, *cached[:2], key, value, cached[2], spec, scale)
+        else:
+            y = self._expanded(q, latent, rope_key, key, value, padding_mask, scale)
+        y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
+
+        out_std = std if self.out_std is None else self.out_std
+        out_axes = (Axis.HEADS, Axis.HEAD_DIM, Axis.EMBED)
+        out = jnp.einsum("btnh,nhe->bte", y, self._kernel("out", (n_heads, spec.v_head_dim, n_embd), out_axes, out_std))
+        if self.dropout > 0.0 and not deterministic:
+            out = nn.Dropout(rate=self.dropout)(out, deterministic=False)
+        return out
+
+
+__all__ = ["LATENT_NORM_EPS", "LatentAttention", "MLAKeys", "MLASpec", "deinterleave"]

@@ -1,0 +1,147 @@
+"""``DeepseekV3``: multi-head latent attention and a sigmoid-routed mixture of experts (DeepSeek-V3)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+from theseus.base.axis import ShardingPlan
+from theseus.model.layers._common import child
+from theseus.model.layers.latent_attention import LatentAttention, MLAKeys
+from theseus.model.models.architecture import Architecture, Preset, lookup_preset
+from theseus.model.models.llama import Llama
+from theseus.model.models.mixture import MixtureLM, MoEBlock, MoEPreset
+from theseus.model.module import Module
+
+
+@dataclass(frozen=True)
+class DeepseekV3Preset(MoEPreset):
+    """A :class:`MoEPreset` with the latent attention's widths and DeepSeek's routing as its defaults."""
+
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 16
+    qk_nope_head_dim: int = 16
+    qk_rope_head_dim: int = 8
+    v_head_dim: int = 16
+    router: str = "sigmoid"
+    n_shared: int = 1
+    first_k_dense: int = 1
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float = 1.0
+
+
+DEEPSEEK_V3_PRESETS: dict[str, Preset] = {
+    "tiny": DeepseekV3Preset(
+        n_layers=3,
+        n_heads=4,
+        n_embd=64,
+        mlp_ratio=3.0,
+        n_experts=8,
+        top_k=2,
+        expert_hidden=32,
+        q_lora_rank=32,
+        kv_lora_rank=16,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=16,
+        n_group=2,
+        topk_group=1,
+        routed_scaling_factor=2.5,
+        description="3 layers (1 dense) of 8 experts (top 2, 1 shared) of width 32, 64 wide; tests and demos",
+    ),
+    # deepseek-ai/DeepSeek-V3's config.json: 61 layers (the first 3 dense, intermediate 18432), 128 heads,
+    # 7168 wide, 256 routed experts of moe_intermediate 2048 (8 per token from 4 of 8 groups, scaled 2.5)
+    # and 1 shared; query rank 1536, latent 512, head widths 128 + 64 (rotated) and values 128, untied
+    # head; 671B parameters (37B active) at vocab 129280, the multi-token-prediction module not counted.
+    "deepseek-v3": DeepseekV3Preset(
+        n_layers=61,
+        n_heads=128,
+        n_embd=7168,
+        mlp_ratio=18432 / 7168,
+        n_experts=256,
+        top_k=8,
+        expert_hidden=2048,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        first_k_dense=3,
+        n_group=8,
+        topk_group=4,
+        routed_scaling_factor=2.5,
+        description="DeepSeek-V3's shape: 671B parameters (37B active) at vocab 129280",
+    ),
+}
+
+
+class DeepseekV3Block(MoEBlock):
+    """:class:`MoEBlock` whose attention is :class:`LatentAttention`."""
+
+    @classmethod
+    def components(cls) -> list[type]:
+        return [*super().components(), LatentAttention]
+
+    @property
+    def sharding(self) -> ShardingPlan:
+        return ShardingPlan.union(super().sharding, LatentAttention().sharding)
+
+    def attention(self) -> Module:
+        arch = self.arch
+        if arch.mla is None:
+            return super().attention()
+        attention: LatentAttention = child(
+            self,
+            LatentAttention,
+            **dataclasses.asdict(arch.mla),
+            n_embd=arch.n_embd,
+            n_heads=arch.n_heads,
+            dropout=arch.dropout,
+            attention_impl=arch.attention_impl,
+            rope_theta=arch.rope_theta,
+            rope_scaling=arch.rope_scaling if arch.rope_scaling.kind != "none" else None,
+            out_std=self.out_std,
+        )
+        return attention
+
+
+class DeepseekV3(MLAKeys, MixtureLM, Llama):
+    """DeepSeek-V3: RMSNorm pre-norm layers with multi-head latent attention
+    (:class:`~theseus.model.layers.latent_attention.LatentAttention`, ``architecture/mla/*``: a
+    compressed key/value latent, which the KV cache holds) and, from ``architecture/moe/first_k_dense``
+    on, a mixture of SwiGLU experts with a sigmoid router, a per-expert balancing bias, group-limited
+    choice (``n_group`` / ``topk_group``), ``routed_scaling_factor`` and ``n_shared`` shared experts
+    (:class:`~theseus.model.layers.moe.MoE`); the leading layers have a dense MLP of
+    ``architecture/d_ff``. The head is untied.
+
+    The ``architecture/mla/*`` keys left None take the preset's widths, and the ``architecture/moe/*``
+    keys left None its shape and routing (``hf/import`` reads every one from ``config.json``).
+    RoPE keys as :class:`Llama`'s (``none`` | ``linear`` | ``llama3`` scaling); the releases set
+    ``architecture/norm_eps=1e-6``.
+
+    Presets (``architecture/preset``): ``tiny`` (3 layers, the first dense, 8 experts of 32 in 2 groups,
+    top 2 of 1 group, 1 shared) and ``deepseek-v3`` (the published shape: 671B parameters, 37B active
+    per token, at ``architecture/vocab_size=129280``). ``hf/import`` of a ``model_type: deepseek_v3``
+    checkpoint builds this model.
+    """
+
+    PRESETS: ClassVar[dict[str, Preset]] = DEEPSEEK_V3_PRESETS
+    FAMILY: ClassVar[str] = "DeepseekV3"
+    BLOCK: ClassVar[type[MoEBlock]] = DeepseekV3Block
+
+    @property
+    def architecture(self) -> Architecture:
+        arch: Architecture = super(MixtureLM, self).architecture
+        preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
+        widths: dict[str, int] = {}
+        if isinstance(preset, DeepseekV3Preset):
+            names = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+            widths = {name: getattr(preset, name) for name in names}
+        mla = self.mla_spec(**widths)
+        moe = self.mixture(arch.d_ff)
+        return dataclasses.replace(arch, moe=moe, mla=mla, explicit_head_dim=mla.qk_head_dim).validate()
+
+
+__all__ = ["DEEPSEEK_V3_PRESETS", "DeepseekV3", "DeepseekV3Block", "DeepseekV3Preset"]

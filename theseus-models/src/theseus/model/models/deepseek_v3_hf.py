@@ -1,0 +1,224 @@
+"""DeepSeek-V3 checkpoints (``DeepseekV3ForCausalLM``) <-> theseus' ``DeepseekV3``: the ``hf/deepseek_v3`` family.
+
+Each layer's ``self_attn`` holds the latent attention: ``q_a_proj`` / ``q_a_layernorm`` / ``q_b_proj``
+(or one ``q_proj`` when ``q_lora_rank`` is null), ``kv_a_proj_with_mqa`` (the latent's rows, then the
+shared rotated key's), ``kv_a_layernorm`` and ``kv_b_proj`` (per head: the key's rows, then the
+value's), ``o_proj``. The leading ``first_k_dense_replace`` layers have a dense ``mlp``; the others hold
+the router ``mlp.gate`` with its ``e_score_correction_bias`` (theseus' ``router_bias``), the experts one
+tensor each (``mlp.experts.<j>.gate_proj`` / ``up_proj`` / ``down_proj``, as ``save_pretrained`` writes
+them; stacked on theseus' ``expert`` axis) and ``mlp.shared_experts``. The multi-token-prediction
+module (``num_nextn_predict_layers``) is not part of the model: a checkpoint that holds its tensors is
+refused, and the export writes none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from theseus.model.huggingface.family import HFFamily, cannot, expect, require, unsupported
+from theseus.model.huggingface.names import (
+    TensorMap,
+    fused,
+    heads_in,
+    heads_out,
+    same,
+    transposed,
+    vocab_embedding,
+    vocab_head,
+)
+from theseus.model.layers.latent_attention import MLASpec
+from theseus.model.models.architecture import Architecture
+from theseus.model.models.llama_hf import rope_config, rope_keys
+from theseus.model.models.mixtral_hf import expert_maps, mixture
+
+DEEPSEEK_V3_CLASS = "theseus.model.models.deepseek_v3:DeepseekV3"
+
+
+def latent(arch: Architecture) -> MLASpec:
+    if arch.mla is None:
+        raise cannot("deepseek_v3", "grouped-query attention (it holds multi-head latent attention)")
+    return arch.mla
+
+
+def key_value_up(hf: str, path: tuple[str, ...], mla: MLASpec, heads: int) -> TensorMap:
+    """``kv_b_proj`` ``[heads * (nope + v), rank]`` <-> ``key`` ``[rank, heads, nope]`` and ``value``
+    ``[rank, heads, v]``."""
+    rank, nope, v = mla.kv_lora_rank, mla.qk_nope_head_dim, mla.v_head_dim
+
+    def to_theseus(w: np.ndarray) -> list[np.ndarray]:
+        per_head = w.T.reshape(rank, heads, nope + v)
+        return [per_head[..., :nope], per_head[..., nope:]]
+
+    def to_hf(leaves: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(leaves, axis=-1).reshape(rank, heads * (nope + v)).T
+
+    paths = ((*path, "key"), (*path, "value"))
+    return TensorMap(hf, (heads * (nope + v), rank), paths, to_theseus, to_hf)
+
+
+def attention_maps(arch: Architecture, layer: int) -> list[TensorMap]:
+    """The latent attention tensors of layer ``layer``."""
+    mla, e, h = latent(arch), arch.n_embd, arch.n_heads
+    hf, ours = f"model.layers.{layer}.self_attn.", (f"blocks_{layer}", "attn")
+    if mla.q_lora_rank:
+        q = mla.q_lora_rank
+        maps = [
+            transposed(hf + "q_a_proj.weight", (*ours, "query_down"), q, e),
+            same(hf + "q_a_layernorm.weight", (*ours, "query_norm", "scale"), (q,)),
+            heads_in(hf + "q_b_proj.weight", (*ours, "query"), q, h, mla.qk_head_dim),
+        ]
+    else:
+        maps = [heads_in(hf + "q_proj.weight", (*ours, "query"), e, h, mla.qk_head_dim)]
+    down = [
+        transposed("", (*ours, "kv_down"), mla.kv_lora_rank, e),
+        transposed("", (*ours, "key_rope"), mla.qk_rope_head_dim, e),
+    ]
+    maps += [
+        fused(hf + "kv_a_proj_with_mqa.weight", down),
+        same(hf + "kv_a_layernorm.weight", (*ours, "kv_norm", "scale"), (mla.kv_lora_rank,)),
+        key_value_up(hf + "kv_b_proj.weight", ours, mla, h),
+        heads_out(hf + "o_proj.weight", (*ours, "out"), e, h, mla.v_head_dim),
+    ]
+    return maps
+
+
+def feed_forward_maps(arch: Architecture, layer: int) -> list[TensorMap]:
+    """The dense MLP of a leading layer, or the router, its bias, the experts and the shared experts."""
+    moe, e = mixture(arch), arch.n_embd
+    hf, ours = f"model.layers.{layer}.mlp.", (f"blocks_{layer}", "mlp")
+
+    def swiglu(prefix: str, path: tuple[str, ...], width: int) -> list[TensorMap]:
+        shapes = {"gate": (width, e), "up": (width, e), "down": (e, width)}
+        return [transposed(f"{prefix}{n}_proj.weight", (*path, n, "kernel"), *s) for n, s in shapes.items()]
+
+    if layer < moe.first_k_dense:
+        return swiglu(hf, ours, arch.d_ff)
+    projections = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
+    maps = expert_maps(arch, layer, hf, "gate", projections)
+    maps.append(same(hf + "gate.e_score_correction_bias", (*ours, "router_bias"), (moe.n_experts,)))
+    return maps + swiglu(hf + "shared_experts.", (*ours, "shared"), moe.n_shared * moe.expert_hidden)
+
+
+class DeepseekV3Family(HFFamily):
+    """``model_type: deepseek_v3``."""
+
+    model_type: ClassVar[str] = "deepseek_v3"
+    hf_class: ClassVar[str] = "DeepseekV3ForCausalLM"
+    model_class: ClassVar[str] = DEEPSEEK_V3_CLASS
+    fallback: ClassVar[bool] = True
+
+    # -- import ------------------------------------------------------------------------------------
+    def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        expect(config, "hidden_act", "silu")
+        expect(config, "attention_bias", False)
+        expect(config, "scoring_func", "sigmoid")
+        expect(config, "topk_method", "noaux_tc")
+        n_heads = int(require(config, "num_attention_heads"))
+        n_kv = config.get("num_key_value_heads")
+        if n_kv is not None and int(n_kv) != n_heads:
+            raise unsupported("num_key_value_heads", n_kv, f"latent attention has one key/value per head ({n_heads})")
+        rope = rope_keys(config)
+        scaling = {**(config.get("rope_parameters") or {}), **(config.get("rope_scaling") or {})}
+        if rope["architecture/rope_scaling"] != "none" and scaling.get("mscale_all_dim"):
+            raise unsupported("rope_scaling.mscale_all_dim", scaling["mscale_all_dim"])
+        q_lora, shared = config.get("q_lora_rank"), config.get("n_shared_experts", 1)
+        if not shared:
+            raise unsupported("n_shared_experts", shared, "theseus' DeepSeek-V3 layers have shared experts")
+        return {
+            "architecture/vocab_size": int(require(config, "vocab_size")),
+            "architecture/n_layers": int(require(config, "num_hidden_layers")),
+            "architecture/n_heads": n_heads,
+            "architecture/n_embd": int(require(config, "hidden_size")),
+            "architecture/d_ff": int(require(config, "intermediate_size")),
+            "architecture/activation": "swiglu",
+            "architecture/norm_eps": float(config.get("rms_norm_eps", 1e-6)),
+            "architecture/tied_embeddings": bool(config.get("tie_word_embeddings", False)),
+            "architecture/dropout": 0.0,
+            "architecture/block_size": int(config.get("max_position_embeddings", 4096)),
+            **rope,
+            "architecture/mla/q_lora_rank": 0 if q_lora is None else int(q_lora),
+            "architecture/mla/kv_lora_rank": int(require(config, "kv_lora_rank")),
+            "architecture/mla/qk_nope_head_dim": int(require(config, "qk_nope_head_dim")),
+            "architecture/mla/qk_rope_head_dim": int(require(config, "qk_rope_head_dim")),
+            "architecture/mla/v_head_dim": int(require(config, "v_head_dim")),
+            "architecture/mla/rope_interleave": bool(config.get("rope_interleave", True)),
+            "architecture/moe/n_experts": int(config.get("n_routed_experts") or require(config, "num_local_experts")),
+            "architecture/moe/top_k": int(require(config, "num_experts_per_tok")),
+            "architecture/moe/expert_hidden": int(require(config, "moe_intermediate_size")),
+            "architecture/moe/n_shared": int(shared),
+            "architecture/moe/router": "sigmoid",
+            "architecture/moe/norm_topk_prob": bool(config.get("norm_topk_prob", True)),
+            "architecture/moe/first_k_dense": int(config.get("first_k_dense_replace") or 0),
+            "architecture/moe/n_group": int(config.get("n_group") or 1),
+            "architecture/moe/topk_group": int(config.get("topk_group") or 1),
+            "architecture/moe/routed_scaling_factor": float(config.get("routed_scaling_factor", 1.0)),
+        }
+
+    # -- both ways ---------------------------------------------------------------------------------
+    def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
+        maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+        for i in range(arch.n_layers):
+            hf, ours = f"model.layers.{i}.", f"blocks_{i}"
+            maps.append(same(hf + "input_layernorm.weight", (ours, "attn_norm", "scale"), (arch.n_embd,)))
+            maps += attention_maps(arch, i)
+            maps.append(same(hf + "post_attention_layernorm.weight", (ours, "mlp_norm", "scale"), (arch.n_embd,)))
+            maps += feed_forward_maps(arch, i)
+        maps.append(same("model.norm.weight", ("final_norm", "scale"), (arch.n_embd,)))
+        if not arch.tied_embeddings:
+            maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+        return maps
+
+    # -- export ------------------------------------------------------------------------------------
+    def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
+        mla, moe = latent(arch), mixture(arch)
+        if moe.router != "sigmoid":
+            raise cannot(self.model_type, f"architecture/moe/router={moe.router} (its router is sigmoid)")
+        if not moe.n_shared:
+            raise cannot(self.model_type, "architecture/moe/n_shared=0 (its mixture layers have shared experts)")
+        if arch.activation != "swiglu":
+            raise cannot(self.model_type, f"architecture/activation={arch.activation}")
+        if arch.qkv_bias or arch.out_bias or arch.ffn_bias:
+            raise cannot(self.model_type, "biases")
+        if arch.sliding_window is not None:
+            raise cannot(self.model_type, f"architecture/sliding_window={arch.sliding_window}")
+        if arch.rope_scaling.kind not in ("none", "linear", "llama3"):
+            raise cannot(self.model_type, f"architecture/rope_scaling={arch.rope_scaling.kind}")
+        return {
+            "hidden_size": arch.n_embd,
+            "intermediate_size": arch.d_ff,
+            "num_hidden_layers": arch.n_layers,
+            "num_attention_heads": arch.n_heads,
+            "num_key_value_heads": arch.n_heads,
+            "max_position_embeddings": arch.block_size,
+            "rms_norm_eps": arch.norm_eps,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            **rope_config(arch),
+            "rope_interleave": mla.rope_interleave,
+            "q_lora_rank": mla.q_lora_rank or None,
+            "kv_lora_rank": mla.kv_lora_rank,
+            "qk_nope_head_dim": mla.qk_nope_head_dim,
+            "qk_rope_head_dim": mla.qk_rope_head_dim,
+            "v_head_dim": mla.v_head_dim,
+            "n_routed_experts": moe.n_experts,
+            "num_experts_per_tok": moe.top_k,
+            "moe_intermediate_size": moe.expert_hidden,
+            "n_shared_experts": moe.n_shared,
+            "norm_topk_prob": moe.norm_topk_prob,
+            "first_k_dense_replace": moe.first_k_dense,
+            "n_group": moe.n_group,
+            "topk_group": moe.topk_group,
+            "routed_scaling_factor": moe.routed_scaling_factor,
+            "num_nextn_predict_layers": 0,
+            "output_router_logits": False,
+        }
+
+    def peft_layer_prefix(self, layer: int) -> str:
+        return f"model.layers.{layer}."
+
+
+__all__ = ["DEEPSEEK_V3_CLASS", "DeepseekV3Family", "attention_maps", "feed_forward_maps", "key_value_up"]
