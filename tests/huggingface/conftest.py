@@ -179,3 +179,32 @@ def theseus(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Callable[...,
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+def assert_generation_matches(
+    theseus: Callable[..., tuple[int, str, str]], run: str, source: Path, model: Any, prompt: str, new_tokens: int
+) -> None:
+    """Greedy ``generate`` of ``new_tokens`` from the imported ``run`` prints what transformers'
+    greedy ``model.generate`` (the model saved in ``source``) decodes to."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    code, out, err = theseus(
+        "run",
+        "generate",
+        f"generate/run={run}",
+        f"generate/prompt={prompt}",
+        "generate/temperature=0",
+        f"generate/max_new_tokens={new_tokens}",
+        "generate/stop_at_eot=false",
+    )
+    assert code == 0, err
+    ids = AutoTokenizer.from_pretrained(source)(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        generated = model.generate(
+            ids, do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=256
+        )
+    new = generated[0, ids.shape[1] :].tolist()
+    decoder = Tokenizer.from_file(str(source / "tokenizer.json"))
+    assert out.rstrip("\n") == decoder.decode(ids[0, -len(prompt) :].tolist() + new, skip_special_tokens=False)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.huggingface.conftest import hf_logits, read_json, save_model
+from tests.huggingface.conftest import assert_generation_matches, hf_logits, read_json, save_model
 from theseus.errors import ConfigError
 from theseus.model.huggingface.importer import prepare, read_params
 
@@ -80,30 +80,13 @@ def test_import_logits_match_transformers(saved: tuple[str, Path, Any], scan: bo
 
 
 def test_generate_and_export_round_trip(saved: tuple[str, Path, Any], tmp_path: Path, theseus: Any) -> None:
-    import torch
-    from tokenizers import Tokenizer
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     case, source, model = saved
     code, _, err = theseus("run", "hf/import", f"hf/source={source}", "run/name=imported")
     assert code == 0, err
     assert read_json(theseus.root / "runs" / "imported" / "provenance.json")["huggingface"]["model_type"] == case
-    code, out, err = theseus(
-        "run",
-        "generate",
-        "generate/run=imported",
-        f"generate/prompt={PROMPT}",
-        "generate/temperature=0",
-        "generate/max_new_tokens=12",
-        "generate/stop_at_eot=false",
-    )
-    assert code == 0, err
-    ids = AutoTokenizer.from_pretrained(source)(PROMPT, return_tensors="pt").input_ids
-    with torch.no_grad():
-        generated = model.generate(ids, do_sample=False, max_new_tokens=12, min_new_tokens=12, pad_token_id=256)
-    new = generated[0, ids.shape[1] :].tolist()
-    decoder = Tokenizer.from_file(str(source / "tokenizer.json"))
-    assert out.rstrip("\n") == decoder.decode(ids[0, -len(PROMPT) :].tolist() + new, skip_special_tokens=False)
+    assert_generation_matches(theseus, "imported", source, model, PROMPT, 12)
 
     out_dir = tmp_path / "export"
     code, _, err = theseus("run", "hf/export", "hf/run=imported", f"hf/out={out_dir}")
