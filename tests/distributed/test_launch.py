@@ -116,3 +116,16 @@ def test_feed_share_follows_the_data_positions_of_each_process() -> None:
     # Processes interleaved along data cannot each feed one contiguous share.
     with pytest.raises(ConfigError, match="one contiguous block of data positions"):
         feed_share(np.array(devices(0, 1, 0, 1)).reshape(4, 1), 0, 0)
+
+
+def test_feed_share_counts_expert_and_data_positions_together() -> None:
+    # expert x data x model = 2 x 2 x 1 over 2 processes of 2 devices: batch rows split over expert x data
+    # (expert-major), each process holds one expert position and both data positions, so one half.
+    grid: np.ndarray = np.array(devices(0, 0, 1, 1)).reshape(2, 2, 1)
+    assert [feed_share(grid, (0, 1), p) for p in (0, 1)] == [(0, 2), (1, 2)]
+    # 4 processes of one device each: a quarter each, in expert-major order.
+    quarters: np.ndarray = np.array(devices(0, 1, 2, 3)).reshape(2, 2, 1)
+    assert [feed_share(quarters, (0, 1), p) for p in range(4)] == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    # Processes split along data but sharing expert positions hold interleaved rows: refused.
+    with pytest.raises(ConfigError, match="one contiguous block of data positions"):
+        feed_share(np.array(devices(0, 1, 0, 1)).reshape(2, 2, 1), (0, 1), 0)
