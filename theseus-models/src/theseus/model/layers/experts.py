@@ -63,24 +63,34 @@ def _ragged_rows(rows: jax.Array, sizes: jax.Array, kernels: Kernels, act: Activ
 
 
 def _blocked_rows(
-    rows: jax.Array, groups: jax.Array, sizes: jax.Array, kernels: Kernels, act: Activation, skip_empty: bool
+    rows: jax.Array,
+    groups: jax.Array,
+    order: jax.Array,
+    sizes: jax.Array,
+    kernels: Kernels,
+    act: Activation,
+    skip_empty: bool,
 ) -> jax.Array:
-    """Rows sorted by expert (``groups`` their sorted experts, padding marked ``>= E``) padded to whole
-    blocks of :func:`block_rows` per expert, each block one matmul with its expert's weights; with
-    ``skip_empty``, blocks holding no row are skipped by a ``lax.cond`` (worth it where most rows are
-    padding, as in the expert-parallel receive buffers; otherwise the conditional costs more in the
-    backward pass than the few empty blocks: 2.4x the step at E=64, k=8)."""
+    """Rows (in their own order; ``order`` sorts them by expert ``groups``, padding marked ``>= E``)
+    placed in whole blocks of :func:`block_rows` per expert, each block one matmul with its expert's
+    weights. Each row is scattered straight to its block slot and read back from it (one scatter and
+    one gather, whose transposes the backward pass runs). With ``skip_empty``, blocks holding no row
+    are skipped by a ``lax.cond`` (worth it where most rows are padding, as in the expert-parallel
+    receive buffers; otherwise the conditional costs more in the backward pass than the few empty
+    blocks: 2.4x the step at E=64, k=8)."""
     gate, up, down = kernels
     n_experts, m = up.shape[0], rows.shape[0]
     size = block_rows(m, n_experts)
     n_blocks = -(-m // size) + n_experts  # enough for any split of the rows
     padded = -(-sizes // size) * size
     padded_ends = jnp.cumsum(padded)
-    expert = jnp.minimum(groups, n_experts - 1)
+    sorted_groups = groups[order]
+    expert = jnp.minimum(sorted_groups, n_experts - 1)
     rank = jnp.arange(m) - (jnp.cumsum(sizes) - sizes)[expert]
     trash = n_blocks * size
-    destination = jnp.where(groups < n_experts, (padded_ends - padded)[expert] + rank, trash)
-    buffer = jnp.zeros((trash + 1, rows.shape[-1]), rows.dtype).at[destination].set(rows)[:trash]
+    slot_sorted = jnp.where(sorted_groups < n_experts, (padded_ends - padded)[expert] + rank, trash)
+    slot = slot_sorted[_inverse(order)]  # each row's slot, in the rows' own order
+    buffer = jnp.zeros((trash + 1, rows.shape[-1]), rows.dtype).at[slot].set(rows)[:trash]
     starts = jnp.arange(n_blocks) * size
     # the expert whose padded rows hold each block (a comparison count: searchsorted fails inside shard_map)
     owner = jnp.minimum(jnp.sum(padded_ends[None, :] <= starts[:, None], axis=1), n_experts - 1)
@@ -96,7 +106,7 @@ def _blocked_rows(
 
     used = starts < padded_ends[-1]
     out = jax.lax.map(block, (buffer.reshape(n_blocks, size, -1), owner, used)).reshape(trash, -1)
-    return jnp.concatenate([out, jnp.zeros((1, out.shape[-1]), out.dtype)])[destination]
+    return jnp.concatenate([out, jnp.zeros((1, out.shape[-1]), out.dtype)])[slot]
 
 
 def grouped_ffn(
@@ -109,12 +119,9 @@ def grouped_ffn(
     n_experts = kernels[1].shape[0]
     order = jnp.argsort(groups, stable=True)
     sizes = jnp.bincount(groups, length=n_experts).astype(jnp.int32)  # padding (>= E) is not counted
-    ordered = rows[order]
     if blocked:
-        out = _blocked_rows(ordered, groups[order], sizes, kernels, act, skip_empty)
-    else:
-        out = _ragged_rows(ordered, sizes, kernels, act)
-    return out[_inverse(order)]
+        return _blocked_rows(rows, groups, order, sizes, kernels, act, skip_empty)
+    return _ragged_rows(rows[order], sizes, kernels, act)[_inverse(order)]
 
 
 def dropless_experts(
