@@ -142,6 +142,51 @@ def test_gemma_layer_types_in_both_layouts_on_the_blocked_path(family: str, tmp_
     assert np.max(np.abs(np.asarray(logits) - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
 
 
+#: Gemma 3 layers in periods of 3 (two sliding, one full) with two layers left over: 2 scan steps, then
+#: 2 sliding layers unrolled.
+PERIODIC_TYPES = ["sliding_attention", "sliding_attention", "full_attention"] * 2 + ["sliding_attention"] * 2
+
+
+def test_scanned_gemma3_generates_past_the_window_with_window_sized_caches(tmp_path: Path) -> None:
+    """A scanned Gemma 3 whose layer_types repeat runs one period per scan step: its sliding layers keep
+    ring buffers of the window (4) and the full ones the whole length, and greedy generation of 16 tokens
+    after a prompt of 6 (past the window) gives the unrolled model's tokens and transformers'."""
+    import torch
+
+    from theseus.model.generation.decode import generate_tokens
+    from theseus.model.generation.sampling import SamplingParams
+    from theseus.model.models import init_cache
+
+    model = save_model(
+        tmp_path, "gemma3_text", tokenizer=False, num_hidden_layers=8, layer_types=PERIODIC_TYPES, sliding_window=4
+    )
+    prompt = np.random.default_rng(7).integers(0, VOCAB, (1, 6))
+    with torch.no_grad():
+        generated = model.generate(
+            torch.tensor(prompt), do_sample=False, max_new_tokens=16, min_new_tokens=16, pad_token_id=256
+        )
+    expected = generated[0, prompt.shape[1] :].tolist()
+    greedy = SamplingParams(temperature=0.0)
+    total = prompt.shape[1] + 16 - 1
+    for scan in (True, False):
+        prepared = prepare(tmp_path, {"model/scan_layers": scan})
+        params = read_params(prepared)
+        tokens = generate_tokens(prepared.model, params, prompt.tolist(), 16, sampling=greedy)[0].tokens
+        assert tokens == expected, scan
+        if scan:  # parameters stacked per layer as ever; the cache held per position of the period
+            assert prepared.model.scan_period == 3 and prepared.model.stacked_layers == ("blocks",)
+            assert {leaf.shape[0] for leaf in jax.tree.leaves(params["blocks"])} == {8}
+            cache = init_cache(prepared.model, 1, total)["blocks"]
+            keys = [cache["periods"][f"layers_{i}"]["attn"]["key"].shape for i in range(3)]
+            assert keys == [(2, 1, 4, 2, 16), (2, 1, 4, 2, 16), (2, 1, total, 2, 16)]  # [periods, B, slots, ...]
+            assert [cache[f"rest_{j}"]["attn"]["key"].shape for j in range(2)] == [(1, 4, 2, 16)] * 2
+        else:
+            cache = init_cache(prepared.model, 1, total)
+            assert [cache[f"blocks_{i}"]["attn"]["key"].shape[1] for i in range(8)] == [4, 4, total] * 2 + [4, 4]
+            windowless = prepared.model.clone(sliding_window=None)  # the family's 512: longer than the text
+            assert generate_tokens(windowless, params, prompt.tolist(), 16, sampling=greedy)[0].tokens != expected
+
+
 @pytest.mark.parametrize("family", ["llama", "phi3"])  # phi3: each fused tensor's parts placed one by one
 def test_parameters_land_on_the_given_shardings(family: str, tmp_path: Path) -> None:
     save_model(tmp_path, family, tokenizer=False)

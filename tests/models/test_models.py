@@ -340,6 +340,47 @@ def test_bad_gemma_layer_types_are_one_line_config_errors() -> None:
         assert "\n" not in str(info.value) and "architecture/layer_types=" in str(info.value)
 
 
+def test_repeating_gemma_layer_types_scan_whole_periods_like_unrolled_layers() -> None:
+    """Gemma's ``layer_types`` repeat (every 2nd / 6th layer full: the releases scan in periods of 2 / 6);
+    5 layers of period 2 scan 2 periods and run the last layer unrolled, with remat: the same logits, loss
+    and gradients as unrolled layers, and parameters stacked per layer with the ``layers`` axis as ever.
+    Types that do not repeat twice scan a layer per step."""
+    from theseus.checkpoint.layers import stacked
+    from theseus.model.models import Gemma2, Gemma3
+
+    for cls, preset, period in ((Gemma2, "gemma2-2b", 2), (Gemma3, "gemma3-1b", 6)):
+        with configuration({"architecture/preset": preset}):
+            assert configure(cls).scan_period == period
+    types = ["sliding_attention", "full_attention"] * 2 + ["sliding_attention"]
+    values: dict[str, object] = {"architecture__n_layers": 5, "architecture__n_kv_heads": 2}
+    values |= {"architecture__sliding_window": 3, "architecture__layer_types": types}
+    values["architecture__rope_local_theta"] = 100.0
+    unrolled = build(Gemma3, model__scan_layers=False, **values)
+    scanned = build(Gemma3, model__scan_layers=True, model__remat="full", **values)
+    short = build(Gemma3, **{**values, "architecture__n_layers": 3, "architecture__layer_types": types[:3]})
+    assert (scanned.scan_period, short.scan_period) == (2, None)
+    boxed = jax.eval_shape(lambda: scanned.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32)))["params"]
+    query = boxed["blocks"]["attn"]["query"]
+    assert (query.value.shape, query.names) == ((5, 32, 4, 32), (Axis.LAYERS, Axis.EMBED, Axis.HEADS, Axis.HEAD_DIM))
+    params = random_params(unrolled, std=0.1)
+    x, y, mask = batch()
+
+    def loss_and_grads(model: TransformerLM, p: dict) -> tuple:
+        def fn(p: dict) -> tuple:
+            logits, loss = model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True)
+            return loss, logits
+
+        return jax.value_and_grad(fn, has_aux=True)(p)
+
+    (loss_a, logits_a), grads_a = jax.jit(lambda p: loss_and_grads(unrolled, p))(params)
+    (loss_b, logits_b), grads_b = jax.jit(lambda p: loss_and_grads(scanned, p))(stacked(params, ["blocks"]))
+    # two compiled programs of five layers (float32 sums in another order): within a few 1e-5
+    np.testing.assert_allclose(np.asarray(logits_a), np.asarray(logits_b), atol=5e-5, rtol=0)
+    assert abs(float(loss_a) - float(loss_b)) <= 1e-5
+    for a, b in zip(jax.tree.leaves(stacked(grads_a, ["blocks"])), jax.tree.leaves(grads_b), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=5e-5, rtol=1e-4)
+
+
 def test_the_phi3_preset_has_the_published_shape_and_count() -> None:
     """phi-3-mini against transformers' Phi-3 built from Phi-3-mini-4k-instruct's config.json fields (meta
     device): the same 3.821B parameters at the unpadded vocabulary, and the count the description prints."""

@@ -249,8 +249,9 @@ class CausalSelfAttention(Module):
     initialising with ``decode=True`` on a ``[B, L]`` input (see ``theseus.model.models.init_cache``).
     A layer whose window is a fixed number shorter than ``L`` keeps a ring buffer of ``window`` slots
     instead (``key``/``value`` ``[B, window, kv_heads, head_dim]``, plus ``slots`` ``[window]``: the
-    sequence index each slot holds); a window chosen per layer at run time (a scanned model with
-    ``layer_types``) keeps the whole length, masked to the window, as stacked caches share one shape.
+    sequence index each slot holds); a window chosen per layer at run time (a scanned model whose
+    ``layer_types`` do not repeat) keeps the whole length, masked to the window, as stacked caches share
+    one shape (repeating ones scan whole periods, each layer static: ``theseus.model.models.stacks``).
     """
 
     n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, ClassVar
 
@@ -12,7 +11,6 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from theseus.base.axis import Axis, ShardingPlan
-from theseus.base.sown import AUX_COLLECTIONS
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
@@ -21,6 +19,7 @@ from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.layers.rotary import RopeScaling
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
 from theseus.model.models.block import Block, make_norm
+from theseus.model.models.stacks import REMAT_POLICIES, layer_stack, periodic_stack, scan_period, with_remat
 from theseus.model.module import Module
 
 
@@ -93,74 +92,6 @@ LAYERS = "blocks"
 #: unrolled compile time only hurts deep models.
 SCAN_FROM_LAYERS = 8
 
-#: ``model/remat`` policies: what the backward pass keeps from the forward pass of a layer.
-REMAT_POLICIES: dict[str, Any] = {
-    "none": None,  # everything (no recomputation)
-    "full": jax.checkpoint_policies.nothing_saveable,  # only the layer's input
-    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # the projections' outputs
-}
-
-
-def with_remat(block: type[Block], policy: str, *, prevent_cse: bool, static_layer: bool = False) -> type[Block]:
-    """``block`` recomputed in the backward pass under ``policy`` (unchanged for ``"none"``);
-    ``static_layer``: the call's ``layer`` index is a Python int too (unrolled layers with ``layer_types``)."""
-    if policy == "none":
-        return block
-    lifted: type[Block] = nn.remat(  # deterministic and decode (and an unrolled layer's index) are Python values
-        block,
-        static_argnums=(4, 5, 6) if static_layer else (4, 5),
-        policy=REMAT_POLICIES[policy],
-        prevent_cse=prevent_cse,
-    )
-    return lifted
-
-
-@functools.cache
-def _scan_body(block: Any, indexed: bool = False) -> type[Block]:
-    """``block`` with the call shape ``nn.scan`` expects: ``(carry, ...) -> (carry, None)``; ``indexed``:
-    the layer's index comes in as the scanned input ``layer`` (architectures with ``layer_types``)."""
-
-    class Layer(block):  # type: ignore[valid-type,misc]
-        @nn.nowrap  # only the layer's own call is a module method: recorded outputs stay as unrolled
-        def __call__(  # type: ignore[override]
-            self,
-            x: jax.Array,
-            padding_mask: jax.Array | None = None,
-            positions: jax.Array | None = None,
-            deterministic: bool = False,
-            decode: bool = False,
-            layer: jax.Array | None = None,
-        ) -> tuple[jax.Array, None]:
-            if indexed:
-                return super().__call__(x, padding_mask, positions, deterministic, decode, layer), None
-            return super().__call__(x, padding_mask, positions, deterministic, decode), None
-
-    Layer.__name__ = Layer.__qualname__ = f"Scanned{block.__name__}"
-    return Layer
-
-
-@functools.cache
-def layer_stack(block: Any, n_layers: int, remat: str, unroll: int = 1, indexed: bool = False) -> type[Block]:
-    """``n_layers`` copies of ``block`` run by one ``nn.scan``: parameters, KV cache, recorded
-    intermediates and what layers sow for the trainer get a leading layer axis (logical axis
-    ``layers``, never sharded), dropout and initialisation get a key per layer; ``remat`` applies
-    per layer; each loop iteration runs ``unroll`` layers (the compiled program grows with
-    ``unroll``, never with ``n_layers``).
-    ``indexed``: the stack is called with the layer indices ``[n_layers]`` as a scanned input, so
-    each layer can pick its own window and RoPE base (``layer_types``)."""
-    body = with_remat(_scan_body(block, indexed), remat, prevent_cse=False)
-    broadcast = (nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast)
-    stack: type[Block] = nn.scan(
-        body,
-        variable_axes={"params": 0, "cache": 0, "intermediates": 0, **dict.fromkeys(AUX_COLLECTIONS, 0)},
-        split_rngs={"params": True, "dropout": True},
-        in_axes=(*broadcast, 0) if indexed else broadcast,
-        length=n_layers,
-        unroll=unroll,
-        metadata_params={nn.PARTITION_NAME: Axis.LAYERS},
-    )
-    return stack
-
 
 class TransformerLM(Module):
     """A pre-norm decoder-only transformer language model.
@@ -202,8 +133,12 @@ class TransformerLM(Module):
     the layers run under one ``nn.scan``:
     compile time does not grow with depth and every layer variable (parameters, KV cache, recorded
     outputs) is stacked under ``blocks`` with a leading ``[n_layers]`` axis; otherwise the layers are
-    unrolled as ``blocks_0``, ``blocks_1``, ... (:attr:`stacked_layers` says which). ``model/remat``
-    recomputes each layer's activations in the backward pass (:data:`REMAT_POLICIES`).
+    unrolled as ``blocks_0``, ``blocks_1``, ... (:attr:`stacked_layers` says which). Layers whose
+    ``layer_types`` repeat (Gemma's sliding and full layers) scan one period per step (:attr:`scan_period`):
+    parameters stay stacked per layer, and the KV cache of a sliding layer is a ring buffer of its window
+    there too (the cache is held per position of the period; the ``n_layers % period`` last layers run
+    unrolled; ``model/scan_unroll`` rounds up to whole periods). ``model/remat`` recomputes each layer's
+    activations in the backward pass (:data:`REMAT_POLICIES`).
     """
 
     PRESETS: ClassVar[dict[str, Preset]] = {}
@@ -388,6 +323,13 @@ class TransformerLM(Module):
         return self.scan_layers
 
     @property
+    def scan_period(self) -> int | None:
+        """The layers per scan step when ``layer_types`` repeat (at least twice): each position of the
+        period is a layer of its own, with a static window and RoPE base and a KV cache of its window
+        (:func:`~theseus.model.models.stacks.periodic_stack`); None: every scan step is one layer."""
+        return scan_period(self.architecture.layer_types)
+
+    @property
     def remat_policy(self) -> str:
         """``model/remat`` as one of :data:`REMAT_POLICIES` (booleans read as full / none)."""
         value = self.remat
@@ -414,11 +356,16 @@ class TransformerLM(Module):
         if arch.learned_positions:
             self.position_embedding = child(self, PositionEmbedding, block_size=arch.block_size, n_embd=arch.n_embd)
         out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
-        if self.scans_layers:
-            block: Any = self.BLOCK  # a class: hashable, as the cached layer_stack needs
+        period = self.scan_period
+        block: Any = self.BLOCK  # a class: hashable, as the cached stacks need
+        if self.scans_layers and period is not None:  # one scan step per period of layer_types
+            unroll = min(-(-self.scan_unroll // period), arch.n_layers // period)  # whole periods
+            stack: Any = periodic_stack(block, arch.n_layers, period, self.remat_policy, unroll)
+            self.blocks: Any = child(self, stack, architecture=arch, out_std=out_std)
+        elif self.scans_layers:
             unroll, indexed = min(self.scan_unroll, arch.n_layers), arch.layer_types is not None
             stack = layer_stack(block, arch.n_layers, self.remat_policy, unroll, indexed)
-            self.blocks: Any = child(self, stack, architecture=arch, out_std=out_std)
+            self.blocks = child(self, stack, architecture=arch, out_std=out_std)
         else:
             static_layer = arch.layer_types is not None
             block_cls = with_remat(self.BLOCK, self.remat_policy, prevent_cse=True, static_layer=static_layer)
@@ -471,7 +418,7 @@ class TransformerLM(Module):
             h = self.embedding_dropout(h, deterministic=False)
         h = constrain(cast(h, self._activation_dtype), ACTIVATION_AXES)
         indexed = arch.layer_types is not None  # each layer is told its index: its window and RoPE base
-        if self.scans_layers and indexed:
+        if self.scans_layers and indexed and self.scan_period is None:
             h, _ = self.blocks(h, mask, positions, deterministic, decode, jnp.arange(arch.n_layers))
         elif self.scans_layers:
             h, _ = self.blocks(h, mask, positions, deterministic, decode)
