@@ -63,9 +63,14 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
         "gemma3_text, gpt2, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe "
         "(a plugin adds one by registering an 'hf/<model_type>' component",
     ),
-    "rope-yarn": (
-        edit_config(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}),
-        "rope_scaling.rope_type='yarn' is not supported",
+    "rope-dynamic": (
+        edit_config(rope_parameters={"rope_type": "dynamic", "factor": 4.0, "rope_theta": 1e4}),
+        "rope_scaling.rope_type='dynamic' is not supported",
+    ),
+    "quantized": (
+        edit_config(quantization_config={"quant_method": "bitsandbytes", "load_in_4bit": True}),
+        "config.json has quantization_config (quant_method='bitsandbytes'): theseus imports unquantized weights; "
+        "use a bfloat16/float32 copy of the checkpoint (dequantize it first)",
     ),
     "activation": (edit_config(hidden_act="gelu_fast"), "hidden_act='gelu_fast' is not supported"),
     "layer-types-length": (

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.huggingface.conftest import hf_logits, read_json, save_model
-from tests.huggingface.test_import_parity import LONGROPE
+from tests.huggingface.test_import_parity import LONGROPE, YARN
 
 PROMPT = "def f(x):"
 
@@ -18,7 +18,8 @@ PROMPT = "def f(x):"
 #: so generation runs past them against the KV cache.
 FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "gpt2": ("gpt2", {}),
-    "llama": ("llama", {}),
+    # YaRN: the prompt of 10 tokens and the new ones are past the original 8 positions
+    "llama-yarn": ("llama", {"rope_parameters": YARN}),
     "mistral-window": ("mistral", {"sliding_window": 6}),
     "qwen3-window": ("qwen3", {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 0}),
     "olmo2": ("olmo2", {}),
@@ -89,7 +90,7 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     assert exported["model_type"] == family
     assert getattr(reloaded.config, "sliding_window", None) == overrides.get("sliding_window")
     if "rope_parameters" in overrides:
-        assert reloaded.config.rope_parameters["rope_type"] == "longrope"
+        assert reloaded.config.rope_parameters["rope_type"] == overrides["rope_parameters"]["rope_type"]
 
     # sharded, bfloat16: an index and several files that transformers reads back
     sharded = tmp_path / "sharded"

@@ -39,9 +39,22 @@ COMMON: dict[str, Any] = {
     "qk_rope_head_dim": 4,
     "v_head_dim": 6,
 }
+#: ``yarn``: the releases' long-context RoPE at a small scale (trained on 8 positions, stretched 4x; the
+#: attention factor mscale / mscale_all_dim and the scores' extra (0.1 * 0.8 * ln 4 + 1)^2).
+YARN = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 8,
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "mscale": 1.0,
+    "mscale_all_dim": 0.8,
+}
 CASES: dict[str, dict[str, Any]] = {
     "query_lora": {"q_lora_rank": 12},
     "plain_query": {"q_lora_rank": None, "rope_interleave": False},
+    "yarn": {"q_lora_rank": 12, "rope_parameters": YARN, "max_position_embeddings": 32},
 }
 
 
@@ -80,7 +93,11 @@ def test_import_logits_match_transformers(saved: dict[str, tuple[Path, Any]], ca
     assert error <= 1e-4, error
     arch = prepared.model.architecture
     assert arch.mla is not None and arch.moe is not None
-    assert (arch.mla.q_lora_rank, arch.mla.rope_interleave) == ((12, True) if case == "query_lora" else (0, False))
+    assert (arch.mla.q_lora_rank, arch.mla.rope_interleave) == ((0, False) if case == "plain_query" else (12, True))
+    if case == "yarn":  # prompts of 12 tokens: past the original 8 positions
+        assert (arch.rope_scaling.kind, arch.rope_scaling.factor, arch.mla.mscale_all_dim) == ("yarn", 4.0, 0.8)
+        unscaled, _ = logits_of(folder, ids, mask, **{"architecture/mla/mscale_all_dim": 0.0})
+        assert float(np.max(np.abs(unscaled - got)[mask])) > 1e-2  # the scores' correction matters
     moe = arch.moe
     assert (moe.router, moe.n_group, moe.topk_group, moe.n_shared, moe.first_k_dense) == ("sigmoid", 2, 1, 1, 1)
     bias = np.asarray(read_params(prepared)["blocks_1"]["mlp"]["router_bias"])
@@ -107,7 +124,7 @@ def test_the_model_and_the_layer_are_registered() -> None:
 def test_generate_and_export_round_trip(saved: dict[str, tuple[Path, Any]], tmp_path: Path, theseus: Any) -> None:
     from transformers import AutoModelForCausalLM
 
-    source, model = saved["query_lora"]
+    source, model = saved["yarn"]  # the prompt and its new tokens run past the original 8 positions
     code, _, err = theseus("run", "hf/import", f"hf/source={source}", "run/name=imported")
     assert code == 0, err
     assert (
@@ -126,6 +143,33 @@ def test_generate_and_export_round_trip(saved: dict[str, tuple[Path, Any]], tmp_
     config = read_json(out_dir / "config.json")
     expected = {"q_lora_rank": 12, "kv_lora_rank": 8, "n_routed_experts": 8, "n_group": 2, "first_k_dense_replace": 1}
     assert {k: config[k] for k in expected} == expected and config["num_nextn_predict_layers"] == 0
+    rope = reloaded.config.rope_parameters
+    assert (rope["rope_type"], rope["factor"], rope["mscale_all_dim"]) == ("yarn", 4.0, 0.8)
+
+
+def test_multi_token_prediction_layers_are_set_aside(saved: dict[str, tuple[Path, Any]], tmp_path: Path) -> None:
+    """The releases store their multi-token-prediction layer after the last layer; import skips the
+    tensors config.json declares that way (as transformers does) and refuses any other extra tensor."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from theseus.errors import CheckpointError
+    from theseus.model.huggingface.importer import prepare
+
+    folder = tmp_path / "mtp"
+    shutil.copytree(saved["query_lora"][0], folder)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["model.layers.3.eh_proj.weight"] = np.zeros((32, 64), np.float32)
+    tensors["model.layers.3.mlp.experts.0.up_proj.weight"] = np.zeros((16, 32), np.float32)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    edit_config(num_nextn_predict_layers=0)(folder)
+    with pytest.raises(CheckpointError, match=r"holds tensor 'model\.layers\.3\..*\(2 such\)"):
+        prepare(folder)
+    edit_config(num_nextn_predict_layers=1)(folder)
+    prepared = prepare(folder)
+    assert prepared.model.architecture.n_layers == 3
+    assert not any(m.hf.startswith("model.layers.3.") for m in prepared.maps)
 
 
 def test_a_few_train_steps_have_a_finite_loss_and_move_the_bias(tmp_path: Path) -> None:
@@ -194,13 +238,13 @@ def test_the_published_preset_has_the_published_size() -> None:
 
 
 BAD: dict[str, tuple[dict[str, Any], str]] = {
-    "rope-yarn": (
-        {"rope_parameters": {"rope_type": "yarn", "factor": 40.0, "rope_theta": 1e4, "mscale_all_dim": 1.0}},
-        "config.json field rope_scaling.rope_type='yarn' is not supported",
+    "rope-dynamic": (
+        {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}},
+        "config.json field rope_scaling.rope_type='dynamic' is not supported by theseus (supported: default, linear",
     ),
-    "rope-mscale": (
-        {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4, "mscale_all_dim": 1.0}},
-        "config.json field rope_scaling.mscale_all_dim=1.0 is not supported",
+    "fp8": (
+        {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}},
+        "config.json has quantization_config (quant_method='fp8'): theseus imports unquantized weights",
     ),
     "kv-heads": ({"num_key_value_heads": 2}, "config.json field num_key_value_heads=2 is not supported"),
 }

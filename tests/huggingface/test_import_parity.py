@@ -24,6 +24,10 @@ LLAMA3 = {
     "original_max_position_embeddings": 64,
 }
 
+#: YaRN as Qwen3's long-context setting has it, at a small scale: trained on 8 positions, stretched 4x
+#: (the attention factor left to its default, 0.1 ln 4 + 1); prompts of 12 tokens run past the 8.
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 8}
+
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "gpt2-tied": ("gpt2", {}),
     "gpt2-untied": ("gpt2", {"tie_word_embeddings": False}),
@@ -41,6 +45,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # head_dim = hidden_size / heads: the import still sets it, so the Qwen3 preset's own width never applies
     "qwen3-width-heads": ("qwen3", {"head_dim": 8}),
     "qwen3-window": ("qwen3", {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 0}),
+    "qwen3-yarn": ("qwen3", {"rope_parameters": YARN}),
     # norms after each branch, q/k RMSNorm over the whole projection (GQA: 4 query, 2 key heads)
     "olmo2": ("olmo2", {}),
     "olmo2-tied-bias": ("olmo2", {"tie_word_embeddings": True, "attention_bias": True}),
@@ -99,6 +104,9 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         assert (arch.qkv_bias, arch.out_bias, arch.ffn_bias) == (True, False, False)
     if "head_dim" in overrides:
         assert arch.head_dim == overrides["head_dim"] and arch.n_embd == 32
+    if overrides.get("rope_parameters", {}).get("rope_type") == "yarn":
+        assert (arch.rope_scaling.kind, arch.rope_scaling.original_max_positions) == ("yarn", 8)
+        assert abs(arch.rope_scaling.magnitude - 1.1386294361119891) <= 1e-12
 
 
 def test_long_sequence_blocked_attention(tmp_path: Path) -> None:

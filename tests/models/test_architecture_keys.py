@@ -13,6 +13,7 @@ from theseus.checkpoint.layers import per_layer, stacked
 from theseus.errors import ConfigError
 from theseus.model.layers.rotary import RopeScaling, rotary_angles
 from theseus.model.models import GPT, Llama, TransformerLM
+from theseus.model.models.llama_hf import yarn_keys
 
 
 def shapes(model: TransformerLM) -> dict:
@@ -69,6 +70,19 @@ def test_defaults_keep_the_family_shapes() -> None:
             "llama3",
             {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
         ),
+        ("yarn", {"factor": 16.0, "original_max_position_embeddings": 256}),
+        (
+            "yarn",
+            {
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "beta_fast": 16.0,
+                "beta_slow": 2.0,
+                "truncate": False,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.5,
+            },
+        ),
     ],
 )
 def test_rope_scaling_matches_transformers(kind: str, extra: dict) -> None:
@@ -82,18 +96,35 @@ def test_rope_scaling_matches_transformers(kind: str, extra: dict) -> None:
         max_position_embeddings=512,
         rope_parameters={"rope_type": kind, "rope_theta": theta, **extra},
     )
-    expected, _ = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
-    scaling = RopeScaling(
-        kind=kind,
-        factor=extra["factor"],
-        low_freq_factor=extra.get("low_freq_factor", 1.0),
-        high_freq_factor=extra.get("high_freq_factor", 4.0),
-        original_max_positions=extra.get("original_max_position_embeddings", 8192),
-    )
+    expected, attention_factor = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
+    if kind == "yarn":  # through the import's resolution of the defaults and the attention factor
+        keys = yarn_keys({"max_position_embeddings": 512}, extra)
+        scaling = RopeScaling(
+            kind=kind,
+            factor=keys["architecture/rope_factor"],
+            original_max_positions=keys["architecture/rope_original_max_positions"],
+            beta_fast=keys["architecture/rope_beta_fast"],
+            beta_slow=keys["architecture/rope_beta_slow"],
+            truncate=keys["architecture/rope_truncate"],
+            attention_factor=keys["architecture/rope_attention_factor"],
+        )
+    else:
+        scaling = RopeScaling(
+            kind=kind,
+            factor=extra["factor"],
+            low_freq_factor=extra.get("low_freq_factor", 1.0),
+            high_freq_factor=extra.get("high_freq_factor", 4.0),
+            original_max_positions=extra.get("original_max_position_embeddings", 8192),
+        )
     got = np.asarray(rotary_angles(jnp.ones((1,), jnp.int32), head_dim, theta, scaling.validate()))[0]
     plain = np.asarray(rotary_angles(jnp.ones((1,), jnp.int32), head_dim, theta))[0]
     np.testing.assert_allclose(got, expected.numpy(), rtol=1e-6)
     assert not np.allclose(got, plain)
+    assert abs(scaling.magnitude - attention_factor) <= 1e-12
+    if kind == "yarn":  # some frequencies kept, some divided by the factor, some in between
+        ratio = plain / got
+        assert ratio[0] == 1.0 and abs(ratio[-1] - extra["factor"]) < 1e-5
+        assert np.any((ratio > 1.0 + 1e-6) & (ratio < extra["factor"] - 1e-6))
 
 
 @pytest.mark.parametrize(
@@ -104,7 +135,15 @@ def test_rope_scaling_matches_transformers(kind: str, extra: dict) -> None:
             {"architecture/sliding_window": 128, "architecture/block_size": 64},
             "architecture/sliding_window=128 is longer than architecture/block_size=64, so it never limits",
         ),
-        ({"architecture/rope_scaling": "yarn"}, "unknown architecture/rope_scaling 'yarn'"),
+        ({"architecture/rope_scaling": "ntk"}, "unknown architecture/rope_scaling 'ntk'"),
+        (
+            {
+                "architecture/rope_scaling": "yarn",
+                "architecture/rope_beta_fast": 1.0,
+                "architecture/rope_beta_slow": 2.0,
+            },
+            "yarn rope scaling needs architecture/rope_beta_fast > architecture/rope_beta_slow > 0, got 1.0 and 2.0",
+        ),
         ({"architecture/head_dim": 0}, "architecture/head_dim must be a positive integer"),
         ({"architecture/n_embd": 30, "architecture/n_heads": 4}, "or set architecture/head_dim"),
     ],

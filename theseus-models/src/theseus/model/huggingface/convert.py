@@ -41,6 +41,13 @@ class Imported:
 def from_config(config: Mapping[str, Any]) -> tuple[HFFamily, Imported]:
     """The installed family of a ``config.json`` and what the checkpoint becomes."""
     found = family(config.get("model_type"))
+    quantized = config.get("quantization_config")
+    if quantized:
+        method = quantized.get("quant_method", "?") if isinstance(quantized, Mapping) else quantized
+        raise CheckpointError(
+            f"config.json has quantization_config (quant_method={method!r}): theseus imports unquantized "
+            "weights; use a bfloat16/float32 copy of the checkpoint (dequantize it first)"
+        )
     return found, Imported(found.model_type, found.model_class, found.keys(config))
 
 
@@ -84,7 +91,10 @@ def plan_import(checkpoint: HFCheckpoint, arch: Architecture) -> list[TensorMap]
         if not np.issubdtype(np.dtype(_float_kind(info.dtype)), np.floating):
             raise CheckpointError(f"tensor {tensor_map.hf!r} in {info.file.name} has dtype {info.dtype}, not a float")
     known = {m.hf for m in maps}
-    extra = [n for n in tensors if n not in known and not n.endswith(IGNORED_SUFFIXES)]
+    aside = checkpoint.family.set_aside
+    extra = [
+        n for n in tensors if n not in known and not n.endswith(IGNORED_SUFFIXES) and not aside(n, checkpoint.config)
+    ]
     if extra:
         raise CheckpointError(
             f"{checkpoint.folder} holds tensor {extra[0]!r} that the {checkpoint.imported.family} layout does not "

@@ -57,6 +57,12 @@ class HFFamily:
         """A checkpoint tensor name in the ``*ForCausalLM`` layout (e.g. with the base model's prefix)."""
         return name
 
+    def set_aside(self, name: str, config: Mapping[str, Any]) -> bool:
+        """Whether tensor ``name`` belongs to a part of the checkpoint that ``config`` declares and that
+        the model leaves out by design (as transformers does: DeepSeek-V3's multi-token-prediction
+        layers); import skips such tensors instead of refusing the checkpoint."""
+        return False
+
     # -- both ways ---------------------------------------------------------------------------------
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
         """Every checkpoint tensor of ``arch`` with the theseus parameters it holds."""

@@ -43,7 +43,7 @@ from theseus.model.layers.attention import (
     window_mask,
 )
 from theseus.model.layers.norms import RMSNorm
-from theseus.model.layers.rotary import RopeScaling, rotate
+from theseus.model.layers.rotary import RopeScaling, rotate, yarn_mscale
 from theseus.model.module import Module
 
 #: The latents' RMSNorm epsilon (transformers' DeepSeek-V3 fixes it, whatever ``rms_norm_eps`` is).
@@ -60,6 +60,7 @@ class MLASpec:
     qk_rope_head_dim: int
     v_head_dim: int
     rope_interleave: bool = True
+    mscale_all_dim: float = 0.0
 
     @property
     def qk_head_dim(self) -> int:
@@ -79,7 +80,18 @@ class MLASpec:
             raise ConfigError(
                 f"architecture/mla/qk_rope_head_dim={self.qk_rope_head_dim} must be even (rotary pairs); change it"
             )
+        if not self.mscale_all_dim >= 0:
+            raise ConfigError(f"architecture/mla/mscale_all_dim must be 0 or positive, got {self.mscale_all_dim}")
         return self
+
+    def score_scale(self, scaling: RopeScaling | None) -> float:
+        """What scores are multiplied by: ``qk_head_dim ** -0.5``, and with rope scaling on and
+        ``mscale_all_dim`` set, ``yarn_mscale(factor, mscale_all_dim) ** 2`` (DeepSeek's long-context
+        correction)."""
+        scale = self.qk_head_dim**-0.5
+        if scaling is not None and scaling.kind != "none" and self.mscale_all_dim:
+            scale *= yarn_mscale(scaling.factor, self.mscale_all_dim) ** 2
+        return scale
 
     def matmul_params(self, n_embd: int, n_heads: int) -> int:
         """Projection weights of one layer: query (or its two low-rank factors), the latent and shared
@@ -132,6 +144,12 @@ class MLAKeys(Module):
         default=True,
         help="rotary pairs are interleaved dimensions (DeepSeek's layout); false: first and second halves",
     )
+    mscale_all_dim: float = field(
+        "architecture/mla/mscale_all_dim",
+        default=0.0,
+        help="with rope scaling on, scores also scaled by (0.1 * mscale_all_dim * ln(rope_factor) + 1)^2 "
+        "(DeepSeek's yarn releases: 1; 0: off)",
+    )
 
     def mla_spec(self, **preset: int) -> MLASpec:
         """The keys as a validated :class:`MLASpec`; ``preset`` stands in for keys left None."""
@@ -142,7 +160,9 @@ class MLAKeys(Module):
             if value is None:
                 raise ConfigError(f"multi-head latent attention needs architecture/mla/{key}; set it")
             values[key] = value
-        return MLASpec(**values, rope_interleave=bool(self.rope_interleave)).validate()
+        return MLASpec(
+            **values, rope_interleave=bool(self.rope_interleave), mscale_all_dim=float(self.mscale_all_dim)
+        ).validate()
 
 
 class LatentAttention(MLAKeys):
@@ -150,7 +170,7 @@ class LatentAttention(MLAKeys):
     compressed KV cache; the call is :class:`~theseus.model.layers.attention.CausalSelfAttention`'s.
 
     Config keys: ``architecture/mla/*`` (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
-    ``qk_rope_head_dim``, ``v_head_dim``, ``rope_interleave``), ``architecture/n_heads``,
+    ``qk_rope_head_dim``, ``v_head_dim``, ``rope_interleave``, ``mscale_all_dim``), ``architecture/n_heads``,
     ``architecture/dropout`` (on the output, training only), ``architecture/attention_impl``.
     LoRA adapters (``model/lora/rank`` > 0) are refused.
 
@@ -162,7 +182,8 @@ class LatentAttention(MLAKeys):
     ``model`` mesh axis and the width over ``data``; the ranks are replicated.
 
     ``rope_theta`` / ``rope_scaling`` rotate the rotary parts (passed by the model); scores are scaled by
-    ``qk_head_dim ** -0.5``.
+    ``qk_head_dim ** -0.5`` (and by ``architecture/mla/mscale_all_dim``'s correction under rope scaling,
+    :meth:`MLASpec.score_scale`).
     """
 
     n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
@@ -336,7 +357,7 @@ class LatentAttention(MLAKeys):
         q = jnp.concatenate([q[..., :nope], self._rotate(q[..., nope:], positions, spec)], axis=-1)
         key = self._kernel("key", (spec.kv_lora_rank, n_heads, nope), per_head, std)
         value = self._kernel("value", (spec.kv_lora_rank, n_heads, spec.v_head_dim), per_head, std)
-        scale = spec.qk_head_dim**-0.5
+        scale = spec.score_scale(self.rope_scaling)
 
         cached = self._cached(latent, rope_key, padding_mask) if decode else None
         if cached is not None:

@@ -12,7 +12,7 @@ from theseus.errors import ConfigError
 from theseus.model.module import Module
 
 #: Supported ``architecture/rope_scaling`` kinds.
-ROPE_SCALINGS = ("none", "linear", "llama3", "longrope")
+ROPE_SCALINGS = ("none", "linear", "llama3", "longrope", "yarn")
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,10 @@ class RopeScaling:
     ``longrope``: Phi-3's LongRoPE: frequency ``i`` divided by ``short_factor[i]`` while a sequence
     fits ``original_max_positions`` and by ``long_factor[i]`` once it is longer (chosen per call from
     the largest position, as transformers does), and queries and keys scaled by ``attention_factor``.
+    ``yarn``: YaRN (NTK-by-parts): frequencies that turn fewer than ``beta_slow`` times over
+    ``original_max_positions`` are divided by ``factor``, those turning more than ``beta_fast`` times
+    kept, a linear ramp between (its ends rounded outward when ``truncate``); queries and keys scaled by
+    ``attention_factor`` (None: ``0.1 * ln(factor) + 1``, the paper's).
     """
 
     kind: str = "none"
@@ -35,7 +39,10 @@ class RopeScaling:
     original_max_positions: int = 8192
     short_factor: tuple[float, ...] = ()
     long_factor: tuple[float, ...] = ()
-    attention_factor: float = 1.0
+    attention_factor: float | None = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
 
     def validate(self) -> RopeScaling:
         if self.kind not in ROPE_SCALINGS:
@@ -56,18 +63,31 @@ class RopeScaling:
                     "longrope rope scaling needs architecture/rope_short_factor and rope_long_factor: "
                     f"positive lists of one length, got {list(self.short_factor)} and {list(self.long_factor)}"
                 )
-            if not self.attention_factor > 0:
-                raise ConfigError(f"architecture/rope_attention_factor must be positive, got {self.attention_factor}")
+        if self.kind in ("longrope", "yarn") and self.attention_factor is not None and not self.attention_factor > 0:
+            raise ConfigError(f"architecture/rope_attention_factor must be positive, got {self.attention_factor}")
+        if self.kind == "yarn" and not self.beta_fast > self.beta_slow > 0:
+            raise ConfigError(
+                "yarn rope scaling needs architecture/rope_beta_fast > architecture/rope_beta_slow > 0, "
+                f"got {self.beta_fast} and {self.beta_slow}"
+            )
         return self
 
     @property
     def magnitude(self) -> float:
-        """What rotated queries and keys are multiplied by (longrope's ``attention_factor``, else 1)."""
-        return self.attention_factor if self.kind == "longrope" else 1.0
+        """What rotated queries and keys are multiplied by (longrope's and yarn's attention factor, else 1)."""
+        if self.kind == "yarn":
+            return yarn_mscale(self.factor) if self.attention_factor is None else self.attention_factor
+        if self.kind == "longrope":
+            return 1.0 if self.attention_factor is None else self.attention_factor
+        return 1.0
 
-    def apply(self, inv_freq: jax.Array, seq_len: jax.Array | None = None) -> jax.Array:
-        """The scaled inverse frequencies (float32); longrope's depend on ``seq_len`` (the largest
-        position + 1; None: the short factors)."""
+    def apply(
+        self, inv_freq: jax.Array, seq_len: jax.Array | None = None, theta: float | jax.Array = 10000.0
+    ) -> jax.Array:
+        """The scaled inverse frequencies (float32) of base ``theta``; longrope's depend on ``seq_len``
+        (the largest position + 1; None: the short factors)."""
+        if self.kind == "yarn":
+            return self._yarn(inv_freq, theta)
         if self.kind == "longrope":
             if len(self.short_factor) != inv_freq.shape[-1]:
                 raise ConfigError(
@@ -94,6 +114,27 @@ class RopeScaling:
         medium = (wavelength >= high_wavelength) & (wavelength <= low_wavelength)
         return jnp.where(medium, interpolated, scaled)
 
+    def _yarn(self, inv_freq: jax.Array, theta: float | jax.Array) -> jax.Array:
+        dim = 2 * inv_freq.shape[-1]
+        log_theta = jnp.log(jnp.asarray(theta, jnp.float32))
+
+        def boundary(rotations: float) -> jax.Array:
+            """The frequency index that turns ``rotations`` times over the original context."""
+            return dim * math.log(self.original_max_positions / (rotations * 2 * math.pi)) / (2 * log_theta)
+
+        low, high = boundary(self.beta_fast), boundary(self.beta_slow)
+        if self.truncate:
+            low, high = jnp.floor(low), jnp.ceil(high)
+        low, high = jnp.maximum(low, 0.0), jnp.minimum(high, dim - 1.0)
+        high = jnp.where(low == high, high + 0.001, high)
+        ramp = jnp.clip((jnp.arange(dim // 2, dtype=jnp.float32) - low) / (high - low), 0.0, 1.0)
+        return inv_freq / self.factor * ramp + inv_freq * (1.0 - ramp)
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction ``0.1 * mscale * ln(factor) + 1`` (1 for ``factor`` <= 1)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
 
 def rotary_angles(
     positions: jax.Array, head_dim: int, theta: float | jax.Array, scaling: RopeScaling | None = None
@@ -103,7 +144,7 @@ def rotary_angles(
     exponents = jnp.arange(0, head_dim // 2, dtype=jnp.float32) * (2.0 / head_dim)
     inv_freq = 1.0 / (theta**exponents)
     if scaling is not None:
-        inv_freq = scaling.apply(inv_freq, jnp.max(positions) + 1 if scaling.kind == "longrope" else None)
+        inv_freq = scaling.apply(inv_freq, jnp.max(positions) + 1 if scaling.kind == "longrope" else None, theta)
     return positions.astype(jnp.float32)[..., None] * inv_freq
 
 

@@ -118,7 +118,7 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
 
     The ``architecture/mla/*`` keys left None take the preset's widths, and the ``architecture/moe/*``
     keys left None its shape and routing (``hf/import`` reads every one from ``config.json``).
-    RoPE keys as :class:`Llama`'s (``none`` | ``linear`` | ``llama3`` scaling); the releases set
+    RoPE keys as :class:`Llama`'s (the releases use ``yarn``, with ``architecture/mla/mscale_all_dim``); they set
     ``architecture/norm_eps=1e-6``.
 
     Presets (``architecture/preset``): ``tiny`` (3 layers, the first dense, 8 experts of 32 in 2 groups,

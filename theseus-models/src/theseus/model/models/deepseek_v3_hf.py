@@ -7,8 +7,10 @@ value's), ``o_proj``. The leading ``first_k_dense_replace`` layers have a dense 
 the router ``mlp.gate`` with its ``e_score_correction_bias`` (theseus' ``router_bias``), the experts one
 tensor each (``mlp.experts.<j>.gate_proj`` / ``up_proj`` / ``down_proj``, as ``save_pretrained`` writes
 them; stacked on theseus' ``expert`` axis) and ``mlp.shared_experts``. The multi-token-prediction
-module (``num_nextn_predict_layers``) is not part of the model: a checkpoint that holds its tensors is
-refused, and the export writes none.
+layers (``num_nextn_predict_layers``, stored after the last layer) are not part of the model: import
+skips their tensors, as transformers does, and the export writes none. RoPE scaling: ``yarn`` (the
+releases' long-context setting) with ``mscale_all_dim`` (``architecture/mla/mscale_all_dim``), as well
+as ``linear`` and ``llama3``.
 """
 
 from __future__ import annotations
@@ -122,8 +124,7 @@ class DeepseekV3Family(HFFamily):
             raise unsupported("num_key_value_heads", n_kv, f"latent attention has one key/value per head ({n_heads})")
         rope = rope_keys(config)
         scaling = {**(config.get("rope_parameters") or {}), **(config.get("rope_scaling") or {})}
-        if rope["architecture/rope_scaling"] != "none" and scaling.get("mscale_all_dim"):
-            raise unsupported("rope_scaling.mscale_all_dim", scaling["mscale_all_dim"])
+        mscale_all_dim = float(scaling.get("mscale_all_dim") or 0.0)
         q_lora, shared = config.get("q_lora_rank"), config.get("n_shared_experts", 1)
         if not shared:
             raise unsupported("n_shared_experts", shared, "theseus' DeepSeek-V3 layers have shared experts")
@@ -145,6 +146,7 @@ class DeepseekV3Family(HFFamily):
             "architecture/mla/qk_rope_head_dim": int(require(config, "qk_rope_head_dim")),
             "architecture/mla/v_head_dim": int(require(config, "v_head_dim")),
             "architecture/mla/rope_interleave": bool(config.get("rope_interleave", True)),
+            "architecture/mla/mscale_all_dim": mscale_all_dim,
             "architecture/moe/n_experts": int(config.get("n_routed_experts") or require(config, "num_local_experts")),
             "architecture/moe/top_k": int(require(config, "num_experts_per_tok")),
             "architecture/moe/expert_hidden": int(require(config, "moe_intermediate_size")),
@@ -156,6 +158,13 @@ class DeepseekV3Family(HFFamily):
             "architecture/moe/topk_group": int(config.get("topk_group") or 1),
             "architecture/moe/routed_scaling_factor": float(config.get("routed_scaling_factor", 1.0)),
         }
+
+    def set_aside(self, name: str, config: Mapping[str, Any]) -> bool:
+        """The multi-token-prediction layers: ``model.layers.<n>`` for ``num_hidden_layers`` <= n <
+        ``num_hidden_layers + num_nextn_predict_layers``."""
+        n_layers, extra = int(config.get("num_hidden_layers") or 0), int(config.get("num_nextn_predict_layers") or 0)
+        index = name.split(".")[2] if name.startswith("model.layers.") else ""
+        return index.isdigit() and n_layers <= int(index) < n_layers + extra
 
     # -- both ways ---------------------------------------------------------------------------------
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
@@ -184,8 +193,11 @@ class DeepseekV3Family(HFFamily):
             raise cannot(self.model_type, "biases")
         if arch.sliding_window is not None:
             raise cannot(self.model_type, f"architecture/sliding_window={arch.sliding_window}")
-        if arch.rope_scaling.kind not in ("none", "linear", "llama3"):
+        if arch.rope_scaling.kind not in ("none", "linear", "llama3", "yarn"):
             raise cannot(self.model_type, f"architecture/rope_scaling={arch.rope_scaling.kind}")
+        rope = rope_config(arch)
+        if rope["rope_scaling"] is not None and mla.mscale_all_dim:
+            rope["rope_parameters"]["mscale_all_dim"] = mla.mscale_all_dim
         return {
             "hidden_size": arch.n_embd,
             "intermediate_size": arch.d_ff,
@@ -197,7 +209,7 @@ class DeepseekV3Family(HFFamily):
             "hidden_act": "silu",
             "attention_bias": False,
             "attention_dropout": 0.0,
-            **rope_config(arch),
+            **rope,
             "rope_interleave": mla.rope_interleave,
             "q_lora_rank": mla.q_lora_rank or None,
             "kv_lora_rank": mla.kv_lora_rank,

@@ -55,7 +55,9 @@ class Llama(TransformerLM):
     with ``rope_factor``, ``rope_low_freq_factor``, ``rope_high_freq_factor``,
     ``rope_original_max_positions``) stretches the rotary frequencies as Llama 3.1 checkpoints do
     (``longrope``, with ``rope_short_factor``, ``rope_long_factor``, ``rope_attention_factor``: as
-    Phi-3's 128k checkpoints do);
+    Phi-3's 128k checkpoints do; ``yarn``, with ``rope_factor``, ``rope_original_max_positions``,
+    ``rope_beta_fast``, ``rope_beta_slow``, ``rope_truncate``, ``rope_attention_factor``: as DeepSeek-V3
+    and Qwen3's long-context settings do);
     ``architecture/sliding_window`` gives every layer a Mistral-style attention window (each token
     sees itself and the ``sliding_window - 1`` tokens before it, in training and generation).
     See :class:`TransformerLM` for the keys and the call contract.
@@ -71,9 +73,11 @@ class Llama(TransformerLM):
     LEARNED_POSITIONS: ClassVar[bool] = False
 
     rope_theta: float = field("architecture/rope_theta", default=10000.0, help="rotary embedding base frequency")
-    rope_scaling: str = field("architecture/rope_scaling", default="none", help="none | linear | llama3 | longrope")
+    rope_scaling: str = field(
+        "architecture/rope_scaling", default="none", help="none | linear | llama3 | longrope | yarn"
+    )
     rope_factor: float = field(
-        "architecture/rope_factor", default=1.0, help="frequency divisor of linear and llama3 rope scaling"
+        "architecture/rope_factor", default=1.0, help="frequency divisor of linear, llama3 and yarn rope scaling"
     )
     rope_low_freq_factor: float = field(
         "architecture/rope_low_freq_factor", default=1.0, help="llama3 rope scaling: low-frequency factor"
@@ -84,7 +88,7 @@ class Llama(TransformerLM):
     rope_original_max_positions: int = field(
         "architecture/rope_original_max_positions",
         default=8192,
-        help="llama3 and longrope scaling: context length the unscaled model was trained on",
+        help="llama3, longrope and yarn scaling: context length the unscaled model was trained on",
     )
     rope_short_factor: tuple[float, ...] = field(
         "architecture/rope_short_factor",
@@ -96,8 +100,23 @@ class Llama(TransformerLM):
         default=(),
         help="longrope: per-frequency divisors once a sequence is longer than rope_original_max_positions",
     )
-    rope_attention_factor: float = field(
-        "architecture/rope_attention_factor", default=1.0, help="longrope: the scale of rotated queries and keys"
+    rope_attention_factor: float | None = field(
+        "architecture/rope_attention_factor",
+        default=None,
+        help="longrope and yarn: the scale of rotated queries and keys (None: longrope 1, yarn 0.1 ln(factor) + 1)",
+    )
+    rope_beta_fast: float = field(
+        "architecture/rope_beta_fast",
+        default=32.0,
+        help="yarn: frequencies turning more often than this over rope_original_max_positions are kept",
+    )
+    rope_beta_slow: float = field(
+        "architecture/rope_beta_slow",
+        default=1.0,
+        help="yarn: frequencies turning less often than this over rope_original_max_positions are divided",
+    )
+    rope_truncate: bool = field(
+        "architecture/rope_truncate", default=True, help="yarn: round the ramp's ends to whole frequencies"
     )
     sliding_window: int | None = field(
         "architecture/sliding_window",
@@ -123,7 +142,10 @@ class Llama(TransformerLM):
             original_max_positions=self.rope_original_max_positions,
             short_factor=tuple(float(f) for f in self.rope_short_factor or ()),
             long_factor=tuple(float(f) for f in self.rope_long_factor or ()),
-            attention_factor=float(self.rope_attention_factor),
+            attention_factor=None if self.rope_attention_factor is None else float(self.rope_attention_factor),
+            beta_fast=float(self.rope_beta_fast),
+            beta_slow=float(self.rope_beta_slow),
+            truncate=bool(self.rope_truncate),
         )
 
     def _sliding_window(self) -> int | None:

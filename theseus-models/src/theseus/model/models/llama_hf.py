@@ -23,13 +23,14 @@ from theseus.model.huggingface.names import (
     vocab_embedding,
     vocab_head,
 )
+from theseus.model.layers.rotary import yarn_mscale
 from theseus.model.models.architecture import Architecture
 
 LLAMA_CLASS = "theseus.model.models.llama:Llama"
 
 
 def rope_keys(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``rope_theta`` and ``rope_scaling`` (default, linear, llama3) as ``architecture/rope_*`` keys."""
+    """``rope_theta`` and ``rope_scaling`` (default, linear, llama3, yarn) as ``architecture/rope_*`` keys."""
     parameters = config.get("rope_parameters") or {}
     legacy = config.get("rope_scaling") or {}
     scaling = {**parameters, **legacy}
@@ -54,9 +55,34 @@ def rope_keys(config: Mapping[str, Any]) -> dict[str, Any]:
                 "architecture/rope_original_max_positions": int(scaling["original_max_position_embeddings"]),
             }
         )
+    elif kind == "yarn":
+        keys.update(yarn_keys(config, scaling))
     else:
-        raise unsupported(field, kind, "supported: default, linear, llama3")
+        raise unsupported(field, kind, "supported: default, linear, llama3, yarn")
     return keys
+
+
+def yarn_keys(config: Mapping[str, Any], scaling: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``yarn`` entry as ``architecture/rope_*`` keys, its defaults and attention factor resolved as
+    transformers resolves them (``mscale`` over ``mscale_all_dim`` where both are set)."""
+    original = int(scaling.get("original_max_position_embeddings") or require(config, "max_position_embeddings"))
+    factor = scaling.get("factor") or int(require(config, "max_position_embeddings")) / original
+    attention = scaling.get("attention_factor")
+    if attention is None:
+        mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
+        if mscale and mscale_all_dim:
+            attention = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+        else:
+            attention = yarn_mscale(factor)
+    return {
+        "architecture/rope_scaling": "yarn",
+        "architecture/rope_factor": float(factor),
+        "architecture/rope_original_max_positions": original,
+        "architecture/rope_beta_fast": float(scaling.get("beta_fast") or 32.0),
+        "architecture/rope_beta_slow": float(scaling.get("beta_slow") or 1.0),
+        "architecture/rope_truncate": bool(scaling.get("truncate", True)),
+        "architecture/rope_attention_factor": float(attention),
+    }
 
 
 def rope_config(arch: Architecture) -> dict[str, Any]:
@@ -73,6 +99,26 @@ def rope_config(arch: Architecture) -> dict[str, Any]:
             "low_freq_factor": scaling.low_freq_factor,
             "high_freq_factor": scaling.high_freq_factor,
             "original_max_position_embeddings": scaling.original_max_positions,
+        }
+    elif scaling.kind == "longrope":
+        rope = {
+            **rope,
+            "rope_type": "longrope",
+            "short_factor": list(scaling.short_factor),
+            "long_factor": list(scaling.long_factor),
+            "original_max_position_embeddings": scaling.original_max_positions,
+            "attention_factor": scaling.magnitude,
+        }
+    elif scaling.kind == "yarn":
+        rope = {
+            **rope,
+            "rope_type": "yarn",
+            "factor": scaling.factor,
+            "original_max_position_embeddings": scaling.original_max_positions,
+            "beta_fast": scaling.beta_fast,
+            "beta_slow": scaling.beta_slow,
+            "attention_factor": scaling.magnitude,
+            **({} if scaling.truncate else {"truncate": False}),
         }
     return {"rope_parameters": rope, "rope_scaling": None if scaling.kind == "none" else rope}
 
@@ -351,4 +397,5 @@ __all__ = [
     "rope_config",
     "rope_keys",
     "window_config",
+    "yarn_keys",
 ]

@@ -130,19 +130,7 @@ class Phi3Family(LlamaFamily):
             raise cannot(self.model_type, f"architecture/rope_scaling={scaling.kind}")
         config = super().config(arch, settings)
         if scaling.kind == "longrope":
-            rope = {
-                "rope_type": "longrope",
-                "rope_theta": arch.rope_theta,
-                "short_factor": list(scaling.short_factor),
-                "long_factor": list(scaling.long_factor),
-                "original_max_position_embeddings": scaling.original_max_positions,
-                "attention_factor": scaling.attention_factor,
-            }
-            config.update(
-                rope_parameters=rope,
-                rope_scaling=rope,
-                original_max_position_embeddings=scaling.original_max_positions,
-            )
+            config["original_max_position_embeddings"] = scaling.original_max_positions
         return config
 
     def to_config(
