@@ -54,6 +54,25 @@ def _inverse(order: jax.Array) -> jax.Array:
     return jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
 
 
+@jax.custom_vjp
+def permute_rows(x: jax.Array, to: jax.Array, back: jax.Array) -> jax.Array:
+    """Rows ``x[to]`` (``to == len(x)``: a zero row), where ``back`` is the inverse placement: row ``i``
+    of ``x`` lands at ``back[i]`` alone (``len(to)``: nowhere). Both directions are gathers: the
+    backward pass reads the cotangent at ``back`` instead of scatter-adding it (slow on CPU)."""
+    return jnp.concatenate([x, jnp.zeros((1, x.shape[-1]), x.dtype)])[to]
+
+
+def _permute_forward(x: jax.Array, to: jax.Array, back: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return permute_rows(x, to, back), back
+
+
+def _permute_backward(back: jax.Array, g: jax.Array) -> tuple[jax.Array, None, None]:
+    return jnp.concatenate([g, jnp.zeros((1, g.shape[-1]), g.dtype)])[back], None, None
+
+
+permute_rows.defvjp(_permute_forward, _permute_backward)
+
+
 def _ragged_rows(rows: jax.Array, sizes: jax.Array, kernels: Kernels, act: Activation) -> jax.Array:
     """Rows sorted by expert (``sizes`` per expert; rows past their sum are padding) as grouped matmuls."""
     gate, up, down = kernels
@@ -73,8 +92,8 @@ def _blocked_rows(
 ) -> jax.Array:
     """Rows (in their own order; ``order`` sorts them by expert ``groups``, padding marked ``>= E``)
     placed in whole blocks of :func:`block_rows` per expert, each block one matmul with its expert's
-    weights. Each row is scattered straight to its block slot and read back from it (one scatter and
-    one gather, whose transposes the backward pass runs). With ``skip_empty``, blocks holding no row
+    weights. Each row is placed straight at its block slot and read back from it, both as row
+    permutations (:func:`permute_rows`: gathers both ways). With ``skip_empty``, blocks holding no row
     are skipped by a ``lax.cond`` (worth it where most rows are padding, as in the expert-parallel
     receive buffers; otherwise the conditional costs more in the backward pass than the few empty
     blocks: 2.4x the step at E=64, k=8)."""
@@ -90,7 +109,8 @@ def _blocked_rows(
     trash = n_blocks * size
     slot_sorted = jnp.where(sorted_groups < n_experts, (padded_ends - padded)[expert] + rank, trash)
     slot = slot_sorted[_inverse(order)]  # each row's slot, in the rows' own order
-    buffer = jnp.zeros((trash + 1, rows.shape[-1]), rows.dtype).at[slot].set(rows)[:trash]
+    source = jnp.full((trash + 1,), m, jnp.int32).at[slot].set(jnp.arange(m, dtype=jnp.int32))[:trash]
+    buffer = permute_rows(rows, source, slot)
     starts = jnp.arange(n_blocks) * size
     # the expert whose padded rows hold each block (a comparison count: searchsorted fails inside shard_map)
     owner = jnp.minimum(jnp.sum(padded_ends[None, :] <= starts[:, None], axis=1), n_experts - 1)
@@ -106,7 +126,7 @@ def _blocked_rows(
 
     used = starts < padded_ends[-1]
     out = jax.lax.map(block, (buffer.reshape(n_blocks, size, -1), owner, used)).reshape(trash, -1)
-    return jnp.concatenate([out, jnp.zeros((1, out.shape[-1]), out.dtype)])[slot]
+    return permute_rows(out, slot, source)
 
 
 def grouped_ffn(
@@ -228,4 +248,5 @@ __all__ = [
     "ffn",
     "grouped_ffn",
     "loop_over_experts",
+    "permute_rows",
 ]
