@@ -1,12 +1,14 @@
-"""Subprocess of the expert-parallel tests (4 simulated devices; XLA_FLAGS set before jax starts).
+"""Subprocess of the expert-parallel tests (8 simulated devices, most checks on the first 4; XLA_FLAGS
+set before jax starts).
 
 ``python expert_parallel_run.py ROOT OUT.json`` records:
 
 * ``layer``: the all-to-all expert paths on 4 devices against the loop over experts on the same
   arrays, forward and gradients, dropless and with a capacity;
-* ``runs``: a tiny Qwen3-MoE trained 5 steps on one device and in the ep (expert 4), fsdp+ep
-  (expert 2 x data 2) and tp+ep (expert 2 x model 2) layouts: losses, mesh, expert-weight shardings
-  and the bytes of expert weights per device;
+* ``runs``: a tiny Qwen3-MoE trained 5 steps on one device, in the ep (expert 4), fsdp+ep
+  (expert 2 x data 2) and tp+ep (expert 2 x model 2) layouts on 4 devices, and in fsdp+tp+ep
+  (expert 2 x data 2 x model 2) on 8: losses, mesh, expert-weight shardings and the bytes of expert
+  weights per device;
 * ``resumed``: an ep run stopped after 3 steps, its checkpoint resumed on one device to step 5;
 * ``errors``: the one-line ConfigError of each of ``MISTAKES`` (setup only).
 """
@@ -60,6 +62,8 @@ LAYOUTS = {
     "fsdp+ep": {"mesh/layout": "fsdp+ep", "mesh/expert": 2, "mesh/data": 2},
     "tp+ep": {"mesh/layout": "tp+ep", "mesh/expert": 2, "mesh/data": 1, "mesh/model": 2},
 }
+#: On all 8 devices: the experts split over expert and model, and their width over data.
+EIGHT = {"fsdp+tp+ep": {"mesh/layout": "fsdp+tp+ep", "mesh/expert": 2, "mesh/data": 2, "mesh/model": 2}}
 
 #: Settings that cannot work on 4 devices.
 MISTAKES = {
@@ -72,6 +76,11 @@ MISTAKES = {
 class OneDevice(GPTPretrain):
     def mesh_devices(self) -> list[Any]:
         return list(jax.devices())[:1]
+
+
+class FourDevices(GPTPretrain):
+    def mesh_devices(self) -> list[Any]:
+        return list(jax.devices())[:4]
 
 
 def losses(root: Path, run: str) -> dict[str, list[float]]:
@@ -87,7 +96,7 @@ def losses(root: Path, run: str) -> dict[str, list[float]]:
 
 def layer_checks() -> dict[str, float]:
     """Largest differences of the expert-parallel paths from the loop reference."""
-    mesh = jax.make_mesh((4,), ("expert",), axis_types=(AxisType.Auto,))
+    mesh = jax.make_mesh((4,), ("expert",), axis_types=(AxisType.Auto,), devices=jax.devices()[:4])
     n, d, f, e = 32, 16, 12, 8
     keys = jax.random.split(jax.random.key(0), 5)
     tokens = jax.random.normal(keys[0], (n, d))
@@ -144,7 +153,12 @@ def expert_bytes(trainer: GPTPretrain) -> tuple[int, list[Any]]:
 def main() -> None:
     root, out = Path(sys.argv[1]), Path(sys.argv[2])
     results: dict[str, Any] = {"device_count": jax.device_count(), "layer": layer_checks(), "runs": {}}
-    for name, cls, extra in (("single", OneDevice, {}), *((n, GPTPretrain, x) for n, x in LAYOUTS.items())):
+    runs = [
+        ("single", OneDevice, {}),
+        *((n, FourDevices, x) for n, x in LAYOUTS.items()),
+        *((n, GPTPretrain, x) for n, x in EIGHT.items()),
+    ]
+    for name, cls, extra in runs:
         trainer = cls.create(root, {**ARGS, **extra, "run/name": name})
         trainer.run()
         held, spec = expert_bytes(trainer)
@@ -155,7 +169,7 @@ def main() -> None:
             "expert_spec": spec,
         }
     split = {**ARGS, **LAYOUTS["ep"], "run/name": "split"}
-    GPTPretrain.create(root, {**split, "training/stop_after": 3}).run()
+    FourDevices.create(root, {**split, "training/stop_after": 3}).run()
     OneDevice.create(root, {**ARGS, "run/name": "split"}).run()
     results["resumed"] = losses(root, "split")
     from theseus.errors import ConfigError
@@ -163,7 +177,7 @@ def main() -> None:
     results["errors"] = {}
     for name, extra in MISTAKES.items():
         try:
-            GPTPretrain.create(root, {**ARGS, **extra, "run/name": f"mistake-{name}"}).setup()
+            FourDevices.create(root, {**ARGS, **extra, "run/name": f"mistake-{name}"}).setup()
         except ConfigError as exc:
             results["errors"][name] = str(exc)
         else:

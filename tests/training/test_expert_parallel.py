@@ -1,4 +1,4 @@
-"""Expert parallelism on 4 simulated devices (one subprocess, see ``expert_parallel_run.py``): the
+"""Expert parallelism on 4 and 8 simulated devices (one subprocess, see ``expert_parallel_run.py``): the
 all-to-all expert paths equal the loop over experts, every layout with ``ep`` trains on the losses of
 one device, an ep checkpoint resumes on one device on the same curve, each device holds its share of
 the experts, and impossible settings fail in one line."""
@@ -25,7 +25,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("expert-parallel")
     write_byte_corpus(root, "fineweb")
     out = root / "results.json"
-    env = clean_env(XLA_FLAGS=xla_flags(devices=4), JAX_PLATFORMS="cpu")
+    env = clean_env(XLA_FLAGS=xla_flags(devices=8), JAX_PLATFORMS="cpu")
     command = [sys.executable, str(HERE / "expert_parallel_run.py"), str(root), str(out)]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -40,7 +40,7 @@ def test_all_to_all_experts_equal_the_loop_over_experts(results: dict[str, Any])
 
 
 def test_every_expert_parallel_layout_trains_on_the_curve_of_one_device(results: dict[str, Any]) -> None:
-    assert results["device_count"] == 4
+    assert results["device_count"] == 8
     runs = results["runs"]
     single = runs["single"]["losses"]
     assert single["steps"] == [1, 2, 3, 4, 5] and single["loss"][-1] < single["loss"][0] - 0.2
@@ -48,6 +48,7 @@ def test_every_expert_parallel_layout_trains_on_the_curve_of_one_device(results:
         "ep": {"expert": 4, "data": 1, "model": 1},
         "fsdp+ep": {"expert": 2, "data": 2, "model": 1},
         "tp+ep": {"expert": 2, "data": 1, "model": 2},
+        "fsdp+tp+ep": {"expert": 2, "data": 2, "model": 2},
     }
     for layout, mesh in meshes.items():
         run = runs[layout]
@@ -65,6 +66,8 @@ def test_each_device_holds_its_share_of_the_experts(results: dict[str, Any]) -> 
     assert runs["fsdp+ep"]["expert_spec"][:2] == ["expert", "data"]
     assert runs["tp+ep"]["expert_bytes"] * 4 == whole
     assert "model" in runs["tp+ep"]["expert_spec"]
+    assert runs["fsdp+tp+ep"]["expert_bytes"] * 8 == whole  # over expert, data and model
+    assert runs["fsdp+tp+ep"]["expert_spec"][0] == "expert" and "model" in runs["fsdp+tp+ep"]["expert_spec"]
 
 
 def test_an_expert_parallel_checkpoint_resumes_on_one_device(results: dict[str, Any]) -> None:

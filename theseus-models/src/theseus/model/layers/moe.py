@@ -51,7 +51,17 @@ from theseus.base.sown import AUX_LOSSES, AUX_METRICS, PARAM_UPDATES
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora
-from theseus.model.layers._common import ACTIVATIONS, GATED, INIT_STD, cast, check_activation, child, normal, param
+from theseus.model.layers._common import (
+    ACTIVATIONS,
+    GATED,
+    INIT_STD,
+    cast,
+    check_activation,
+    child,
+    constrain,
+    normal,
+    param,
+)
 from theseus.model.layers.expert_parallel import (
     expert_axis_size,
     parallel_capacity_experts,
@@ -173,6 +183,15 @@ class MoESpec:
     def inactive_params(self, n_embd: int, gated: bool) -> int:
         """Weights of one mixture layer a token does not pass through (the experts it did not choose)."""
         return (self.n_experts - self.top_k) * self.expert_params(n_embd, gated)
+
+
+def whole_width(kernels: Kernels) -> Kernels:
+    """The experts' weights with the model width gathered (FSDP's gather before use), still split over
+    ``expert`` and ``mlp``: XLA's partitioner fails on weights split over ``data`` and ``model`` at once
+    inside the expert ``shard_map``."""
+    gate, up, down = kernels
+    axes_in, axes_out = (Axis.EXPERT, None, Axis.MLP), (Axis.EXPERT, Axis.MLP, None)
+    return (None if gate is None else constrain(gate, axes_in), constrain(up, axes_in), constrain(down, axes_out))
 
 
 def route(logits: jax.Array, spec: MoESpec, bias: jax.Array | None = None) -> Routing:
@@ -433,6 +452,8 @@ class MoE(MoEKeys):
                 f"{tokens.shape[0]} token rows cannot be split over mesh/expert={ep}; "
                 f"make the batch a multiple of {ep} rows"
             )
+        if ep > 1:
+            kernels = whole_width(kernels)
         if spec.capacity_factor is not None:
             capacity = expert_capacity(tokens.shape[0], spec)
             if ep > 1:
