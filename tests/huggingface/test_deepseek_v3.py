@@ -147,6 +147,55 @@ def test_generate_and_export_round_trip(saved: dict[str, tuple[Path, Any]], tmp_
     assert (rope["rope_type"], rope["factor"], rope["mscale_all_dim"]) == ("yarn", 4.0, 0.8)
 
 
+def test_fields_config_json_omits_take_transformers_defaults(
+    saved: dict[str, tuple[Path, Any]], tmp_path: Path
+) -> None:
+    """Without routed_scaling_factor transformers scales by 2.5, and so does the import (same logits);
+    without the group fields both read 8 groups of which 4 are chosen, and no bottleneck field means
+    transformers' 1536."""
+    import json
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from theseus.model.models.deepseek_v3_hf import DeepseekV3Family
+
+    folder = tmp_path / "sparse"
+    shutil.copytree(saved["query_lora"][0], folder)
+    config = json.loads((folder / "config.json").read_text())
+    del config["routed_scaling_factor"]
+    (folder / "config.json").write_text(json.dumps(config))
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    ids = np.random.default_rng(2).integers(0, VOCAB, (1, 10))
+    got, prepared = logits_of(folder, ids, np.ones_like(ids, dtype=bool))
+    assert float(np.max(np.abs(got - hf_logits(model, ids)))) <= 1e-4
+    assert prepared.model.architecture.moe.routed_scaling_factor == 2.5
+    sparse = {k: v for k, v in config.items() if k not in ("n_group", "topk_group", "q_lora_rank")}
+    keys = DeepseekV3Family().keys(sparse)
+    assert (keys["architecture/moe/n_group"], keys["architecture/moe/topk_group"]) == (8, 4)
+    assert keys["architecture/mla/q_lora_rank"] == 1536
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("architecture/sliding_window", 4),
+        ("architecture/n_kv_heads", 2),
+        ("architecture/head_dim", 8),
+        ("architecture/attention_bias", True),
+    ],
+)
+def test_dense_attention_keys_are_refused_in_one_line(key: str, value: Any) -> None:
+    from tests.models.test_moe import model_of
+    from theseus.errors import ConfigError
+    from theseus.model.models import DeepseekV3
+
+    with pytest.raises(ConfigError) as error:
+        _ = model_of(DeepseekV3, **{key: value}).architecture
+    message = str(error.value)
+    assert message.startswith(f"{key}={value} does not apply to DeepSeek-V3's latent attention") and "\n" not in message
+
+
 def test_multi_token_prediction_layers_are_set_aside(saved: dict[str, tuple[Path, Any]], tmp_path: Path) -> None:
     """The releases store their multi-token-prediction layer after the last layer; import skips the
     tensors config.json declares that way (as transformers does) and refuses any other extra tensor."""

@@ -158,3 +158,20 @@ def test_bad_switches_are_one_line_errors(values: dict, message: str) -> None:
 def test_sequences_longer_than_the_sliding_window_work() -> None:
     model = build(Llama, architecture__sliding_window=32, architecture__block_size=64)
     assert (model.architecture.sliding_window, model.architecture.block_size) == (32, 64)
+
+
+def test_the_original_context_is_read_where_transformers_reads_it() -> None:
+    """A top-level original_max_position_embeddings wins over the rope entry's, and without either
+    the scaled kinds fall back to max_position_embeddings, as transformers' standardisation does."""
+    from theseus.model.models.llama_hf import rope_keys
+
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
+    both = rope_keys({"max_position_embeddings": 64, "original_max_position_embeddings": 16, "rope_parameters": yarn})
+    assert both["architecture/rope_original_max_positions"] == 16
+    llama3 = {"rope_type": "llama3", "factor": 8.0}
+    assert (
+        rope_keys({"max_position_embeddings": 64, "rope_parameters": llama3})[
+            "architecture/rope_original_max_positions"
+        ]
+        == 64
+    )

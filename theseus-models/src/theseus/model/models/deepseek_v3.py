@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from theseus.base.axis import ShardingPlan
+from theseus.errors import ConfigError
 from theseus.model.layers._common import child
 from theseus.model.layers.latent_attention import LatentAttention, MLAKeys
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset
@@ -139,9 +140,26 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
         if isinstance(preset, DeepseekV3Preset):
             names = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
             widths = {name: getattr(preset, name) for name in names}
+        self._refuse_attention_keys(arch.n_heads)
         mla = self.mla_spec(**widths)
         moe = self.mixture(arch.d_ff)
         return dataclasses.replace(arch, moe=moe, mla=mla, explicit_head_dim=mla.qk_head_dim).validate()
+
+    def _refuse_attention_keys(self, n_heads: int) -> None:
+        """The dense attention's keys that latent attention has no use for: one line, not ignored."""
+        set_keys = {
+            "architecture/sliding_window": self.sliding_window,
+            "architecture/head_dim": self.head_dim,
+            "architecture/attention_bias": self.attention_bias or None,
+            "architecture/attention_out_bias": self.attention_out_bias or None,
+            "architecture/n_kv_heads": None if self.n_kv_heads in (None, n_heads) else self.n_kv_heads,
+        }
+        for key, value in set_keys.items():
+            if value is not None:
+                raise ConfigError(
+                    f"{key}={value} does not apply to DeepSeek-V3's latent attention (its shape is "
+                    "architecture/mla/*; one key/value per head, no window, no biases); remove it"
+                )
 
 
 __all__ = ["DEEPSEEK_V3_PRESETS", "DeepseekV3", "DeepseekV3Block", "DeepseekV3Preset"]

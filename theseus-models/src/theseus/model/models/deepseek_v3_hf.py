@@ -104,6 +104,25 @@ def feed_forward_maps(arch: Architecture, layer: int) -> list[TensorMap]:
     return maps + swiglu(hf + "shared_experts.", (*ours, "shared"), moe.n_shared * moe.expert_hidden)
 
 
+#: What transformers' ``DeepseekV3Config`` reads where ``config.json`` omits a field (the published
+#: model's values); import falls back to the same, so a sparse config.json builds transformers' model.
+HF_DEFAULTS: dict[str, Any] = {
+    "q_lora_rank": 1536,
+    "first_k_dense_replace": 3,
+    "n_group": 8,
+    "topk_group": 4,
+    "routed_scaling_factor": 2.5,
+    "num_nextn_predict_layers": 1,
+    "n_shared_experts": 1,
+    "norm_topk_prob": True,
+}
+
+
+def hf_default(config: Mapping[str, Any], field: str) -> Any:
+    """``config[field]``, or transformers' default where it is absent."""
+    return config.get(field, HF_DEFAULTS[field])
+
+
 class DeepseekV3Family(HFFamily):
     """``model_type: deepseek_v3``."""
 
@@ -125,7 +144,7 @@ class DeepseekV3Family(HFFamily):
         rope = rope_keys(config)
         scaling = {**(config.get("rope_parameters") or {}), **(config.get("rope_scaling") or {})}
         mscale_all_dim = float(scaling.get("mscale_all_dim") or 0.0)
-        q_lora, shared = config.get("q_lora_rank"), config.get("n_shared_experts", 1)
+        q_lora, shared = hf_default(config, "q_lora_rank"), hf_default(config, "n_shared_experts")
         if not shared:
             raise unsupported("n_shared_experts", shared, "theseus' DeepSeek-V3 layers have shared experts")
         return {
@@ -152,17 +171,18 @@ class DeepseekV3Family(HFFamily):
             "architecture/moe/expert_hidden": int(require(config, "moe_intermediate_size")),
             "architecture/moe/n_shared": int(shared),
             "architecture/moe/router": "sigmoid",
-            "architecture/moe/norm_topk_prob": bool(config.get("norm_topk_prob", True)),
-            "architecture/moe/first_k_dense": int(config.get("first_k_dense_replace") or 0),
-            "architecture/moe/n_group": int(config.get("n_group") or 1),
-            "architecture/moe/topk_group": int(config.get("topk_group") or 1),
-            "architecture/moe/routed_scaling_factor": float(config.get("routed_scaling_factor", 1.0)),
+            "architecture/moe/norm_topk_prob": bool(hf_default(config, "norm_topk_prob")),
+            "architecture/moe/first_k_dense": int(hf_default(config, "first_k_dense_replace") or 0),
+            "architecture/moe/n_group": int(hf_default(config, "n_group") or 1),
+            "architecture/moe/topk_group": int(hf_default(config, "topk_group") or 1),
+            "architecture/moe/routed_scaling_factor": float(hf_default(config, "routed_scaling_factor")),
         }
 
     def set_aside(self, name: str, config: Mapping[str, Any]) -> bool:
         """The multi-token-prediction layers: ``model.layers.<n>`` for ``num_hidden_layers`` <= n <
         ``num_hidden_layers + num_nextn_predict_layers``."""
-        n_layers, extra = int(config.get("num_hidden_layers") or 0), int(config.get("num_nextn_predict_layers") or 0)
+        n_layers = int(config.get("num_hidden_layers") or 0)
+        extra = int(hf_default(config, "num_nextn_predict_layers") or 0)
         index = name.split(".")[2] if name.startswith("model.layers.") else ""
         return index.isdigit() and n_layers <= int(index) < n_layers + extra
 

@@ -52,7 +52,7 @@ def rope_keys(config: Mapping[str, Any]) -> dict[str, Any]:
                 "architecture/rope_factor": float(scaling["factor"]),
                 "architecture/rope_low_freq_factor": float(scaling.get("low_freq_factor", 1.0)),
                 "architecture/rope_high_freq_factor": float(scaling.get("high_freq_factor", 4.0)),
-                "architecture/rope_original_max_positions": int(scaling["original_max_position_embeddings"]),
+                "architecture/rope_original_max_positions": original_positions(config, scaling),
             }
         )
     elif kind == "yarn":
@@ -62,10 +62,18 @@ def rope_keys(config: Mapping[str, Any]) -> dict[str, Any]:
     return keys
 
 
+def original_positions(config: Mapping[str, Any], scaling: Mapping[str, Any]) -> int:
+    """The pre-scaling context length, as transformers reads it: a top-level
+    ``original_max_position_embeddings`` first (Phi-3 style), then the rope entry's, else
+    ``max_position_embeddings``."""
+    value = config.get("original_max_position_embeddings") or scaling.get("original_max_position_embeddings")
+    return int(value or require(config, "max_position_embeddings"))
+
+
 def yarn_keys(config: Mapping[str, Any], scaling: Mapping[str, Any]) -> dict[str, Any]:
     """A ``yarn`` entry as ``architecture/rope_*`` keys, its defaults and attention factor resolved as
     transformers resolves them (``mscale`` over ``mscale_all_dim`` where both are set)."""
-    original = int(scaling.get("original_max_position_embeddings") or require(config, "max_position_embeddings"))
+    original = original_positions(config, scaling)
     factor = scaling.get("factor") or int(require(config, "max_position_embeddings")) / original
     attention = scaling.get("attention_factor")
     if attention is None:

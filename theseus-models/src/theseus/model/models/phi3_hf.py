@@ -49,8 +49,9 @@ def longrope_keys(config: Mapping[str, Any]) -> dict[str, Any]:
     """A ``longrope`` ``rope_scaling`` as ``architecture/rope_*`` keys (the attention factor resolved as
     transformers resolves it)."""
     scaling = rope_scaling(config)
+    # transformers prefers the top-level field (Phi3Config always has one) over the rope entry's
     original = int(
-        scaling.get("original_max_position_embeddings") or require(config, "original_max_position_embeddings")
+        config.get("original_max_position_embeddings") or require(scaling, "original_max_position_embeddings")
     )
     factor = scaling.get("factor") or int(require(config, "max_position_embeddings")) / original
     attention = scaling.get("attention_factor")
