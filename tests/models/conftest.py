@@ -46,6 +46,17 @@ def random_params(model: TransformerLM, seed: int = 0, std: float = 0.3) -> Any:
     return jax.tree.unflatten(tree, out)
 
 
+def logits_loss_grads(model: TransformerLM, params: Any, x: Any, y: Any, mask: Any) -> tuple[Any, Any, Any]:
+    """One jitted deterministic forward and backward pass of ``model``: its logits, loss and gradients."""
+
+    def fn(p: Any) -> tuple[Any, Any]:
+        logits, loss = model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True)
+        return loss, logits
+
+    (loss, logits), grads = jax.jit(jax.value_and_grad(fn, has_aux=True))(params)
+    return logits, loss, grads
+
+
 @pytest.fixture(params=[GPT, Llama], ids=["gpt", "llama"])
 def family(request: pytest.FixtureRequest) -> type[TransformerLM]:
     return request.param

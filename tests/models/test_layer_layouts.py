@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from tests.models.conftest import build, random_params
+from tests.models.conftest import build, logits_loss_grads, random_params
 from tests.models.test_models import batch
 from theseus.checkpoint import CheckpointStore
 from theseus.checkpoint.layers import per_layer, stacked
@@ -30,16 +30,8 @@ def test_stacked_and_per_layer_parameters_give_the_same_logits_and_gradients(fam
     params = random_params(unrolled, std=0.1)
     x, y, mask = batch()
 
-    def loss_and_grads(model: TransformerLM, p: dict) -> tuple:
-        def fn(p: dict) -> tuple:
-            logits, loss = model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True)
-            return loss, logits
-
-        (loss, logits), grads = jax.value_and_grad(fn, has_aux=True)(p)
-        return logits, loss, grads
-
-    logits_a, loss_a, grads_a = jax.jit(lambda p: loss_and_grads(unrolled, p))(params)
-    logits_b, loss_b, grads_b = jax.jit(lambda p: loss_and_grads(scanned, p))(stacked(params, ["blocks"]))
+    logits_a, loss_a, grads_a = logits_loss_grads(unrolled, params, x, y, mask)
+    logits_b, loss_b, grads_b = logits_loss_grads(scanned, stacked(params, ["blocks"]), x, y, mask)
     np.testing.assert_allclose(np.asarray(logits_a), np.asarray(logits_b), atol=1e-5, rtol=0)
     assert abs(float(loss_a) - float(loss_b)) <= 1e-6
     for a, b in zip(jax.tree.leaves(stacked(grads_a, ["blocks"])), jax.tree.leaves(grads_b), strict=True):
@@ -67,17 +59,9 @@ def test_per_layer_windows_and_rope_bases_give_the_same_model_in_both_layouts() 
     params = random_params(unrolled, std=0.1)
     x, y, mask = batch()
 
-    def loss_and_grads(model: TransformerLM, p: dict) -> tuple:
-        def fn(p: dict) -> tuple:
-            logits, loss = model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True)
-            return loss, logits
-
-        (loss, logits), grads = jax.value_and_grad(fn, has_aux=True)(p)
-        return logits, loss, grads
-
-    logits_a, loss_a, grads_a = jax.jit(lambda p: loss_and_grads(unrolled, p))(params)
+    logits_a, loss_a, grads_a = logits_loss_grads(unrolled, params, x, y, mask)
     stacked_params = stacked(params, ["blocks"])
-    logits_b, loss_b, grads_b = jax.jit(lambda p: loss_and_grads(scanned, p))(stacked_params)
+    logits_b, loss_b, grads_b = logits_loss_grads(scanned, stacked_params, x, y, mask)
     np.testing.assert_allclose(np.asarray(logits_a), np.asarray(logits_b), atol=1e-5, rtol=0)
     assert abs(float(loss_a) - float(loss_b)) <= 1e-6
     # the scanned layers compute the RoPE frequencies of a traced base (a few float32 ulps off the

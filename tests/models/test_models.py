@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.models import reference
-from tests.models.conftest import build, random_params
+from tests.models.conftest import build, logits_loss_grads, random_params
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import Schema, configuration, configure
 from theseus.errors import ConfigError
@@ -365,15 +365,8 @@ def test_repeating_gemma_layer_types_scan_whole_periods_like_unrolled_layers() -
     params = random_params(unrolled, std=0.1)
     x, y, mask = batch()
 
-    def loss_and_grads(model: TransformerLM, p: dict) -> tuple:
-        def fn(p: dict) -> tuple:
-            logits, loss = model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True)
-            return loss, logits
-
-        return jax.value_and_grad(fn, has_aux=True)(p)
-
-    (loss_a, logits_a), grads_a = jax.jit(lambda p: loss_and_grads(unrolled, p))(params)
-    (loss_b, logits_b), grads_b = jax.jit(lambda p: loss_and_grads(scanned, p))(stacked(params, ["blocks"]))
+    logits_a, loss_a, grads_a = logits_loss_grads(unrolled, params, x, y, mask)
+    logits_b, loss_b, grads_b = logits_loss_grads(scanned, stacked(params, ["blocks"]), x, y, mask)
     # two compiled programs of five layers (float32 sums in another order): within a few 1e-5
     np.testing.assert_allclose(np.asarray(logits_a), np.asarray(logits_b), atol=5e-5, rtol=0)
     assert abs(float(loss_a) - float(loss_b)) <= 1e-5
