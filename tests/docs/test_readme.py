@@ -48,10 +48,11 @@ def test_ci_runs_the_readme_test_commands() -> None:
     block = re.search(r"```bash\n(.*?)```", section(README.read_text(), "Run the tests"), re.DOTALL)
     assert block is not None
     lines = [line.strip() for line in block.group(1).splitlines()]
-    venv, install, test = [line for line in lines if line and not line.startswith("#")]
+    venv, *installs, test = [line for line in lines if line and not line.startswith("#")]
     ci = (REPO / ".ci" / "run").read_text()
     marker = '# README: "Run the tests"\n'
-    assert ci.split(marker, 1)[1].split("\n")[:2] == [install, test]
+    assert ci.split(marker, 1)[1].split("\n")[: len(installs) + 1] == [*installs, test]
+    assert installs[0] == "python -m pip install -r requirements-dev.txt"
     assert "-m venv .venv" in venv and ". .venv/bin/activate" in venv
     assert "-m venv .venv" in ci.split(marker, 1)[0] and ". .venv/bin/activate" in ci.split(marker, 1)[0]
 

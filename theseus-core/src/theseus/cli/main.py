@@ -13,7 +13,11 @@ import click
 from theseus.errors import TheseusError
 
 #: Built-in command groups imported only when used, so that ``theseus jobs`` does not load them.
-LAZY_COMMANDS = {"new": "theseus.cli.scaffold:new", "runs": "theseus.cli.runs:runs"}
+LAZY_COMMANDS = {
+    "new": "theseus.cli.scaffold:new",
+    "plan": "theseus.cli.plan:plan",
+    "runs": "theseus.cli.runs:runs",
+}
 
 
 def _version() -> str:
@@ -194,6 +198,9 @@ def run(
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user mistakes become one ``error:`` line and a non-zero exit."""
+    from theseus.base.accelerator import quiet_absent_accelerators
+
+    quiet_absent_accelerators()
     args = sys.argv[1:] if argv is None else argv
     verbose = "--verbose" in args or "-v" in args
     try:

@@ -13,6 +13,7 @@ import click
 
 from theseus.errors import ConfigError, TheseusError
 from theseus.runs import records
+from theseus.runs.layout import PROFILE, profile_traces
 from theseus.tracking import runs as data
 
 ROOT_HELP = "Root holding runs/ (default $THESEUS_ROOT or ~/.theseus)."
@@ -165,6 +166,9 @@ def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> Non
         out.append("  installed   " + (", ".join(f"{k} {v}" for k, v in dists.items()) or "-"))
         plugins = provenance.get("plugins") or {}
         out.append("  plugins     " + (", ".join(f"{k} {v}" for k, v in plugins.items()) or "-"))
+    traces = profile_traces(path)
+    if traces:
+        out.append(f"profile     {len(traces)} trace(s), newest {traces[-1]} (tensorboard --logdir {path / PROFILE})")
     trackers = _trackers(path)
     if trackers:
         out.append("trackers:")

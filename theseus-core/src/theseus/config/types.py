@@ -30,8 +30,9 @@ def same_type(a: Any, b: Any) -> bool:
 def parse_override_value(text: str) -> Any:
     """Parse the right-hand side of ``key=value`` the way YAML reads a scalar or a flow list/mapping.
 
-    Text stays text where YAML would change it: surrounding spaces (``prompt="def "``), and what
-    would read as a block collection (``-``, ``- x``, ``a: b``); ``[a, b]`` and ``{a: 1}`` still parse.
+    Text stays text where YAML would change it: surrounding spaces (``prompt="def "``), what would
+    read as a block collection (``-``, ``- x``, ``a: b``) and base-60 numbers (``10:12``); ``[a, b]``
+    and ``{a: 1}`` still parse.
     """
     import yaml  # imported on use: listing commands never parse overrides
 
@@ -45,6 +46,8 @@ def parse_override_value(text: str) -> Any:
         return text
     if isinstance(parsed, str) and parsed != text and parsed == text.strip():
         return text
+    if isinstance(parsed, (int, float)) and not isinstance(parsed, bool) and ":" in text:
+        return text  # YAML 1.1 reads 2:30 as the base-60 number 150; nobody means that
     return parsed
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from theseus.base.accelerator import accelerator
 from theseus.base.axis import ShardingPlan
 from theseus.config import Configuration, configuration, current_configuration, field
 
@@ -37,7 +38,9 @@ class Module(nn.Module):
 
     param_dtype: str = field("model/param_dtype", default="float32", help="dtype of parameters")
     activation_dtype: str = field(
-        "model/activation_dtype", default="float32", help="dtype of activations (e.g. bfloat16)"
+        "model/activation_dtype",
+        default="auto",
+        help="dtype of activations: auto (bfloat16 on GPUs and TPUs, float32 on CPUs), or a dtype such as float32",
     )
     #: The configuration this module was built under (set by ``configure``); children
     #: built in ``setup()`` are configured from it.
@@ -83,4 +86,8 @@ class Module(nn.Module):
 
     @property
     def _activation_dtype(self) -> jnp.dtype:
+        """``model/activation_dtype``; ``auto`` is chosen for the accelerator the program targets (the
+        mesh's devices, :func:`theseus.base.accelerator.accelerator`)."""
+        if self.activation_dtype == "auto":
+            return jnp.dtype(jnp.bfloat16 if accelerator().half_precision else jnp.float32)
         return jnp.dtype(self.activation_dtype)

@@ -21,6 +21,7 @@ from theseus.runs.layout import (
     CONFIG_FILE,
     LOSS_PLOT,
     METRICS_FILE,
+    PROFILE,
     PROVENANCE_FILE,
     TOKENIZER,
     TOKENIZER_COMPANIONS,
@@ -60,6 +61,10 @@ class RunDirectory:
     @property
     def loss_plot(self) -> Path:
         return self.path / LOSS_PLOT
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.path / PROFILE
 
     def analysis_dir(self, name: str) -> Path:
         return self.path / ANALYSIS / name

@@ -18,6 +18,8 @@ CHECKPOINTS = "checkpoints"
 #: Inside a checkpoint step's folder: the saved training state (orbax).
 STATE = "state"
 ANALYSIS = "analysis"
+#: ``training/profile``'s traces (``jax.profiler``: TensorBoard's profile plugin and Perfetto read them).
+PROFILE = "profile"
 #: The run's copy of its file-based tokenizer (``tokenizer.json`` and the files that travel with it).
 TOKENIZER = "tokenizer"
 TOKENIZER_COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json")
@@ -77,3 +79,8 @@ __all__ = [
     "runs_dir",
     "state_path",
 ]
+
+
+def profile_traces(run_dir: str | Path) -> list[Path]:
+    """The profiler traces of a run (``profile/plugins/profile/<session>/*.xplane.pb``), oldest first."""
+    return sorted((Path(run_dir) / PROFILE).glob("plugins/profile/*/*.xplane.pb"))

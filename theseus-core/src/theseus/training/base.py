@@ -366,6 +366,17 @@ class BaseTrainer(Job):
         arranged = {name: np.asarray(v).reshape((k, -1, *np.shape(v)[1:])) for name, v in host.items()}
         return self.sharding.put_batch(arranged, leading=1)
 
+    def abstract_train_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
+        """What :meth:`device_train_batch` returns, as shapes, dtypes and shardings: the step's inputs
+        for compiling it without data (``theseus plan``). A trainer whose batches hold more keys adds them."""
+        self.setup()
+        shape = (self.accumulate_steps, self.micro_rows, self.sequence_length)
+        sharding = self.sharding.batch_sharding(len(shape), leading=1)
+        packed = self.flywheel is not None and self.flywheel.packed
+        mask = jnp.int32 if packed else jnp.bool_
+        dtypes = {"x": jnp.int32, "y": jnp.int32, "padding_mask": mask}
+        return {name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding) for name, dtype in dtypes.items()}
+
     def device_eval_batch(self, host: Batch) -> dict[str, jax.Array]:
         """Place a host batch of validation rows on the mesh (what ``val_step`` receives)."""
         return self.sharding.put_batch(host)

@@ -79,6 +79,11 @@ class BaseTrainerConfig:
         min=0,
         help="end this invocation with a checkpoint once this step is reached; run again to continue (0 = off)",
     )
+    profile: str = field(
+        "training/profile",
+        default="",
+        help="START:STOP: write a jax.profiler trace of updates START..STOP into the run's profile/ folder",
+    )
     peak_flops: float = field(
         "training/peak_flops",
         default=0.0,

@@ -31,6 +31,7 @@ from theseus.training.checkpointing import LazyCheckpointStore
 from theseus.training.collector import rare_collections
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
 from theseus.training.preemption import PreemptionGuard
+from theseus.training.profiling import ProfileWindow, parse_window
 from theseus.training.throughput import known_peak_flops, measured_peak, mfu
 
 if TYPE_CHECKING:
@@ -104,11 +105,13 @@ class TrainingLoop:
         selected_sinks(t.context.config)  # an unknown or uninstalled tracker fails before anything is written
         t.setup()
         added = self._added_callbacks()  # a bad callback fails before anything is written too
+        window = parse_window(args.profile)  # and so does a malformed profile window
         #: Only process 0 writes the run directory's files (metrics, plots, records); all write checkpoints.
         self.main = jax.process_index() == 0
         self.run_dir = RunDirectory(t.context.root, t.run_name)
         self.run_dir.create()
         self.stop = min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps
+        self.profile = ProfileWindow(window, self.run_dir.profile_dir)
         self.plotter = LossPlotter(self.run_dir.loss_plot, t.run_name)
         store = LazyCheckpointStore(  # orbax is imported at the first save (or to resume)
             self.run_dir.checkpoints,
@@ -192,6 +195,8 @@ class TrainingLoop:
                 self.status.failed(exc)
             raise
         finally:
+            if hasattr(self, "profile"):
+                self.profile.close()
             if hasattr(self, "guard"):
                 self.guard.restore()
             with contextlib.suppress(Exception):  # after a failure: let a plot being drawn finish
@@ -310,7 +315,10 @@ class TrainingLoop:
             host = t.host_batch("train", position=step)
             kill_point("data", step + 1)
             batch = t.device_train_batch(host)
-            state, loss, meta, grad_norm, lr = step_fn(state, batch, t.step_key(step))
+            dispatched: list[Any] = []
+            with self.profile.update(step + 1, dispatched):
+                state, loss, meta, grad_norm, lr = step_fn(state, batch, t.step_key(step))
+                dispatched.append(loss)
             kill_point("step", step + 1)
             self._flush()
             self.pending = Pending(step + 1, loss, meta, grad_norm, lr)

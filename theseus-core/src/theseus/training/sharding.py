@@ -22,6 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from theseus.base.accelerator import Accelerator, of_devices, targeting
 from theseus.base.axis import Axis, MeshAxes, MeshAxis, ShardingPlan
 from theseus.base.tree import path_text
 from theseus.errors import ConfigError
@@ -85,12 +86,18 @@ class TrainerSharding:
         """
         return self._feed[1]
 
+    @property
+    def accelerator(self) -> Accelerator:
+        """The kind of device the mesh spans (what model code chooses kernels for)."""
+        return of_devices(list(self.mesh.devices.flat))
+
     @contextlib.contextmanager
     def context(self) -> Iterator[None]:
-        """The abstract mesh and logical-axis rules under which model code runs."""
+        """The abstract mesh, logical-axis rules and target accelerator under which model code runs."""
         with (
             jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh),
             nn.logical_axis_rules(self.parameter_fwdbwd_mapping),
+            targeting(self.accelerator),
         ):
             yield
 

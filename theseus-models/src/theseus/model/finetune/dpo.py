@@ -260,6 +260,14 @@ class DPOTrainer(SFTTrainer):
     def device_train_batch(self, host: Batch) -> dict[str, jax.Array]:
         return self._with_reference(super().device_train_batch(host), leading=True)
 
+    def abstract_train_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
+        batch = super().abstract_train_batch()
+        if self.objective.reference == "batch":
+            rows = (self.accumulate_steps, self.micro_rows)
+            sharding = self.sharding.batch_sharding(len(rows), leading=1)
+            batch["reference_logps"] = jax.ShapeDtypeStruct(rows, jnp.float32, sharding=sharding)
+        return batch
+
     def device_eval_batch(self, host: Batch) -> dict[str, jax.Array]:
         return self._with_reference(super().device_eval_batch(host), leading=False)
 

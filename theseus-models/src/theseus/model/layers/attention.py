@@ -6,6 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from theseus.base.accelerator import accelerator
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
@@ -50,13 +51,54 @@ def missing_cache_error() -> ConfigError:
     )
 
 
-def _cudnn_eligible(q: jax.Array) -> bool:
+#: The widest head cuDNN's fused attention takes everywhere. Hopper allows 256, but jax checks that
+#: against the host's backend, so a program compiled without the GPU would refuse it.
+CUDNN_MAX_HEAD_DIM = 128
+
+
+def _cudnn_eligible(q: jax.Array, v: jax.Array) -> bool:
+    """Whether cuDNN's fused attention takes this call: an NVIDIA GPU target (the mesh's devices), half
+    precision, equal query and value widths (not MLA's) that are a multiple of 8 up to 128."""
     head_dim = q.shape[-1]
     return (
-        jax.default_backend() == "gpu"
+        accelerator().platform == "gpu"
         and q.dtype in (jnp.bfloat16, jnp.float16)
         and head_dim % 8 == 0
-        and head_dim <= 128
+        and head_dim <= CUDNN_MAX_HEAD_DIM
+        and v.shape[-1] == head_dim
+    )
+
+
+def _cudnn_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array | None,
+    *,
+    is_causal: bool,
+    window: int | None,
+    scale: float | None,
+) -> jax.Array:
+    """cuDNN's fused attention. A key padding mask (``[B, 1, 1, S]``) of causal self-attention is passed
+    as sequence lengths, not as a dense ``[B, 1, T, S]`` bias: rows hold their real tokens first (as
+    every theseus batch does), so the real queries see exactly the keys they would under the mask."""
+    lengths = None
+    if mask is not None and is_causal and mask.shape[-2] == 1:
+        lengths = jnp.sum(jnp.broadcast_to(mask, (q.shape[0], 1, 1, k.shape[1]))[:, 0, 0, :], axis=-1, dtype=jnp.int32)
+        mask = None
+    elif mask is not None:  # a mask per query (packed rows): cuDNN takes it as a bias
+        mask = jnp.broadcast_to(mask, (q.shape[0], 1, q.shape[1], k.shape[1]))
+    return jax.nn.dot_product_attention(
+        q,
+        k,
+        v,
+        mask=mask,
+        scale=scale,
+        is_causal=is_causal,
+        query_seq_lengths=lengths,
+        key_value_seq_lengths=lengths,
+        local_window_size=(window - 1, 0) if window is not None else None,
+        implementation="cudnn",
     )
 
 
@@ -158,10 +200,11 @@ def dot_product_attention(
     everywhere (the only option on CPU); causal sequences of 256 or more are computed in query
     blocks (:func:`blocked_causal_attention`), which skip the keys outside a window.
     ``"cudnn"`` is the fused flash kernel on NVIDIA GPUs (bf16/f16). ``"auto"`` uses cuDNN when
-    eligible (GPU, half precision, head_dim a multiple of 8 and at most 128) and falls back to XLA
-    if cuDNN rejects the call while tracing. ``scale`` multiplies the scores (default
-    ``head_dim ** -0.5``); ``softcap`` caps them (:func:`softcapped_attention`, XLA only), and a
-    traced ``window`` is XLA only too.
+    eligible (the mesh's devices are NVIDIA GPUs, half precision, equal query and value head widths
+    that are a multiple of 8 and at most 128) and falls back to XLA if cuDNN rejects the call while
+    tracing. A key padding mask reaches cuDNN as sequence lengths (:func:`_cudnn_attention`).
+    ``scale`` multiplies the scores (default ``head_dim ** -0.5``); ``softcap`` caps them
+    (:func:`softcapped_attention`, XLA only), and a traced ``window`` is XLA only too.
     """
     if implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ConfigError(
@@ -171,23 +214,11 @@ def dot_product_attention(
     if window is not None and not is_causal:
         raise ValueError("a sliding window applies to causal self-attention only")
     fusable = softcap is None and (window is None or isinstance(window, int))
-    use_cudnn = fusable and (implementation == "cudnn" or (implementation == "auto" and _cudnn_eligible(q)))
+    use_cudnn = fusable and (implementation == "cudnn" or (implementation == "auto" and _cudnn_eligible(q, v)))
     if use_cudnn:
-        cudnn_mask = mask
-        if mask is not None:
-            cudnn_mask = jnp.broadcast_to(mask, (q.shape[0], 1, q.shape[1], k.shape[1]))
         try:
-            local = (window - 1, 0) if isinstance(window, int) else None
-            return jax.nn.dot_product_attention(
-                q,
-                k,
-                v,
-                mask=cudnn_mask,
-                scale=scale,
-                is_causal=is_causal,
-                local_window_size=local,
-                implementation="cudnn",
-            )
+            fixed_window = window if isinstance(window, int) else None
+            return _cudnn_attention(q, k, v, mask, is_causal=is_causal, window=fixed_window, scale=scale)
         except Exception:
             if implementation == "cudnn":
                 raise

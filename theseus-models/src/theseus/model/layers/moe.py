@@ -18,9 +18,10 @@ auxiliary-loss-free balancing), sown as a parameter update the train step applie
 (:data:`theseus.base.sown.PARAM_UPDATES`).
 
 Dispatch: dropless (``capacity_factor`` null) sorts the token copies by expert and runs the three
-projections as grouped matmuls (``jax.lax.ragged_dot``), or on CPU (``dispatch=auto``; XLA's CPU
-``ragged_dot`` does every group's work over all rows) as one matmul per block of one expert's copies
-(:func:`blocked_experts`); with a capacity factor each expert takes
+projections as grouped matmuls (``jax.lax.ragged_dot``, the ``auto`` choice on TPU), or on CPU and
+GPU (XLA's ``ragged_dot`` there does every group's work over all rows) as one matmul per block of one
+expert's copies (:func:`blocked_experts`). Under data parallelism each device dispatches its own
+rows with the experts' weights gathered once per layer; with a capacity factor each expert takes
 at most ``ceil(capacity_factor * tokens * top_k / n_experts)`` copies (first choices before second
 ones, then in token order) and the rest are dropped (their share of the output is zero).
 
@@ -46,6 +47,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from theseus.base.accelerator import accelerator
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.base.sown import AUX_LOSSES, AUX_METRICS, PARAM_UPDATES
 from theseus.config import field
@@ -63,7 +65,10 @@ from theseus.model.layers._common import (
     param,
 )
 from theseus.model.layers.expert_parallel import (
+    data_parallel_size,
     expert_axis_size,
+    hidden_axis,
+    local_dropless_experts,
     parallel_capacity_experts,
     parallel_dropless_experts,
 )
@@ -81,7 +86,18 @@ from theseus.model.layers.mlp import MLP
 from theseus.model.module import Module
 
 ROUTERS = ("softmax", "sigmoid")
-#: Dropless dispatches: grouped matmuls, or per-expert blocks; ``auto``: blocks on CPU, else ragged_dot.
+#: Platforms whose compiler runs ``jax.lax.ragged_dot`` as grouped matmuls. XLA:CPU and XLA:GPU (jax
+#: 0.10) compute every group over all rows, E/k times the routed work (a Qwen3-30B-A3B-shaped layer
+#: pair compiled for H100: 22.7x its active FLOPs), so there ``auto`` takes the blocked path.
+RAGGED_DOT_PLATFORMS = ("tpu",)
+
+
+def auto_blocks() -> bool:
+    """Whether ``dispatch=auto`` takes the blocked path for the accelerator the program targets."""
+    return accelerator().platform not in RAGGED_DOT_PLATFORMS
+
+
+#: Dropless dispatches: grouped matmuls, or per-expert blocks; ``auto``: see :func:`auto_blocks`.
 DISPATCHES = ("auto", "ragged_dot", "blocks")
 #: LoRA targets the routed experts would need (refused: PEFT has no per-expert adapters to export).
 EXPERT_TARGETS = frozenset({"up", "gate", "down"})
@@ -305,7 +321,8 @@ class MoEKeys(Module):
     dispatch: str = field(
         "architecture/moe/dispatch",
         default="auto",
-        help="dropless dispatch: ragged_dot | blocks | auto (blocks on CPU, whose ragged_dot does every group's work)",
+        help="dropless dispatch: ragged_dot | blocks | auto (ragged_dot on TPU; blocks on CPU and GPU, "
+        "whose ragged_dot does every group's work)",
     )
 
     def moe_spec(self, d_ff: int | None, preset: Mapping[str, Any] | None = None) -> MoESpec:
@@ -459,9 +476,12 @@ class MoE(MoEKeys):
             if ep > 1:
                 return parallel_capacity_experts(tokens, routing, kernels, act, capacity, ep)
             return capacity_experts(tokens, routing, kernels, act, capacity)
-        blocked = spec.dispatch == "blocks" or (spec.dispatch == "auto" and jax.default_backend() == "cpu")
+        blocked = spec.dispatch == "blocks" or (spec.dispatch == "auto" and auto_blocks())
         if ep > 1:
             return parallel_dropless_experts(tokens, routing, kernels, act, ep, blocked), None
+        split = data_parallel_size() > 1 or hidden_axis() is not None
+        if split and tokens.shape[0] % data_parallel_size() == 0:
+            return local_dropless_experts(tokens, routing, whole_width(kernels), act, blocked), None
         return dropless_experts(tokens, routing, kernels, act, blocked), None
 
     def _record(

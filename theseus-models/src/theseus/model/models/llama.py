@@ -39,6 +39,24 @@ LLAMA_PRESETS: dict[str, Preset] = {
         ffn_multiple=32,
         description="GPT-2-small class: 124.7M at vocab 32000",
     ),
+    "llama3-1b": Preset(
+        n_layers=16,
+        n_heads=32,
+        n_kv_heads=8,
+        n_embd=2048,
+        mlp_ratio=4.0,
+        ffn_multiple=256,
+        description="Llama 3.2 1B's shape: 1.24B at vocab 128256 with architecture/tied_embeddings=true",
+    ),
+    "llama3-8b": Preset(
+        n_layers=32,
+        n_heads=32,
+        n_kv_heads=8,
+        n_embd=4096,
+        mlp_ratio=3.5,
+        ffn_multiple=1024,
+        description="Llama 3 8B's shape: 8.03B at vocab 128256",
+    ),
 }
 
 

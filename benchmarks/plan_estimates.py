@@ -1,0 +1,152 @@
+"""``theseus plan`` estimates for GPUs this machine does not have, beside the peers' published figures.
+
+    PYTHONPATH=.compilers python benchmarks/plan_estimates.py            # every table (minutes on 2 cores)
+    PYTHONPATH=.compilers python benchmarks/plan_estimates.py --quick    # the 124M row and one MoE shape
+
+Each row compiles the job's real training step for the target (deviceless: jax on the CPU, XLA's GPU
+compiler) and reads the compiled program: memory per device, matmul FLOPs against the model's
+``flops()``, collectives, and the roofline step time of ``theseus.plan.estimate``. These are estimates
+from compiled programs, not measurements (no GPU here); ``benchmarks/gpu_mfu.py`` measures on a GPU.
+The compilers: ``pip install --target .compilers -r requirements-compilers.txt`` (or the
+``theseus-core[plan-cuda]`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+#: Dense training rows: (label, job, overrides), 8 x H100, fsdp, AdamW, bf16 activations.
+DENSE = [
+    (
+        "gpt2-124m, 64 x 1024",
+        "gpt/train/pretrain",
+        ["architecture/preset=gpt2-124m", "architecture/vocab_size=50304", "architecture/block_size=1024"],
+        64,
+        1024,
+    ),
+    (
+        "Llama 3.2 1B shape, 32 x 4096",
+        "llama/train/pretrain",
+        ["architecture/preset=llama3-1b", "architecture/tied_embeddings=true", "architecture/vocab_size=128256"],
+        32,
+        4096,
+    ),
+    (
+        "Llama 3 8B shape, 8 x 4096",
+        "llama/train/pretrain",
+        ["architecture/preset=llama3-8b", "architecture/vocab_size=128256"],
+        8,
+        4096,
+    ),
+]
+#: Published MFU of the peers (their own measurements on real hardware).
+PEERS = [
+    ("maxtext", "Llama 3.1 8B", "v6e-256", "45.5%"),
+    ("torchtitan", "Llama 3.1 8B, no Float8", "8 x H100", "33-39%"),
+    ("TinyLlama", "1.1B", "A100", "52%"),
+]
+#: Mixture shapes, two layers (four for DeepSeek-V3: its dense first layers), 8 x 1024 tokens.
+MIXTURES = [
+    ("Qwen3-30B-A3B", ["model=qwen3_moe", "architecture/preset=qwen3-30b-a3b", "architecture/n_layers=2"], 151936),
+    ("Mixtral-8x7B", ["model=mixtral", "architecture/preset=mixtral-8x7b", "architecture/n_layers=2"], 32000),
+    ("DeepSeek-V3", ["model=deepseek_v3", "architecture/preset=deepseek-v3", "architecture/n_layers=4"], 129280),
+]
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def plan(job: str, overrides: list[str], target: str = "h100x8") -> Any:
+    from theseus.plan.report import make_plan
+    from theseus.registry import get_registry
+
+    with tempfile.TemporaryDirectory() as root:
+        return make_plan(job, get_registry().load_job(job), target, overrides, Path(root))
+
+
+def dense_rows(quick: bool) -> list[list[str]]:
+    rows = []
+    for label, job, overrides, batch, seq in DENSE[:1] if quick else DENSE:
+        sizes = [f"architecture/block_size={seq}", f"training/sequence_length={seq}", f"training/batch_size={batch}"]
+        result = plan(job, [*overrides, *sizes, "mesh/layout=fsdp"])
+        est = result.estimate
+        rows.append(
+            [
+                label,
+                f"{result.step.total_bytes / 1e9:.1f} GB",
+                f"{result.flops_ratio:.2f}",
+                f"{est.step_seconds * 1e3:.0f} ms",
+                f"{batch * seq / est.step_seconds:,.0f}",
+                f"{est.mfu(result.model_flops):.0%}",
+            ]
+        )
+    return rows
+
+
+def mixture_rows(quick: bool) -> list[list[str]]:
+    rows = []
+    for label, overrides, vocab in MIXTURES[:1] if quick else MIXTURES:
+        sizes = [f"architecture/vocab_size={vocab}", "architecture/block_size=1024", "training/sequence_length=1024"]
+        base = [*overrides, *sizes, "training/batch_size=8", "mesh/layout=fsdp"]
+        cells = [label]
+        for dispatch in ("ragged_dot", "auto"):
+            result = plan("gpt/train/pretrain", [*base, f"architecture/moe/dispatch={dispatch}"])
+            executed = sum(int(c["count"]) for c in result.cost.collective_summary().values())
+            cells += [f"{result.flops_ratio:.2f}", f"{result.step.temporary_bytes / 1e9:.1f} GB", str(executed)]
+        rows.append(cells)
+    return rows
+
+
+def expert_bytes_rows() -> list[list[str]]:
+    """Parameter + optimizer bytes per device of a Mixtral-8x7B-shaped model, experts split 8 ways or not."""
+    rows = []
+    base = [
+        "model=mixtral",
+        "architecture/preset=mixtral-8x7b",
+        "architecture/vocab_size=32000",
+        "architecture/block_size=1024",
+        "training/sequence_length=1024",
+        "training/batch_size=8",
+    ]
+    for layout, expert in (("fsdp", 1), ("fsdp+ep", 8), ("ep", 8)):
+        result = plan("gpt/train/pretrain", [*base, f"mesh/layout={layout}", f"mesh/expert={expert}"])
+        state = result.step.parameter_bytes + result.step.optimizer_bytes
+        verdict = "fits" if result.fits else f"over by {(result.step.total_bytes - result.memory_bytes) / 1e9:.0f} GB"
+        rows.append([layout, str(expert), f"{state / 1e9:.2f} GB", f"{result.step.total_bytes / 1e9:.1f} GB", verdict])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the 124M row and one mixture shape")
+    args = parser.parse_args()
+    from theseus.plan.devices import start_cpu_backend
+
+    start_cpu_backend()
+    print("### Estimated training on 8 x H100 (fsdp, AdamW, bf16 activations): compiled here, not measured\n")
+    header = ["Model", "Memory / device", "Compiled ÷ model FLOPs", "Step (est.)", "Tokens/s (est.)", "MFU (est.)"]
+    print(table(header, dense_rows(args.quick)))
+    print("\n### Published by the peers (measured on the hardware)\n")
+    print(table(["Peer", "Model", "Hardware", "MFU"], [list(row) for row in PEERS]))
+    print("\n### MoE dispatch on 8 x H100 (fsdp, 8 x 1024 tokens): ragged_dot against the default blocks\n")
+    cells = ["FLOPs ratio", "temporaries", "collectives run"]
+    header = ["Shape", *(f"ragged_dot {c}" for c in cells), *(f"auto {c}" for c in cells)]
+    print(table(header, mixture_rows(args.quick)))
+    if not args.quick:
+        print("\n### Mixtral-8x7B shape on 8 x H100: parameters + optimizer state per device\n")
+        header = ["Layout", "mesh/expert", "Params + optimizer / device", "Total / device", "80 GB H100"]
+        print(table(header, expert_bytes_rows()))
+
+
+if __name__ == "__main__":
+    main()

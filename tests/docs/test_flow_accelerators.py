@@ -1,0 +1,49 @@
+"""docs/accelerators.md's plan flow, as written: an 8B Llama-shaped model planned for 8 x H100 without
+a GPU. The memory model is checked against the analytic count, and the layouts against each other."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.docs.doc_flows import Shell
+from tests.docs.flow_common import flows
+from tests.plan.conftest import compilers
+
+#: Llama 3 8B: 32 layers (4096 wide, 8 of 32 heads for keys and values, SwiGLU 14336), vocabulary
+#: 128256 in the embedding and an untied head, two RMSNorm scales per layer and a final one.
+LLAMA3_8B = 2 * 128256 * 4096 + 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096) + 4096
+
+
+def gigabytes(text: str, label: str) -> float:
+    found = re.search(rf"^\s+{label}\s+([\d,.]+) GB", text, re.MULTILINE)
+    assert found, text
+    return float(found.group(1).replace(",", ""))
+
+
+@pytest.mark.slow
+def test_accelerators_plan_flow(tmp_path: Path) -> None:
+    shell = Shell.create(tmp_path / "work", PYTHONPATH=str(compilers()))
+    shell.run(flows("docs/accelerators.md")["plan"])
+
+    fsdp, dp = shell.results  # the page's two commands, in order
+    assert "mesh/layout=fsdp --max-batch" in fsdp.step.text and "mesh/layout=dp --json" in dp.step.text
+    text = fsdp.stdout
+    assert "Traceback" not in fsdp.stderr and "cudart" not in fsdp.stderr
+    assert "8.030B parameters, bfloat16 activations, layout fsdp (mesh data 8 x model 1)" in text
+    # per device: float32 parameters and AdamW's two moments, an eighth each under fsdp (analytic +-2%)
+    assert gigabytes(text, "parameters") == pytest.approx(LLAMA3_8B * 4 / 8 / 1e9, rel=0.02)
+    assert gigabytes(text, "optimizer state") == pytest.approx(LLAMA3_8B * 8 / 8 / 1e9, rel=0.02)
+    assert re.search(r"total\s+[\d.]+ GB of 84.94 GB: fits", text), text
+    assert re.search(r"compiled / model = 0\.9\d", text), text
+    assert re.search(r"estimated step [\d,.]+ ms .* MFU \d+\.\d%", text), text
+    found = re.search(r"largest batch that fits: (\d+) x 4096 tokens", text)
+    assert found and int(found.group(1)) >= 8, text
+
+    replicated = json.loads(dp.stdout)
+    assert replicated["memory"]["fits"] is False
+    assert replicated["memory"]["parameters"] == pytest.approx(LLAMA3_8B * 4, rel=0.02)
+    assert replicated["memory"]["total"] > 2 * replicated["memory"]["device"]

@@ -1,0 +1,92 @@
+"""Compile training steps for a target in one process and print what ``theseus plan`` reports, as JSON.
+
+Run by tests/plan with the accelerator compilers on its path: ``python matrix_run.py TARGET CASES_JSON``,
+where each case is ``{"job": ..., "overrides": [...]}``. A case that fails prints its error instead.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+
+def main() -> None:
+    from theseus.plan.devices import start_cpu_backend
+
+    start_cpu_backend()
+    from theseus.plan.hlo import parse_module, shapes
+    from theseus.plan.report import as_dict, make_plan
+    from theseus.registry import get_registry
+
+    target, cases = sys.argv[1], json.loads(sys.argv[2])
+    root = Path(tempfile.mkdtemp())
+    for case in cases:
+        try:
+            if "generate" in case:
+                print(json.dumps({"case": case, "generate": compile_generation(target, case, root)}), flush=True)
+                continue
+            job = get_registry().load_job(case["job"])
+            plan = make_plan(case["job"], job, target, case["overrides"], root)
+        except Exception as exc:
+            print(json.dumps({"case": case, "error": f"{type(exc).__name__}: {exc}"}), flush=True)
+            continue
+        report = as_dict(plan)
+        computations, _ = parse_module(plan.step.text)
+        attention_operands = []
+        for body in computations.values():
+            symbols = {i.name: i.type for i in body}
+            for instruction in body:
+                if instruction.opcode == "custom-call" and "fmha" in instruction.attributes:
+                    attention_operands.append([shapes(symbols.get(o, ""))[0][1] for o in instruction.operands])
+        report["attention_operands"] = attention_operands
+        report["state_bytes"] = report["memory"]["parameters"] + report["memory"]["optimizer_state"]
+        print(json.dumps({"case": case, "plan": report}, default=str), flush=True)
+
+
+def compile_generation(target: str, case: dict, root: Path) -> dict:
+    """Compile sampling (prefill of left-padded prompts, then cached decode steps) for the target's mesh."""
+    import jax
+    import jax.numpy as jnp
+
+    from theseus.model.generation.decode import _sample
+    from theseus.model.generation.sampling import SamplingParams
+    from theseus.plan.build import build_trainer
+    from theseus.plan.devices import target_devices
+    from theseus.plan.hlo import analyse
+    from theseus.plan.targets import parse_target
+    from theseus.registry import get_registry
+    from theseus.training.state import with_shardings
+
+    spec = parse_target(target)
+    job = get_registry().load_job(case["job"])
+    trainer = build_trainer(job, target_devices(spec), case["overrides"], root)
+    sharding = trainer.sharding
+    params = with_shardings(trainer.abstract_state.params, trainer.state_shardings.params)
+    rows = sharding.batch_sharding(2)
+    batch, prompt = case["generate"]["batch"], case["generate"]["prompt"]
+    ids = jax.ShapeDtypeStruct((batch, prompt), jnp.int32, sharding=rows)
+    mask = jax.ShapeDtypeStruct((batch, prompt), jnp.bool_, sharding=rows)
+    scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding.replicated)
+    with sharding.context():
+        compiled = (
+            _sample.trace(
+                params,
+                ids,
+                mask,
+                scalar,
+                scalar,
+                model=trainer.model,
+                max_new_tokens=case["generate"]["new"],
+                sampling=SamplingParams(),
+            )
+            .lower()
+            .compile()
+        )
+    cost = analyse(compiled.as_text(), spec.devices)
+    return {"flops": cost.flops, "custom_calls": cost.custom_calls, "collectives": cost.collective_summary()}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Every dense family, at a small size, compiles its training step (forward, backward, AdamW update) for
+8 x H100 in each layout: what a user's first hour on GPUs would otherwise find out."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.plan.conftest import compile_cases, tiny
+
+FAMILIES = ("gpt", "llama", "qwen3", "olmo2", "gemma2", "gemma3", "phi3")
+LAYOUTS = ("dp", "fsdp", "tp", "fsdp+tp")
+#: Gemma 3's tiny preset has one key/value head; tensor parallelism needs two.
+EXTRA = {"gemma3": ("architecture/n_kv_heads=2",)}
+#: Gemma 2 soft-caps its attention scores, which cuDNN's fused kernel does not do: XLA attention.
+WITHOUT_CUDNN = {"gemma2"}
+
+
+@pytest.fixture(scope="module")
+def matrix() -> dict[tuple[str, str], dict]:
+    grid = [(family, layout) for family in FAMILIES for layout in LAYOUTS]
+    results = compile_cases("h100x8", [tiny(family, layout, *EXTRA.get(family, ())) for family, layout in grid])
+    return dict(zip(grid, results, strict=True))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_dense_family_compiles_for_h100_in_every_layout(matrix: dict, family: str) -> None:
+    held = {}
+    for layout in LAYOUTS:
+        result = matrix[(family, layout)]
+        assert "plan" in result, result.get("error")
+        plan = result["plan"]
+        # what an H100 run gets: bf16 activations, cuDNN attention where cuDNN supports the case
+        assert plan["activation_dtype"] == "bfloat16"
+        fused = "__cudnn$fmhaSoftmax" in plan["custom_calls"] and "__cudnn$fmhaSoftmaxBackward" in plan["custom_calls"]
+        assert fused == (family not in WITHOUT_CUDNN), plan["custom_calls"]
+        # no redundant matmul work, and the whole state (donated) is reused by the outputs
+        assert 0.9 <= plan["flops"]["ratio"] <= 1.15, plan["flops"]
+        assert plan["memory"]["aliased"] >= plan["state_bytes"]
+        assert plan["memory"]["fits"]
+        held[layout] = plan["state_bytes"]
+    # fsdp holds an eighth of dp's state, tp (over 2) about half, fsdp+tp (data 4 x model 2) an eighth
+    assert held["fsdp"] == pytest.approx(held["dp"] / 8, rel=0.05)
+    assert held["tp"] < 0.65 * held["dp"]
+    assert held["fsdp+tp"] == pytest.approx(held["dp"] / 8, rel=0.1)

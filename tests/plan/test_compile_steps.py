@@ -1,0 +1,102 @@
+"""Beyond pretraining: the SFT and DPO steps and generation compile for 8 x H100; what each fix of the
+accelerator compile changed is checked in the compiled program; TPU slices compile too."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.plan.conftest import compile_cases, tiny
+
+LONG = ("architecture/block_size=512", "training/sequence_length=512", "training/batch_size=8")
+
+
+@pytest.fixture(scope="module")
+def h100() -> dict[str, dict]:
+    named = {
+        "gpt sft": tiny("gpt", "fsdp", job="gpt/train/sft"),
+        "llama sft": tiny("llama", "fsdp+tp", job="llama/train/sft"),
+        "gpt dpo": tiny("gpt", "fsdp", job="gpt/train/dpo"),
+        "llama dpo": tiny("llama", "fsdp", "model/lora/rank=4", job="llama/train/dpo"),
+        "gpt generate": {**tiny("gpt", "fsdp"), "generate": {"batch": 8, "prompt": 16, "new": 4}},
+        "llama generate": {**tiny("llama", "fsdp+tp"), "generate": {"batch": 8, "prompt": 16, "new": 4}},
+        "remat none": {
+            "job": "llama/train/pretrain",
+            "overrides": ["architecture/preset=small", *LONG, "model/remat=none"],
+        },
+        "remat dots": {
+            "job": "llama/train/pretrain",
+            "overrides": ["architecture/preset=small", *LONG, "model/remat=dots"],
+        },
+        "remat full": {
+            "job": "llama/train/pretrain",
+            "overrides": ["architecture/preset=small", *LONG, "model/remat=full"],
+        },
+        "float32": tiny("llama", "fsdp", "model/activation_dtype=float32"),
+        "mla": tiny("deepseek_v3", "fsdp", "architecture/mla/v_head_dim=16"),
+    }
+    return dict(zip(named, compile_cases("h100x8", list(named.values())), strict=True))
+
+
+def _plan(result: dict) -> dict:
+    assert "plan" in result, result.get("error")
+    return result["plan"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt sft", "llama sft", "gpt dpo", "llama dpo"])
+def test_fine_tuning_steps_compile_for_h100(h100: dict, name: str) -> None:
+    plan = _plan(h100[name])
+    assert plan["activation_dtype"] == "bfloat16"
+    assert "__cudnn$fmhaSoftmaxBackward" in plan["custom_calls"]
+    assert plan["memory"]["aliased"] >= plan["state_bytes"]
+    assert 0.9 <= plan["flops"]["ratio"] <= (2.2 if "dpo" in name else 1.15)  # DPO runs the reference too
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt generate", "llama generate"])
+def test_generation_compiles_for_h100(h100: dict, name: str) -> None:
+    result = h100[name]
+    assert "generate" in result, result.get("error")
+    assert result["generate"]["flops"] > 0
+
+
+@pytest.mark.slow
+def test_padding_reaches_cudnn_as_lengths_not_a_dense_bias(h100: dict) -> None:
+    """The flywheel's padding mask used to become a [B, 1, T, T] bias operand of the fused kernel."""
+    plan = _plan(h100["remat none"])
+    assert plan["attention_operands"], "no cuDNN attention in the program"
+    for operands in plan["attention_operands"]:
+        squares = [shape for shape in operands if len(shape) == 4 and shape[-1] == shape[-2] == 512]
+        assert not squares, operands
+
+
+@pytest.mark.slow
+def test_activation_dtype_follows_the_mesh_and_can_be_set(h100: dict) -> None:
+    assert _plan(h100["float32"])["activation_dtype"] == "float32"
+    assert "__cudnn$fmhaSoftmax" not in _plan(h100["float32"])["custom_calls"]  # cuDNN is half precision only
+
+
+@pytest.mark.slow
+def test_latent_attention_falls_back_to_xla(h100: dict) -> None:
+    """MLA's query and value heads differ in width; jax refuses that for cuDNN without a Hopper host."""
+    plan = _plan(h100["mla"])
+    assert "__cudnn$fmhaSoftmax" not in plan["custom_calls"]
+    assert plan["flops"]["ratio"] <= 1.3
+
+
+@pytest.mark.slow
+def test_remat_policies_trade_temporaries_for_flops(h100: dict) -> None:
+    none, dots, full = (_plan(h100[f"remat {p}"]) for p in ("none", "dots", "full"))
+    assert full["memory"]["temporaries"] < dots["memory"]["temporaries"] < none["memory"]["temporaries"]
+    assert none["flops"]["ratio"] < dots["flops"]["ratio"] <= full["flops"]["ratio"]
+    assert full["flops"]["ratio"] == pytest.approx(none["flops"]["ratio"] * 4 / 3, rel=0.1)  # forward again
+
+
+@pytest.mark.slow
+def test_tpu_slices_compile() -> None:
+    cases = [tiny("llama", "fsdp"), tiny("gemma3", "fsdp"), tiny("qwen3_moe", "fsdp+ep")]
+    for result in compile_cases("v5e:2x4", cases):
+        plan = _plan(result)
+        assert plan["device"] == "TPU v5 lite"
+        assert plan["activation_dtype"] == "bfloat16"
+        assert plan["memory"]["aliased"] >= plan["state_bytes"]

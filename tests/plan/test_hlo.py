@@ -1,0 +1,150 @@
+# ruff: noqa: E501  (HLO text has long lines)
+"""The compiled-program analysis behind ``theseus plan``: FLOPs, bytes and collectives of HLO text."""
+
+from __future__ import annotations
+
+import pytest
+
+from theseus.errors import ConfigError
+from theseus.plan import hlo
+from theseus.plan.estimate import estimate
+from theseus.plan.targets import gpu_target_config, parse_target
+
+#: A scanned stack in miniature: a 12-trip loop whose body runs a matmul fusion, reads one layer of a
+#: stacked weight, updates a stacked buffer in place and all-gathers; cuDNN attention in the entry.
+PROGRAM = """HloModule jit_step, is_scheduled=true
+
+%gemm (p0: bf16[64,128], p1: bf16[128,256]) -> bf16[64,256] {
+  %p0 = bf16[64,128]{1,0} parameter(0)
+  %p1 = bf16[128,256]{1,0} parameter(1)
+  ROOT %dot.1 = bf16[64,256]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%layer (q0: bf16[12,128,256], q1: s32[]) -> bf16[1,128,256] {
+  %q0 = bf16[12,128,256]{2,1,0} parameter(0)
+  %q1 = s32[] parameter(1)
+  %c0 = s32[] constant(0)
+  ROOT %ds = bf16[1,128,256]{2,1,0} dynamic-slice(%q0, %q1, %c0, %c0), dynamic_slice_sizes={1,128,256}
+}
+
+%store (r0: f32[12,64,256], r1: f32[1,64,256], r2: s32[]) -> f32[12,64,256] {
+  %r0 = f32[12,64,256]{2,1,0} parameter(0)
+  %b0 = f32[12,64,256]{2,1,0} bitcast(%r0)
+  %r1 = f32[1,64,256]{2,1,0} parameter(1)
+  %r2 = s32[] parameter(2)
+  %z = s32[] constant(0)
+  ROOT %dus = f32[12,64,256]{2,1,0} dynamic-update-slice(%b0, %r1, %r2, %z, %z)
+}
+
+%body (t: (s32[], bf16[64,128], bf16[12,128,256], f32[12,64,256])) -> (s32[], bf16[64,128], bf16[12,128,256], f32[12,64,256]) {
+  %t = (s32[], bf16[64,128]{1,0}, bf16[12,128,256]{2,1,0}, f32[12,64,256]{2,1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %x = bf16[64,128]{1,0} get-tuple-element(%t), index=1
+  %w = bf16[12,128,256]{2,1,0} get-tuple-element(%t), index=2
+  %acc = f32[12,64,256]{2,1,0} get-tuple-element(%t), index=3
+  %one = bf16[1,128,256]{2,1,0} fusion(%w, %i), kind=kLoop, calls=%layer
+  %wl = bf16[128,256]{1,0} bitcast(%one)
+  %y = bf16[64,256]{1,0} fusion(%x, %wl), kind=kCustom, calls=%gemm
+  %yf = f32[1,64,256]{2,1,0} convert(%y)
+  %acc2 = f32[12,64,256]{2,1,0} fusion(%acc, %yf, %i), kind=kLoop, calls=%store
+  %g = bf16[512,128]{1,0} all-gather(%x), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}
+  %one_i = s32[] constant(1)
+  %next = s32[] add(%i, %one_i)
+  ROOT %out = (s32[], bf16[64,128]{1,0}, bf16[12,128,256]{2,1,0}, f32[12,64,256]{2,1,0}) tuple(%next, %x, %w, %acc2)
+}
+
+%cond (u: (s32[], bf16[64,128], bf16[12,128,256], f32[12,64,256])) -> pred[] {
+  %u = (s32[], bf16[64,128]{1,0}, bf16[12,128,256]{2,1,0}, f32[12,64,256]{2,1,0}) parameter(0)
+  %k = s32[] get-tuple-element(%u), index=0
+  %n = s32[] constant(12)
+  ROOT %lt = pred[] compare(%k, %n), direction=LT
+}
+
+ENTRY %main (a: bf16[64,128], w: bf16[12,128,256], acc: f32[12,64,256], q: bf16[2,256,4,64], k: bf16[2,256,4,64], v: bf16[2,256,4,64]) -> f32[12,64,256] {
+  %a = bf16[64,128]{1,0} parameter(0)
+  %w = bf16[12,128,256]{2,1,0} parameter(1)
+  %acc = f32[12,64,256]{2,1,0} parameter(2)
+  %q = bf16[2,256,4,64]{3,2,1,0} parameter(3)
+  %k = bf16[2,256,4,64]{3,2,1,0} parameter(4)
+  %v = bf16[2,256,4,64]{3,2,1,0} parameter(5)
+  %zero = s32[] constant(0)
+  %init = (s32[], bf16[64,128]{1,0}, bf16[12,128,256]{2,1,0}, f32[12,64,256]{2,1,0}) tuple(%zero, %a, %w, %acc)
+  %loop = (s32[], bf16[64,128]{1,0}, bf16[12,128,256]{2,1,0}, f32[12,64,256]{2,1,0}) while(%init), condition=%cond, body=%body
+  %fmha = (bf16[2,256,4,64]{3,2,1,0}, u8[0]{0}) custom-call(%q, %k, %v), custom_call_target="__cudnn$fmhaSoftmax", backend_config={"cudnn_fmha_backend_config":{"mask_type":"CAUSAL"}}
+  %rs = f32[2,64,256]{2,1,0} reduce-scatter(%acc), channel_id=2, replica_groups={{0,1,2,3,4,5},{6,7}}, dimensions={0}, to_apply=%cond
+  %ar = f32[64,256]{1,0} all-reduce(%acc), channel_id=3, replica_groups=[4,2]<=[2,4]T(1,0), to_apply=%cond
+  ROOT %result = f32[12,64,256]{2,1,0} get-tuple-element(%loop), index=3
+}
+"""
+
+
+def test_loop_bodies_count_once_per_trip_and_custom_calls_count() -> None:
+    cost = hlo.analyse(PROGRAM, devices=8)
+    matmul = 2 * 64 * 256 * 128
+    attention = 2 * 2 * 2 * 4 * 256 * 256 * 64 * 0.5  # QK^T and PV, causal half
+    assert cost.unknown_trip_counts == 0
+    assert cost.flops == pytest.approx(12 * matmul + attention)
+    assert cost.custom_calls == {"__cudnn$fmhaSoftmax": 1}
+
+
+def test_sliced_and_in_place_operands_move_only_their_slices() -> None:
+    cost = hlo.analyse(PROGRAM, devices=8)
+    by_name = {kernel.name: kernel for kernel in cost.kernels}
+    index = 4  # the loop counter each reads
+    assert by_name["one"].bytes == 2 * (128 * 256 * 2) + index  # one layer read and written, not the stack of 12
+    assert by_name["acc2"].bytes == 2 * (64 * 256 * 4) + index  # the update read and written into the buffer
+    assert by_name["one"].count == 12
+
+
+def test_collectives_are_counted_per_execution_with_their_groups() -> None:
+    summary = hlo.analyse(PROGRAM, devices=8).collective_summary()
+    gathered = 512 * 128 * 2
+    assert summary["all-gather"]["count"] == 12
+    assert summary["all-gather"]["moved_bytes"] == pytest.approx(12 * gathered * 7 / 8)
+    stack = 12 * 64 * 256 * 4
+    assert summary["reduce-scatter"]["moved_bytes"] == pytest.approx(stack * 5 / 6)  # the larger group: 6
+    assert summary["all-reduce"]["moved_bytes"] == pytest.approx(2 * stack * 1 / 2)  # pairs
+
+
+def test_replica_group_forms() -> None:
+    assert hlo.replica_groups("replica_groups=[2,4]<=[8]", 8) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert hlo.replica_groups("replica_groups=[4,2]<=[2,4]T(1,0)", 8) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert hlo.replica_groups("replica_groups={{0,2},{1,3}}", 4) == [[0, 2], [1, 3]]
+    assert hlo.replica_groups("channel_id=1", 4) == [[0, 1, 2, 3]]
+
+
+def test_convolution_counts_only_positions_off_the_padding() -> None:
+    # a batched matmul in TPU form: 12 heads as a padded spatial window, 64 -> 2 features
+    text = """HloModule m
+
+ENTRY %main (a: bf16[1024,12,768,1], b: bf16[12,768,64,1]) -> bf16[1024,12,64,1] {
+  %a = bf16[1024,12,768,1]{3,2,1,0} parameter(0)
+  %b = bf16[12,768,64,1]{3,2,1,0} parameter(1)
+  ROOT %c = bf16[1024,12,64,1]{3,2,1,0} convolution(%a, %b), window={size=12x1 pad=11_11x0_0 rhs_reversal=1x0}, dim_labels=b0f1_0io1->b0f1
+}
+"""
+    # out 1024 x 64 features; spatial pairs: 12 outputs x (positions of a size-12 window that land on
+    # the 12 inputs with 11 padding each side) = 12 * 12 minus what falls on padding
+    pairs = sum(max(0, min(12, 12 + 11 - o) - max(0, 11 - o)) for o in range(12))
+    assert hlo.analyse(text, 1).flops == 2 * 1024 * 64 * 768 * pairs
+
+
+def test_targets_parse_and_refuse_in_one_line() -> None:
+    assert parse_target("h100x8").devices == 8
+    multi = parse_target("h100x8x4")
+    assert (multi.hosts, multi.per_host, multi.topology) == (4, 8, "4x1x8")
+    tpu = parse_target("v5e:16x16")
+    assert (tpu.devices, tpu.platform, tpu.hosts) == (256, "tpu", 32)
+    for bad in ("h100x9", "h100", "v9z:2x2", "b300x8"):
+        with pytest.raises(ConfigError) as error:
+            parse_target(bad)
+        assert "\n" not in str(error.value) and "--target" in str(error.value)
+    assert "cuda_compute_capability { major: 9 minor: 0 }" in gpu_target_config(parse_target("h100x8").chip)
+
+
+def test_estimate_prices_collectives_by_the_links_they_cross() -> None:
+    cost = hlo.ProgramCost(collectives=[hlo.Collective("all-gather", 10**9, 2, [[0, 8]], 1)])
+    one_host = estimate(cost, parse_target("h100x8"), overlap=0.0)
+    two_hosts = estimate(cost, parse_target("h100x8x2"), overlap=0.0)
+    assert one_host.collective_seconds == pytest.approx(0.5e9 / 450e9)
+    assert two_hosts.collective_seconds == pytest.approx(0.5e9 / 50e9)

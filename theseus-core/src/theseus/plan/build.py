@@ -1,0 +1,134 @@
+"""The job's real training step, built as ``theseus run`` builds it, compiled for a target's devices.
+
+The trainer is the job's own class (plugins' included) with two changes: its mesh spans the target's
+devices, and without prepared data it has no loader (the step's inputs are described by
+:meth:`~theseus.training.base.BaseTrainer.abstract_train_batch`). The state, the batch and the key
+are shapes with shardings, so nothing is allocated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from theseus.errors import ConfigError, DataError, TheseusError
+
+
+@dataclass
+class CompiledStep:
+    """A compiled training step and what it holds per device."""
+
+    trainer: Any
+    compiled: Any
+    text: str
+    parameters: int  # whole model
+    parameter_bytes: int  # per device
+    optimizer_bytes: int
+    gradient_bytes: int
+    batch_bytes: int
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temporary_bytes: int
+    compile_seconds: float
+
+    @property
+    def total_bytes(self) -> int:
+        """Peak bytes per device: arguments, outputs not aliased to them, and temporaries."""
+        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temporary_bytes
+
+
+def planning_trainer(job: type, devices: Sequence[Any]) -> type:
+    """``job`` with its mesh on ``devices``, reading data only where it is prepared."""
+
+    class Planned(job):  # type: ignore[misc,valid-type]
+        def mesh_devices(self) -> list[Any]:
+            return list(devices)
+
+        def _build_flywheel(self) -> Any:
+            try:
+                return super()._build_flywheel()
+            except (DataError, FileNotFoundError):
+                return None
+
+    Planned.__name__ = job.__name__
+    Planned.__qualname__ = job.__qualname__
+    Planned.__module__ = job.__module__
+    return Planned
+
+
+def held_bytes(abstract: Any, shardings: Any) -> int:
+    """Bytes one device holds of a tree of abstract arrays under their shardings."""
+    import jax
+    import numpy as np
+
+    held = 0
+    for leaf, sharding in zip(jax.tree.leaves(abstract), jax.tree.leaves(shardings), strict=True):
+        held += math.prod(sharding.shard_shape(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+    return held
+
+
+def build_trainer(
+    job: type, devices: Sequence[Any], overrides: Sequence[str], root: Path, config_file: Path | None = None
+) -> Any:
+    """The planning trainer of ``job`` configured from ``overrides`` as ``theseus run`` would, set up."""
+    from theseus.config import configuration
+
+    trainer = planning_trainer(job, devices).create(root, list(overrides), config_file=config_file)
+    with configuration(trainer.context.config):
+        trainer.setup()
+    return trainer
+
+
+def compile_train_step(trainer: Any) -> CompiledStep:
+    """Lower and compile ``trainer``'s jitted train step (state donated) for its mesh's devices."""
+    import time
+
+    import jax
+
+    from theseus.config import configuration
+    from theseus.training.state import with_shardings
+
+    state = with_shardings(trainer.abstract_state, trainer.state_shardings)
+    batch = trainer.abstract_train_batch()
+    key = jax.ShapeDtypeStruct(
+        trainer.dropout_key.shape, trainer.dropout_key.dtype, sharding=trainer.sharding.replicated
+    )
+    started = time.perf_counter()
+    with configuration(trainer.context.config):
+        try:
+            compiled = trainer.train_step_fn().trace(state, batch, key).lower().compile()
+        except TheseusError:
+            raise
+        except Exception as exc:  # the compiler's refusal of this program, not a user mistake to hide
+            raise ConfigError(f"the training step does not compile for this target: {_first_line(exc)}") from exc
+    seconds = time.perf_counter() - started
+    memory = compiled.memory_analysis()
+    params = trainer.abstract_state.params
+    parameter_bytes = held_bytes(params, trainer.state_shardings.params)
+    return CompiledStep(
+        trainer=trainer,
+        compiled=compiled,
+        text=compiled.as_text(),
+        parameters=sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params)),
+        parameter_bytes=parameter_bytes,
+        optimizer_bytes=held_bytes(trainer.abstract_state.opt_state, trainer.state_shardings.opt_state),
+        gradient_bytes=parameter_bytes,
+        batch_bytes=sum(held_bytes(leaf, leaf.sharding) for leaf in batch.values()),
+        argument_bytes=int(memory.argument_size_in_bytes),
+        output_bytes=int(memory.output_size_in_bytes),
+        alias_bytes=int(memory.alias_size_in_bytes),
+        temporary_bytes=int(memory.temp_size_in_bytes),
+        compile_seconds=seconds,
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+__all__ = ["CompiledStep", "build_trainer", "compile_train_step", "held_bytes", "planning_trainer"]

@@ -1,0 +1,234 @@
+"""``theseus plan``: compile a job's training step for a target and say whether it fits and how fast it
+might run. :func:`make_plan` does the work; :func:`render` and :func:`as_dict` present it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from theseus.errors import ConfigError
+from theseus.plan.build import CompiledStep, build_trainer, compile_train_step
+from theseus.plan.estimate import DEFAULT_OVERLAP, Estimate, estimate
+from theseus.plan.hlo import ProgramCost, analyse
+from theseus.plan.targets import Target, parse_target
+
+GB = 1e9
+
+
+@dataclass
+class Plan:
+    """One compiled training step on one target: memory, FLOPs, collectives and the estimate."""
+
+    job: str
+    target: Target
+    step: CompiledStep
+    cost: ProgramCost
+    estimate: Estimate
+    model_flops: float  # per device per step, from the model's own flops()
+    batch_size: int
+    sequence_length: int
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.target.chip.memory_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.step.total_bytes <= self.memory_bytes
+
+    @property
+    def flops_ratio(self) -> float:
+        """Compiled matmul FLOPs over the model's analytic FLOPs (1.0: no redundant work)."""
+        return self.cost.flops / self.model_flops if self.model_flops else float("nan")
+
+    @property
+    def mesh(self) -> dict[str, int]:
+        return {str(name): int(size) for name, size in self.step.trainer.sharding.mesh.shape.items()}
+
+
+def make_plan(
+    job_name: str,
+    job: type,
+    target_spec: str,
+    overrides: Sequence[str],
+    root: Path,
+    *,
+    config_file: Path | None = None,
+    overlap: float = DEFAULT_OVERLAP,
+) -> Plan:
+    """Build ``job`` as ``theseus run JOB overrides`` would, compile its step for ``target_spec``, analyse it."""
+    from theseus.plan.devices import captured_stderr, startup_log, target_devices
+
+    if not 0.0 <= overlap <= 1.0:
+        raise ConfigError(f"--overlap must lie between 0 and 1, got {overlap}")
+    target = parse_target(target_spec)
+    if not hasattr(job, "train_step_fn"):
+        raise ConfigError(f"{job_name!r} is not a training job; theseus plan compiles a trainer's step")
+    devices = target_devices(target)
+    with captured_stderr() as compiler_log:  # XLA's warnings (rematerialisation, scheduling): --verbose
+        trainer = build_trainer(job, devices, overrides, root, config_file)
+        step = compile_train_step(trainer)
+    startup_log.extend(compiler_log)
+    cost = analyse(step.text, target.devices)
+    per_sequence = float(trainer.model.flops(trainer.sequence_length))
+    model_flops = per_sequence * trainer.args.batch_size / target.devices
+    return Plan(
+        job=job_name,
+        target=target,
+        step=step,
+        cost=cost,
+        estimate=estimate(cost, target, overlap),
+        model_flops=model_flops,
+        batch_size=int(trainer.args.batch_size),
+        sequence_length=int(trainer.sequence_length),
+    )
+
+
+def with_batch(overrides: Sequence[str], batch_size: int) -> list[str]:
+    """``overrides`` with ``training/batch_size`` replaced (the micro batch follows the batch)."""
+    kept = [o for o in overrides if not o.startswith(("training/batch_size=", "training/micro_batch_size="))]
+    return [*kept, f"training/batch_size={batch_size}"]
+
+
+def largest_batch(
+    plan_of: Callable[[int], Plan | None], start: Plan, *, limit: int = 1 << 16
+) -> tuple[int, Plan | None, int]:
+    """The largest global batch (a multiple of the data-parallel size) whose step fits, by doubling then
+    bisection over compiles; ``(batch, its plan or None, compiles)``. ``plan_of(batch)`` gives None when
+    the batch cannot be compiled (too large to split, or refused)."""
+    unit = start.step.trainer.sharding.data_size
+    compiles = 0
+    if start.fits:
+        good, good_plan = start.batch_size, start
+        bad = None
+        while bad is None and good * 2 <= limit:
+            compiles += 1
+            candidate = plan_of(good * 2)
+            if candidate is not None and candidate.fits:
+                good, good_plan = good * 2, candidate
+            else:
+                bad = good * 2
+        if bad is None:
+            return good, good_plan, compiles
+    else:
+        good, good_plan, bad = 0, None, start.batch_size
+    while bad - good > unit:
+        middle = (good + bad) // 2 // unit * unit
+        if middle <= good:
+            break
+        compiles += 1
+        candidate = plan_of(middle)
+        if candidate is not None and candidate.fits:
+            good, good_plan = middle, candidate
+        else:
+            bad = middle
+    if good == 0:  # not even the smallest batch fits: check it
+        compiles += 1
+        candidate = plan_of(unit)
+        if candidate is not None and candidate.fits:
+            return unit, candidate, compiles
+    return good, good_plan, compiles
+
+
+def as_dict(plan: Plan) -> dict[str, Any]:
+    """The plan as plain values (``--json``); bytes are per device."""
+    step, est = plan.step, plan.estimate
+    return {
+        "job": plan.job,
+        "target": plan.target.spec,
+        "devices": plan.target.devices,
+        "device": plan.target.chip.name,
+        "mesh": plan.mesh,
+        "layout": step.trainer.sharding.layout,
+        "batch_size": plan.batch_size,
+        "sequence_length": plan.sequence_length,
+        "parameters": step.parameters,
+        "activation_dtype": activation_dtype(step.trainer),
+        "memory": {
+            "parameters": step.parameter_bytes,
+            "optimizer_state": step.optimizer_bytes,
+            "gradients": step.gradient_bytes,
+            "batch": step.batch_bytes,
+            "arguments": step.argument_bytes,
+            "outputs": step.output_bytes,
+            "aliased": step.alias_bytes,
+            "temporaries": step.temporary_bytes,
+            "total": step.total_bytes,
+            "device": plan.memory_bytes,
+            "fits": plan.fits,
+        },
+        "flops": {
+            "compiled": plan.cost.flops,
+            "model": plan.model_flops,
+            "ratio": plan.flops_ratio,
+            "unknown_loop_counts": plan.cost.unknown_trip_counts,
+        },
+        "collectives": plan.cost.collective_summary(),
+        "custom_calls": plan.cost.custom_calls,
+        "estimate": {
+            "step_seconds": est.step_seconds,
+            "compute_seconds": est.compute_seconds,
+            "memory_seconds": est.memory_seconds,
+            "collective_seconds": est.collective_seconds,
+            "mfu": est.mfu(plan.model_flops),
+            "tokens_per_second": plan.batch_size * plan.sequence_length / est.step_seconds if est.step_seconds else 0.0,
+            "assumptions": est.assumptions(),
+        },
+        "compile_seconds": step.compile_seconds,
+    }
+
+
+def activation_dtype(trainer: Any) -> str:
+    """The dtype the trainer's model computes in on its mesh's devices (``auto`` resolved)."""
+    from theseus.base.accelerator import targeting
+
+    with targeting(trainer.sharding.accelerator):
+        return str(trainer.model._activation_dtype)
+
+
+def _gb(value: float) -> str:
+    return f"{value / GB:,.2f} GB"
+
+
+def render(plan: Plan) -> list[str]:
+    """The plan as lines of text for the terminal."""
+    data = as_dict(plan)
+    memory, flops, est = data["memory"], data["flops"], data["estimate"]
+    mesh = " x ".join(f"{name} {size}" for name, size in data["mesh"].items())
+    margin = memory["device"] - memory["total"]
+    verdict = f"fits ({_gb(margin)} free)" if plan.fits else f"does not fit: over by {_gb(-margin)}"
+    lines = [
+        f"{plan.job} on {plan.target.describe()}: compiled in {plan.step.compile_seconds:.1f} s, nothing allocated",
+        f"  model      {plan.step.parameters / 1e9:,.3f}B parameters, {data['activation_dtype']} activations, "
+        f"layout {data['layout']} (mesh {mesh}), batch {plan.batch_size} x {plan.sequence_length} tokens",
+        "  memory per device",
+        f"    parameters       {_gb(memory['parameters'])}",
+        f"    optimizer state  {_gb(memory['optimizer_state'])}",
+        f"    gradients        {_gb(memory['gradients'])} (inside the temporaries)",
+        f"    temporaries      {_gb(memory['temporaries'])}",
+        f"    total            {_gb(memory['total'])} of {_gb(memory['device'])}: {verdict}",
+        f"    donated state    {_gb(memory['aliased'])} of the outputs reuse the inputs' memory",
+        "  FLOPs per device per step",
+        f"    compiled (matmuls)  {flops['compiled'] / 1e12:,.2f} TFLOP",
+        f"    model flops()       {flops['model'] / 1e12:,.2f} TFLOP   compiled / model = {flops['ratio']:.2f}",
+    ]
+    collectives = data["collectives"]
+    if collectives:
+        lines.append("  collectives per device per step")
+        for name, entry in sorted(collectives.items()):
+            lines.append(f"    {name:<19} {int(entry['count']):>6} x, {_gb(entry['moved_bytes'])} sent")
+    else:
+        lines.append("  collectives: none")
+    lines += [
+        f"  estimated step {est['step_seconds'] * 1e3:,.1f} ms (compute {est['compute_seconds'] * 1e3:,.1f}, "
+        f"memory-bound {est['memory_seconds'] * 1e3:,.1f}, collectives {est['collective_seconds'] * 1e3:,.1f} ms), "
+        f"{est['tokens_per_second']:,.0f} tokens/s, MFU {est['mfu']:.1%}",
+        "  an estimate from the compiled program, not a measurement; assumed:",
+        *(f"    - {line}" for line in est["assumptions"]),
+    ]
+    return lines
+
+
+__all__ = ["Plan", "as_dict", "largest_batch", "make_plan", "render", "with_batch"]

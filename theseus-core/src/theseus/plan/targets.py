@@ -1,0 +1,226 @@
+"""Compile targets: the accelerators ``theseus plan`` compiles for, by name, with their published facts.
+
+A target is a GPU kind times a device count (``h100x8``; ``h100x8x4`` = 4 hosts of 8) or a TPU slice by
+its topology name (``v5e:2x4``). The facts (memory, peak FLOP/s, HBM and link bandwidth, and for GPUs
+what XLA's GPU compiler needs to know about the device) are published figures, kept here as data and
+matched to the pinned jax: its XLA refuses fields it does not know. No import of jax here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from theseus.errors import ConfigError
+
+GB = 10**9
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One accelerator kind: what the roofline estimate and the compiler need to know."""
+
+    name: str
+    platform: str  # "cuda" | "tpu"
+    memory_bytes: int
+    bf16_flops: float  # dense peak FLOP/s
+    fp8_flops: float  # dense peak FLOP/s (0: no FP8 units)
+    hbm_bandwidth: float  # bytes/s
+    link_bandwidth: float  # bytes/s per chip and direction inside a host (NVLink) or slice (ICI)
+    host_link_bandwidth: float = 0.0  # bytes/s per chip and direction between hosts (GPUs: InfiniBand)
+    #: GPU only: the device description XLA's GPU compiler reads (compute capability, SMs, caches).
+    compute_capability: tuple[int, int] = (0, 0)
+    core_count: int = 0
+    clock_ghz: float = 0.0
+    l2_cache_bytes: int = 0
+    shared_memory_per_core: int = 0
+    shared_memory_per_block_optin: int = 0
+    description: str = ""
+
+
+#: Published figures (dense, no sparsity). NVLink: 900 GB/s (H100/H200) and 600 GB/s (A100) in
+#: both directions together; between hosts one 400 Gb/s InfiniBand port per GPU.
+CHIPS: dict[str, Chip] = {
+    "h100": Chip(
+        name="NVIDIA H100 80GB HBM3",
+        platform="cuda",
+        memory_bytes=84_942_979_072,
+        bf16_flops=989.4e12,
+        fp8_flops=1978.9e12,
+        hbm_bandwidth=3.35e12,
+        link_bandwidth=450e9,
+        host_link_bandwidth=50e9,
+        compute_capability=(9, 0),
+        core_count=132,
+        clock_ghz=1.98,
+        l2_cache_bytes=50 * 2**20,
+        shared_memory_per_core=233_472,
+        shared_memory_per_block_optin=232_448,
+        description="H100 SXM",
+    ),
+    "h200": Chip(
+        name="NVIDIA H200",
+        platform="cuda",
+        memory_bytes=150_754_820_096,
+        bf16_flops=989.4e12,
+        fp8_flops=1978.9e12,
+        hbm_bandwidth=4.8e12,
+        link_bandwidth=450e9,
+        host_link_bandwidth=50e9,
+        compute_capability=(9, 0),
+        core_count=132,
+        clock_ghz=1.98,
+        l2_cache_bytes=50 * 2**20,
+        shared_memory_per_core=233_472,
+        shared_memory_per_block_optin=232_448,
+        description="H200 SXM",
+    ),
+    "a100": Chip(
+        name="NVIDIA A100-SXM4-80GB",
+        platform="cuda",
+        memory_bytes=85_899_345_920,
+        bf16_flops=312e12,
+        fp8_flops=0.0,
+        hbm_bandwidth=2.039e12,
+        link_bandwidth=300e9,
+        host_link_bandwidth=25e9,
+        compute_capability=(8, 0),
+        core_count=108,
+        clock_ghz=1.41,
+        l2_cache_bytes=40 * 2**20,
+        shared_memory_per_core=167_936,
+        shared_memory_per_block_optin=166_912,
+        description="A100 SXM 80 GB",
+    ),
+    "v5e": Chip(
+        name="TPU v5 lite",
+        platform="tpu",
+        memory_bytes=16 * 2**30,
+        bf16_flops=197e12,
+        fp8_flops=0.0,
+        hbm_bandwidth=819e9,
+        link_bandwidth=100e9,
+        description="TPU v5e",
+    ),
+    "v5p": Chip(
+        name="TPU v5p",
+        platform="tpu",
+        memory_bytes=95 * 2**30,
+        bf16_flops=459e12,
+        fp8_flops=0.0,
+        hbm_bandwidth=2765e9,
+        link_bandwidth=300e9,
+        description="TPU v5p",
+    ),
+    "v6e": Chip(
+        name="TPU v6 lite",
+        platform="tpu",
+        memory_bytes=32 * 2**30,
+        bf16_flops=918e12,
+        fp8_flops=0.0,
+        hbm_bandwidth=1640e9,
+        link_bandwidth=224e9,
+        description="TPU v6e (Trillium)",
+    ),
+}
+
+GPU_KINDS = tuple(name for name, chip in CHIPS.items() if chip.platform == "cuda")
+TPU_KINDS = tuple(name for name, chip in CHIPS.items() if chip.platform == "tpu")
+EXAMPLES = "h100x8, h200x8, a100x8, h100x8x4 (4 hosts of 8), v5e:2x4, v5p:2x2x2, v6e:2x4"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to compile for: ``hosts`` x ``per_host`` chips of one kind (a TPU slice: its topology)."""
+
+    spec: str
+    kind: str
+    hosts: int
+    per_host: int
+    topology: str  # TPU: "2x4"; GPU: "hosts x 1 x per_host" as the CUDA topology wants it
+
+    @property
+    def chip(self) -> Chip:
+        return CHIPS[self.kind]
+
+    @property
+    def platform(self) -> str:
+        return self.chip.platform
+
+    @property
+    def devices(self) -> int:
+        return self.hosts * self.per_host
+
+    def describe(self) -> str:
+        chips = f"{self.devices} x {self.chip.description}"
+        if self.platform == "tpu":
+            return f"{chips} ({self.kind}:{self.topology})"
+        return chips + (f" ({self.hosts} hosts of {self.per_host})" if self.hosts > 1 else "")
+
+
+_GPU = re.compile(r"^(?P<kind>[a-z]+\d+)x(?P<per_host>\d+)(?:x(?P<hosts>\d+))?$")
+_TPU = re.compile(r"^(?P<kind>v\d+[a-z]?):(?P<topology>\d+(?:x\d+){1,2})$")
+#: Chips per TPU host (a v5e/v6e host holds 8 chips at most, a v5p host 4).
+_TPU_HOST_CHIPS = {"v5e": 8, "v6e": 8, "v5p": 4}
+
+
+def parse_target(spec: str) -> Target:
+    """The target named ``spec`` (``h100x8``, ``h100x8x4``, ``v5e:2x4``); ConfigError naming the forms."""
+    text = spec.strip().lower()
+    tpu = _TPU.match(text)
+    if tpu:
+        kind = tpu["kind"]
+        if kind not in TPU_KINDS:
+            raise ConfigError(f"unknown TPU kind {kind!r} in --target {spec!r}; choose one of {', '.join(TPU_KINDS)}")
+        chips = math.prod(int(n) for n in tpu["topology"].split("x"))
+        per_host = min(chips, _TPU_HOST_CHIPS[kind])
+        return Target(spec, kind, chips // per_host, per_host, tpu["topology"])
+    gpu = _GPU.match(text)
+    if gpu and gpu["kind"] in GPU_KINDS:
+        per_host, hosts = int(gpu["per_host"]), int(gpu["hosts"] or 1)
+        if not 1 <= per_host <= 8 or hosts < 1:
+            raise ConfigError(
+                f"--target {spec!r}: a GPU host holds 1 to 8 GPUs; write KINDxGPUSxHOSTS, for example h100x8x4"
+            )
+        return Target(spec, gpu["kind"], hosts, per_host, f"{hosts}x1x{per_host}")
+    raise ConfigError(f"unknown --target {spec!r}; use a GPU count or a TPU slice, for example {EXAMPLES}")
+
+
+def gpu_target_config(chip: Chip) -> str:
+    """The ``GpuTargetConfig`` text proto XLA's GPU compiler reads for a deviceless compile of ``chip``.
+
+    Only the fields the pinned jax's XLA knows; what the compiler does not use for code generation
+    (vendor strings, driver versions) is left out."""
+    major, minor = chip.compute_capability
+    return "\n".join(
+        [
+            "gpu_device_info {",
+            "  threads_per_block_limit: 1024",
+            "  threads_per_warp: 32",
+            "  shared_memory_per_block: 49152",
+            f"  shared_memory_per_core: {chip.shared_memory_per_core}",
+            "  threads_per_core_limit: 2048",
+            f"  core_count: {chip.core_count}",
+            "  fpus_per_core: 128" if major >= 9 else "  fpus_per_core: 64",
+            "  block_dim_limit_x: 2147483647",
+            "  block_dim_limit_y: 65535",
+            "  block_dim_limit_z: 65535",
+            f"  memory_bandwidth: {int(chip.hbm_bandwidth)}",
+            f"  l2_cache_size: {chip.l2_cache_bytes}",
+            f"  clock_rate_ghz: {chip.clock_ghz}",
+            f"  device_memory_size: {chip.memory_bytes}",
+            f"  shared_memory_per_block_optin: {chip.shared_memory_per_block_optin}",
+            f"  cuda_compute_capability {{ major: {major} minor: {minor} }}",
+            "  registers_per_core_limit: 65536",
+            "  registers_per_block_limit: 65536",
+            "}",
+            'platform_name: "CUDA"',
+            "dnn_version_info { major: 9 minor: 8 }",
+            f'device_description_str: "{chip.name}"',
+            "",
+        ]
+    )
+
+
+__all__ = ["CHIPS", "EXAMPLES", "Chip", "Target", "gpu_target_config", "parse_target"]
