@@ -213,6 +213,16 @@ def test_parse_overrides_accepts_dots_and_slashes() -> None:
     assert parse_overrides(["a.b=1", "c/d=x", "e="]) == {"a/b": 1, "c/d": "x", "e": ""}
 
 
+def test_colons_keep_a_value_text() -> None:
+    """YAML 1.1 reads ``2:3`` as the base-60 number 123 (``training/profile=2:3`` became ``"123"``)."""
+    assert parse_overrides(["w=2:3", "t=10:30:00", "n=12", "f=1.5e-3"]) == {
+        "w": "2:3",
+        "t": "10:30:00",
+        "n": 12,
+        "f": 1.5e-3,
+    }
+
+
 def test_job_defaults_replace_declared_defaults() -> None:
     from theseus.base.job import Job
 

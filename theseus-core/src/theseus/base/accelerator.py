@@ -106,7 +106,8 @@ def quiet_absent_accelerators() -> None:
     ``cuInit`` traceback) before falling back to the CPU. A ``JAX_PLATFORMS`` the user set is kept."""
     if os.environ.get("JAX_PLATFORMS"):
         return
-    present, absent = [], []
+    present: list[str] = []
+    absent: list[str] = []
     for platform, (module, device_files) in _PLUGINS.items():
         if not _installed(module):
             continue

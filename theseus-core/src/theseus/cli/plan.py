@@ -7,8 +7,13 @@ from pathlib import Path
 
 import click
 
+from theseus.errors import ConfigError
 from theseus.plan.estimate import DEFAULT_OVERLAP
 from theseus.plan.targets import EXAMPLES
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -56,10 +61,11 @@ def plan(
     from theseus.registry import get_registry
 
     cls = get_registry().load_job(job)
+    if not hasattr(cls, "train_step_fn"):
+        raise ConfigError(f"{job!r} is not a training job; theseus plan compiles a trainer's step")
     root = absolute(root or default_root())
-    if not as_json:
-        click.echo(f"compiling {job} for {target_spec} ...", err=True)
-    result = make_plan(job, cls, target_spec, overrides, root, config_file=config_file, overlap=overlap)
+    notice = None if as_json else (lambda line: click.echo(line, err=True))
+    result = make_plan(job, cls, target_spec, overrides, root, config_file=config_file, overlap=overlap, notice=notice)
     if ctx.obj and ctx.obj.get("verbose") and startup_log:
         click.echo("\n".join(startup_log), err=True)
     report = as_dict(result)
@@ -82,8 +88,8 @@ def plan(
             report["max_batch"]["total_bytes"] = best_plan.step.total_bytes
             lines.append(
                 f"  largest batch that fits: {best} x {result.sequence_length} tokens "
-                f"({best_plan.step.total_bytes / 1e9:,.2f} GB per device; {compiles} more compiles)"
+                f"({best_plan.step.total_bytes / 1e9:,.2f} GB per device; {plural(compiles, 'more compile')})"
             )
         else:
-            lines.append(f"  no batch fits on {result.target.describe()} ({compiles} more compiles)")
+            lines.append(f"  no batch fits on {result.target.describe()} ({plural(compiles, 'more compile')})")
     click.echo(json.dumps(report, indent=2) if as_json else "\n".join(lines))

@@ -77,7 +77,8 @@ def build_trainer(
     """The planning trainer of ``job`` configured from ``overrides`` as ``theseus run`` would, set up."""
     from theseus.config import configuration
 
-    trainer = planning_trainer(job, devices).create(root, list(overrides), config_file=config_file)
+    planned: Any = planning_trainer(job, devices)
+    trainer = planned.create(root, list(overrides), config_file=config_file)
     with configuration(trainer.context.config):
         trainer.setup()
     return trainer

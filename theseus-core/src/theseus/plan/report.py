@@ -57,8 +57,10 @@ def make_plan(
     *,
     config_file: Path | None = None,
     overlap: float = DEFAULT_OVERLAP,
+    notice: Callable[[str], None] | None = None,
 ) -> Plan:
-    """Build ``job`` as ``theseus run JOB overrides`` would, compile its step for ``target_spec``, analyse it."""
+    """Build ``job`` as ``theseus run JOB overrides`` would, compile its step for ``target_spec``, analyse it;
+    ``notice`` hears when the compile starts."""
     from theseus.plan.devices import captured_stderr, startup_log, target_devices
 
     if not 0.0 <= overlap <= 1.0:
@@ -67,8 +69,10 @@ def make_plan(
     if not hasattr(job, "train_step_fn"):
         raise ConfigError(f"{job_name!r} is not a training job; theseus plan compiles a trainer's step")
     devices = target_devices(target)
+    trainer = build_trainer(job, devices, overrides, root, config_file)
+    if notice is not None:  # once the configuration is known to be sound
+        notice(f"compiling {job_name} for {target.describe()} (mesh {dict(trainer.sharding.mesh.shape)}) ...")
     with captured_stderr() as compiler_log:  # XLA's warnings (rematerialisation, scheduling): --verbose
-        trainer = build_trainer(job, devices, overrides, root, config_file)
         step = compile_train_step(trainer)
     startup_log.extend(compiler_log)
     cost = analyse(step.text, target.devices)

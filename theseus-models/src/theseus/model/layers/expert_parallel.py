@@ -66,10 +66,12 @@ def _kernel_specs(arrays: tuple[jax.Array, ...], experts: str | None, hidden: st
     return (*(into for _ in arrays[:-1]), PartitionSpec(experts, hidden, None))
 
 
-def _varying(x: jax.Array, hidden: str | None) -> jax.Array:
-    """``x`` marked as differing over ``hidden`` before the per-block loop, so that the gradient of the
-    rows it feeds to each device's share of the hidden width is summed once here, not once per block."""
-    return x if hidden is None else jax.lax.pcast(x, (hidden,), to="varying")
+def _varying(x: jax.Array, *axes: str | None) -> jax.Array:
+    """``x`` marked as differing over ``axes`` before the per-block loop. An array the same on every device
+    of an axis that meets one that differs inside the loop is otherwise cast there, once per block, and
+    its gradient summed over the axis once per block too; cast here, the sum happens once per layer."""
+    named = tuple(axis for axis in axes if axis is not None)
+    return jax.lax.pcast(x, named, to="varying") if named else x
 
 
 def _split(kernels: Kernels) -> tuple[tuple[jax.Array, ...], bool]:
@@ -90,6 +92,7 @@ def parallel_dropless_experts(
 
     def local(x: jax.Array, experts: jax.Array, weights: jax.Array, *local_kernels: jax.Array) -> jax.Array:
         x = _varying(x, hidden)
+        local_kernels = tuple(_varying(kernel, *data_axes) for kernel in local_kernels)
         n, k = experts.shape
         own = _join(local_kernels, gated)
         e_local = own[1].shape[0]
@@ -112,6 +115,7 @@ def parallel_dropless_experts(
         return combined if hidden is None else jax.lax.psum(combined, hidden)
 
     rows, hidden = token_rows(), hidden_axis()
+    data_axes = tuple(axis for axis in batch_axes() if axis != MeshAxis.EXPERT)
     run = jax.shard_map(
         local,
         in_specs=(rows, rows, rows, *_kernel_specs(arrays, MeshAxis.EXPERT, hidden)),
@@ -158,6 +162,7 @@ def local_dropless_experts(
 
     def local(x: jax.Array, experts: jax.Array, weights: jax.Array, *own: jax.Array) -> jax.Array:
         x = _varying(x, hidden)
+        own = tuple(_varying(kernel, *batch_axes()) for kernel in own)
         out = dropless_experts(x, Routing(weights, experts, weights), _join(own, gated), act, blocked)
         return out if hidden is None else jax.lax.psum(out, hidden)  # once per layer, not once per block
 
