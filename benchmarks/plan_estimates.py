@@ -150,7 +150,8 @@ def expert_bytes_rows() -> list[list[str]]:
     for layout, expert in (("fsdp", 1), ("fsdp+ep", 8), ("ep", 8)):
         result = plan("gpt/train/pretrain", [*base, f"mesh/layout={layout}", f"mesh/expert={expert}"])
         state = result.step.parameter_bytes + result.step.optimizer_bytes
-        rows.append([layout, str(expert), f"{expert_bytes(result) / 1e9:.2f} GB", f"{state / 1e9:.2f} GB"])
+        temporaries = f"{result.step.temporary_bytes / 1e9:.1f} GB"
+        rows.append([layout, str(expert), f"{expert_bytes(result) / 1e9:.2f} GB", f"{state / 1e9:.2f} GB", temporaries])
     return rows
 
 
@@ -176,7 +177,7 @@ def main() -> None:
         print(table(header, mixture_rows(args.quick)), flush=True)
     if "experts" in tables and not args.quick:
         print("\n### Mixtral-8x7B shape on 8 x H100: parameters + optimizer state per device\n")
-        header = ["Layout", "mesh/expert", "Experts + their optimizer state / device", "All parameters + optimizer"]
+        header = ["Layout", "mesh/expert", "Experts + their optimizer state / device", "All state", "Temporaries"]
         print(table(header, expert_bytes_rows()))
 
 
