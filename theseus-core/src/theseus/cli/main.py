@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from theseus.cli.options import config_option, root_option
 from theseus.errors import TheseusError
 
 #: Built-in command groups imported only when used, so that ``theseus jobs`` does not load them.
@@ -162,15 +163,8 @@ def configure(job: str, out: Path, overrides: tuple[str, ...]) -> None:
 @cli.command(context_settings={"ignore_unknown_options": False})
 @click.argument("job")
 @click.argument("overrides", nargs=-1)
-@click.option(
-    "--config", "config_file", type=click.Path(path_type=Path), default=None, help="YAML from 'theseus configure'."
-)
-@click.option(
-    "--root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Root for data and runs (default $THESEUS_ROOT or ~/.theseus).",
-)
+@config_option
+@root_option()
 @click.option("--coordinator", default=None, help="host:port of process 0 for multi-process runs.")
 @click.option("--num-processes", type=int, default=None, help="Number of processes in a multi-process run.")
 @click.option("--process-id", type=int, default=None, help="This process's index in a multi-process run.")

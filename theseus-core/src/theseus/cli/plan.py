@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from theseus.cli.options import config_option, root_option
 from theseus.errors import ConfigError
 from theseus.plan.estimate import DEFAULT_OVERLAP
 from theseus.plan.targets import EXAMPLES
@@ -20,15 +21,8 @@ def plural(count: int, noun: str) -> str:
 @click.argument("job")
 @click.argument("overrides", nargs=-1)
 @click.option("--target", "target_spec", required=True, help=f"What to compile for: {EXAMPLES}.")
-@click.option(
-    "--config", "config_file", type=click.Path(path_type=Path), default=None, help="YAML from 'theseus configure'."
-)
-@click.option(
-    "--root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Root whose prepared data (if any) sets the batch format (default $THESEUS_ROOT or ~/.theseus).",
-)
+@config_option
+@root_option("Root whose prepared data (if any) sets the batch format (default $THESEUS_ROOT or ~/.theseus).")
 @click.option(
     "--max-batch", is_flag=True, help="Also find the largest global batch that fits (bisection over compiles)."
 )

@@ -4,8 +4,8 @@ With a mesh that has an ``expert`` axis of size ``ep`` (a layout with ``ep``), t
 ``[E, ...]`` are sharded over it (``E / ep`` per device) and so are the token rows: the batch is split
 over ``expert`` x ``data``, so the expert axis also carries data parallelism. Routing, the auxiliary
 losses and the capacity slots are computed on the global arrays as on one device; only the expert
-computation runs under ``shard_map`` over the ``expert`` axis (``data`` and ``model`` stay automatic,
-so FSDP and TP shardings of the expert weights compose).
+computation runs under ``shard_map``: over the token-splitting axes (``expert`` and ``data``) for the
+dropless paths, over ``expert`` for the capacity path (``data`` and ``model`` stay automatic there).
 
 * Dropless (:func:`parallel_dropless_experts`): each device sorts its token copies by destination
   device into fixed send buffers of ``n * min(k, E / ep)`` rows per destination (the most one device
@@ -13,6 +13,10 @@ so FSDP and TP shardings of the expert weights compose).
   received rows through its local experts (:func:`~theseus.model.layers.experts.grouped_ffn`, padding
   rows skipped) and returns the results with a second ``all_to_all``. Static shapes cost buffer room:
   ``ep * min(k, E / ep) / k`` times the copies a device holds.
+* Data parallelism alone (:func:`local_dropless_experts`): each device dispatches its own token rows
+  through every expert, whose weights are gathered once per layer.
+* Under tensor parallelism both dropless paths run each device's share of the experts' hidden width
+  and sum the outputs over ``model`` once per layer (:func:`hidden_axis`).
 * Capacity (:func:`parallel_capacity_experts`): the per-expert buffers of the one-device path, filled
   with each device's kept copies, summed onto the experts' owners by a reduce-scatter and sent back by
   an all-gather; the same copies are kept and dropped as on one device.
