@@ -14,6 +14,7 @@ from tests.training.conftest import quick
 from tests.training.tiny import PaddedTinyTrainer
 from theseus.checkpoint import CheckpointStore
 from theseus.errors import CheckpointError
+from theseus.runs.layout import checkpoint_steps
 from theseus.training.schedules import WSD
 
 TIMING = {"tokens_per_sec", "mfu", "step_time"}
@@ -97,3 +98,18 @@ def test_store_keeps_latest_and_best(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"parameter 'w' of shape \(2,\) but the configured model expects \(3,\)"):
         store.check_shapes(2, {"w": jax.ShapeDtypeStruct((3,), jnp.float32)})
     store.close()
+
+
+def test_a_folder_named_like_a_step_is_not_a_checkpoint(tmp_path: Path) -> None:
+    """``mkdir checkpoints/99`` used to make a run at step 2 report itself complete at step 99."""
+    store = CheckpointStore(tmp_path / "run" / "checkpoints", keep=3, async_save=False)
+    for step in (1, 2):
+        store.save(step, {"params": {"w": jnp.full((2,), float(step))}}, {"step": step})
+    store.wait()
+    store.close()
+    (tmp_path / "run" / "checkpoints" / "99").mkdir()
+    (tmp_path / "run" / "checkpoints" / "98" / "state").mkdir(parents=True)  # a state without its commit marker
+    reopened = CheckpointStore(tmp_path / "run" / "checkpoints")
+    assert reopened.steps() == [1, 2] and reopened.latest_step() == 2
+    reopened.close()
+    assert checkpoint_steps(tmp_path / "run") == [1, 2]

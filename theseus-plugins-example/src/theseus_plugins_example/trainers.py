@@ -49,7 +49,7 @@ class ExampleConfig(BaseTrainerConfig):
     sequence_length: int = field(
         "training/sequence_length", default=64, help="tokens per row (0 = the model's architecture/block_size)"
     )
-    lr: float = field("training/lr", default=3e-3, help="peak learning rate (the schedule scales it)")
+    lr: float = field("training/lr", default=3e-3, above=0.0, help="peak learning rate (the schedule scales it)")
     log_interval: int = field("training/log_interval", default=10, help="write training metrics every N steps")
     eval_interval: int = field(
         "training/eval_interval", default=50, help="validate every N steps and at the end (0 = only at the end)"

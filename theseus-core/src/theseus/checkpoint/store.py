@@ -26,6 +26,7 @@ from orbax.checkpoint._src.checkpoint_managers import preservation_policy as pol
 from theseus.checkpoint.layers import LayoutChange, convert_restored, layout_changes, to_layout
 from theseus.checkpoint.shapes import param_shapes
 from theseus.errors import CheckpointError
+from theseus.runs.layout import committed_steps
 
 STATE = "state"
 META = "meta"
@@ -143,10 +144,12 @@ class CheckpointStore:
 
     # -- queries --------------------------------------------------------------------------
     def steps(self) -> list[int]:
-        return sorted(self.manager.all_steps())
+        """The committed checkpoints (a folder merely named like a step is not one)."""
+        return committed_steps(self.directory, self.manager.all_steps())
 
     def latest_step(self) -> int | None:
-        return self.manager.latest_step()
+        steps = self.steps()
+        return steps[-1] if steps else None
 
     def best_step(self) -> int | None:
         """The checkpoint with the lowest validation loss (None if none was validated)."""
@@ -326,7 +329,7 @@ class CheckpointStore:
         where = f"checkpoint {self._where(step)}" if step is not None else f"a checkpoint in {str(self.directory)!r}"
         try:
             self.manager.reload()
-            kept = self.manager.latest_step()
+            kept = self.latest_step()
         except Exception:
             kept = None
         resume = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import typing
 from collections.abc import Sequence
@@ -112,6 +113,8 @@ class Constraints:
         )
         if broken or value != value:  # NaN is never in range
             return f"{key}={value!r} is out of range; it must be {self.describe()}"
+        if math.isinf(value) and any(bound is not None for bound in (self.min, self.max, self.above, self.below)):
+            return f"{key}={value!r} is out of range; it must be a finite number {self.describe()}"
         return None
 
 

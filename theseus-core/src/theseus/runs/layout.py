@@ -6,7 +6,10 @@ Reading a layout imports nothing heavy (``theseus runs`` lists runs without jax)
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
+
+from theseus.errors import ConfigError
 
 RUNS = "runs"
 CONFIG_FILE = "config.yaml"
@@ -30,9 +33,38 @@ def runs_dir(root: str | Path) -> Path:
     return Path(root).expanduser() / RUNS
 
 
+#: The longest run name (a folder name; file systems allow 255 bytes).
+MAX_RUN_NAME = 128
+
+
+def check_run_name(name: str) -> str:
+    """``name`` if it is one folder name under ``<root>/runs``; else ConfigError naming the rule.
+
+    A run name that is a path (``/tmp/x``, ``a/b``, ``..``) would put the run outside ``runs/``,
+    where ``theseus runs`` cannot see it or remove it."""
+    problem = None
+    if not name or name in (".", ".."):
+        problem = "is not a folder name"
+    elif "/" in name or "\\" in name or os.sep in name:
+        problem = "contains a path separator"
+    elif name.startswith("-"):
+        problem = "starts with '-'"
+    elif len(name) > MAX_RUN_NAME:
+        problem = f"is {len(name)} characters long (at most {MAX_RUN_NAME})"
+    elif any(ord(char) < 32 or char == "\x7f" for char in name):
+        problem = "contains a control character"
+    if problem is not None:
+        shown = name if len(name) <= 40 else name[:37] + "..."
+        raise ConfigError(
+            f"run/name={shown!r} {problem}; a run name is one folder name under <root>/runs, "
+            f"such as my-run-1 (no '/', not '.' or '..', no leading '-', at most {MAX_RUN_NAME} characters)"
+        )
+    return name
+
+
 def run_path(root: str | Path, name: str) -> Path:
-    """``<root>/runs/<name>``."""
-    return runs_dir(root) / name
+    """``<root>/runs/<name>`` (``name`` checked by :func:`check_run_name`)."""
+    return runs_dir(root) / check_run_name(name)
 
 
 def run_names(root: str | Path) -> list[str]:
@@ -43,17 +75,33 @@ def run_names(root: str | Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if (p / CONFIG_FILE).is_file())
 
 
-def checkpoint_steps(run_dir: str | Path) -> list[int]:
-    """Steps of the committed checkpoints of a run (folders ``checkpoints/<step>/state``), ascending.
+#: Files orbax writes into a step's folder when it finalises the step (either one marks a finished save).
+COMMIT_MARKERS = ("_CHECKPOINT_METADATA", "commit_success.txt")
 
-    orbax writes a step under a temporary name and renames it when complete, so a step folder here
-    is a complete checkpoint."""
+
+def is_committed(step_dir: str | Path) -> bool:
+    """Whether a checkpoint step folder holds a finished save: its ``state`` and orbax's commit marker.
+    A bare folder named like a step (made by hand, or left by a copy) is not a checkpoint."""
+    folder = Path(step_dir)
+    return (folder / STATE).is_dir() and any((folder / marker).is_file() for marker in COMMIT_MARKERS)
+
+
+def committed_steps(checkpoints: str | Path, steps: Iterable[int]) -> list[int]:
+    """The ``steps`` whose folders under ``checkpoints`` are committed, ascending."""
+    return sorted(step for step in steps if is_committed(Path(checkpoints) / str(step)))
+
+
+def checkpoint_steps(run_dir: str | Path) -> list[int]:
+    """Steps of the committed checkpoints of a run (folders ``checkpoints/<step>`` with their state and
+    commit marker, :func:`is_committed`), ascending."""
+    folder = Path(run_dir) / CHECKPOINTS
     try:
-        entries = os.scandir(Path(run_dir) / CHECKPOINTS)
+        entries = os.scandir(folder)
     except OSError:
         return []
     with entries:
-        return sorted(int(e.name) for e in entries if e.name.isdigit() and e.is_dir())
+        named = [int(e.name) for e in entries if e.name.isdigit() and e.is_dir()]
+    return committed_steps(folder, named)
 
 
 def state_path(run_dir: str | Path, step: int) -> Path:
@@ -74,6 +122,8 @@ __all__ = [
     "TOKENIZER",
     "TOKENIZER_COMPANIONS",
     "checkpoint_steps",
+    "committed_steps",
+    "is_committed",
     "run_names",
     "run_path",
     "runs_dir",

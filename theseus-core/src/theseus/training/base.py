@@ -25,6 +25,7 @@ from theseus.config.configuration import flat_values
 from theseus.errors import ConfigError, DataError
 from theseus.plugins.gather import gather_classes
 from theseus.runs.directory import default_run_name
+from theseus.runs.layout import check_run_name
 from theseus.tracking.config import TrackingConfig
 from theseus.training import assembly, declarations, keys, selection, steps
 from theseus.training.config import BaseTrainerConfig
@@ -75,6 +76,8 @@ class BaseTrainer(Job):
         #: The train state after ``run()`` (None before).
         self.state: TrainState | None = None
         self.init_source: Any = None  # training/init_from, opened by setup()
+        if getattr(self.args, "run_name", ""):  # a bad name fails before anything is prepared or written
+            check_run_name(self.args.run_name)
 
     # -- declarations ----------------------------------------------------------------------
     @classmethod
