@@ -82,12 +82,9 @@ def test_configure_checks_constraints_of_the_active_values() -> None:
         configure(Bounded)
     with configuration({"demo": {"lr": float("nan")}}), pytest.raises(ConfigError, match="out of range"):
         configure(Bounded)
-    for infinite in (float("inf"),):  # a bounded key is a finite number (training/lr=inf trained)
-        with (
-            configuration({"demo": {"lr": infinite}}),
-            pytest.raises(ConfigError, match="it must be a finite number > 0"),
-        ):
-            configure(Bounded)
+    # a bounded key is a finite number (training/lr=inf used to train)
+    with configuration({"demo": {"lr": float("inf")}}), pytest.raises(ConfigError, match="a finite number > 0"):
+        configure(Bounded)
 
 
 def test_nonsense_builtin_values_are_refused_before_training(tmp_path: object) -> None:
