@@ -14,7 +14,8 @@ FIXTURES = REPO / "tests" / "fixtures" / "plugins"
 @pytest.fixture(scope="module")
 def plugin_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = make_venv(tmp_path_factory.mktemp("plugins-venv"), inherit="site")
-    pip_install(python, *(FIXTURES / name for name in ("good", "broken", "dup_a", "dup_b", "badhook", "badargs")))
+    names = ("good", "broken", "dup_a", "dup_b", "badhook", "badargs", "exits")
+    pip_install(python, *(FIXTURES / name for name in names))
     return python
 
 
@@ -125,7 +126,7 @@ def test_a_raising_hook_is_skipped_and_the_other_plugins_keep_working(plugin_pyt
     row = next(line for line in shown.stdout.splitlines() if line.startswith("theseus-fixture-badhook"))
     assert "theseus_cli_commands" in row and "1 failed" in row
     assert "  theseus-fixture-badhook: plugin hook theseus_cli_commands" in shown.stdout
-    quiet = "theseus-fixture-broken,theseus-fixture-badargs"
+    quiet = "theseus-fixture-broken,theseus-fixture-badargs,theseus-fixture-exits"
     strict = run_cli(
         ["fixture-hello"], python=plugin_python, env=clean_env(THESEUS_STRICT_PLUGINS="1", THESEUS_BLOCK_PLUGINS=quiet)
     )
@@ -146,3 +147,14 @@ def test_a_hook_with_a_wrong_argument_name_is_one_line_naming_its_distribution(p
     shown = run_cli(["plugins"], python=plugin_python)
     row = next(line for line in shown.stdout.splitlines() if line.startswith("theseus-fixture-badargs"))
     assert row.split()[-2:] == ["1", "failed"]
+
+
+def test_a_plugin_that_exits_at_import_is_named_and_skipped(plugin_python: Path) -> None:
+    """``sys.exit(3)`` in a plugin's import used to end every command with exit 3 and no output."""
+    jobs = run_cli(["jobs"], python=plugin_python)
+    assert jobs.returncode == 0, jobs.stderr
+    assert "fixture/hello" in jobs.stdout
+    assert "theseus-fixture-exits" in jobs.stderr and "SystemExit: 3" in jobs.stderr
+    assert "THESEUS_BLOCK_PLUGINS=theseus-fixture-exits" in jobs.stderr
+    strict = run_cli(["jobs"], python=plugin_python, env=clean_env(THESEUS_STRICT_PLUGINS="1"))
+    assert strict.returncode == 2 and "Traceback" not in strict.stderr

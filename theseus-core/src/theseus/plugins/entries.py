@@ -61,7 +61,7 @@ def import_target(target: str, entry: Entry) -> Any:
     where = f"{entry.key!r} from {entry.distribution}"
     try:
         obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # any error while importing plugin code is the plugin's
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a plugin ending the process at import included
         raise PluginError(
             f"plugin {where} failed to import {module_name!r}: {type(exc).__name__}: {exc}; "
             f"fix or reinstall {entry.distribution}, or block it with THESEUS_BLOCK_PLUGINS={entry.distribution}"
