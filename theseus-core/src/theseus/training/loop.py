@@ -22,6 +22,7 @@ from theseus.base.killpoints import kill_point
 from theseus.config import configuration
 from theseus.errors import ConfigError, PluginError, TrainingError
 from theseus.runs.directory import RunDirectory, provenance
+from theseus.runs.lock import RunLock
 from theseus.tracking.plots import LossPlotter
 from theseus.tracking.sinks import open_sinks, selected_sinks
 from theseus.tracking.status import StatusRecorder
@@ -122,6 +123,8 @@ class TrainingLoop:
         self.display = ProgressDisplay(args.steps, 0, enabled=False, quiet=not self.main)
         logger: MetricsLogger | None = None
         self.status: StatusRecorder | None = None
+        # one writer per run: a second process on the same run stops here, before it reads or cuts anything
+        lock = RunLock(self.run_dir.path).acquire() if self.main else None
         try:
             latest = store.latest_step()
             if latest is not None and latest >= args.steps:
@@ -197,6 +200,8 @@ class TrainingLoop:
         finally:
             if hasattr(self, "profile"):
                 self.profile.close()
+            if lock is not None:
+                lock.release()
             if hasattr(self, "guard"):
                 self.guard.restore()
             with contextlib.suppress(Exception):  # after a failure: let a plot being drawn finish

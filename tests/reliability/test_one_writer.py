@@ -1,0 +1,48 @@
+"""One writer per run: while a process holds a run, a second ``theseus run`` of it exits 2 in one line
+naming the holder, and nothing of the run is read or changed; the lock goes with its process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import clean_env, run_cli
+
+JOB_FILE = Path(__file__).parents[1] / "training" / "cli_job.py"
+HOLD = """
+import sys, time
+from pathlib import Path
+from theseus.runs.lock import RunLock
+RunLock(Path(sys.argv[1])).acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_second_writer_is_refused_while_the_first_holds_the_run(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "t"
+    run.mkdir(parents=True)
+    metrics = run / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "split": "train", "loss": 1.0}\\n')
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run)], stdout=subprocess.PIPE, text=True, env=clean_env()
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        args = ["--load", str(JOB_FILE), "run", "test/tiny/train", "run/name=t", "--root", str(tmp_path)]
+        done = run_cli([*args, "architecture/vocab_size=257", "training/steps=2", "training/progress=false"])
+        assert done.returncode == 2, done.stderr
+        line = done.stderr.strip()
+        assert line.count("\\n") == 0 and "Traceback" not in line, done.stderr
+        assert line.startswith(f"error: run 't' is being written by process {holder.pid} on "), line
+        assert line.endswith("or give this one another run/name")
+        assert metrics.read_text() == '{"step": 1, "split": "train", "loss": 1.0}\\n'  # untouched
+        assert json.loads((run / "lock").read_text())["pid"] == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+    # the kernel released the killed holder's lock: the run trains
+    done = run_cli([*args, "architecture/vocab_size=257", "training/steps=2", "training/progress=false"])
+    assert done.returncode == 0, done.stderr
