@@ -23,10 +23,10 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint._src.checkpoint_managers import preservation_policy as policies
 
+from theseus.checkpoint.commits import committed_steps
 from theseus.checkpoint.layers import LayoutChange, convert_restored, layout_changes, to_layout
 from theseus.checkpoint.shapes import param_shapes
 from theseus.errors import CheckpointError
-from theseus.runs.layout import committed_steps
 
 STATE = "state"
 META = "meta"
@@ -145,7 +145,7 @@ class CheckpointStore:
     # -- queries --------------------------------------------------------------------------
     def steps(self) -> list[int]:
         """The committed checkpoints (a folder merely named like a step is not one)."""
-        return committed_steps(self.directory, self.manager.all_steps())
+        return committed_steps(self.directory, self.manager.all_steps(), STATE)
 
     def latest_step(self) -> int | None:
         steps = self.steps()

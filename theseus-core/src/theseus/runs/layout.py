@@ -6,9 +6,9 @@ Reading a layout imports nothing heavy (``theseus runs`` lists runs without jax)
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from pathlib import Path
 
+from theseus.checkpoint.commits import committed_steps
 from theseus.errors import ConfigError
 
 RUNS = "runs"
@@ -75,25 +75,9 @@ def run_names(root: str | Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if (p / CONFIG_FILE).is_file())
 
 
-#: Files orbax writes into a step's folder when it finalises the step (either one marks a finished save).
-COMMIT_MARKERS = ("_CHECKPOINT_METADATA", "commit_success.txt")
-
-
-def is_committed(step_dir: str | Path) -> bool:
-    """Whether a checkpoint step folder holds a finished save: its ``state`` and orbax's commit marker.
-    A bare folder named like a step (made by hand, or left by a copy) is not a checkpoint."""
-    folder = Path(step_dir)
-    return (folder / STATE).is_dir() and any((folder / marker).is_file() for marker in COMMIT_MARKERS)
-
-
-def committed_steps(checkpoints: str | Path, steps: Iterable[int]) -> list[int]:
-    """The ``steps`` whose folders under ``checkpoints`` are committed, ascending."""
-    return sorted(step for step in steps if is_committed(Path(checkpoints) / str(step)))
-
-
 def checkpoint_steps(run_dir: str | Path) -> list[int]:
     """Steps of the committed checkpoints of a run (folders ``checkpoints/<step>`` with their state and
-    commit marker, :func:`is_committed`), ascending."""
+    commit marker, :func:`theseus.checkpoint.commits.is_committed`), ascending."""
     folder = Path(run_dir) / CHECKPOINTS
     try:
         entries = os.scandir(folder)
@@ -101,7 +85,7 @@ def checkpoint_steps(run_dir: str | Path) -> list[int]:
         return []
     with entries:
         named = [int(e.name) for e in entries if e.name.isdigit() and e.is_dir()]
-    return committed_steps(folder, named)
+    return committed_steps(folder, named, STATE)
 
 
 def state_path(run_dir: str | Path, step: int) -> Path:
@@ -122,8 +106,6 @@ __all__ = [
     "TOKENIZER",
     "TOKENIZER_COMPANIONS",
     "checkpoint_steps",
-    "committed_steps",
-    "is_committed",
     "run_names",
     "run_path",
     "runs_dir",

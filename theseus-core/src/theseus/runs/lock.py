@@ -51,7 +51,9 @@ class RunLock:
         return self
 
     def release(self) -> None:
+        """Let go: the holder's record is cleared (the file itself stays, empty) and the lock released."""
         if self._fd is not None:
+            os.ftruncate(self._fd, 0)
             os.close(self._fd)  # closing the descriptor releases the lock
             self._fd = None
 
