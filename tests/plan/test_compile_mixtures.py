@@ -8,43 +8,27 @@ import pytest
 
 from tests.plan.conftest import compile_cases, tiny
 
-FAMILIES = ("mixtral", "qwen3_moe", "deepseek_v3")
+#: The mixtures of this module; test_compile_mixtures_wide.py compiles DeepSeek-V3 and the dispatch check
+#: (two modules run in parallel).
+FAMILIES = ("mixtral", "qwen3_moe")
 LAYOUTS = ("dp", "fsdp", "tp", "fsdp+tp", "ep", "fsdp+ep")
-#: A Qwen3-30B-A3B-shaped expert layer (128 experts, top 8) at a width the suite can afford: 8,192 token
-#: copies per device in blocks, so that a path with a collective per block shows it.
-WIDE = (
-    "model=qwen3_moe",
-    "architecture/n_layers=2",
-    "architecture/n_embd=256",
-    "architecture/n_heads=4",
-    "architecture/n_kv_heads=2",
-    "architecture/moe/n_experts=128",
-    "architecture/moe/top_k=8",
-    "architecture/moe/expert_hidden=64",
-    "architecture/block_size=1024",
-    "training/sequence_length=1024",
-    "training/batch_size=8",
-    "mesh/layout=fsdp",
-)
 
 
 @pytest.fixture(scope="module")
 def matrix() -> dict:
     grid = [(family, layout) for family in FAMILIES for layout in LAYOUTS] + [("mixtral", "tp+ep")]
-    cases = [tiny(family, layout) for family, layout in grid]
-    cases += [
-        {"job": "gpt/train/pretrain", "overrides": [*WIDE, f"architecture/moe/dispatch={d}"]}
-        for d in ("auto", "ragged_dot")
-    ]
-    results = compile_cases("h100x8", cases)
-    found = dict(zip(grid, results[: len(grid)], strict=True))
-    found["wide", "auto"], found["wide", "ragged_dot"] = results[len(grid) :]
-    return found
+    results = compile_cases("h100x8", [tiny(family, layout) for family, layout in grid])
+    return dict(zip(grid, results, strict=True))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_mixture_compiles_for_h100_in_every_layout(matrix: dict, family: str) -> None:
+    check_family(matrix, family)
+
+
+def check_family(matrix: dict, family: str) -> None:
+    """What every mixture's compiled steps must show, layout by layout."""
     for layout in [*LAYOUTS, *(["tp+ep"] if family == "mixtral" else [])]:
         result = matrix[(family, layout)]
         assert "plan" in result, (layout, result.get("error"))
@@ -61,15 +45,3 @@ def test_mixture_compiles_for_h100_in_every_layout(matrix: dict, family: str) ->
         all_reduces = plan["collectives"].get("all-reduce", {}).get("count", 0)
         assert all_reduces <= 40, (layout, plan["collectives"])
     assert matrix[(family, "ep")]["plan"]["state_bytes"] < matrix[(family, "dp")]["plan"]["state_bytes"]
-
-
-@pytest.mark.slow
-def test_expert_dispatch_on_h100_does_the_routed_work_once(matrix: dict) -> None:
-    auto, ragged = matrix["wide", "auto"]["plan"], matrix["wide", "ragged_dot"]["plan"]
-    # XLA:GPU runs ragged_dot as a dense product over all 128 experts; the default takes the blocks
-    assert ragged["flops"]["ratio"] > 5
-    assert auto["flops"]["ratio"] <= 1.3
-    # each device dispatches its own rows: a few collectives per layer, none per block
-    executed = sum(entry["count"] for entry in auto["collectives"].values())
-    assert executed <= 40, auto["collectives"]
-    assert auto["memory"]["temporaries"] < ragged["memory"]["temporaries"]
