@@ -117,10 +117,9 @@ def mixture_rows(quick: bool) -> list[list[str]]:
 def expert_bytes(result: Any, n_experts: int = 8) -> int:
     """Bytes one device holds of the stacked experts (``[layers, experts, ...]`` gate/up/down) and their
     optimizer state."""
-    import math
-
     import jax
-    import numpy as np
+
+    from theseus.plan.build import shard_bytes
 
     trainer = result.step.trainer
     held = 0
@@ -132,7 +131,7 @@ def expert_bytes(result: Any, n_experts: int = 8) -> int:
         for (path, leaf), sharding in zip(leaves, jax.tree.leaves(shardings), strict=True):
             names = {str(getattr(key, "key", "")) for key in path}
             if names & {"gate", "up", "down"} and len(leaf.shape) == 4 and leaf.shape[1] == n_experts:
-                held += math.prod(sharding.shard_shape(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+                held += shard_bytes(leaf, sharding)
     return held
 
 

@@ -78,12 +78,10 @@ def device_bytes(abstract: Any, shardings: Any) -> tuple[int, int]:
     import jax
     import numpy as np
 
-    held = whole = 0
-    for leaf, sharding in zip(jax.tree.leaves(abstract), jax.tree.leaves(shardings), strict=True):
-        itemsize = np.dtype(leaf.dtype).itemsize
-        whole += math.prod(leaf.shape) * itemsize
-        held += math.prod(sharding.shard_shape(leaf.shape)) * itemsize
-    return held, whole
+    from theseus.plan.build import held_bytes
+
+    whole = sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize for leaf in jax.tree.leaves(abstract))
+    return held_bytes(abstract, shardings), whole
 
 
 def measure(preset: str, layout: str, *, devices: int, model_axis: int = 2, init_memory: bool = False) -> LayoutMemory:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from theseus.cli.options import config_option, root_option
-from theseus.errors import ConfigError
+from theseus.errors import TheseusError
 from theseus.plan.estimate import DEFAULT_OVERLAP
 from theseus.plan.targets import EXAMPLES
 
@@ -55,8 +55,6 @@ def plan(
     from theseus.registry import get_registry
 
     cls = get_registry().load_job(job)
-    if not hasattr(cls, "train_step_fn"):
-        raise ConfigError(f"{job!r} is not a training job; theseus plan compiles a trainer's step")
     root = absolute(root or default_root())
     notice = None if as_json else (lambda line: click.echo(line, err=True))
     result = make_plan(job, cls, target_spec, overrides, root, config_file=config_file, overlap=overlap, notice=notice)
@@ -73,7 +71,7 @@ def plan(
                 return make_plan(
                     job, cls, target_spec, with_batch(overrides, batch), root, config_file=config_file, overlap=overlap
                 )
-            except Exception:  # a batch the layout cannot split or the compiler refuses counts as not fitting
+            except TheseusError:  # a batch the layout cannot split or the compiler refuses counts as not fitting
                 return None
 
         best, best_plan, compiles = largest_batch(plan_of, result)  # type: ignore[arg-type]

@@ -60,27 +60,30 @@ def planning_trainer(job: type, devices: Sequence[Any]) -> type:
     return Planned
 
 
+def shard_bytes(leaf: Any, sharding: Any) -> int:
+    """Bytes one device holds of one abstract array under ``sharding``."""
+    import numpy as np
+
+    return math.prod(sharding.shard_shape(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+
+
 def held_bytes(abstract: Any, shardings: Any) -> int:
     """Bytes one device holds of a tree of abstract arrays under their shardings."""
     import jax
-    import numpy as np
 
-    held = 0
-    for leaf, sharding in zip(jax.tree.leaves(abstract), jax.tree.leaves(shardings), strict=True):
-        held += math.prod(sharding.shard_shape(leaf.shape)) * np.dtype(leaf.dtype).itemsize
-    return held
+    return sum(
+        shard_bytes(leaf, sharding)
+        for leaf, sharding in zip(jax.tree.leaves(abstract), jax.tree.leaves(shardings), strict=True)
+    )
 
 
 def build_trainer(
     job: type, devices: Sequence[Any], overrides: Sequence[str], root: Path, config_file: Path | None = None
 ) -> Any:
     """The planning trainer of ``job`` configured from ``overrides`` as ``theseus run`` would, set up."""
-    from theseus.config import configuration
-
     planned: Any = planning_trainer(job, devices)
     trainer = planned.create(root, list(overrides), config_file=config_file)
-    with configuration(trainer.context.config):
-        trainer.setup()
+    trainer.setup()
     return trainer
 
 
@@ -132,4 +135,4 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-__all__ = ["CompiledStep", "build_trainer", "compile_train_step", "held_bytes", "planning_trainer"]
+__all__ = ["CompiledStep", "build_trainer", "compile_train_step", "held_bytes", "planning_trainer", "shard_bytes"]

@@ -294,10 +294,15 @@ def _backend_config(instruction: Instruction) -> dict[str, object]:
     return parsed if isinstance(parsed, dict) else {}
 
 
+def custom_call_target(instruction: Instruction) -> str:
+    """The target a ``custom-call`` calls (``__cudnn$fmhaSoftmax``, ``__cublas$lt$matmul``, ...)."""
+    target = re.search(r'custom_call_target="([^"]+)"', instruction.attributes)
+    return target.group(1) if target else ""
+
+
 def custom_call_flops(instruction: Instruction, symbols: dict[str, str]) -> float:
     """Matmul FLOPs of a cuBLAS GEMM or cuDNN attention custom call (0 for others)."""
-    target = re.search(r'custom_call_target="([^"]+)"', instruction.attributes)
-    name = target.group(1) if target else ""
+    name = custom_call_target(instruction)
     operand_shapes = [shapes(symbols.get(op, "")) for op in instruction.operands]
     if "gemm" in name or "matmul" in name:
         config = _backend_config(instruction)
@@ -327,23 +332,28 @@ def analyse(text: str, devices: int) -> ProgramCost:
     cost = ProgramCost()
 
     @functools.cache
+    def symbols_of(name: str) -> dict[str, str]:
+        return {i.name: i.type for i in computations.get(name, [])}
+
+    def own_flops(instruction: Instruction, symbols: dict[str, str]) -> float:
+        """Matmul FLOPs of one instruction, the computations it calls included (loops once)."""
+        if instruction.opcode == "dot":
+            return dot_flops(instruction, symbols)
+        if instruction.opcode == "convolution":
+            return convolution_flops(instruction, symbols)
+        if instruction.opcode == "custom-call":
+            return custom_call_flops(instruction, symbols)
+        if instruction.opcode in ("fusion", "call", "async-start"):
+            return sum(flops_of(c) for c in instruction.called("calls"))
+        return 0.0
+
+    @functools.cache
     def flops_of(name: str) -> float:
         """Matmul FLOPs inside computation ``name`` (fusions and nested calls included, loops once)."""
-        symbols = {i.name: i.type for i in computations.get(name, [])}
-        total = 0.0
-        for instruction in computations.get(name, []):
-            if instruction.opcode == "dot":
-                total += dot_flops(instruction, symbols)
-            elif instruction.opcode == "convolution":
-                total += convolution_flops(instruction, symbols)
-            elif instruction.opcode == "custom-call":
-                total += custom_call_flops(instruction, symbols)
-            elif instruction.opcode in ("fusion", "call", "async-start"):
-                total += sum(flops_of(c) for c in instruction.called("calls"))
-        return total
+        return sum(own_flops(instruction, symbols_of(name)) for instruction in computations.get(name, []))
 
     def walk(name: str, repeats: int) -> None:
-        symbols = {i.name: i.type for i in computations.get(name, [])}
+        symbols = symbols_of(name)
         for instruction in computations.get(name, []):
             opcode = instruction.opcode
             if opcode == "while":
@@ -378,18 +388,10 @@ def analyse(text: str, devices: int) -> ProgramCost:
                 continue
             if opcode in _FREE:
                 continue
-            flops = 0.0
-            if opcode == "dot":
-                flops = dot_flops(instruction, symbols)
-            elif opcode == "convolution":
-                flops = convolution_flops(instruction, symbols)
-            elif opcode == "custom-call":
-                flops = custom_call_flops(instruction, symbols)
-                target = re.search(r'custom_call_target="([^"]+)"', instruction.attributes)
-                if target:
-                    cost.custom_calls[target.group(1)] = cost.custom_calls.get(target.group(1), 0) + repeats
-            elif opcode == "fusion":
-                flops = sum(flops_of(c) for c in instruction.called("calls"))
+            flops = own_flops(instruction, symbols)
+            if opcode == "custom-call" and custom_call_target(instruction):
+                target = custom_call_target(instruction)
+                cost.custom_calls[target] = cost.custom_calls.get(target, 0) + repeats
             if opcode == "fusion":
                 moved = fusion_bytes(instruction, symbols, computations)
             else:
