@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
 from theseus.errors import TheseusError
 from theseus.registry import COMPONENT_KINDS, Registry
+
+if TYPE_CHECKING:
+    from theseus.plugins.discovery import Plugins
 
 
 def _table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
@@ -24,9 +28,8 @@ def warn_problems(registry: Registry, include_failures: bool = True) -> None:
         for failure in registry.failures:
             if not failure.announced:  # a hook failure was printed when it happened
                 click.echo(f"warning: {failure.message}", err=True)
-    for label, providers in registry.conflicts.items():
-        names = " and ".join(sorted({p.distribution for p in providers}))
-        click.echo(f"warning: {label} is provided by both {names}; it cannot be used until one is removed", err=True)
+    for line in registry.conflict_warnings():
+        click.echo(f"warning: {line}", err=True)
 
 
 def list_jobs(registry: Registry) -> None:
@@ -48,7 +51,7 @@ def list_plugins(plugins: object) -> None:
 
     assert isinstance(plugins, Plugins)
     registry = plugins.registry
-    plugins.call("theseus_cli_commands")  # so that a failing CLI hook shows below
+    commands = plugin_commands(plugins)  # also so that a failing CLI hook shows below
     rows = []
     for dist, version in sorted(registry.distributions.items()):
         jobs = sum(1 for e in registry.jobs.values() if e.distribution == dist)
@@ -65,4 +68,20 @@ def list_plugins(plugins: object) -> None:
     click.echo(_table(rows, header) or "no plugins installed")
     for failure in registry.failures:
         click.echo(f"  {failure.distribution}: {failure.message}")
+    if commands:
+        click.echo("plugin commands: " + ", ".join(f"{name} ({dist})" for name, (dist, _) in sorted(commands.items())))
     warn_problems(registry, include_failures=False)
+
+
+def plugin_commands(plugins: Plugins) -> dict[str, tuple[str, click.Command]]:
+    """``{name: (distribution, command)}`` of the commands plugins add (``theseus_cli_commands``).
+
+    This imports every plugin's hook module: only running a command that is not built in, and
+    ``theseus plugins``, ask for it; ``theseus --help`` lists the built-in commands only.
+    """
+    commands: dict[str, tuple[str, click.Command]] = {}
+    for dist, result in plugins.call("theseus_cli_commands"):
+        for command in result:
+            if isinstance(command, click.Command) and command.name:
+                commands.setdefault(command.name, (dist, command))
+    return commands

@@ -43,23 +43,20 @@ def _lazy(name: str) -> click.Command:
 
 
 class TheseusGroup(click.Group):
-    """A click group that also offers commands contributed by plugins (loaded on demand)."""
+    """A click group that also runs commands contributed by plugins.
+
+    Listing (``--help``, completion) names the built-in commands only and imports no plugin; a
+    name that is not built in asks the plugins' ``theseus_cli_commands`` hooks, which imports them.
+    """
 
     def _plugin_commands(self) -> dict[str, click.Command]:
+        from theseus.cli.listing import plugin_commands
         from theseus.plugins.discovery import plugins
 
-        commands: dict[str, click.Command] = {}
-        for _dist, result in plugins().call("theseus_cli_commands"):
-            for command in result:
-                if isinstance(command, click.Command) and command.name:
-                    commands.setdefault(command.name, command)
-        return commands
+        return {name: command for name, (_dist, command) in plugin_commands(plugins()).items()}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        names = set(super().list_commands(ctx)) | set(LAZY_COMMANDS)
-        with contextlib.suppress(TheseusError):
-            names |= set(self._plugin_commands())
-        return sorted(names)
+        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
@@ -78,13 +75,20 @@ class TheseusGroup(click.Group):
             import difflib
 
             name = args[0] if args else ""
-            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            known = set(self.list_commands(ctx))
+            with contextlib.suppress(TheseusError):
+                known |= set(self._plugin_commands())  # imported already, to look the name up
+            close = difflib.get_close_matches(name, sorted(known), n=1)
             if close:
                 raise click.UsageError(f"no command {name!r}; did you mean {close[0]!r}?") from exc
             raise
 
 
-@click.group(cls=TheseusGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=TheseusGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Installed plugins may add commands of their own; 'theseus plugins' lists them.",
+)
 @click.option(
     "--version",
     is_flag=True,

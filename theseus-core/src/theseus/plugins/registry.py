@@ -17,6 +17,8 @@ from theseus.plugins.entries import COMPONENT_KINDS, LOCAL, Entry
 
 BLOCK_ENV = "THESEUS_BLOCK_PLUGINS"
 STRICT_ENV = "THESEUS_STRICT_PLUGINS"
+#: theseus's own distributions: a component name they provide cannot be taken over by a plugin.
+OWN_DISTRIBUTIONS = ("theseus-core", "theseus-models", "theseus-data")
 
 
 @dataclass
@@ -171,9 +173,28 @@ class Registry:
             return
         providers = self.conflicts.setdefault(label, [existing])
         providers.append(entry)
+        if entry.kind != "job" and precedence(entry) < precedence(existing):
+            table[key] = entry  # a component name keeps one provider, whatever the discovery order
+
+    def conflict_warnings(self) -> list[str]:
+        """One line per name that several distributions provide, saying what is used."""
+        lines = []
+        for label, providers in self.conflicts.items():
+            names = _and(sorted({p.distribution for p in providers}))
+            if providers[0].kind == "job":
+                lines.append(f"{label} is provided by both {names}; it cannot be used until one is removed")
+                continue
+            winner = min(providers, key=precedence)  # what _insert kept: the first of the lowest
+            others = sorted({p.distribution for p in providers} - {winner.distribution})
+            lines.append(
+                f"{label} is provided by both {names}; {winner.distribution}'s ({winner.target}) is used; "
+                f"to silence this, {_unshadow(others)}"
+            )
+        return lines
 
     # -- lookup -----------------------------------------------------------------
     def _check_conflict(self, label: str) -> None:
+        """A job several distributions provide cannot be run (a component name has a winner)."""
         providers = self.conflicts.get(label)
         if providers:
             names = " and ".join(sorted({f"{p.distribution} ({p.target})" for p in providers}))
@@ -205,7 +226,6 @@ class Registry:
             close = difflib.get_close_matches(kind, list(COMPONENT_KINDS), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; kinds are: {', '.join(COMPONENT_KINDS)}"
             raise PluginError(f"unknown component kind {kind!r}{hint}")
-        self._check_conflict(f"component '{kind}/{name}'")
         if (kind, name) not in self.components:
             self._check_blocked("component", f"{kind}/{name}")
             names = [n for (k, n) in self.components if k == kind]
@@ -219,6 +239,29 @@ class Registry:
 
     def components_of(self, kind: str | None = None) -> list[Entry]:
         return [e for (k, _), e in sorted(self.components.items()) if kind is None or k == kind]
+
+
+def precedence(entry: Entry) -> tuple[int, str]:
+    """Which provider of a component name wins (lowest first): theseus's own distributions, then
+    other distributions by name, then in-process registrations (``@component``, ``--load``)."""
+    dist = _normalize(entry.distribution)
+    if dist in OWN_DISTRIBUTIONS:
+        return 0, dist
+    return (2, dist) if entry.distribution == LOCAL else (1, dist)
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _unshadow(others: list[str]) -> str:
+    """How to stop ``others`` from providing a name another distribution wins."""
+    dists = [d for d in others if d != LOCAL]
+    them = "it" if len(dists) == 1 else "them"
+    advice = [f"uninstall {_and(dists)} or block {them} with {BLOCK_ENV}={','.join(dists)}"] if dists else []
+    if LOCAL in others:
+        advice.append(f"rename the {LOCAL} registration")
+    return "; ".join(advice) or "register the name once"
 
 
 class _Attribution:
