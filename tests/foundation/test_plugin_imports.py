@@ -161,3 +161,15 @@ def test_the_provider_of_a_component_name_does_not_depend_on_discovery_order(ord
         "component 'model/x' is provided by both alpha and zeta; alpha's (alpha:X) is used; "
         "to silence this, uninstall zeta or block it with THESEUS_BLOCK_PLUGINS=zeta"
     ]
+
+
+def test_a_bad_notice_bound_warns_once_and_keeps_the_default(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from theseus.plugins.entries import notice_bound
+
+    monkeypatch.setenv("THESEUS_PLUGIN_IMPORT_NOTICE_S", "two-ish")
+    assert (notice_bound(), notice_bound()) == (2.0, 2.0)
+    assert capsys.readouterr().err == (
+        "warning: THESEUS_PLUGIN_IMPORT_NOTICE_S='two-ish' is not a number of seconds; using 2\n"
+    )
