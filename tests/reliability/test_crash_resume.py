@@ -132,14 +132,14 @@ def restore_committed(checkpoints: Path) -> tuple[list[int], int, list[str]]:
     import orbax.checkpoint as ocp
 
     from theseus.checkpoint import CheckpointStore
-    from theseus.checkpoint.store import META, STATE
+    from theseus.checkpoint.store import META, STATE, ChecksummedRestore
 
     store = CheckpointStore(checkpoints, keep=1, async_save=False)
     try:
         steps = store.steps()
         latest = store.latest_step()
         restored = store.manager.restore(
-            latest, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore(), META: ocp.args.JsonRestore()})
+            latest, args=ocp.args.Composite(**{STATE: ChecksummedRestore(), META: ocp.args.JsonRestore()})
         )
         return steps, int(restored[META]["step"]), sorted(restored[STATE]["params"])
     finally:

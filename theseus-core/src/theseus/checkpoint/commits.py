@@ -2,18 +2,40 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from theseus.checkpoint.integrity import META_KEY, has_manifest
+
 #: Files orbax writes into a step's folder when it finalises the step (either one marks a finished save).
 COMMIT_MARKERS = ("_CHECKPOINT_METADATA", "commit_success.txt")
+#: Where orbax's JSON handler keeps the ``meta`` item of a step.
+META_FILE = Path("meta") / "metadata"
+
+
+def _declares_checksums(step_dir: Path) -> bool:
+    """Whether the step's meta says its state was saved with a checksum manifest (unreadable meta: yes,
+    so that a damaged step is not mistaken for one saved before manifests existed)."""
+    try:
+        meta = json.loads((step_dir / META_FILE).read_text())
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    return not isinstance(meta, dict) or META_KEY in meta
 
 
 def is_committed(step_dir: str | Path, item: str) -> bool:
-    """Whether a step folder holds a finished save: its ``item`` folder (the state) and orbax's commit
-    marker. A bare folder named like a step (made by hand, or left by a copy) is not a checkpoint."""
+    """Whether a step folder holds a finished save: its ``item`` folder (the state), orbax's commit
+    marker, and the state's checksum manifest (which checkpoints saved before manifests existed lack,
+    and say so in their meta). A bare folder named like a step (made by hand, or left by a copy) is not
+    a checkpoint, nor is a save whose manifest is gone."""
     folder = Path(step_dir)
-    return (folder / item).is_dir() and any((folder / marker).is_file() for marker in COMMIT_MARKERS)
+    state = folder / item
+    if not state.is_dir() or not any((folder / marker).is_file() for marker in COMMIT_MARKERS):
+        return False
+    return has_manifest(state) or not _declares_checksums(folder)
 
 
 def committed_steps(checkpoints: str | Path, steps: Iterable[int], item: str) -> list[int]:

@@ -1,17 +1,20 @@
 """``CheckpointStore``: an orbax ``CheckpointManager`` with the run's layout and policies.
 
 Layout under ``<run dir>/checkpoints/<step>/``: ``state`` (params, opt_state, step, rng as
-OCDBT/tensorstore arrays), ``meta`` (JSON: step, data position, seed, job) and ``metrics``
-(JSON: ``val_loss`` when the step was validated). Orbax writes each step to a temporary
+OCDBT/tensorstore arrays, with a checksum manifest: :mod:`theseus.checkpoint.integrity`), ``meta``
+(JSON: step, data position, seed, job) and ``metrics`` (JSON: ``val_loss`` when the step was
+validated). Orbax writes each step to a temporary
 directory and renames it on commit, so an interrupted save never replaces a good checkpoint
 (the debris of one is removed when the store is opened again). ``restore_latest`` falls back to
-the newest checkpoint that still loads when later ones are damaged, and moves those aside.
+the newest checkpoint that is intact (its files match their checksums) and loads when later ones
+are damaged, and moves those aside.
 Nothing on the load path unpickles: arrays are tensorstore data, everything else is JSON.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import logging
 import sys
@@ -23,6 +26,7 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint._src.checkpoint_managers import preservation_policy as policies
 
+from theseus.checkpoint import integrity
 from theseus.checkpoint.commits import committed_steps
 from theseus.checkpoint.layers import LayoutChange, convert_restored, layout_changes, to_layout
 from theseus.checkpoint.shapes import param_shapes
@@ -34,6 +38,8 @@ VAL_LOSS = "val_loss"
 
 
 CORRUPT_SUFFIX = ".corrupt"
+#: Checkpoints after the one ``training/resume_step`` resumes from are renamed with this suffix.
+ABANDONED_SUFFIX = ".abandoned"
 
 
 class CorruptCheckpointError(CheckpointError):
@@ -90,6 +96,33 @@ def _quiet_unraisable() -> None:
     sys.unraisablehook = hook
 
 
+class ChecksummedHandler(ocp.StandardCheckpointHandler):
+    """orbax's standard handler, recording the checksum manifest of the state once orbax has finalised
+    its files (process 0, before the step is committed)."""
+
+    def finalize(self, directory: Any) -> None:
+        super().finalize(directory)
+        if jax.process_index() == 0:
+            integrity.write_manifest(Path(directory))
+
+
+@ocp.args.register_with_handler(ChecksummedHandler, for_save=True)
+@dataclasses.dataclass
+class ChecksummedSave(ocp.args.StandardSave):
+    """``StandardSave`` for :class:`ChecksummedHandler` (orbax pairs arguments with handlers by type)."""
+
+
+@ocp.args.register_with_handler(ChecksummedHandler, for_restore=True)
+@dataclasses.dataclass
+class ChecksummedRestore(ocp.args.StandardRestore):
+    """``StandardRestore`` for :class:`ChecksummedHandler`."""
+
+
+def _saved_meta(restored: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A checkpoint's meta as the caller saved it (without the manifest declaration the store adds)."""
+    return {key: value for key, value in (restored or {}).items() if key != integrity.META_KEY}
+
+
 def _val_loss(metrics: Mapping[str, Any]) -> float:
     return float(metrics[VAL_LOSS])
 
@@ -129,9 +162,9 @@ class CheckpointStore:
                 self.directory.absolute(),
                 item_names=(STATE, META),
                 item_handlers={
-                    STATE: ocp.StandardCheckpointHandler()
+                    STATE: ChecksummedHandler()
                     if save_concurrent_gb is None
-                    else ocp.StandardCheckpointHandler(save_concurrent_gb=save_concurrent_gb),
+                    else ChecksummedHandler(save_concurrent_gb=save_concurrent_gb),
                     META: ocp.JsonCheckpointHandler(),
                 },
                 options=options,
@@ -157,7 +190,7 @@ class CheckpointStore:
 
     def meta(self, step: int) -> dict[str, Any]:
         restored = self.manager.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))
-        return dict(restored[META] or {})
+        return _saved_meta(restored[META])
 
     # -- save / restore ------------------------------------------------------------------
     def save(self, step: int, state: Mapping[str, Any], meta: Mapping[str, Any], val_loss: float | None = None) -> None:
@@ -171,7 +204,10 @@ class CheckpointStore:
             self.manager.save(
                 step,
                 args=ocp.args.Composite(
-                    **{STATE: ocp.args.StandardSave(dict(state)), META: ocp.args.JsonSave(dict(meta))}
+                    **{
+                        STATE: ChecksummedSave(dict(state)),
+                        META: ocp.args.JsonSave({**meta, integrity.META_KEY: integrity.ALGORITHM}),
+                    }
                 ),
                 metrics=metrics,
                 force=True,
@@ -234,6 +270,7 @@ class CheckpointStore:
         (or the reverse) is read in its own layout and converted (see :mod:`theseus.checkpoint.layers`).
         """
         _quiet_unraisable()
+        self.verify(step)
         changes: list[LayoutChange] = []
         target = dict(abstract_state)
         if "params" in abstract_state:
@@ -244,7 +281,7 @@ class CheckpointStore:
         try:
             restored = self.manager.restore(
                 step,
-                args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore(target), META: ocp.args.JsonRestore()}),
+                args=ocp.args.Composite(**{STATE: ChecksummedRestore(target), META: ocp.args.JsonRestore()}),
             )
             state = convert_restored(dict(restored[STATE]), changes, dict(abstract_state))
         except CheckpointError:
@@ -254,7 +291,16 @@ class CheckpointStore:
                 f"cannot restore checkpoint {self._where(step)} ({type(exc).__name__}: {_first_line(exc)})",
                 "remove it to resume from an earlier one, or use a new run/name",
             ) from exc
-        return dict(state), dict(restored[META] or {})
+        return dict(state), _saved_meta(restored[META])
+
+    def verify(self, step: int) -> None:
+        """Raise CorruptCheckpointError if a file of checkpoint ``step``'s state does not match its checksum."""
+        problem = integrity.damage(self.directory / str(step) / STATE)
+        if problem is not None:
+            raise CorruptCheckpointError(
+                f"checkpoint {self._where(step)} is damaged: {problem}",
+                "remove it to resume from an earlier one, or use a new run/name",
+            )
 
     def restore_latest(
         self, abstract_state: Mapping[str, Any], warn: Callable[[str], None] | None = None
@@ -291,14 +337,21 @@ class CheckpointStore:
             f"delete {str(self.directory)!r} to start the run over",
         ) from error
 
-    def _set_aside(self, step: int) -> Path:
-        """Rename checkpoint ``step`` to ``<step>.corrupt`` (process 0 does it for all processes)."""
+    def roll_back(self, step: int) -> list[Path]:
+        """Set the checkpoints after ``step`` aside (renamed ``<step>.abandoned``); where they went."""
+        moved = [self._set_aside(newer, ABANDONED_SUFFIX) for newer in self.steps() if newer > step]
+        if moved:
+            self.manager.reload()
+        return moved
+
+    def _set_aside(self, step: int, suffix: str = CORRUPT_SUFFIX) -> Path:
+        """Rename checkpoint ``step`` to ``<step><suffix>`` (process 0 does it for all processes)."""
         source = self.directory / str(step)
-        target = self.directory / f"{step}{CORRUPT_SUFFIX}"
+        target = self.directory / f"{step}{suffix}"
         index = 1
         while target.exists():
             index += 1
-            target = self.directory / f"{step}{CORRUPT_SUFFIX}{index}"
+            target = self.directory / f"{step}{suffix}{index}"
         if jax.process_index() == 0:
             source.rename(target)
         return target

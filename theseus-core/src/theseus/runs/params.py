@@ -12,14 +12,23 @@ def restore_params(path: Path, abstract: Any, shardings: Any = None, *, what: st
     """Only ``params`` of the orbax state at ``path``, restored onto ``shardings`` (default: the first
     device), in either layer layout; nothing is written (a run may be saving meanwhile).
 
-    ``what`` names the checkpoint in errors and ``fix`` says what to do, in one line each."""
+    ``what`` names the checkpoint in errors and ``fix`` says what to do, in one line each. A state whose
+    files do not match their checksums is refused before anything is read."""
     import jax
+
+    from theseus.checkpoint.integrity import damage
 
     from theseus.checkpoint.params import NoSavedParams, ParamsMismatch, read_params
 
     if shardings is None:
         device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
         shardings = jax.tree.map(lambda _: device, abstract)
+    problem = damage(path)
+    if problem is not None:
+        raise CheckpointError(
+            f"{what} is damaged: {problem}; use an earlier checkpoint of that run, or resume the run, "
+            "which sets damaged checkpoints aside"
+        )
     target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
     try:
         return read_params(path, target)

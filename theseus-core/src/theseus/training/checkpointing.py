@@ -60,6 +60,12 @@ class LazyCheckpointStore:
             return None
         return self.store.latest_step()
 
+    def steps(self) -> list[int]:
+        return self.store.steps()
+
+    def roll_back(self, step: int) -> list[Path]:
+        return self.store.roll_back(step)
+
     def best_step(self) -> int | None:
         return self._store.best_step() if self._store is not None else None
 
