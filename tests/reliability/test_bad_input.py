@@ -169,8 +169,9 @@ def test_nonfinite_loss_stops_and_keeps_the_last_checkpoint(cli: Cli, root: Path
     code, err = cli(train_args(root, "test/poison_step=3"))
     assert code == 1
     assert error_line(err) == (
-        "error: non-finite loss (nan) at step 3; checkpoint 2 is kept. Lower training/lr, or set "
-        "training/skip_nonfinite=true to skip such updates, and run again"
+        "error: non-finite loss (nan) at step 3; no checkpoint is known to be good (no sound loss followed step 2); "
+        "lower training/lr and run again to resume from step 2, or start over with a new run/name, or set "
+        "training/skip_nonfinite=true to skip such updates"
     )
     checkpoints = root / "runs" / "test-reliability-train" / "checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["2"]
@@ -180,8 +181,8 @@ def test_nonfinite_gradient_stops(cli: Cli, root: Path) -> None:
     code, err = cli(train_args(root, "test/poison_step=1", "test/poison=grad"))
     assert code == 1
     assert error_line(err) == (
-        "error: non-finite gradient norm (nan) at step 1; no checkpoint was written. Lower training/lr, or set "
-        "training/skip_nonfinite=true to skip such updates, and run again"
+        "error: non-finite gradient norm (nan) at step 1; no checkpoint was written; lower training/lr and run "
+        "again, or set training/skip_nonfinite=true to skip such updates"
     )
     checkpoints = root / "runs" / "test-reliability-train" / "checkpoints"
     assert [p.name for p in checkpoints.iterdir()] == []
@@ -201,6 +202,21 @@ def test_skip_nonfinite_counts_skipped_updates_across_a_resume(cli: Cli, root: P
     assert [row["skipped"] for row in train] == [0, 1, 0, 0]
     assert [row["skipped_steps"] for row in train] == [0, 1, 1, 1]  # the count survives the restart
     assert train[1]["loss"] == "nan"
+
+
+def test_an_exploded_loss_is_not_checkpointed_and_the_stop_names_the_last_good_one(cli: Cli, root: Path) -> None:
+    code, err = cli(train_args(root, "training/lr=1e6", "training/checkpoint_interval=1", "training/steps=12"))
+    assert code == 1
+    warning = next(line for line in err.splitlines() if line.startswith("warning: "))
+    assert warning.startswith("warning: step 2 is not checkpointed: its loss ")
+    assert warning.endswith("x the recent median 5.996; checkpoint 1 stays the newest")
+    assert error_line(err) == (
+        "error: non-finite loss (nan) at step 3; no checkpoint is known to be good (no sound loss followed step 1); "
+        "lower training/lr and run again to resume from step 1, or start over with a new run/name, or set "
+        "training/skip_nonfinite=true to skip such updates"
+    )
+    checkpoints = root / "runs" / "test-reliability-train" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["1"]
 
 
 # -- checkpoints ---------------------------------------------------------------------------------
@@ -231,15 +247,35 @@ def damage(step_dir: Path) -> None:
         Path(name).write_bytes(Path(name).read_bytes()[:7])
 
 
-def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(cli: Cli, checkpointed: Path, tmp_path: Path) -> None:
+def flip_bytes(step_dir: Path, count: int = 10) -> str:
+    """Invert ``count`` bytes in the middle of the largest array data file of a checkpoint (its size kept);
+    the file's path under the state folder."""
+    state = step_dir / "state"
+    largest = max((p for p in state.glob("ocdbt.process_0/d/*")), key=lambda p: p.stat().st_size)
+    data = bytearray(largest.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + count] = bytes(b ^ 0xFF for b in data[middle : middle + count])
+    largest.write_bytes(bytes(data))
+    return largest.relative_to(state).as_posix()
+
+
+@pytest.mark.parametrize("how", ["flipped", "truncated"])
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(
+    cli: Cli, checkpointed: Path, tmp_path: Path, how: str
+) -> None:
     root = clone(checkpointed, tmp_path)
     checkpoints = root / "runs" / "base" / "checkpoints"
-    damage(checkpoints / "4")
+    if how == "flipped":
+        problem = f"{flip_bytes(checkpoints / '4')} does not match its checksum"
+    else:
+        damage(checkpoints / "4")
+        problem = "d/"
     code, err = cli(train_args(root, "run/name=base"))
     assert code == 0, err
     assert "Traceback" not in err
     warning = next(line for line in err.splitlines() if line.startswith("warning: "))
-    assert warning.startswith(f"warning: checkpoint '{checkpoints / '4'}' is unreadable (")
+    assert warning.startswith(f"warning: checkpoint '{checkpoints / '4'}' is damaged: ")
+    assert problem in warning and ("holds 7 bytes where" in warning) == (how == "truncated"), warning
     assert warning.endswith(f"moved it to '{checkpoints / '4.corrupt'}' and resumed from step 2")
     assert "resuming run 'base' from step 2" in err
     assert sorted(p.name for p in checkpoints.iterdir()) == ["2", "4", "4.corrupt", "6"]
@@ -254,7 +290,7 @@ def test_corrupt_checkpoint_without_an_earlier_one(cli: Cli, checkpointed: Path,
     code, err = cli(train_args(root, "run/name=base"))
     assert code == 2
     line = error_line(err)
-    assert line.startswith(f"error: checkpoint '{run / 'checkpoints' / '4'}' is unreadable (")
+    assert line.startswith(f"error: checkpoint '{run / 'checkpoints' / '4'}' is damaged: ")
     assert line.endswith(
         f"there is no earlier checkpoint; if the job's configuration changed since the run started, use the "
         f"configuration in '{run / 'config.yaml'}' or a new run/name; if the checkpoints are damaged, delete "
@@ -312,14 +348,79 @@ def test_disk_full_while_saving_keeps_the_previous_checkpoint(
     assert not [r for r in caplog.records if r.exc_info], "orbax's tracebacks reached the log"
 
     from theseus.checkpoint import CheckpointStore
-    from theseus.checkpoint.store import META, STATE
+    from theseus.checkpoint.store import META, STATE, ChecksummedRestore
 
     store = CheckpointStore(checkpoints, async_save=False)
     try:
         assert store.steps() == [2]
         restored = store.manager.restore(
-            2, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore(), META: ocp.args.JsonRestore()})
+            2, args=ocp.args.Composite(**{STATE: ChecksummedRestore(), META: ocp.args.JsonRestore()})
         )
         assert restored[META]["step"] == 2 and int(restored[STATE]["step"]) == 2
     finally:
         store.close()
+
+
+def test_a_checkpoint_counts_only_with_its_checksums(checkpointed: Path, tmp_path: Path) -> None:
+    from theseus.runs.layout import checkpoint_steps
+
+    root = clone(checkpointed, tmp_path)
+    run = root / "runs" / "base"
+    assert checkpoint_steps(run) == [2, 4]
+    (run / "checkpoints" / "4" / "state" / "checksums.json").unlink()
+    assert checkpoint_steps(run) == [2]  # a save whose manifest is gone is not a checkpoint
+    meta = run / "checkpoints" / "4" / "meta" / "metadata"
+    record = json.loads(meta.read_text())
+    del record["checksums"]
+    meta.write_text(json.dumps(record))
+    assert checkpoint_steps(run) == [2, 4]  # one saved before manifests existed still is
+
+
+def test_starting_from_a_damaged_checkpoint_of_another_run(cli: Cli, checkpointed: Path, tmp_path: Path) -> None:
+    root = clone(checkpointed, tmp_path)
+    checkpoints = root / "runs" / "base" / "checkpoints"
+    damaged = flip_bytes(checkpoints / "4", count=1)
+    code, err = cli(train_args(root, "run/name=ft", "training/init_from=run:base"))
+    assert code == 2
+    assert error_line(err) == (
+        f"error: training/init_from='run:base' (checkpoint 4 of run 'base') is damaged: {damaged} does not match "
+        "its checksum; use an earlier checkpoint of that run, or resume the run, which sets damaged checkpoints aside"
+    )
+
+
+def test_resume_step_sets_later_checkpoints_aside_once(cli: Cli, checkpointed: Path, tmp_path: Path) -> None:
+    root = clone(checkpointed, tmp_path)
+    run = root / "runs" / "base"
+    checkpoints = run / "checkpoints"
+    code, err = cli(train_args(root, "run/name=base", "training/resume_step=3"))
+    assert code == 2
+    assert error_line(err) == (
+        "error: training/resume_step=3: run 'base' has no checkpoint at step 3 (its checkpoints are at steps 2, 4); "
+        "choose one of them, or leave training/resume_step out to resume from the newest"
+    )
+    code, err = cli(train_args(root, "run/name=base", "training/resume_step=2"))
+    assert code == 0, err
+    assert f"training/resume_step=2: set the checkpoints after it aside ({checkpoints / '4.abandoned'})" in err
+    assert "resuming run 'base' from step 2 (changed: training/resume_step, training/stop_after)" in err
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if row["split"] == "train"] == [1, 2, 3, 4, 5, 6]
+    code, err = cli(train_args(root, "run/name=base", "training/resume_step=2"))
+    assert code == 0, err
+    assert "run 'base' already completed (6/6 steps)" in err  # the recorded value is not applied again
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["2", "4", "4.abandoned", "6"]
+
+
+def test_skip_nonfinite_stops_after_its_limit_of_skipped_updates_in_a_row(
+    cli: Cli, checkpointed: Path, tmp_path: Path
+) -> None:
+    root = clone(checkpointed, tmp_path)  # resumed at step 4 with a learning rate that diverges at once
+    args = ["training/lr=1e6", "training/skip_nonfinite=true", "training/skip_nonfinite_limit=3", "training/steps=12"]
+    code, err = cli(train_args(root, "run/name=base", *args))
+    assert code == 1
+    assert error_line(err) == (
+        "error: training/skip_nonfinite skipped 3 updates in a row (steps 7-9), so the run is diverging; the last "
+        "good checkpoint is step 4: lower training/lr and run again with training/resume_step=4 "
+        "(training/skip_nonfinite_limit sets how many are tolerated)"
+    )
+    assert "warning: step 6 is not checkpointed: its loss " in err
+    assert sorted(p.name for p in (root / "runs" / "base" / "checkpoints").iterdir()) == ["2", "4"]

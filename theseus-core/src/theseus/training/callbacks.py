@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from theseus.tracking.plots import LossPlotter
     from theseus.tracking.status import StatusRecorder
     from theseus.training.checkpointing import LazyCheckpointStore
+    from theseus.training.divergence import LossWatch
     from theseus.training.metrics import MetricsLogger, ProgressDisplay
     from theseus.training.preemption import PreemptionGuard
 
@@ -310,9 +311,11 @@ class Checkpoints(Callback):
 
     on = ("start", "end")
 
-    def __init__(self, store: LazyCheckpointStore, every: int, last: int, *, skipped: Callable[[], int]) -> None:
-        self.store, self.every, self.last, self.skipped = store, every, last, skipped
-        #: The newest checkpoint of this run (the one a non-finite update leaves in place).
+    def __init__(
+        self, store: LazyCheckpointStore, every: int, last: int, *, skipped: Callable[[], int], watch: LossWatch
+    ) -> None:
+        self.store, self.every, self.last, self.skipped, self.watch = store, every, last, skipped, watch
+        #: The newest checkpoint of this run.
         self.saved: int | None = None
         self.start = 0
 
@@ -328,7 +331,13 @@ class Checkpoints(Callback):
             self.store.wait()
 
     def save(self, info: StepInfo) -> None:
+        """Save this step, unless its update's loss is non-finite or exploded (then say so, and keep the last)."""
         t, step = info.trainer, info.step
+        unsound = self.watch.unsound(step)
+        if unsound is not None:
+            kept = f"checkpoint {self.saved} stays the newest" if self.saved is not None else "no checkpoint exists"
+            info.message(f"warning: step {step} is not checkpointed: its {unsound}; {kept}")
+            return
         val_loss = float(info.validation["loss"]) if info.validation is not None else None
         record = {
             "step": step,
@@ -340,6 +349,7 @@ class Checkpoints(Callback):
         }
         self.store.save(step, t.checkpoint_tree(info.state), record, val_loss=val_loss)
         self.saved = info.step
+        self.watch.saved(step)
         info._emit("checkpoint")
         kill_point("save", info.step)
 

@@ -73,6 +73,18 @@ class BaseTrainerConfig:
         default=False,
         help="skip updates whose loss or gradient is NaN/inf (counted in metrics) instead of stopping",
     )
+    skip_nonfinite_limit: int = field(
+        "training/skip_nonfinite_limit",
+        default=10,
+        min=1,
+        help="with training/skip_nonfinite, stop once this many updates in a row were skipped",
+    )
+    resume_step: int = field(
+        "training/resume_step",
+        default=0,
+        min=0,
+        help="resume from this checkpoint, setting newer ones aside (applied once per value; 0 = the newest)",
+    )
     stop_after: int = field(
         "training/stop_after",
         default=0,

@@ -20,7 +20,7 @@ import numpy as np
 
 from theseus.base.killpoints import kill_point
 from theseus.config import configuration
-from theseus.errors import ConfigError, PluginError, TrainingError
+from theseus.errors import ConfigError, PluginError
 from theseus.runs.directory import RunDirectory, provenance
 from theseus.runs.lock import RunLock
 from theseus.tracking.plots import LossPlotter
@@ -30,6 +30,7 @@ from theseus.training import callbacks as cb
 from theseus.training import selection
 from theseus.training.checkpointing import LazyCheckpointStore
 from theseus.training.collector import rare_collections
+from theseus.training.divergence import LossWatch, non_finite, too_many_skipped
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
 from theseus.training.preemption import PreemptionGuard
 from theseus.training.profiling import ProfileWindow, parse_window
@@ -126,7 +127,7 @@ class TrainingLoop:
         # one writer per run: a second process on the same run stops here, before it reads or cuts anything
         lock = RunLock(self.run_dir.path).acquire() if self.main else None
         try:
-            latest = store.latest_step()
+            latest = self._roll_back(store, store.latest_step())
             if latest is not None and latest >= args.steps:
                 self.display.message(
                     f"run {t.run_name!r} already completed ({latest}/{args.steps} steps); "
@@ -212,6 +213,28 @@ class TrainingLoop:
             store.close()
             t.close()
 
+    def _roll_back(self, store: LazyCheckpointStore, latest: int | None) -> int | None:
+        """Apply ``training/resume_step`` (once per value: a value the run recorded is done): set the
+        checkpoints after it aside; the step to resume from."""
+        wanted = self.args.resume_step
+        previous = self.run_dir.previous_config() or {}
+        if not wanted or previous.get("training/resume_step", 0) == wanted:
+            return latest
+        steps = store.steps() if latest is not None else []
+        if wanted not in steps:
+            found = f"its checkpoints are at steps {', '.join(map(str, steps))}" if steps else "it has no checkpoints"
+            raise ConfigError(
+                f"training/resume_step={wanted}: run {self.trainer.run_name!r} has no checkpoint at step {wanted} "
+                f"({found}); choose one of them, or leave training/resume_step out to resume from the newest"
+            )
+        moved = store.roll_back(wanted)
+        if moved:
+            self.display.message(
+                f"training/resume_step={wanted}: set the checkpoints after it aside "
+                f"({', '.join(str(path) for path in moved)})"
+            )
+        return wanted
+
     def _sinks(self) -> list[Any]:
         from theseus.plugins.discovery import plugins
 
@@ -240,7 +263,9 @@ class TrainingLoop:
             builtins.append(cb.Evaluations(args.evaluation_interval, args.steps, self.stop))
         if t.analyses:
             builtins.append(cb.Analyses(args.analysis_interval, args.steps, self.stop, self.run_dir, main=self.main))
-        self.checkpoints = cb.Checkpoints(store, args.checkpoint_interval, self.stop, skipped=lambda: self.skipped)
+        self.checkpoints = cb.Checkpoints(
+            store, args.checkpoint_interval, self.stop, skipped=lambda: self.skipped, watch=self.watch
+        )
         builtins.append(self.checkpoints)
         if self.status is not None:
             builtins.append(cb.Status(self.status, lambda: self.eta))
@@ -289,6 +314,10 @@ class TrainingLoop:
         self.validation: tuple[int, dict[str, Any]] | None = None
         self.eta: float | None = None
         self.stopping: str | None = None
+        self.watch = LossWatch(resume_step=self.args.resume_step)
+        self.skipped_in_a_row = 0
+        if start > 0:
+            self.watch.saved(start)
         self.callbacks = callbacks = self._callbacks(store, added)
         callbacks.emit(cb.StepInfo(self, "start", start, state))
         done, updates = start, self._updates(state, start)
@@ -342,15 +371,14 @@ class TrainingLoop:
         meta_scalars = scalars(meta)
         skipped = int(meta_scalars.get("skipped", 0))
         self.skipped += skipped
+        self.skipped_in_a_row = self.skipped_in_a_row + 1 if skipped else 0
+        if self.skipped_in_a_row >= self.args.skip_nonfinite_limit:
+            raise too_many_skipped(self.skipped_in_a_row, pending.step, self.watch)
         if not skipped:
             for quantity, value in (("loss", loss), ("gradient norm", grad_norm)):
                 if not math.isfinite(value):
-                    saved = self.checkpoints.saved
-                    kept = f"checkpoint {saved} is kept" if saved is not None else "no checkpoint was written"
-                    raise TrainingError(
-                        f"non-finite {quantity} ({value}) at step {pending.step}; {kept}. Lower training/lr, or set "
-                        "training/skip_nonfinite=true to skip such updates, and run again"
-                    )
+                    raise non_finite(quantity, value, pending.step, self.watch)
+        self.watch.observe(pending.step, loss)
         now = time.perf_counter()
         first = self.window_start is None
         if first:  # the first update after a pause includes compilation: time from its end
