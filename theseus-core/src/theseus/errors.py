@@ -29,6 +29,10 @@ class CheckpointError(TheseusError):
     """A checkpoint is corrupt or does not match the configured model."""
 
 
+class ResourceError(TheseusError):
+    """The machine refused a job: a read-only or forbidden path, a full disk, not enough memory."""
+
+
 class TrainingError(TheseusError):
     """A training run cannot continue (non-finite loss, bad mesh, ...)."""
 

@@ -60,6 +60,7 @@ def run_job(
     distributed: dict[str, Any] | None = None,
 ) -> None:
     from theseus.base.distributed import from_options
+    from theseus.base.failures import one_line_failures
     from theseus.base.job import JobContext, default_root
     from theseus.config import Configuration, configuration, resolve
     from theseus.config.paths import absolute, absolute_paths
@@ -72,6 +73,6 @@ def run_job(
     if root.exists() and not root.is_dir():
         raise TheseusError(f"root {str(root)!r} is a file; pass --root with a directory")
     context = JobContext(name=name, root=root, config=cfg, verbose=verbose, extra={"distributed": distributed or {}})
-    with configuration(cfg):
+    with configuration(cfg), one_line_failures(name, root, cfg, schema):
         job = cls(context)
         job.run()

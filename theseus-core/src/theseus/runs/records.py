@@ -8,6 +8,7 @@ damaged file, for listings that must go on; ``read_provenance`` refuses a damage
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -57,20 +58,59 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The records of ``metrics.jsonl`` (a line cut short by a crash is skipped)."""
-    records = []
+    """The records of ``metrics.jsonl`` (a line cut short by a crash is skipped; a damaged line is skipped
+    with one warning)."""
     try:
-        text = (Path(run_dir) / METRICS_FILE).read_text(encoding="utf-8")
+        lines = metric_lines(Path(run_dir) / METRICS_FILE)
     except OSError:
         return []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "step" in record:
+    records = []
+    for _raw, text in lines:
+        record = _record(text)
+        if record is not None:
             records.append(record)
     return records
+
+
+def metric_lines(path: Path) -> list[tuple[bytes, str | None]]:
+    """Each line of the metrics file ``path``: its bytes and its text, None for a line that is not UTF-8
+    (reported in one warning per file on stderr, then left to the caller to skip or keep)."""
+    lines: list[tuple[bytes, str | None]] = []
+    damaged: list[tuple[int, UnicodeDecodeError]] = []
+    for number, raw in enumerate(Path(path).read_bytes().splitlines(), start=1):
+        try:
+            lines.append((raw, raw.decode("utf-8")))
+        except UnicodeDecodeError as exc:
+            lines.append((raw, None))
+            damaged.append((number, exc))
+    if damaged:
+        _warn_damaged(Path(path), damaged)
+    return lines
+
+
+def _record(text: str | None) -> dict[str, Any] | None:
+    """The metrics record on a line, None when the line holds none."""
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and "step" in record else None
+
+
+_WARNED: set[tuple[str, int]] = set()
+
+
+def _warn_damaged(path: Path, damaged: list[tuple[int, UnicodeDecodeError]]) -> None:
+    """One warning naming the file and its first line that is not UTF-8 (once per process)."""
+    number, exc = damaged[0]
+    if (str(path), number) in _WARNED:
+        return
+    _WARNED.add((str(path), number))
+    byte = exc.object[exc.start : exc.start + 1].hex()
+    more = f" (and {len(damaged) - 1} more lines)" if len(damaged) > 1 else ""
+    print(f"warning: {path}:{number}: byte 0x{byte} is not UTF-8; skipped that line{more}", file=sys.stderr)
 
 
 def read_provenance(run_dir: Path) -> dict[str, Any]:
@@ -88,4 +128,4 @@ def read_provenance(run_dir: Path) -> dict[str, Any]:
     return record
 
 
-__all__ = ["flatten", "read_config", "read_json", "read_metrics", "read_provenance", "read_yaml"]
+__all__ = ["flatten", "metric_lines", "read_config", "read_json", "read_metrics", "read_provenance", "read_yaml"]

@@ -53,20 +53,27 @@ class MetricsLogger:
             self._file = self.path.open("a", encoding="utf-8")
 
     def _truncate(self, resume_step: int) -> None:
+        """Drop the records after ``resume_step`` (and a line cut short by a crash); a line that is not
+        UTF-8 is kept as it is, after a warning naming it."""
+        from theseus.runs.records import metric_lines
+
         if not self.path.exists():
             return
         kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for raw, text in metric_lines(self.path):
+            if text is None:
+                kept.append(raw)
+                continue
             try:
-                record = json.loads(line)
+                record = json.loads(text)
             except json.JSONDecodeError:
                 continue  # a line cut short by a crash
             if not isinstance(record, dict) or int(record.get("step", 0)) > resume_step:
                 continue
-            kept.append(line)
+            kept.append(raw)
             self._remember(record)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        tmp.write_bytes(b"".join(line + b"\n" for line in kept))
         tmp.replace(self.path)
 
     def _remember(self, record: Mapping[str, Any]) -> None:
