@@ -63,3 +63,13 @@ def test_moe_model_benchmark_times_the_mixture_against_its_dense_twin() -> None:
     assert moe_model.overrides(shape, moe=False)["architecture/d_ff"] == shape["top_k"] * shape["hidden"]
     found = moe_model.throughput(shape, rounds=1, steps=1)
     assert found["dense_ms"] > 0 and found["moe_ms"] > 0 and found["ratio"] > 0
+
+
+def test_checkpoint_verify_benchmark_times_the_three_reads(tmp_path) -> None:
+    from benchmarks import checkpoint_verify
+
+    result = checkpoint_verify.measure("tiny", 1, tmp_path / "checkpoints")
+    assert sorted(result["seconds"]) == ["restore (unverified)", "restore (verified)", "verification alone"]
+    assert all(len(times) == 1 and times[0] > 0 for times in result["seconds"].values())
+    assert result["saved_bytes"] > 0 and result["bytes"] > 0
+    assert "| verification alone |" in checkpoint_verify.report("tiny", result)
