@@ -85,7 +85,7 @@ def test_two_processes_fall_back_from_a_damaged_latest_checkpoint(runs: dict[str
     assert (code0, code1) == (0, 0), err0[-3000:] + err1[-3000:]
     checkpoints = runs["root"] / "runs" / "two" / "checkpoints"
     warning = next(line for line in err0.splitlines() if line.startswith("warning: "))
-    assert warning.startswith(f"warning: checkpoint '{checkpoints / '5'}' is unreadable (")
+    assert warning.startswith(f"warning: checkpoint '{checkpoints / '5'}' is damaged: ")
     assert warning.endswith(f"moved it to '{checkpoints / '5.corrupt'}' and resumed from step 4")
     assert "resuming run 'two' from step 4" in err0
     assert runs["after_resume"] == ["2", "4", "5.corrupt", "6", "8"]
