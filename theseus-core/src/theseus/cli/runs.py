@@ -11,9 +11,11 @@ from typing import Any
 
 import click
 
+from theseus.cli.options import root_option
 from theseus.errors import ConfigError, TheseusError
 from theseus.runs import records
 from theseus.runs.layout import PROFILE, profile_traces
+from theseus.runs.lock import holder
 from theseus.tracking import runs as data
 
 ROOT_HELP = "Root holding runs/ (default $THESEUS_ROOT or ~/.theseus)."
@@ -75,7 +77,7 @@ def _run_dir(root: Path, name: str) -> Path:
 
 
 @click.group(invoke_without_command=True)
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None, help=ROOT_HELP)
+@root_option(ROOT_HELP)
 @click.option("--json", "as_json", is_flag=True, help="One JSON list of runs (stable keys) instead of a table.")
 @click.option("--sort", type=click.Choice(sorted(data.SORTS)), default="name", show_default=True, help="Order.")
 @click.option("--job", default=None, help="Only runs of this job (a glob such as 'gpt/*').")
@@ -116,7 +118,7 @@ def _root_option(ctx: click.Context, root: Path | None) -> Path:
 
 @runs.command()
 @click.argument("name")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None, help=ROOT_HELP)
+@root_option(ROOT_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object.")
 @click.pass_context
 def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> None:
@@ -129,10 +131,12 @@ def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> Non
     ckpts = data.checkpoints(path)
     selections = {k: v for k, v in config.items() if "/" not in k}
     key_config = {k: v for k, v in config.items() if k.startswith(KEY_PREFIXES)}
+    writer = holder(path)
     if as_json:
         record = {
             "run": row.as_json(),
             "path": str(path),
+            "writer": writer,
             "selections": selections,
             "config": config,
             "provenance": provenance,
@@ -145,7 +149,8 @@ def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> Non
         }
         click.echo(json.dumps(record, indent=2, default=str))
         return
-    out = [f"run         {row.name}  ({path})", f"job         {row.job or '-'}", f"status      {row.label}"]
+    status = row.label if writer is None else f"{row.label} ({_writer(writer)})"
+    out = [f"run         {row.name}  ({path})", f"job         {row.job or '-'}", f"status      {status}"]
     total = row.total_steps if row.total_steps is not None else "?"
     out.append(f"progress    step {row.step}/{total}, {_human(row.tokens)} tokens, wall {_duration(row.wall_time)}")
     out.append(f"updated     {_when(row.updated)} UTC")
@@ -189,6 +194,14 @@ def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> Non
     click.echo("\n".join(out))
 
 
+def _writer(record: dict[str, Any]) -> str:
+    """``process 123 on host since ... UTC`` from a run lock's holder record."""
+    if "pid" not in record:
+        return "a process is starting it"
+    since = f" since {record['since']} UTC" if record.get("since") else ""
+    return f"process {record['pid']} on {record.get('host', '?')}{since}"
+
+
 def _trackers(path: Path) -> list[str]:
     """Where the run's trackers keep it: TensorBoard event files, the W&B and MLflow run ids."""
     lines = []
@@ -209,7 +222,7 @@ def _format_value(value: Any) -> str:
 
 @runs.command()
 @click.argument("names", nargs=-1, required=True)
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None, help=ROOT_HELP)
+@root_option(ROOT_HELP)
 @click.option("--metric", default="val/loss", show_default=True, help="Curve to compare, as split/name.")
 @click.option("--x", "x_axis", type=click.Choice(["step", "tokens"]), default="step", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the overlay PNG.")
@@ -272,7 +285,7 @@ def _plot(curves: list[list[tuple[float, float]]], names: tuple[str, ...], metri
 
 @runs.command()
 @click.argument("name")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None, help=ROOT_HELP)
+@root_option(ROOT_HELP)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 def rm(ctx: click.Context, name: str, root: Path | None, yes: bool) -> None:

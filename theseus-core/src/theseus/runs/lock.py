@@ -2,7 +2,8 @@
 
 The lock is ``flock`` on an open file, so the kernel releases it when the process ends, however it
 ends (a SIGKILL leaves no stale lock). The file holds who has it (host, pid, start time) for the
-message a second writer gets.
+message a second writer gets. :func:`holder` asks, without waiting, whether a process holds it
+(what ``theseus runs`` shows as running).
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ import datetime
 import json
 import os
 import platform
+import time
 from pathlib import Path
+from typing import Any
 
 from theseus.errors import ConfigError
 
 LOCK_FILE = "lock"
+#: Seconds a writer retries a lock it finds taken: a :func:`holder` probe holds it for microseconds.
+PROBE_GRACE = 0.5
 
 
 class RunLock:
@@ -30,16 +35,24 @@ class RunLock:
         import fcntl
 
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = _read_holder(fd)
+        deadline = time.monotonic() + PROBE_GRACE
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:  # perhaps only a probe: try again shortly
+                    time.sleep(0.02)
+                    continue
+                holder = _read_holder(fd)
+            except OSError:
+                holder = _read_holder(fd)
             os.close(fd)
             run = self.path.parent.name
             raise ConfigError(
                 f"run {run!r} is being written by {holder}; wait for it to finish or stop it, "
                 "or give this one another run/name"
-            ) from None
+            )
         record = {
             "host": platform.node(),
             "pid": os.getpid(),
@@ -58,12 +71,60 @@ class RunLock:
             self._fd = None
 
 
-def _read_holder(fd: int) -> str:
+def _record(fd: int) -> dict[str, Any]:
+    """The holder record in the lock file (empty when there is none or it is unreadable)."""
     try:
         record = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _read_holder(fd: int) -> str:
+    record = _record(fd)
+    try:
         return f"process {record['pid']} on {record['host']} (since {record['since']} UTC)"
-    except (OSError, ValueError, KeyError, TypeError):
+    except KeyError:
         return "another process"
 
 
-__all__ = ["LOCK_FILE", "RunLock"]
+def _probe(path: Path) -> tuple[bool | None, dict[str, Any]]:
+    """``(held, record)`` of the lock file ``path`` without waiting: held is True when a process holds
+    the lock, False when none does (or there is no lock file), None when the file system cannot tell."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False, {}
+    except OSError:
+        return None, {}
+    try:
+        record = _record(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True, record
+        except OSError:
+            return None, record
+        return False, record  # closing the descriptor lets go of the shared lock at once
+    finally:
+        os.close(fd)
+
+
+def holder(run_dir: Path) -> dict[str, Any] | None:
+    """Who writes ``run_dir`` now: its lock's holder record (``host``, ``pid``, ``since``; empty if it has
+    not written one yet), or None when no process holds the lock or the file system cannot tell."""
+    held, record = _probe(Path(run_dir) / LOCK_FILE)
+    return record if held else None
+
+
+def abandoned(run_dir: Path) -> bool:
+    """Whether ``run_dir`` was being written by a process that has ended without letting go: its lock
+    file names a holder, yet no process holds the lock. Never true while a writer is alive, nor
+    when the file system cannot tell."""
+    held, record = _probe(Path(run_dir) / LOCK_FILE)
+    return held is False and bool(record)
+
+
+__all__ = ["LOCK_FILE", "RunLock", "abandoned", "holder"]

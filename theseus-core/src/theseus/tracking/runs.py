@@ -1,6 +1,7 @@
 """The rows, series and comparisons ``theseus runs`` shows, from what ``theseus.runs`` reads.
 
-Listing hundreds of runs reads one small ``status.json`` per run and never imports jax.
+Listing hundreds of runs reads one small ``status.json`` per run, asks each run's lock whether a
+process writes it (without waiting), and never imports jax.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import math
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from theseus.runs.layout import (
     checkpoint_steps,
     runs_dir,
 )
+from theseus.runs.lock import LOCK_FILE, holder
 from theseus.runs.records import read_config, read_json, read_metrics
 from theseus.tracking.status import read_status, state_of
 
@@ -101,11 +103,14 @@ def _row_without_status(run_dir: Path) -> RunRow:
 
 
 def run_row(run_dir: Path, now: float | None = None) -> RunRow:
-    """The listing row of one run directory."""
+    """The listing row of one run directory: ``running`` while a process holds its lock, whatever
+    its status record says (a run being resumed, or one whose record is not written yet)."""
     record = read_status(run_dir)
+    active = holder(run_dir) is not None
     if record is None:
-        return _row_without_status(run_dir)
-    status = state_of(record, now)
+        row = _row_without_status(run_dir)
+        return replace(row, status="running") if active else row
+    status = "running" if active else state_of(record, now)
     return RunRow(
         name=run_dir.name,
         job=record.get("job"),
@@ -122,7 +127,8 @@ def run_row(run_dir: Path, now: float | None = None) -> RunRow:
 
 
 def run_dirs(root: Path) -> list[Path]:
-    """The run directories under ``<root>/runs`` (those with a status, config or metrics file)."""
+    """The run directories under ``<root>/runs`` (those with a status, config or metrics file, or
+    whose lock a process holds)."""
     try:
         entries = os.scandir(runs_dir(root))
     except OSError:
@@ -133,9 +139,16 @@ def run_dirs(root: Path) -> list[Path]:
             if not entry.is_dir() or entry.name.startswith("."):
                 continue
             path = Path(entry.path)
-            if any((path / f).exists() for f in (STATUS_FILE, CONFIG_FILE, METRICS_FILE)):
+            if _is_run(path):
                 found.append(path)
     return found
+
+
+def _is_run(path: Path) -> bool:
+    """A run directory has a status, config or metrics file, or a process holds its lock (it is starting)."""
+    if any((path / f).exists() for f in (STATUS_FILE, CONFIG_FILE, METRICS_FILE)):
+        return True
+    return (path / LOCK_FILE).exists() and holder(path) is not None
 
 
 #: ``--sort`` keys: how to order rows, and whether larger comes first.

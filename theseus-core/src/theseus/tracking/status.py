@@ -5,9 +5,10 @@ trains (and from a background heartbeat thread during long compilations or valid
 when it ends. A reader decides between:
 
 - ``complete``: the run reached ``training/steps``;
-- ``stopped``: it ended early on purpose (``training/stop_after``, preemption) at a step;
-- ``running``: the writing process is alive (same host: its pid and start time; another host:
-  a heartbeat younger than ``STALE_AFTER`` seconds);
+- ``stopped``: it ended early on purpose (``training/stop_after``, a callback's stop, SIGTERM or a
+  first Ctrl-C) at a step, with a checkpoint;
+- ``running``: the writing process is alive (it holds the run's lock, see ``theseus.runs.lock``; or,
+  same host: its pid and start time; another host: a heartbeat younger than ``STALE_AFTER`` seconds);
 - ``crashed``: it says running but its process is gone, or it ended with an error.
 
 This module is imported by ``theseus runs``: standard library only.
@@ -181,4 +182,13 @@ class StatusRecorder:
         self._end("complete" if complete else "stopped")
 
     def failed(self, error: BaseException) -> None:
+        """The invocation ended with ``error``: ``stopped`` when the error says the run stopped cleanly
+        at a checkpoint (a preemption: its ``clean_stop`` is true), else ``crashed``."""
+        if getattr(error, "clean_stop", False) is True:
+            step = getattr(error, "step", None)
+            if isinstance(step, int):
+                self.record["step"] = step
+                self.record["tokens"] = step * int(self.record["tokens_per_step"])
+            self._end("stopped")
+            return
         self._end("crashed", f"{type(error).__name__}: {error}")

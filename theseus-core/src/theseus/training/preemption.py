@@ -42,6 +42,8 @@ class Preempted(TrainingError):
     exit_code = EXIT_CODE
     #: The CLI prints the message as it is, not as an ``error:`` line.
     plain = True
+    #: The run stopped on purpose with a checkpoint: ``theseus runs`` lists it as stopped, not crashed.
+    clean_stop = True
 
     def __init__(self, message: str, *, step: int, signal_name: str, seconds: float) -> None:
         super().__init__(message)
