@@ -103,9 +103,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         loaded = OmegaConf.load(path)
         container = OmegaConf.to_container(loaded, resolve=True)
     except (yaml.YAMLError, OmegaConfBaseException, ValueError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
-            f"config file {str(path)!r} is not valid YAML ({first_line}); "
+            f"config file {str(path)!r} is not valid YAML ({_yaml_problem(exc, path)}); "
             "fix the file or regenerate it with 'theseus configure'"
         ) from exc
     if container is None:
@@ -115,6 +114,54 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
             f"config file {str(path)!r} must hold a mapping of keys to values, not a {type(container).__name__}"
         )
     return flatten({str(k): v for k, v in container.items()})
+
+
+def _yaml_problem(exc: BaseException, path: Path) -> str:
+    """What is wrong with a YAML file, and where: ``key 'training/steps' given twice, at lines 2 and 4``,
+    ``a tab character at line 2, column 1; ...``, else the parser's own words and position."""
+    import yaml
+
+    text = path.read_text(encoding="utf-8", errors="replace")
+    duplicate = _duplicate_key(text)
+    if duplicate is not None:
+        return duplicate
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if isinstance(exc, yaml.MarkedYAMLError) and mark is not None:
+        where = f"line {mark.line + 1}, column {mark.column + 1}"
+        line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
+        indent = line[: len(line) - len(line.lstrip())]
+        if "\t" in indent or line[mark.column : mark.column + 1] == "\t":
+            return f"a tab character at {where}; YAML indents with spaces"
+        return f"{problem or exc.context or type(exc).__name__} at {where}"
+    first = str(exc).strip().splitlines()
+    return first[0] if first else type(exc).__name__
+
+
+def _duplicate_key(text: str) -> str | None:
+    """``key 'a/b' given twice, at lines M and N`` for the first key repeated in one mapping."""
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)  # nodes only: no value is constructed
+    except yaml.YAMLError:
+        return None
+    pending: list[tuple[yaml.Node, str]] = [(node, "")] if node is not None else []
+    while pending:
+        current, prefix = pending.pop(0)
+        if isinstance(current, yaml.SequenceNode):
+            pending += [(child, prefix) for child in current.value]
+        if not isinstance(current, yaml.MappingNode):
+            continue
+        seen: dict[str, int] = {}
+        for key, value in current.value:
+            name = f"{prefix}{key.value}" if isinstance(key, yaml.ScalarNode) else None
+            if name is not None and name in seen:
+                return f"key {name!r} given twice, at lines {seen[name]} and {key.start_mark.line + 1}"
+            if name is not None:
+                seen[name] = key.start_mark.line + 1
+                pending.append((value, f"{name}/"))
+    return None
 
 
 def write_yaml(values: Mapping[str, Any], path: str | Path, schema: Schema | None = None) -> Path:

@@ -105,13 +105,16 @@ class Constraints:
             return f"{key}={value!r} is not accepted; use one of: {', '.join(str(c) for c in self.choices)}"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
+        if value != value:  # NaN: never a setting, bounded or not
+            bounds = f" {self.describe()}" if self.describe() else ""
+            return f"{key}=nan is not a number; it must be a finite number{bounds}"
         broken = (
             (self.min is not None and not value >= self.min)
             or (self.max is not None and not value <= self.max)
             or (self.above is not None and not value > self.above)
             or (self.below is not None and not value < self.below)
         )
-        if broken or value != value:  # NaN is never in range
+        if broken:
             return f"{key}={value!r} is out of range; it must be {self.describe()}"
         if math.isinf(value) and any(bound is not None for bound in (self.min, self.max, self.above, self.below)):
             return f"{key}={value!r} is out of range; it must be a finite number {self.describe()}"
