@@ -283,6 +283,16 @@ def _check_axis(layout: str, axis: str, size: int) -> None:
         )
 
 
+def _check_experts(plan: ShardingPlan, expert: int) -> None:
+    """``mesh/expert`` > 1 needs a model with experts to split (its plan maps a logical axis onto ``expert``)."""
+    targets = {name for value in plan.values() for name in ((value,) if isinstance(value, str) else value or ())}
+    if expert > 1 and MeshAxis.EXPERT not in targets:
+        raise ConfigError(
+            f"mesh/expert={expert} but the model has no mixture-of-experts layers to split over the expert axis; "
+            "set mesh/expert=1 (the devices then go to mesh/data), or choose a model with experts"
+        )
+
+
 def build_sharding(
     plan: ShardingPlan,
     *,
@@ -303,6 +313,7 @@ def build_sharding(
     devices = list(devices) if devices is not None else jax.devices()
     _check_axis(layout, MeshAxis.MODEL, model)
     _check_axis(layout, MeshAxis.EXPERT, expert)
+    _check_experts(plan, expert)
     data, model = resolve_mesh_shape(data, model, len(devices), expert)
     _check_axis(layout, MeshAxis.MODEL, model)
     restricted = plan.restricted(LAYOUTS[layout])
