@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,13 +53,25 @@ def output_folder(out: str) -> Path:
     return folder
 
 
+def new_folder(parent: Path, prefix: str) -> Path:
+    """A folder ``<parent>/<prefix><random>`` that did not exist before and that this call created."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        candidate = parent / f"{prefix}{secrets.token_hex(6)}"
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise ConfigError(f"cannot create a staging folder {prefix}* in {parent}; remove the old ones there")
+
+
 @contextlib.contextmanager
 def staged_folder(folder: Path) -> Iterator[Path]:
-    """A fresh ``<folder>.exporting`` to write into, renamed to ``folder`` when the block completes and
-    removed when it fails, so ``folder`` only ever holds a complete export."""
-    staging = folder.with_name(folder.name + ".exporting")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    """A new hidden ``.<name>.exporting-<random>`` beside ``folder`` to write into, renamed to ``folder``
+    when the block completes and removed when it fails: ``folder`` only ever holds a complete export,
+    and nothing is removed that this call did not create."""
+    staging = new_folder(folder.parent, f".{folder.name}.exporting-")
     try:
         yield staging
         if folder.exists():

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from theseus.model.models.transformer import TransformerLM
 
 TOKENIZER_DIR = "tokenizer"
+#: The middle of the hidden staging folder's name, ``.<run name>.importing-<random>``.
+IMPORTING = ".importing-"
 
 
 @dataclass
@@ -171,12 +173,15 @@ def write_run(
 ) -> Path:
     """Write ``<root>/runs/<name>`` atomically: built in a hidden folder, renamed when complete.
 
-    Nothing is left under ``runs/`` when anything fails."""
+    Nothing is left under ``runs/`` when anything fails. The hidden folder holds the run's lock while
+    it is written, so the staging folders of imports that were killed are told apart from those
+    being written, and removed by the next import under this root."""
     from theseus.checkpoint.store import CheckpointStore
     from theseus.config import write_yaml
     from theseus.runs.directory import RunDirectory, provenance
     from theseus.runs.layout import CONFIG_FILE as RUN_CONFIG
     from theseus.runs.layout import runs_dir
+    from theseus.runs.lock import RunLock
 
     runs = runs_dir(root)
     final = runs / name
@@ -184,7 +189,9 @@ def write_run(
         raise ConfigError(f"run {name!r} already exists in {runs}; choose another run/name or delete that folder")
     created_runs = not runs.exists()
     runs.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.importing-", dir=runs))
+    remove_abandoned_imports(runs)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}{IMPORTING}", dir=runs))
+    lock = RunLock(staging).acquire()
     try:
         tokenizer = prepared.tokenizer
         if tokenizer is not None:
@@ -220,4 +227,20 @@ def write_run(
             with contextlib.suppress(OSError):
                 runs.rmdir()
         raise
+    finally:
+        lock.release()
     return final
+
+
+def remove_abandoned_imports(runs: Path) -> list[Path]:
+    """Remove the staging folders (``.<name>.importing-*``) that imports killed midway left in ``runs``:
+    those whose lock names a writer that no longer holds it. Folders being written stay. Returns
+    the removed folders."""
+    from theseus.runs.lock import abandoned
+
+    removed = []
+    for folder in sorted(runs.glob(f".*{IMPORTING}*")):
+        if folder.is_dir() and abandoned(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed

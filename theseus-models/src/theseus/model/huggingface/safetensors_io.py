@@ -127,7 +127,27 @@ def read_tensor(info: TensorInfo) -> np.ndarray:
             done += got
     finally:
         os.close(fd)
+    check_finite(info, out)
     return out
+
+
+def check_finite(info: TensorInfo, values: np.ndarray) -> None:
+    """CheckpointError naming the tensor when a floating-point tensor holds NaN or infinity: a model
+    with such weights computes NaN, however it is trained or run."""
+    if values.dtype.kind in "biu":
+        return
+    try:
+        finite = np.isfinite(values)  # float16/32/64 and the ml_dtypes floats (bfloat16, float8)
+    except TypeError:
+        return
+    if finite.all():
+        return
+    nan = int(np.isnan(values).sum())
+    what = f"NaN ({nan} of {values.size} values)" if nan else f"infinity ({values.size - int(finite.sum())} values)"
+    raise CheckpointError(
+        f"tensor {info.name!r} in {info.file} holds {what}; these weights are damaged, use an intact copy "
+        "of the checkpoint (download or convert it again)"
+    )
 
 
 def checkpoint_files(folder: Path) -> list[Path]:
