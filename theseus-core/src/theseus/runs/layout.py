@@ -16,6 +16,8 @@ CONFIG_FILE = "config.yaml"
 PROVENANCE_FILE = "provenance.json"
 METRICS_FILE = "metrics.jsonl"
 STATUS_FILE = "status.json"
+#: What each invocation trained on: the identity of every prepared dataset it read.
+DATA_FILE = "data.json"
 LOSS_PLOT = "loss.png"
 CHECKPOINTS = "checkpoints"
 #: Inside a checkpoint step's folder: the saved training state (orbax).

@@ -25,9 +25,9 @@ from theseus.config.configuration import flat_values
 from theseus.errors import ConfigError, DataError
 from theseus.plugins.gather import gather_classes
 from theseus.runs.directory import default_run_name
-from theseus.runs.layout import check_run_name
+from theseus.runs.layout import check_run_name, checkpoint_steps, run_path
 from theseus.tracking.config import TrackingConfig
-from theseus.training import assembly, declarations, keys, selection, steps
+from theseus.training import assembly, datacheck, declarations, keys, selection, steps
 from theseus.training.config import BaseTrainerConfig
 from theseus.training.optimizers import AdamW, Optimizer
 from theseus.training.schedules import Schedule
@@ -86,7 +86,7 @@ class BaseTrainer(Job):
         OPTIMIZER, SCHEDULE, EVALUATION, ANALYSIS and CALLBACKS declare, and plugin contributions
         (``theseus_gather`` hook with ``owner`` = this trainer class)."""
         contributed: list[type] = [cls.CONFIG] if cls.CONFIG is not None else []
-        contributed.append(TrackingConfig)
+        contributed += [TrackingConfig, datacheck.DataCheckConfig]
         if cls.MODEL is not None:
             contributed += declarations.contributed_classes(declarations.resolve("model", cls.MODEL))
         contributed += declarations.dataset_classes(cls.DATASET)
@@ -506,13 +506,34 @@ class BaseTrainer(Job):
         ``CALLBACKS``, classes among them configured from the job's keys. Override it to add
         callbacks that depend on ``self.args``."""
         with configuration(self.context.config):
-            return [_instantiate(entry) for entry in declarations.as_list(self.CALLBACKS)]
+            added = [_instantiate(entry) for entry in declarations.as_list(self.CALLBACKS)]
+        if self.flywheel is not None:  # after the job's own: they keep their places
+            added.append(datacheck.RecordData(self.flywheel.data_identity))
+        return added
 
     def run(self) -> None:
-        """Train (or resume) this job's run; see ``theseus.training.loop``."""
+        """Train (or resume) this job's run; see ``theseus.training.loop``. A run with checkpoints
+        resumes only on the data it recorded (``theseus.training.datacheck``)."""
         from theseus.training.loop import TrainingLoop
 
+        self.check_data()
         TrainingLoop(self).run()
+
+    def check_data(self) -> None:
+        """Refuse to resume a run whose prepared data changed since it was trained (see
+        ``theseus.training.datacheck``); with ``training/accept_new_data=true``, say so instead."""
+        run_dir = run_path(self.context.root, self.run_name)
+        if not checkpoint_steps(run_dir):
+            return  # a new run: nothing to compare with
+        self.setup()
+        if self.flywheel is None:
+            return
+        accept = bool(self.context.config.get(datacheck.ACCEPT_KEY, False))
+        warning = datacheck.check_resume(run_dir, self.run_name, self.flywheel.data_identity, accept=accept)
+        if warning is not None:
+            import click
+
+            click.echo(warning, err=True)
 
 
 def _instantiate(klass: Any) -> Any:

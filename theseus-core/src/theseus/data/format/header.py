@@ -80,6 +80,16 @@ class Header:
     def total_tokens(self) -> int:
         return sum(s.tokens for s in self.splits.values())
 
+    def identity(self) -> dict[str, Any]:
+        """What tells these prepared contents apart: a digest of the header without its time of
+        creation (the same data prepared again the same way keeps it), the split sizes, and that time."""
+        import hashlib
+
+        described = {k: v for k, v in self.to_json().items() if k != "created"}
+        digest = hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()
+        splits = {k: {"tokens": v.tokens, "documents": v.documents} for k, v in self.splits.items()}
+        return {"digest": digest[:16], "splits": splits, "created": self.created}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT,

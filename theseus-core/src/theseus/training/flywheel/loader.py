@@ -168,6 +168,11 @@ class Flywheel:
         return self.sources[0].prepared.header.eot_id
 
     @property
+    def data_identity(self) -> dict[str, dict[str, Any]]:
+        """Each prepared dataset read, by name: what identifies its contents (``Header.identity``)."""
+        return {source.prepared.name: source.prepared.header.identity() for source in self.sources}
+
+    @property
     def tokenizer_spec(self) -> dict[str, Any]:
         """The spec of the tokenizer that prepared the data (``load_tokenizer(spec)`` rebuilds it)."""
         return self.sources[0].prepared.tokenizer_spec

@@ -1,0 +1,106 @@
+"""A run resumes on the data it was trained on: each invocation records the identity of every
+prepared dataset it reads (``<run>/data.json``), and resuming after the data was prepared again
+differently (``data/force=true``) is refused in one line, unless ``training/accept_new_data=true``.
+
+The check runs before the training loop, so a refused resume writes nothing; the record is written
+by the loop's ``start`` event, after the run's lock is taken (process 0 only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from theseus.config import field
+from theseus.errors import ConfigError
+from theseus.runs.layout import DATA_FILE
+
+ACCEPT_KEY = "training/accept_new_data"
+
+
+@dataclass
+class DataCheckConfig:
+    """The key that lets a run resume on data prepared again since it started."""
+
+    accept_new_data: bool = field(
+        ACCEPT_KEY,
+        default=False,
+        help="resume although the run's prepared data changed since it started (data/force=true)",
+    )
+
+
+def read_record(run_dir: Path) -> dict[str, Any] | None:
+    """The datasets the run's last invocation read (None when it recorded none)."""
+    try:
+        record = json.loads((Path(run_dir) / DATA_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    datasets = record.get("datasets") if isinstance(record, dict) else None
+    return datasets if isinstance(datasets, dict) else None
+
+
+def write_record(run_dir: Path, identity: Mapping[str, Any]) -> None:
+    """Record ``identity`` (dataset name -> ``Header.identity()``) as what the run trains on."""
+    path = Path(run_dir) / DATA_FILE
+    text = json.dumps({"datasets": dict(identity)}, indent=2, sort_keys=True) + "\n"
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return
+    tmp = path.with_name(f"{DATA_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _sizes(identity: Mapping[str, Any]) -> str:
+    splits = identity.get("splits") or {}
+    parts = [f"{name} {int(s.get('tokens', 0)):,} tokens" for name, s in sorted(splits.items())]
+    return ", ".join(parts) or "no splits"
+
+
+def changed(previous: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
+    """The first dataset read by both whose contents differ, described; None when none does."""
+    for name, now in current.items():
+        before = previous.get(name)
+        if isinstance(before, Mapping) and before.get("digest") != now.get("digest"):
+            return (
+                f"data {name!r} as prepared {before.get('created') or '?'} ({_sizes(before)}); "
+                f"it was prepared again since ({_sizes(now)} now)"
+            )
+    return None
+
+
+def check_resume(run_dir: Path, run: str, identity: Mapping[str, Any], *, accept: bool) -> str | None:
+    """Refuse (ConfigError) to resume run ``run`` on data that differs from what it recorded; with
+    ``accept``, the warning line to show instead. None when nothing changed or nothing is recorded."""
+    previous = read_record(run_dir)
+    problem = changed(previous, identity) if previous is not None else None
+    if problem is None:
+        return None
+    if accept:
+        return f"warning: run {run!r} was trained on {problem}; resuming on this data ({ACCEPT_KEY}=true)"
+    raise ConfigError(
+        f"run {run!r} was trained on {problem}; prepare it as it was, start a new run with "
+        f"run/name=<new name>, or resume on this data with {ACCEPT_KEY}=true"
+    )
+
+
+class RecordData:
+    """Loop callback: at the start of each invocation, process 0 records the data the run reads."""
+
+    on = ("start",)
+    every = 0
+
+    def __init__(self, identity: Mapping[str, Any]) -> None:
+        self.identity = dict(identity)
+
+    def __call__(self, info: Any) -> None:
+        import jax
+
+        if jax.process_index() == 0:
+            write_record(info.run_dir, self.identity)
+
+
+__all__ = ["ACCEPT_KEY", "DataCheckConfig", "RecordData", "check_resume", "read_record", "write_record"]
