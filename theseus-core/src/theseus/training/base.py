@@ -25,7 +25,7 @@ from theseus.config.configuration import flat_values
 from theseus.errors import ConfigError, DataError
 from theseus.plugins.gather import gather_classes
 from theseus.runs.directory import default_run_name
-from theseus.runs.layout import check_run_name, checkpoint_steps, run_path
+from theseus.runs.layout import check_run_name
 from theseus.tracking.config import TrackingConfig
 from theseus.training import assembly, datacheck, declarations, keys, selection, steps
 from theseus.training.config import BaseTrainerConfig
@@ -506,34 +506,13 @@ class BaseTrainer(Job):
         ``CALLBACKS``, classes among them configured from the job's keys. Override it to add
         callbacks that depend on ``self.args``."""
         with configuration(self.context.config):
-            added = [_instantiate(entry) for entry in declarations.as_list(self.CALLBACKS)]
-        if self.flywheel is not None:  # after the job's own: they keep their places
-            added.append(datacheck.RecordData(self.flywheel.data_identity))
-        return added
+            return [_instantiate(entry) for entry in declarations.as_list(self.CALLBACKS)]
 
     def run(self) -> None:
-        """Train (or resume) this job's run; see ``theseus.training.loop``. A run with checkpoints
-        resumes only on the data it recorded (``theseus.training.datacheck``)."""
+        """Train (or resume) this job's run; see ``theseus.training.loop``."""
         from theseus.training.loop import TrainingLoop
 
-        self.check_data()
         TrainingLoop(self).run()
-
-    def check_data(self) -> None:
-        """Refuse to resume a run whose prepared data changed since it was trained (see
-        ``theseus.training.datacheck``); with ``training/accept_new_data=true``, say so instead."""
-        run_dir = run_path(self.context.root, self.run_name)
-        if not checkpoint_steps(run_dir):
-            return  # a new run: nothing to compare with
-        self.setup()
-        if self.flywheel is None:
-            return
-        accept = bool(self.context.config.get(datacheck.ACCEPT_KEY, False))
-        warning = datacheck.check_resume(run_dir, self.run_name, self.flywheel.data_identity, accept=accept)
-        if warning is not None:
-            import click
-
-            click.echo(warning, err=True)
 
 
 def _instantiate(klass: Any) -> Any:

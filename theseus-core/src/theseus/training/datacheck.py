@@ -2,8 +2,8 @@
 prepared dataset it reads (``<run>/data.json``), and resuming after the data was prepared again
 differently (``data/force=true``) is refused in one line, unless ``training/accept_new_data=true``.
 
-The check runs before the training loop, so a refused resume writes nothing; the record is written
-by the loop's ``start`` event, after the run's lock is taken (process 0 only).
+The training loop checks before it restores anything, so a refused resume writes nothing, and
+writes the record beside the run's ``config.yaml`` (process 0, holding the run's lock).
 """
 
 from __future__ import annotations
@@ -87,20 +87,4 @@ def check_resume(run_dir: Path, run: str, identity: Mapping[str, Any], *, accept
     )
 
 
-class RecordData:
-    """Loop callback: at the start of each invocation, process 0 records the data the run reads."""
-
-    on = ("start",)
-    every = 0
-
-    def __init__(self, identity: Mapping[str, Any]) -> None:
-        self.identity = dict(identity)
-
-    def __call__(self, info: Any) -> None:
-        import jax
-
-        if jax.process_index() == 0:
-            write_record(info.run_dir, self.identity)
-
-
-__all__ = ["ACCEPT_KEY", "DataCheckConfig", "RecordData", "check_resume", "read_record", "write_record"]
+__all__ = ["ACCEPT_KEY", "DataCheckConfig", "check_resume", "read_record", "write_record"]

@@ -27,7 +27,7 @@ from theseus.tracking.plots import LossPlotter
 from theseus.tracking.sinks import open_sinks, selected_sinks
 from theseus.tracking.status import StatusRecorder
 from theseus.training import callbacks as cb
-from theseus.training import selection
+from theseus.training import datacheck, selection
 from theseus.training.checkpointing import LazyCheckpointStore
 from theseus.training.collector import rare_collections
 from theseus.training.divergence import LossWatch, non_finite, too_many_skipped
@@ -144,10 +144,13 @@ class TrainingLoop:
             resumed = None
             if latest is not None:
                 selection.check_resume(self.run_dir.previous_config(), t.context.config, t.run_name)
+                self._check_data()
                 resumed = store.restore_latest(t.abstract_checkpoint_tree(), warn=self.display.message)
             changed: list[str] = []
             if self.main:
                 changed = self.run_dir.write_config(t.context.config)
+                if t.flywheel is not None:
+                    datacheck.write_record(self.run_dir.path, t.flywheel.data_identity)
                 self.run_dir.write_provenance(
                     provenance(
                         t.context.name,
@@ -212,6 +215,17 @@ class TrainingLoop:
                 logger.close()
             store.close()
             t.close()
+
+    def _check_data(self) -> None:
+        """A resumed run reads the data it recorded (``theseus.training.datacheck``): refuse, or warn
+        under ``training/accept_new_data=true``."""
+        t = self.trainer
+        if t.flywheel is None:
+            return
+        accept = bool(t.context.config.get(datacheck.ACCEPT_KEY, False))
+        warning = datacheck.check_resume(self.run_dir.path, t.run_name, t.flywheel.data_identity, accept=accept)
+        if warning is not None:
+            self.display.message(warning)
 
     def _roll_back(self, store: LazyCheckpointStore, latest: int | None) -> int | None:
         """Apply ``training/resume_step`` (once per value: a value the run recorded is done): set the
