@@ -2,6 +2,7 @@
 
     PYTHONPATH=.compilers python benchmarks/plan_estimates.py            # every table (minutes on 2 cores)
     PYTHONPATH=.compilers python benchmarks/plan_estimates.py --quick    # the 124M row and one MoE shape
+    PYTHONPATH=.compilers python benchmarks/plan_estimates.py --tables fp8   # fp8 against bf16 only
 
 Each row compiles the job's real training step for the target (deviceless: jax on the CPU, XLA's GPU
 compiler) and reads the compiled program: memory per device, matmul FLOPs against the model's
@@ -100,6 +101,33 @@ def dense_rows(quick: bool) -> list[list[str]]:
     return rows
 
 
+def fp8_rows(quick: bool) -> list[list[str]]:
+    """The dense rows in bf16 and with ``training/precision=fp8``: the estimated step, its compute and
+    memory-bound parts, and the share of matmul FLOPs that run on FP8 inputs."""
+    rows = []
+    for label, job, overrides, batch, seq in DENSE[:1] if quick else DENSE:
+        sizes = [f"architecture/block_size={seq}", f"training/sequence_length={seq}", f"training/batch_size={batch}"]
+        steps = {}
+        for precision in ("auto", "fp8"):
+            result = plan(job, [*overrides, *sizes, "mesh/layout=fsdp", f"training/precision={precision}"])
+            est, by_type = result.estimate, result.cost.flops_by_dtype()
+            fp8_share = sum(v for k, v in by_type.items() if k.startswith("f8")) / max(sum(by_type.values()), 1.0)
+            steps[precision] = est.step_seconds
+            rows.append(
+                [
+                    label if precision == "auto" else "",
+                    "bf16" if precision == "auto" else "fp8",
+                    f"{est.step_seconds * 1e3:.1f} ms",
+                    f"{est.compute_seconds * 1e3:.1f} / {est.memory_seconds * 1e3:.1f} ms",
+                    f"{fp8_share:.0%}",
+                    f"{result.step.temporary_bytes / 1e9:.1f} GB",
+                    f"{est.mfu(result.model_flops):.0%}",
+                    "" if precision == "auto" else f"{steps['auto'] / est.step_seconds:.2f}x",
+                ]
+            )
+    return rows
+
+
 def mixture_rows(quick: bool) -> list[list[str]]:
     rows = []
     for label, overrides, vocab in MIXTURES[:1] if quick else MIXTURES:
@@ -157,7 +185,7 @@ def expert_bytes_rows() -> list[list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the 124M row and one mixture shape")
-    parser.add_argument("--tables", default="dense,moe,experts", help="which tables (dense, moe, experts)")
+    parser.add_argument("--tables", default="dense,fp8,moe,experts", help="which tables (dense, fp8, moe, experts)")
     args = parser.parse_args()
     tables = set(args.tables.split(","))
     from theseus.plan.devices import start_cpu_backend
@@ -169,6 +197,10 @@ def main() -> None:
         print(table(header, dense_rows(args.quick)))
         print("\n### Published by the peers (measured on the hardware)\n")
         print(table(["Peer", "Model", "Hardware", "MFU"], [list(row) for row in PEERS]), flush=True)
+    if "fp8" in tables:
+        print("\n### training/precision=fp8 against bf16 on 8 x H100 (fsdp): compiled here, not measured\n")
+        header = ["Model", "Matmuls", "Step (est.)", "compute / memory-bound", "FLOPs on FP8", "Temporaries"]
+        print(table([*header, "MFU (est.)", "fp8 speed-up"], fp8_rows(args.quick)), flush=True)
     if "moe" in tables:
         print("\n### MoE dispatch on 8 x H100 (fsdp, 8 x 1024 tokens): ragged_dot against the default blocks\n")
         cells = ["FLOPs ratio", "temporaries", "collectives run"]

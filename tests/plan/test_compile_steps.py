@@ -33,6 +33,11 @@ def h100() -> dict[str, dict]:
             "job": "llama/train/pretrain",
             "overrides": ["architecture/preset=small", *LONG, "model/remat=full"],
         },
+        "fp8": {
+            "job": "llama/train/pretrain",
+            "overrides": ["architecture/preset=small", *LONG, "training/precision=fp8"],
+        },
+        "fp8 mixtral": tiny("mixtral", "fsdp", "training/precision=fp8"),
         "float32": tiny("llama", "fsdp", "model/activation_dtype=float32"),
         "mla": tiny("deepseek_v3", "fsdp", *(f"architecture/mla/{k}_head_dim={w}" for k, w in MLA_WIDTHS)),
     }
@@ -103,3 +108,19 @@ def test_tpu_slices_compile() -> None:
         assert plan["device"] == "TPU v5 lite"
         assert plan["activation_dtype"] == "bfloat16"
         assert plan["memory"]["aliased"] >= plan["state_bytes"]
+
+
+@pytest.mark.slow
+def test_fp8_training_runs_its_projections_as_fp8_gemms(h100: dict) -> None:
+    """training/precision=fp8: the projections' GEMMs take e4m3 operands forward and e5m2 gradients
+    backward (XLA:GPU compiles them as Triton GEMM fusions on FP8 inputs), the same matmuls as the model
+    in bf16 ("remat none") does; the estimate counts them at the FP8 peak (benchmarks/fp8_estimates.py)."""
+    fp8, bf16 = _plan(h100["fp8"]), _plan(h100["remat none"])
+    shares = fp8["flops"]["by_input_type"]
+    total = sum(shares.values())
+    assert shares["f8e4m3fn"] / total > 0.45 and shares["f8e5m2"] / total > 0.2, shares
+    assert set(bf16["flops"]["by_input_type"]).isdisjoint({"f8e4m3fn", "f8e5m2"})
+    assert fp8["flops"]["compiled"] == pytest.approx(bf16["flops"]["compiled"], rel=0.02)  # the same matmuls
+    assert "__cudnn$fmhaSoftmaxBackward" in fp8["custom_calls"]  # attention keeps bf16 and cuDNN
+    mixture = _plan(h100["fp8 mixtral"])["flops"]["by_input_type"]
+    assert mixture.get("f8e4m3fn", 0) / sum(mixture.values()) > 0.3, mixture  # the expert kernels too

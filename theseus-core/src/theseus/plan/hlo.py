@@ -104,6 +104,14 @@ class ProgramCost:
     custom_calls: dict[str, int] = field(default_factory=dict)
     unknown_trip_counts: int = 0
 
+    def flops_by_dtype(self) -> dict[str, float]:
+        """Matmul FLOPs per step by the matmul's input type (``bf16``, ``f8e4m3fn``, ...), largest first."""
+        totals: dict[str, float] = {}
+        for kernel in self.kernels:
+            if kernel.flops:
+                totals[kernel.dtype] = totals.get(kernel.dtype, 0.0) + kernel.flops * kernel.count
+        return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
     def collective_summary(self) -> dict[str, dict[str, float]]:
         """Per collective kind: executions per step and bytes moved per device per step."""
         summary: dict[str, dict[str, float]] = {}

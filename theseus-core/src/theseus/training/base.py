@@ -20,6 +20,7 @@ import numpy as np
 import optax
 
 from theseus.base.job import Job, JobContext
+from theseus.base.numerics import computing_in
 from theseus.config import Schema, configuration, configure, parse_overrides, read_yaml, resolve
 from theseus.config.configuration import flat_values
 from theseus.errors import ConfigError, DataError
@@ -442,18 +443,27 @@ class BaseTrainer(Job):
         k = self.accumulate_steps
         schedule = self.lr_schedule
 
+        precision = self.args.precision
+
         def step(state: TrainState, batch: Batch, key: jax.Array) -> Any:
             lr = schedule(state.step)
-            new_state, loss, meta, grad_norm = cls.train_step(state, batch, key, k, **options)
+            with computing_in(precision):
+                new_state, loss, meta, grad_norm = cls.train_step(state, batch, key, k, **options)
             new_state = jax.lax.with_sharding_constraint(new_state, shardings)
             return new_state, loss, meta, grad_norm, lr
 
         return self.compiled("train", lambda: jax.jit(step, donate_argnums=0))
 
     def val_step_fn(self) -> Any:
+        """``fn(state, device_batch) -> (loss_sum, count, meta)``, jitted, in the train step's precision."""
         self.setup()
-        cls, sharding, options = type(self), self.sharding, self.step_options()
-        return self.compiled("val", lambda: jax.jit(functools.partial(cls.val_step, sharding=sharding, **options)))
+        cls, sharding, options, precision = type(self), self.sharding, self.step_options(), self.args.precision
+
+        def step(state: TrainState, batch: Batch) -> Any:
+            with computing_in(precision):
+                return cls.val_step(state, batch, sharding=sharding, **options)
+
+        return self.compiled("val", lambda: jax.jit(step))
 
     def trace_fn(self) -> Any:
         """``fn(state, device_batch, key)``: the trainer's ``trace`` under jit."""

@@ -68,6 +68,13 @@ class BaseTrainerConfig:
     async_checkpoints: bool = field(
         "training/async_checkpoints", default=True, help="write checkpoints in the background while training continues"
     )
+    precision: str = field(
+        "training/precision",
+        default="auto",
+        choices=("auto", "fp8"),
+        help="projection matmuls of the train and validation steps: auto (the activation dtype) or fp8 "
+        "(e4m3 forward, e5m2 gradients, scaled per tensor)",
+    )
     skip_nonfinite: bool = field(
         "training/skip_nonfinite",
         default=False,

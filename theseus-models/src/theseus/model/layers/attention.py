@@ -12,6 +12,7 @@ from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require
+from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
 from theseus.model.layers.rotary import RopeScaling, RotaryEmbedding, rotate
 from theseus.model.module import Module
@@ -388,7 +389,7 @@ class CausalSelfAttention(Module):
         kernel = param(
             self, name, normal(self.init_std), (x.shape[-1], heads, head_dim), (Axis.EMBED, axis, Axis.HEAD_DIM)
         )
-        y = jnp.einsum("bte,enh->btnh", x, cast(kernel, dtype))
+        y = project("bte,enh->btnh", x, kernel, dtype)
         if self._adapted(name):
             dims = ((Axis.EMBED,), (axis, Axis.HEAD_DIM))
             y = y + self._adapter(name, x, (x.shape[-1],), (heads, head_dim), dims, deterministic)
@@ -563,7 +564,7 @@ class CausalSelfAttention(Module):
         kernel = param(
             self, "out", normal(out_std), (n_heads, head_dim, n_embd), (Axis.HEADS, Axis.HEAD_DIM, Axis.EMBED)
         )
-        out = jnp.einsum("btnh,nhe->bte", y, cast(kernel, dtype))
+        out = project("btnh,nhe->bte", y, kernel, dtype)
         if self._adapted("out"):
             dims = ((Axis.HEADS, Axis.HEAD_DIM), (Axis.EMBED,))
             out = out + self._adapter("out", y, (n_heads, head_dim), (n_embd,), dims, deterministic)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from theseus.base.axis import Axis
 from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, normal, param
+from theseus.model.layers.matmul import project
 from theseus.model.module import Module
 
 
@@ -38,7 +38,7 @@ class Dense(Module):
     def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
         dtype = self._activation_dtype
         kernel = param(self, "kernel", normal(self.std), (x.shape[-1], self.features), self.axes)
-        y = jnp.dot(cast(x, dtype), cast(kernel, dtype))
+        y = project("...i,io->...o", x, kernel, dtype)
         if self.lora_rank > 0:
             y = y + lora.adapter(
                 self,

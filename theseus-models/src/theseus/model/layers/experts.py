@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from theseus.base.accelerator import accelerator
+from theseus.model.layers.matmul import project
 
 Kernels = tuple[jax.Array | None, jax.Array, jax.Array]  # gate (None: not gated), up, down
 Activation = Callable[[jax.Array], jax.Array]
@@ -41,9 +42,10 @@ def ffn(h_gate: jax.Array | None, h_up: jax.Array, act: Activation) -> jax.Array
 def buffer_ffn(buffer: jax.Array, kernels: Kernels, act: Activation) -> jax.Array:
     """Per-expert buffers ``[E, C, D]`` through their experts, one batched matmul each: ``[E, C, D]``."""
     gate, up, down = kernels
-    h_gate = None if gate is None else jnp.einsum("ecd,edf->ecf", buffer, gate)
-    hidden = ffn(h_gate, jnp.einsum("ecd,edf->ecf", buffer, up), act)
-    return jnp.einsum("ecf,efd->ecd", hidden, down)
+    dtype = buffer.dtype
+    h_gate = None if gate is None else project("ecd,edf->ecf", buffer, gate, dtype)
+    hidden = ffn(h_gate, project("ecd,edf->ecf", buffer, up, dtype), act)
+    return project("ecf,efd->ecd", hidden, down, dtype)
 
 
 #: On GPUs the blocks' padding is bounded by this share of the copies (the compiled FLOPs of a
@@ -133,8 +135,10 @@ def _blocked_rows(
         x, e, used = args
 
         def compute(x: jax.Array) -> jax.Array:
-            hidden = ffn(None if gate is None else x @ gate[e], x @ up[e], act)
-            return (hidden @ down[e]).astype(x.dtype)
+            dtype = x.dtype
+            h_gate = None if gate is None else project("md,df->mf", x, gate[e], dtype)
+            hidden = ffn(h_gate, project("md,df->mf", x, up[e], dtype), act)
+            return project("mf,fd->md", hidden, down[e], dtype)
 
         return jax.lax.cond(used, compute, jnp.zeros_like, x) if skip_empty else compute(x)
 
@@ -241,9 +245,10 @@ def dense_experts(tokens: jax.Array, routing: Routing, kernels: Kernels, act: Ac
     (``n_experts / top_k`` times the work of the routed layer; a baseline)."""
     gate, up, down = kernels
     combine = jnp.sum(jax.nn.one_hot(routing.experts, up.shape[0]) * routing.weights[..., None], axis=1)
-    h_gate = None if gate is None else jnp.einsum("nd,edf->enf", tokens, gate)
-    hidden = ffn(h_gate, jnp.einsum("nd,edf->enf", tokens, up), act)
-    out = jnp.einsum("enf,efd->end", hidden, down)
+    dtype = tokens.dtype
+    h_gate = None if gate is None else project("nd,edf->enf", tokens, gate, dtype)
+    hidden = ffn(h_gate, project("nd,edf->enf", tokens, up, dtype), act)
+    out = project("enf,efd->end", hidden, down, dtype)
     return jnp.einsum("end,ne->nd", out, combine.astype(out.dtype))
 
 

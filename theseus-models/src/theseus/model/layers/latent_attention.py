@@ -42,6 +42,7 @@ from theseus.model.layers.attention import (
     missing_cache_error,
     window_mask,
 )
+from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
 from theseus.model.layers.rotary import RopeScaling, rotate, yarn_mscale
 from theseus.model.module import Module
@@ -226,10 +227,13 @@ class LatentAttention(MLAKeys):
         if spec.q_lora_rank:
             down = self._kernel("query_down", (n_embd, spec.q_lora_rank), (Axis.EMBED, None), std)
             norm = child(self, RMSNorm, eps=LATENT_NORM_EPS, name="query_norm")
-            x = norm(jnp.einsum("bte,er->btr", x, down))
+            x = norm(project("bte,er->btr", x, down, self._activation_dtype))
         axes = (None if spec.q_lora_rank else Axis.EMBED, Axis.HEADS, Axis.HEAD_DIM)
         kernel = self._kernel("query", (x.shape[-1], n_heads, spec.qk_head_dim), axes, std)
-        return constrain(jnp.einsum("btr,rnh->btnh", x, kernel), (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
+        return constrain(
+            project("btr,rnh->btnh", x, kernel, self._activation_dtype),
+            (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM),
+        )
 
     def _rotate(self, x: jax.Array, positions: jax.Array | None, spec: MLASpec) -> jax.Array:
         """RoPE of ``[B, T, N, qk_rope_head_dim]`` (interleaved pairs gathered into halves first)."""
@@ -279,10 +283,10 @@ class LatentAttention(MLAKeys):
         latents; the narrower of the query/key and value widths is zero-padded so the shared kernels
         (blocked XLA, cuDNN) apply; ``[B, T, heads, v_head_dim]``."""
         heads = q.shape[2]
-        k_nope = jnp.einsum("bsc,cnh->bsnh", latent, key)
+        k_nope = project("bsc,cnh->bsnh", latent, key, self._activation_dtype)
         k_rope = jnp.broadcast_to(rope_key[:, :, None, :], (*rope_key.shape[:2], heads, rope_key.shape[-1]))
         k = jnp.concatenate([k_nope, k_rope], axis=-1)
-        v = jnp.einsum("bsc,cnh->bsnh", latent, value)
+        v = project("bsc,cnh->bsnh", latent, value, self._activation_dtype)
         qk_dim, v_dim = q.shape[-1], v.shape[-1]
         width = max(qk_dim, v_dim)
 
@@ -350,9 +354,9 @@ class LatentAttention(MLAKeys):
         x = cast(x, dtype)
         q = self._queries(x, spec, n_heads)
         down = self._kernel("kv_down", (n_embd, spec.kv_lora_rank), (Axis.EMBED, None), std)
-        latent = child(self, RMSNorm, eps=LATENT_NORM_EPS, name="kv_norm")(jnp.einsum("bte,ec->btc", x, down))
+        latent = child(self, RMSNorm, eps=LATENT_NORM_EPS, name="kv_norm")(project("bte,ec->btc", x, down, dtype))
         rope_kernel = self._kernel("key_rope", (n_embd, spec.qk_rope_head_dim), (Axis.EMBED, None), std)
-        rope_key = self._rotate(jnp.einsum("bte,er->btr", x, rope_kernel)[:, :, None, :], positions, spec)[:, :, 0]
+        rope_key = self._rotate(project("bte,er->btr", x, rope_kernel, dtype)[:, :, None, :], positions, spec)[:, :, 0]
         nope, per_head = spec.qk_nope_head_dim, (None, Axis.HEADS, Axis.HEAD_DIM)
         q = jnp.concatenate([q[..., :nope], self._rotate(q[..., nope:], positions, spec)], axis=-1)
         key = self._kernel("key", (spec.kv_lora_rank, n_heads, nope), per_head, std)
@@ -368,7 +372,9 @@ class LatentAttention(MLAKeys):
 
         out_std = std if self.out_std is None else self.out_std
         out_axes = (Axis.HEADS, Axis.HEAD_DIM, Axis.EMBED)
-        out = jnp.einsum("btnh,nhe->bte", y, self._kernel("out", (n_heads, spec.v_head_dim, n_embd), out_axes, out_std))
+        out = project(
+            "btnh,nhe->bte", y, self._kernel("out", (n_heads, spec.v_head_dim, n_embd), out_axes, out_std), dtype
+        )
         if self.dropout > 0.0 and not deterministic:
             out = nn.Dropout(rate=self.dropout)(out, deterministic=False)
         return out
