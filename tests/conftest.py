@@ -15,6 +15,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+#: A one-layer, 32-wide GPT reading 4 x 32 tokens per step: the smallest model the training tests run.
+TINY_GPT = [
+    "architecture/n_layers=1",
+    "architecture/n_embd=32",
+    "architecture/n_heads=2",
+    "architecture/block_size=32",
+    "training/sequence_length=32",
+    "training/batch_size=4",
+]
 
 # One persistent XLA compilation cache for the whole session, shared with every subprocess the
 # tests start (clean_env keeps it): the trainer's own per-root cache would otherwise point into

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import clean_env, make_venv, pip_install, run_cli
+from tests.conftest import TINY_GPT, clean_env, make_venv, pip_install, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -22,12 +22,7 @@ OFFLINE_JOBS = ["demo/gpt", "generate", "gpt/train/pretrain", "llama/train/pretr
 HEAVY = ["datasets", "pyarrow", "tokenizers", "tiktoken"]
 #: A one-layer, 32-wide model, 3 steps of 4 x 32 bytes, on the first 48 standard-library files.
 TINY = [
-    "architecture/n_layers=1",
-    "architecture/n_embd=32",
-    "architecture/n_heads=2",
-    "architecture/block_size=32",
-    "training/sequence_length=32",
-    "training/batch_size=4",
+    *TINY_GPT,
     "training/steps=3",
     "training/log_interval=1",
     "training/eval_batches=1",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DISTRIBUTIONS, REPO, clean_env, make_venv, pip_install, run_cli
+from tests.conftest import DISTRIBUTIONS, REPO, TINY_GPT, clean_env, make_venv, pip_install, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -27,12 +27,7 @@ JOBS = [
 ]
 #: A one-layer, 32-wide model, 2 steps of 4 x 32 bytes, validation/evaluation/analysis at the end.
 TINY = [
-    "architecture/n_layers=1",
-    "architecture/n_embd=32",
-    "architecture/n_heads=2",
-    "architecture/block_size=32",
-    "training/sequence_length=32",
-    "training/batch_size=4",
+    *TINY_GPT,
     "training/steps=2",
     "training/log_interval=1",
     "training/eval_batches=1",

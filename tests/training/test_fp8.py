@@ -12,17 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.conftest import TINY_GPT
 from tests.reliability.conftest import call_cli
 from tests.training.conftest import write_byte_corpus
 
 #: A GPT small enough for 200 CPU steps in seconds, with bfloat16 activations (what FP8 replaces on GPUs).
 SMALL = [
-    "architecture/n_layers=1",
-    "architecture/n_embd=32",
-    "architecture/n_heads=2",
-    "architecture/block_size=32",
-    "training/sequence_length=32",
-    "training/batch_size=4",
+    *TINY_GPT,
     "training/log_interval=1",
     "training/eval_batches=0",
     "training/progress=false",
