@@ -28,7 +28,7 @@ import numpy as np
 
 from theseus.config import field
 from theseus.errors import ConfigError, DataError
-from theseus.model.finetune import adapters
+from theseus.model.finetune import adapters, frozen
 from theseus.model.finetune.preference import LOSSES, Objective, preference_loss, sequence_logps
 from theseus.model.finetune.reference import (
     REFERENCE_DIR,
@@ -176,15 +176,19 @@ class DPOTrainer(SFTTrainer):
         objective: Objective = Objective(),
     ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
         """One update of the preference loss; with adapters, the base passes through untouched."""
-        new, loss, meta, grad_norm = steps.train_step(
-            PreferenceStep(objective),
-            state,
-            batch,
-            key,
-            accumulate_steps,
-            sharding=sharding,
-            skip_nonfinite=skip_nonfinite,
-        )
+
+        def run(inner: TrainState) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
+            return steps.train_step(
+                PreferenceStep(objective),
+                inner,
+                batch,
+                key,
+                accumulate_steps,
+                sharding=sharding,
+                skip_nonfinite=skip_nonfinite,
+            )
+
+        new, loss, meta, grad_norm = frozen.step(run, state)
         if adapters.has_adapters(state.params):
             new = new.replace(params=adapters.keep_base(new.params, state.params))
         return new, loss, meta, grad_norm

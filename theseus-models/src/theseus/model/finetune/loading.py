@@ -1,4 +1,5 @@
-"""Reading runs whose checkpoints hold only LoRA adapters: the base comes from ``training/init_from``."""
+"""Reading runs whose checkpoints hold only LoRA adapters: the base comes from ``training/init_from``
+(quantized as it is read when ``model/quantize`` asks for it)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import jax
 
 from theseus.model.finetune.adapters import overlay, prune
+from theseus.model.layers import quantization
 from theseus.model.layers.lora import is_adapter
 
 
@@ -29,9 +31,45 @@ def base_shapes(tree: Any) -> Any:
     return strip(tree, ())
 
 
+def plain_shapes(model: Any) -> Any:
+    """The parameter shapes of ``model`` built without ``model/quantize`` (float kernels)."""
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    from theseus.config import Configuration, current_configuration
+
+    own = getattr(model, "theseus_config", None) or current_configuration() or {}
+    plain = model.clone(theseus_config=Configuration({**own, "model/quantize": "none"}))
+    shapes = jax.eval_shape(lambda: plain.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32), deterministic=True))
+    return nn.unbox(shapes["params"])
+
+
+def _plain_shardings(shardings: Any, plain: Any) -> Any:
+    """``shardings`` in the float layout: a quantized kernel's float form is placed as its codes are."""
+
+    def walk(node: Any, shapes: Any) -> Any:
+        if not isinstance(node, Mapping):
+            return node
+        out = {}
+        for key, value in node.items():
+            method = quantization.method_of(key)
+            if method is not None and isinstance(value, Mapping):
+                out[str(key)[: -len(method) - 1]] = value["codes"]
+            else:
+                out[key] = walk(value, shapes.get(key, {}) if isinstance(shapes, Mapping) else {})
+        return out
+
+    return walk(shardings, plain)
+
+
 def load_base(source: Any, model: Any, abstract: Any, shardings: Any) -> Any:
-    """The base parameters (every parameter but the adapters) from an ``init_from`` source."""
-    return source.load(model, base_shapes(abstract), base_shapes(shardings))
+    """The base parameters (every parameter but the adapters) from an ``init_from`` source; with
+    ``model/quantize``, the float kernels are read and quantized one by one into ``abstract``'s layout."""
+    if not quantization.has_quantized(abstract):
+        return source.load(model, base_shapes(abstract), base_shapes(shardings))
+    plain = base_shapes(plain_shapes(model))
+    float_base = source.load(model, plain, _plain_shardings(base_shapes(shardings), plain))
+    return quantization.quantize_params(float_base, base_shapes(abstract), base_shapes(shardings))
 
 
 def restore_adapted(
@@ -54,4 +92,4 @@ def restore_adapted(
     return overlay(base, adapters)
 
 
-__all__ = ["base_shapes", "load_base", "refers_to_base", "restore_adapted"]
+__all__ = ["base_shapes", "load_base", "plain_shapes", "refers_to_base", "restore_adapted"]

@@ -21,9 +21,9 @@ import optax
 
 from theseus.config import configuration
 from theseus.errors import ConfigError
-from theseus.model.finetune import adapters
+from theseus.model.finetune import adapters, frozen
 from theseus.model.finetune.chat import TEMPLATE_FILE
-from theseus.model.layers import lora
+from theseus.model.layers import lora, quantization
 from theseus.runs.layout import run_path
 from theseus.training import steps
 from theseus.training.base import BaseTrainer, Batch
@@ -58,11 +58,12 @@ class SFTTrainer(BaseTrainer):
         return int(self.setting("model/lora/rank", 0) or 0)
 
     def _restrict_optimizer(self, tx: optax.GradientTransformation, params: Any) -> optax.GradientTransformation:
-        """With LoRA, an optimizer over the adapters only (the targets checked to exist)."""
+        """With LoRA, an optimizer over the adapters only (the targets checked to exist); a quantized base
+        (``model/quantize``) is out of its sight."""
         if self.lora_rank <= 0:
             return tx
         lora.check_coverage(params, self.setting("model/lora/targets", lora.DEFAULT_TARGETS), type(self.model).__name__)
-        return adapters.adapters_only(tx, params)
+        return frozen.excluding_quantized(adapters.adapters_only(tx, quantization.without_quantized(params)))
 
     @staticmethod
     def forward(
@@ -89,10 +90,14 @@ class SFTTrainer(BaseTrainer):
         sharding: TrainerSharding,
         skip_nonfinite: bool = False,
     ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
-        """The base update; with adapters, the base parameters are passed through untouched."""
-        new, loss, meta, grad_norm = super().train_step(
-            state, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
-        )
+        """The base update; with adapters, the base parameters are passed through untouched (a quantized
+        base is not differentiated at all: :func:`theseus.model.finetune.frozen.step`)."""
+        base_step = super().train_step
+
+        def run(inner: TrainState) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
+            return base_step(inner, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite)
+
+        new, loss, meta, grad_norm = frozen.step(run, state)
         if adapters.has_adapters(state.params):
             new = new.replace(params=adapters.keep_base(new.params, state.params))
         return new, loss, meta, grad_norm
@@ -160,13 +165,20 @@ class SFTTrainer(BaseTrainer):
         return None
 
     def merged_params(self, state: TrainState | None = None) -> Any:
-        """The parameters with every adapter folded into its kernel (the base layout, for export)."""
+        """The parameters with every adapter folded into its kernel (the base layout, for export); a
+        quantized base is dequantized first."""
         state = state if state is not None else self.state
         if state is None:
             raise ConfigError("no trained state: run the trainer (or restore a checkpoint) first")
         if self.lora_rank <= 0:
             return state.params
-        return lora.merge(state.params, float(self.setting("model/lora/alpha", 16.0)), self.lora_rank)
+        params = state.params
+        if quantization.has_quantized(params):
+            from theseus.model.finetune.loading import plain_shapes
+
+            with configuration(self.context.config):
+                params = quantization.dequantize_params(params, plain_shapes(self.model))
+        return lora.merge(params, float(self.setting("model/lora/alpha", 16.0)), self.lora_rank)
 
 
 class GPTSFT(SFTTrainer):

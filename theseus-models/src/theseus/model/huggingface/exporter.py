@@ -121,14 +121,22 @@ def write_tokenizer(
 
 def merged_params(loaded: Any) -> Any:
     """A run's parameters one entry per layer (host views of stacked layers, nothing copied) with any
-    LoRA adapters folded into their kernels (the plain model's layout)."""
+    LoRA adapters folded into their kernels and a quantized base (``model/quantize``) dequantized (the
+    plain model's layout)."""
     import jax
     import numpy as np
 
     from theseus.checkpoint.layers import per_layer
-    from theseus.model.layers import lora
+    from theseus.config import configuration
+    from theseus.model.layers import lora, quantization
 
-    params = per_layer(jax.tree.map(np.asarray, loaded.params), loaded.model.stacked_layers)
+    params = loaded.params
+    if quantization.has_quantized(params):
+        from theseus.model.finetune.loading import plain_shapes
+
+        with configuration(loaded.config):
+            params = quantization.dequantize_params(params, plain_shapes(loaded.model))
+    params = per_layer(jax.tree.map(np.asarray, params), loaded.model.stacked_layers)
     rank = int(loaded.config.get("model/lora/rank") or 0)
     if rank <= 0:
         return params

@@ -10,7 +10,7 @@ from theseus.base.accelerator import accelerator
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers import lora
+from theseus.model.layers import lora, quantization
 from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
@@ -251,7 +251,9 @@ class CausalSelfAttention(Module):
     training only; attention probabilities are not dropped: the fused kernel has no dropout),
     ``architecture/attention_impl`` (auto | xla | cudnn, see :func:`dot_product_attention`), and the
     LoRA keys ``model/lora/*`` (adapters ``<name>_lora_a`` / ``<name>_lora_b`` on the projections
-    named in ``model/lora/targets``; see :mod:`theseus.model.layers.lora`).
+    named in ``model/lora/targets``; see :mod:`theseus.model.layers.lora`), and ``model/quantize``
+    (the frozen projection kernels stored as nf4 / int8, with LoRA only; see
+    :mod:`theseus.model.layers.quantization`).
 
     Parameters: ``query`` ``[embed, heads, head_dim]``, ``key``/``value`` ``[embed, kv_heads, head_dim]``,
     ``out`` ``[heads, head_dim, embed]``; ``query_bias``/``key_bias``/``value_bias`` when ``use_bias``,
@@ -299,6 +301,7 @@ class CausalSelfAttention(Module):
     lora_alpha: float = lora.alpha_field()
     lora_dropout: float = lora.dropout_field()
     lora_targets: tuple[str, ...] = lora.targets_field()
+    quantize: str = quantization.quantize_field()
     use_bias: bool = True
     use_out_bias: bool | None = None
     head_dim: int | None = None
@@ -382,12 +385,19 @@ class CausalSelfAttention(Module):
             prefix=f"{name}_",
         )
 
+    def _kernel(
+        self, name: str, init: nn.initializers.Initializer, shape: tuple[int, ...], axes: tuple[str, ...], n_in: int = 1
+    ) -> jax.Array:
+        """The projection kernel ``name``: a float parameter, or stored quantized (``model/quantize``)."""
+        method = quantization.check(self.quantize, self.lora_rank)
+        return quantization.kernel(self, name, init, shape, axes, method, n_in)
+
     def _project(
         self, x: jax.Array, name: str, heads: int, head_dim: int, axis: str, deterministic: bool = True
     ) -> jax.Array:
         dtype = self._activation_dtype
-        kernel = param(
-            self, name, normal(self.init_std), (x.shape[-1], heads, head_dim), (Axis.EMBED, axis, Axis.HEAD_DIM)
+        kernel = self._kernel(
+            name, normal(self.init_std), (x.shape[-1], heads, head_dim), (Axis.EMBED, axis, Axis.HEAD_DIM)
         )
         y = project("bte,enh->btnh", x, kernel, dtype)
         if self._adapted(name):
@@ -561,8 +571,8 @@ class CausalSelfAttention(Module):
         y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
 
         out_std = self.init_std if self.out_std is None else self.out_std
-        kernel = param(
-            self, "out", normal(out_std), (n_heads, head_dim, n_embd), (Axis.HEADS, Axis.HEAD_DIM, Axis.EMBED)
+        kernel = self._kernel(
+            "out", normal(out_std), (n_heads, head_dim, n_embd), (Axis.HEADS, Axis.HEAD_DIM, Axis.EMBED), n_in=2
         )
         out = project("btnh,nhe->bte", y, kernel, dtype)
         if self._adapted("out"):

@@ -6,7 +6,7 @@ import flax.linen as nn
 import jax
 
 from theseus.base.axis import Axis
-from theseus.model.layers import lora
+from theseus.model.layers import lora, quantization
 from theseus.model.layers._common import INIT_STD, cast, normal, param
 from theseus.model.layers.matmul import project
 from theseus.model.module import Module
@@ -18,7 +18,8 @@ class Dense(Module):
     ``kernel`` is ``[in, features]`` with logical axes ``axes``; ``bias`` is ``[features]`` with ``axes[1]``.
     No configuration keys: the enclosing layer decides the sizes, and whether the projection carries
     a LoRA adapter (``lora_rank > 0``: parameters ``lora_a`` / ``lora_b``, see
-    :mod:`theseus.model.layers.lora`).
+    :mod:`theseus.model.layers.lora`), and whether the kernel is stored quantized (``quantize``:
+    ``nf4`` / ``int8``, the parameter ``kernel_<method>``; see :mod:`theseus.model.layers.quantization`).
     """
 
     features: int = 0
@@ -28,6 +29,7 @@ class Dense(Module):
     lora_rank: int = 0
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
+    quantize: str = "none"
 
     def flops(self, seq: int) -> int:
         """Forward + backward FLOPs need the input width; known only once bound."""
@@ -37,7 +39,8 @@ class Dense(Module):
     @nn.compact
     def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
         dtype = self._activation_dtype
-        kernel = param(self, "kernel", normal(self.std), (x.shape[-1], self.features), self.axes)
+        shape = (x.shape[-1], self.features)
+        kernel = quantization.kernel(self, "kernel", normal(self.std), shape, self.axes, self.quantize)
         y = project("...i,io->...o", x, kernel, dtype)
         if self.lora_rank > 0:
             y = y + lora.adapter(

@@ -10,7 +10,7 @@ import jax
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers import lora
+from theseus.model.layers import lora, quantization
 from theseus.model.layers._common import ACTIVATIONS, GATED, INIT_STD, cast, check_activation, child, constrain
 from theseus.model.layers.dense import Dense
 from theseus.model.module import Module
@@ -34,7 +34,8 @@ class MLP(Module):
     ``architecture/mlp_ratio`` (default 4.0), ``architecture/activation``
     (gelu | gelu_exact | relu | silu | swiglu | geglu; default gelu, the tanh approximation GPT-2 uses),
     ``architecture/dropout`` (on the output, training only), and the LoRA keys ``model/lora/*``
-    (adapters on ``up`` / ``gate`` / ``down`` when named in ``model/lora/targets``).
+    (adapters on ``up`` / ``gate`` / ``down`` when named in ``model/lora/targets``), and
+    ``model/quantize`` (the frozen kernels stored as nf4 / int8, with LoRA only).
 
     Parameters: ``up`` / ``gate`` kernels ``[embed, mlp]``, ``down`` kernel ``[mlp, embed]``,
     biases ``[mlp]`` / ``[embed]`` when ``use_bias``.
@@ -57,6 +58,7 @@ class MLP(Module):
     lora_alpha: float = lora.alpha_field()
     lora_dropout: float = lora.dropout_field()
     lora_targets: tuple[str, ...] = lora.targets_field()
+    quantize: str = quantization.quantize_field()
     use_bias: bool = True
     multiple_of: int = 1
     init_std: float = INIT_STD
@@ -107,6 +109,7 @@ class MLP(Module):
             lora_rank=self.lora_rank if adapted else 0,
             lora_alpha=self.lora_alpha,
             lora_dropout=self.lora_dropout,
+            quantize=quantization.check(self.quantize, self.lora_rank),
             name=name,
         )
         return dense(x, deterministic)

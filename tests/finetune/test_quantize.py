@@ -1,0 +1,113 @@
+"""NF4 and int8 kernels (``model/quantize``) against references written from their definitions."""
+
+from __future__ import annotations
+
+from statistics import NormalDist
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from theseus.errors import ConfigError
+from theseus.model.layers import quantization
+
+#: The NormalFloat4 levels as bitsandbytes publishes them (``create_normal_map``).
+PUBLISHED_NF4 = [
+    -1.0,
+    -0.6961928009986877,
+    -0.5250730514526367,
+    -0.39491748809814453,
+    -0.28444138169288635,
+    -0.18477343022823334,
+    -0.09105003625154495,
+    0.0,
+    0.07958029955625534,
+    0.16093020141124725,
+    0.24611230194568634,
+    0.33791524171829224,
+    0.44070982933044434,
+    0.5626170039176941,
+    0.7229568362236023,
+    1.0,
+]
+
+
+def reference_codebook() -> np.ndarray:
+    """The QLoRA paper's NF4: 2^3 + 1 quantiles of N(0, 1) for the positive half and 2^3 for the
+    negative half (dropping one of the two zeros), from the outermost quantile ``1 - delta`` with
+    ``delta`` the mean of 1/(2 * 15) and 1/(2 * 16), scaled into [-1, 1]."""
+    edge = 1 - (1 / 30 + 1 / 32) / 2
+    inv = NormalDist().inv_cdf
+    pos = [inv(edge + (0.5 - edge) * i / 8) for i in range(8)]
+    neg = [-inv(edge + (0.5 - edge) * i / 7) for i in range(7)]
+    levels = np.sort(np.array([*pos, *neg, 0.0]))
+    return levels / levels.max()
+
+
+def reference_nf4(x: np.ndarray) -> np.ndarray:
+    """Quantize then dequantize ``x`` the paper's way, element by element in float64: blocks of 64,
+    nearest level to ``x / absmax``, absmaxes minus their mean quantized to int8 per block of 256."""
+    levels = reference_codebook()
+    flat = x.astype(np.float64).ravel()
+    n_blocks = -(-flat.size // 64)
+    blocks = np.zeros(n_blocks * 64)
+    blocks[: flat.size] = flat
+    blocks = blocks.reshape(n_blocks, 64)
+    absmax = np.abs(blocks).max(axis=1)
+    index = np.abs(blocks[:, :, None] / absmax[:, None, None] - levels[None, None, :]).argmin(axis=2)
+    mean = absmax.mean()
+    restored = np.empty_like(absmax)
+    for start in range(0, n_blocks, 256):
+        part = absmax[start : start + 256] - mean
+        scale = np.abs(part).max() / 127
+        restored[start : start + 256] = np.round(part / scale) * scale + mean
+    return (levels[index] * restored[:, None]).ravel()[: flat.size].reshape(x.shape)
+
+
+def test_the_nf4_codebook_is_the_published_one() -> None:
+    ours = quantization.nf4_codebook()
+    assert ours.shape == (16,) and ours[7] == 0.0 and ours[0] == -1.0 and ours[-1] == 1.0
+    assert np.max(np.abs(ours - np.array(PUBLISHED_NF4))) <= 1e-6
+    assert np.max(np.abs(ours - reference_codebook())) <= 1e-7
+
+
+@pytest.mark.parametrize("shape", [(256, 96), (3, 40, 7), (130, 130)], ids=["aligned", "ragged", "two-levels"])
+def test_nf4_round_trip_equals_the_reference(shape: tuple[int, ...]) -> None:
+    x = np.asarray(jax.random.normal(jax.random.key(1), shape) * 0.05)
+    q = quantization.nf4_quantize(jnp.asarray(x))
+    ours = np.asarray(quantization.nf4_dequantize(q, shape))
+    assert q["codes"].dtype == jnp.uint8 and q["absmax_codes"].dtype == jnp.int8
+    assert np.max(np.abs(ours - reference_nf4(x))) <= 1e-6
+
+
+def test_nf4_stores_about_four_bits_a_weight() -> None:
+    per_weight = quantization.bytes_per_parameter("nf4", (4096, 4096))
+    assert per_weight * 8 == pytest.approx(4.127, abs=0.01)  # the paper's 4.127 bits
+    assert per_weight / 2 <= 0.3  # against bfloat16
+
+
+def test_int8_is_per_output_channel_within_half_a_step() -> None:
+    x = jax.random.normal(jax.random.key(2), (48, 4, 8)) * jnp.linspace(0.01, 1.0, 32).reshape(4, 8)
+    q = quantization.int8_quantize(x, n_in=1)
+    assert q["codes"].dtype == jnp.int8 and q["scales"].shape == (1, 4, 8)
+    step = np.asarray(jnp.max(jnp.abs(x), axis=0) / 127)
+    error = np.abs(np.asarray(quantization.int8_dequantize(q)) - np.asarray(x))
+    assert np.all(error <= step / 2 + 1e-7)
+
+
+@pytest.mark.parametrize("method", ["nf4", "int8"])
+def test_stacked_layers_quantize_layer_by_layer(method: str) -> None:
+    x = jax.random.normal(jax.random.key(3), (3, 16, 4, 8))
+    target = jax.eval_shape(lambda: jax.vmap(lambda k: quantization.quantize(k, method, 1))(x))
+    stacked = quantization.quantize_like(x, target, method)
+    for layer in range(3):
+        one = quantization.dequantize(quantization.quantize(x[layer], method, 1), method, x.shape[1:])
+        whole = quantization.dequantize_like(stacked, method, x.shape)[layer]
+        np.testing.assert_array_equal(np.asarray(whole), np.asarray(one))
+
+
+def test_quantize_without_lora_is_a_one_line_error() -> None:
+    with pytest.raises(ConfigError, match=r"model/quantize=nf4 .* set model/lora/rank>0"):
+        quantization.check("nf4", 0)
+    assert quantization.check("int8", 4) == "int8"
