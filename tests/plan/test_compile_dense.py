@@ -1,5 +1,6 @@
 """Every dense family, at a small size, compiles its training step (forward, backward, AdamW update) for
-8 x H100 in each layout: what a user's first hour on GPUs would otherwise find out."""
+8 x H100, replicated and sharded (GPT in each layout): what a user's first hour on GPUs would otherwise
+find out."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ from tests.plan.conftest import compile_cases, tiny
 #: in parallel).
 FAMILIES = ("gpt", "llama", "qwen3", "olmo2")
 LAYOUTS = ("dp", "fsdp", "tp", "fsdp+tp")
+#: GPT compiles in every layout; the other families in dp and fsdp+tp, which applies both the fsdp and the
+#: tp rules to each of their parameters (the layouts' rules are shared; the families' parameters are not).
+REFERENCE = "gpt"
+
+
+def layouts_of(family: str) -> tuple[str, ...]:
+    return LAYOUTS if family == REFERENCE else ("dp", "fsdp+tp")
+
+
 #: Gemma 3's tiny preset has one key/value head; tensor parallelism needs two.
 EXTRA = {"gemma3": ("architecture/n_kv_heads=2",)}
 #: Gemma 2 soft-caps its attention scores, which cuDNN's fused kernel does not do: XLA attention.
@@ -19,21 +29,21 @@ WITHOUT_CUDNN = {"gemma2"}
 
 @pytest.fixture(scope="module")
 def matrix() -> dict[tuple[str, str], dict]:
-    grid = [(family, layout) for family in FAMILIES for layout in LAYOUTS]
+    grid = [(family, layout) for family in FAMILIES for layout in layouts_of(family)]
     results = compile_cases("h100x8", [tiny(family, layout, *EXTRA.get(family, ())) for family, layout in grid])
     return dict(zip(grid, results, strict=True))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
-def test_dense_family_compiles_for_h100_in_every_layout(matrix: dict, family: str) -> None:
+def test_dense_family_compiles_for_h100_in_its_layouts(matrix: dict, family: str) -> None:
     check_family(matrix, family)
 
 
 def check_family(matrix: dict, family: str) -> None:
     """What every dense family's compiled steps must show, layout by layout."""
     held = {}
-    for layout in LAYOUTS:
+    for layout in layouts_of(family):
         result = matrix[(family, layout)]
         assert "plan" in result, result.get("error")
         plan = result["plan"]
@@ -47,6 +57,8 @@ def check_family(matrix: dict, family: str) -> None:
         assert plan["memory"]["fits"]
         held[layout] = plan["state_bytes"]
     # fsdp holds an eighth of dp's state, tp (over 2) about half, fsdp+tp (data 4 x model 2) an eighth
-    assert held["fsdp"] == pytest.approx(held["dp"] / 8, rel=0.05)
-    assert held["tp"] < 0.65 * held["dp"]
+    if "fsdp" in held:
+        assert held["fsdp"] == pytest.approx(held["dp"] / 8, rel=0.05)
+    if "tp" in held:
+        assert held["tp"] < 0.65 * held["dp"]
     assert held["fsdp+tp"] == pytest.approx(held["dp"] / 8, rel=0.1)

@@ -1,4 +1,4 @@
-"""DeepSeek-V3 in every layout (see test_compile_mixtures.py), and the expert dispatch on H100 at a
+"""DeepSeek-V3 replicated and sharded (see test_compile_mixtures.py), and the expert dispatch on H100 at a
 Qwen3-30B-A3B-like width: the routed work done once, collectives that do not grow with the blocks."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ WIDE = (
 
 @pytest.fixture(scope="module")
 def matrix() -> dict:
-    grid = [("deepseek_v3", layout) for layout in mixtures.LAYOUTS]
+    grid = [("deepseek_v3", layout) for layout in mixtures.layouts_of("deepseek_v3")]
     cases = [tiny(family, layout) for family, layout in grid]
     cases += [
         {"job": "gpt/train/pretrain", "overrides": [*WIDE, f"architecture/moe/dispatch={d}"]}
@@ -41,7 +41,7 @@ def matrix() -> dict:
 
 
 @pytest.mark.slow
-def test_deepseek_v3_compiles_for_h100_in_every_layout(matrix: dict) -> None:
+def test_deepseek_v3_compiles_for_h100_in_its_layouts(matrix: dict) -> None:
     mixtures.check_family(matrix, "deepseek_v3")
 
 
