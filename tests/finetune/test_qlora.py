@@ -29,9 +29,9 @@ SETTINGS = {
     "model/lora/targets": ALL_TARGETS,
     "training/init_from": "run:base",
 }
-#: The first loss of LoRA on a quantized base against the same LoRA on a bfloat16 base, relative:
-#: NF4 moves each weight of these random (std 0.15) kernels by up to half a level step of its block.
-FIRST_LOSS_TOLERANCE = {"nf4": 0.01, "int8": 0.001}
+#: The first loss of LoRA on an NF4 base against the same LoRA on a bfloat16 base, relative (measured:
+#: 0.16%): NF4 moves each weight of these random (std 0.15) kernels by up to half a level step of its block.
+FIRST_LOSS_TOLERANCE = 0.01
 PROJECTIONS = ("query", "key", "value", "out", "up", "gate", "down")
 
 
@@ -110,13 +110,10 @@ def nf4(root: Path) -> LlamaSFT:
     return trainer(root, "nf4", **{"model/quantize": "nf4", "model/param_dtype": "bfloat16"})
 
 
-def test_first_loss_on_a_quantized_base_is_near_the_bf16_base(root: Path, bf16: LlamaSFT, nf4: LlamaSFT) -> None:
-    reference = first_loss(bf16)
-    int8 = trainer(root, "int8", **{"model/quantize": "int8", "model/param_dtype": "bfloat16"})
-    for method, made in (("nf4", nf4), ("int8", int8)):
-        quantized = first_loss(made)
-        print(f"first loss {method} {quantized:.4f} bf16 {reference:.4f}")
-        assert abs(quantized - reference) <= FIRST_LOSS_TOLERANCE[method] * reference, (method, quantized, reference)
+def test_first_loss_on_an_nf4_base_is_near_the_bf16_base(bf16: LlamaSFT, nf4: LlamaSFT) -> None:
+    reference, quantized = first_loss(bf16), first_loss(nf4)
+    print(f"first loss nf4 {quantized:.4f} bf16 {reference:.4f}")
+    assert abs(quantized - reference) <= FIRST_LOSS_TOLERANCE * reference, (quantized, reference)
 
 
 def test_nf4_base_takes_under_a_third_of_bf16_in_the_compiled_step(bf16: LlamaSFT, nf4: LlamaSFT) -> None:

@@ -111,3 +111,39 @@ def test_quantize_without_lora_is_a_one_line_error() -> None:
     with pytest.raises(ConfigError, match=r"model/quantize=nf4 .* set model/lora/rank>0"):
         quantization.check("nf4", 0)
     assert quantization.check("int8", 4) == "int8"
+
+
+@pytest.mark.parametrize(("method", "scan"), [("nf4", True), ("int8", False)], ids=["nf4-scanned", "int8-per-layer"])
+def test_a_quantized_model_computes_with_its_dequantized_kernels(method: str, scan: bool) -> None:
+    """Every attention and MLP kernel is stored quantized; the model equals the float model holding the
+    dequantized kernels (what the merged export writes), in either layer layout."""
+    import flax.linen as nn
+
+    from tests.models.conftest import build
+    from theseus.model.finetune.loading import plain_shapes
+    from theseus.model.models import Llama
+
+    values = {"model__scan_layers": scan, "model__lora__rank": 2, "model__lora__targets": ["query", "down"]}
+    model = build(Llama, model__quantize=method, **values)
+    x = jnp.asarray(np.random.default_rng(0).integers(0, 64, size=(2, 8)), jnp.int32)
+    params = nn.unbox(jax.jit(lambda k: model.init(k, x, deterministic=True))(jax.random.key(0))["params"])
+    kernels = [
+        p for p, _ in jax.tree_util.tree_flatten_with_path(params)[0] if jax.tree_util.keystr(p).endswith("['codes']")
+    ]
+    assert len(kernels) == (1 if scan else model.architecture.n_layers) * 7
+    plain = build(Llama, **values)
+    dequantized = quantization.dequantize_params(params, plain_shapes(model))
+    ours = jax.jit(lambda p: model.apply({"params": p}, x, deterministic=True)[0])(params)
+    theirs = jax.jit(lambda p: plain.apply({"params": p}, x, deterministic=True)[0])(dequantized)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), atol=1e-5, rtol=0)
+
+
+def test_a_trainer_of_every_parameter_refuses_a_quantized_base() -> None:
+    import optax
+
+    from theseus.training.pretrain import GPTPretrain
+
+    trainer = object.__new__(GPTPretrain)
+    params = {"up": {"kernel_nf4": {"codes": jnp.zeros(4, jnp.uint8)}}}
+    with pytest.raises(ConfigError, match=r"GPTPretrain trains every parameter, but the model holds integer ones"):
+        trainer._restrict_optimizer(optax.adam(1e-3), params)

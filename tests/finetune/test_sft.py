@@ -132,8 +132,12 @@ def test_killed_sft_run_resumes_bit_exact(trained: dict[str, Any]) -> None:
         ({"model/lora/targets": ["gate"]}, "model/lora/targets 'gate' match no layer of GPT"),
         ({"model/lora/rank": 64}, "model/lora/rank=64 is larger than the 'query' projection allows (32 -> 32)"),
         ({"model/lora/targets": ["qkv"]}, "'qkv', which is no projection"),
+        (
+            {"model/lora/rank": 0, "model/quantize": "nf4"},
+            "model/quantize=nf4 quantizes a frozen base and needs LoRA adapters to train; set model/lora/rank>0",
+        ),
     ],
-    ids=["no-layer", "rank-too-large", "unknown-target"],
+    ids=["no-layer", "rank-too-large", "unknown-target", "quantize-without-lora"],
 )
 def test_bad_lora_settings_are_one_line_errors(
     chat_root: Path, capsys: pytest.CaptureFixture[str], overrides: dict[str, Any], message: str

@@ -276,8 +276,14 @@ class BaseTrainer(Job):
     def _restrict_optimizer(self, tx: optax.GradientTransformation, params: Any) -> optax.GradientTransformation:
         """The optimizer the run trains with, given the full one and the abstract parameters; a
         subclass that trains part of the parameters (LoRA's adapters) narrows it here, before the
-        optimizer state is laid out."""
-        del params
+        optimizer state is laid out. Integer parameters (a quantized base) cannot be differentiated,
+        so a trainer that trains every parameter refuses them."""
+        if any(not jnp.issubdtype(leaf.dtype, jnp.inexact) for leaf in jax.tree.leaves(params)):
+            raise ConfigError(
+                f"{type(self).__name__} trains every parameter, but the model holds integer ones (a quantized "
+                "base, model/quantize); train it with a fine-tuning job (*/train/sft, */train/dpo) and "
+                "model/lora/rank>0, or set model/quantize=none"
+            )
         return tx
 
     def mesh_devices(self) -> list[Any]:
