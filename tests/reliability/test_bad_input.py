@@ -376,6 +376,18 @@ def test_a_checkpoint_counts_only_with_its_checksums(checkpointed: Path, tmp_pat
     assert checkpoint_steps(run) == [2, 4]  # one saved before manifests existed still is
 
 
+def test_a_step_without_its_checksums_is_trained_again_and_replaced(
+    cli: Cli, checkpointed: Path, tmp_path: Path
+) -> None:
+    root = clone(checkpointed, tmp_path)
+    checkpoints = root / "runs" / "base" / "checkpoints"
+    (checkpoints / "4" / "state" / "checksums.json").unlink()
+    code, err = cli(train_args(root, "run/name=base"))
+    assert code == 0, err
+    assert "resuming run 'base' from step 2" in err
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["2", "4", "4.corrupt", "6"]  # the old 4 kept aside
+
+
 def test_starting_from_a_damaged_checkpoint_of_another_run(cli: Cli, checkpointed: Path, tmp_path: Path) -> None:
     root = clone(checkpointed, tmp_path)
     checkpoints = root / "runs" / "base" / "checkpoints"
@@ -408,6 +420,19 @@ def test_resume_step_sets_later_checkpoints_aside_once(cli: Cli, checkpointed: P
     assert code == 0, err
     assert "run 'base' already completed (6/6 steps)" in err  # the recorded value is not applied again
     assert sorted(p.name for p in checkpoints.iterdir()) == ["2", "4", "4.abandoned", "6"]
+
+
+def test_a_run_that_ends_on_an_exploded_loss_does_not_end_as_completed(cli: Cli, root: Path) -> None:
+    code, err = cli(train_args(root, "training/lr=1e6", "training/checkpoint_interval=1", "training/steps=2"))
+    assert code == 1
+    line = error_line(err)
+    assert line.startswith("error: the run ends at step 2 with its loss ")
+    assert line.endswith(
+        "so that step is not checkpointed; no checkpoint is known to be good (no sound loss followed step 1); lower "
+        "training/lr and run again to resume from step 1, or start over with a new run/name"
+    )
+    checkpoints = root / "runs" / "test-reliability-train" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["1"]
 
 
 def test_skip_nonfinite_stops_after_its_limit_of_skipped_updates_in_a_row(

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from theseus.checkpoint.integrity import META_KEY, has_manifest
+from theseus.checkpoint.integrity import declares_checksums, has_manifest
 
 #: Files orbax writes into a step's folder when it finalises the step (either one marks a finished save).
 COMMIT_MARKERS = ("_CHECKPOINT_METADATA", "commit_success.txt")
-#: Where orbax's JSON handler keeps the ``meta`` item of a step.
-META_FILE = Path("meta") / "metadata"
-
-
-def _declares_checksums(step_dir: Path) -> bool:
-    """Whether the step's meta says its state was saved with a checksum manifest (unreadable meta: yes,
-    so that a damaged step is not mistaken for one saved before manifests existed)."""
-    try:
-        meta = json.loads((step_dir / META_FILE).read_text())
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError):
-        return True
-    return not isinstance(meta, dict) or META_KEY in meta
 
 
 def is_committed(step_dir: str | Path, item: str) -> bool:
@@ -35,7 +20,7 @@ def is_committed(step_dir: str | Path, item: str) -> bool:
     state = folder / item
     if not state.is_dir() or not any((folder / marker).is_file() for marker in COMMIT_MARKERS):
         return False
-    return has_manifest(state) or not _declares_checksums(folder)
+    return has_manifest(state) or not declares_checksums(folder)
 
 
 def committed_steps(checkpoints: str | Path, steps: Iterable[int], item: str) -> list[int]:

@@ -46,17 +46,33 @@ def write_manifest(folder: str | Path) -> None:
     partial.replace(folder / MANIFEST)
 
 
+#: Where orbax's JSON handler keeps a step's ``meta`` item, relative to the step folder.
+META_FILE = Path("meta") / "metadata"
+
+
 def has_manifest(folder: str | Path) -> bool:
     return (Path(folder) / MANIFEST).is_file()
 
 
+def declares_checksums(step_dir: str | Path) -> bool:
+    """Whether a step's meta says its state was saved with a manifest (unreadable meta: yes, so that a
+    damaged step is not mistaken for one saved before manifests existed)."""
+    try:
+        meta = json.loads((Path(step_dir) / META_FILE).read_text())
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    return not isinstance(meta, dict) or META_KEY in meta
+
+
 def damage(folder: str | Path) -> str | None:
-    """What is wrong with the files under ``folder`` against its manifest (None when all match, or when
-    the folder predates manifests and has none)."""
+    """What is wrong with the files of the state ``folder`` (``<step>/state``) against its manifest; None
+    when all match, or when the step predates manifests and has none."""
     folder = Path(folder)
     manifest = folder / MANIFEST
     if not manifest.is_file():
-        return None
+        return "its checksum manifest is missing" if declares_checksums(folder.parent) else None
     try:
         recorded = json.loads(manifest.read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -76,4 +92,14 @@ def damage(folder: str | Path) -> str | None:
     return None
 
 
-__all__ = ["ALGORITHM", "MANIFEST", "META_KEY", "damage", "file_checksum", "has_manifest", "write_manifest"]
+__all__ = [
+    "ALGORITHM",
+    "MANIFEST",
+    "META_FILE",
+    "META_KEY",
+    "damage",
+    "declares_checksums",
+    "file_checksum",
+    "has_manifest",
+    "write_manifest",
+]

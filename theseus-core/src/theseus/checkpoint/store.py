@@ -197,8 +197,10 @@ class CheckpointStore:
         """Start saving ``state`` (a tree of arrays) and ``meta`` (JSON) as ``step``."""
         metrics = {VAL_LOSS: float(val_loss)} if val_loss is not None else None
         self._finish_writes()  # a failure of the previous background save is reported first
-        if step in self.manager.all_steps():  # a damaged checkpoint set aside by another process
-            self.manager.reload()
+        if step in self.manager.all_steps():
+            if step not in self.steps():  # orbax's, but no checkpoint (its manifest is gone): kept aside
+                self._set_aside(step)
+            self.manager.reload()  # or set aside by another process
         self._writing = step
         try:
             self.manager.save(
@@ -338,10 +340,14 @@ class CheckpointStore:
         ) from error
 
     def roll_back(self, step: int) -> list[Path]:
-        """Set the checkpoints after ``step`` aside (renamed ``<step>.abandoned``); where they went."""
+        """Set the checkpoints after ``step`` aside (renamed ``<step>.abandoned`` by process 0; every process
+        waits for the renames); where they went."""
         moved = [self._set_aside(newer, ABANDONED_SUFFIX) for newer in self.steps() if newer > step]
-        if moved:
-            self.manager.reload()
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(f"theseus: checkpoints after {step} set aside")
+        self.manager.reload()
         return moved
 
     def _set_aside(self, step: int, suffix: str = CORRUPT_SUFFIX) -> Path:

@@ -17,7 +17,6 @@ def restore_params(path: Path, abstract: Any, shardings: Any = None, *, what: st
     import jax
 
     from theseus.checkpoint.integrity import damage
-
     from theseus.checkpoint.params import NoSavedParams, ParamsMismatch, read_params
 
     if shardings is None:

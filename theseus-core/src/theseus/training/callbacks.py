@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from theseus.base.killpoints import kill_point
 from theseus.errors import ConfigError, TheseusError
+from theseus.training.divergence import unsound_end
 from theseus.training.metrics import scalars
 
 if TYPE_CHECKING:
@@ -327,7 +328,10 @@ class Checkpoints(Callback):
             self.save(info)
         elif info.event == "end":
             if info.step > self.start and self.saved != info.step:
-                self.save(info)
+                if self.watch.exploded(info.step):  # the run's end is not trustworthy: no checkpoint, no completion
+                    self.store.wait()
+                    raise unsound_end(info.step, str(self.watch.unsound(info.step)), self.watch)
+                self.save(info)  # (a skipped last update is reported by save() and not checkpointed)
             self.store.wait()
 
     def save(self, info: StepInfo) -> None:

@@ -2,8 +2,9 @@
 loss vouched for, and the one-line stops of a run that went non-finite.
 
 A loss is *exploded* when it is more than :data:`EXPLODED_FACTOR` times the median of the run's recent
-sound losses. An update's loss is computed with the parameters before it, so the loss of update ``s``
-vouches for the checkpoint of step ``s - 1``: that is the *last good checkpoint* a stop names.
+finite losses (a sustained rise becomes the new median within half a window; a spike does not). An
+update's loss is computed with the parameters before it, so a sound loss of update ``s`` vouches for
+the checkpoint of step ``s - 1``: that is the *last good checkpoint* a stop names.
 """
 
 from __future__ import annotations
@@ -21,18 +22,19 @@ WINDOW = 32
 
 
 class LossWatch:
-    """The recent sound losses of a run, and the checkpoints they vouched for."""
+    """The recent finite losses of a run, and the checkpoints that sound losses vouched for."""
 
     def __init__(self, window: int = WINDOW, *, resume_step: int = 0) -> None:
         #: The run's ``training/resume_step`` (a value already recorded is not applied again).
         self.resume_step = resume_step
         self.recent: deque[float] = deque(maxlen=window)
-        self.last: tuple[int, float] | None = None  # the newest update and its loss
+        #: The newest update, what is wrong with its loss (None: sound), and whether that loss was finite.
+        self.last: tuple[int, str | None, bool] | None = None
         self.checkpoints: list[int] = []  # checkpoints of this invocation (and the one it resumed from)
         self.good: int | None = None
 
     def problem(self, loss: float) -> str | None:
-        """Why ``loss`` is not sound (non-finite, or exploded), or None."""
+        """Why ``loss`` is not sound (non-finite, or exploded against the losses before it), or None."""
         if not math.isfinite(loss):
             return f"loss {loss}"
         if self.recent:
@@ -43,18 +45,23 @@ class LossWatch:
 
     def observe(self, step: int, loss: float) -> None:
         """Record update ``step``'s loss."""
-        self.last = (step, loss)
-        if self.problem(loss) is None:
+        problem = self.problem(loss)
+        self.last = (step, problem, math.isfinite(loss))
+        if math.isfinite(loss):
             self.recent.append(loss)
+        if problem is None:
             vouched = [c for c in self.checkpoints if c < step]
             if vouched:
                 self.good = max(vouched[-1], self.good or 0)
 
     def unsound(self, step: int) -> str | None:
         """Why checkpoint ``step`` must not be written (its update's loss is not sound), or None."""
-        if self.last is None or self.last[0] != step:
-            return None
-        return self.problem(self.last[1])
+        return self.last[1] if self.last is not None and self.last[0] == step else None
+
+    def exploded(self, step: int) -> bool:
+        """Whether update ``step``'s loss was finite but exploded (a non-finite one stopped the run, or was
+        skipped under ``training/skip_nonfinite``)."""
+        return self.last is not None and self.last[0] == step and self.last[1] is not None and self.last[2]
 
     def saved(self, step: int) -> None:
         """A checkpoint of ``step`` exists (written now, or resumed from)."""
@@ -90,6 +97,13 @@ def non_finite(quantity: str, value: float, step: int, watch: LossWatch) -> Trai
     )
 
 
+def unsound_end(step: int, unsound: str, watch: LossWatch) -> TrainingError:
+    """The stop of a run whose last update's loss is not sound, so that its end is not checkpointed."""
+    return TrainingError(
+        f"the run ends at step {step} with its {unsound}, so that step is not checkpointed; {watch.restart_hint()}"
+    )
+
+
 def too_many_skipped(count: int, step: int, watch: LossWatch) -> TrainingError:
     """The stop of a run whose last ``count`` updates were all skipped as non-finite."""
     return TrainingError(
@@ -98,4 +112,4 @@ def too_many_skipped(count: int, step: int, watch: LossWatch) -> TrainingError:
     )
 
 
-__all__ = ["EXPLODED_FACTOR", "LossWatch", "non_finite", "too_many_skipped"]
+__all__ = ["EXPLODED_FACTOR", "LossWatch", "non_finite", "too_many_skipped", "unsound_end"]

@@ -127,7 +127,9 @@ class TrainingLoop:
         # one writer per run: a second process on the same run stops here, before it reads or cuts anything
         lock = RunLock(self.run_dir.path).acquire() if self.main else None
         try:
-            latest = self._roll_back(store, store.latest_step())
+            latest = store.latest_step()
+            rollback = self._rollback_step(store, latest)
+            latest = latest if rollback is None else rollback
             if latest is not None and latest >= args.steps:
                 self.display.message(
                     f"run {t.run_name!r} already completed ({latest}/{args.steps} steps); "
@@ -145,6 +147,8 @@ class TrainingLoop:
             if latest is not None:
                 selection.check_resume(self.run_dir.previous_config(), t.context.config, t.run_name)
                 self._check_data()
+                if rollback is not None:  # only once every check passed: a refused resume moves nothing
+                    self._roll_back(store, rollback)
                 resumed = store.restore_latest(t.abstract_checkpoint_tree(), warn=self.display.message)
             changed: list[str] = []
             if self.main:
@@ -227,13 +231,19 @@ class TrainingLoop:
         if warning is not None:
             self.display.message(warning)
 
-    def _roll_back(self, store: LazyCheckpointStore, latest: int | None) -> int | None:
-        """Apply ``training/resume_step`` (once per value: a value the run recorded is done): set the
-        checkpoints after it aside; the step to resume from."""
+    def _rollback_step(self, store: LazyCheckpointStore, latest: int | None) -> int | None:
+        """The checkpoint ``training/resume_step`` asks to resume from, when it is to be applied (once per
+        value: a value the run recorded is done), else None; a step without a checkpoint is a ConfigError.
+        Every process takes process 0's answer (process 0 rewrites the recorded value later)."""
         wanted = self.args.resume_step
         previous = self.run_dir.previous_config() or {}
-        if not wanted or previous.get("training/resume_step", 0) == wanted:
-            return latest
+        applies = bool(wanted) and previous.get("training/resume_step", 0) != wanted
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            applies = bool(multihost_utils.broadcast_one_to_all(np.int32(applies)))
+        if not applies:
+            return None
         steps = store.steps() if latest is not None else []
         if wanted not in steps:
             found = f"its checkpoints are at steps {', '.join(map(str, steps))}" if steps else "it has no checkpoints"
@@ -241,13 +251,16 @@ class TrainingLoop:
                 f"training/resume_step={wanted}: run {self.trainer.run_name!r} has no checkpoint at step {wanted} "
                 f"({found}); choose one of them, or leave training/resume_step out to resume from the newest"
             )
-        moved = store.roll_back(wanted)
+        return wanted
+
+    def _roll_back(self, store: LazyCheckpointStore, step: int) -> None:
+        """Set the checkpoints after ``step`` aside (``training/resume_step``)."""
+        moved = store.roll_back(step)
         if moved:
             self.display.message(
-                f"training/resume_step={wanted}: set the checkpoints after it aside "
+                f"training/resume_step={step}: set the checkpoints after it aside "
                 f"({', '.join(str(path) for path in moved)})"
             )
-        return wanted
 
     def _sinks(self) -> list[Any]:
         from theseus.plugins.discovery import plugins
@@ -392,6 +405,7 @@ class TrainingLoop:
             for quantity, value in (("loss", loss), ("gradient norm", grad_norm)):
                 if not math.isfinite(value):
                     raise non_finite(quantity, value, pending.step, self.watch)
+        # a skipped update's loss was computed with the state it left unchanged: it judges that state
         self.watch.observe(pending.step, loss)
         now = time.perf_counter()
         first = self.window_start is None

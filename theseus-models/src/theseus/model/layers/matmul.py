@@ -4,10 +4,11 @@ FP8 uses *current* per-tensor scaling: each operand is divided by its own absolu
 format's largest value (e4m3: 448, e5m2: 57344) right before it is cast, and the product is scaled
 back. Delayed scaling (an amax history carried in the train state) saves the reduction over each
 operand but needs state that every checkpoint, resume and layout change must carry, and lags a
-sudden change of range by its history; the reduction is one pass over data the cast reads anyway
-(XLA fuses the two). The forward pass multiplies e4m3 operands; the backward pass multiplies the
-e5m2-cast gradient with the saved e4m3 operands, all accumulated in float32. The saved operands are
-the FP8 copies, so the residuals of a projection take a quarter of their float32 bytes.
+sudden change of range by its history; current scaling costs one more read of each operand (the
+maximum must be known before the cast) and, where the operand is sharded, a small all-reduce. The
+forward pass multiplies e4m3 operands; the backward pass multiplies the e5m2-cast gradient with the
+saved e4m3 operands. The saved operands are the FP8 copies, so the residuals of a projection take a
+quarter of their float32 bytes.
 
 What is projected this way: attention query/key/value/output, MLP and expert kernels (``project``);
 the embedding, the head, norms, routers and attention scores keep their precision.
@@ -57,10 +58,12 @@ def _terms(equation: str) -> tuple[str, str, str]:
 
 
 def _product(equation: str, a: jax.Array, b: jax.Array, scale: jax.Array, dtype: jnp.dtype) -> jax.Array:
-    """The FP8 product in ``dtype`` (accumulated in float32 by the GEMM), scaled back. A float32 result
-    would make XLA reduce a data-parallel weight gradient in float32: twice the bytes of bfloat16."""
-    out = jnp.einsum(equation, a, b, preferred_element_type=dtype)
-    return out * scale.astype(dtype)
+    """The FP8 product, scaled back in float32, in ``dtype``. The GEMM's result is bfloat16 when ``dtype``
+    is (a float32 result would make XLA reduce a data-parallel weight gradient in float32: twice the
+    bytes), else float32: float16 would overflow on products of operands scaled up to 448 and 57344."""
+    result = jnp.bfloat16 if jnp.dtype(dtype) == jnp.bfloat16 else jnp.float32
+    out = jnp.einsum(equation, a, b, preferred_element_type=result)
+    return (out.astype(jnp.float32) * scale).astype(dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
