@@ -238,7 +238,7 @@ class TrainingLoop:
         wanted = self.args.resume_step
         previous = self.run_dir.previous_config() or {}
         applies = bool(wanted) and previous.get("training/resume_step", 0) != wanted
-        if jax.process_count() > 1:
+        if wanted and jax.process_count() > 1:  # every process has the same wanted: all broadcast, or none
             from jax.experimental import multihost_utils
 
             applies = bool(multihost_utils.broadcast_one_to_all(np.int32(applies)))
