@@ -72,12 +72,17 @@ def test_the_nf4_codebook_is_the_published_one() -> None:
     assert np.max(np.abs(ours - reference_codebook())) <= 1e-7
 
 
-@pytest.mark.parametrize("shape", [(256, 96), (3, 40, 7), (130, 130)], ids=["aligned", "ragged", "two-levels"])
+@pytest.mark.parametrize("shape", [(4, 40, 128), (3, 40, 7), (130, 130)], ids=["shaped", "ragged", "two-levels"])
 def test_nf4_round_trip_equals_the_reference(shape: tuple[int, ...]) -> None:
     x = np.asarray(jax.random.normal(jax.random.key(1), shape) * 0.05)
     q = quantization.nf4_quantize(jnp.asarray(x))
     ours = np.asarray(quantization.nf4_dequantize(q, shape))
     assert q["codes"].dtype == jnp.uint8 and q["absmax_codes"].dtype == jnp.int8
+    if shape[-1] % 64 == 0:  # blocks tile the last dimension: the codes keep the kernel's shape to shard like it
+        assert q["codes"].shape == (*shape[:-1], shape[-1] // 2)
+        assert q["absmax_codes"].shape == (*shape[:-1], shape[-1] // 64)
+    else:
+        assert q["codes"].shape == (-(-np.prod(shape) // 64) * 32,)
     assert np.max(np.abs(ours - reference_nf4(x))) <= 1e-6
 
 
@@ -124,6 +129,8 @@ def test_a_quantized_model_computes_with_its_dequantized_kernels(method: str, sc
     from theseus.model.models import Llama
 
     values = {"model__scan_layers": scan, "model__lora__rank": 2, "model__lora__targets": ["query", "down"]}
+    if method == "nf4":  # 64-wide heads and a 128-wide MLP: NF4 codes kept in the kernels' shapes
+        values.update(architecture__n_embd=128, architecture__n_heads=2, architecture__d_ff=128)
     model = build(Llama, model__quantize=method, **values)
     x = jnp.asarray(np.random.default_rng(0).integers(0, 64, size=(2, 8)), jnp.int32)
     params = nn.unbox(jax.jit(lambda k: model.init(k, x, deterministic=True))(jax.random.key(0))["params"])

@@ -11,7 +11,9 @@ dimensions.
 
 A quantized kernel is a parameter ``<name>_<method>`` holding a small dict of arrays in place of the
 float parameter ``<name>`` (:func:`kernel`); it is meant for the frozen base of a LoRA run, whose
-adapters stay in floating point. :func:`quantize_like` / :func:`dequantize_like` convert between the
+adapters stay in floating point. Its arrays carry logical axes, so they shard as the kernel does
+(NF4 codes keep the kernel's shape when whole blocks tile its last dimension, else they are flat and
+replicated). :func:`quantize_like` / :func:`dequantize_like` convert between the
 two layouts for whole kernels, layers stacked on a leading axis (a scanned model) included.
 """
 
@@ -82,8 +84,16 @@ def _nonzero(scale: jax.Array) -> jax.Array:
     return jnp.where(scale > 0, scale, 1.0)
 
 
+def _shaped(shape: Sequence[int]) -> bool:
+    """Whether whole NF4 blocks tile the last dimension of ``shape``: the codes then keep the tensor's
+    shape (the last dimension packed), so that they shard as the kernel does; else they are flat."""
+    return len(shape) >= 1 and shape[-1] % NF4_BLOCK == 0
+
+
 def nf4_quantize(x: jax.Array) -> Quantized:
-    """``x`` (any shape) as NF4 codes with double-quantized block maxima."""
+    """``x`` (any shape) as NF4 codes with double-quantized block maxima. The blocks run over ``x``
+    flattened; when they tile its last dimension, ``codes`` (``[..., last / 2]``) and ``absmax_codes``
+    (``[..., last / 64]``) keep the other dimensions (the same values, laid out to shard like ``x``)."""
     blocks = _blocks(jnp.ravel(x).astype(jnp.float32), NF4_BLOCK)
     absmax = jnp.max(jnp.abs(blocks), axis=1)
     normalised = blocks / _nonzero(absmax)[:, None]
@@ -94,9 +104,10 @@ def nf4_quantize(x: jax.Array) -> Quantized:
     centred = _blocks(absmax - mean, ABSMAX_BLOCK)
     scales = jnp.max(jnp.abs(centred), axis=1) / 127.0
     absmax_codes = jnp.round(centred / _nonzero(scales)[:, None]).astype(jnp.int8)
+    layout = (*x.shape[:-1], -1) if _shaped(x.shape) else (-1,)
     return {
-        "codes": packed.reshape(-1),
-        "absmax_codes": absmax_codes.reshape(-1)[: absmax.shape[0]],
+        "codes": packed.reshape(layout),
+        "absmax_codes": absmax_codes.reshape(-1)[: absmax.shape[0]].reshape(layout),
         "absmax_scales": scales,
         "absmax_mean": mean,
     }
@@ -105,8 +116,9 @@ def nf4_quantize(x: jax.Array) -> Quantized:
 def nf4_dequantize(q: Mapping[str, jax.Array], shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
     """The tensor of ``shape`` that NF4 codes ``q`` stand for."""
     n = math.prod(shape)
-    scales = jnp.repeat(q["absmax_scales"], ABSMAX_BLOCK)[: q["absmax_codes"].shape[0]]
-    absmax = q["absmax_codes"].astype(jnp.float32) * scales + q["absmax_mean"]
+    absmax_codes = q["absmax_codes"].reshape(-1)
+    scales = jnp.repeat(q["absmax_scales"], ABSMAX_BLOCK)[: absmax_codes.shape[0]]
+    absmax = absmax_codes.astype(jnp.float32) * scales + q["absmax_mean"]
     packed = q["codes"].reshape(-1, NF4_BLOCK // 2)
     codes = jnp.stack([packed >> 4, packed & 0xF], axis=-1).reshape(-1, NF4_BLOCK)
     values = jnp.asarray(nf4_codebook())[codes] * absmax[:, None]
@@ -154,12 +166,17 @@ def bytes_per_parameter(method: str, shape: Sequence[int], n_in: int = 1) -> flo
     return nbytes(abstract) / math.prod(shape)
 
 
-def _axes(method: str, axes: Sequence[str | None], n_in: int) -> dict[str, tuple[str | None, ...]]:
+def _axes(
+    method: str, shape: Sequence[int], axes: Sequence[str | None], n_in: int
+) -> dict[str, tuple[str | None, ...]]:
     """Logical axes of each array of a quantized kernel: int8 codes and scales shard like the kernel;
-    the flat NF4 arrays are replicated."""
+    NF4 codes kept in the kernel's shape shard like it, their block maxima like all but its last axis
+    (a few blocks per row need not divide a mesh axis); flat NF4 arrays are replicated."""
     if method == "int8":
         return {"codes": tuple(axes), "scales": (*([None] * n_in), *axes[n_in:])}
-    return {"codes": (None,), "absmax_codes": (None,), "absmax_scales": (None,), "absmax_mean": ()}
+    if not _shaped(shape):
+        return {"codes": (None,), "absmax_codes": (None,), "absmax_scales": (None,), "absmax_mean": ()}
+    return {"codes": tuple(axes), "absmax_codes": (*axes[:-1], None), "absmax_scales": (None,), "absmax_mean": ()}
 
 
 def kernel(
@@ -176,7 +193,7 @@ def kernel(
     the activation dtype."""
     if method == "none":
         return param(module, name, init, shape, axes)  # type: ignore[arg-type]
-    names = _axes(method, axes, n_in)
+    names = _axes(method, shape, axes, n_in)
 
     def quantized_init(key: jax.Array) -> Any:
         q = quantize(init(key, tuple(shape), jnp.float32), method, n_in)
@@ -235,16 +252,16 @@ def without_quantized(params: Any) -> Any:
     return split(params)[1] if isinstance(params, Mapping) else params
 
 
-def _stacked(q: Mapping[str, Any], method: str, ndim: int) -> bool:
-    """Whether quantized arrays ``q`` carry a leading layer axis (a scanned model)."""
-    return len(q["codes"].shape) == (2 if method == "nf4" else ndim + 1)
+def _nf4_stacked(q: Mapping[str, Any]) -> bool:
+    """Whether NF4 arrays ``q`` carry a leading layer axis (a scanned model): one mean per layer."""
+    return len(q["absmax_mean"].shape) == 1
 
 
 def quantize_like(x: jax.Array, target: Mapping[str, Any], method: str) -> Quantized:
     """The float kernel ``x`` quantized into the layout of ``target`` (shapes of a quantized kernel;
     a leading layer axis is quantized layer by layer)."""
     scales = target.get("scales")
-    if method == "nf4" and len(target["codes"].shape) == 2:
+    if method == "nf4" and _nf4_stacked(target):
         return dict(jax.vmap(nf4_quantize)(x))
     if method == "int8" and scales is not None:
         reduce = [i for i, (s, d) in enumerate(zip(scales.shape, x.shape, strict=True)) if s == 1 and d > 1]
@@ -257,7 +274,7 @@ def quantize_like(x: jax.Array, target: Mapping[str, Any], method: str) -> Quant
 
 def dequantize_like(q: Mapping[str, Any], method: str, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
     """The float kernel of ``shape`` (a leading layer axis included when ``q`` has one)."""
-    if method == "nf4" and _stacked(q, method, len(shape)):
+    if method == "nf4" and _nf4_stacked(q):
         return jax.vmap(lambda one: nf4_dequantize(one, shape[1:], dtype))(q)
     return dequantize(q, method, shape, dtype)
 
