@@ -37,17 +37,18 @@ PROJECTIONS = ("query", "key", "value", "out", "up", "gate", "down")
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Prepared chat data, a random tiny Llama saved by transformers, and its imports as runs ``base``
-    (float32) and ``base16`` (bfloat16)."""
+    """Prepared chat data, a random tiny Llama saved by transformers in float32 (``hf-llama``) and in
+    bfloat16 (``hf-llama-bf16``), and the float32 one imported as run ``base``."""
+    import torch
+
     from tests.huggingface.conftest import save_model
 
     root = tmp_path_factory.mktemp("qlora")
     prepare_chat(root)
     folder = root / "hf-llama"
-    save_model(folder, "llama", vocab_size=257, bos_token_id=256, max_position_embeddings=64, tokenizer=False)
-    for name, dtype in (("base", "float32"), ("base16", "bfloat16")):
-        command = ["run", "hf/import", "--root", str(root), f"hf/source={folder}", f"run/name={name}"]
-        assert call_cli([*command, f"hf/param_dtype={dtype}"]) == 0
+    model = save_model(folder, "llama", vocab_size=257, bos_token_id=256, max_position_embeddings=64, tokenizer=False)
+    model.to(torch.bfloat16).save_pretrained(root / "hf-llama-bf16")
+    assert call_cli(["run", "hf/import", "--root", str(root), f"hf/source={folder}", "run/name=base"]) == 0
     return root
 
 
@@ -130,7 +131,7 @@ def test_hf_run_and_bf16_sources_quantize_as_they_load(root: Path, nf4: LlamaSFT
     made = nf4
     abstract, shardings = made.abstract_state.params, made.state_shardings.params
     loaded = {}
-    for spec in ("run:base", f"hf:{root / 'hf-llama'}", "run:base16"):
+    for spec in ("run:base", f"hf:{root / 'hf-llama'}", f"hf:{root / 'hf-llama-bf16'}"):
         with configuration(made.context.config):
             loaded[spec] = load_base(open_source(spec, root), made.model, abstract, shardings)
     codes = lambda tree: tree["blocks_0"]["mlp"]["up"]["kernel_nf4"]["codes"]  # noqa: E731
@@ -138,7 +139,7 @@ def test_hf_run_and_bf16_sources_quantize_as_they_load(root: Path, nf4: LlamaSFT
     np.testing.assert_array_equal(
         np.asarray(codes(loaded["run:base"])), np.asarray(codes(loaded[f"hf:{root / 'hf-llama'}"]))
     )
-    same = np.mean(np.asarray(codes(loaded["run:base"])) == np.asarray(codes(loaded["run:base16"])))
+    same = np.mean(np.asarray(codes(loaded["run:base"])) == np.asarray(codes(loaded[f"hf:{root / 'hf-llama-bf16'}"])))
     assert same > 0.9  # bfloat16 rounding moves only values near a level boundary
 
 
@@ -147,7 +148,7 @@ def test_qlora_fine_tune_learns_and_its_adapter_loads_in_peft(root: Path, tmp_pa
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    values = {"model/quantize": "nf4", "training/steps": 8, "training/lr": 3e-2}
+    values = {"model/quantize": "nf4", "training/steps": 6, "training/lr": 3e-2}
     made = trainer(root, "qlora", **values)
     made.run()
     rows = [json.loads(line) for line in (root / "runs" / "qlora" / "metrics.jsonl").read_text().splitlines()]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from functools import cache
+from functools import cache, partial
 from statistics import NormalDist
 from typing import Any
 
@@ -257,19 +257,28 @@ def _nf4_stacked(q: Mapping[str, Any]) -> bool:
     return len(q["absmax_mean"].shape) == 1
 
 
+def _layout(shape: Sequence[int], target: Mapping[str, Any], method: str) -> tuple[bool, int]:
+    """``(stacked, n_in)`` of a float kernel of ``shape`` quantized into ``target``'s layout: whether it
+    carries a leading layer axis, and its input dimensions (int8 scales are 1 along them)."""
+    if method == "nf4":
+        return _nf4_stacked(target), 1
+    reduce = [i for i, (s, d) in enumerate(zip(target["scales"].shape, shape, strict=True)) if s == 1 and d > 1]
+    stacked = bool(reduce) and reduce[0] == 1
+    n_in = max(reduce) + 1 if reduce else 1
+    return stacked, n_in - 1 if stacked else n_in
+
+
+@partial(jax.jit, static_argnames=("method", "stacked", "n_in"))
+def _quantize(x: jax.Array, method: str, stacked: bool, n_in: int) -> Quantized:
+    one = partial(quantize, method=method, n_in=n_in)
+    return jax.vmap(one)(x) if stacked else one(x)
+
+
 def quantize_like(x: jax.Array, target: Mapping[str, Any], method: str) -> Quantized:
     """The float kernel ``x`` quantized into the layout of ``target`` (shapes of a quantized kernel;
-    a leading layer axis is quantized layer by layer)."""
-    scales = target.get("scales")
-    if method == "nf4" and _nf4_stacked(target):
-        return dict(jax.vmap(nf4_quantize)(x))
-    if method == "int8" and scales is not None:
-        reduce = [i for i, (s, d) in enumerate(zip(scales.shape, x.shape, strict=True)) if s == 1 and d > 1]
-        n_in = max(reduce, default=-1) + 1
-        if reduce and reduce[0] == 1:  # stacked layers: the leading axis is kept
-            return dict(jax.vmap(lambda k: int8_quantize(k, n_in - 1))(x))
-        return int8_quantize(x, n_in)
-    return quantize(x, method)
+    a leading layer axis is quantized layer by layer). Compiled once per shape."""
+    stacked, n_in = _layout(x.shape, target, method)
+    return dict(_quantize(x, method=method, stacked=stacked, n_in=n_in))
 
 
 def dequantize_like(q: Mapping[str, Any], method: str, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
@@ -294,8 +303,8 @@ def quantize_params(plain: Any, abstract: Any, shardings: Any = None) -> Any:
             continue
         name = str(key)[: -len(method) - 1]
         where = shardings.get(key) if isinstance(shardings, Mapping) else None
-        fn = jax.jit(lambda x, t=target, m=method: quantize_like(x, t, m), out_shardings=where)
-        out[key] = fn(out.pop(name))
+        quantized = quantize_like(out.pop(name), target, method)
+        out[key] = jax.device_put(quantized, where) if where is not None else quantized
     return out
 
 
