@@ -128,6 +128,73 @@ def fp8_rows(quick: bool) -> list[list[str]]:
     return rows
 
 
+#: Projection kernels a LoRA run can freeze and ``model/quantize`` stores quantized.
+PROJECTIONS = {"query", "key", "value", "out", "up", "gate", "down"}
+
+
+def held_by_kind(result: Any) -> dict[str, int]:
+    """Bytes one device holds of the frozen projection kernels (``base``, quantized or not), the LoRA
+    adapters, everything else in the parameters, and the optimizer state."""
+    import jax
+
+    from theseus.model.layers import lora
+    from theseus.model.layers.quantization import method_of
+    from theseus.plan.build import shard_bytes
+
+    trainer = result.step.trainer
+    held = {"base": 0, "adapters": 0, "other": 0, "optimizer": 0}
+    params, shardings = trainer.abstract_state.params, trainer.state_shardings.params
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    for (path, leaf), sharding in zip(leaves, jax.tree.leaves(shardings), strict=True):
+        names = [str(getattr(key, "key", key)) for key in path]
+        base = any(n in PROJECTIONS or (method_of(n) and n.rsplit("_", 1)[0] in PROJECTIONS) for n in names)
+        kind = "adapters" if lora.is_adapter(path) else "base" if base else "other"
+        held[kind] += shard_bytes(leaf, sharding)
+    opt, opt_shardings = jax.tree.leaves(trainer.abstract_state.opt_state), trainer.state_shardings.opt_state
+    held["optimizer"] = sum(shard_bytes(a, b) for a, b in zip(opt, jax.tree.leaves(opt_shardings), strict=True))
+    return held
+
+
+#: QLoRA rows: (label, overrides, batch, sequence), 8 x H100, fsdp, rank 16 on every projection.
+QLORA = [
+    (
+        "Llama 3.2 1B shape",
+        ["architecture/preset=llama3-1b", "architecture/tied_embeddings=true", "architecture/vocab_size=128256"],
+        8,
+        4096,
+    ),
+    ("Llama 3 8B shape", ["architecture/preset=llama3-8b", "architecture/vocab_size=128256"], 8, 4096),
+]
+
+
+def qlora_rows(quick: bool) -> list[list[str]]:
+    """LoRA (rank 16, every projection) over a bf16, int8 and nf4 base: what one device holds."""
+    rows = []
+    for label, overrides, batch, seq in QLORA[:1] if quick else QLORA:
+        sizes = [f"architecture/block_size={seq}", f"training/sequence_length={seq}", f"training/batch_size={batch}"]
+        lora_keys = ["model/lora/rank=16", "model/lora/targets=[query,key,value,out,up,gate,down]"]
+        bf16_base = 0
+        for quantize in ("none", "int8", "nf4"):
+            dtype = ["model/param_dtype=bfloat16"] if quantize == "none" else []
+            job_keys = [*overrides, *sizes, *lora_keys, *dtype, f"model/quantize={quantize}", "mesh/layout=fsdp"]
+            result = plan("llama/train/sft", job_keys)
+            held = held_by_kind(result)
+            bf16_base = held["base"] if quantize == "none" else bf16_base
+            rows.append(
+                [
+                    label if quantize == "none" else "",
+                    "bf16" if quantize == "none" else quantize,
+                    f"{held['base'] / 1e9:.3f} GB",
+                    f"{held['base'] / bf16_base:.3f}",
+                    f"{held['adapters'] / 1e6:.1f} MB",
+                    f"{held['optimizer'] / 1e6:.1f} MB",
+                    f"{result.step.total_bytes / 1e9:.1f} GB",
+                    f"{result.estimate.step_seconds * 1e3:.0f} ms",
+                ]
+            )
+    return rows
+
+
 def mixture_rows(quick: bool) -> list[list[str]]:
     rows = []
     for label, overrides, vocab in MIXTURES[:1] if quick else MIXTURES:
@@ -185,7 +252,9 @@ def expert_bytes_rows() -> list[list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the 124M row and one mixture shape")
-    parser.add_argument("--tables", default="dense,fp8,moe,experts", help="which tables (dense, fp8, moe, experts)")
+    parser.add_argument(
+        "--tables", default="dense,fp8,qlora,moe,experts", help="which tables (dense, fp8, qlora, moe, experts)"
+    )
     args = parser.parse_args()
     tables = set(args.tables.split(","))
     from theseus.plan.devices import start_cpu_backend
@@ -201,6 +270,10 @@ def main() -> None:
         print("\n### training/precision=fp8 against bf16 on 8 x H100 (fsdp): compiled here, not measured\n")
         header = ["Model", "Matmuls", "Step (est.)", "compute / memory-bound", "FLOPs on FP8", "Temporaries"]
         print(table([*header, "MFU (est.)", "fp8 speed-up"], fp8_rows(args.quick)), flush=True)
+    if "qlora" in tables:
+        print("\n### QLoRA on 8 x H100 (fsdp, rank 16 on every projection, 8 x 4096 tokens): per device\n")
+        header = ["Model", "Base", "Base kernels", "÷ bf16", "Adapters", "Optimizer state", "Total", "Step (est.)"]
+        print(table(header, qlora_rows(args.quick)), flush=True)
     if "moe" in tables:
         print("\n### MoE dispatch on 8 x H100 (fsdp, 8 x 1024 tokens): ragged_dot against the default blocks\n")
         cells = ["FLOPs ratio", "temporaries", "collectives run"]

@@ -42,6 +42,11 @@ def main() -> None:
                     attention_operands.append([shapes(symbols.get(o, ""))[0][1] for o in instruction.operands])
         report["attention_operands"] = attention_operands
         report["state_bytes"] = report["memory"]["parameters"] + report["memory"]["optimizer_state"]
+        if case.get("held"):  # bytes per device by kind: frozen projection kernels, adapters, optimizer state
+            sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+            from benchmarks.plan_estimates import held_by_kind
+
+            report["held"] = held_by_kind(plan)
         print(json.dumps({"case": case, "plan": report}, default=str), flush=True)
 
 

@@ -38,6 +38,20 @@ def h100() -> dict[str, dict]:
             "overrides": ["architecture/preset=small", *LONG, "training/precision=fp8"],
         },
         "fp8 mixtral": tiny("mixtral", "fsdp", "training/precision=fp8"),
+        **{
+            f"qlora {base}": {
+                **tiny(
+                    "llama",
+                    "dp",
+                    "model/lora/rank=4",
+                    "model/lora/targets=[query,key,value,out,up,gate,down]",
+                    *keys,
+                    job="llama/train/sft",
+                ),
+                "held": True,
+            }
+            for base, keys in (("bf16", ["model/param_dtype=bfloat16"]), ("nf4", ["model/quantize=nf4"]))
+        },
         "float32": tiny("llama", "fsdp", "model/activation_dtype=float32"),
         "mla": tiny("deepseek_v3", "fsdp", *(f"architecture/mla/{k}_head_dim={w}" for k, w in MLA_WIDTHS)),
     }
@@ -124,3 +138,14 @@ def test_fp8_training_runs_its_projections_as_fp8_gemms(h100: dict) -> None:
     assert "__cudnn$fmhaSoftmaxBackward" in fp8["custom_calls"]  # attention keeps bf16 and cuDNN
     mixture = _plan(h100["fp8 mixtral"])["flops"]["by_input_type"]
     assert mixture.get("f8e4m3fn", 0) / sum(mixture.values()) > 0.3, mixture  # the expert kernels too
+
+
+@pytest.mark.slow
+def test_qlora_holds_its_base_in_under_a_third_of_bf16(h100: dict) -> None:
+    """model/quantize=nf4: the frozen projection kernels of the compiled H100 step take at most 0.3 of
+    their bf16 bytes (4.13 bits per weight with double-quantized block maxima); adapters and their
+    optimizer state are the same."""
+    bf16, nf4 = (_plan(h100[f"qlora {base}"])["held"] for base in ("bf16", "nf4"))
+    assert nf4["base"] <= 0.3 * bf16["base"], (nf4, bf16)
+    assert nf4["adapters"] == 2 * bf16["adapters"]  # float32 adapters beside a bf16 model's bf16 ones
+    assert nf4["optimizer"] == pytest.approx(2 * bf16["optimizer"], rel=1e-3)  # (step counters aside)
