@@ -81,6 +81,8 @@ class SourceIndex:
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name == head:
                 return (module, node) if not tail else None
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == head:
+                return (module, node) if not tail else None  # a function component (a reward) has no keys
             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == head for t in node.targets):
                 return module, node.value
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == head:

@@ -31,6 +31,7 @@ BASE_TYPES: BaseTypes = {
     "model": "theseus.model.module:Module",
     "layer": "theseus.model.module:Module",
     "hf": "theseus.model.huggingface.family:HFFamily",  # theseus-models; resolved only when one loads
+    "environment": "theseus.rl.environment:Environment",
 }
 SCANNER = "theseus-core:entry-points"
 

@@ -25,6 +25,8 @@ COMPONENT_KINDS: dict[str, str] = {
     "evaluation": "an evaluation class",
     "analysis": "an analysis class",
     "hf": "a Hugging Face checkpoint family (config.json and tensor names, both ways)",
+    "environment": "a reinforcement-learning environment (Environment subclass): prompts and their rewards",
+    "reward": "a reward: reward(prompts, completions, metadata) -> scores (a function or Reward class)",
     "plugin": "pluggy hook implementations",
 }
 

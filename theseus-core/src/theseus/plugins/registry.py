@@ -76,6 +76,8 @@ def _check(entry: Entry, obj: Any, base: type | str | None) -> None:
     elif kind in ("optimizer", "schedule"):
         ok = hasattr(obj, "config") and callable(getattr(obj, "factory", None))
         expected = f"a {kind.capitalize()} factory container (config type + factory function)"
+    elif kind == "reward":
+        ok, expected = callable(obj), "a callable reward(prompts, completions, metadata) (a function or a class)"
     elif kind in ("plugin", "job"):
         ok, expected = True, ""
     else:

@@ -1,0 +1,39 @@
+"""Reinforcement learning's inputs: environments that give prompts and rewards that score completions.
+
+Both are plugin components, listed by ``theseus components --kind environment|reward``:
+
+- ``environment/<name>``: an ``Environment`` dataclass (keys ``environment/<name>/...``);
+- ``reward/<name>``: a callable ``reward(prompts, completions, metadata) -> list[float]``, a plain
+  function or a ``Reward`` dataclass (keys ``reward/<name>/...``).
+
+Nothing here imports jax.
+"""
+
+from theseus.rl.environment import SPLITS, Environment, Prompt, RewardFn
+from theseus.rl.rewards import COMPLETION_TOKENS, Correct, Format, Overlong, Reward
+from theseus.rl.selection import (
+    REWARDS_KEY,
+    environment_class,
+    load_environment,
+    load_reward,
+    parse_weights,
+    reward_config,
+)
+
+__all__ = [
+    "COMPLETION_TOKENS",
+    "REWARDS_KEY",
+    "SPLITS",
+    "Correct",
+    "Environment",
+    "Format",
+    "Overlong",
+    "Prompt",
+    "Reward",
+    "RewardFn",
+    "environment_class",
+    "load_environment",
+    "load_reward",
+    "parse_weights",
+    "reward_config",
+]

@@ -1,0 +1,143 @@
+"""``Environment`` and ``Prompt``: where reinforcement-learning prompts come from and how they are scored.
+
+An environment is a registered component (``environment/<name>``): a dataclass whose ``field()``
+attributes are its configuration keys (``environment/<name>/...``). It gives prompts, deterministic
+in ``(split, seed, step)``, from a ``"train"`` and an ``"eval"`` split that never share a prompt,
+and scores completions with weighted rewards (``reward/<name>`` components, see
+``theseus.rl.rewards``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from theseus.base.declared import Declared
+from theseus.errors import ConfigError, PluginError
+
+SPLITS = ("train", "eval")
+
+#: A reward: ``reward(prompts, completions, metadata) -> scores``, one score per completion.
+RewardFn = Callable[[list[str], list[str], list[Mapping[str, Any]]], Sequence[float]]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: its text, what scoring needs (``metadata["answer"]``: the reference answer), and
+    an optional system message for chat models (``messages`` is the chat form)."""
+
+    text: str
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    system: str = ""
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        """The prompt as chat messages (``[{"role": ..., "content": ...}]``)."""
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return [*system, {"role": "user", "content": self.text}]
+
+
+def rng(*parts: object) -> random.Random:
+    """A generator seeded by ``parts`` alone (the same in every process, whatever PYTHONHASHSEED)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=16).digest()
+    return random.Random(int.from_bytes(digest, "big"))
+
+
+def split_of(key: str, eval_fraction: float) -> str:
+    """``"eval"`` for a stable ``eval_fraction`` of keys, ``"train"`` for the rest."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return "eval" if int.from_bytes(digest, "big") / 2**64 < eval_fraction else "train"
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ConfigError(f"unknown split {split!r}; use one of: {', '.join(SPLITS)}")
+
+
+class Environment(Declared):
+    """Prompts for a policy to complete, and the rewards that score the completions.
+
+    Subclasses are dataclasses (keys under ``environment/<name>/``) and implement ``prompts``;
+    ``REWARDS`` names the registered rewards scored by default, with their weights (a run may
+    choose others: ``rl/rewards=correct:1.0,format:0.2``).
+
+    Episodes are single-turn by default. A multi-turn environment overrides ``respond``: after
+    each policy turn it gets the prompt and the transcript so far (chat messages, the policy's
+    turns as ``"assistant"``) and returns the environment's next message (a tool result, a
+    hint) or ``None`` to end the episode; the completion scored is then the policy's turns
+    joined. A trainer that only runs single turns can ignore the hook.
+    """
+
+    REWARDS: ClassVar[Mapping[str, float]] = {"correct": 1.0}
+
+    def prompts(self, split: str, seed: int, step: int, count: int) -> list[Prompt]:
+        """``count`` prompts of ``split`` (``"train"`` or ``"eval"``), the same for the same
+        ``(split, seed, step)``."""
+        raise NotImplementedError(f"{type(self).__qualname__}.prompts() is not implemented")
+
+    def respond(self, prompt: Prompt, transcript: Sequence[Mapping[str, str]]) -> str | None:
+        """The environment's reply to the policy's last turn, or None when the episode is over."""
+        return None
+
+    def reward(self, name: str) -> RewardFn:
+        """The reward ``name`` (the registered ``reward/<name>``, configured), built once."""
+        cache: dict[str, RewardFn] = self.__dict__.setdefault("_rewards", {})
+        if name not in cache:
+            from theseus.rl.selection import load_reward
+
+            cache[name] = load_reward(name)
+        return cache[name]
+
+    def score(
+        self, prompts: Sequence[Prompt], completions: Sequence[str], weights: Mapping[str, float] | None = None
+    ) -> tuple[list[float], dict[str, list[float]]]:
+        """``(total, {reward: scores})`` of ``completions`` (one per prompt, in order): each reward's
+        scores, and their sum weighted by ``weights`` (default ``REWARDS``)."""
+        if len(prompts) != len(completions):
+            raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+        weights = dict(self.REWARDS if weights is None else weights)
+        texts, metadata = [p.text for p in prompts], [p.metadata for p in prompts]
+        scores: dict[str, list[float]] = {}
+        for name in weights:
+            values = [float(v) for v in self.reward(name)(texts, list(completions), metadata)]
+            if len(values) != len(completions):
+                raise PluginError(f"reward {name!r} returned {len(values)} scores for {len(completions)} completions")
+            scores[name] = values
+        total = [sum(weights[name] * scores[name][i] for name in weights) for i in range(len(completions))]
+        return total, scores
+
+
+#: How many problems ``generate`` draws for one prompt before it gives up.
+MAX_TRIES = 1000
+
+
+def generate(
+    name: str,
+    make: Callable[[random.Random], Prompt | None],
+    split: str,
+    seed: int,
+    step: int,
+    count: int,
+    eval_fraction: float,
+) -> list[Prompt]:
+    """``count`` prompts drawn by ``make`` (None: draw again), keeping those whose text falls in
+    ``split`` (``split_of``), so the splits never share a prompt; deterministic in (split, seed, step)."""
+    check_split(split)
+    draw = rng(name, split, seed, step)
+    prompts: list[Prompt] = []
+    for _ in range(count):
+        for _ in range(MAX_TRIES):
+            prompt = make(draw)
+            if prompt is not None and split_of(prompt.text, eval_fraction) == split:
+                prompts.append(prompt)
+                break
+        else:
+            raise ConfigError(
+                f"environment {name!r} found no {split} prompt in {MAX_TRIES} draws; "
+                f"allow more problems (its difficulty keys) or change environment/{name}/eval_fraction"
+            )
+    return prompts
