@@ -465,11 +465,11 @@ class BaseTrainer(Job):
         self.setup()
         cls, sharding, options, precision = type(self), self.sharding, self.step_options(), self.args.precision
 
-        def step(state: TrainState, batch: Batch) -> Any:
+        def val_step(state: TrainState, batch: Batch) -> Any:
             with computing_in(precision):
                 return cls.val_step(state, batch, sharding=sharding, **options)
 
-        return self.compiled("val", lambda: jax.jit(step))
+        return self.compiled("val", lambda: jax.jit(val_step))
 
     def trace_fn(self) -> Any:
         """``fn(state, device_batch, key)``: the trainer's ``trace`` under jit."""
