@@ -373,6 +373,7 @@ class TrainingLoop:
             if self.peak is None and step > start:
                 self._measure_peak(self.pending)
             t.step = step
+            t.state = state  # what the batch may depend on (an on-policy trainer's rollouts)
             host = t.host_batch("train", position=step)
             kill_point("data", step + 1)
             batch = t.device_train_batch(host)

@@ -3,7 +3,8 @@
 A trainer's declarations (``MODEL``, ``OPTIMIZER``, ...) are the defaults. A run selects other
 registered components with ``model=llama``, ``optimizer=lion``, ``schedule=cosine``,
 ``dataset=fineweb:0.8,python-stdlib:0.2[:style]``, ``evaluation=a,b`` and ``analysis=a,b``
-(empty to disable), or in YAML under ``select:``. The run then uses a subclass of the trainer
+(empty to disable), ``environment=countdown`` (trainers that declare an ``ENVIRONMENT``), or in YAML
+under ``select:``. The run then uses a subclass of the trainer
 with those declarations replaced, so the schema follows the selection.
 """
 
@@ -29,6 +30,7 @@ DECLARATIONS: dict[str, str] = {
     "dataset": "DATASET",
     "evaluation": "EVALUATION",
     "analysis": "ANALYSIS",
+    "environment": "ENVIRONMENT",  # reinforcement-learning trainers only: those that declare it
 }
 KINDS = tuple(DECLARATIONS)
 #: Kinds that take a comma-separated list of names.
@@ -36,6 +38,7 @@ MULTIPLE = ("dataset", "evaluation", "analysis")
 #: Kinds whose component keys live under ``<section>/<name>/``.
 KEY_SECTIONS = {"optimizer": "optimizer", "schedule": "schedule", "evaluation": "evaluation", "analysis": "analysis"}
 KEY_SECTIONS["dataset"] = "data"
+KEY_SECTIONS["environment"] = "environment"
 PLURAL = {"analysis": "analyses"}
 
 
@@ -117,8 +120,8 @@ def describe(kind: str, declaration: Any) -> str:
 
 
 def declared(cls: type) -> dict[str, str]:
-    """``{select/<kind>: text}`` of a trainer's declarations."""
-    return {key(kind): describe(kind, getattr(cls, attr)) for kind, attr in DECLARATIONS.items()}
+    """``{select/<kind>: text}`` of a trainer's declarations (the kinds it declares)."""
+    return {key(kind): describe(kind, getattr(cls, attr)) for kind, attr in DECLARATIONS.items() if hasattr(cls, attr)}
 
 
 def schema_of(cls: Any) -> Schema:
@@ -250,10 +253,13 @@ def select(
     file_values, overrides = normalize(file_values), normalize(overrides)
     given = {**file_values, **overrides}
     defaults = declared(cls)
-    texts = {kind: defaults[key(kind)] for kind in KINDS}
+    texts = {kind: defaults.get(key(kind), "") for kind in KINDS}
     replaced: dict[str, Any] = {}
     for kind in KINDS:
         text = given.get(key(kind))
+        if key(kind) not in defaults and text is not None:
+            job = getattr(cls, "JOB_KEY", None) or cls.__name__
+            raise ConfigError(f"{job} has no {kind} to select; {kind}= applies to the jobs that declare one")
         if text is None or text == "???" or text == defaults[key(kind)]:
             continue
         check_allowed(cls, kind, text)
@@ -337,10 +343,10 @@ def _owner_by_section(name: str) -> tuple[str, str] | None:
 def _owner_by_declaration(name: str, cls: Any) -> tuple[str, str] | None:
     for kind, attr in DECLARATIONS.items():
         if kind == "dataset":
-            owners = [(s.dataset, _dataset_classes(s.dataset_class())) for s in _samplings(getattr(cls, attr))]
+            owners = [(s.dataset, _dataset_classes(s.dataset_class())) for s in _samplings(getattr(cls, attr, None))]
         else:
             owners = []
-            for entry in declarations.as_list(getattr(cls, attr)):
+            for entry in declarations.as_list(getattr(cls, attr, None)):
                 try:
                     owners.append((entry, declarations.contributed_classes(declarations.resolve(kind, entry))))
                 except TheseusError:

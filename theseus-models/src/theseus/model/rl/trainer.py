@@ -1,0 +1,391 @@
+"""``GRPOTrainer``: online reinforcement learning with group-relative advantages (the GRPO family).
+
+Each update samples ``B`` prompts from the environment (``ENVIRONMENT``; ``environment=countdown``
+selects another registered one, its keys under ``environment/<name>/``), generates
+``rl/group_size`` completions for each with the policy's current parameters (the KV-cache decoder on
+the trainer's mesh, one compile per shape), scores them with the environment's weighted rewards
+(``rl/rewards``), turns the scores into advantages within each prompt's group, and takes one step of
+the clipped-surrogate loss (``theseus.model.rl.loss.policy_loss``: ``rl/loss`` grpo | dr_grpo | dapo
+| bnpo, ``rl/importance_sampling`` token | sequence). ``training/batch_size`` counts completions:
+``B = training/batch_size / rl/group_size``.
+
+Rollouts are a pure function of the parameters and ``(training/seed, step)``: the prompts of step
+``s`` and the sampling key are drawn from them, so a killed run resumes bit-exactly. LoRA
+(``model/lora/rank``), ``training/init_from`` and every sharding layout work as in ``SFTTrainer``.
+With ``rl/beta > 0`` a KL penalty to the reference, the policy with its LoRA adapters off, is added.
+
+Every update logs the reward (mean, std, and each reward's mean), the completion length (mean and
+max), the clipped fractions, the mean ratio and KL, and the rollout's share of the step and its
+tokens per second. Validation generates greedily on the environment's ``eval`` split; its loss is
+the negative mean reward (so the best checkpoint is the one that scores highest).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from theseus.config import configuration, configure, field
+from theseus.errors import ConfigError
+from theseus.model.finetune import adapters, frozen
+from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
+from theseus.model.generation.decode import generate_tokens
+from theseus.model.generation.sampling import SamplingParams
+from theseus.model.rl.loss import group_advantages, policy_loss
+from theseus.rl.environment import Environment, Prompt
+from theseus.rl.rewards import COMPLETION_TOKENS
+from theseus.rl.selection import REWARDS_KEY, parse_weights, reward_config
+from theseus.training import declarations, steps
+from theseus.training.base import Batch
+from theseus.training.sharding import TrainerSharding
+from theseus.training.state import TrainState
+
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+LEVELS = ("token", "sequence")
+
+
+@dataclass
+class GRPOConfig(SFTConfig):
+    """The environment, the rollouts and the clipped-surrogate objective."""
+
+    rewards: str = field(
+        REWARDS_KEY, default="", help="weighted rewards, name:weight,... (empty: the environment's own)"
+    )
+    group_size: int = field("rl/group_size", default=4, min=2, help="completions per prompt (G)")
+    max_new_tokens: int = field("rl/max_new_tokens", default=32, min=1, help="longest completion, in tokens")
+    temperature: float = field("rl/temperature", default=1.0, above=0.0, help="sampling temperature of rollouts")
+    top_p: float = field("rl/top_p", default=1.0, above=0.0, max=1.0, help="nucleus sampling of rollouts (1 = off)")
+    loss: str = field("rl/loss", default="grpo", choices=LOSS_TYPES, help="grpo | dr_grpo | dapo | bnpo aggregation")
+    importance_sampling: str = field(
+        "rl/importance_sampling", default="token", choices=LEVELS, help="token (GRPO) or sequence (GSPO) ratios"
+    )
+    epsilon_low: float = field("rl/epsilon_low", default=0.2, min=0.0, below=1.0, help="lower clip of the ratio")
+    epsilon_high: float = field("rl/epsilon_high", default=0.2, min=0.0, help="upper clip (DAPO's clip-higher: 0.28)")
+    beta: float = field("rl/beta", default=0.0, min=0.0, help="KL penalty to the reference (LoRA runs: adapters off)")
+    scale_rewards: bool = field(
+        "rl/scale_rewards", default=True, help="divide advantages by the group's reward std (false: Dr. GRPO)"
+    )
+
+
+@dataclass
+class EnvironmentSelection:
+    """The selection key of a trainer that declares an ``ENVIRONMENT``."""
+
+    environment: str = field(
+        "select/environment", default="", help="environment by registered name (environment=countdown)"
+    )
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The static settings of the loss (a hashable jit argument)."""
+
+    loss: str = "grpo"
+    level: str = "token"
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    beta: float = 0.0
+    max_new_tokens: int = 32
+
+
+def token_logps(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Log-probability of each target token under ``logits``: ``[B, T]`` (float32)."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+
+
+#: Per-row batch entries that are logged as their mean (rewards, lengths, rollout timing).
+LOGGED = ("reward", "completion_length", "rollout_seconds", "rollout_tokens_per_s")
+
+
+class PolicyStep:
+    """What ``steps.train_step`` needs: ``forward`` gives the policy loss of a batch of rollouts."""
+
+    def __init__(self, objective: Objective) -> None:
+        self.objective = objective
+
+    def forward(
+        self,
+        state: TrainState,
+        params: Any,
+        batch: Batch,
+        key: jax.Array | None = None,
+        deterministic: bool = False,
+        intermediates: bool = False,
+    ) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
+        o = self.objective
+        inputs = {"x": batch["x"], "padding_mask": batch["padding_mask"]}
+        trained = adapters.freeze_base(params) if adapters.has_adapters(params) else params
+        logits, _, meta = steps.forward(state, trained, inputs, key=key, deterministic=deterministic)
+        logps = token_logps(logits, batch["y"])
+        reference = None
+        if o.beta > 0:
+            ref_logits, _, _ = steps.forward(state, adapters.switched_off(params), inputs, deterministic=True)
+            reference = jax.lax.stop_gradient(token_logps(ref_logits, batch["y"]))
+        mask = batch["completion_mask"].astype(jnp.float32)
+        loss, metrics = policy_loss(
+            logps,
+            jax.lax.stop_gradient(logps),  # one update per rollout: the sampling policy is this one
+            batch["advantages"],
+            mask,
+            loss_type=o.loss,  # type: ignore[arg-type]
+            importance_sampling=o.level,  # type: ignore[arg-type]
+            epsilon_low=o.epsilon_low,
+            epsilon_high=o.epsilon_high,
+            beta=o.beta,
+            ref_logps=reference,
+            max_completion_length=o.max_new_tokens,
+            num_items_in_batch=jnp.sum(mask),
+        )
+        logged = {name: jnp.mean(batch[name]) for name in batch if name in LOGGED or name.startswith("reward/")}
+        logged["reward_std"] = jnp.std(batch["reward"])
+        logged["completion_length_max"] = jnp.max(batch["completion_length"])
+        return logits, loss, {**meta, **metrics, **logged}
+
+    @staticmethod
+    def loss_weight(batch: Batch) -> jax.Array:
+        return jnp.asarray(batch["x"].shape[0], jnp.float32)
+
+
+class GRPOTrainer(SFTTrainer):
+    """GRPO-family training of ``MODEL`` (``model=`` selects another) on ``rl/environment``."""
+
+    CONFIG: ClassVar[type] = GRPOConfig
+    DATASET: ClassVar[Any] = []
+    ENVIRONMENT: ClassVar[Any] = "arithmetic"
+
+    def __init__(self, context: Any) -> None:
+        super().__init__(context)
+        self._environment: Environment | None = None
+        self._update_seconds = 0.0
+
+    # -- settings -------------------------------------------------------------------------------
+    @classmethod
+    def environment_class(cls) -> type[Environment]:
+        found: type[Environment] = declarations.resolve("environment", cls.ENVIRONMENT)
+        return found
+
+    @classmethod
+    def config(cls) -> list[type]:
+        """The trainer's keys, the environment's (``environment/<name>/...``) and its rewards'."""
+        environment = cls.environment_class()
+        return declarations.unique(
+            [*super().config(), EnvironmentSelection, environment, *reward_config(environment.REWARDS)]
+        )
+
+    @property
+    def objective(self) -> Objective:
+        a: GRPOConfig = self.args
+        return Objective(a.loss, a.importance_sampling, a.epsilon_low, a.epsilon_high, a.beta, a.max_new_tokens)
+
+    def step_options(self) -> dict[str, Any]:
+        return {"objective": self.objective}
+
+    @property
+    def environment(self) -> Environment:
+        if self._environment is None:
+            with configuration(self.context.config):
+                self._environment = configure(self.environment_class())
+        return self._environment
+
+    @property
+    def weights(self) -> dict[str, float]:
+        text = self.args.rewards
+        return parse_weights(text) if text else dict(self.environment.REWARDS)
+
+    def setup(self) -> None:
+        if self._ready:
+            return
+        super().setup()
+        a: GRPOConfig = self.args
+        if a.batch_size % a.group_size or self.batch_rows % a.group_size:
+            raise ConfigError(
+                f"training/batch_size={a.batch_size} completions do not split into groups of rl/group_size="
+                f"{a.group_size} (per process: {self.batch_rows}); make the batch a multiple of the group size"
+            )
+        if a.beta > 0 and self.lora_rank <= 0:
+            raise ConfigError(
+                f"rl/beta={a.beta} needs a reference: the policy with its LoRA adapters off; set model/lora/rank>0, "
+                "or rl/beta=0"
+            )
+        if a.rewards:  # unknown reward names fail before anything runs
+            parse_weights(a.rewards)
+
+    # -- rollouts -------------------------------------------------------------------------------
+    def batch(self, slice: str = "train") -> Batch:
+        """The rollouts of the current step: prompts of the environment, completions of the policy."""
+        if slice != "train":
+            raise ConfigError(f"{type(self).__qualname__} validates by generating; it has no {slice!r} batches")
+        return self.rollouts(self.position("train"))
+
+    def rollouts(self, step: int) -> dict[str, np.ndarray]:
+        """Generate, score and arrange the completions of update ``step``; this process's rows. Every
+        process generates and scores the whole batch (the decoder splits its rows over the mesh) and
+        keeps its share, so advantages see every completion of a group."""
+        a: GRPOConfig = self.args
+        began = time.perf_counter()
+        prompts = self.environment.prompts("train", a.seed, step, a.batch_size // a.group_size)
+        rows = [p for p in prompts for _ in range(a.group_size)]
+        sampling = SamplingParams(temperature=a.temperature, top_p=a.top_p)
+        completions, texts = self._complete(rows, sampling, seed=a.seed * 1_000_003 + step)
+        total, per_reward = self._score(rows, texts, completions)
+        advantages = np.asarray(group_advantages(jnp.asarray(total, jnp.float32), a.group_size, scale=a.scale_rewards))
+        batch = self._arrange(rows, completions)
+        seconds = time.perf_counter() - began
+        generated = sum(len(c) for c in completions)
+        batch.update(
+            advantages=advantages.astype(np.float32),
+            reward=np.asarray(total, np.float32),
+            rollout_seconds=np.full(len(rows), seconds, np.float32),
+            rollout_tokens_per_s=np.full(len(rows), generated / max(seconds, 1e-9), np.float32),
+            **{f"reward/{name}": np.asarray(v, np.float32) for name, v in per_reward.items()},
+        )
+        first = self.sharding.feed_index * self.batch_rows
+        return {name: value[first : first + self.batch_rows] for name, value in batch.items()}
+
+    def _complete(
+        self, prompts: list[Prompt], sampling: SamplingParams, seed: int
+    ) -> tuple[list[list[int]], list[str]]:
+        """Completion tokens and texts of ``prompts`` from the current parameters (``self.state``, which
+        the training loop keeps current; the initial state before the first update)."""
+        tokenizer = self.tokenizer()
+        encoded = [list(tokenizer.encode(p.text)) for p in prompts]
+        if self.state is None:
+            self.state = self.init_state()
+        done = generate_tokens(
+            self.model,
+            self.state.params,
+            encoded,
+            self.args.max_new_tokens,
+            sampling=sampling,
+            seed=seed,
+            eot_id=tokenizer.eot_id,
+            width=max(len(e) for e in encoded),
+            sharding=self.sharding,
+        )
+        tokens = [list(c.tokens) for c in done]
+        return tokens, [tokenizer.decode(t) for t in tokens]
+
+    def _score(
+        self, prompts: list[Prompt], texts: list[str], tokens: list[list[int]]
+    ) -> tuple[list[float], dict[str, list[float]]]:
+        """The environment's weighted rewards (configured from the run's keys); each completion's
+        length in tokens reaches the rewards as ``metadata["completion_tokens"]``."""
+        scored = [
+            Prompt(p.text, {**p.metadata, COMPLETION_TOKENS: len(t)}, p.system)
+            for p, t in zip(prompts, tokens, strict=True)
+        ]
+        with configuration(self.context.config):
+            return self.environment.score(scored, texts, self.weights)
+
+    def _arrange(self, prompts: list[Prompt], completions: list[list[int]]) -> dict[str, np.ndarray]:
+        """Rows ``prompt + completion (+ end of text)`` from position 0, right-padded to the sequence
+        length: ``x``, ``y``, ``padding_mask`` and ``completion_mask`` (on the ``y`` positions that are
+        completion tokens) and ``completion_length``."""
+        tokenizer, length = self.tokenizer(), self.sequence_length
+        rows = len(prompts)
+        x = np.zeros((rows, length), np.int32)
+        y = np.zeros((rows, length), np.int32)
+        real = np.zeros((rows, length), bool)
+        target = np.zeros((rows, length), bool)
+        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+            ids = list(tokenizer.encode(prompt.text))
+            ended = len(completion) < self.args.max_new_tokens
+            sequence = ids + completion + ([tokenizer.eot_id] if ended else [])
+            if len(sequence) > length + 1:
+                raise ConfigError(
+                    f"a prompt of {len(ids)} tokens and rl/max_new_tokens={self.args.max_new_tokens} need "
+                    f"training/sequence_length>={len(ids) + self.args.max_new_tokens + 1}; raise it (and "
+                    "architecture/block_size)"
+                )
+            n = len(sequence) - 1
+            x[i, :n], y[i, :n], real[i, :n] = sequence[:-1], sequence[1:], True
+            target[i, len(ids) - 1 : n] = True
+        lengths = target.sum(axis=1).astype(np.float32)
+        return {"x": x, "y": y, "padding_mask": real, "completion_mask": target, "completion_length": lengths}
+
+    def host_batch(self, slice: str = "train", position: int | None = None) -> dict[str, np.ndarray]:
+        self.setup()
+        if position is not None:
+            self._positions[slice] = int(position)
+        return {name: np.asarray(value) for name, value in self.batch(slice).items()}
+
+    def abstract_train_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
+        batch = super().abstract_train_batch()
+        rows = (self.accumulate_steps, self.micro_rows)
+        per_row = self.sharding.batch_sharding(len(rows), leading=1)
+        shape = (*rows, self.sequence_length)
+        batch["padding_mask"] = jax.ShapeDtypeStruct(shape, jnp.bool_, sharding=batch["x"].sharding)
+        batch["completion_mask"] = jax.ShapeDtypeStruct(shape, jnp.bool_, sharding=batch["x"].sharding)
+        names = ["advantages", "reward", "completion_length", "rollout_seconds", "rollout_tokens_per_s"]
+        names += [f"reward/{name}" for name in self.weights]
+        for name in names:
+            batch[name] = jax.ShapeDtypeStruct(rows, jnp.float32, sharding=per_row)
+        return batch
+
+    # -- the update -----------------------------------------------------------------------------
+    @classmethod
+    def train_step(
+        cls,
+        state: TrainState,
+        batch: Batch,
+        key: jax.Array,
+        accumulate_steps: int,
+        *,
+        sharding: TrainerSharding,
+        skip_nonfinite: bool = False,
+        objective: Objective = Objective(),
+    ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
+        """One update of the policy loss; with adapters, the base passes through untouched."""
+
+        def run(inner: TrainState) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
+            return steps.train_step(
+                PolicyStep(objective),
+                inner,
+                batch,
+                key,
+                accumulate_steps,
+                sharding=sharding,
+                skip_nonfinite=skip_nonfinite,
+            )
+
+        new, loss, meta, grad_norm = frozen.step(run, state)
+        if adapters.has_adapters(state.params):
+            new = new.replace(params=adapters.keep_base(new.params, state.params))
+        return new, loss, meta, grad_norm
+
+    # -- validation -----------------------------------------------------------------------------
+    def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
+        """Greedy completions of ``batches`` x B prompts of the environment's ``eval`` split: the mean
+        reward, each reward's mean, and ``loss`` = -mean reward."""
+        a: GRPOConfig = self.args
+        batches = a.eval_batches if batches is None else batches
+        count = self.args.batch_size // a.group_size
+        prompts = [p for index in range(batches) for p in self.environment.prompts("eval", a.seed, index, count)]
+        self.state = state
+        tokens, texts = self._complete(prompts, SamplingParams(temperature=0.0), seed=a.seed)
+        total, per_reward = self._score(prompts, texts, tokens)
+        result: dict[str, Any] = {"loss": -float(np.mean(total)), "reward": float(np.mean(total))}
+        result.update({f"reward/{name}": float(np.mean(v)) for name, v in per_reward.items()})
+        result["tokens"] = float(len(prompts))
+        return result
+
+
+class GPTGRPO(GRPOTrainer):
+    """GPT (``model/gpt``) trained with GRPO on ``rl/environment``."""
+
+    MODEL: ClassVar[Any] = "gpt"
+
+
+class LlamaGRPO(GRPOTrainer):
+    """The Llama-style model (``model/llama``) trained with GRPO on ``rl/environment``."""
+
+    MODEL: ClassVar[Any] = "llama"
+
+
+__all__ = ["GPTGRPO", "GRPOConfig", "GRPOTrainer", "LlamaGRPO", "Objective", "PolicyStep", "token_logps"]
