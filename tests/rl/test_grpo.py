@@ -81,8 +81,18 @@ def test_lora_with_a_kl_penalty_to_the_adapters_off_policy(tmp_path: Path) -> No
     [
         (
             ["training/batch_size=12"],
-            "error: training/batch_size=12 completions do not split into groups of rl/group_size=8 (per process: "
-            "12); make the batch a multiple of the group size",
+            "error: training/batch_size=12 completions do not split into groups of rl/group_size=8; make the "
+            "batch a multiple of the group size",
+        ),
+        (
+            ["architecture/vocab_size=100"],
+            "error: architecture/vocab_size=100 is smaller than the byte tokenizer's 257; set "
+            "architecture/vocab_size=257 or more",
+        ),
+        (
+            ["training/sequence_length=32", "architecture/block_size=32", "rl/max_new_tokens=24"],
+            "error: a prompt of 13 tokens and rl/max_new_tokens=24 need training/sequence_length>=37 (and "
+            "architecture/block_size); raise it or lower rl/max_new_tokens",
         ),
         (
             ["rl/beta=0.1"],

@@ -340,18 +340,14 @@ class CheckpointStore:
         ) from error
 
     def roll_back(self, step: int) -> list[Path]:
-        """Set the checkpoints after ``step`` aside (renamed ``<step>.abandoned`` by process 0; every process
-        waits for the renames); where they went."""
+        """Set the checkpoints after ``step`` aside (renamed ``<step>.abandoned``); where they went."""
         moved = [self._set_aside(newer, ABANDONED_SUFFIX) for newer in self.steps() if newer > step]
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-
-            multihost_utils.sync_global_devices(f"theseus: checkpoints after {step} set aside")
         self.manager.reload()
         return moved
 
     def _set_aside(self, step: int, suffix: str = CORRUPT_SUFFIX) -> Path:
-        """Rename checkpoint ``step`` to ``<step><suffix>`` (process 0 does it for all processes)."""
+        """Rename checkpoint ``step`` to ``<step><suffix>`` (process 0 does it for all processes, which wait
+        for it)."""
         source = self.directory / str(step)
         target = self.directory / f"{step}{suffix}"
         index = 1
@@ -360,6 +356,10 @@ class CheckpointStore:
             target = self.directory / f"{step}{suffix}{index}"
         if jax.process_index() == 0:
             source.rename(target)
+        if jax.process_count() > 1:  # every process sees the rename before it lists the steps again
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(f"theseus: checkpoint {step} set aside")
         return target
 
     def wait(self) -> None:

@@ -380,6 +380,7 @@ class TrainingLoop:
             dispatched: list[Any] = []
             with self.profile.update(step + 1, dispatched):
                 state, loss, meta, grad_norm, lr = step_fn(state, batch, t.step_key(step))
+                t.state = state  # never the donated one
                 dispatched.append(loss)
             kill_point("step", step + 1)
             self._flush()

@@ -36,7 +36,7 @@ from theseus.model.finetune import adapters, frozen
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.generation.decode import generate_tokens
 from theseus.model.generation.sampling import SamplingParams
-from theseus.model.rl.loss import group_advantages, policy_loss
+from theseus.model.rl.loss import IMPORTANCE_SAMPLING, LOSS_TYPES, group_advantages, policy_loss
 from theseus.rl.environment import Environment, Prompt
 from theseus.rl.rewards import COMPLETION_TOKENS
 from theseus.rl.selection import REWARDS_KEY, parse_weights, reward_config
@@ -45,8 +45,8 @@ from theseus.training.base import Batch
 from theseus.training.sharding import TrainerSharding
 from theseus.training.state import TrainState
 
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
-LEVELS = ("token", "sequence")
+#: The rollout's sampling seed is kept below 2**31 (the decoder takes an int32).
+SEED_RANGE = 2**31
 
 
 @dataclass
@@ -62,7 +62,10 @@ class GRPOConfig(SFTConfig):
     top_p: float = field("rl/top_p", default=1.0, above=0.0, max=1.0, help="nucleus sampling of rollouts (1 = off)")
     loss: str = field("rl/loss", default="grpo", choices=LOSS_TYPES, help="grpo | dr_grpo | dapo | bnpo aggregation")
     importance_sampling: str = field(
-        "rl/importance_sampling", default="token", choices=LEVELS, help="token (GRPO) or sequence (GSPO) ratios"
+        "rl/importance_sampling",
+        default="token",
+        choices=IMPORTANCE_SAMPLING,
+        help="token (GRPO) or sequence (GSPO) ratios",
     )
     epsilon_low: float = field("rl/epsilon_low", default=0.2, min=0.0, below=1.0, help="lower clip of the ratio")
     epsilon_high: float = field("rl/epsilon_high", default=0.2, min=0.0, help="upper clip (DAPO's clip-higher: 0.28)")
@@ -162,7 +165,6 @@ class GRPOTrainer(SFTTrainer):
     def __init__(self, context: Any) -> None:
         super().__init__(context)
         self._environment: Environment | None = None
-        self._update_seconds = 0.0
 
     # -- settings -------------------------------------------------------------------------------
     @classmethod
@@ -203,10 +205,26 @@ class GRPOTrainer(SFTTrainer):
             return
         super().setup()
         a: GRPOConfig = self.args
-        if a.batch_size % a.group_size or self.batch_rows % a.group_size:
+        if a.batch_size % a.group_size:
             raise ConfigError(
                 f"training/batch_size={a.batch_size} completions do not split into groups of rl/group_size="
-                f"{a.group_size} (per process: {self.batch_rows}); make the batch a multiple of the group size"
+                f"{a.group_size}; make the batch a multiple of the group size"
+            )
+        if self.accumulate_steps > 1:
+            raise ConfigError(
+                f"{type(self).__qualname__} takes one update per batch of rollouts; leave training/micro_batch_size "
+                "unset (gradient accumulation is not supported yet)"
+            )
+        if str(a.init_from).startswith("hf:"):
+            raise ConfigError(
+                f"training/init_from={a.init_from}: {type(self).__qualname__} reads prompts with the byte tokenizer, "
+                "not the checkpoint's; start from a run trained on byte-tokenized data (run:NAME)"
+            )
+        vocab = int(self.setting("architecture/vocab_size", 0) or 0)
+        if vocab < self.tokenizer().vocab_size:
+            raise ConfigError(
+                f"architecture/vocab_size={vocab} is smaller than the byte tokenizer's {self.tokenizer().vocab_size}; "
+                f"set architecture/vocab_size={self.tokenizer().vocab_size} or more"
             )
         if a.beta > 0 and self.lora_rank <= 0:
             raise ConfigError(
@@ -215,6 +233,7 @@ class GRPOTrainer(SFTTrainer):
             )
         if a.rewards:  # unknown reward names fail before anything runs
             parse_weights(a.rewards)
+        self._encode(self.environment.prompts("train", a.seed, 0, a.batch_size // a.group_size))  # room to answer
 
     # -- rollouts -------------------------------------------------------------------------------
     def batch(self, slice: str = "train") -> Batch:
@@ -232,10 +251,12 @@ class GRPOTrainer(SFTTrainer):
         prompts = self.environment.prompts("train", a.seed, step, a.batch_size // a.group_size)
         rows = [p for p in prompts for _ in range(a.group_size)]
         sampling = SamplingParams(temperature=a.temperature, top_p=a.top_p)
-        completions, texts = self._complete(rows, sampling, seed=a.seed * 1_000_003 + step)
+        encoded, completions, stopped, texts = self._complete(
+            rows, sampling, seed=(a.seed * 1_000_003 + step) % SEED_RANGE
+        )
         total, per_reward = self._score(rows, texts, completions)
         advantages = np.asarray(group_advantages(jnp.asarray(total, jnp.float32), a.group_size, scale=a.scale_rewards))
-        batch = self._arrange(rows, completions)
+        batch = self._arrange(encoded, completions, stopped)
         seconds = time.perf_counter() - began
         generated = sum(len(c) for c in completions)
         batch.update(
@@ -250,26 +271,46 @@ class GRPOTrainer(SFTTrainer):
 
     def _complete(
         self, prompts: list[Prompt], sampling: SamplingParams, seed: int
-    ) -> tuple[list[list[int]], list[str]]:
-        """Completion tokens and texts of ``prompts`` from the current parameters (``self.state``, which
-        the training loop keeps current; the initial state before the first update)."""
-        tokenizer = self.tokenizer()
-        encoded = [list(tokenizer.encode(p.text)) for p in prompts]
+    ) -> tuple[list[list[int]], list[list[int]], list[bool], list[str]]:
+        """``(prompt ids, completion ids, stopped, completion texts)`` of ``prompts`` from the current
+        parameters (``self.state``: the training loop keeps it current; the initial state before the
+        first update). A prompt that leaves no room for ``rl/max_new_tokens`` is refused before
+        anything is generated."""
+        tokenizer, new = self.tokenizer(), self.args.max_new_tokens
+        encoded = self._encode(prompts)
+        longest = max(len(e) for e in encoded)
         if self.state is None:
             self.state = self.init_state()
         done = generate_tokens(
             self.model,
             self.state.params,
             encoded,
-            self.args.max_new_tokens,
+            new,
             sampling=sampling,
             seed=seed,
             eot_id=tokenizer.eot_id,
-            width=max(len(e) for e in encoded),
+            width=longest,
             sharding=self.sharding,
         )
         tokens = [list(c.tokens) for c in done]
-        return tokens, [tokenizer.decode(t) for t in tokens]
+        return encoded, tokens, [bool(c.stopped) for c in done], [tokenizer.decode(t) for t in tokens]
+
+    def _encode(self, prompts: list[Prompt]) -> list[list[int]]:
+        """The prompts' token ids (a system message on its own line first); a prompt that leaves no room
+        for ``rl/max_new_tokens`` in the sequence, or an empty one, is one ConfigError line."""
+        tokenizer, new = self.tokenizer(), self.args.max_new_tokens
+        encoded = [list(tokenizer.encode(f"{p.system}\n{p.text}" if p.system else p.text)) for p in prompts]
+        longest = max(len(e) for e in encoded)
+        if min(len(e) for e in encoded) == 0:
+            raise ConfigError(
+                f"environment {type(self.environment).__name__!r} gave an empty prompt; it must give text"
+            )
+        if longest + new > self.sequence_length:
+            raise ConfigError(
+                f"a prompt of {longest} tokens and rl/max_new_tokens={new} need training/sequence_length>="
+                f"{longest + new} (and architecture/block_size); raise it or lower rl/max_new_tokens"
+            )
+        return encoded
 
     def _score(
         self, prompts: list[Prompt], texts: list[str], tokens: list[list[int]]
@@ -283,37 +324,25 @@ class GRPOTrainer(SFTTrainer):
         with configuration(self.context.config):
             return self.environment.score(scored, texts, self.weights)
 
-    def _arrange(self, prompts: list[Prompt], completions: list[list[int]]) -> dict[str, np.ndarray]:
-        """Rows ``prompt + completion (+ end of text)`` from position 0, right-padded to the sequence
-        length: ``x``, ``y``, ``padding_mask`` and ``completion_mask`` (on the ``y`` positions that are
-        completion tokens) and ``completion_length``."""
-        tokenizer, length = self.tokenizer(), self.sequence_length
+    def _arrange(
+        self, prompts: list[list[int]], completions: list[list[int]], stopped: list[bool]
+    ) -> dict[str, np.ndarray]:
+        """Rows ``prompt + completion (+ end of text where it stopped)`` from position 0, right-padded to
+        the sequence length: ``x``, ``y``, ``padding_mask``, ``completion_mask`` (the ``y`` positions that
+        are completion tokens) and ``completion_length``."""
+        eot, length = self.tokenizer().eot_id, self.sequence_length
         rows = len(prompts)
         x = np.zeros((rows, length), np.int32)
         y = np.zeros((rows, length), np.int32)
         real = np.zeros((rows, length), bool)
         target = np.zeros((rows, length), bool)
-        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
-            ids = list(tokenizer.encode(prompt.text))
-            ended = len(completion) < self.args.max_new_tokens
-            sequence = ids + completion + ([tokenizer.eot_id] if ended else [])
-            if len(sequence) > length + 1:
-                raise ConfigError(
-                    f"a prompt of {len(ids)} tokens and rl/max_new_tokens={self.args.max_new_tokens} need "
-                    f"training/sequence_length>={len(ids) + self.args.max_new_tokens + 1}; raise it (and "
-                    "architecture/block_size)"
-                )
+        for i, (ids, completion, ended) in enumerate(zip(prompts, completions, stopped, strict=True)):
+            sequence = ids + completion + ([eot] if ended else [])
             n = len(sequence) - 1
             x[i, :n], y[i, :n], real[i, :n] = sequence[:-1], sequence[1:], True
             target[i, len(ids) - 1 : n] = True
         lengths = target.sum(axis=1).astype(np.float32)
         return {"x": x, "y": y, "padding_mask": real, "completion_mask": target, "completion_length": lengths}
-
-    def host_batch(self, slice: str = "train", position: int | None = None) -> dict[str, np.ndarray]:
-        self.setup()
-        if position is not None:
-            self._positions[slice] = int(position)
-        return {name: np.asarray(value) for name, value in self.batch(slice).items()}
 
     def abstract_train_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
         batch = super().abstract_train_batch()
@@ -368,7 +397,7 @@ class GRPOTrainer(SFTTrainer):
         count = self.args.batch_size // a.group_size
         prompts = [p for index in range(batches) for p in self.environment.prompts("eval", a.seed, index, count)]
         self.state = state
-        tokens, texts = self._complete(prompts, SamplingParams(temperature=0.0), seed=a.seed)
+        _ids, tokens, _stopped, texts = self._complete(prompts, SamplingParams(temperature=0.0), seed=a.seed)
         total, per_reward = self._score(prompts, texts, tokens)
         result: dict[str, Any] = {"loss": -float(np.mean(total)), "reward": float(np.mean(total))}
         result.update({f"reward/{name}": float(np.mean(v)) for name, v in per_reward.items()})
