@@ -188,10 +188,7 @@ class DPOTrainer(SFTTrainer):
                 skip_nonfinite=skip_nonfinite,
             )
 
-        new, loss, meta, grad_norm = frozen.step(run, state)
-        if adapters.has_adapters(state.params):
-            new = new.replace(params=adapters.keep_base(new.params, state.params))
-        return new, loss, meta, grad_norm
+        return frozen.adapter_step(run, state)
 
     @classmethod
     def val_step(

@@ -50,4 +50,17 @@ def step(
     return new.replace(params=quantization.join(new.params, held), apply_fn=apply), loss, meta, grad_norm
 
 
-__all__ = ["excluding_quantized", "step"]
+def adapter_step(
+    run: Callable[[TrainState], tuple[TrainState, Any, Any, Any]], state: TrainState
+) -> tuple[TrainState, Any, Any, Any]:
+    """:func:`step`, then, with LoRA adapters, the base parameters passed through untouched: the update of
+    every fine-tuning trainer."""
+    from theseus.model.finetune import adapters
+
+    new, loss, meta, grad_norm = step(run, state)
+    if adapters.has_adapters(state.params):
+        new = new.replace(params=adapters.keep_base(new.params, state.params))
+    return new, loss, meta, grad_norm
+
+
+__all__ = ["adapter_step", "excluding_quantized", "step"]

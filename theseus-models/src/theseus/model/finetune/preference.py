@@ -53,14 +53,19 @@ class Objective:
         return self.loss != "simpo"
 
 
-def sequence_logps(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``(sum of log p(target), number of targets)`` per row, over positions with ``targets != -1``."""
+def token_logps(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """``log p(target)`` at each position, in float32 (0 where ``targets == -1``)."""
     logits = jnp.asarray(logits, jnp.float32)
     valid = targets != -1
     safe = jnp.where(valid, targets, 0).astype(jnp.int32)
     picked = jnp.take_along_axis(logits, safe[..., None], axis=-1)[..., 0]
-    token = jnp.where(valid, picked - jax.nn.logsumexp(logits, axis=-1), 0.0)
-    return jnp.sum(token, axis=-1), jnp.sum(valid, axis=-1).astype(jnp.float32)
+    return jnp.where(valid, picked - jax.nn.logsumexp(logits, axis=-1), 0.0)
+
+
+def sequence_logps(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(sum of log p(target), number of targets)`` per row, over positions with ``targets != -1``."""
+    token = token_logps(logits, targets)
+    return jnp.sum(token, axis=-1), jnp.sum(targets != -1, axis=-1).astype(jnp.float32)
 
 
 def pairs_of(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -115,4 +120,4 @@ def preference_loss(
     return jnp.mean(losses), metrics
 
 
-__all__ = ["LOSSES", "REFERENCES", "Objective", "pairs_of", "preference_loss", "sequence_logps"]
+__all__ = ["LOSSES", "REFERENCES", "Objective", "pairs_of", "preference_loss", "sequence_logps", "token_logps"]

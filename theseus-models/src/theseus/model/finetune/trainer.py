@@ -97,10 +97,7 @@ class SFTTrainer(BaseTrainer):
         def run(inner: TrainState) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
             return base_step(inner, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite)
 
-        new, loss, meta, grad_norm = frozen.step(run, state)
-        if adapters.has_adapters(state.params):
-            new = new.replace(params=adapters.keep_base(new.params, state.params))
-        return new, loss, meta, grad_norm
+        return frozen.adapter_step(run, state)
 
     # -- base weights and checkpoints --------------------------------------------------------
     def init_state(self) -> TrainState:

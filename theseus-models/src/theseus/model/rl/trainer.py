@@ -33,6 +33,7 @@ import numpy as np
 from theseus.config import configuration, configure, field
 from theseus.errors import ConfigError
 from theseus.model.finetune import adapters, frozen
+from theseus.model.finetune.preference import token_logps
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.generation.decode import generate_tokens
 from theseus.model.generation.sampling import SamplingParams
@@ -94,12 +95,6 @@ class Objective:
     epsilon_high: float = 0.2
     beta: float = 0.0
     max_new_tokens: int = 32
-
-
-def token_logps(logits: jax.Array, targets: jax.Array) -> jax.Array:
-    """Log-probability of each target token under ``logits``: ``[B, T]`` (float32)."""
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    return jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
 
 
 #: Per-row batch entries that are logged as their mean (rewards, lengths, rollout timing).
@@ -383,10 +378,7 @@ class GRPOTrainer(SFTTrainer):
                 skip_nonfinite=skip_nonfinite,
             )
 
-        new, loss, meta, grad_norm = frozen.step(run, state)
-        if adapters.has_adapters(state.params):
-            new = new.replace(params=adapters.keep_base(new.params, state.params))
-        return new, loss, meta, grad_norm
+        return frozen.adapter_step(run, state)
 
     # -- validation -----------------------------------------------------------------------------
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
@@ -417,4 +409,4 @@ class LlamaGRPO(GRPOTrainer):
     MODEL: ClassVar[Any] = "llama"
 
 
-__all__ = ["GPTGRPO", "GRPOConfig", "GRPOTrainer", "LlamaGRPO", "Objective", "PolicyStep", "token_logps"]
+__all__ = ["GPTGRPO", "GRPOConfig", "GRPOTrainer", "LlamaGRPO", "Objective", "PolicyStep"]
