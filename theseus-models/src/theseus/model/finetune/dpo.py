@@ -176,19 +176,10 @@ class DPOTrainer(SFTTrainer):
         objective: Objective = Objective(),
     ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
         """One update of the preference loss; with adapters, the base passes through untouched."""
-
-        def run(inner: TrainState) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
-            return steps.train_step(
-                PreferenceStep(objective),
-                inner,
-                batch,
-                key,
-                accumulate_steps,
-                sharding=sharding,
-                skip_nonfinite=skip_nonfinite,
-            )
-
-        return frozen.adapter_step(run, state)
+        step = PreferenceStep(objective)
+        return frozen.objective_step(
+            step, state, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
+        )
 
     @classmethod
     def val_step(

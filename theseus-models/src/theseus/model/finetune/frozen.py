@@ -63,4 +63,26 @@ def adapter_step(
     return new, loss, meta, grad_norm
 
 
-__all__ = ["adapter_step", "excluding_quantized", "step"]
+def objective_step(
+    objective: Any,
+    state: TrainState,
+    batch: Any,
+    key: Any,
+    accumulate_steps: int,
+    *,
+    sharding: Any,
+    skip_nonfinite: bool = False,
+) -> tuple[TrainState, Any, Any, Any]:
+    """``steps.train_step`` of ``objective`` (an object with ``forward`` and ``loss_weight``, as a trainer
+    class has) through :func:`adapter_step`: the update of a fine-tuning trainer with its own loss."""
+    from theseus.training import steps
+
+    def run(inner: TrainState) -> tuple[TrainState, Any, Any, Any]:
+        return steps.train_step(
+            objective, inner, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
+        )
+
+    return adapter_step(run, state)
+
+
+__all__ = ["adapter_step", "excluding_quantized", "objective_step", "step"]

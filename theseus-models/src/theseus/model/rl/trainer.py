@@ -366,19 +366,9 @@ class GRPOTrainer(SFTTrainer):
         objective: Objective = Objective(),
     ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
         """One update of the policy loss; with adapters, the base passes through untouched."""
-
-        def run(inner: TrainState) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
-            return steps.train_step(
-                PolicyStep(objective),
-                inner,
-                batch,
-                key,
-                accumulate_steps,
-                sharding=sharding,
-                skip_nonfinite=skip_nonfinite,
-            )
-
-        return frozen.adapter_step(run, state)
+        return frozen.objective_step(
+            PolicyStep(objective), state, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
+        )
 
     # -- validation -----------------------------------------------------------------------------
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
