@@ -369,11 +369,11 @@ class TrainingLoop:
         the one before it fetched (``_finish``)."""
         t = self.trainer
         step_fn = t.train_step_fn()
+        t.state = state  # the live state, which a batch may depend on (an on-policy trainer's rollouts)
         for step in range(start, self.stop):
             if self.peak is None and step > start:
                 self._measure_peak(self.pending)
             t.step = step
-            t.state = state  # what the batch may depend on (an on-policy trainer's rollouts)
             host = t.host_batch("train", position=step)
             kill_point("data", step + 1)
             batch = t.device_train_batch(host)

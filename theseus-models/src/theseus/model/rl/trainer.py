@@ -22,6 +22,7 @@ the negative mean reward (so the best checkpoint is the one that scores highest)
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -151,7 +152,8 @@ class PolicyStep:
 
 
 class GRPOTrainer(SFTTrainer):
-    """GRPO-family training of ``MODEL`` (``model=`` selects another) on ``rl/environment``."""
+    """GRPO-family training of ``MODEL`` (``model=`` selects another) on ``ENVIRONMENT`` (``environment=``
+    selects another)."""
 
     CONFIG: ClassVar[type] = GRPOConfig
     DATASET: ClassVar[Any] = []
@@ -190,8 +192,9 @@ class GRPOTrainer(SFTTrainer):
                 self._environment = configure(self.environment_class())
         return self._environment
 
-    @property
+    @functools.cached_property
     def weights(self) -> dict[str, float]:
+        """The rewards scored and their weights: ``rl/rewards``, else the environment's own."""
         text = self.args.rewards
         return parse_weights(text) if text else dict(self.environment.REWARDS)
 
@@ -388,13 +391,14 @@ class GRPOTrainer(SFTTrainer):
 
 
 class GPTGRPO(GRPOTrainer):
-    """GPT (``model/gpt``) trained with GRPO on ``rl/environment``."""
+    """GPT (``model/gpt``) trained with GRPO on its ``ENVIRONMENT`` (``environment=`` selects another)."""
 
     MODEL: ClassVar[Any] = "gpt"
 
 
 class LlamaGRPO(GRPOTrainer):
-    """The Llama-style model (``model/llama``) trained with GRPO on ``rl/environment``."""
+    """The Llama-style model (``model/llama``) trained with GRPO on its ``ENVIRONMENT`` (``environment=``
+    selects another)."""
 
     MODEL: ClassVar[Any] = "llama"
 
