@@ -5,14 +5,19 @@ reference runs, and misconfigurations are one line."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import TINY_GPT
+from tests.conftest import TINY_GPT, clean_env, xla_flags
 from tests.reliability.conftest import call_cli, error_line
 from tests.training.test_fp8 import checkpoint_digest
+from theseus.base.killpoints import ENV
+from theseus.training.preemption import EXIT_CODE
 
 LETTERS = Path(__file__).with_name("letters_env.py")
 #: 4 prompts x 8 completions of up to 8 bytes from a one-layer GPT.
@@ -31,9 +36,22 @@ GRPO = [
 ]
 
 
+def grpo_args(root: Path, *overrides: str) -> list[str]:
+    return [
+        "--load",
+        str(LETTERS),
+        "run",
+        "gpt/train/grpo",
+        "environment=letters",
+        *GRPO,
+        *overrides,
+        "--root",
+        str(root),
+    ]
+
+
 def grpo(root: Path, *overrides: str) -> int:
-    args = ["--load", str(LETTERS), "run", "gpt/train/grpo", "environment=letters", *GRPO, *overrides]
-    return call_cli([*args, "--root", str(root)])
+    return call_cli(grpo_args(root, *overrides))
 
 
 def train_rows(run: Path) -> list[dict]:
@@ -60,13 +78,44 @@ def test_grpo_raises_the_reward_of_a_learnable_environment(tmp_path: Path) -> No
     assert first["rollout_tokens_per_s"] > 0 and first["completion_length_max"] <= 9
 
 
-def test_a_stopped_grpo_run_resumes_bit_exactly(tmp_path: Path) -> None:
-    assert grpo(tmp_path, "training/steps=4", "training/lr=1e-2", "run/name=whole") == 0
-    assert grpo(tmp_path, "training/steps=4", "training/lr=1e-2", "run/name=halves", "training/stop_after=2") == 0
-    assert grpo(tmp_path, "training/steps=4", "training/lr=1e-2", "run/name=halves") == 0
-    assert checkpoint_digest(tmp_path / "runs" / "whole", 4) == checkpoint_digest(tmp_path / "runs" / "halves", 4)
-    whole, halves = train_rows(tmp_path / "runs" / "whole"), train_rows(tmp_path / "runs" / "halves")
-    assert [r["reward"] for r in whole] == [r["reward"] for r in halves]  # the same rollouts
+#: Several updates per rollout and dynamic sampling: the rollout state a resumed run must rebuild.
+RESUMED = [
+    "training/steps=4",
+    "training/lr=1e-2",
+    "training/checkpoint_interval=1",
+    "rl/updates_per_rollout=2",
+    "rl/dynamic_sampling=true",
+    "rl/rewards=odd_letters,overlong:0.5",  # overlong: a reward the environment does not name, with its keys
+    "reward/overlong/max_length=100",
+    "reward/overlong/buffer=10",
+]
+#: Fields that measure time, not the run.
+TIMING = {"step_time", "tokens_per_sec", "mfu", "rollout_seconds", "rollout_tokens_per_s", "update_seconds"}
+
+
+def untimed(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in TIMING and k != "rollout_share"} for row in rows]
+
+
+def test_a_preempted_then_killed_grpo_run_resumes_bit_exactly(tmp_path: Path) -> None:
+    """SIGTERM during update 2 checkpoints it and exits 75; the next attempt is SIGKILLed once rollout 4
+    is made; the third finishes: parameters, optimizer state and metrics equal an uninterrupted run's."""
+    assert grpo(tmp_path, *RESUMED, "run/name=whole") == 0
+    command = [sys.executable, "-m", "theseus.cli.main", "--load", str(LETTERS), "run", "gpt/train/grpo"]
+    command += ["environment=letters", *GRPO, *RESUMED, "run/name=broken", "--root", str(tmp_path)]
+    for kill_at, code in (("step:2:TERM", EXIT_CODE), ("data:4", -signal.SIGKILL)):
+        done = subprocess.run(command, env=clean_env(**{ENV: kill_at}), capture_output=True, text=True, timeout=300)
+        assert done.returncode == code, done.stderr
+    assert grpo(tmp_path, *RESUMED, "run/name=broken") == 0
+    assert checkpoint_digest(tmp_path / "runs" / "whole", 4) == checkpoint_digest(tmp_path / "runs" / "broken", 4)
+    whole, broken = train_rows(tmp_path / "runs" / "whole"), train_rows(tmp_path / "runs" / "broken")
+    assert untimed(whole) == untimed(broken)  # the same rollouts, losses and metrics
+    # two of the four prompts score 0 whatever is written: their groups are dropped and refilled
+    assert [row["groups_dropped"] for row in whole] == [0.5] * 4
+    assert all(row["reward_std"] > 0 for row in whole)
+    assert all(row["reward/overlong"] == 0.0 for row in whole)  # 8 tokens are far from 100 - 10
+    # the second update of each rollout is off the sampling policy: its ratio moves from 1
+    assert all(abs(row["ratio_mean"] - 1.0) > 1e-4 for row in whole), [row["ratio_mean"] for row in whole]
 
 
 def test_lora_with_a_kl_penalty_to_the_adapters_off_policy(tmp_path: Path) -> None:
@@ -74,6 +123,34 @@ def test_lora_with_a_kl_penalty_to_the_adapters_off_policy(tmp_path: Path) -> No
     rows = train_rows(tmp_path / "runs" / "lora")
     assert len(rows) == 2 and all(np.isfinite(row["kl"]) for row in rows)
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # fresh adapters: the policy is the reference
+
+
+LORA = ["model/lora/rank=4", "model/lora/targets=[query,value,up,down]"]
+#: Two rollouts of two updates each.
+LAYOUT_RUN = ["training/steps=2", "training/lr=1e-2", "rl/updates_per_rollout=2"]
+#: run name -> settings, on 4 devices (grpo_layouts_run.py)
+LAYOUTS = {
+    "full-fsdp": ["mesh/layout=fsdp"],
+    "full-tp": ["mesh/layout=tp", "mesh/data=2", "mesh/model=2"],
+    "full-fsdp+tp": ["mesh/layout=fsdp+tp", "mesh/data=2", "mesh/model=2"],
+    "lora-fsdp+tp": ["mesh/layout=fsdp+tp", "mesh/data=2", "mesh/model=2", *LORA],
+}
+
+
+def test_sharded_layouts_roll_out_and_train_as_one_device(tmp_path: Path) -> None:
+    """Full fine-tuning and LoRA, fsdp, tp and fsdp+tp on 4 devices with rollouts on the run's mesh: the same
+    rewards and losses as one device."""
+    assert grpo(tmp_path, *LAYOUT_RUN, "run/name=full-1") == 0
+    assert grpo(tmp_path, *LAYOUT_RUN, *LORA, "run/name=lora-1") == 0
+    script = Path(__file__).with_name("grpo_layouts_run.py")
+    env = clean_env(XLA_FLAGS=xla_flags(devices=4))
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in LAYOUTS:
+        one = train_rows(tmp_path / "runs" / f"{name.split('-')[0]}-1")
+        sharded = train_rows(tmp_path / "runs" / name)
+        for field in ("reward", "loss", "ratio_mean"):
+            np.testing.assert_allclose([r[field] for r in sharded], [r[field] for r in one], atol=1e-5, err_msg=name)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import pytest
 
 from theseus.config import configuration, configure
 from theseus.errors import ConfigError
+from theseus.training.assembly import per_step
 from theseus.training.schedules import (
     WSD,
     Constant,
@@ -72,6 +73,15 @@ def test_constant_with_and_without_warmup() -> None:
     assert values(Constant, ConstantConfig(), [0, 50, 99]) == pytest.approx([PEAK] * 3)
     warm = ConstantConfig(warmup_fraction=0.1)
     assert values(Constant, warm, [0, 4, 9, 10, 99]) == pytest.approx([PEAK / 10, PEAK / 2, PEAK, PEAK, PEAK])
+
+
+def test_several_updates_per_step_share_the_steps_learning_rate() -> None:
+    """A trainer taking 3 optimizer updates per step (GRPO's rl/updates_per_rollout) gives updates 3k..3k+2
+    the learning rate of step k, so the schedule still spans training/steps."""
+    fn = Cosine.create(PEAK, TOTAL, CosineConfig(warmup_fraction=0.1))
+    three = per_step(fn, 3)
+    assert [float(three(u)) for u in (0, 1, 2, 3, 299)] == pytest.approx([float(fn(s)) for s in (0, 0, 0, 1, 99)])
+    assert per_step(fn, 1) is fn
 
 
 def test_schedules_read_their_keys_from_the_configuration() -> None:

@@ -78,8 +78,13 @@ def load_reward(name: str) -> RewardFn:
     return reward
 
 
-def reward_config(weights: Mapping[str, float]) -> list[type]:
-    """The configuration classes of the rewards named in ``weights`` (for a job's schema)."""
+def reward_config(weights: Mapping[str, float] | None = None) -> list[type]:
+    """The configuration classes of the rewards named in ``weights``, or of every registered reward
+    (the keys a job accepts whichever rewards ``rl/rewards`` names)."""
+    if weights is None:
+        from theseus.registry import get_registry
+
+        weights = {key[1]: 1.0 for key in get_registry().components if key[0] == "reward"}
     classes: list[type] = []
     for name in weights:
         obj = _load("reward", name)

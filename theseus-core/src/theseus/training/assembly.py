@@ -63,6 +63,14 @@ def learning_rate_schedule(schedule: Schedule | None, lr: float, steps: int) -> 
     return schedule.create(lr, steps) if schedule is not None else optax.constant_schedule(lr)
 
 
+def per_step(schedule: optax.Schedule, updates: int) -> optax.Schedule:
+    """``schedule`` over optimizer updates when each step takes ``updates`` of them: update ``k`` gets the
+    learning rate of step ``k // updates``."""
+    if updates == 1:
+        return schedule
+    return lambda count: schedule(count // updates)
+
+
 def optimizer_chain(
     optimizer: Optimizer, lr_schedule: optax.Schedule, grad_clip: float, variables: Any
 ) -> optax.GradientTransformation:

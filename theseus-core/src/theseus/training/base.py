@@ -203,6 +203,11 @@ class BaseTrainer(Job):
         of the loss a subclass computes, e.g. a preference objective); hashable values only."""
         return {}
 
+    def updates_per_step(self) -> int:
+        """Optimizer updates one ``train_step`` takes (several on the same batch, as reinforcement learning
+        does with its rollouts). The schedule gives each of them the learning rate of its step."""
+        return 1
+
     @classmethod
     def val_step(cls, state: TrainState, batch: Batch, *, sharding: TrainerSharding) -> tuple[Any, Any, dict[str, Any]]:
         """``(loss_sum, count, metadata)`` of one batch without dropout."""
@@ -256,7 +261,8 @@ class BaseTrainer(Job):
             self.lr_schedule = assembly.learning_rate_schedule(self.schedule(), args.lr, args.steps)
             self.init_key, self.dropout_key = keys.root_keys(args.seed)  # computed on the host: nothing to compile
             variables = abstract_variables(self.model, self.sharding, self.init_key, self.sequence_length)
-            tx = assembly.optimizer_chain(self.optimizer(), self.lr_schedule, args.grad_clip, variables)
+            per_update = assembly.per_step(self.lr_schedule, self.updates_per_step())
+            tx = assembly.optimizer_chain(self.optimizer(), per_update, args.grad_clip, variables)
             self.tx = self._restrict_optimizer(tx, nn.unbox(variables)["params"])
             self.evaluations = [_instantiate(declarations.resolve("evaluation", e)) for e in self.EVALUATION]
             self.analyses = [_instantiate(declarations.resolve("analysis", a)) for a in self.ANALYSIS]

@@ -39,7 +39,7 @@ from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.generation.decode import generate_tokens
 from theseus.model.generation.sampling import SamplingParams
 from theseus.model.rl.loss import IMPORTANCE_SAMPLING, LOSS_TYPES, group_advantages, policy_loss
-from theseus.rl.environment import Environment, Prompt
+from theseus.rl.environment import Environment, Prompt, rng
 from theseus.rl.rewards import COMPLETION_TOKENS
 from theseus.rl.selection import REWARDS_KEY, parse_weights, reward_config
 from theseus.training import declarations, steps
@@ -75,6 +75,18 @@ class GRPOConfig(SFTConfig):
     scale_rewards: bool = field(
         "rl/scale_rewards", default=True, help="divide advantages by the group's reward std (false: Dr. GRPO)"
     )
+    updates: int = field(
+        "rl/updates_per_rollout",
+        default=1,
+        min=1,
+        help="optimizer updates on each batch of rollouts (mu), against the sampling policy's log-probabilities",
+    )
+    dynamic_sampling: bool = field(
+        "rl/dynamic_sampling", default=False, help="drop groups whose rewards are all equal and refill them (DAPO)"
+    )
+    resample_rounds: int = field(
+        "rl/resample_rounds", default=3, min=1, help="rounds of refills at most per step (rl/dynamic_sampling)"
+    )
 
 
 @dataclass
@@ -84,6 +96,42 @@ class EnvironmentSelection:
     environment: str = field(
         "select/environment", default="", help="environment by registered name (environment=countdown)"
     )
+
+
+@dataclass
+class Rollouts:
+    """Scored completions, each prompt's ``rl/group_size`` consecutive: token ids of prompts and
+    completions, whether each stopped at the end of text, the weighted reward and each reward's score."""
+
+    prompts: list[list[int]]
+    completions: list[list[int]]
+    stopped: list[bool]
+    rewards: list[float]
+    per_reward: dict[str, list[float]]
+
+    def groups(self, size: int) -> list[Rollouts]:
+        """One ``Rollouts`` per prompt."""
+        return [self._rows(slice(i, i + size)) for i in range(0, len(self.rewards), size)]
+
+    def varied(self) -> bool:
+        """Whether the rewards differ (a group whose rewards are all equal has no advantage)."""
+        return len(set(self.rewards)) > 1
+
+    def _rows(self, rows: slice) -> Rollouts:
+        per_reward = {name: v[rows] for name, v in self.per_reward.items()}
+        return Rollouts(self.prompts[rows], self.completions[rows], self.stopped[rows], self.rewards[rows], per_reward)
+
+    @staticmethod
+    def join(parts: list[Rollouts]) -> Rollouts:
+        """The rows of ``parts`` in order."""
+        names = parts[0].per_reward
+        return Rollouts(
+            [p for part in parts for p in part.prompts],
+            [c for part in parts for c in part.completions],
+            [s for part in parts for s in part.stopped],
+            [r for part in parts for r in part.rewards],
+            {name: [v for part in parts for v in part.per_reward[name]] for name in names},
+        )
 
 
 @dataclass(frozen=True)
@@ -96,10 +144,40 @@ class Objective:
     epsilon_high: float = 0.2
     beta: float = 0.0
     max_new_tokens: int = 32
+    updates: int = 1
 
 
 #: Per-row batch entries that are logged as their mean (rewards, lengths, rollout timing).
-LOGGED = ("reward", "completion_length", "rollout_seconds", "rollout_tokens_per_s")
+LOGGED = (
+    "reward",
+    "completion_length",
+    "rollout_seconds",
+    "rollout_tokens_per_s",
+    "update_seconds",
+    "rollout_share",
+    "groups_dropped",
+)
+
+
+def completion_entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """The mean entropy (nats) of the policy's next-token distributions over the masked positions."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    return jnp.sum(entropy * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def sampling_logps(state: TrainState, batch: Batch, sharding: TrainerSharding) -> jax.Array:
+    """The completion tokens' log-probabilities under ``state.params``, the policy that sampled the
+    rollouts (``[accumulate, rows, T]``, no gradient, no dropout): the ``old_logps`` of every update
+    taken on them."""
+
+    def one(micro: Batch) -> jax.Array:
+        inputs = {"x": micro["x"], "padding_mask": micro["padding_mask"]}
+        logits, _, _ = steps.forward(state, state.params, inputs, deterministic=True)
+        return token_logps(logits, micro["y"])
+
+    with sharding.context():
+        return jax.lax.stop_gradient(jax.lax.map(one, {k: batch[k] for k in ("x", "y", "padding_mask")}))
 
 
 class PolicyStep:
@@ -127,9 +205,11 @@ class PolicyStep:
             ref_logits, _, _ = steps.forward(state, adapters.switched_off(params), inputs, deterministic=True)
             reference = jax.lax.stop_gradient(token_logps(ref_logits, batch["y"]))
         mask = batch["completion_mask"].astype(jnp.float32)
+        # with one update per rollout the sampling policy is the one being updated
+        old = batch["old_logps"] if "old_logps" in batch else jax.lax.stop_gradient(logps)
         loss, metrics = policy_loss(
             logps,
-            jax.lax.stop_gradient(logps),  # one update per rollout: the sampling policy is this one
+            old,
             batch["advantages"],
             mask,
             loss_type=o.loss,  # type: ignore[arg-type]
@@ -144,6 +224,9 @@ class PolicyStep:
         logged = {name: jnp.mean(batch[name]) for name in batch if name in LOGGED or name.startswith("reward/")}
         logged["reward_std"] = jnp.std(batch["reward"])
         logged["completion_length_max"] = jnp.max(batch["completion_length"])
+        logged["entropy"] = completion_entropy(jax.lax.stop_gradient(logits), mask)
+        if "reward/correct" in batch:
+            logged["accuracy"] = jnp.mean(batch["reward/correct"] >= 1.0)
         return logits, loss, {**meta, **metrics, **logged}
 
     @staticmethod
@@ -162,6 +245,7 @@ class GRPOTrainer(SFTTrainer):
     def __init__(self, context: Any) -> None:
         super().__init__(context)
         self._environment: Environment | None = None
+        self._rollout_ended: float | None = None  # perf_counter() when the last rollout was ready
 
     # -- settings -------------------------------------------------------------------------------
     @classmethod
@@ -171,16 +255,20 @@ class GRPOTrainer(SFTTrainer):
 
     @classmethod
     def config(cls) -> list[type]:
-        """The trainer's keys, the environment's (``environment/<name>/...``) and its rewards'."""
+        """The trainer's keys, the environment's (``environment/<name>/...``) and those of every registered
+        reward (``reward/<name>/...``: ``rl/rewards`` may name any)."""
         environment = cls.environment_class()
-        return declarations.unique(
-            [*super().config(), EnvironmentSelection, environment, *reward_config(environment.REWARDS)]
-        )
+        return declarations.unique([*super().config(), EnvironmentSelection, environment, *reward_config()])
 
     @property
     def objective(self) -> Objective:
         a: GRPOConfig = self.args
-        return Objective(a.loss, a.importance_sampling, a.epsilon_low, a.epsilon_high, a.beta, a.max_new_tokens)
+        return Objective(
+            a.loss, a.importance_sampling, a.epsilon_low, a.epsilon_high, a.beta, a.max_new_tokens, a.updates
+        )
+
+    def updates_per_step(self) -> int:
+        return int(self.args.updates)
 
     def step_options(self) -> dict[str, Any]:
         return {"objective": self.objective}
@@ -245,27 +333,72 @@ class GRPOTrainer(SFTTrainer):
         process generates and scores the whole batch (the decoder splits its rows over the mesh) and
         keeps its share, so advantages see every completion of a group."""
         a: GRPOConfig = self.args
+        if self.state is not None:  # the previous update done, so its time is not counted as the rollout's
+            jax.block_until_ready(self.state.params)
         began = time.perf_counter()
-        prompts = self.environment.prompts("train", a.seed, step, a.batch_size // a.group_size)
-        rows = [p for p in prompts for _ in range(a.group_size)]
-        sampling = SamplingParams(temperature=a.temperature, top_p=a.top_p)
-        encoded, completions, stopped, texts = self._complete(
-            rows, sampling, seed=(a.seed * 1_000_003 + step) % SEED_RANGE
-        )
-        total, per_reward = self._score(rows, texts, completions)
-        advantages = np.asarray(group_advantages(jnp.asarray(total, jnp.float32), a.group_size, scale=a.scale_rewards))
-        batch = self._arrange(encoded, completions, stopped)
-        seconds = time.perf_counter() - began
-        generated = sum(len(c) for c in completions)
+        update_seconds = began - self._rollout_ended if self._rollout_ended is not None else 0.0
+        done, dropped = self._sample(step)
+        advantages = group_advantages(jnp.asarray(done.rewards, jnp.float32), a.group_size, scale=a.scale_rewards)
+        batch = self._arrange(done.prompts, done.completions, done.stopped)
+        self._rollout_ended = time.perf_counter()
+        seconds = self._rollout_ended - began
+        generated = sum(len(c) for c in done.completions)
+        rows = len(done.rewards)
+
+        def column(value: float) -> np.ndarray:
+            return np.full(rows, value, np.float32)
+
         batch.update(
-            advantages=advantages.astype(np.float32),
-            reward=np.asarray(total, np.float32),
-            rollout_seconds=np.full(len(rows), seconds, np.float32),
-            rollout_tokens_per_s=np.full(len(rows), generated / max(seconds, 1e-9), np.float32),
-            **{f"reward/{name}": np.asarray(v, np.float32) for name, v in per_reward.items()},
+            advantages=np.asarray(advantages, np.float32),
+            reward=np.asarray(done.rewards, np.float32),
+            rollout_seconds=column(seconds),
+            rollout_tokens_per_s=column(generated / max(seconds, 1e-9)),
+            update_seconds=column(update_seconds),
+            rollout_share=column(seconds / (seconds + update_seconds)),
+            groups_dropped=column(dropped),
+            **{f"reward/{name}": np.asarray(v, np.float32) for name, v in done.per_reward.items()},
         )
         first = self.sharding.feed_index * self.batch_rows
         return {name: value[first : first + self.batch_rows] for name, value in batch.items()}
+
+    def _sample(self, step: int) -> tuple[Rollouts, float]:
+        """The scored rollouts of ``step`` and the fraction of groups dropped. With
+        ``rl/dynamic_sampling``, groups whose rewards are all equal (no advantage to learn from) are
+        dropped and refilled from further rounds of the same size (new prompts and samples keyed by
+        ``(seed, step, round)``), up to ``rl/resample_rounds``; places still empty then keep dropped groups."""
+        a: GRPOConfig = self.args
+        count = a.batch_size // a.group_size
+        first = self._generate(step, 0, count)
+        if not a.dynamic_sampling:
+            return first, 0.0
+        kept: list[Rollouts] = []
+        spare: list[Rollouts] = []
+        drawn = 0
+        for round in range(a.resample_rounds + 1):
+            batch = first if round == 0 else self._generate(step, round, count)
+            for group in batch.groups(a.group_size):
+                (kept if group.varied() else spare).append(group)
+            drawn += count
+            if len(kept) >= count:
+                break
+        dropped = 1.0 - min(len(kept), count) / drawn
+        return Rollouts.join((kept + spare)[:count]), dropped
+
+    def _generate(self, step: int, round: int, count: int) -> Rollouts:
+        """``count`` prompts of the train split with ``rl/group_size`` scored completions each: round 0
+        is the step's own draw, later rounds (dynamic sampling's refills) draw from seeds of their own."""
+        a: GRPOConfig = self.args
+        seed = (a.seed * 1_000_003 + step) % SEED_RANGE
+        prompt_seed = a.seed
+        if round:
+            seed = rng("rollout", a.seed, step, round).randrange(SEED_RANGE)
+            prompt_seed = rng("refill", a.seed, round).randrange(SEED_RANGE)
+        prompts = self.environment.prompts("train", prompt_seed, step, count)
+        rows = [p for p in prompts for _ in range(a.group_size)]
+        sampling = SamplingParams(temperature=a.temperature, top_p=a.top_p)
+        encoded, completions, stopped, texts = self._complete(rows, sampling, seed=seed)
+        total, per_reward = self._score(rows, texts, completions)
+        return Rollouts(encoded, completions, stopped, total, per_reward)
 
     def _complete(
         self, prompts: list[Prompt], sampling: SamplingParams, seed: int
@@ -349,7 +482,7 @@ class GRPOTrainer(SFTTrainer):
         shape = (*rows, self.sequence_length)
         batch["padding_mask"] = jax.ShapeDtypeStruct(shape, jnp.bool_, sharding=batch["x"].sharding)
         batch["completion_mask"] = jax.ShapeDtypeStruct(shape, jnp.bool_, sharding=batch["x"].sharding)
-        names = ["advantages", "reward", "completion_length", "rollout_seconds", "rollout_tokens_per_s"]
+        names = ["advantages", *LOGGED]
         names += [f"reward/{name}" for name in self.weights]
         for name in names:
             batch[name] = jax.ShapeDtypeStruct(rows, jnp.float32, sharding=per_row)
@@ -368,10 +501,27 @@ class GRPOTrainer(SFTTrainer):
         skip_nonfinite: bool = False,
         objective: Objective = Objective(),
     ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
-        """One update of the policy loss; with adapters, the base passes through untouched."""
-        return frozen.objective_step(
-            PolicyStep(objective), state, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
-        )
+        """``objective.updates`` updates of the policy loss on one batch of rollouts (the first at ratio 1,
+        the later ones clipped against the sampling policy's log-probabilities); with adapters, the base
+        passes through untouched. ``state.step`` counts batches; the loss, metrics and gradient norm are
+        the updates' means (``skipped``: whether any update was skipped)."""
+        policy = PolicyStep(objective)
+        if objective.updates == 1:
+            return frozen.objective_step(
+                policy, state, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
+            )
+        batch = {**batch, "old_logps": sampling_logps(state, batch, sharding)}
+
+        def update(current: TrainState, update_key: jax.Array) -> tuple[TrainState, Any]:
+            new, loss, meta, grad_norm = frozen.objective_step(
+                policy, current, batch, update_key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
+            )
+            return new, (loss, meta, grad_norm)
+
+        keys = jax.random.split(key, objective.updates)
+        new_state, (losses, metas, norms) = jax.lax.scan(update, state, keys)
+        meta = {name: jnp.max(v) if name == "skipped" else jnp.mean(v, axis=0) for name, v in metas.items()}
+        return new_state.replace(step=state.step + 1), jnp.mean(losses), meta, jnp.mean(norms)
 
     # -- validation -----------------------------------------------------------------------------
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
@@ -386,6 +536,8 @@ class GRPOTrainer(SFTTrainer):
         total, per_reward = self._score(prompts, texts, tokens)
         result: dict[str, Any] = {"loss": -float(np.mean(total)), "reward": float(np.mean(total))}
         result.update({f"reward/{name}": float(np.mean(v)) for name, v in per_reward.items()})
+        if "correct" in per_reward:
+            result["accuracy"] = float(np.mean(np.asarray(per_reward["correct"]) >= 1.0))
         result["tokens"] = float(len(prompts))
         return result
 
