@@ -207,6 +207,30 @@ def distribute(params: Any, shardings: Any) -> Any:
     )
 
 
+def run_model(path: Path) -> tuple[Configuration, dict[str, Any], TransformerLM]:
+    """The saved configuration, the provenance record and the model (rebuilt, no parameters) of the run
+    in folder ``path``."""
+    config = Configuration(read_yaml(path / CONFIG_FILE))
+    provenance = read_provenance(path)
+    cls = model_class(provenance, path.name)
+    with configuration(config):
+        model = configure(cls)
+    return config, provenance, model
+
+
+def run_params(
+    root: str | Path, path: Path, config: Configuration, model: TransformerLM, step: int, shardings: Any = None
+) -> Any:
+    """The parameters of checkpoint ``step`` of the run in folder ``path`` on ``shardings`` (default: the
+    default device); a LoRA run's checkpoint holds the adapters, and its ``training/init_from`` the base."""
+    from theseus.model.finetune.loading import refers_to_base, restore_adapted
+
+    if refers_to_base(config):
+        params = restore_adapted(root, config, model, path, step, abstract_params(model), path.name)
+        return params if shardings is None else distribute(params, shardings)
+    return restore_run_params(path, step, abstract_params(model), path.name, shardings)
+
+
 def load_run(
     root: str | Path,
     name: str = "",
@@ -224,21 +248,10 @@ def load_run(
     path = run_folder(root, name).absolute()
     name = path.name
     chosen = checkpoint_step(path, step, name)
-    values = read_yaml(path / CONFIG_FILE)
-    provenance = read_provenance(path)
-    cls = model_class(provenance, name)
-    config = Configuration(values)
-    with configuration(config):
-        model = configure(cls)
-    from theseus.model.finetune.loading import refers_to_base, restore_adapted
-
+    config, provenance, model = run_model(path)
     sharding = None if mesh is None else mesh(model)
     shardings = None if sharding is None else param_shardings(model, sharding)
-    if refers_to_base(config):  # a LoRA run: the checkpoint holds the adapters, init_from the base
-        params = restore_adapted(root, config, model, path, chosen, abstract_params(model), name)
-        params = params if shardings is None else distribute(params, shardings)
-    else:
-        params = restore_run_params(path, chosen, abstract_params(model), name, shardings)
+    params = run_params(root, path, config, model, chosen, shardings)
     tok = run_tokenizer(provenance, model, tokenizer, name)
     if tok.vocab_size > model.architecture.vocab_size:
         raise ConfigError(

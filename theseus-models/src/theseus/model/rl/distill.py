@@ -1,0 +1,365 @@
+"""Distillation: a student learns the token distributions of a teacher (``distill/teacher``).
+
+* ``*/train/distill``, on-policy (GKD, Agarwal et al. 2024): ``GRPOTrainer`` with the policy loss
+  replaced. Each update the student samples ``rl/group_size`` completions of each of
+  ``training/batch_size / rl/group_size`` prompts of an environment (GRPO's rollouts: the KV-cache
+  decoder on the run's mesh, ``rl/max_new_tokens``, ``rl/temperature``, ``rl/top_p``; the rewards are
+  scored and logged, never trained on), and the loss is the generalized Jensen-Shannon
+  divergence (``distill/beta``) between the student's and the teacher's distributions at the
+  completions' positions (``theseus.model.rl.loss.generalized_jsd``); GRPO's policy-loss keys are not
+  this job's.
+* ``*/train/distill_offline``: batches of a dataset (SFT's chat data by default; ``dataset=`` selects
+  another) and the forward ``KL(teacher || student)`` at every position that counts
+  (``theseus.model.rl.loss.forward_kl``).
+
+Both divide the logits by ``distill/temperature``. The teacher is a theseus run (its own model and
+latest checkpoint) or a local Hugging Face folder (``theseus.model.rl.teacher``) with the student's
+vocabulary. Its parameters are read once, placed on the student's mesh and passed into the jitted
+step with every batch; its logits are computed there, and no gradient reaches it. LoRA
+(``model/lora/rank``), ``training/init_from`` and the sharding layouts work as in ``SFTTrainer``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from theseus.config import field
+from theseus.model.finetune import adapters, frozen
+from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
+from theseus.model.generation.sampling import SamplingParams
+from theseus.model.rl.loss import forward_kl, generalized_jsd
+from theseus.model.rl.teacher import TEACHER_KEY, Teacher, check_student, open_teacher
+from theseus.model.rl.trainer import LOGGED, GRPOConfig, GRPOTrainer
+from theseus.training import steps
+from theseus.training.base import Batch
+from theseus.training.sharding import TrainerSharding
+from theseus.training.state import TrainState
+
+#: The prefix of the batch entries that carry the teacher's parameters into the step, one per leaf.
+TEACHER_ENTRY = "teacher/"
+
+
+@dataclass
+class DistillConfig(SFTConfig):
+    """The teacher and the temperature of the distributions compared."""
+
+    teacher: str = field(
+        TEACHER_KEY, default="", path="spec", help="the model imitated: run:<name>[@step] or hf:<folder>"
+    )
+    distill_temperature: float = field(
+        "distill/temperature", default=1.0, above=0.0, help="divides student and teacher logits in the loss"
+    )
+
+
+@dataclass
+class OnPolicyDistillConfig(DistillConfig, GRPOConfig):
+    """On-policy distillation: GRPO's rollouts (``rl/group_size``, ``rl/max_new_tokens``, ``rl/temperature``,
+    ``rl/top_p``; ``rl/rewards`` are scored and logged) and the generalized JSD to the teacher."""
+
+    distill_beta: float = field(
+        "distill/beta",
+        default=0.5,
+        min=0.0,
+        max=1.0,
+        help="generalized JSD's mixture weight: 0 = KL(teacher||student), 1 = KL(student||teacher)",
+    )
+    group_size: int = field("rl/group_size", default=1, min=1, help="completions per prompt")
+    # GRPO's policy loss and reward-driven sampling, which distillation has not: plain values, not keys
+    loss: str = "grpo"
+    importance_sampling: str = "token"
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    beta: float = 0.0
+    scale_rewards: bool = True
+    updates: int = 1
+    dynamic_sampling: bool = False
+    resample_rounds: int = 1
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The static settings of the loss (a hashable jit argument); the teacher's parameters come with
+    each batch."""
+
+    teacher: Any = None  # the teacher's model
+    loss: str = "jsd"  # jsd (on-policy) | forward_kl (offline)
+    beta: float = 0.5
+    temperature: float = 1.0
+
+
+# -- the teacher's parameters in a batch ----------------------------------------------------------
+def with_teacher(batch: Mapping[str, Any], params: Any) -> dict[str, Any]:
+    """``batch`` with one ``teacher/<path>`` entry per leaf of the teacher's parameters."""
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    entries = {TEACHER_ENTRY + "/".join(str(k.key) for k in path): leaf for path, leaf in flat}
+    return {**batch, **entries}
+
+
+def split_teacher(batch: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(the teacher's parameter tree, the rest of the batch)``: the inverse of :func:`with_teacher`."""
+    teacher: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for name, value in batch.items():
+        if not name.startswith(TEACHER_ENTRY):
+            rest[name] = value
+            continue
+        *parents, leaf = name[len(TEACHER_ENTRY) :].split("/")
+        node = teacher
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return teacher, rest
+
+
+# -- the loss -------------------------------------------------------------------------------------
+def loss_mask(batch: Batch) -> jax.Array:
+    """Where the divergence is taken: a rollout's completion tokens (``completion_mask``), else every
+    target of the batch (``y != -1``, not padding)."""
+    if "completion_mask" in batch:
+        return jnp.asarray(batch["completion_mask"]).astype(bool)
+    valid = batch["y"] != -1
+    padding = batch.get("padding_mask")
+    return valid if padding is None else valid & jnp.asarray(padding).astype(bool)
+
+
+def teacher_logits(model: Any, params: Any, inputs: Batch) -> jax.Array:
+    """The teacher's logits of ``inputs`` (no dropout, no gradient)."""
+    logits, _ = model.apply({"params": params}, inputs["x"], padding_mask=inputs["padding_mask"], deterministic=True)
+    return jax.lax.stop_gradient(logits)
+
+
+def divergence(objective: Objective, student: jax.Array, teacher: jax.Array, mask: jax.Array) -> jax.Array:
+    """The objective's divergence, a mean over the positions of ``mask``, in float32."""
+    student, teacher = student.astype(jnp.float32), teacher.astype(jnp.float32)
+    if objective.loss == "forward_kl":
+        return forward_kl(student, teacher, mask, temperature=objective.temperature)
+    return generalized_jsd(student, teacher, mask, beta=objective.beta, temperature=objective.temperature)
+
+
+def rollout_metrics(batch: Batch) -> dict[str, jax.Array]:
+    """The means of a rollout's per-row entries (length, timing, rewards) and the longest completion."""
+    logged = {name: jnp.mean(batch[name]) for name in batch if name in LOGGED or name.startswith("reward/")}
+    if "completion_length" in batch:
+        logged["completion_length_max"] = jnp.max(batch["completion_length"])
+    return logged
+
+
+class DistillStep:
+    """What ``steps.train_step`` needs: ``forward`` gives the divergence from the teacher, and a
+    micro-batch weighs the positions it is taken at."""
+
+    def __init__(self, objective: Objective, teacher_params: Any) -> None:
+        self.objective = objective
+        self.teacher_params = teacher_params
+
+    def forward(
+        self,
+        state: TrainState,
+        params: Any,
+        batch: Batch,
+        key: jax.Array | None = None,
+        deterministic: bool = False,
+        intermediates: bool = False,
+    ) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
+        inputs = {"x": batch["x"], "padding_mask": batch.get("padding_mask")}
+        trained = adapters.freeze_base(params) if adapters.has_adapters(params) else params
+        logits, _, meta = steps.forward(state, trained, inputs, key=key, deterministic=deterministic)
+        teacher = teacher_logits(self.objective.teacher, self.teacher_params, inputs)
+        loss = divergence(self.objective, logits, teacher, loss_mask(batch))
+        if "aux_loss" in meta and not deterministic:  # a mixture-of-experts student's balancing losses
+            loss = loss + meta["aux_loss"]
+        return logits, loss, {**meta, **rollout_metrics(batch)}
+
+    @staticmethod
+    def loss_weight(batch: Batch) -> jax.Array:
+        return jnp.sum(loss_mask(batch), dtype=jnp.float32)
+
+
+# -- the trainers ---------------------------------------------------------------------------------
+class Distillation(SFTTrainer):
+    """What both distillation trainers share: the teacher (opened and checked at set-up, its parameters
+    read once and sent with every batch) and the step of the divergence."""
+
+    CONFIG: ClassVar[type] = DistillConfig
+
+    def __init__(self, context: Any) -> None:
+        super().__init__(context)
+        self._teacher: Teacher | None = None
+        self._teacher_params: Any = None
+
+    def setup(self) -> None:
+        if self._ready:
+            return
+        super().setup()
+        spec = self.flywheel.tokenizer_spec if self.flywheel is not None else self.tokenizer().spec
+        check_student(self.teacher, int(self.model.architecture.vocab_size), spec, self.sequence_length)
+
+    @property
+    def teacher(self) -> Teacher:
+        """The teacher ``distill/teacher`` names (its parameters are not read here)."""
+        if self._teacher is None:
+            self._teacher = open_teacher(self.args.teacher, self.context.root, self.run_name)
+        return self._teacher
+
+    def teacher_params(self) -> Any:
+        """The teacher's parameters on the student's mesh, read at the first call."""
+        if self._teacher_params is None:
+            self._teacher_params = self.teacher.load(self.sharding)
+        return self._teacher_params
+
+    @property
+    def distillation(self) -> Objective:
+        """The static settings of this trainer's divergence."""
+        return Objective(self.teacher.model, "forward_kl", 0.0, float(self.args.distill_temperature))
+
+    def step_options(self) -> dict[str, Any]:
+        return {"objective": self.distillation}
+
+    @classmethod
+    def train_step(
+        cls,
+        state: TrainState,
+        batch: Batch,
+        key: jax.Array,
+        accumulate_steps: int,
+        *,
+        sharding: TrainerSharding,
+        skip_nonfinite: bool = False,
+        objective: Objective = Objective(),
+    ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
+        """One update of the divergence; with adapters, the base passes through untouched."""
+        teacher, rest = split_teacher(batch)
+        return frozen.objective_step(
+            DistillStep(objective, teacher),
+            state,
+            rest,
+            key,
+            accumulate_steps,
+            sharding=sharding,
+            skip_nonfinite=skip_nonfinite,
+        )
+
+    @classmethod
+    def val_step(
+        cls, state: TrainState, batch: Batch, *, sharding: TrainerSharding, objective: Objective = Objective()
+    ) -> tuple[Any, Any, dict[str, Any]]:
+        """``(divergence x positions, positions, metrics)`` of one batch, without dropout."""
+        teacher, rest = split_teacher(batch)
+        step = DistillStep(objective, teacher)
+        with sharding.context():
+            _logits, loss, meta = step.forward(state, state.params, rest, deterministic=True)
+        count = step.loss_weight(rest)
+        return loss * count, count, meta
+
+    def device_train_batch(self, host: Batch) -> dict[str, jax.Array]:
+        return with_teacher(super().device_train_batch(host), self.teacher_params())
+
+    def device_eval_batch(self, host: Batch) -> dict[str, jax.Array]:
+        return with_teacher(super().device_eval_batch(host), self.teacher_params())
+
+    def abstract_train_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
+        return with_teacher(super().abstract_train_batch(), self.teacher.abstract(self.sharding))
+
+    def close(self) -> None:
+        """Release the data loader and the teacher's parameters (read again when next needed)."""
+        super().close()
+        self._teacher_params = None
+
+
+class OfflineDistillTrainer(Distillation):
+    """Offline logit distillation of ``MODEL`` on ``DATASET``: the forward KL to the teacher's
+    distributions at every target. Subclass it to change the model or the data, as with ``SFTTrainer``."""
+
+
+class OnPolicyDistillTrainer(Distillation, GRPOTrainer):  # type: ignore[misc]  # its own step's objective
+    """On-policy distillation (GKD) of ``MODEL`` on the prompts of ``ENVIRONMENT`` (``environment=``
+    selects another): GRPO's rollouts of the student, the teacher's distributions on them."""
+
+    CONFIG: ClassVar[type] = OnPolicyDistillConfig
+
+    @property
+    def distillation(self) -> Objective:
+        a: OnPolicyDistillConfig = self.args
+        return Objective(self.teacher.model, "jsd", float(a.distill_beta), float(a.distill_temperature))
+
+    def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
+        """Greedy completions of ``batches`` x (global micro batch) prompts of the environment's ``eval``
+        split: ``loss``, the divergence from the teacher on them, the mean reward and each reward's."""
+        a: OnPolicyDistillConfig = self.args
+        batches = a.eval_batches if batches is None else batches
+        count = self.eval_rows
+        prompts = [p for index in range(batches) for p in self.environment.prompts("eval", a.seed, index, count)]
+        if not prompts:
+            return {"loss": float("nan"), "tokens": 0.0}
+        self.state = state
+        encoded, tokens, stopped, texts = self._complete(prompts, SamplingParams(temperature=0.0), seed=a.seed)
+        total, per_reward = self._score(prompts, texts, tokens)
+        rows = self._arrange(encoded, tokens, stopped)
+        loss, positions = self._divergence(state, rows, count)
+        result: dict[str, Any] = {"loss": loss, "reward": float(np.mean(total))}
+        result.update({f"reward/{name}": float(np.mean(v)) for name, v in per_reward.items()})
+        result["completion_length"] = float(np.mean(rows["completion_length"]))
+        result["tokens"] = positions
+        return result
+
+    def _divergence(self, state: TrainState, rows: Mapping[str, np.ndarray], count: int) -> tuple[float, float]:
+        """The divergence from the teacher over the completions of ``rows`` (``count`` rows per pass) and
+        the number of positions it is taken at."""
+        fn = self.val_step_fn()
+        sums = []
+        for start in range(0, len(rows["x"]), count):
+            chunk = {name: value[start : start + count] for name, value in rows.items()}
+            sums.append(fn(state, with_teacher(self.sharding.put_global(chunk), self.teacher_params()))[:2])
+        fetched = jax.device_get(sums)
+        positions = sum(float(n) for _, n in fetched)
+        return sum(float(total) for total, _ in fetched) / max(positions, 1.0), positions
+
+
+class GPTDistill(OnPolicyDistillTrainer):
+    """GPT (``model/gpt``) distilled on-policy from ``distill/teacher`` on its ``ENVIRONMENT``'s prompts."""
+
+    MODEL: ClassVar[Any] = "gpt"
+
+
+class LlamaDistill(OnPolicyDistillTrainer):
+    """The Llama-style model (``model/llama``) distilled on-policy from ``distill/teacher`` on its
+    ``ENVIRONMENT``'s prompts."""
+
+    MODEL: ClassVar[Any] = "llama"
+
+
+class GPTDistillOffline(OfflineDistillTrainer):
+    """GPT (``model/gpt``) distilled from ``distill/teacher``'s logits on prepared chat data (``dataset=``
+    selects other data)."""
+
+    MODEL: ClassVar[Any] = "gpt"
+
+
+class LlamaDistillOffline(OfflineDistillTrainer):
+    """The Llama-style model (``model/llama``) distilled from ``distill/teacher``'s logits on prepared chat
+    data (``dataset=`` selects other data)."""
+
+    MODEL: ClassVar[Any] = "llama"
+
+
+__all__ = [
+    "DistillConfig",
+    "DistillStep",
+    "Distillation",
+    "GPTDistill",
+    "GPTDistillOffline",
+    "LlamaDistill",
+    "LlamaDistillOffline",
+    "Objective",
+    "OfflineDistillTrainer",
+    "OnPolicyDistillConfig",
+    "OnPolicyDistillTrainer",
+    "divergence",
+    "loss_mask",
+]
