@@ -172,6 +172,12 @@ def test_sharded_layouts_roll_out_and_train_as_one_device(tmp_path: Path) -> Non
             "architecture/block_size); raise it or lower rl/max_new_tokens",
         ),
         (
+            ["rl/chat=true"],
+            "error: rl/chat=true renders prompts with the chat template of the run the policy starts from, but "
+            "training/init_from=(unset) is not a run; start from a run fine-tuned on chat data "
+            "(training/init_from=run:NAME) or set rl/chat=false",
+        ),
+        (
             ["rl/beta=0.1"],
             "error: rl/beta=0.1 needs a reference: the policy with its LoRA adapters off; set model/lora/rank>0, "
             "or rl/beta=0",

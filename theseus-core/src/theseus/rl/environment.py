@@ -79,6 +79,11 @@ class Environment(Declared):
         ``(split, seed, step)``."""
         raise NotImplementedError(f"{type(self).__qualname__}.prompts() is not implemented")
 
+    def solution(self, prompt: Prompt) -> str | None:
+        """A reference completion of ``prompt`` (the supervised warm-up's target, written by
+        ``theseus run rl/demonstrations``), or None when the environment has none."""
+        return None
+
     def respond(self, prompt: Prompt, transcript: Sequence[Mapping[str, str]]) -> str | None:
         """The environment's reply to the policy's last turn, or None when the episode is over."""
         return None

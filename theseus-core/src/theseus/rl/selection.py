@@ -6,15 +6,25 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from theseus.config import configure
+from theseus.config import configure, field
 from theseus.errors import ConfigError, PluginError
 
 if TYPE_CHECKING:  # environment.py imports this module to load its rewards
     from theseus.rl.environment import Environment, RewardFn
 
 REWARDS_KEY = "rl/rewards"
+
+
+@dataclass
+class EnvironmentSelection:
+    """The selection key of a job that declares an ``ENVIRONMENT``."""
+
+    environment: str = field(
+        "select/environment", default="", help="environment by registered name (environment=countdown)"
+    )
 
 
 def parse_weights(text: str, check: bool = True) -> dict[str, float]:
@@ -58,6 +68,14 @@ def environment_class(name: str) -> type[Environment]:
     """The environment class registered as ``environment/<name>``."""
     cls: type[Environment] = _load("environment", name)
     return cls
+
+
+def declared_environment(job: type) -> type[Environment]:
+    """The environment class a job declares (``ENVIRONMENT``, which ``environment=`` replaces)."""
+    from theseus.training import declarations
+
+    found: type[Environment] = declarations.resolve("environment", job.ENVIRONMENT)  # type: ignore[attr-defined]
+    return found
 
 
 def load_environment(name: str, **overrides: Any) -> Environment:

@@ -62,6 +62,10 @@ class RunDirectory:
     def loss_plot(self) -> Path:
         return self.path / LOSS_PLOT
 
+    def plot(self, metric: str) -> Path:
+        """The plot of a metric a trainer draws beside the loss (``reward.png``; ``/`` becomes ``-``)."""
+        return self.path / f"{metric.replace('/', '-')}.png"
+
     @property
     def profile_dir(self) -> Path:
         return self.path / PROFILE

@@ -1,7 +1,7 @@
-"""Loss curves as PNG (matplotlib's Agg renderer, imported only when plotting).
+"""Training and validation curves as PNG (matplotlib's Agg renderer, imported only when plotting).
 
 Figures are built with the object-oriented API (no ``pyplot`` state), so they can be drawn on a
-worker thread: ``LossPlotter`` redraws a run's loss plot there while training goes on.
+worker thread: ``CurvePlotter`` redraws a run's plot of one metric there while training goes on.
 """
 
 from __future__ import annotations
@@ -27,17 +27,21 @@ def figure(path: Path, figsize: tuple[float, float], dpi: int = 100) -> Iterator
     tmp.replace(path)
 
 
-def plot_loss(
-    train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]], path: Path, title: str = ""
+def plot_curves(
+    train: Sequence[tuple[int, float]],
+    val: Sequence[tuple[int, float]],
+    path: Path,
+    title: str = "",
+    ylabel: str = "loss",
 ) -> Path:
-    """Write training and validation loss against step to ``path`` (atomically)."""
+    """Write a metric's training and validation values against step to ``path`` (atomically)."""
     with figure(path, figsize=(7, 4.2)) as ax:
         if train:
             ax.plot([s for s, _ in train], [v for _, v in train], label="train", linewidth=1.2)
         if val:
             ax.plot([s for s, _ in val], [v for _, v in val], "o-", label="val", linewidth=1.5, markersize=3)
         ax.set_xlabel("step")
-        ax.set_ylabel("loss")
+        ax.set_ylabel(ylabel)
         if title:
             ax.set_title(title)
         ax.grid(alpha=0.3)
@@ -46,16 +50,17 @@ def plot_loss(
     return path
 
 
-class LossPlotter:
-    """Redraws one loss plot on a worker thread, so that training never waits for matplotlib.
+class CurvePlotter:
+    """Redraws one metric's plot on a worker thread, so that training never waits for matplotlib.
 
     ``submit`` hands over the newest curves (a request not yet started is replaced by a newer
     one); ``wait`` returns once the newest request is written and raises what drawing raised.
     """
 
-    def __init__(self, path: Path, title: str = "") -> None:
+    def __init__(self, path: Path, title: str = "", ylabel: str = "loss") -> None:
         self.path = path
         self.title = title
+        self.ylabel = ylabel
         self._lock = threading.Lock()
         self._pending: tuple[list[tuple[int, float]], list[tuple[int, float]]] | None = None
         self._worker: threading.Thread | None = None
@@ -65,7 +70,7 @@ class LossPlotter:
         with self._lock:
             self._pending = (list(train), list(val))
             if self._worker is None:
-                self._worker = threading.Thread(target=self._drain, name="theseus-loss-plot")
+                self._worker = threading.Thread(target=self._drain, name=f"theseus-plot-{self.ylabel}")
                 self._worker.start()
 
     def wait(self) -> None:
@@ -86,6 +91,6 @@ class LossPlotter:
                     self._worker = None
                     return
             try:
-                plot_loss(request[0], request[1], self.path, self.title)
+                plot_curves(request[0], request[1], self.path, self.title, self.ylabel)
             except BaseException as exc:  # reported by wait(), in the training thread
                 self._error = self._error or exc

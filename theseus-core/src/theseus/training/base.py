@@ -57,6 +57,8 @@ class BaseTrainer(Job):
     CALLBACKS: ClassVar[Sequence[Any]] = []
     #: Names a run may select per kind, e.g. ``{"model": ["gpt", "llama"]}`` (absent kind: any).
     ACCEPTS: ClassVar[Mapping[str, Sequence[str]]] = {}
+    #: Logged metrics drawn beside ``loss.png``, each as ``<run>/<metric>.png`` (train and val curves).
+    PLOTTED: ClassVar[Sequence[str]] = ()
 
     args: Any
 

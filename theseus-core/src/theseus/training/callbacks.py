@@ -40,7 +40,7 @@ from theseus.training.metrics import scalars
 
 if TYPE_CHECKING:
     from theseus.runs.directory import RunDirectory
-    from theseus.tracking.plots import LossPlotter
+    from theseus.tracking.plots import CurvePlotter
     from theseus.tracking.status import StatusRecorder
     from theseus.training.checkpointing import LazyCheckpointStore
     from theseus.training.divergence import LossWatch
@@ -242,7 +242,7 @@ class AtIntervals(Callback):
     update of the invocation, it runs in the ``end`` pass instead, so that the final validation,
     evaluations and analyses come before the final checkpoint."""
 
-    on = ("end",)
+    on: tuple[str, ...] = ("end",)
 
     def __init__(self, every: int, final: int, last: int) -> None:
         self.every, self.final, self.last = every, final, last
@@ -261,7 +261,23 @@ class AtIntervals(Callback):
 
 
 class Validation(AtIntervals):
-    """``trainer.validate()``: a ``val`` record, then the ``validation`` event."""
+    """``trainer.validate()``: a ``val`` record, then the ``validation`` event; with ``at_start``, also
+    before the first update of a run that starts at step 0 (its baseline)."""
+
+    on = ("start", "end")
+
+    def __init__(self, every: int, final: int, last: int, *, at_start: bool = False) -> None:
+        super().__init__(every, final, last)
+        self.at_start = at_start
+
+    def __call__(self, info: StepInfo) -> None:
+        if info.event == "start":
+            if self.at_start and info.step == 0:  # logged only: step 0 has no checkpoint to rank as best
+                result = info.trainer.validate(info.state)
+                info.log("val", result)
+                info.message(f"step 0: val loss {result['loss']:.4f}")
+            return
+        super().__call__(info)
 
     def work(self, info: StepInfo) -> None:
         result = info.trainer.validate(info.state)
@@ -394,18 +410,22 @@ class Preemption(Callback):
 
 
 class Plots(Callback):
-    """Redraws ``loss.png`` after each validation (on a worker thread) and at the end."""
+    """Redraws ``loss.png``, and a plot of each metric the trainer plots, after each validation (on worker
+    threads) and at the end."""
 
     on = ("validation", "end")
 
-    def __init__(self, plotter: LossPlotter, history: Mapping[str, list[tuple[int, float]]]) -> None:
-        self.plotter, self.history = plotter, history
+    def __init__(self, plotters: Mapping[str, CurvePlotter], curves: Mapping[str, Mapping[str, Any]]) -> None:
+        self.plotters, self.curves = plotters, curves
 
     def __call__(self, info: StepInfo) -> None:
-        if info.event == "validation" or self.history["train"] or self.history["val"]:
-            self.plotter.submit(self.history["train"], self.history["val"])
+        for name, plotter in self.plotters.items():
+            curve = self.curves[name]
+            if info.event == "validation" or curve["train"] or curve["val"]:
+                plotter.submit(curve["train"], curve["val"])
         if info.event == "end":
-            self.plotter.wait()
+            for plotter in self.plotters.values():
+                plotter.wait()
 
 
 __all__ = [

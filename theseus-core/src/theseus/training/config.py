@@ -41,6 +41,9 @@ class BaseTrainerConfig:
     eval_batches: int = field(
         "training/eval_batches", default=8, min=0, help="batches per validation (0 = no validation)"
     )
+    eval_at_start: bool = field(
+        "training/eval_at_start", default=False, help="also validate before the first update (the baseline, step 0)"
+    )
     evaluation_interval: int = field(
         "training/evaluation_interval",
         default=0,

@@ -23,7 +23,7 @@ from theseus.config import configuration
 from theseus.errors import ConfigError, PluginError
 from theseus.runs.directory import RunDirectory, provenance
 from theseus.runs.lock import RunLock
-from theseus.tracking.plots import LossPlotter
+from theseus.tracking.plots import CurvePlotter
 from theseus.tracking.sinks import open_sinks, selected_sinks
 from theseus.tracking.status import StatusRecorder
 from theseus.training import callbacks as cb
@@ -114,7 +114,9 @@ class TrainingLoop:
         self.run_dir.create()
         self.stop = min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps
         self.profile = ProfileWindow(window, self.run_dir.profile_dir)
-        self.plotter = LossPlotter(self.run_dir.loss_plot, t.run_name)
+        self.plotters = {"loss": CurvePlotter(self.run_dir.loss_plot, t.run_name)}
+        for name in t.PLOTTED:
+            self.plotters[name] = CurvePlotter(self.run_dir.plot(name), t.run_name, ylabel=name)
         store = LazyCheckpointStore(  # orbax is imported at the first save (or to resume)
             self.run_dir.checkpoints,
             keep=args.keep_checkpoints,
@@ -192,7 +194,9 @@ class TrainingLoop:
                 if self.main
                 else []
             )
-            logger = MetricsLogger(self.run_dir.metrics_file, sinks, resume_step=start, enabled=self.main)
+            logger = MetricsLogger(
+                self.run_dir.metrics_file, sinks, resume_step=start, enabled=self.main, plotted=t.PLOTTED
+            )
             self.display = ProgressDisplay(
                 args.steps, start, enabled=args.progress and self.main, description=t.run_name, quiet=not self.main
             )
@@ -212,8 +216,9 @@ class TrainingLoop:
                 lock.release()
             if hasattr(self, "guard"):
                 self.guard.restore()
-            with contextlib.suppress(Exception):  # after a failure: let a plot being drawn finish
-                self.plotter.wait()
+            for plotter in getattr(self, "plotters", {}).values():
+                with contextlib.suppress(Exception):  # after a failure: let a plot being drawn finish
+                    plotter.wait()
             self.display.close()
             if logger is not None:
                 logger.close()
@@ -285,7 +290,7 @@ class TrainingLoop:
         t, args = self.trainer, self.args
         builtins: list[Any] = []
         if args.eval_batches > 0:
-            builtins.append(cb.Validation(args.eval_interval, args.steps, self.stop))
+            builtins.append(cb.Validation(args.eval_interval, args.steps, self.stop, at_start=args.eval_at_start))
         if t.evaluations:
             builtins.append(cb.Evaluations(args.evaluation_interval, args.steps, self.stop))
         if t.analyses:
@@ -298,7 +303,7 @@ class TrainingLoop:
             builtins.append(cb.Status(self.status, lambda: self.eta))
         builtins.append(cb.Preemption(self.guard, self.stop, args.steps, self.run_dir.path))
         if self.main:  # drawn on a worker thread: the next update does not wait for matplotlib
-            builtins.append(cb.Plots(self.plotter, self.logger.history))
+            builtins.append(cb.Plots(self.plotters, self.logger.curves))
         return cb.CallbackList([*builtins, *added])
 
     def _announce(self, start: int) -> None:

@@ -42,11 +42,23 @@ class MetricsLogger:
     resumed step are dropped so the file matches an uninterrupted run.
     """
 
-    def __init__(self, path: Path, sinks: Sequence[Any] = (), *, resume_step: int = 0, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        sinks: Sequence[Any] = (),
+        *,
+        resume_step: int = 0,
+        enabled: bool = True,
+        plotted: Sequence[str] = (),
+    ) -> None:
         self.path = Path(path)
         self.sinks = list(sinks)
         self.enabled = enabled
-        self.history: dict[str, list[tuple[int, float]]] = {"train": [], "val": []}
+        #: ``(step, value)`` per split of the loss and of each metric in ``plotted``, for the plots.
+        self.curves: dict[str, dict[str, list[tuple[int, float]]]] = {
+            name: {"train": [], "val": []} for name in ("loss", *plotted)
+        }
+        self.history = self.curves["loss"]
         self._file: Any = None
         if enabled:
             self._truncate(resume_step)
@@ -78,9 +90,12 @@ class MetricsLogger:
 
     def _remember(self, record: Mapping[str, Any]) -> None:
         split = record.get("split")
-        loss = record.get("loss")
-        if split in self.history and isinstance(loss, (int, float)):
-            self.history[str(split)].append((int(record["step"]), float(loss)))
+        if split not in ("train", "val"):
+            return
+        for name, curve in self.curves.items():
+            value = record.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                curve[str(split)].append((int(record["step"]), float(value)))
 
     def log(self, step: int, split: str, values: Mapping[str, Any]) -> dict[str, float | int]:
         """Record the scalar entries of ``values`` for ``step``; returns what was written."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import warnings
 
-from theseus.tracking.plots import LossPlotter, figure, plot_loss
+from theseus.tracking.plots import CurvePlotter as LossPlotter
+from theseus.tracking.plots import figure
+from theseus.tracking.plots import plot_curves as plot_loss
 
 warnings.warn("theseus.training.plots is deprecated; import theseus.tracking.plots", DeprecationWarning, stacklevel=2)
 

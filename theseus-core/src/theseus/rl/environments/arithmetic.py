@@ -42,6 +42,10 @@ class Arithmetic(Environment):
     def prompts(self, split: str, seed: int, step: int, count: int) -> list[Prompt]:
         return generate(self.name, self.problem, split, seed, step, count, self.eval_fraction)
 
+    def solution(self, prompt: Prompt) -> str:
+        """The answer inside the tags the instruction asks for."""
+        return f"<answer>{prompt.metadata['answer']}</answer>"
+
     def problem(self, draw: random.Random) -> Prompt:
         """One problem: its expression, and its value as the answer."""
         limit = 10**self.digits - 1

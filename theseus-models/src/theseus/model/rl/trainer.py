@@ -23,7 +23,9 @@ the negative mean reward (so the best checkpoint is the one that scores highest)
 from __future__ import annotations
 
 import functools
+import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -32,8 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from theseus.config import configuration, configure, field
+from theseus.data.chat import ChatTemplate
 from theseus.errors import ConfigError
 from theseus.model.finetune import adapters, frozen
+from theseus.model.finetune.chat import TEMPLATE_FILE
 from theseus.model.finetune.preference import token_logps
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.generation.decode import generate_tokens
@@ -41,7 +45,8 @@ from theseus.model.generation.sampling import SamplingParams
 from theseus.model.rl.loss import IMPORTANCE_SAMPLING, LOSS_TYPES, group_advantages, policy_loss
 from theseus.rl.environment import Environment, Prompt, rng
 from theseus.rl.rewards import COMPLETION_TOKENS
-from theseus.rl.selection import REWARDS_KEY, parse_weights, reward_config
+from theseus.rl.selection import REWARDS_KEY, EnvironmentSelection, declared_environment, parse_weights, reward_config
+from theseus.runs.layout import run_path
 from theseus.training import declarations, steps
 from theseus.training.base import Batch
 from theseus.training.sharding import TrainerSharding
@@ -81,20 +86,16 @@ class GRPOConfig(SFTConfig):
         min=1,
         help="optimizer updates on each batch of rollouts (mu), against the sampling policy's log-probabilities",
     )
+    chat: bool = field(
+        "rl/chat",
+        default=False,
+        help="render prompts with the chat template the training/init_from run trained with (false: plain text)",
+    )
     dynamic_sampling: bool = field(
         "rl/dynamic_sampling", default=False, help="drop groups whose rewards are all equal and refill them (DAPO)"
     )
     resample_rounds: int = field(
         "rl/resample_rounds", default=3, min=1, help="rounds of refills at most per step (rl/dynamic_sampling)"
-    )
-
-
-@dataclass
-class EnvironmentSelection:
-    """The selection key of a trainer that declares an ``ENVIRONMENT``."""
-
-    environment: str = field(
-        "select/environment", default="", help="environment by registered name (environment=countdown)"
     )
 
 
@@ -241,17 +242,18 @@ class GRPOTrainer(SFTTrainer):
     CONFIG: ClassVar[type] = GRPOConfig
     DATASET: ClassVar[Any] = []
     ENVIRONMENT: ClassVar[Any] = "arithmetic"
+    PLOTTED: ClassVar[Sequence[str]] = ("reward",)
 
     def __init__(self, context: Any) -> None:
         super().__init__(context)
         self._environment: Environment | None = None
         self._rollout_ended: float | None = None  # perf_counter() when the last rollout was ready
+        self._template: ChatTemplate | None = None  # rl/chat: the template prompts are rendered with
 
     # -- settings -------------------------------------------------------------------------------
     @classmethod
     def environment_class(cls) -> type[Environment]:
-        found: type[Environment] = declarations.resolve("environment", cls.ENVIRONMENT)
-        return found
+        return declared_environment(cls)
 
     @classmethod
     def config(cls) -> list[type]:
@@ -317,6 +319,8 @@ class GRPOTrainer(SFTTrainer):
                 f"rl/beta={a.beta} needs a reference: the policy with its LoRA adapters off; set model/lora/rank>0, "
                 "or rl/beta=0"
             )
+        if a.chat:
+            self._template = self._init_template()
         if a.rewards:  # unknown reward names fail before anything runs
             parse_weights(a.rewards)
         self._encode(self.environment.prompts("train", a.seed, 0, a.batch_size // a.group_size))  # room to answer
@@ -430,7 +434,7 @@ class GRPOTrainer(SFTTrainer):
         """The prompts' token ids (a system message on its own line first); a prompt that leaves no room
         for ``rl/max_new_tokens`` in the sequence, or an empty one, is one ConfigError line."""
         tokenizer, new = self.tokenizer(), self.args.max_new_tokens
-        encoded = [list(tokenizer.encode(f"{p.system}\n{p.text}" if p.system else p.text)) for p in prompts]
+        encoded = [list(tokenizer.encode(self._prompt_text(p))) for p in prompts]
         longest = max(len(e) for e in encoded)
         if min(len(e) for e in encoded) == 0:
             raise ConfigError(
@@ -442,6 +446,36 @@ class GRPOTrainer(SFTTrainer):
                 f"{longest + new} (and architecture/block_size); raise it or lower rl/max_new_tokens"
             )
         return encoded
+
+    def _prompt_text(self, prompt: Prompt) -> str:
+        """The text the policy continues: the prompt's messages through the chat template with its
+        generation prompt (``rl/chat``), else the plain text after a system message on its own line."""
+        if self._template is not None:
+            return self._template.render(prompt.messages, add_generation_prompt=True)
+        return f"{prompt.system}\n{prompt.text}" if prompt.system else prompt.text
+
+    def _init_template(self) -> ChatTemplate:
+        """The chat template kept by the ``training/init_from`` run (``rl/chat=true``)."""
+        spec = str(self.args.init_from)
+        is_run = spec.startswith("run:")
+        kept = (
+            run_path(self.context.root, spec.removeprefix("run:").partition("@")[0]) / TEMPLATE_FILE if is_run else None
+        )
+        if kept is None or not kept.is_file():
+            raise ConfigError(
+                f"rl/chat=true renders prompts with the chat template of the run the policy starts from, but "
+                f"training/init_from={spec or '(unset)'} {'has none' if is_run else 'is not a run'}; "
+                "start from a run fine-tuned on chat data (training/init_from=run:NAME) or set rl/chat=false"
+            )
+        return ChatTemplate.from_tokenizer_config(kept)
+
+    def chat_template(self) -> dict[str, str] | None:
+        """The template of ``rl/chat``, kept in this run's folder too (``generate/chat=true`` uses it)."""
+        if not self.args.chat:
+            return None
+        kept = run_path(self.context.root, str(self.args.init_from).removeprefix("run:").partition("@")[0])
+        found: dict[str, str] = json.loads((kept / TEMPLATE_FILE).read_text(encoding="utf-8"))
+        return found
 
     def _score(
         self, prompts: list[Prompt], texts: list[str], tokens: list[list[int]]

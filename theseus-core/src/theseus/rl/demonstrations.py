@@ -1,0 +1,99 @@
+"""``rl/demonstrations``: an environment's prompts with its reference solutions, written as chat data.
+
+The supervised warm-up before reinforcement learning: ``theseus run rl/demonstrations
+environment=arithmetic rl/demonstrations/out=arithmetic.jsonl``, then ``data/tokenize
+data/dataset=chat data/chat/path=arithmetic.jsonl`` and an SFT run, whose chat template the GRPO
+run then renders its prompts with (``rl/chat=true``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import click
+
+from theseus.base.job import Job
+from theseus.config import configuration, configure, field
+from theseus.errors import ConfigError
+from theseus.rl.environment import Environment, Prompt
+from theseus.rl.selection import EnvironmentSelection, declared_environment
+from theseus.training.selection import registered_name, select
+
+
+@dataclass
+class DemonstrationsConfig:
+    """Where the conversations go and how many of each split."""
+
+    out: str = field("rl/demonstrations/out", default="", help="JSON-lines file to write (one conversation a line)")
+    count: int = field("rl/demonstrations/count", default=1000, min=1, help="conversations from the train split")
+    val: int = field(
+        "rl/demonstrations/val", default=100, min=0, help="conversations from the eval split, marked 'split': 'val'"
+    )
+    seed: int = field(
+        "rl/demonstrations/seed", default=1, help="seed of the prompts drawn (GRPO draws its own with training/seed)"
+    )
+
+
+def conversation(environment: Environment, prompt: Prompt, split: str) -> dict[str, Any]:
+    """One chat line: the prompt's messages and the environment's solution as the assistant's turn."""
+    solution = environment.solution(prompt)
+    if solution is None:
+        raise ConfigError(
+            f"environment {type(environment).__qualname__!r} has no reference solutions to demonstrate; "
+            "choose one that does (environment=arithmetic) or write its solution() method"
+        )
+    line: dict[str, Any] = {"messages": [*prompt.messages, {"role": "assistant", "content": solution}]}
+    if split == "eval":
+        line["split"] = "val"
+    return line
+
+
+class Demonstrations(Job):
+    """Write ``rl/demonstrations/count`` train-split and ``rl/demonstrations/val`` eval-split prompts of
+    ``ENVIRONMENT`` (``environment=`` selects another) with their reference solutions, as chat data."""
+
+    CONFIG: ClassVar[type] = DemonstrationsConfig
+    ENVIRONMENT: ClassVar[Any] = "arithmetic"
+
+    @classmethod
+    def config(cls) -> list[type]:
+        return [DemonstrationsConfig, EnvironmentSelection, cls.environment_class()]
+
+    @classmethod
+    def selected(
+        cls, file_values: Mapping[str, Any], overrides: Mapping[str, Any]
+    ) -> tuple[type[Job], dict[str, Any], dict[str, Any]]:
+        """This job with the environment a run selects by name (``environment=countdown``)."""
+        return select(cls, file_values, overrides)
+
+    @classmethod
+    def environment_class(cls) -> type[Environment]:
+        return declared_environment(cls)
+
+    def run(self) -> None:
+        args: DemonstrationsConfig = self.args
+        if not args.out:
+            raise ConfigError("rl/demonstrations/out is not set; name the JSON-lines file to write")
+        with configuration(self.context.config):
+            environment = configure(self.environment_class())
+        lines = [conversation(environment, p, "train") for p in environment.prompts("train", args.seed, 0, args.count)]
+        if args.val:
+            held_out = environment.prompts("eval", args.seed, 0, args.val)
+            lines += [conversation(environment, p, "eval") for p in held_out]
+        out = Path(args.out).expanduser()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_name(f".{out.name}.partial")
+        partial.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        os.replace(partial, out)
+        click.echo(
+            f"wrote {args.count} training and {args.val} validation conversations of environment "
+            f"{registered_name('environment', self.ENVIRONMENT)!r} to {out}"
+        )
+
+
+__all__ = ["Demonstrations", "DemonstrationsConfig", "conversation"]
