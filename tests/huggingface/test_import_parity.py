@@ -186,11 +186,11 @@ def test_scanned_gemma3_generates_past_the_window_with_window_sized_caches(tmp_p
             assert {leaf.shape[0] for leaf in jax.tree.leaves(params["blocks"])} == {8}
             cache = init_cache(prepared.model, 1, total)["blocks"]
             keys = [cache["periods"][f"layers_{i}"]["attn"]["key"].shape for i in range(3)]
-            assert keys == [(2, 1, 4, 2, 16), (2, 1, 4, 2, 16), (2, 1, total, 2, 16)]  # [periods, B, slots, ...]
-            assert [cache[f"rest_{j}"]["attn"]["key"].shape for j in range(2)] == [(1, 4, 2, 16)] * 2
+            assert keys == [(2, 1, 2, 4, 16), (2, 1, 2, 4, 16), (2, 1, 2, total, 16)]  # [periods, B, heads, slots, ...]
+            assert [cache[f"rest_{j}"]["attn"]["key"].shape for j in range(2)] == [(1, 2, 4, 16)] * 2
         else:
             cache = init_cache(prepared.model, 1, total)
-            assert [cache[f"blocks_{i}"]["attn"]["key"].shape[1] for i in range(8)] == [4, 4, total] * 2 + [4, 4]
+            assert [cache[f"blocks_{i}"]["attn"]["key"].shape[2] for i in range(8)] == [4, 4, total] * 2 + [4, 4]
             windowless = prepared.model.clone(sliding_window=None)  # the family's 512: longer than the text
             assert generate_tokens(windowless, params, prompt.tolist(), 16, sampling=greedy)[0].tokens != expected
 

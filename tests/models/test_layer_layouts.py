@@ -79,9 +79,9 @@ def test_per_layer_windows_and_rope_bases_give_the_same_model_in_both_layouts() 
     for model, p in ((unrolled, params), (scanned, stacked_params)):
         cache = init_cache(model, 1, rows.shape[1])
         if model is unrolled:
-            assert [cache[f"blocks_{i}"]["attn"]["key"].shape[1] for i in range(3)] == [4, 12, 4]
+            assert [cache[f"blocks_{i}"]["attn"]["key"].shape[2] for i in range(3)] == [4, 12, 4]
         else:
-            assert cache["blocks"]["attn"]["key"].shape[2] == 12 and "slots" not in cache["blocks"]["attn"]
+            assert cache["blocks"]["attn"]["key"].shape[3] == 12 and "slots" not in cache["blocks"]["attn"]
         logits, cache = decode_step(model, p, cache, rows[:, :5])
         steps = [np.asarray(logits)]
         for t in range(5, rows.shape[1]):

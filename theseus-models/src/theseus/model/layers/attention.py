@@ -242,6 +242,42 @@ def dot_product_attention(
     return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=is_causal, implementation="xla")
 
 
+def heads_major(x: jax.Array, dtype: jnp.dtype | None = None) -> jax.Array:
+    """``[B, T, heads, head_dim]`` as the KV cache holds it: ``[B, heads, T, head_dim]`` (in ``dtype``)."""
+    x = jnp.swapaxes(x, 1, 2)
+    return x if dtype is None else x.astype(dtype)
+
+
+def cached_attention(
+    q: jax.Array,
+    keys: jax.Array,
+    values: jax.Array,
+    mask: jax.Array | None,
+    scale: float | None = None,
+    softcap: float | None = None,
+) -> jax.Array:
+    """Grouped-query attention of ``q`` ``[B, T, heads, head_dim]`` to a KV cache held heads-major,
+    ``keys``/``values`` ``[B, kv_heads, S, head_dim]``; ``mask`` bool broadcastable to ``[B, 1, T, S]``.
+
+    Both products read the cache in place. With the cache held ``[B, S, kv_heads, head_dim]`` XLA
+    transposed all of it into a copy for each product, each layer and each generated token, which made
+    decoding on CPU memory-bound (``benchmarks/rollout.py``). Scores are float32; ``scale`` and
+    ``softcap`` as in :func:`softcapped_attention`.
+    """
+    batch, steps, n_heads, head_dim = q.shape
+    n_kv = keys.shape[1]
+    grouped = q.reshape(batch, steps, n_kv, n_heads // n_kv, head_dim)
+    scores = jnp.einsum("btkgh,bksh->bkgts", grouped, keys, preferred_element_type=jnp.float32)
+    scores = scores * (head_dim**-0.5 if scale is None else scale)
+    if softcap is not None:
+        scores = jnp.tanh(scores / softcap) * softcap
+    if mask is not None:
+        scores = jnp.where(mask[:, :, None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
+    out = jnp.einsum("bkgts,bksh->btkgh", probs, values)
+    return out.reshape(batch, steps, n_heads, head_dim)
+
+
 class CausalSelfAttention(Module):
     """Causal self-attention with grouped-query heads, optional RoPE, padding masks and a KV cache.
 
@@ -278,11 +314,12 @@ class CausalSelfAttention(Module):
     never attended to) or int segment ids ``[B, T]`` (packed examples; see :func:`attention_mask`),
     ``positions`` int ``[B, T]`` for rotary (default ``0..T-1``).
     With ``decode=True`` keys and values are appended to the ``cache`` collection
-    (``key``/``value`` ``[B, L, kv_heads, head_dim]``, ``mask`` ``[B, L]``, ``index``) and the
+    (``key``/``value`` ``[B, kv_heads, L, head_dim]``, heads-major so that both products of a step
+    read the cache as it lies: :func:`cached_attention`; ``mask`` ``[B, L]``, ``index``) and the
     queries attend to every cached real token before them; the cache is created by
     initialising with ``decode=True`` on a ``[B, L]`` input (see ``theseus.model.models.init_cache``).
     A layer whose window is a fixed number shorter than ``L`` keeps a ring buffer of ``window`` slots
-    instead (``key``/``value`` ``[B, window, kv_heads, head_dim]``, plus ``slots`` ``[window]``: the
+    instead (``key``/``value`` ``[B, kv_heads, window, head_dim]``, plus ``slots`` ``[window]``: the
     sequence index each slot holds); a window chosen per layer at run time (a scanned model whose
     ``layer_types`` do not repeat) keeps the whole length, masked to the window, as stacked caches share
     one shape (repeating ones scan whole periods, each layer static: ``theseus.model.models.stacks``).
@@ -464,19 +501,20 @@ class CausalSelfAttention(Module):
             ring, size = True, window
         else:
             size = steps
-        cached_k = self.variable("cache", "key", jnp.zeros, (batch, size, n_kv, head_dim), k.dtype)
-        cached_v = self.variable("cache", "value", jnp.zeros, (batch, size, n_kv, head_dim), v.dtype)
+        cached_k = self.variable("cache", "key", jnp.zeros, (batch, n_kv, size, head_dim), k.dtype)
+        cached_v = self.variable("cache", "value", jnp.zeros, (batch, n_kv, size, head_dim), v.dtype)
         cached_mask = self.variable("cache", "mask", jnp.zeros, (batch, size), jnp.bool_)
         index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
         if not exists:
             return None
         if ring:
             return self._ring(k, v, padding_mask, window)
-        length = cached_k.value.shape[1]
+        length = cached_k.value.shape[2]
         start = index.value
         step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
-        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k.astype(cached_k.value.dtype), (0, start, 0, 0))
-        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v.astype(cached_v.value.dtype), (0, start, 0, 0))
+        new_k, new_v = heads_major(k, cached_k.value.dtype), heads_major(v, cached_v.value.dtype)
+        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, new_k, (0, 0, start, 0))
+        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, new_v, (0, 0, start, 0))
         cached_mask.value = jax.lax.dynamic_update_slice(cached_mask.value, step_mask, (0, start))
         index.value = start + steps
         query_slot = start + jnp.arange(steps, dtype=jnp.int32)
@@ -496,18 +534,18 @@ class CausalSelfAttention(Module):
         cached_mask: jax.Array = self.get_variable("cache", "mask")
         slots: jax.Array = self.get_variable("cache", "slots")
         start: jax.Array = self.get_variable("cache", "index")
-        size = cached_k.shape[1]
+        size = cached_k.shape[2]
         step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
         query_slot = start + jnp.arange(steps, dtype=jnp.int32)
-        keys = jnp.concatenate([cached_k, k.astype(cached_k.dtype)], axis=1)
-        values = jnp.concatenate([cached_v, v.astype(cached_v.dtype)], axis=1)
+        keys = jnp.concatenate([cached_k, heads_major(k, cached_k.dtype)], axis=2)
+        values = jnp.concatenate([cached_v, heads_major(v, cached_v.dtype)], axis=2)
         key_slot = jnp.concatenate([slots, query_slot])
         visible = window_mask(query_slot, key_slot, window)  # [T, size + T]
         mask = visible[None, None] & jnp.concatenate([cached_mask, step_mask], axis=1)[:, None, None, :]
         kept = min(steps, size)
         written = query_slot[-kept:] % size
-        self.put_variable("cache", "key", cached_k.at[:, written].set(keys[:, -kept:]))
-        self.put_variable("cache", "value", cached_v.at[:, written].set(values[:, -kept:]))
+        self.put_variable("cache", "key", cached_k.at[:, :, written].set(keys[:, :, -kept:]))
+        self.put_variable("cache", "value", cached_v.at[:, :, written].set(values[:, :, -kept:]))
         self.put_variable("cache", "mask", cached_mask.at[:, written].set(step_mask[:, -kept:]))
         self.put_variable("cache", "slots", slots.at[written].set(query_slot[-kept:]))
         self.put_variable("cache", "index", start + steps)
@@ -553,9 +591,7 @@ class CausalSelfAttention(Module):
         cached = self._cached(k, v, padding_mask, window) if decode else None
         if cached is not None:
             keys, values, mask = cached
-            y = dot_product_attention(
-                q, keys, values, mask=mask, is_causal=False, implementation="xla", scale=scale, softcap=softcap
-            )
+            y = cached_attention(q, keys, values, mask, scale=scale, softcap=softcap)
         else:
             y = dot_product_attention(
                 q,

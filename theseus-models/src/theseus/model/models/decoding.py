@@ -1,9 +1,10 @@
 """Incremental decoding with a KV cache, for GPT and Llama.
 
-The cache is Flax's ``cache`` collection: per layer ``key``/``value`` ``[B, L, kv_heads, head_dim]``
-(activation dtype), ``mask`` ``[B, L]`` (which slots hold real tokens) and ``index`` (next slot),
-plus the model's ``length`` ``[B]`` (real tokens seen per row, which gives the positions). A layer
-with a fixed attention window shorter than ``L`` keeps a ring buffer of ``window`` slots instead
+The cache is Flax's ``cache`` collection: per layer ``key``/``value`` ``[B, kv_heads, L, head_dim]``
+(activation dtype; heads-major, so a step's attention reads it without a transposed copy), ``mask``
+``[B, L]`` (which slots hold real tokens) and ``index`` (next slot), plus the model's ``length``
+``[B]`` (real tokens seen per row, which gives the positions). A layer with a fixed attention window
+shorter than ``L`` keeps a ring buffer of ``window`` slots instead
 (see :class:`~theseus.model.layers.attention.CausalSelfAttention`).
 
     cache = init_cache(model, batch_size, max_len)             # zeros; max_len <= block_size
