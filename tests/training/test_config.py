@@ -100,6 +100,12 @@ def test_args_are_the_hydrated_config(tmp_path) -> None:
     assert trainer.run_name == "Declared"
 
 
+def test_a_relative_root_is_made_absolute_as_the_cli_does(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """orbax reads checkpoints (training/init_from=run:...) only by absolute paths."""
+    monkeypatch.chdir(tmp_path)
+    assert Declared.create("root/../here").context.root == tmp_path / "here"
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
