@@ -20,8 +20,10 @@ def test_conversations_hold_the_environments_prompts_and_correct_answers(
     out = tmp_path / "sub" / "arithmetic.jsonl"
     args = ["run", "rl/demonstrations", *ARITHMETIC, f"rl/demonstrations/out={out}", "rl/demonstrations/count=40"]
     assert call_cli([*args, "rl/demonstrations/val=10", "--root", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.strip().endswith(
-        f"wrote 40 training and 10 validation conversations of environment 'arithmetic' to {out}"
+    assert (
+        capsys.readouterr()
+        .out.strip()
+        .endswith(f"wrote 40 training and 10 validation conversations of environment 'arithmetic' to {out}")
     )
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(lines) == 50 and [line.get("split") for line in lines] == [None] * 40 + ["val"] * 10
@@ -41,7 +43,7 @@ def test_conversations_hold_the_environments_prompts_and_correct_answers(
     [
         (
             ["environment=countdown", "rl/demonstrations/out={tmp}/x.jsonl"],
-            "error: environment 'Countdown' has no reference solutions to demonstrate; choose one that does "
+            "error: environment 'countdown' has no reference solutions to demonstrate; choose one that does "
             "(environment=arithmetic) or write its solution() method",
         ),
         ([], "error: rl/demonstrations/out is not set; name the JSON-lines file to write"),

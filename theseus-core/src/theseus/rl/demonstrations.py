@@ -29,7 +29,9 @@ from theseus.training.selection import registered_name, select
 class DemonstrationsConfig:
     """Where the conversations go and how many of each split."""
 
-    out: str = field("rl/demonstrations/out", default="", help="JSON-lines file to write (one conversation a line)")
+    out: str = field(
+        "rl/demonstrations/out", default="", path="file", help="JSON-lines file to write (one conversation a line)"
+    )
     count: int = field("rl/demonstrations/count", default=1000, min=1, help="conversations from the train split")
     val: int = field(
         "rl/demonstrations/val", default=100, min=0, help="conversations from the eval split, marked 'split': 'val'"
@@ -39,12 +41,12 @@ class DemonstrationsConfig:
     )
 
 
-def conversation(environment: Environment, prompt: Prompt, split: str) -> dict[str, Any]:
+def conversation(environment: Environment, prompt: Prompt, split: str, name: str) -> dict[str, Any]:
     """One chat line: the prompt's messages and the environment's solution as the assistant's turn."""
     solution = environment.solution(prompt)
     if solution is None:
         raise ConfigError(
-            f"environment {type(environment).__qualname__!r} has no reference solutions to demonstrate; "
+            f"environment {name!r} has no reference solutions to demonstrate; "
             "choose one that does (environment=arithmetic) or write its solution() method"
         )
     line: dict[str, Any] = {"messages": [*prompt.messages, {"role": "assistant", "content": solution}]}
@@ -81,18 +83,19 @@ class Demonstrations(Job):
             raise ConfigError("rl/demonstrations/out is not set; name the JSON-lines file to write")
         with configuration(self.context.config):
             environment = configure(self.environment_class())
-        lines = [conversation(environment, p, "train") for p in environment.prompts("train", args.seed, 0, args.count)]
+        name = registered_name("environment", self.ENVIRONMENT)
+        train = environment.prompts("train", args.seed, 0, args.count)
+        lines = [conversation(environment, p, "train", name) for p in train]
         if args.val:
             held_out = environment.prompts("eval", args.seed, 0, args.val)
-            lines += [conversation(environment, p, "eval") for p in held_out]
+            lines += [conversation(environment, p, "eval", name) for p in held_out]
         out = Path(args.out).expanduser()
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(f".{out.name}.partial")
         partial.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
         os.replace(partial, out)
         click.echo(
-            f"wrote {args.count} training and {args.val} validation conversations of environment "
-            f"{registered_name('environment', self.ENVIRONMENT)!r} to {out}"
+            f"wrote {args.count} training and {args.val} validation conversations of environment {name!r} to {out}"
         )
 
 

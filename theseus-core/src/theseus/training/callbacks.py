@@ -272,19 +272,18 @@ class Validation(AtIntervals):
 
     def __call__(self, info: StepInfo) -> None:
         if info.event == "start":
-            if self.at_start and info.step == 0:  # logged only: step 0 has no checkpoint to rank as best
-                result = info.trainer.validate(info.state)
-                info.log("val", result)
-                info.message(f"step 0: val loss {result['loss']:.4f}")
+            if self.at_start and info.step == 0:
+                self.work(info, ranked=False)  # logged only: step 0 has no checkpoint to rank as best
             return
         super().__call__(info)
 
-    def work(self, info: StepInfo) -> None:
+    def work(self, info: StepInfo, ranked: bool = True) -> None:
         result = info.trainer.validate(info.state)
         info.log("val", result)
-        info._loop.validation = (info.step, result)
         info.message(f"step {info.step}: val loss {result['loss']:.4f}")
-        info._emit("validation")
+        if ranked:
+            info._loop.validation = (info.step, result)
+            info._emit("validation")
 
 
 class Evaluations(AtIntervals):

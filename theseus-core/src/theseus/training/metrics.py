@@ -80,8 +80,8 @@ class MetricsLogger:
                 record = json.loads(text)
             except json.JSONDecodeError:
                 continue  # a line cut short by a crash
-            if not isinstance(record, dict) or int(record.get("step", 0)) > resume_step:
-                continue
+            if not isinstance(record, dict) or int(record.get("step", 0)) > resume_step or resume_step == 0:
+                continue  # a run starting over from step 0 logs its step-0 records again
             kept.append(raw)
             self._remember(record)
         tmp = self.path.with_name(self.path.name + ".tmp")

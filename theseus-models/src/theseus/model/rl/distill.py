@@ -35,7 +35,7 @@ from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.generation.sampling import SamplingParams
 from theseus.model.rl.loss import forward_kl, generalized_jsd
 from theseus.model.rl.teacher import TEACHER_KEY, Teacher, check_student, open_teacher
-from theseus.model.rl.trainer import LOGGED, GRPOConfig, GRPOTrainer
+from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer, rollout_metrics
 from theseus.training import steps
 from theseus.training.base import Batch
 from theseus.training.sharding import TrainerSharding
@@ -140,14 +140,6 @@ def divergence(objective: Objective, student: jax.Array, teacher: jax.Array, mas
     if objective.loss == "forward_kl":
         return forward_kl(student, teacher, mask, temperature=objective.temperature)
     return generalized_jsd(student, teacher, mask, beta=objective.beta, temperature=objective.temperature)
-
-
-def rollout_metrics(batch: Batch) -> dict[str, jax.Array]:
-    """The means of a rollout's per-row entries (length, timing, rewards) and the longest completion."""
-    logged = {name: jnp.mean(batch[name]) for name in batch if name in LOGGED or name.startswith("reward/")}
-    if "completion_length" in batch:
-        logged["completion_length_max"] = jnp.max(batch["completion_length"])
-    return logged
 
 
 class DistillStep:

@@ -1,23 +1,26 @@
 """``GRPOTrainer``: online reinforcement learning with group-relative advantages (the GRPO family).
 
-Each update samples ``B`` prompts from the environment (``ENVIRONMENT``; ``environment=countdown``
+Each step samples ``B`` prompts from the environment (``ENVIRONMENT``; ``environment=countdown``
 selects another registered one, its keys under ``environment/<name>/``), generates
 ``rl/group_size`` completions for each with the policy's current parameters (the KV-cache decoder on
-the trainer's mesh, one compile per shape), scores them with the environment's weighted rewards
-(``rl/rewards``), turns the scores into advantages within each prompt's group, and takes one step of
+the trainer's mesh), scores them with the environment's weighted rewards (``rl/rewards``), turns the
+scores into advantages within each prompt's group, and takes ``rl/updates_per_rollout`` updates of
 the clipped-surrogate loss (``theseus.model.rl.loss.policy_loss``: ``rl/loss`` grpo | dr_grpo | dapo
-| bnpo, ``rl/importance_sampling`` token | sequence). ``training/batch_size`` counts completions:
-``B = training/batch_size / rl/group_size``.
+| bnpo, ``rl/importance_sampling`` token | sequence) against the sampling policy's log-probabilities.
+``training/batch_size`` counts completions: ``B = training/batch_size / rl/group_size``. With
+``rl/dynamic_sampling``, groups whose rewards are all equal are replaced by further rounds (DAPO).
 
-Rollouts are a pure function of the parameters and ``(training/seed, step)``: the prompts of step
-``s`` and the sampling key are drawn from them, so a killed run resumes bit-exactly. LoRA
-(``model/lora/rank``), ``training/init_from`` and every sharding layout work as in ``SFTTrainer``.
-With ``rl/beta > 0`` a KL penalty to the reference, the policy with its LoRA adapters off, is added.
+Rollouts are a pure function of the parameters and ``(training/seed, step, round)``, so a killed or
+preempted run resumes bit-exactly. LoRA (``model/lora/rank``), ``training/init_from`` and every
+sharding layout work as in ``SFTTrainer``; ``rl/chat`` renders prompts with the chat template of the
+run the policy starts from. With ``rl/beta > 0`` a KL penalty to the reference, the policy with its
+LoRA adapters off, is added.
 
-Every update logs the reward (mean, std, and each reward's mean), the completion length (mean and
-max), the clipped fractions, the mean ratio and KL, and the rollout's share of the step and its
-tokens per second. Validation generates greedily on the environment's ``eval`` split; its loss is
-the negative mean reward (so the best checkpoint is the one that scores highest).
+Every step logs the reward (mean, std, and each reward's mean), accuracy, the completion length (mean
+and max), entropy, the clipped fractions, the mean ratio and KL, the share of groups with equal
+rewards, and the rollout's time, tokens per second and share of the step. Validation generates
+greedily on the environment's ``eval`` split; its loss is the negative mean reward (so the best
+checkpoint is the one that scores highest).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import jax
@@ -163,6 +167,22 @@ LOGGED = (
 )
 
 
+def solved(correct: Any) -> Any:
+    """Which completions the ``correct`` reward scores as right (its score 1)."""
+    return correct >= 1.0
+
+
+def rollout_metrics(batch: Batch) -> dict[str, jax.Array]:
+    """The means of a rollout's per-row entries (rewards, length, timing), the longest completion, and
+    ``accuracy`` where the ``correct`` reward was scored."""
+    logged = {name: jnp.mean(batch[name]) for name in batch if name in LOGGED or name.startswith("reward/")}
+    if "completion_length" in batch:
+        logged["completion_length_max"] = jnp.max(batch["completion_length"])
+    if "reward/correct" in batch:
+        logged["accuracy"] = jnp.mean(solved(batch["reward/correct"]))
+    return logged
+
+
 def completion_entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
     """The mean entropy (nats) of the policy's next-token distributions over the masked positions."""
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
@@ -173,7 +193,7 @@ def completion_entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
 def sampling_logps(state: TrainState, batch: Batch, sharding: TrainerSharding) -> jax.Array:
     """The completion tokens' log-probabilities under ``state.params``, the policy that sampled the
     rollouts (``[accumulate, rows, T]``, no gradient, no dropout): the ``old_logps`` of every update
-    taken on them."""
+    taken on them (the first update's ratio is 1 when the model has no dropout)."""
 
     def one(micro: Batch) -> jax.Array:
         inputs = {"x": micro["x"], "padding_mask": micro["padding_mask"]}
@@ -225,12 +245,9 @@ class PolicyStep:
             max_completion_length=o.max_new_tokens,
             num_items_in_batch=jnp.sum(mask),
         )
-        logged = {name: jnp.mean(batch[name]) for name in batch if name in LOGGED or name.startswith("reward/")}
+        logged = rollout_metrics(batch)
         logged["reward_std"] = jnp.std(batch["reward"])
-        logged["completion_length_max"] = jnp.max(batch["completion_length"])
         logged["entropy"] = completion_entropy(jax.lax.stop_gradient(logits), mask)
-        if "reward/correct" in batch:
-            logged["accuracy"] = jnp.mean(batch["reward/correct"] >= 1.0)
         return logits, loss, {**meta, **metrics, **logged}
 
     @staticmethod
@@ -336,7 +353,7 @@ class GRPOTrainer(SFTTrainer):
         return self.rollouts(self.position("train"))
 
     def rollouts(self, step: int) -> dict[str, np.ndarray]:
-        """Generate, score and arrange the completions of update ``step``; this process's rows. Every
+        """Generate, score and arrange the completions of step ``step``; this process's rows. Every
         process generates and scores the whole batch (the decoder splits its rows over the mesh) and
         keeps its share, so advantages see every completion of a group."""
         a: GRPOConfig = self.args
@@ -369,7 +386,8 @@ class GRPOTrainer(SFTTrainer):
         return {name: value[first : first + self.batch_rows] for name, value in batch.items()}
 
     def _sample(self, step: int) -> tuple[Rollouts, float]:
-        """The scored rollouts of ``step`` and the fraction of groups dropped. With
+        """The scored rollouts of ``step`` and the fraction of generated groups whose rewards were all
+        equal (0 without dynamic sampling). With
         ``rl/dynamic_sampling``, groups whose rewards are all equal (no advantage to learn from) are
         dropped and refilled from further rounds of the same size (new prompts and samples keyed by
         ``(seed, step, round)``), up to ``rl/resample_rounds``; places still empty then keep dropped groups."""
@@ -381,25 +399,24 @@ class GRPOTrainer(SFTTrainer):
         kept: list[Rollouts] = []
         spare: list[Rollouts] = []
         drawn = 0
-        for round in range(a.resample_rounds + 1):
-            batch = first if round == 0 else self._generate(step, round, count)
+        for attempt in range(a.resample_rounds + 1):
+            batch = first if attempt == 0 else self._generate(step, attempt, count)
             for group in batch.groups(a.group_size):
                 (kept if group.varied() else spare).append(group)
             drawn += count
             if len(kept) >= count:
                 break
-        dropped = 1.0 - min(len(kept), count) / drawn
-        return Rollouts.join((kept + spare)[:count]), dropped
+        return Rollouts.join((kept + spare)[:count]), len(spare) / drawn
 
-    def _generate(self, step: int, round: int, count: int) -> Rollouts:
-        """``count`` prompts of the train split with ``rl/group_size`` scored completions each: round 0
-        is the step's own draw, later rounds (dynamic sampling's refills) draw from seeds of their own."""
+    def _generate(self, step: int, attempt: int, count: int) -> Rollouts:
+        """``count`` prompts of the train split with ``rl/group_size`` scored completions each: attempt 0
+        is the step's own draw, later ones (dynamic sampling's refill rounds) draw from seeds of their own."""
         a: GRPOConfig = self.args
         seed = (a.seed * 1_000_003 + step) % SEED_RANGE
         prompt_seed = a.seed
-        if round:
-            seed = rng("rollout", a.seed, step, round).randrange(SEED_RANGE)
-            prompt_seed = rng("refill", a.seed, round).randrange(SEED_RANGE)
+        if attempt:
+            seed = rng("rollout", a.seed, step, attempt).randrange(SEED_RANGE)
+            prompt_seed = rng("refill", a.seed, attempt).randrange(SEED_RANGE)
         prompts = self.environment.prompts("train", prompt_seed, step, count)
         rows = [p for p in prompts for _ in range(a.group_size)]
         sampling = SamplingParams(temperature=a.temperature, top_p=a.top_p)
@@ -435,7 +452,7 @@ class GRPOTrainer(SFTTrainer):
         return encoded, tokens, [bool(c.stopped) for c in done], [tokenizer.decode(t) for t in tokens]
 
     def _encode(self, prompts: list[Prompt]) -> list[list[int]]:
-        """The prompts' token ids (a system message on its own line first); a prompt that leaves no room
+        """The prompts' token ids (``_prompt_text``: chat-rendered or plain); a prompt that leaves no room
         for ``rl/max_new_tokens`` in the sequence, or an empty one, is one ConfigError line."""
         tokenizer, new = self.tokenizer(), self.args.max_new_tokens
         encoded = [list(tokenizer.encode(self._prompt_text(p))) for p in prompts]
@@ -458,27 +475,31 @@ class GRPOTrainer(SFTTrainer):
             return self._template.render(prompt.messages, add_generation_prompt=True)
         return f"{prompt.system}\n{prompt.text}" if prompt.system else prompt.text
 
+    def _kept_template(self) -> Path | None:
+        """``chat_template.json`` of the ``training/init_from`` run (None when it is not a run)."""
+        spec = str(self.args.init_from)
+        if not spec.startswith("run:"):
+            return None
+        return run_path(self.context.root, spec.removeprefix("run:").partition("@")[0]) / TEMPLATE_FILE
+
     def _init_template(self) -> ChatTemplate:
         """The chat template kept by the ``training/init_from`` run (``rl/chat=true``)."""
-        spec = str(self.args.init_from)
-        is_run = spec.startswith("run:")
-        kept = (
-            run_path(self.context.root, spec.removeprefix("run:").partition("@")[0]) / TEMPLATE_FILE if is_run else None
-        )
+        kept = self._kept_template()
         if kept is None or not kept.is_file():
+            spec = str(self.args.init_from)
             raise ConfigError(
                 f"rl/chat=true renders prompts with the chat template of the run the policy starts from, but "
-                f"training/init_from={spec or '(unset)'} {'has none' if is_run else 'is not a run'}; "
+                f"training/init_from={spec or '(unset)'} {'is not a run' if kept is None else 'has none'}; "
                 "start from a run fine-tuned on chat data (training/init_from=run:NAME) or set rl/chat=false"
             )
         return ChatTemplate.from_tokenizer_config(kept)
 
     def chat_template(self) -> dict[str, str] | None:
         """The template of ``rl/chat``, kept in this run's folder too (``generate/chat=true`` uses it)."""
-        if not self.args.chat:
+        kept = self._kept_template() if self.args.chat else None
+        if kept is None:
             return None
-        kept = run_path(self.context.root, str(self.args.init_from).removeprefix("run:").partition("@")[0])
-        found: dict[str, str] = json.loads((kept / TEMPLATE_FILE).read_text(encoding="utf-8"))
+        found: dict[str, str] = json.loads(kept.read_text(encoding="utf-8"))
         return found
 
     def _score(
@@ -575,7 +596,7 @@ class GRPOTrainer(SFTTrainer):
         result: dict[str, Any] = {"loss": -float(np.mean(total)), "reward": float(np.mean(total))}
         result.update({f"reward/{name}": float(np.mean(v)) for name, v in per_reward.items()})
         if "correct" in per_reward:
-            result["accuracy"] = float(np.mean(np.asarray(per_reward["correct"]) >= 1.0))
+            result["accuracy"] = float(np.mean(solved(np.asarray(per_reward["correct"]))))
         result["tokens"] = float(len(prompts))
         return result
 
