@@ -36,7 +36,7 @@ RUN = {
     "docs/huggingface.md": {"local-folder"},
     "docs/tracking.md": {"runs"},
     "docs/multi-host.md": {"two-processes"},
-    "docs/reinforcement-learning.md": {"grpo", "distill"},
+    "docs/reinforcement-learning.md": {"grpo", "distill", "arithmetic"},
     "docs/writing-a-plugin.md": {"new-plugin", "load-file"},
 }
 

@@ -93,6 +93,9 @@ class GRPOConfig(SFTConfig):
         min=1,
         help="optimizer updates on each batch of rollouts (mu), against the sampling policy's log-probabilities",
     )
+    eval_temperature: float = field(
+        "rl/eval_temperature", default=0.0, min=0.0, help="temperature of validation's completions (0: greedy)"
+    )
     chat: bool = field(
         "rl/chat",
         default=False,
@@ -584,14 +587,15 @@ class GRPOTrainer(SFTTrainer):
 
     # -- validation -----------------------------------------------------------------------------
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
-        """Greedy completions of ``batches`` x B prompts of the environment's ``eval`` split: the mean
-        reward, each reward's mean, and ``loss`` = -mean reward."""
+        """Completions of ``batches`` x B prompts of the environment's ``eval`` split, greedy or at
+        ``rl/eval_temperature``: the mean reward, each reward's mean, accuracy, and ``loss`` = -mean reward."""
         a: GRPOConfig = self.args
         batches = a.eval_batches if batches is None else batches
         count = self.args.batch_size // a.group_size
         prompts = [p for index in range(batches) for p in self.environment.prompts("eval", a.seed, index, count)]
         self.state = state
-        _ids, tokens, _stopped, texts = self._complete(prompts, SamplingParams(temperature=0.0), seed=a.seed)
+        sampling = SamplingParams(temperature=a.eval_temperature)
+        _ids, tokens, _stopped, texts = self._complete(prompts, sampling, seed=a.seed)
         total, per_reward = self._score(prompts, texts, tokens)
         result: dict[str, Any] = {"loss": -float(np.mean(total)), "reward": float(np.mean(total))}
         result.update({f"reward/{name}": float(np.mean(v)) for name, v in per_reward.items()})
