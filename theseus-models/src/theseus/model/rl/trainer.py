@@ -390,10 +390,10 @@ class GRPOTrainer(SFTTrainer):
 
     def _sample(self, step: int) -> tuple[Rollouts, float]:
         """The scored rollouts of ``step`` and the fraction of generated groups whose rewards were all
-        equal (0 without dynamic sampling). With
-        ``rl/dynamic_sampling``, groups whose rewards are all equal (no advantage to learn from) are
-        dropped and refilled from further rounds of the same size (new prompts and samples keyed by
-        ``(seed, step, round)``), up to ``rl/resample_rounds``; places still empty then keep dropped groups."""
+        equal (0 without dynamic sampling). With ``rl/dynamic_sampling``, such groups (no advantage to
+        learn from) are dropped and refilled from further rounds of the same size (new prompts and
+        samples keyed by ``(seed, step, round)``), up to ``rl/resample_rounds``; places still empty then
+        keep dropped groups."""
         a: GRPOConfig = self.args
         count = a.batch_size // a.group_size
         first = self._generate(step, 0, count)
