@@ -32,10 +32,9 @@ import numpy as np
 from theseus.config import field
 from theseus.model.finetune import adapters, frozen
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
-from theseus.model.generation.sampling import SamplingParams
 from theseus.model.rl.loss import forward_kl, generalized_jsd
 from theseus.model.rl.teacher import TEACHER_KEY, Teacher, check_student, open_teacher
-from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer, rollout_metrics
+from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer, reward_means, rollout_metrics
 from theseus.training import steps
 from theseus.training.base import Batch
 from theseus.training.sharding import TrainerSharding
@@ -281,21 +280,18 @@ class OnPolicyDistillTrainer(Distillation, GRPOTrainer):  # type: ignore[misc]  
         return Objective(self.teacher.model, "jsd", float(a.distill_beta), float(a.distill_temperature))
 
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
-        """Greedy completions of ``batches`` x (global micro batch) prompts of the environment's ``eval``
-        split: ``loss``, the divergence from the teacher on them, the mean reward and each reward's."""
+        """Completions of ``batches`` x (global micro batch) prompts of the environment's ``eval`` split,
+        greedy or at ``rl/eval_temperature``: ``loss``, the divergence from the teacher on them, and
+        the rewards (``reward_means``)."""
         a: OnPolicyDistillConfig = self.args
         batches = a.eval_batches if batches is None else batches
         count = self.eval_rows
-        prompts = [p for index in range(batches) for p in self.environment.prompts("eval", a.seed, index, count)]
-        if not prompts:
+        if batches * count == 0:
             return {"loss": float("nan"), "tokens": 0.0}
-        self.state = state
-        encoded, tokens, stopped, texts = self._complete(prompts, SamplingParams(temperature=0.0), seed=a.seed)
-        total, per_reward = self._score(prompts, texts, tokens)
-        rows = self._arrange(encoded, tokens, stopped)
+        done = self.eval_rollouts(state, batches, count)
+        rows = self._arrange(done.prompts, done.completions, done.stopped)
         loss, positions = self._divergence(state, rows, count)
-        result: dict[str, Any] = {"loss": loss, "reward": float(np.mean(total))}
-        result.update({f"reward/{name}": float(np.mean(v)) for name, v in per_reward.items()})
+        result: dict[str, Any] = {"loss": loss, **reward_means(done)}
         result["completion_length"] = float(np.mean(rows["completion_length"]))
         result["tokens"] = positions
         return result

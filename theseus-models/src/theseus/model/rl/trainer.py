@@ -186,6 +186,16 @@ def rollout_metrics(batch: Batch) -> dict[str, jax.Array]:
     return logged
 
 
+def reward_means(done: Rollouts) -> dict[str, float]:
+    """What validation reports of scored completions: ``reward`` and each reward's mean, and
+    ``accuracy`` where the ``correct`` reward was scored."""
+    result = {"reward": float(np.mean(done.rewards))}
+    result.update({f"reward/{name}": float(np.mean(v)) for name, v in done.per_reward.items()})
+    if "correct" in done.per_reward:
+        result["accuracy"] = float(np.mean(solved(np.asarray(done.per_reward["correct"]))))
+    return result
+
+
 def completion_entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
     """The mean entropy (nats) of the policy's next-token distributions over the masked positions."""
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
@@ -591,18 +601,21 @@ class GRPOTrainer(SFTTrainer):
         ``rl/eval_temperature``: the mean reward, each reward's mean, accuracy, and ``loss`` = -mean reward."""
         a: GRPOConfig = self.args
         batches = a.eval_batches if batches is None else batches
-        count = self.args.batch_size // a.group_size
+        done = self.eval_rollouts(state, batches, self.args.batch_size // a.group_size)
+        result = {"loss": -float(np.mean(done.rewards)), **reward_means(done)}
+        result["tokens"] = float(len(done.rewards))
+        return result
+
+    def eval_rollouts(self, state: TrainState, batches: int, count: int) -> Rollouts:
+        """``batches`` x ``count`` prompts of the environment's ``eval`` split completed by ``state``'s
+        parameters, greedily or at ``rl/eval_temperature``, and scored."""
+        a: GRPOConfig = self.args
         prompts = [p for index in range(batches) for p in self.environment.prompts("eval", a.seed, index, count)]
         self.state = state
         sampling = SamplingParams(temperature=a.eval_temperature)
-        _ids, tokens, _stopped, texts = self._complete(prompts, sampling, seed=a.seed)
+        encoded, tokens, stopped, texts = self._complete(prompts, sampling, seed=a.seed)
         total, per_reward = self._score(prompts, texts, tokens)
-        result: dict[str, Any] = {"loss": -float(np.mean(total)), "reward": float(np.mean(total))}
-        result.update({f"reward/{name}": float(np.mean(v)) for name, v in per_reward.items()})
-        if "correct" in per_reward:
-            result["accuracy"] = float(np.mean(solved(np.asarray(per_reward["correct"]))))
-        result["tokens"] = float(len(prompts))
-        return result
+        return Rollouts(encoded, tokens, stopped, total, per_reward)
 
 
 class GPTGRPO(GRPOTrainer):
