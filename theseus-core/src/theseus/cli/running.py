@@ -62,13 +62,12 @@ def run_job(
     from theseus.base.distributed import from_options
     from theseus.base.failures import one_line_failures
     from theseus.base.job import JobContext, default_root
-    from theseus.config import Configuration, configuration, resolve
-    from theseus.config.paths import absolute, absolute_paths
+    from theseus.config import configuration
+    from theseus.config.paths import absolute, resolve_absolute
 
     from_options(distributed)  # joins a multi-process run before the job touches a device
     cls, schema, file_values, given = selected_job(name, config_file, overrides)
-    resolved = resolve(schema, file_values, given)
-    cfg = Configuration(absolute_paths(resolved, schema), schema)  # nothing below sees a relative path
+    cfg = resolve_absolute(schema, file_values, given)  # nothing below sees a relative path
     root = absolute(root or default_root())
     if root.exists() and not root.is_dir():
         raise TheseusError(f"root {str(root)!r} is a file; pass --root with a directory")

@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from theseus.config.schema import Schema
+
+if TYPE_CHECKING:
+    from theseus.config.configuration import Configuration
 
 #: The ``kind:`` prefix of a ``"spec"`` value whose target is a local folder or a hub id.
 SOURCE_PREFIX = "hf:"
@@ -52,4 +55,13 @@ def absolute_paths(values: Mapping[str, Any], schema: Schema, cwd: Path | None =
     return resolved
 
 
-__all__ = ["absolute", "absolute_paths", "absolute_value"]
+def resolve_absolute(
+    schema: Schema, file_values: Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None
+) -> Configuration:
+    """``resolve`` with every path key made absolute: the configuration a job runs with."""
+    from theseus.config.configuration import Configuration, resolve
+
+    return Configuration(absolute_paths(resolve(schema, file_values, overrides), schema), schema)
+
+
+__all__ = ["absolute", "absolute_paths", "absolute_value", "resolve_absolute"]

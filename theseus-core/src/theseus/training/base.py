@@ -21,9 +21,9 @@ import optax
 
 from theseus.base.job import Job, JobContext
 from theseus.base.numerics import computing_in
-from theseus.config import Configuration, Schema, configuration, configure, parse_overrides, read_yaml, resolve
+from theseus.config import Schema, configuration, configure, parse_overrides, read_yaml
 from theseus.config.configuration import flat_values
-from theseus.config.paths import absolute, absolute_paths
+from theseus.config.paths import absolute, resolve_absolute
 from theseus.errors import ConfigError, DataError
 from theseus.plugins.gather import gather_classes
 from theseus.runs.directory import default_run_name
@@ -140,8 +140,7 @@ class BaseTrainer(Job):
         file_values = read_yaml(config_file) if config_file is not None else {}
         given = flat_values(overrides, "overrides") if isinstance(overrides, Mapping) else parse_overrides(overrides)
         chosen, file_values, given = cls.selected(file_values, given)
-        schema = chosen.schema()
-        cfg = Configuration(absolute_paths(resolve(schema, file_values, given), schema), schema)  # as the CLI does
+        cfg = resolve_absolute(chosen.schema(), file_values, given)  # as the CLI does
         own_key = cls.__dict__.get("JOB_KEY")
         context = JobContext(name=name or own_key or cls.__name__, root=absolute(root), config=cfg)
         return chosen(context)  # type: ignore[return-value]
