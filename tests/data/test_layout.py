@@ -1,4 +1,4 @@
-"""The layout of ``theseus.data``: packages shared by theseus-core and theseus-data, and deprecated paths.
+"""The layout of ``theseus.data``: packages shared by theseus-core and theseus-data, and removed paths.
 
 ``theseus.data.datasets`` and ``theseus.data.tokenizers`` hold modules of both distributions; the
 ``__init__.py`` of each (theseus-data's) binds every public name lazily from the module defining it.
@@ -20,25 +20,8 @@ FACADES = {
     "theseus.data.datasets": REPO / "theseus-data/src/theseus/data/datasets/__init__.py",
     "theseus.data.tokenizers": REPO / "theseus-data/src/theseus/data/tokenizers/__init__.py",
 }
-#: Deprecated module -> (its replacement named in the warning, names it still exports).
-ALIASES = {
-    "theseus.data.tokenizer": (
-        "theseus.data.tokenizers.base",
-        {
-            "theseus.data.tokenizers.base": ["EOT_TEXT", "Tokenizer", "encode_arrays"],
-            "theseus.data.tokenizers.byte": ["ByteTokenizer"],
-            "theseus.data.tokenizers.spec": ["load_tokenizer", "parse_spec", "spec_identity"],
-        },
-    ),
-    "theseus.data.stdlib": (
-        "theseus.data.datasets.stdlib",
-        {"theseus.data.datasets.stdlib": ["PythonStdlib", "prepare_stdlib", "stdlib_root"]},
-    ),
-    "theseus.data.documents": (
-        "theseus.data.datasets.base",
-        {"theseus.data.datasets.base": ["TRAIN", "VAL", "Dataset", "Document", "dataset_classes", "resolve_dataset"]},
-    ),
-}
+#: Former module paths, removed before the first release: nothing provides them.
+REMOVED = ("theseus.data.documents", "theseus.data.stdlib", "theseus.data.tokenizer")
 
 
 def type_checking_imports(path: Path) -> set[str]:
@@ -92,31 +75,10 @@ def test_both_distributions_modules_are_found_and_imported_lazily() -> None:
     ]
 
 
-@pytest.mark.parametrize("alias", sorted(ALIASES))
-def test_a_deprecated_path_warns_and_keeps_its_names(alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    replacement, exported = ALIASES[alias]
-    monkeypatch.delitem(sys.modules, alias, raising=False)
-    with pytest.warns(DeprecationWarning, match=f"{alias} is deprecated; import from {replacement}"):
-        module = importlib.import_module(alias)
-    for home, names in exported.items():
-        for name in names:
-            assert getattr(module, name) is getattr(importlib.import_module(home), name), name
-
-
-def test_the_data_packages_import_no_deprecated_path() -> None:
-    """theseus.data and theseus-data use the new homes (other callers move within the deprecation window)."""
-    found = []
-    for root in (REPO / "theseus-core/src/theseus/data", REPO / "theseus-data/src"):
-        for path in sorted(root.rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.ImportFrom):
-                    modules = [node.module or ""]
-                elif isinstance(node, ast.Import):
-                    modules = [alias.name for alias in node.names]
-                else:
-                    continue
-                found += [f"{path.relative_to(REPO)}:{node.lineno}: {m}" for m in modules if m in ALIASES]
-    assert not found, found
+@pytest.mark.parametrize("path", REMOVED)
+def test_a_removed_path_is_gone(path: str) -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(path)
 
 
 def test_core_and_models_never_import_the_facades_of_theseus_data() -> None:

@@ -70,11 +70,6 @@ def test_greedy_with_cache_equals_rerunning_the_prefix(family: type[TransformerL
     rows = [row[keep].tolist() for row, keep in zip(prompt, prompt_mask, strict=True)]
     generated = generate_tokens(model, params, rows, NEW, sampling=SamplingParams(temperature=0.0))
     np.testing.assert_array_equal(np.asarray([c.tokens for c in generated]), np.stack(expected_tokens, 1))
-    with pytest.warns(DeprecationWarning, match="generate_tokens"):
-        from theseus.model.models import generate
-    np.testing.assert_array_equal(
-        np.asarray(generate(model, params, prompt, NEW, padding_mask=prompt_mask)), np.stack(expected_tokens, 1)
-    )
 
 
 def test_cache_holds_activation_dtype_and_grouped_heads(family: type[TransformerLM]) -> None:

@@ -19,12 +19,8 @@ The KV cache (:mod:`theseus.model.models.decoding`)::
 
 The same works directly: ``model.apply({"params": p, "cache": cache}, x, decode=True, mutable=["cache"])``.
 The decoder (sampling, stop at end-of-text, one jitted loop) is
-``theseus.model.generation.decode.generate_tokens``; ``generate`` and ``greedy`` here are deprecated
-aliases of it, kept for one minor version.
+``theseus.model.generation.decode.generate_tokens``.
 """
-
-import warnings
-from typing import Any
 
 from theseus.model.models.architecture import Architecture, Preset
 from theseus.model.models.block import Block
@@ -72,51 +68,3 @@ __all__ = [
     "init_cache",
     "token_positions",
 ]
-
-
-def _generate(
-    model: TransformerLM,
-    params: Any,
-    prompt: Any,
-    max_new_tokens: int,
-    *,
-    padding_mask: Any = None,
-    sample: Any = None,
-    key: Any = None,
-) -> Any:
-    """Deprecated: ``max_new_tokens`` greedy tokens after left-padded ``prompt`` ``[B, P]``, ``[B, N]``."""
-    import jax.numpy as jnp
-    import numpy as np
-
-    from theseus.errors import ConfigError
-    from theseus.model.generation.decode import generate_tokens
-    from theseus.model.generation.sampling import SamplingParams
-
-    if sample is not None:
-        raise ConfigError("generate(sample=...) is gone; use generate_tokens(..., sampling=SamplingParams(...))")
-    ids = np.asarray(prompt, np.int32)
-    mask = np.ones(ids.shape, bool) if padding_mask is None else np.asarray(padding_mask, bool)
-    prompts = [row[keep].tolist() for row, keep in zip(ids, mask, strict=True)]
-    done = generate_tokens(model, params, prompts, max_new_tokens, sampling=SamplingParams(temperature=0.0))
-    return jnp.asarray([c.tokens for c in done], jnp.int32)
-
-
-def _greedy(logits: Any, key: Any = None) -> Any:
-    """Deprecated: the most likely token of each row of ``logits`` ``[B, vocab]``."""
-    import jax.numpy as jnp
-
-    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-
-
-_DEPRECATED = {"generate": _generate, "greedy": _greedy}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _DEPRECATED:
-        warnings.warn(
-            f"theseus.model.models.{name} is deprecated; use theseus.model.generation.decode.generate_tokens",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _DEPRECATED[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
