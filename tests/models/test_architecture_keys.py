@@ -11,9 +11,9 @@ import pytest
 from tests.models.conftest import build
 from theseus.checkpoint.layers import per_layer, stacked
 from theseus.errors import ConfigError
+from theseus.model.huggingface.config_fields import yarn_keys
 from theseus.model.layers.rotary import RopeScaling, rotary_angles
 from theseus.model.models import GPT, Llama, TransformerLM
-from theseus.model.models.llama_hf import yarn_keys
 
 
 def shapes(model: TransformerLM) -> dict:
@@ -163,7 +163,7 @@ def test_sequences_longer_than_the_sliding_window_work() -> None:
 def test_the_original_context_is_read_where_transformers_reads_it() -> None:
     """A top-level original_max_position_embeddings wins over the rope entry's, and without either
     the scaled kinds fall back to max_position_embeddings, as transformers' standardisation does."""
-    from theseus.model.models.llama_hf import rope_keys
+    from theseus.model.huggingface.config_fields import rope_keys
 
     yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
     both = rope_keys({"max_position_embeddings": 64, "original_max_position_embeddings": 16, "rope_parameters": yarn})

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from theseus.model.huggingface.config_fields import rope_config, rope_keys
 from theseus.model.huggingface.family import HFFamily, cannot, expect, require, unsupported
 from theseus.model.huggingface.names import (
     TensorMap,
@@ -33,7 +34,6 @@ from theseus.model.huggingface.names import (
 )
 from theseus.model.layers.latent_attention import MLASpec
 from theseus.model.models.architecture import Architecture
-from theseus.model.models.llama_hf import rope_config, rope_keys
 from theseus.model.models.mixtral_hf import expert_maps, mixture
 
 DEEPSEEK_V3_CLASS = "theseus.model.models.deepseek_v3:DeepseekV3"

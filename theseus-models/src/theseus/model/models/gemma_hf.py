@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from theseus.errors import ConfigError
+from theseus.model.huggingface.config_fields import decoder_shape, plain_rope_theta
 from theseus.model.huggingface.family import cannot, require, unsupported
 from theseus.model.huggingface.names import TensorMap, same
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.models.architecture import Architecture
 from theseus.model.models.gemma import pattern_layer_types
-from theseus.model.models.llama_hf import AttentionBiasFamily, decoder_shape
+from theseus.model.models.llama_hf import AttentionBiasFamily
 
 GEMMA2_CLASS = "theseus.model.models.gemma:Gemma2"
 GEMMA3_CLASS = "theseus.model.models.gemma:Gemma3"
@@ -34,16 +35,6 @@ LAYER_NORMS = {
     "pre_feedforward_layernorm": "mlp_norm",
     "post_feedforward_layernorm": "mlp_out_norm",
 }
-
-
-def rope_theta(
-    parameters: Mapping[str, Any], field: str, default: float, kinds: tuple[str, ...] = ("default",)
-) -> float:
-    """The base of one ``rope_parameters`` entry; a rope type outside ``kinds`` is refused."""
-    kind = parameters.get("rope_type", parameters.get("type", "default"))
-    if kind not in kinds:
-        raise unsupported(f"{field}.rope_type", kind, f"supported: {', '.join(kinds)}")
-    return float(parameters.get("rope_theta", default))
 
 
 def whole(value: float) -> int | float:
@@ -106,7 +97,7 @@ class Gemma2Family(AttentionBiasFamily):
     def rope(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """One base for every layer (Gemma 2)."""
         parameters = {**(config.get("rope_parameters") or {}), **(config.get("rope_scaling") or {})}
-        theta = rope_theta(parameters, "rope_parameters", float(config.get("rope_theta", 10000.0)))
+        theta = plain_rope_theta(parameters, "rope_parameters", float(config.get("rope_theta", 10000.0)))
         return {"architecture/rope_theta": theta, "architecture/rope_local_theta": None}
 
     def layers(self, config: Mapping[str, Any], n_layers: int) -> dict[str, Any]:
@@ -131,19 +122,15 @@ class Gemma2Family(AttentionBiasFamily):
         }
 
     # -- both ways ---------------------------------------------------------------------------------
-    def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
-        maps: list[TensorMap] = []
-        for entry in super().tensor_maps(arch):
-            if entry.hf.endswith(("input_layernorm.weight", "post_attention_layernorm.weight")):
-                continue  # the four norms of a layer are mapped below
-            maps.append(entry)
-        for i in range(arch.n_layers):
-            hf, ours = f"model.layers.{i}.", f"blocks_{i}"
-            for name, norm in LAYER_NORMS.items():
-                maps.append(same(hf + f"{name}.weight", (ours, norm, "scale"), (arch.n_embd,)))
-            if self.qk_norm:
-                for name, norm in (("q_norm", "query_norm"), ("k_norm", "key_norm")):
-                    maps.append(same(hf + f"self_attn.{name}.weight", (ours, "attn", norm, "scale"), (arch.head_dim,)))
+    def layer_norm_maps(self, arch: Architecture, layer: int) -> list[TensorMap]:
+        """The four norms around the branches, and Gemma 3's per-head query/key norms."""
+        hf, ours = f"model.layers.{layer}.", f"blocks_{layer}"
+        maps = [
+            same(hf + f"{name}.weight", (ours, norm, "scale"), (arch.n_embd,)) for name, norm in LAYER_NORMS.items()
+        ]
+        if self.qk_norm:
+            for name, norm in (("q_norm", "query_norm"), ("k_norm", "key_norm")):
+                maps.append(same(hf + f"self_attn.{name}.weight", (ours, "attn", norm, "scale"), (arch.head_dim,)))
         return maps
 
     # -- export ------------------------------------------------------------------------------------
@@ -199,13 +186,13 @@ class Gemma3TextFamily(Gemma2Family):
         full = {**(parameters.get(FULL_ATTENTION) or {}), **(config.get("rope_scaling") or {})}
         local = parameters.get(SLIDING_ATTENTION) or {}
         field = f"rope_parameters.{FULL_ATTENTION}"
-        theta = rope_theta(full, field, float(config.get("rope_theta", 1e6)), ("default", "linear"))
+        theta = plain_rope_theta(full, field, float(config.get("rope_theta", 1e6)), ("default", "linear"))
         linear = full.get("rope_type", full.get("type")) == "linear"
         return {
             "architecture/rope_theta": theta,
             "architecture/rope_scaling": "linear" if linear else "none",
             "architecture/rope_factor": float(full["factor"]) if linear else 1.0,
-            "architecture/rope_local_theta": rope_theta(
+            "architecture/rope_local_theta": plain_rope_theta(
                 local, f"rope_parameters.{SLIDING_ATTENTION}", float(config.get("rope_local_base_freq", 1e4))
             ),
         }

@@ -24,24 +24,17 @@ class OLMo2Family(AttentionBiasFamily):
     model_class: ClassVar[str] = OLMO2_CLASS
     fallback: ClassVar[bool] = True
 
-    def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
-        maps: list[TensorMap] = []
-        for entry in super().tensor_maps(arch):
-            if entry.hf.endswith(".input_layernorm.weight"):  # no norm before a branch
-                continue
-            if not entry.hf.endswith(".post_attention_layernorm.weight"):
-                maps.append(entry)
-                continue
-            layer = entry.hf.removesuffix("post_attention_layernorm.weight")
-            block = f"blocks_{layer.split('.')[2]}"
-            maps.append(same(entry.hf, (block, "attn_norm", "scale"), (arch.n_embd,)))
-            maps.append(same(layer + "post_feedforward_layernorm.weight", (block, "mlp_norm", "scale"), (arch.n_embd,)))
+    def layer_norm_maps(self, arch: Architecture, layer: int) -> list[TensorMap]:
+        """``post_attention_layernorm`` / ``post_feedforward_layernorm`` after the branches, and the
+        query/key norms over the whole projections."""
+        hf, ours = f"model.layers.{layer}.", f"blocks_{layer}"
         q, k = arch.n_heads * arch.head_dim, arch.n_kv_heads * arch.head_dim
-        for i in range(arch.n_layers):
-            hf, ours = f"model.layers.{i}.self_attn.", f"blocks_{i}"
-            maps.append(same(hf + "q_norm.weight", (ours, "attn", "query_norm", "scale"), (q,)))
-            maps.append(same(hf + "k_norm.weight", (ours, "attn", "key_norm", "scale"), (k,)))
-        return maps
+        return [
+            same(hf + "post_attention_layernorm.weight", (ours, "attn_norm", "scale"), (arch.n_embd,)),
+            same(hf + "post_feedforward_layernorm.weight", (ours, "mlp_norm", "scale"), (arch.n_embd,)),
+            same(hf + "self_attn.q_norm.weight", (ours, "attn", "query_norm", "scale"), (q,)),
+            same(hf + "self_attn.k_norm.weight", (ours, "attn", "key_norm", "scale"), (k,)),
+        ]
 
 
 __all__ = ["OLMO2_CLASS", "OLMo2Family"]

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from theseus.model.huggingface.config_fields import qwen_window, window_config
 from theseus.model.huggingface.names import TensorMap, same
 from theseus.model.models.architecture import Architecture
-from theseus.model.models.llama_hf import AttentionBiasFamily, qwen_window, window_config
+from theseus.model.models.llama_hf import AttentionBiasFamily
 
 QWEN3_CLASS = "theseus.model.models.qwen3:Qwen3"
 

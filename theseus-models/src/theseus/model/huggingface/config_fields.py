@@ -1,0 +1,207 @@
+"""``config.json`` fields that several decoder families read and write alike: RoPE (``rope_theta``,
+``rope_parameters`` / ``rope_scaling``), attention windows (``sliding_window``, ``layer_types``, Qwen's
+``use_sliding_window`` / ``max_window_layers``) and the decoder sizes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from theseus.errors import ConfigError
+from theseus.model.huggingface.family import require, unsupported
+from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
+from theseus.model.layers.rotary import yarn_mscale
+
+if TYPE_CHECKING:
+    from theseus.model.models.architecture import Architecture
+
+
+# ----------------------------------------------------------------- RoPE
+
+
+def rope_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``rope_theta`` and ``rope_scaling`` (default, linear, llama3, yarn) as ``architecture/rope_*`` keys."""
+    parameters = config.get("rope_parameters") or {}
+    legacy = config.get("rope_scaling") or {}
+    scaling = {**parameters, **legacy}
+    theta = config.get("rope_theta", scaling.get("rope_theta", 10000.0))
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    field = "rope_scaling.rope_type" if "rope_type" in scaling or "type" not in scaling else "rope_scaling.type"
+    partial = config.get("partial_rotary_factor", scaling.get("partial_rotary_factor", 1.0))
+    if partial != 1.0:
+        raise unsupported("partial_rotary_factor", partial)
+    keys: dict[str, Any] = {"architecture/rope_theta": float(theta)}
+    if kind == "default":
+        keys["architecture/rope_scaling"] = "none"
+    elif kind == "linear":
+        keys.update({"architecture/rope_scaling": "linear", "architecture/rope_factor": float(scaling["factor"])})
+    elif kind == "llama3":
+        keys.update(
+            {
+                "architecture/rope_scaling": "llama3",
+                "architecture/rope_factor": float(scaling["factor"]),
+                "architecture/rope_low_freq_factor": float(scaling.get("low_freq_factor", 1.0)),
+                "architecture/rope_high_freq_factor": float(scaling.get("high_freq_factor", 4.0)),
+                "architecture/rope_original_max_positions": original_positions(config, scaling),
+            }
+        )
+    elif kind == "yarn":
+        keys.update(yarn_keys(config, scaling))
+    else:
+        raise unsupported(field, kind, "supported: default, linear, llama3, yarn")
+    return keys
+
+
+def original_positions(config: Mapping[str, Any], scaling: Mapping[str, Any]) -> int:
+    """The pre-scaling context length, as transformers reads it: a top-level
+    ``original_max_position_embeddings`` first (Phi-3 style), then the rope entry's, else
+    ``max_position_embeddings``."""
+    value = config.get("original_max_position_embeddings") or scaling.get("original_max_position_embeddings")
+    return int(value or require(config, "max_position_embeddings"))
+
+
+def yarn_keys(config: Mapping[str, Any], scaling: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``yarn`` entry as ``architecture/rope_*`` keys, its defaults and attention factor resolved as
+    transformers resolves them (``mscale`` over ``mscale_all_dim`` where both are set)."""
+    original = original_positions(config, scaling)
+    factor = scaling.get("factor") or int(require(config, "max_position_embeddings")) / original
+    attention = scaling.get("attention_factor")
+    if attention is None:
+        mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
+        if mscale and mscale_all_dim:
+            attention = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+        else:
+            attention = yarn_mscale(factor)
+    return {
+        "architecture/rope_scaling": "yarn",
+        "architecture/rope_factor": float(factor),
+        "architecture/rope_original_max_positions": original,
+        "architecture/rope_beta_fast": float(scaling.get("beta_fast") or 32.0),
+        "architecture/rope_beta_slow": float(scaling.get("beta_slow") or 1.0),
+        "architecture/rope_truncate": bool(scaling.get("truncate", True)),
+        "architecture/rope_attention_factor": float(attention),
+    }
+
+
+def plain_rope_theta(
+    parameters: Mapping[str, Any], field: str, default: float, kinds: tuple[str, ...] = ("default",)
+) -> float:
+    """The base of one ``rope_parameters`` entry; a rope type outside ``kinds`` is refused."""
+    kind = parameters.get("rope_type", parameters.get("type", "default"))
+    if kind not in kinds:
+        raise unsupported(f"{field}.rope_type", kind, f"supported: {', '.join(kinds)}")
+    return float(parameters.get("rope_theta", default))
+
+
+def rope_config(arch: Architecture) -> dict[str, Any]:
+    """``rope_parameters`` / ``rope_scaling`` of ``arch`` as transformers writes them."""
+    scaling = arch.rope_scaling
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": arch.rope_theta}
+    if scaling.kind == "linear":
+        rope = {**rope, "rope_type": "linear", "factor": scaling.factor}
+    elif scaling.kind == "llama3":
+        rope = {
+            **rope,
+            "rope_type": "llama3",
+            "factor": scaling.factor,
+            "low_freq_factor": scaling.low_freq_factor,
+            "high_freq_factor": scaling.high_freq_factor,
+            "original_max_position_embeddings": scaling.original_max_positions,
+        }
+    elif scaling.kind == "longrope":
+        rope = {
+            **rope,
+            "rope_type": "longrope",
+            "short_factor": list(scaling.short_factor),
+            "long_factor": list(scaling.long_factor),
+            "original_max_position_embeddings": scaling.original_max_positions,
+            "attention_factor": scaling.magnitude,
+        }
+    elif scaling.kind == "yarn":
+        rope = {
+            **rope,
+            "rope_type": "yarn",
+            "factor": scaling.factor,
+            "original_max_position_embeddings": scaling.original_max_positions,
+            "beta_fast": scaling.beta_fast,
+            "beta_slow": scaling.beta_slow,
+            "attention_factor": scaling.magnitude,
+            **({} if scaling.truncate else {"truncate": False}),
+        }
+    return {"rope_parameters": rope, "rope_scaling": None if scaling.kind == "none" else rope}
+
+
+# ----------------------------------------------------------------- attention windows
+
+
+def layer_window(config: Mapping[str, Any], window: int | None, windowed_from: int | None = None) -> int | None:
+    """The one attention window of every layer: ``window`` where ``config.json``'s ``layer_types`` (or,
+    without them, layers ``windowed_from`` on) say ``sliding_attention``, None where all are full.
+
+    A mix of windowed and full layers is refused in one line (for families whose model gives every
+    layer one window)."""
+    n_layers = int(require(config, "num_hidden_layers"))
+    types = config.get("layer_types")
+    if types is None:
+        start = 0 if windowed_from is None else windowed_from
+        types = [SLIDING_ATTENTION if window is not None and i >= start else FULL_ATTENTION for i in range(n_layers)]
+    types = list(types)
+    if len(types) != n_layers or not set(types) <= {SLIDING_ATTENTION, FULL_ATTENTION}:
+        raise unsupported("layer_types", types, f"expected {n_layers} of {SLIDING_ATTENTION!r} / {FULL_ATTENTION!r}")
+    if set(types) == {SLIDING_ATTENTION, FULL_ATTENTION}:
+        raise unsupported("layer_types", types, "windowed and full layers in one model; every layer must be alike")
+    if types[0] == FULL_ATTENTION:
+        return None
+    if window is None:
+        raise ConfigError(
+            "config.json has sliding_attention layers but no sliding_window; the checkpoint is incomplete"
+        )
+    return window
+
+
+def qwen_window(config: Mapping[str, Any], window: int | None) -> int | None:
+    """Qwen's window: ``sliding_window`` where ``use_sliding_window``, on the layers from
+    ``max_window_layers`` on (or as ``layer_types`` say)."""
+    used = window if config.get("use_sliding_window", False) else None
+    return layer_window(config, used, config.get("max_window_layers"))
+
+
+def window_config(arch: Architecture) -> dict[str, Any]:
+    """Qwen's ``use_sliding_window`` / ``sliding_window`` / ``max_window_layers`` / ``layer_types``."""
+    window = arch.sliding_window
+    return {
+        "use_sliding_window": window is not None,
+        "sliding_window": window,
+        "max_window_layers": 0 if window is not None else arch.n_layers,
+        "layer_types": [SLIDING_ATTENTION if window is not None else FULL_ATTENTION] * arch.n_layers,
+    }
+
+
+# ----------------------------------------------------------------- sizes
+
+
+def decoder_shape(arch: Architecture) -> dict[str, Any]:
+    """The ``config.json`` sizes every decoder family of Llama's layout writes alike."""
+    return {
+        "hidden_size": arch.n_embd,
+        "intermediate_size": arch.d_ff,
+        "num_hidden_layers": arch.n_layers,
+        "num_attention_heads": arch.n_heads,
+        "num_key_value_heads": arch.n_kv_heads,
+        "head_dim": arch.head_dim,
+        "max_position_embeddings": arch.block_size,
+        "rms_norm_eps": arch.norm_eps,
+    }
+
+
+__all__ = [
+    "decoder_shape",
+    "layer_window",
+    "original_positions",
+    "plain_rope_theta",
+    "qwen_window",
+    "rope_config",
+    "rope_keys",
+    "window_config",
+    "yarn_keys",
+]
