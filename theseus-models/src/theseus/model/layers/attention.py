@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -248,6 +250,57 @@ def heads_major(x: jax.Array, dtype: jnp.dtype | None = None) -> jax.Array:
     return x if dtype is None else x.astype(dtype)
 
 
+def append_to_cache(
+    module: nn.Module,
+    entries: Mapping[str, jax.Array],
+    padding_mask: jax.Array | None,
+    *,
+    time_axis: int,
+    dtype: jnp.dtype | None = None,
+    size: int | None = None,
+    window: int | jax.Array | None = None,
+) -> tuple[jax.Array, ...] | None:
+    """Write one step's ``entries`` into ``module``'s ``cache`` collection at its ``index``.
+
+    Each entry is laid out as the cache holds it, ``[B, ...]`` with the step's ``T`` positions on
+    ``time_axis``; the cache also keeps the padding ``mask`` ``[B, L]`` and the write ``index``.
+    Returns each whole cached entry and the mask ``[B, 1, T, L]`` of the slots each query sees
+    (causal, within ``window``), or None while the cache is being created: then each entry gets
+    ``size`` slots (default ``T``) in ``dtype`` (default its own).
+    """
+    first = next(iter(entries.values()))
+    batch, steps = first.shape[0], first.shape[time_axis]
+    exists = module.has_variable("cache", next(iter(entries)))
+    if not exists and not module.is_initializing():
+        raise missing_cache_error()
+    length = steps if size is None else size
+    cached = [
+        module.variable(
+            "cache",
+            name,
+            jnp.zeros,
+            (*new.shape[:time_axis], length, *new.shape[time_axis + 1 :]),
+            new.dtype if dtype is None else dtype,
+        )
+        for name, new in entries.items()
+    ]
+    cached_mask = module.variable("cache", "mask", jnp.zeros, (batch, length), jnp.bool_)
+    index = module.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+    if not exists:
+        return None
+    start = index.value
+    for variable, new in zip(cached, entries.values(), strict=True):
+        at = tuple(start if axis == time_axis else 0 for axis in range(new.ndim))
+        variable.value = jax.lax.dynamic_update_slice(variable.value, new.astype(variable.value.dtype), at)
+    step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
+    cached_mask.value = jax.lax.dynamic_update_slice(cached_mask.value, step_mask, (0, start))
+    index.value = start + steps
+    slots = cached[0].value.shape[time_axis]
+    visible = window_mask(start + jnp.arange(steps, dtype=jnp.int32), jnp.arange(slots, dtype=jnp.int32), window)
+    mask = visible[None, None, :, :] & cached_mask.value[:, None, None, :]  # [B, 1, T, L]
+    return (*(variable.value for variable in cached), mask)
+
+
 def cached_attention(
     q: jax.Array,
     keys: jax.Array,
@@ -487,40 +540,19 @@ class CausalSelfAttention(Module):
 
     def _cached(
         self, k: jax.Array, v: jax.Array, padding_mask: jax.Array | None, window: int | jax.Array | None = None
-    ) -> tuple[jax.Array, jax.Array, jax.Array] | None:
-        """Append ``k``/``v`` to the cache; returns (keys, values, mask) over the whole cache,
-        or None while the cache is being created. A fixed ``window`` shorter than the cache makes it a
-        ring buffer of ``window`` slots (:meth:`_ring`)."""
-        batch, steps, n_kv, head_dim = k.shape
-        exists = self.has_variable("cache", "key")
-        if not exists and not self.is_initializing():
-            raise missing_cache_error()
-        ring = exists and self.has_variable("cache", "slots")
-        if not exists and isinstance(window, int) and window < steps:  # created: steps = the cache length
-            self.variable("cache", "slots", jnp.zeros, (window,), jnp.int32)
-            ring, size = True, window
-        else:
-            size = steps
-        cached_k = self.variable("cache", "key", jnp.zeros, (batch, n_kv, size, head_dim), k.dtype)
-        cached_v = self.variable("cache", "value", jnp.zeros, (batch, n_kv, size, head_dim), v.dtype)
-        cached_mask = self.variable("cache", "mask", jnp.zeros, (batch, size), jnp.bool_)
-        index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
-        if not exists:
-            return None
-        if ring:
+    ) -> tuple[jax.Array, ...] | None:
+        """Append ``k``/``v`` to the cache (:func:`append_to_cache`); returns (keys, values, mask) over
+        the whole cache, or None while the cache is being created. A fixed ``window`` shorter than the
+        cache makes it a ring buffer of ``window`` slots (:meth:`_ring`)."""
+        if self.has_variable("cache", "slots"):
             return self._ring(k, v, padding_mask, window)
-        length = cached_k.value.shape[2]
-        start = index.value
-        step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
-        new_k, new_v = heads_major(k, cached_k.value.dtype), heads_major(v, cached_v.value.dtype)
-        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, new_k, (0, 0, start, 0))
-        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, new_v, (0, 0, start, 0))
-        cached_mask.value = jax.lax.dynamic_update_slice(cached_mask.value, step_mask, (0, start))
-        index.value = start + steps
-        query_slot = start + jnp.arange(steps, dtype=jnp.int32)
-        visible = window_mask(query_slot, jnp.arange(length, dtype=jnp.int32), window)  # [T, L]
-        mask = visible[None, None, :, :] & cached_mask.value[:, None, None, :]  # [B, 1, T, L]
-        return cached_k.value, cached_v.value, mask
+        steps, size = k.shape[1], None
+        creating = self.is_initializing() and not self.has_variable("cache", "key")
+        if creating and isinstance(window, int) and window < steps:  # created: steps = the cache length
+            self.variable("cache", "slots", jnp.zeros, (window,), jnp.int32)
+            size = window
+        entries = {"key": heads_major(k), "value": heads_major(v)}
+        return append_to_cache(self, entries, padding_mask, time_axis=2, size=size, window=window)
 
     def _ring(
         self, k: jax.Array, v: jax.Array, padding_mask: jax.Array | None, window: int | jax.Array | None

@@ -37,10 +37,9 @@ from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require
 from theseus.model.layers.attention import (
     ATTENTION_IMPLEMENTATIONS,
+    append_to_cache,
     attention_mask,
     dot_product_attention,
-    missing_cache_error,
-    window_mask,
 )
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
@@ -241,33 +240,12 @@ class LatentAttention(MLAKeys):
 
     def _cached(
         self, latent: jax.Array, rope_key: jax.Array, padding_mask: jax.Array | None
-    ) -> tuple[jax.Array, jax.Array, jax.Array] | None:
-        """Append the step's latents and rotated keys to the cache; (latents, rotated keys, mask
-        ``[B, 1, T, L]``) over the whole cache, or None while the cache is being created."""
-        batch, steps, rank = latent.shape
-        exists = self.has_variable("cache", "latent")
-        if not exists and not self.is_initializing():
-            raise missing_cache_error()
-        cached_latent = self.variable("cache", "latent", jnp.zeros, (batch, steps, rank), latent.dtype)
-        cached_rope = self.variable("cache", "rope_key", jnp.zeros, (batch, steps, rope_key.shape[-1]), latent.dtype)
-        cached_mask = self.variable("cache", "mask", jnp.zeros, (batch, steps), jnp.bool_)
-        index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
-        if not exists:
-            return None
-        start = index.value
-        step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
-        cached_latent.value = jax.lax.dynamic_update_slice(
-            cached_latent.value, latent.astype(cached_latent.value.dtype), (0, start, 0)
-        )
-        cached_rope.value = jax.lax.dynamic_update_slice(
-            cached_rope.value, rope_key.astype(cached_rope.value.dtype), (0, start, 0)
-        )
-        cached_mask.value = jax.lax.dynamic_update_slice(cached_mask.value, step_mask, (0, start))
-        index.value = start + steps
-        length = cached_latent.value.shape[1]
-        visible = window_mask(start + jnp.arange(steps, dtype=jnp.int32), jnp.arange(length, dtype=jnp.int32), None)
-        mask = visible[None, None] & cached_mask.value[:, None, None, :]
-        return cached_latent.value, cached_rope.value, mask
+    ) -> tuple[jax.Array, ...] | None:
+        """Append the step's latents and rotated keys to the cache (:func:`append_to_cache`, both held
+        in the latents' dtype); (latents, rotated keys, mask ``[B, 1, T, L]``) over the whole cache, or
+        None while the cache is being created."""
+        entries = {"latent": latent, "rope_key": rope_key}
+        return append_to_cache(self, entries, padding_mask, time_axis=1, dtype=latent.dtype)
 
     def _expanded(
         self,
@@ -365,7 +343,8 @@ class LatentAttention(MLAKeys):
 
         cached = self._cached(latent, rope_key, padding_mask) if decode else None
         if cached is not None:
-            y = self._absorbed(q, *cached[:2], key, value, cached[2], spec, scale)
+            latents, rope_keys, mask = cached
+            y = self._absorbed(q, latents, rope_keys, key, value, mask, spec, scale)
         else:
             y = self._expanded(q, latent, rope_key, key, value, padding_mask, scale)
         y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
