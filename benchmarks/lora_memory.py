@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import optax
 
 from theseus.config import configuration, configure
-from theseus.model.finetune.adapters import adapters_only, prune, tree_bytes
 from theseus.model.models import GPT
+from theseus.training.adapters import adapters_only, prune, tree_bytes
 from theseus.training.optimizers import AdamW, clip_by_global_norm
 
 SHAPE = {"architecture/preset": "gpt2-124m", "architecture/vocab_size": 50257, "architecture/block_size": 1024}

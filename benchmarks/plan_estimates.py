@@ -137,9 +137,9 @@ def held_by_kind(result: Any) -> dict[str, int]:
     adapters, everything else in the parameters, and the optimizer state."""
     import jax
 
-    from theseus.model.layers import lora
     from theseus.model.layers.quantization import method_of
     from theseus.plan.build import shard_bytes
+    from theseus.training.adapters import is_adapter
 
     trainer = result.step.trainer
     held = {"base": 0, "adapters": 0, "other": 0, "optimizer": 0}
@@ -148,7 +148,7 @@ def held_by_kind(result: Any) -> dict[str, int]:
     for (path, leaf), sharding in zip(leaves, jax.tree.leaves(shardings), strict=True):
         names = [str(getattr(key, "key", key)) for key in path]
         base = any(n in PROJECTIONS or (method_of(n) and n.rsplit("_", 1)[0] in PROJECTIONS) for n in names)
-        kind = "adapters" if lora.is_adapter(path) else "base" if base else "other"
+        kind = "adapters" if is_adapter(path) else "base" if base else "other"
         held[kind] += shard_bytes(leaf, sharding)
     opt, opt_shardings = jax.tree.leaves(trainer.abstract_state.opt_state), trainer.state_shardings.opt_state
     held["optimizer"] = sum(shard_bytes(a, b) for a, b in zip(opt, jax.tree.leaves(opt_shardings), strict=True))

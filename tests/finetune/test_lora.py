@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.models.conftest import build, random_params
-from theseus.model.finetune.adapters import overlay, prune
+from theseus.training.adapters import is_adapter, overlay, prune
 from theseus.model.layers import lora
 from theseus.model.models import Llama
 
@@ -76,7 +76,7 @@ def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tm
         model = configure(type(imported.model))
     assert model.scans_layers == scan
     shapes = random_params(model, seed=3, std=0.2)
-    params = jax.tree_util.tree_map_with_path(lambda path, leaf: leaf if lora.is_adapter(path) else None, shapes)
+    params = jax.tree_util.tree_map_with_path(lambda path, leaf: leaf if is_adapter(path) else None, shapes)
     params = overlay(base, prune(params))
     x = np.random.default_rng(0).integers(0, 256, size=(2, 10)).astype(np.int32)
     ours = np.asarray(jax.jit(lambda p: model.apply({"params": p}, x, deterministic=True)[0])(params))

@@ -19,9 +19,9 @@ from tests.finetune.conftest import TINY_SFT, prepare_chat
 from tests.reliability.conftest import call_cli, error_line
 from theseus.config import configuration, configure
 from theseus.model.finetune import GPTSFT
-from theseus.model.finetune.adapters import prune, tree_bytes
 from theseus.model.layers import lora
 from theseus.model.models import GPT
+from theseus.training.adapters import prune, tree_bytes
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,8 @@ import pytest
 
 from tests.huggingface.conftest import save_model
 from theseus.config import configuration, configure
-from theseus.model.finetune.loading import base_shapes, load_base
+from theseus.model.finetune.loading import load_base
+from theseus.training.adapters import base_only
 from theseus.model.huggingface.importer import flat_paths, import_class
 from theseus.model.layers import lora
 from theseus.training.init_from import open_source
@@ -70,6 +71,6 @@ def test_lora_base_reads_from_an_hf_folder(family: str, scan: bool, folders: dic
         assert lora.adapter_names(abstract) == set(targets)
         with configuration({**source.keys, **values}):
             base = flat_paths(load_base(source, model, abstract, single_device(abstract)))
-        assert set(base) == set(flat_paths(base_shapes(abstract))) == set(expected), targets
+        assert set(base) == set(flat_paths(base_only(abstract))) == set(expected), targets
         for path, value in base.items():
             np.testing.assert_array_equal(np.asarray(value), np.asarray(expected[path]), err_msg="/".join(path))

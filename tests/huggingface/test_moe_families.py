@@ -109,9 +109,10 @@ def test_lora_on_attention_reads_the_base_and_on_experts_is_refused(
     import jax
 
     from theseus.config import configuration, configure
-    from theseus.model.finetune.loading import base_shapes, load_base
+    from theseus.model.finetune.loading import load_base
     from theseus.model.huggingface.importer import flat_paths, import_class
     from theseus.model.layers import lora
+    from theseus.training.adapters import base_only
     from theseus.training.init_from import open_source
 
     _case, folder, _model = saved
@@ -130,7 +131,7 @@ def test_lora_on_attention_reads_the_base_and_on_experts_is_refused(
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     with configuration(values):
         base = flat_paths(load_base(source, model, shapes, jax.tree.map(lambda _: device, shapes)))
-    assert set(base) == set(flat_paths(base_shapes(shapes)))
+    assert set(base) == set(flat_paths(base_only(shapes)))
     assert any(path[-1] == "router" for path in base)
     with pytest.raises(ConfigError) as error:
         abstract("query,up")

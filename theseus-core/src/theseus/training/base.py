@@ -29,7 +29,7 @@ from theseus.plugins.gather import gather_classes
 from theseus.runs.directory import default_run_name
 from theseus.runs.layout import check_run_name
 from theseus.tracking.config import TrackingConfig
-from theseus.training import assembly, datacheck, declarations, keys, selection, steps
+from theseus.training import adapters, assembly, datacheck, declarations, keys, selection, steps
 from theseus.training.config import BaseTrainerConfig
 from theseus.training.optimizers import AdamW, Optimizer
 from theseus.training.schedules import Schedule
@@ -80,6 +80,7 @@ class BaseTrainer(Job):
         #: The train state after ``run()`` (None before).
         self.state: TrainState | None = None
         self.init_source: Any = None  # training/init_from, opened by setup()
+        self.trains_adapters = False  # the model holds adapters (LoRA): they alone train, set by setup()
         if getattr(self.args, "run_name", ""):  # a bad name fails before anything is prepared or written
             check_run_name(self.args.run_name)
 
@@ -266,7 +267,9 @@ class BaseTrainer(Job):
             variables = abstract_variables(self.model, self.sharding, self.init_key, self.sequence_length)
             per_update = assembly.per_step(self.lr_schedule, self.updates_per_step())
             tx = assembly.optimizer_chain(self.optimizer(), per_update, args.grad_clip, variables)
-            self.tx = self._restrict_optimizer(tx, nn.unbox(variables)["params"])
+            params = nn.unbox(variables)["params"]
+            self.trains_adapters = adapters.has_adapters(params)
+            self.tx = self._restrict_optimizer(tx, params)
             self.evaluations = [_instantiate(declarations.resolve("evaluation", e)) for e in self.EVALUATION]
             self.analyses = [_instantiate(declarations.resolve("analysis", a)) for a in self.ANALYSIS]
             self.abstract_state, self.state_shardings = state_shardings(
@@ -284,16 +287,16 @@ class BaseTrainer(Job):
 
     def _restrict_optimizer(self, tx: optax.GradientTransformation, params: Any) -> optax.GradientTransformation:
         """The optimizer the run trains with, given the full one and the abstract parameters; a
-        subclass that trains part of the parameters (LoRA's adapters) narrows it here, before the
-        optimizer state is laid out. Integer parameters (a quantized base) cannot be differentiated,
-        so a trainer that trains every parameter refuses them."""
+        subclass that trains part of the parameters narrows it here, before the optimizer state is
+        laid out. A model with adapters (LoRA) trains them alone. Integer parameters (a quantized
+        base) cannot be differentiated, so a trainer that does not hold them out refuses them."""
         if any(not jnp.issubdtype(leaf.dtype, jnp.inexact) for leaf in jax.tree.leaves(params)):
             raise ConfigError(
                 f"{type(self).__name__} trains every parameter, but the model holds integer ones (a quantized "
                 "base, model/quantize); train it with a fine-tuning job (*/train/sft, */train/dpo) and "
                 "model/lora/rank>0, or set model/quantize=none"
             )
-        return tx
+        return adapters.adapters_only(tx, params) if adapters.has_adapters(params) else tx
 
     def mesh_devices(self) -> list[Any]:
         """The devices the mesh spans: all devices of all processes (override to use fewer)."""
@@ -418,9 +421,21 @@ class BaseTrainer(Job):
                 self.model, self.tx, self.sharding, self.init_key, self.sequence_length, self.state_shardings
             )
 
+    def load_base(self, source: Any, abstract: Any, shardings: Any) -> Any:
+        """The parameters ``abstract`` names (every one but the adapters) from the ``training/init_from``
+        source, placed on ``shardings``; a trainer whose parameters differ from the source's layout
+        (a quantized base) reads them here."""
+        return source.load(self.model, abstract, shardings)
+
+    @property
+    def adapter_checkpoints(self) -> bool:
+        """Checkpoints hold only the adapters: LoRA over the base that ``training/init_from`` names
+        (read again on resume, by ``generate`` and by the exports)."""
+        return self.trains_adapters and bool(getattr(self.args, "init_from", ""))
+
     def checkpoint_tree(self, state: TrainState) -> dict[str, Any]:
         return {
-            "params": state.params,
+            "params": adapters.prune(state.params) if self.adapter_checkpoints else state.params,
             "opt_state": state.opt_state,
             "step": state.step,
             "rng": self.sharding.put_replicated(np.asarray(jax.random.key_data(self.dropout_key))),
@@ -429,17 +444,21 @@ class BaseTrainer(Job):
     def abstract_checkpoint_tree(self) -> dict[str, Any]:
         a, s = self.abstract_state, self.state_shardings
         rng = jax.random.key_data(self.dropout_key)
+        params = with_shardings(a.params, s.params)
         return {
-            "params": with_shardings(a.params, s.params),
+            "params": adapters.prune(params) if self.adapter_checkpoints else params,
             "opt_state": with_shardings(a.opt_state, s.opt_state),
             "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=s.step),
             "rng": jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=self.sharding.replicated),
         }
 
     def state_from_checkpoint(self, tree: Mapping[str, Any]) -> TrainState:
+        params = tree["params"]
+        if self.adapter_checkpoints:  # the saved adapters over the base read again from its source
+            params = adapters.overlay(self.init_state().params, params)
         rng = jnp.asarray(np.asarray(tree["rng"].addressable_data(0)))  # replicated: every process has it all
         self.dropout_key = jax.random.wrap_key_data(rng) if _typed_keys(self.dropout_key) else rng
-        return self.abstract_state.replace(params=tree["params"], opt_state=tree["opt_state"], step=tree["step"])
+        return self.abstract_state.replace(params=params, opt_state=tree["opt_state"], step=tree["step"])
 
     # -- compiled functions ----------------------------------------------------------------
     def compiled(self, name: str, build: Any) -> Any:

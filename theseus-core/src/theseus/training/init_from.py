@@ -166,12 +166,21 @@ def check_data(flywheel: Any, source: InitSource) -> None:
 
 
 def initial_state(trainer: BaseTrainer, source: InitSource) -> TrainState:
-    """The source's parameters on the trainer's shardings, a fresh optimizer state, step 0."""
+    """The source's parameters on the trainer's shardings, a fresh optimizer state, step 0. Adapters
+    (LoRA), which no source holds, start fresh over the base the source gives, whatever the source."""
     from theseus.config import configuration
+    from theseus.training import adapters
+    from theseus.training.state import create_state
 
     abstract, shardings = trainer.abstract_state, trainer.state_shardings
     with configuration(trainer.context.config):
-        params = source.load(trainer.model, abstract.params, shardings.params)
+        if adapters.has_adapters(abstract.params):
+            fresh = create_state(
+                trainer.model, trainer.tx, trainer.sharding, trainer.init_key, trainer.sequence_length, shardings
+            )
+            base = trainer.load_base(source, adapters.base_only(abstract.params), adapters.base_only(shardings.params))
+            return fresh.replace(params=adapters.overlay(fresh.params, base))
+        params = trainer.load_base(source, abstract.params, shardings.params)
     assert trainer.tx is not None
     opt_state = jax.jit(trainer.tx.init, out_shardings=shardings.opt_state)(params)
     step = jax.device_put(jnp.zeros((), jnp.int32), shardings.step)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from theseus.base.sown import AUX_COLLECTIONS, AUX_LOSSES, AUX_METRICS, PARAM_UPDATES
+from theseus.training import adapters
 from theseus.training.sharding import TrainerSharding
 from theseus.training.state import TrainState
 
@@ -109,11 +110,14 @@ def train_step(
     ``cls`` gives ``forward`` (the loss) and ``loss_weight`` (what a micro-batch weighs: its target
     count for token-mean losses, see :func:`target_count`). Gradients of the micro-batches are
     averaged with weights proportional to ``loss_weight``, so k micro-batches of b rows give the
-    update of one batch of k*b rows.
+    update of one batch of k*b rows. With adapters in the parameters (LoRA), gradients stop at the base
+    and the base leaves the update bit for bit as it came in (:mod:`theseus.training.adapters`).
     """
+    adapted = adapters.has_adapters(state.params)
 
     def grads_of(params: Any, micro: Batch, micro_key: jax.Array) -> tuple[jax.Array, dict[str, Any], Any]:
         def loss_fn(p: Any) -> tuple[jax.Array, dict[str, Any]]:
+            p = adapters.freeze_base(p) if adapted else p
             _logits, loss, meta = cls.forward(state, p, micro, key=micro_key, deterministic=False)
             return loss, _without_intermediates(meta)
 
@@ -153,6 +157,8 @@ def train_step(
         if updates:  # accumulated: the micro-batches' updates averaged with the gradients' weights
             new_state = new_state.replace(params=apply_param_updates(new_state.params, updates))
         meta = _without_updates(meta)
+        if adapted:
+            new_state = new_state.replace(params=adapters.keep_base(new_state.params, state.params))
         if skip_nonfinite:
             finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
             keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731

@@ -28,7 +28,7 @@ import numpy as np
 
 from theseus.config import field
 from theseus.errors import ConfigError, DataError
-from theseus.model.finetune import adapters, frozen
+from theseus.model.finetune import frozen
 from theseus.model.finetune.preference import LOSSES, Objective, preference_loss, sequence_logps
 from theseus.model.finetune.reference import (
     REFERENCE_DIR,
@@ -40,7 +40,7 @@ from theseus.model.finetune.reference import (
 )
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.runs.layout import run_path
-from theseus.training import steps
+from theseus.training import adapters, steps
 from theseus.training.base import Batch
 from theseus.training.flywheel.strategy import Sampling
 from theseus.training.sharding import TrainerSharding

@@ -50,19 +50,6 @@ def step(
     return new.replace(params=quantization.join(new.params, held), apply_fn=apply), loss, meta, grad_norm
 
 
-def adapter_step(
-    run: Callable[[TrainState], tuple[TrainState, Any, Any, Any]], state: TrainState
-) -> tuple[TrainState, Any, Any, Any]:
-    """:func:`step`, then, with LoRA adapters, the base parameters passed through untouched: the update of
-    every fine-tuning trainer."""
-    from theseus.model.finetune import adapters
-
-    new, loss, meta, grad_norm = step(run, state)
-    if adapters.has_adapters(state.params):
-        new = new.replace(params=adapters.keep_base(new.params, state.params))
-    return new, loss, meta, grad_norm
-
-
 def objective_step(
     objective: Any,
     state: TrainState,
@@ -74,7 +61,7 @@ def objective_step(
     skip_nonfinite: bool = False,
 ) -> tuple[TrainState, Any, Any, Any]:
     """``steps.train_step`` of ``objective`` (an object with ``forward`` and ``loss_weight``, as a trainer
-    class has) through :func:`adapter_step`: the update of a fine-tuning trainer with its own loss."""
+    class has) through :func:`step`: the update of a fine-tuning trainer with its own loss."""
     from theseus.training import steps
 
     def run(inner: TrainState) -> tuple[TrainState, Any, Any, Any]:
@@ -82,7 +69,7 @@ def objective_step(
             objective, inner, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
         )
 
-    return adapter_step(run, state)
+    return step(run, state)
 
 
-__all__ = ["adapter_step", "excluding_quantized", "objective_step", "step"]
+__all__ = ["excluding_quantized", "objective_step", "step"]

@@ -9,26 +9,13 @@ from typing import Any
 
 import jax
 
-from theseus.model.finetune.adapters import overlay, prune
 from theseus.model.layers import quantization
-from theseus.model.layers.lora import is_adapter
+from theseus.training.adapters import base_only, overlay, prune
 
 
 def refers_to_base(config: Mapping[str, Any]) -> bool:
     """Whether a run's checkpoints hold adapters only (LoRA started from ``training/init_from``)."""
     return int(config.get("model/lora/rank") or 0) > 0 and bool(config.get("training/init_from"))
-
-
-def base_shapes(tree: Any) -> Any:
-    """``tree`` (parameters, shapes or shardings) without the adapters."""
-
-    def strip(node: Any, path: tuple[Any, ...]) -> Any:
-        if isinstance(node, Mapping):
-            kept = {k: strip(v, (*path, k)) for k, v in node.items()}
-            return {k: v for k, v in kept.items() if v is not None}
-        return None if is_adapter(path) else node
-
-    return strip(tree, ())
 
 
 def plain_shapes(model: Any) -> Any:
@@ -66,10 +53,10 @@ def load_base(source: Any, model: Any, abstract: Any, shardings: Any) -> Any:
     """The base parameters (every parameter but the adapters) from an ``init_from`` source; with
     ``model/quantize``, the float kernels are read and quantized one by one into ``abstract``'s layout."""
     if not quantization.has_quantized(abstract):
-        return source.load(model, base_shapes(abstract), base_shapes(shardings))
-    plain = base_shapes(plain_shapes(model))
-    float_base = source.load(model, plain, _plain_shardings(base_shapes(shardings), plain))
-    return quantization.quantize_params(float_base, base_shapes(abstract), base_shapes(shardings))
+        return source.load(model, base_only(abstract), base_only(shardings))
+    plain = base_only(plain_shapes(model))
+    float_base = source.load(model, plain, _plain_shardings(base_only(shardings), plain))
+    return quantization.quantize_params(float_base, base_only(abstract), base_only(shardings))
 
 
 def restore_adapted(
@@ -92,4 +79,4 @@ def restore_adapted(
     return overlay(base, adapters)
 
 
-__all__ = ["base_shapes", "load_base", "plain_shapes", "refers_to_base", "restore_adapted"]
+__all__ = ["load_base", "plain_shapes", "refers_to_base", "restore_adapted"]

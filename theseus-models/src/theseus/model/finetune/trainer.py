@@ -12,7 +12,6 @@ resume, by ``generate`` and by the exports).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,17 +20,16 @@ import optax
 
 from theseus.config import configuration
 from theseus.errors import ConfigError
-from theseus.model.finetune import adapters, frozen
+from theseus.model.finetune import frozen
 from theseus.model.finetune.chat import TEMPLATE_FILE
 from theseus.model.layers import lora, quantization
 from theseus.runs.layout import run_path
-from theseus.training import steps
 from theseus.training.base import BaseTrainer, Batch
 from theseus.training.config import BaseTrainerConfig
 from theseus.training.flywheel.strategy import Sampling
 from theseus.training.optimizers import AdamW
 from theseus.training.sharding import TrainerSharding
-from theseus.training.state import TrainState, create_state, with_shardings
+from theseus.training.state import TrainState
 
 
 @dataclass
@@ -63,21 +61,7 @@ class SFTTrainer(BaseTrainer):
         if self.lora_rank <= 0:
             return tx
         lora.check_coverage(params, self.setting("model/lora/targets", lora.DEFAULT_TARGETS), type(self.model).__name__)
-        return frozen.excluding_quantized(adapters.adapters_only(tx, quantization.without_quantized(params)))
-
-    @staticmethod
-    def forward(
-        state: TrainState,
-        params: Any,
-        batch: Batch,
-        key: jax.Array | None = None,
-        deterministic: bool = False,
-        intermediates: bool = False,
-    ) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]:
-        """The model call; with adapters present, gradients stop at the base parameters."""
-        if adapters.has_adapters(params):
-            params = adapters.freeze_base(params)
-        return steps.forward(state, params, batch, key=key, deterministic=deterministic, intermediates=intermediates)
+        return frozen.excluding_quantized(super()._restrict_optimizer(tx, quantization.without_quantized(params)))
 
     @classmethod
     def train_step(
@@ -97,47 +81,15 @@ class SFTTrainer(BaseTrainer):
         def run(inner: TrainState) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
             return base_step(inner, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite)
 
-        return frozen.adapter_step(run, state)
+        return frozen.step(run, state)
 
-    # -- base weights and checkpoints --------------------------------------------------------
-    def init_state(self) -> TrainState:
-        """Fresh adapters and optimizer state over the base weights of ``training/init_from``."""
-        self.setup()
-        if self.init_source is None or self.lora_rank <= 0:
-            return super().init_state()
+    # -- base weights -----------------------------------------------------------------------
+    def load_base(self, source: Any, abstract: Any, shardings: Any) -> Any:
+        """The base from ``training/init_from``; with ``model/quantize``, its float kernels are read and
+        quantized one by one."""
         from theseus.model.finetune.loading import load_base
 
-        with configuration(self.context.config):
-            fresh = create_state(
-                self.model, self.tx, self.sharding, self.init_key, self.sequence_length, self.state_shardings
-            )
-            base = load_base(self.init_source, self.model, self.abstract_state.params, self.state_shardings.params)
-        return fresh.replace(params=adapters.overlay(fresh.params, base))
-
-    @property
-    def adapter_checkpoints(self) -> bool:
-        """Checkpoints hold only the adapters: LoRA over the base that ``training/init_from`` names."""
-        return self.lora_rank > 0 and bool(self.args.init_from)
-
-    def checkpoint_tree(self, state: TrainState) -> dict[str, Any]:
-        tree = super().checkpoint_tree(state)
-        if self.adapter_checkpoints:
-            tree["params"] = adapters.prune(state.params)
-        return tree
-
-    def abstract_checkpoint_tree(self) -> dict[str, Any]:
-        tree = super().abstract_checkpoint_tree()
-        if self.adapter_checkpoints:
-            a, s = self.abstract_state, self.state_shardings
-            tree["params"] = adapters.prune(with_shardings(a.params, s.params))
-        return tree
-
-    def state_from_checkpoint(self, tree: Mapping[str, Any]) -> TrainState:
-        if not self.adapter_checkpoints:
-            return super().state_from_checkpoint(tree)
-        base = self.init_state().params
-        params = adapters.overlay(base, tree["params"])
-        return super().state_from_checkpoint({**tree, "params": params})
+        return load_base(source, self.model, abstract, shardings)
 
     def run(self) -> None:
         """Train; the chat template of the data is kept in the run folder (``chat_template.json``) so

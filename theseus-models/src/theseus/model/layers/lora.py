@@ -4,7 +4,7 @@ A projection ``W`` (kernel ``[*in, *out]``) gains ``A`` ``[*in, rank]`` and ``B`
 and computes ``x W + (alpha / rank) * dropout(x) A B``. ``B`` starts at zero, so a model with fresh
 adapters computes exactly what its base does. Adapters are parameters named ``<name>_lora_a`` /
 ``<name>_lora_b`` (``lora_a`` / ``lora_b`` inside a ``Dense``), so they are told apart from the base
-by name alone (:func:`is_adapter`), and :func:`merge` folds them into the kernels.
+by name alone (:func:`theseus.training.adapters.is_adapter`), and :func:`merge` folds them into the kernels.
 
 The standard layers read ``model/lora/rank`` (0: no adapters), ``model/lora/alpha``,
 ``model/lora/dropout`` and ``model/lora/targets`` (``query``, ``key``, ``value``, ``out`` of the
@@ -25,11 +25,11 @@ import jax.numpy as jnp
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import cast, normal, param
+from theseus.training.adapters import SUFFIX_A, SUFFIX_B, adapter_labels, is_adapter
 
 #: Projections that can carry adapters: attention ``query``/``key``/``value``/``out``, MLP ``up``/``gate``/``down``.
 TARGETS = ("query", "key", "value", "out", "up", "gate", "down")
 DEFAULT_TARGETS = ("query", "key", "value", "out")
-SUFFIX_A, SUFFIX_B = "lora_a", "lora_b"
 
 
 def rank_field() -> Any:
@@ -111,18 +111,6 @@ def adapter(
     return jnp.tensordot(low, cast(b, dtype), axes=1) * jnp.asarray(alpha / rank, dtype)
 
 
-def is_adapter(path: Sequence[Any]) -> bool:
-    """Whether the parameter at ``path`` (a key path or names) is a LoRA adapter."""
-    last = path[-1] if path else ""
-    name = str(getattr(last, "key", last))
-    return name.endswith(SUFFIX_A) or name.endswith(SUFFIX_B)
-
-
-def adapter_labels(params: Any) -> Any:
-    """A tree like ``params`` holding ``"adapter"`` or ``"frozen"`` per leaf."""
-    return jax.tree_util.tree_map_with_path(lambda p, _: "adapter" if is_adapter(p) else "frozen", params)
-
-
 def adapter_names(params: Any) -> set[str]:
     """The projections (``query``, ``up``, ...) that carry adapters in ``params``."""
     found: set[str] = set()
@@ -193,11 +181,9 @@ __all__ = [
     "DEFAULT_TARGETS",
     "TARGETS",
     "adapter",
-    "adapter_labels",
     "adapter_names",
     "check_coverage",
     "check_targets",
-    "is_adapter",
     "merge",
     "split",
 ]

@@ -30,12 +30,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from theseus.config import field
-from theseus.model.finetune import adapters, frozen
+from theseus.model.finetune import frozen
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.rl.loss import forward_kl, generalized_jsd
 from theseus.model.rl.teacher import TEACHER_KEY, Teacher, check_student, open_teacher
 from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer, reward_means, rollout_metrics
-from theseus.training import steps
+from theseus.training import adapters, steps
 from theseus.training.base import Batch
 from theseus.training.sharding import TrainerSharding
 from theseus.training.state import TrainState

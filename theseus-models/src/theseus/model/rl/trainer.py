@@ -40,7 +40,7 @@ import numpy as np
 from theseus.config import configuration, configure, field
 from theseus.data.chat import ChatTemplate
 from theseus.errors import ConfigError
-from theseus.model.finetune import adapters, frozen
+from theseus.model.finetune import frozen
 from theseus.model.finetune.chat import TEMPLATE_FILE
 from theseus.model.finetune.preference import token_logps
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
@@ -51,7 +51,7 @@ from theseus.rl.environment import Environment, Prompt, rng
 from theseus.rl.rewards import COMPLETION_TOKENS
 from theseus.rl.selection import REWARDS_KEY, EnvironmentSelection, declared_environment, parse_weights, reward_config
 from theseus.runs.layout import run_path
-from theseus.training import declarations, steps
+from theseus.training import adapters, declarations, steps
 from theseus.training.base import Batch
 from theseus.training.sharding import TrainerSharding
 from theseus.training.state import TrainState

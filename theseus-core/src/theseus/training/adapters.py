@@ -1,14 +1,35 @@
-"""Training only the LoRA adapters: optimizer partition, frozen base, adapter-only checkpoint trees."""
+"""Adapters over a frozen base: the one mechanism every trainer uses for LoRA.
+
+A model with adapters (LoRA's ``<name>_lora_a`` / ``<name>_lora_b``, told apart from the base by
+name alone) trains them alone: the optimizer holds state for the adapters only (:func:`adapters_only`),
+gradients stop at the base (:func:`freeze_base`), and every update leaves the base bit for bit as it
+was (:func:`keep_base`). Started from ``training/init_from``, the base is read from the source and the
+adapters start fresh (:func:`base_only`, :func:`overlay`), and checkpoints hold the adapters alone
+(:func:`prune`), whichever the source (a run, a Hugging Face checkpoint, a plugin's).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
 import optax
 
-from theseus.model.layers.lora import SUFFIX_B, adapter_labels, is_adapter
+#: The name endings of adapter parameters: ``A`` ``[*in, rank]`` and ``B`` ``[rank, *out]``.
+SUFFIX_A, SUFFIX_B = "lora_a", "lora_b"
+
+
+def is_adapter(path: Sequence[Any]) -> bool:
+    """Whether the parameter at ``path`` (a key path or names) is an adapter."""
+    last = path[-1] if path else ""
+    name = str(getattr(last, "key", last))
+    return name.endswith(SUFFIX_A) or name.endswith(SUFFIX_B)
+
+
+def adapter_labels(params: Any) -> Any:
+    """A tree like ``params`` holding ``"adapter"`` or ``"frozen"`` per leaf."""
+    return jax.tree_util.tree_map_with_path(lambda p, _: "adapter" if is_adapter(p) else "frozen", params)
 
 
 def has_adapters(params: Any) -> bool:
@@ -43,6 +64,18 @@ def switched_off(params: Any) -> Any:
     return jax.tree_util.tree_map_with_path(off, params)
 
 
+def base_only(tree: Any) -> Any:
+    """``tree`` (parameters, shapes or shardings) without the adapters."""
+
+    def strip(node: Any, path: tuple[Any, ...]) -> Any:
+        if isinstance(node, Mapping):
+            kept = {k: strip(v, (*path, k)) for k, v in node.items()}
+            return {k: v for k, v in kept.items() if v is not None}
+        return None if is_adapter(path) else node
+
+    return strip(tree, ())
+
+
 def prune(tree: Any) -> Any:
     """The adapters of a nested parameter mapping, nested the same way (empty branches dropped)."""
 
@@ -71,9 +104,14 @@ def tree_bytes(tree: Any) -> int:
 
 
 __all__ = [
+    "SUFFIX_A",
+    "SUFFIX_B",
+    "adapter_labels",
     "adapters_only",
+    "base_only",
     "freeze_base",
     "has_adapters",
+    "is_adapter",
     "keep_base",
     "overlay",
     "prune",
