@@ -50,6 +50,7 @@ PEFT_CASES = {
     "phi3-scanned-subset": ("phi3", True, ["query", "value", "up", "down"], 3),
     "gemma2": ("gemma2", False, ALL, 7),
     "gemma3-scanned": ("gemma3_text", True, ALL, 7),  # layer indices scanned in: a window on layer 0 only
+    "olmo3-scanned": ("olmo3", True, ALL, 7),  # OLMo 2's norms, a window on layer 0 only
 }
 
 

@@ -23,6 +23,8 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "mistral-window": ("mistral", {"sliding_window": 6}),
     "qwen3-window": ("qwen3", {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 0}),
     "olmo2": ("olmo2", {}),
+    # OLMo 2 with the window on layer 0 only and YaRN on the full layer 1 (rope_scaling: the full layers')
+    "olmo3-window-yarn": ("olmo3", {"sliding_window": 6, "rope_scaling": {**YARN, "rope_theta": 5e5}}),
     # the window on layer 0 only; capped scores and logits (Gemma 2), two RoPE bases, linear scaling of the
     # full layers' (Gemma 3)
     "gemma2-window": ("gemma2", {"sliding_window": 6}),
@@ -91,6 +93,11 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     assert getattr(reloaded.config, "sliding_window", None) == overrides.get("sliding_window")
     if "rope_parameters" in overrides:
         assert reloaded.config.rope_parameters["rope_type"] == overrides["rope_parameters"]["rope_type"]
+    if family == "olmo3":  # one rope_parameters entry per layer type, the layer types as they were
+        assert reloaded.config.layer_types == model.config.layer_types == ["sliding_attention", "full_attention"]
+        theirs, mine = reloaded.config.rope_parameters, model.config.rope_parameters
+        assert theirs["sliding_attention"] == mine["sliding_attention"]  # the full entry gains yarn's defaults
+        assert {k: theirs["full_attention"][k] for k in mine["full_attention"]} == mine["full_attention"]
 
     # sharded, bfloat16: an index and several files that transformers reads back
     sharded = tmp_path / "sharded"

@@ -28,6 +28,12 @@ LLAMA3 = {
 #: (the attention factor left to its default, 0.1 ln 4 + 1); prompts of 12 tokens run past the 8.
 YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 8}
 
+#: OLMo 3's rope_parameters: one entry per layer type.
+OLMO3_ROPE = {"full_attention": dict(YARN), "sliding_attention": {"rope_type": "default", "rope_theta": 1e3}}
+
+#: Families whose imported models have a window on some layers by default (see conftest.hf_config).
+WINDOWED = (*GEMMA, "olmo3")
+
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "gpt2-tied": ("gpt2", {}),
     "gpt2-untied": ("gpt2", {"tie_word_embeddings": False}),
@@ -49,6 +55,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # norms after each branch, q/k RMSNorm over the whole projection (GQA: 4 query, 2 key heads)
     "olmo2": ("olmo2", {}),
     "olmo2-tied-bias": ("olmo2", {"tie_word_embeddings": True, "attention_bias": True}),
+    # OLMo 2 with a window of 5 on layer 0 and a full layer 1; YaRN on the full layer only, base 1e3 on the sliding
+    "olmo3-yarn": ("olmo3", {"rope_parameters": OLMO3_ROPE}),
     # a window of 5 on layer 0, full attention on layer 1, capped scores and logits, sandwich norms
     "gemma2": ("gemma2", {}),
     # per-head q/k norms, bases 1e3 (sliding) / 1e6 (full), an untied head
@@ -92,14 +100,17 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     expected = hf_logits(model, ids, mask)
     assert np.max(np.abs(got - expected)[mask]) <= 1e-4
     arch = prepared.model.architecture
-    assert arch.sliding_window == overrides.get("sliding_window", 5 if family in GEMMA else None)
-    assert arch.qk_norm == (family in ("qwen3", "olmo2", "gemma3_text"))
+    assert arch.sliding_window == overrides.get("sliding_window", 5 if family in WINDOWED else None)
+    assert arch.qk_norm == (family in ("qwen3", "olmo2", "olmo3", "gemma3_text"))
     assert (arch.qk_norm_span, arch.norm_placement) == (
-        ("projection", "post") if family == "olmo2" else ("head", "sandwich" if family in GEMMA else "pre")
+        ("projection", "post") if family in ("olmo2", "olmo3") else ("head", "sandwich" if family in GEMMA else "pre")
     )
     if arch.sliding_window is not None:  # not a vacuous match: without the window the logits differ
         assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
     assert arch.tied_embeddings == bool(overrides.get("tie_word_embeddings", family in ("gpt2", "qwen3", *GEMMA)))
+    if family == "olmo3":
+        assert arch.layer_types == ("sliding_attention", "full_attention")
+        assert (arch.rope_scaling.kind, arch.rope_theta, arch.local_rope_theta) == ("yarn", 1e4, 1e3)
     if family == "qwen2":
         assert (arch.qkv_bias, arch.out_bias, arch.ffn_bias) == (True, False, False)
     if "head_dim" in overrides:

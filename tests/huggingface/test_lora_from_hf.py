@@ -20,7 +20,7 @@ from theseus.model.huggingface.importer import flat_paths, import_class
 from theseus.model.layers import lora
 from theseus.training.init_from import open_source
 
-FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text", "phi3")
+FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "gemma2", "gemma3_text", "phi3")
 ATTENTION = ("query", "key", "value", "out")
 MLP = ("up", "gate", "down")
 

@@ -9,7 +9,18 @@ from pathlib import Path
 
 from tests.conftest import REPO, clean_env
 
-FAMILIES = ["mistral", "qwen3", "olmo2", "gemma2", "gemma3_text", "phi3", "mixtral", "qwen3_moe", "deepseek_v3"]
+FAMILIES = [
+    "mistral",
+    "qwen3",
+    "olmo2",
+    "olmo3",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "mixtral",
+    "qwen3_moe",
+    "deepseek_v3",
+]
 MIXTURES = {"mixtral", "qwen3_moe", "deepseek_v3"}
 
 

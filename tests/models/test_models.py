@@ -275,6 +275,41 @@ def test_the_olmo2_preset_has_the_published_shape_and_count() -> None:
     assert count(OLMo2, **values) == expected == 1_484_916_736
 
 
+def test_the_olmo3_preset_has_the_published_shape_and_count() -> None:
+    """olmo3-7b against transformers' OLMo 3 built from Olmo-3-1025-7B's config.json fields (meta device)."""
+    import torch
+    from transformers import AutoModelForCausalLM, Olmo3Config
+
+    from theseus.model.models.olmo3 import OLMo3
+
+    values = {"architecture/preset": "olmo3-7b", "architecture/vocab_size": 100352, "architecture/block_size": 8192}
+    with configuration(values):
+        arch = configure(OLMo3).architecture
+    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.d_ff) == (
+        32, 32, 32, 128, 4096, 11008
+    )  # fmt: skip
+    assert arch.layer_types == ("sliding_attention",) * 3 + ("full_attention",) + arch.layer_types[:28]
+    assert (arch.sliding_window, arch.layer_types[3], arch.layer_types[-1]) == (
+        4096,
+        "full_attention",
+        "full_attention",
+    )
+    config = Olmo3Config(
+        vocab_size=100352,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        tie_word_embeddings=False,
+    )
+    assert tuple(config.layer_types) == arch.layer_types  # transformers' default pattern
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    expected = sum(p.numel() for p in reference.parameters())
+    assert count(OLMo3, **values) == expected == 7_298_617_344
+
+
 #: Gemma presets and the config.json fields of the releases they copy (google/gemma-2-2b, google/gemma-3-1b-pt).
 GEMMA_RELEASES = {
     "gemma2-2b": (

@@ -96,7 +96,7 @@ class LlamaFamily(HFFamily):
             "architecture/tied_embeddings": bool(config.get("tie_word_embeddings", False)),
             "architecture/head_dim": None if head_dim is None else int(head_dim),
             "architecture/dropout": 0.0,
-            **rope_keys(config),
+            **self.rope(config),
             **self.bias_keys(config),
         }
         block = int(config.get("max_position_embeddings", 2048))
@@ -120,6 +120,10 @@ class LlamaFamily(HFFamily):
             "architecture/attention_out_bias": bias,
             "architecture/mlp_bias": bool(config.get("mlp_bias", False)),
         }
+
+    def rope(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``architecture/rope_*`` keys (:func:`rope_keys`)."""
+        return rope_keys(config)
 
     def window(self, config: Mapping[str, Any]) -> int | None:
         """Every layer's attention window (:func:`layer_window`)."""
@@ -161,9 +165,13 @@ class LlamaFamily(HFFamily):
             "hidden_act": "silu",
             "rope_theta": arch.rope_theta,
             "attention_dropout": 0.0,
-            **rope_config(arch),
+            **self.rope_config(arch),
             **self.family_config(arch),
         }
+
+    def rope_config(self, arch: Architecture) -> dict[str, Any]:
+        """``rope_parameters`` / ``rope_scaling`` (:func:`rope_config`)."""
+        return rope_config(arch)
 
     def check_biases(self, arch: Architecture) -> None:
         if arch.qkv_bias != arch.out_bias:

@@ -1,0 +1,86 @@
+"""``OLMo3``: OLMo 2 with sliding-window layers interleaved with full-attention ones (``layer_types``)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from theseus.config import field
+from theseus.model.models.architecture import Preset, lookup_preset
+from theseus.model.models.gemma import pattern_layer_types
+from theseus.model.models.olmo2 import OLMo2
+
+OLMO3_PRESETS: dict[str, Preset] = {
+    "tiny": Preset(
+        n_layers=4,
+        n_heads=4,
+        n_kv_heads=4,
+        n_embd=128,
+        mlp_ratio=4.0,
+        description="~0.9M parameters at vocab 257; tests and demos",
+    ),
+    # allenai/Olmo-3-1025-7B's config.json: 32 layers, 32 heads of 128 (no grouping), 4096 wide,
+    # intermediate 11008, untied head; 7.299B parameters at vocab 100352.
+    "olmo3-7b": Preset(
+        n_layers=32,
+        n_heads=32,
+        n_kv_heads=32,
+        n_embd=4096,
+        mlp_ratio=11008 / 4096,
+        description="Olmo-3-1025-7B's shape: 7.299B parameters at vocab 100352",
+    ),
+}
+
+
+class OLMo3(OLMo2):
+    """OLMo 3: :class:`OLMo2` whose ``architecture/layer_types`` (None: three sliding layers, then one
+    full, repeated) give the ``architecture/sliding_window`` (None: 4096, at most the block size) to the
+    sliding layers only. The sliding layers rotate with ``architecture/rope_local_theta`` (None:
+    ``architecture/rope_theta``) and without ``architecture/rope_scaling``, which scales the full layers
+    only (the 7B release's YaRN). The releases set ``architecture/rope_theta=5e5`` (``hf/import`` reads
+    the RoPE settings of both layer kinds from ``config.json``).
+
+    Presets (``architecture/preset``): ``tiny`` and ``olmo3-7b`` (the published Olmo-3-1025-7B
+    shape). ``hf/import`` of a ``model_type: olmo3`` checkpoint builds this model.
+    """
+
+    PRESETS: ClassVar[dict[str, Preset]] = OLMO3_PRESETS
+    FAMILY: ClassVar[str] = "OLMo3"
+    #: The window of the sliding layers when ``architecture/sliding_window`` is None.
+    DEFAULT_WINDOW: ClassVar[int] = 4096
+    #: Every this many layers one is full attention (when ``architecture/layer_types`` is None).
+    FULL_EVERY: ClassVar[int] = 4
+
+    layer_types: tuple[str, ...] | None = field(
+        "architecture/layer_types",
+        default=None,
+        help="sliding_attention | full_attention per layer (None: every fourth layer full)",
+    )
+    rope_local_theta: float | None = field(
+        "architecture/rope_local_theta",
+        default=None,
+        help="rotary base of the sliding-window layers (None: architecture/rope_theta)",
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.layer_types, list):  # as a run's saved configuration reads back: keep it hashable
+            object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        super().__post_init__()
+
+    def _sliding_window(self) -> int | None:
+        """The key's window; unset, the family's, at most the block size (longer would change nothing)."""
+        if self.sliding_window is None:
+            return min(self.DEFAULT_WINDOW, self.block_size)
+        return self.sliding_window
+
+    def _n_layers(self) -> int:
+        preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
+        return preset.n_layers if self.n_layers is None else self.n_layers
+
+    def _extra_architecture(self) -> dict[str, Any]:
+        types = self.layer_types
+        if types is None:
+            types = pattern_layer_types(self._n_layers(), self.FULL_EVERY)
+        return {**super()._extra_architecture(), "layer_types": tuple(types), "local_rope_theta": self.rope_local_theta}
+
+
+__all__ = ["OLMO3_PRESETS", "OLMo3"]

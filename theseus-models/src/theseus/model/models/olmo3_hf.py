@@ -1,0 +1,100 @@
+"""OLMo 3 checkpoints (``Olmo3ForCausalLM``) <-> theseus' ``OLMo3``: the ``hf/olmo3`` family.
+
+OLMo 2's tensors and ``config.json``, plus ``layer_types`` (sliding and full layers; transformers'
+default: every fourth layer full) with the sliding layers' ``sliding_window``. ``rope_parameters``
+holds one entry per layer type: the full layers' may scale (default, linear, llama3, yarn), the
+sliding layers' is a plain base. An older ``config.json`` with one ``rope_theta`` / ``rope_scaling``
+scales the full layers only and gives both kinds that base.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from theseus.errors import ConfigError
+from theseus.model.huggingface.config_fields import plain_rope_theta, rope_config, rope_keys
+from theseus.model.huggingface.family import cannot, require, unsupported
+from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
+from theseus.model.models.architecture import Architecture
+from theseus.model.models.gemma import pattern_layer_types
+from theseus.model.models.olmo2_hf import OLMo2Family
+
+OLMO3_CLASS = "theseus.model.models.olmo3:OLMo3"
+
+#: transformers' ``rope_theta`` and ``sliding_window`` when ``config.json`` has none.
+DEFAULT_THETA, DEFAULT_WINDOW = 500000.0, 4096
+#: The ``config.json`` fields that hold RoPE settings.
+ROPE_FIELDS = ("rope_parameters", "rope_scaling", "rope_theta")
+
+
+class OLMo3Family(OLMo2Family):
+    """``model_type: olmo3``."""
+
+    model_type: ClassVar[str] = "olmo3"
+    hf_class: ClassVar[str] = "Olmo3ForCausalLM"
+    model_class: ClassVar[str] = OLMO3_CLASS
+    fallback: ClassVar[bool] = True
+    holds_window: ClassVar[bool] = True
+    #: transformers' layer_types when config.json has none: every this many layers one is full.
+    full_every: ClassVar[int] = 4
+
+    # -- import ------------------------------------------------------------------------------------
+    def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        keys = {**super().keys(config), "architecture/layer_types": self.layer_types(config)}
+        if SLIDING_ATTENTION in keys["architecture/layer_types"] and keys.get("architecture/sliding_window") is None:
+            keys["architecture/sliding_window"] = keys["architecture/block_size"]  # longer than any sequence
+        return keys
+
+    def layer_types(self, config: Mapping[str, Any]) -> list[str]:
+        """``layer_types``, or transformers' default pattern."""
+        n_layers = int(require(config, "num_hidden_layers"))
+        types = config.get("layer_types")
+        types = list(pattern_layer_types(n_layers, self.full_every) if types is None else types)
+        if len(types) != n_layers or not set(types) <= {SLIDING_ATTENTION, FULL_ATTENTION}:
+            raise unsupported(
+                "layer_types", types, f"expected {n_layers} of {SLIDING_ATTENTION!r} / {FULL_ATTENTION!r}"
+            )
+        return types
+
+    def window(self, config: Mapping[str, Any]) -> int | None:
+        """The sliding layers' window; None when no layer slides."""
+        if SLIDING_ATTENTION not in self.layer_types(config):
+            return None
+        window = config.get("sliding_window", DEFAULT_WINDOW)
+        if window is None:
+            raise ConfigError(
+                "config.json has sliding_attention layers but no sliding_window; the checkpoint is incomplete"
+            )
+        return int(window)
+
+    def rope(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The full layers' RoPE as ``architecture/rope_*`` keys and the sliding layers' base as
+        ``architecture/rope_local_theta``."""
+        parameters = config.get("rope_parameters") or {}
+        theta = float(config.get("rope_theta", DEFAULT_THETA))
+        if FULL_ATTENTION in parameters or SLIDING_ATTENTION in parameters:
+            full, sliding = parameters.get(FULL_ATTENTION) or {}, parameters.get(SLIDING_ATTENTION) or {}
+        else:  # one entry (or none) for the full layers
+            full, sliding = parameters, {}
+        full = {"rope_theta": theta, **full, **(config.get("rope_scaling") or {})}
+        rest = {name: value for name, value in config.items() if name not in ROPE_FIELDS}
+        local = plain_rope_theta(sliding, f"rope_parameters.{SLIDING_ATTENTION}", theta)
+        return {**rope_keys({**rest, "rope_parameters": full}), "architecture/rope_local_theta": local}
+
+    # -- export ------------------------------------------------------------------------------------
+    def rope_config(self, arch: Architecture) -> dict[str, Any]:
+        """One ``rope_parameters`` entry per layer type; ``rope_scaling`` repeats the full layers'."""
+        local = arch.rope_theta if arch.local_rope_theta is None else arch.local_rope_theta
+        full = rope_config(arch)
+        sliding = {"rope_type": "default", "rope_theta": local}
+        return {**full, "rope_parameters": {FULL_ATTENTION: full["rope_parameters"], SLIDING_ATTENTION: sliding}}
+
+    def family_config(self, arch: Architecture) -> dict[str, Any]:
+        if arch.rope_scaling.kind == "longrope":
+            raise cannot(self.model_type, "architecture/rope_scaling=longrope")
+        types = list(arch.layer_types or [SLIDING_ATTENTION if arch.sliding_window else FULL_ATTENTION] * arch.n_layers)
+        return {**super().family_config(arch), "layer_types": types, "sliding_window": arch.sliding_window}
+
+
+__all__ = ["OLMO3_CLASS", "OLMo3Family"]
