@@ -40,16 +40,15 @@ def _scorer(trainer: BaseTrainer) -> Any:
     import jax
     import jax.numpy as jnp
 
+    from theseus.base.logprobs import scored_positions, token_logps
+
     cls = type(trainer)
     sharding = trainer.sharding
 
     def score(state: Any, batch: Mapping[str, Any]) -> tuple[Any, Any]:
         with sharding.context():
             logits, _loss, _meta = cls.forward(state, state.params, batch, key=None, deterministic=True)
-        logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-        y = batch["y"]
-        valid = (y != -1) & batch["padding_mask"]
-        picked = jnp.take_along_axis(logp, jnp.maximum(y, 0)[..., None], axis=-1)[..., 0]
-        return jnp.sum(jnp.where(valid, picked, 0.0), axis=-1), jnp.sum(valid, axis=-1)
+        y, mask = batch["y"], batch["padding_mask"]
+        return jnp.sum(token_logps(logits, y, mask), axis=-1), jnp.sum(scored_positions(y, mask), axis=-1)
 
     return trainer.compiled("row_score", lambda: jax.jit(score))

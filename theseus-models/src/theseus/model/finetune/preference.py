@@ -2,8 +2,9 @@
 
 A batch of preference data holds pairs in consecutive rows: row ``2j`` is the chosen response of
 pair ``j`` and row ``2j + 1`` the rejected one (the ``"pairs"`` style). Log-probabilities are summed
-over each response's learned tokens (``y != -1``); the objectives and metrics follow TRL's
-definitions and names:
+over each response's learned tokens (``y != -1``) by :func:`sequence_logps` (defined in
+``theseus.base.logprobs``, re-exported here with ``token_logps``); the objectives and metrics
+follow TRL's definitions and names:
 
 * ``sigmoid`` (DPO): ``-log sigmoid(β Δ)`` with ``Δ = (log π_c - log ref_c) - (log π_r - log ref_r)``;
   ``label_smoothing`` ε gives the conservative form ``-(1-ε) log sigmoid(β Δ) - ε log sigmoid(-β Δ)``;
@@ -19,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from theseus.base.logprobs import sequence_logps, token_logps
 from theseus.errors import ConfigError
 
 LOSSES = ("sigmoid", "ipo", "simpo")
@@ -51,21 +53,6 @@ class Objective:
     def uses_reference(self) -> bool:
         """Whether the loss compares with a reference model (all but SimPO)."""
         return self.loss != "simpo"
-
-
-def token_logps(logits: jax.Array, targets: jax.Array) -> jax.Array:
-    """``log p(target)`` at each position, in float32 (0 where ``targets == -1``)."""
-    logits = jnp.asarray(logits, jnp.float32)
-    valid = targets != -1
-    safe = jnp.where(valid, targets, 0).astype(jnp.int32)
-    picked = jnp.take_along_axis(logits, safe[..., None], axis=-1)[..., 0]
-    return jnp.where(valid, picked - jax.nn.logsumexp(logits, axis=-1), 0.0)
-
-
-def sequence_logps(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``(sum of log p(target), number of targets)`` per row, over positions with ``targets != -1``."""
-    token = token_logps(logits, targets)
-    return jnp.sum(token, axis=-1), jnp.sum(targets != -1, axis=-1).astype(jnp.float32)
 
 
 def pairs_of(rows: jax.Array) -> tuple[jax.Array, jax.Array]:

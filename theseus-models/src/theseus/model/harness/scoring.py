@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from theseus.base.logprobs import scored_positions, token_logps
 from theseus.errors import DataError
 from theseus.model.harness.encoding import Pair
 
@@ -34,13 +35,9 @@ def score_function(model: Any) -> ScoreFn:
 
     def score(params: Any, ids: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
         logits, _ = model.apply({"params": params}, ids, deterministic=True)
-        logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-        scored = targets >= 0
-        safe = jnp.where(scored, targets, 0)
-        picked = jnp.take_along_axis(logp, safe[..., None], axis=-1)[..., 0]
-        greedy = jnp.argmax(logp, axis=-1) == safe
-        total = jnp.sum(jnp.where(scored, picked, 0.0), axis=-1)
-        return total, jnp.all(greedy | ~scored, axis=-1)
+        total = jnp.sum(token_logps(logits, targets), axis=-1)
+        greedy = jnp.argmax(logits.astype(jnp.float32), axis=-1) == targets
+        return total, jnp.all(greedy | ~scored_positions(targets), axis=-1)
 
     return jax.jit(score)
 

@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from theseus.base.axis import Axis, ShardingPlan
+from theseus.base.logprobs import cross_entropy
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
@@ -21,24 +21,6 @@ from theseus.model.models.architecture import Architecture, Preset, lookup_prese
 from theseus.model.models.block import Block, make_norm
 from theseus.model.models.stacks import REMAT_POLICIES, layer_stack, periodic_stack, scan_period, with_remat
 from theseus.model.module import Module
-
-
-def cross_entropy(logits: ArrayLike, targets: ArrayLike, padding_mask: ArrayLike | None = None) -> jax.Array:
-    """Mean token cross-entropy (float32) over positions with ``targets != -1`` and ``padding_mask``.
-
-    ``logits`` ``[B, T, V]``, ``targets`` int ``[B, T]``, ``padding_mask`` bool ``[B, T]`` (True =
-    real). With no counted position the loss is 0.
-    """
-    logits = jnp.asarray(logits, jnp.float32)
-    targets = jnp.asarray(targets)
-    valid = targets != -1
-    if padding_mask is not None:
-        valid = valid & jnp.asarray(padding_mask, jnp.bool_)
-    safe = jnp.where(valid, targets, 0)
-    lse = jax.nn.logsumexp(logits, axis=-1)
-    picked = jnp.take_along_axis(logits, safe[..., None].astype(jnp.int32), axis=-1)[..., 0]
-    nll = jnp.where(valid, lse - picked, 0.0)
-    return jnp.sum(nll) / jnp.maximum(jnp.sum(valid), 1).astype(jnp.float32)
 
 
 def mask_padded_vocab(logits: jax.Array, vocab_size: int) -> jax.Array:
