@@ -80,10 +80,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
-    if family == "olmo3":  # a window of 5 on layer 0, full attention on layer 1; its default pad id is 1
-        common.update(
-            {"sliding_window": 5, "layer_types": ["sliding_attention", "full_attention"], "pad_token_id": None}
-        )
+    if family == "olmo3":  # a window of 5 on layer 0, full attention on layer 1
+        common.update({"sliding_window": 5, "layer_types": ["sliding_attention", "full_attention"]})
     if family == "phi3":  # its default pad id (32000) is past this vocabulary
         common["pad_token_id"] = None
     if family in GEMMA:
