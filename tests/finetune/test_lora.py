@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tests.models.conftest import build, random_params
-from theseus.training.adapters import is_adapter, overlay, prune
 from theseus.model.layers import lora
 from theseus.model.models import Llama
+from theseus.training.adapters import is_adapter, overlay, prune
 
 ALL = ["query", "key", "value", "out", "up", "gate", "down"]
 

@@ -15,9 +15,9 @@ import pytest
 from tests.huggingface.conftest import save_model
 from theseus.config import configuration, configure
 from theseus.model.finetune.loading import load_base
-from theseus.training.adapters import base_only
 from theseus.model.huggingface.importer import flat_paths, import_class
 from theseus.model.layers import lora
+from theseus.training.adapters import base_only
 from theseus.training.init_from import open_source
 
 FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "olmo3", "gemma2", "gemma3_text", "phi3")
