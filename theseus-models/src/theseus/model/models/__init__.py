@@ -1,4 +1,4 @@
-"""Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``Phi3``, ``Gemma2``,
+"""Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``OLMo3``, ``Phi3``, ``Gemma2``,
 ``Gemma3`` and the mixtures ``Mixtral``, ``Qwen3MoE`` and ``DeepseekV3``, plus KV-cache decoding.
 
 Both follow the trainer's call contract::
@@ -32,6 +32,7 @@ from theseus.model.models.llama import LLAMA_PRESETS, Llama
 from theseus.model.models.mixtral import MIXTRAL_PRESETS, Mixtral
 from theseus.model.models.mixture import MoEBlock
 from theseus.model.models.olmo2 import OLMO2_PRESETS, OLMo2
+from theseus.model.models.olmo3 import OLMO3_PRESETS, OLMo3
 from theseus.model.models.phi3 import PHI3_PRESETS, Phi3
 from theseus.model.models.qwen3 import QWEN3_PRESETS, Qwen3
 from theseus.model.models.qwen3_moe import QWEN3_MOE_PRESETS, Qwen3MoE
@@ -46,6 +47,7 @@ __all__ = [
     "LLAMA_PRESETS",
     "MIXTRAL_PRESETS",
     "OLMO2_PRESETS",
+    "OLMO3_PRESETS",
     "PHI3_PRESETS",
     "QWEN3_MOE_PRESETS",
     "QWEN3_PRESETS",
@@ -58,6 +60,7 @@ __all__ = [
     "Mixtral",
     "MoEBlock",
     "OLMo2",
+    "OLMo3",
     "Phi3",
     "Preset",
     "Qwen3",
