@@ -16,8 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from theseus.base.logprobs import sequence_logps
 from theseus.errors import ConfigError
-from theseus.model.finetune.preference import Objective, preference_loss, sequence_logps
+from theseus.model.finetune.preference import Objective, preference_loss
 
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")

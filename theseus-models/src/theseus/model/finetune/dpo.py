@@ -26,10 +26,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from theseus.base.logprobs import sequence_logps
 from theseus.config import field
 from theseus.errors import ConfigError, DataError
 from theseus.model.finetune import frozen
-from theseus.model.finetune.preference import LOSSES, Objective, preference_loss, sequence_logps
+from theseus.model.finetune.preference import LOSSES, Objective, preference_loss
 from theseus.model.finetune.reference import (
     REFERENCE_DIR,
     compute_table,

@@ -2,9 +2,8 @@
 
 A batch of preference data holds pairs in consecutive rows: row ``2j`` is the chosen response of
 pair ``j`` and row ``2j + 1`` the rejected one (the ``"pairs"`` style). Log-probabilities are summed
-over each response's learned tokens (``y != -1``) by :func:`sequence_logps` (defined in
-``theseus.base.logprobs``, re-exported here with ``token_logps``); the objectives and metrics
-follow TRL's definitions and names:
+over each response's learned tokens (``y != -1``) by ``theseus.base.logprobs.sequence_logps``; the
+objectives and metrics follow TRL's definitions and names:
 
 * ``sigmoid`` (DPO): ``-log sigmoid(β Δ)`` with ``Δ = (log π_c - log ref_c) - (log π_r - log ref_r)``;
   ``label_smoothing`` ε gives the conservative form ``-(1-ε) log sigmoid(β Δ) - ε log sigmoid(-β Δ)``;
@@ -20,7 +19,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from theseus.base.logprobs import sequence_logps, token_logps
 from theseus.errors import ConfigError
 
 LOSSES = ("sigmoid", "ipo", "simpo")
@@ -72,7 +70,7 @@ def preference_loss(
 ) -> tuple[jax.Array, dict[str, Any]]:
     """The mean loss over the pairs and TRL's metrics (``rewards/*``, ``logps/*``).
 
-    ``logps`` and ``counts`` are per row (see :func:`sequence_logps`); ``reference`` holds the
+    ``logps`` and ``counts`` are per row (``theseus.base.logprobs.sequence_logps``); ``reference`` holds the
     reference model's summed log-probabilities per row (None for SimPO).
     """
     chosen, rejected = pairs_of(logps)
@@ -107,4 +105,4 @@ def preference_loss(
     return jnp.mean(losses), metrics
 
 
-__all__ = ["LOSSES", "REFERENCES", "Objective", "pairs_of", "preference_loss", "sequence_logps", "token_logps"]
+__all__ = ["LOSSES", "REFERENCES", "Objective", "pairs_of", "preference_loss"]

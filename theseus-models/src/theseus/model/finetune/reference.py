@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from theseus.model.finetune.preference import sequence_logps
+from theseus.base.logprobs import sequence_logps
 from theseus.training.flywheel.sources import Source
 from theseus.training.sharding import TrainerSharding
 

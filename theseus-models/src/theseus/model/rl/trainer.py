@@ -37,12 +37,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from theseus.base.logprobs import token_logps
 from theseus.config import configuration, configure, field
 from theseus.data.chat import ChatTemplate
 from theseus.errors import ConfigError
 from theseus.model.finetune import frozen
 from theseus.model.finetune.chat import TEMPLATE_FILE
-from theseus.model.finetune.preference import token_logps
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.generation.decode import generate_tokens
 from theseus.model.generation.sampling import SamplingParams
