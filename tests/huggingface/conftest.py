@@ -39,6 +39,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
     from transformers import (
         DeepseekV3Config,
         GPT2Config,
+        GptOssConfig,
         LlamaConfig,
         MistralConfig,
         MixtralConfig,
@@ -77,17 +78,42 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "mixtral": MixtralConfig,
         "qwen3_moe": Qwen3MoeConfig,
         "deepseek_v3": DeepseekV3Config,
+        "gpt_oss": GptOssConfig,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
     if family == "olmo3":  # a window of 5 on layer 0, full attention on layer 1
         common.update({"sliding_window": 5, "layer_types": ["sliding_attention", "full_attention"]})
+    if family == "gpt_oss":  # GPT_OSS below: a window of 5 on layer 0, YaRN, 4 experts, a clamp that binds
+        common.update(GPT_OSS)
     if family == "phi3":  # its default pad id (32000) is past this vocabulary
         common["pad_token_id"] = None
     if family in GEMMA:
         return gemma_config(family, common, overrides)
     return classes[family](**{**common, **overrides})
 
+
+#: GPT-OSS at a small scale: heads of 16, a window of 5 on layer 0 and full attention on layer 1, the
+#: releases' YaRN (ramp ends not rounded) stretched over 8 positions, 4 experts of 48 (top 2), and a
+#: SwiGLU clamp of 1 (the releases' 7 never binds on these small activations).
+GPT_OSS = {
+    "head_dim": 16,
+    "sliding_window": 5,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "rope_parameters": {
+        "rope_type": "yarn",
+        "rope_theta": 150000.0,
+        "factor": 4.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": False,
+        "original_max_position_embeddings": 8,
+    },
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "swiglu_limit": 1.0,
+    "pad_token_id": None,
+}
 
 #: Gemma 3's 4B+ releases: linear scaling of the full layers' RoPE only.
 GEMMA3_LINEAR = {

@@ -32,7 +32,7 @@ YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max
 OLMO3_ROPE = {"full_attention": dict(YARN), "sliding_attention": {"rope_type": "default", "rope_theta": 1e3}}
 
 #: Families whose imported models have a window on some layers by default (see conftest.hf_config).
-WINDOWED = (*GEMMA, "olmo3")
+WINDOWED = (*GEMMA, "olmo3", "gpt_oss")
 
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "gpt2-tied": ("gpt2", {}),
@@ -62,6 +62,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # per-head q/k norms, bases 1e3 (sliding) / 1e6 (full), an untied head
     "gemma3-untied": ("gemma3_text", {"tie_word_embeddings": False}),
     "gemma3-linear-rope": ("gemma3_text", {"rope_parameters": GEMMA3_LINEAR}),
+    # attention sinks and biases, a window of 5 on layer 0, YaRN unrounded, biased experts with a binding clamp
+    "gpt-oss": ("gpt_oss", {}),
     # fused qkv_proj (GQA: 4 query, 2 key/value heads) and gate_up_proj split on import
     "phi3-fused": ("phi3", {}),
     "phi3-window": ("phi3", {"sliding_window": 5}),
@@ -113,6 +115,12 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         assert (arch.rope_scaling.kind, arch.rope_theta, arch.local_rope_theta) == ("yarn", 1e4, 1e3)
     if family == "qwen2":
         assert (arch.qkv_bias, arch.out_bias, arch.ffn_bias) == (True, False, False)
+    if family == "gpt_oss":
+        assert arch.layer_types == ("sliding_attention", "full_attention") and arch.moe is not None
+        assert (arch.rope_scaling.kind, arch.rope_scaling.truncate, arch.rope_theta) == ("yarn", False, 1.5e5)
+        for layer in model.model.layers:  # not a vacuous match: the clamp binds
+            layer.mlp.experts.limit = 1e9
+        assert np.max(np.abs(hf_logits(model, ids, mask) - expected)[mask]) > 1e-2
     if "head_dim" in overrides:
         assert arch.head_dim == overrides["head_dim"] and arch.n_embd == 32
     if overrides.get("rope_parameters", {}).get("rope_type") == "yarn":

@@ -20,8 +20,9 @@ FAMILIES = [
     "mixtral",
     "qwen3_moe",
     "deepseek_v3",
+    "gpt_oss",
 ]
-MIXTURES = {"mixtral", "qwen3_moe", "deepseek_v3"}
+MIXTURES = {"mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss"}
 
 
 def test_families_sharded_over_four_devices_equal_one_device(tmp_path: Path) -> None:

@@ -308,6 +308,7 @@ def cached_attention(
     mask: jax.Array | None,
     scale: float | None = None,
     softcap: float | None = None,
+    sinks: jax.Array | None = None,
 ) -> jax.Array:
     """Grouped-query attention of ``q`` ``[B, T, heads, head_dim]`` to a KV cache held heads-major,
     ``keys``/``values`` ``[B, kv_heads, S, head_dim]``; ``mask`` bool broadcastable to ``[B, 1, T, S]``.
@@ -315,7 +316,8 @@ def cached_attention(
     Both products read the cache in place. With the cache held ``[B, S, kv_heads, head_dim]`` XLA
     transposed all of it into a copy for each product, each layer and each generated token, which made
     decoding on CPU memory-bound (``benchmarks/rollout.py``). Scores are float32; ``scale`` and
-    ``softcap`` as in :func:`softcapped_attention`.
+    ``softcap`` as in :func:`softcapped_attention`. ``sinks`` ``[heads]``: a logit per head that joins
+    each row's softmax, taking a share of the probability but adding no value (GPT-OSS).
     """
     batch, steps, n_heads, head_dim = q.shape
     n_kv = keys.shape[1]
@@ -326,7 +328,12 @@ def cached_attention(
         scores = jnp.tanh(scores / softcap) * softcap
     if mask is not None:
         scores = jnp.where(mask[:, :, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
+    if sinks is None:
+        probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
+    else:
+        sink = sinks.astype(jnp.float32).reshape(n_kv, n_heads // n_kv, 1, 1)
+        sink = jnp.broadcast_to(sink, (*scores.shape[:-1], 1))
+        probs = jax.nn.softmax(jnp.concatenate([scores, sink], axis=-1), axis=-1)[..., :-1].astype(values.dtype)
     out = jnp.einsum("bkgts,bksh->btkgh", probs, values)
     return out.reshape(batch, steps, n_heads, head_dim)
 
@@ -592,6 +599,39 @@ class CausalSelfAttention(Module):
             raise ConfigError(f"qk_norm_span must be 'head' or 'projection', got {self.qk_norm_span!r}")
         return norm(x.reshape(*x.shape[:-2], -1)).reshape(x.shape)
 
+    def _scale(self) -> float | None:
+        """What the scores are multiplied by (None: ``head_dim ** -0.5``)."""
+        return None if self.query_pre_attn_scalar is None else float(self.query_pre_attn_scalar) ** -0.5
+
+    def _attend(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        padding_mask: jax.Array | None,
+        window: int | jax.Array | None,
+        decode: bool,
+    ) -> jax.Array:
+        """The heads' outputs ``[B, T, heads, head_dim]`` of rotated ``q`` and ``k``, ``v`` (the step's,
+        appended to the KV cache first when ``decode``). A subclass may compute them otherwise (GPT-OSS
+        adds a sink to each row's softmax)."""
+        scale, softcap = self._scale(), self.attn_softcap
+        cached = self._cached(k, v, padding_mask, window) if decode else None
+        if cached is not None:
+            keys, values, mask = cached
+            return cached_attention(q, keys, values, mask, scale=scale, softcap=softcap)
+        return dot_product_attention(
+            q,
+            k,
+            v,
+            mask=attention_mask(padding_mask),
+            is_causal=True,
+            implementation=self.attention_impl,
+            window=window,
+            scale=scale,
+            softcap=softcap,
+        )
+
     @nn.compact
     def __call__(
         self,
@@ -618,24 +658,7 @@ class CausalSelfAttention(Module):
         if self.rotary:
             q, k = self._rotate(q, k, positions, layer)
 
-        scale = None if self.query_pre_attn_scalar is None else float(self.query_pre_attn_scalar) ** -0.5
-        softcap = self.attn_softcap
-        cached = self._cached(k, v, padding_mask, window) if decode else None
-        if cached is not None:
-            keys, values, mask = cached
-            y = cached_attention(q, keys, values, mask, scale=scale, softcap=softcap)
-        else:
-            y = dot_product_attention(
-                q,
-                k,
-                v,
-                mask=attention_mask(padding_mask),
-                is_causal=True,
-                implementation=self.attention_impl,
-                window=window,
-                scale=scale,
-                softcap=softcap,
-            )
+        y = self._attend(q, k, v, padding_mask, window, decode)
         y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
 
         out_std = self.init_std if self.out_std is None else self.out_std

@@ -34,9 +34,25 @@ class Routing(NamedTuple):
     probs: jax.Array
 
 
+class GatedActivation:
+    """An expert activation of both hidden projections: :meth:`combine` replaces ``act(gate) * up``
+    (GPT-OSS's clamped SwiGLU). Pass an instance where an :data:`Activation` is taken."""
+
+    def combine(self, h_gate: jax.Array, h_up: jax.Array) -> jax.Array:
+        raise NotImplementedError
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        raise TypeError(f"{type(self).__name__} needs both the gate and the up projection (a gated expert)")
+
+
 def ffn(h_gate: jax.Array | None, h_up: jax.Array, act: Activation) -> jax.Array:
-    """The expert's hidden activation: ``act(gate) * up``, or ``act(up)`` without a gate."""
-    return act(h_up) if h_gate is None else act(h_gate) * h_up
+    """The expert's hidden activation: ``act(gate) * up`` (a :class:`GatedActivation`'s ``combine``),
+    or ``act(up)`` without a gate."""
+    if h_gate is None:
+        return act(h_up)
+    if isinstance(act, GatedActivation):
+        return act.combine(h_gate, h_up)
+    return act(h_gate) * h_up
 
 
 def buffer_ffn(buffer: jax.Array, kernels: Kernels, act: Activation) -> jax.Array:
@@ -253,6 +269,7 @@ def dense_experts(tokens: jax.Array, routing: Routing, kernels: Kernels, act: Ac
 
 
 __all__ = [
+    "GatedActivation",
     "Kernels",
     "Routing",
     "block_rows",

@@ -423,10 +423,9 @@ class MoE(MoEKeys):
             )
         n_embd = x.shape[-1]
         activation = self.resolved_activation
-        gated, act = activation in GATED, ACTIVATIONS[activation]
+        gated, act = activation in GATED, self._expert_activation(activation)
         tokens = cast(x, self._activation_dtype).reshape(-1, n_embd)
-        router = param(self, "router", normal(self.init_std), (n_embd, spec.n_experts), (Axis.EMBED, None))
-        logits = jnp.dot(tokens.astype(jnp.float32), router.astype(jnp.float32))
+        logits = self._router_logits(tokens, spec)
         bias = None
         if spec.router == "sigmoid":
             zeros = nn.initializers.zeros_init()
@@ -452,6 +451,17 @@ class MoE(MoEKeys):
         if not self.is_initializing():
             self._record(spec, logits, routing, kept, bias, deterministic)
         return out
+
+    def _expert_activation(self, activation: str) -> Any:
+        """The experts' activation function (a :class:`~theseus.model.layers.experts.GatedActivation`
+        for one that reads gate and up together)."""
+        return ACTIVATIONS[activation]
+
+    def _router_logits(self, tokens: jax.Array, spec: MoESpec) -> jax.Array:
+        """The router's float32 logits ``[N, n_experts]`` of ``tokens`` ``[N, D]`` (``router`` ``[D, E]``)."""
+        shape = (tokens.shape[-1], spec.n_experts)
+        router = param(self, "router", normal(self.init_std), shape, (Axis.EMBED, None))
+        return jnp.dot(tokens.astype(jnp.float32), router.astype(jnp.float32))
 
     def _experts(
         self, tokens: jax.Array, routing: Routing, kernels: Kernels, act: Any, spec: MoESpec

@@ -1,5 +1,5 @@
 """Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``OLMo3``, ``Phi3``, ``Gemma2``,
-``Gemma3`` and the mixtures ``Mixtral``, ``Qwen3MoE`` and ``DeepseekV3``, plus KV-cache decoding.
+``Gemma3`` and the mixtures ``Mixtral``, ``Qwen3MoE``, ``DeepseekV3`` and ``GptOss``, plus KV-cache decoding.
 
 Both follow the trainer's call contract::
 
@@ -28,6 +28,7 @@ from theseus.model.models.decoding import decode_step, init_cache
 from theseus.model.models.deepseek_v3 import DEEPSEEK_V3_PRESETS, DeepseekV3
 from theseus.model.models.gemma import GEMMA2_PRESETS, GEMMA3_PRESETS, Gemma2, Gemma3
 from theseus.model.models.gpt import GPT, GPT_PRESETS
+from theseus.model.models.gpt_oss import GPT_OSS_PRESETS, GptOss
 from theseus.model.models.llama import LLAMA_PRESETS, Llama
 from theseus.model.models.mixtral import MIXTRAL_PRESETS, Mixtral
 from theseus.model.models.mixture import MoEBlock
@@ -43,6 +44,7 @@ __all__ = [
     "GEMMA2_PRESETS",
     "GEMMA3_PRESETS",
     "GPT",
+    "GPT_OSS_PRESETS",
     "GPT_PRESETS",
     "LLAMA_PRESETS",
     "MIXTRAL_PRESETS",
@@ -56,6 +58,7 @@ __all__ = [
     "DeepseekV3",
     "Gemma2",
     "Gemma3",
+    "GptOss",
     "Llama",
     "Mixtral",
     "MoEBlock",

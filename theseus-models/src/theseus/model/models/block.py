@@ -3,6 +3,8 @@ or after the branch)."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import jax
 
 from theseus.base.axis import ShardingPlan
@@ -36,12 +38,15 @@ class Block(Module):
     passes them to its children; ``out_std`` initialises the residual output projections.
     """
 
+    #: The attention layer ``attention()`` builds; a family may set a subclass with the same fields.
+    ATTENTION: ClassVar[type[CausalSelfAttention]] = CausalSelfAttention
+
     architecture: Architecture | None = None
     out_std: float = INIT_STD
 
     @classmethod
     def components(cls) -> list[type]:
-        return [LayerNorm, RMSNorm, CausalSelfAttention, MLP]
+        return [LayerNorm, RMSNorm, cls.ATTENTION, MLP]
 
     @property
     def sharding(self) -> ShardingPlan:
@@ -70,7 +75,7 @@ class Block(Module):
         arch = self.arch
         return child(
             self,
-            CausalSelfAttention,
+            self.ATTENTION,
             n_embd=arch.n_embd,
             n_heads=arch.n_heads,
             n_kv_heads=arch.n_kv_heads,

@@ -36,11 +36,14 @@ class MoEBlock(Block):
     """:class:`Block` whose ``mlp`` is the architecture's mixture of experts (a dense MLP when ``dense``:
     the leading ``first_k_dense`` layers)."""
 
+    #: The mixture layer ``feed_forward()`` builds; a family may set a subclass with the same fields.
+    MOE: ClassVar[type[MoE]] = MoE
+
     dense: bool = False
 
     @classmethod
     def components(cls) -> list[type]:
-        return [*super().components(), MoE]
+        return [*super().components(), cls.MOE]
 
     @property
     def sharding(self) -> ShardingPlan:
@@ -52,7 +55,7 @@ class MoEBlock(Block):
             return super().feed_forward()
         moe: MoE = child(
             self,
-            MoE,
+            self.MOE,
             **dataclasses.asdict(arch.moe),
             d_ff=arch.d_ff,
             activation=arch.activation,
