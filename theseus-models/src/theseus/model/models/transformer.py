@@ -380,6 +380,14 @@ class TransformerLM(Module):
         deterministic: bool = False,
         decode: bool = False,
     ) -> tuple[jax.Array, jax.Array | None]:
+        h, _mask, _positions = self.hidden(x, padding_mask, deterministic, decode)
+        return self.logits_and_loss(self.head(self.final_norm(h)), y, padding_mask)
+
+    def hidden(
+        self, x: jax.Array, padding_mask: jax.Array | None, deterministic: bool, decode: bool
+    ) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+        """The last layer's output before the final norm ``[B, T, n_embd]``, with the padding mask and
+        the token positions the layers saw (None: ``0..T-1``); the first half of :meth:`__call__`."""
         arch = self.architecture
         x = jnp.asarray(x)
         if x.ndim != 2:
@@ -411,7 +419,12 @@ class TransformerLM(Module):
                     if indexed
                     else block(h, mask, positions, deterministic, decode)
                 )
-        h = self.final_norm(h)
+        return h, mask, positions
+
+    def head(self, h: jax.Array) -> jax.Array:
+        """Logits ``[B, T, padded vocab]`` (float32) of normalised hidden states: the output head (or the
+        tied embedding) and the final softcap."""
+        arch = self.architecture
         if arch.tied_embeddings:
             logits = self.token_embedding.attend(h)
         else:
@@ -419,7 +432,13 @@ class TransformerLM(Module):
             logits = jnp.einsum("bte,ev->btv", h, cast(self.lm_head, dtype), preferred_element_type=jnp.float32)
         if arch.final_softcap is not None:
             logits = jnp.tanh(logits / arch.final_softcap) * arch.final_softcap
-        logits = constrain(logits, (Axis.BATCH, Axis.SEQUENCE, Axis.VOCAB))
+        return constrain(logits, (Axis.BATCH, Axis.SEQUENCE, Axis.VOCAB))
+
+    def logits_and_loss(
+        self, logits: jax.Array, y: jax.Array | None, padding_mask: jax.Array | None
+    ) -> tuple[jax.Array, jax.Array | None]:
+        """``(logits cut to vocab_size, cross-entropy or None without y)`` of the head's padded logits."""
+        arch = self.architecture
         if arch.padded_vocab_size == arch.vocab_size:
             return logits, None if y is None else cross_entropy(logits, y, padding_mask)
         loss = None if y is None else cross_entropy(mask_padded_vocab(logits, arch.vocab_size), y, padding_mask)
