@@ -9,6 +9,7 @@ the writer reaches it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,7 @@ def open_checkpoint(folder: Path) -> HFCheckpoint:
     config = read_config(folder)
     found, imported = from_config(config)
     tensors = {found.canonical_name(n): info for n, info in read_index(folder).items()}
+    imported = dataclasses.replace(imported, keys=found.checkpoint_keys(imported.keys, tensors.keys()))
     return HFCheckpoint(folder, config, imported, tensors, found)
 
 
@@ -78,6 +80,8 @@ def plan_import(checkpoint: HFCheckpoint, arch: Architecture) -> list[TensorMap]
         tensors.pop("lm_head.weight")  # a tied head saved anyway: the embedding is authoritative
     for tensor_map in maps:
         info = tensors.get(tensor_map.hf)
+        if info is None and tensor_map.copy:
+            continue
         if info is None:
             raise CheckpointError(
                 f"{checkpoint.folder} has no tensor {tensor_map.hf!r}, which its config.json implies; "
@@ -100,7 +104,7 @@ def plan_import(checkpoint: HFCheckpoint, arch: Architecture) -> list[TensorMap]
             f"{checkpoint.folder} holds tensor {extra[0]!r} that the {checkpoint.imported.family} layout does not "
             f"use ({len(extra)} such); theseus would drop weights, so it refuses this checkpoint"
         )
-    return maps
+    return [m for m in maps if not m.copy]  # a copy's parameter is read from its other tensor
 
 
 def _float_kind(code: str) -> str:

@@ -9,7 +9,7 @@ the built-in ones do. Each family lives beside its model (``theseus.model.models
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from theseus.errors import ConfigError
@@ -56,6 +56,12 @@ class HFFamily:
     def canonical_name(self, name: str) -> str:
         """A checkpoint tensor name in the ``*ForCausalLM`` layout (e.g. with the base model's prefix)."""
         return name
+
+    def checkpoint_keys(self, keys: dict[str, Any], names: Collection[str]) -> dict[str, Any]:
+        """``keys`` (from :meth:`keys`) fitted to the tensor ``names`` the checkpoint holds: a part that
+        ``config.json`` declares but the weights lack (DeepSeek-V3's multi-token prediction, which
+        transformers does not save) is left out of the model."""
+        return keys
 
     def set_aside(self, name: str, config: Mapping[str, Any]) -> bool:
         """Whether tensor ``name`` belongs to a part of the checkpoint that ``config`` declares and that

@@ -29,7 +29,10 @@ Path = tuple[str, ...]
 @dataclass(frozen=True)
 class TensorMap:
     """``hf`` (shape ``hf_shape``) <-> the theseus parameters at ``paths``; with ``index``, the tensor
-    is slice ``index`` of the leading axis of each of those parameters (see :func:`stacked_slice`)."""
+    is slice ``index`` of the leading axis of each of those parameters (see :func:`stacked_slice`).
+    ``copy``: the checkpoint holds the same parameter again under this name (DeepSeek-V3's
+    multi-token-prediction layer repeats the embedding and the head); export writes it, import checks
+    its shape where present and reads the parameter from its other tensor."""
 
     hf: str
     hf_shape: tuple[int, ...]
@@ -37,6 +40,7 @@ class TensorMap:
     to_theseus: Callable[[np.ndarray], list[np.ndarray]]
     to_hf: Callable[[list[np.ndarray]], np.ndarray]
     index: int | None = None
+    copy: bool = False
 
 
 def stacked_slice(index: int, part: TensorMap) -> TensorMap:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+import jax
+
 from theseus.base.axis import ShardingPlan
+from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers._common import child
+from theseus.model.layers._common import INIT_STD, child
 from theseus.model.layers.latent_attention import LatentAttention, MLAKeys
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset
+from theseus.model.models.deepseek_v3_mtp import MTPModule, mtp_depth, multi_token_prediction, with_mtp
 from theseus.model.models.llama import Llama
 from theseus.model.models.mixture import MixtureLM, MoEBlock, MoEPreset
 from theseus.model.module import Module
@@ -126,11 +131,58 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
     top 2 of 1 group, 1 shared) and ``deepseek-v3`` (the published shape: 671B parameters, 37B active
     per token, at ``architecture/vocab_size=129280``). ``hf/import`` of a ``model_type: deepseek_v3``
     checkpoint builds this model.
+
+    **Multi-token prediction** (:mod:`theseus.model.models.deepseek_v3_mtp`): ``architecture/mtp_depth``
+    modules (``mtp_0``, ``mtp_1``, ...; default 0: none; the releases have 1) each predict one token
+    further ahead from the previous depth's hidden state and the next token's embedding, through one
+    mixture layer and the shared head. In training ``model/mtp_weight`` (default 0.3, the report's
+    lambda for most of training) times the mean of their cross-entropies joins the loss, and
+    ``mtp_loss`` (that mean) is logged; decoding and calls without targets skip them.
     """
 
     PRESETS: ClassVar[dict[str, Preset]] = DEEPSEEK_V3_PRESETS
     FAMILY: ClassVar[str] = "DeepseekV3"
     BLOCK: ClassVar[type[MoEBlock]] = DeepseekV3Block
+
+    mtp_depth: int = field(
+        "architecture/mtp_depth",
+        default=0,
+        min=0,
+        help="multi-token-prediction modules after the last layer (DeepSeek-V3: 1); 0: none",
+    )
+    mtp_weight: float = field(
+        "model/mtp_weight",
+        default=0.3,
+        min=0.0,
+        help="factor on the mean multi-token-prediction cross-entropy added to the training loss "
+        "(the DeepSeek-V3 report's lambda)",
+    )
+
+    @classmethod
+    def components(cls) -> list[type]:
+        return [*super().components(), MTPModule]
+
+    def setup(self) -> None:
+        super().setup()
+        arch = self.architecture
+        depth = mtp_depth(arch)
+        if depth:
+            out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
+            self.mtp = [child(self, MTPModule, architecture=arch, out_std=out_std) for _ in range(depth)]
+
+    def __call__(
+        self,
+        x: jax.Array,
+        y: jax.Array | None = None,
+        padding_mask: jax.Array | None = None,
+        deterministic: bool = False,
+        decode: bool = False,
+    ) -> tuple[jax.Array, jax.Array | None]:
+        h, _mask, positions = self.hidden(x, padding_mask, deterministic, decode)
+        logits, loss = self.logits_and_loss(self.head(self.final_norm(h)), y, padding_mask)
+        if mtp_depth(self.architecture) and not decode and (y is not None or self.is_initializing()):
+            multi_token_prediction(self, self.mtp, h, x, y, padding_mask, positions, deterministic, self.mtp_weight)
+        return logits, loss
 
     @property
     def architecture(self) -> Architecture:
@@ -143,7 +195,8 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
         self._refuse_attention_keys(arch.n_heads)
         mla = self.mla_spec(**widths)
         moe = self.mixture(arch.d_ff)
-        return dataclasses.replace(arch, moe=moe, mla=mla, explicit_head_dim=mla.qk_head_dim).validate()
+        arch = dataclasses.replace(arch, moe=moe, mla=mla, explicit_head_dim=mla.qk_head_dim).validate()
+        return with_mtp(arch, self.mtp_depth)
 
     def _refuse_attention_keys(self, n_heads: int) -> None:
         """The dense attention's keys that latent attention has no use for: one line, not ignored."""

@@ -6,16 +6,27 @@ shared rotated key's), ``kv_a_layernorm`` and ``kv_b_proj`` (per head: the key's
 value's), ``o_proj``. The leading ``first_k_dense_replace`` layers have a dense ``mlp``; the others hold
 the router ``mlp.gate`` with its ``e_score_correction_bias`` (theseus' ``router_bias``), the experts one
 tensor each (``mlp.experts.<j>.gate_proj`` / ``up_proj`` / ``down_proj``, as ``save_pretrained`` writes
-them; stacked on theseus' ``expert`` axis) and ``mlp.shared_experts``. The multi-token-prediction
-layers (``num_nextn_predict_layers``, stored after the last layer) are not part of the model: import
-skips their tensors, as transformers does, and the export writes none. RoPE scaling: ``yarn`` (the
+them; stacked on theseus' ``expert`` axis) and ``mlp.shared_experts``. RoPE scaling: ``yarn`` (the
 releases' long-context setting) with ``mscale_all_dim`` (``architecture/mla/mscale_all_dim``), as well
 as ``linear`` and ``llama3``.
+
+The multi-token-prediction modules (``num_nextn_predict_layers`` <-> ``architecture/mtp_depth``) are
+stored after the last layer: module ``k`` (1..D) is ``model.layers.<num_hidden_layers + k - 1>``, with
+``enorm`` / ``hnorm`` / ``eh_proj`` (``[n_embd, 2 * n_embd]``, embedding half first), a mixture layer's
+tensors (``input_layernorm``, ``self_attn.*``, ``post_attention_layernorm``, ``mlp.*``) and
+``shared_head.norm`` (theseus' ``mtp_<k-1>/enorm``, ``hnorm``, ``eh_proj``, ``block/...``,
+``head_norm``), plus copies of the shared embedding (``embed_tokens``) and head (``shared_head.head``):
+export writes them, import reads the main model's (:class:`~theseus.model.huggingface.names.TensorMap`
+``copy``). A checkpoint whose ``config.json`` declares them but holds none of their tensors (what
+transformers' ``save_pretrained`` writes) imports without them; ``architecture/mtp_depth`` set lower at
+import leaves the rest out. transformers' ``DeepseekV3ForCausalLM`` has no such module: it ignores
+``model.layers.61.*`` (the release's) on load and reports the modules of other depths as unexpected keys.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Collection, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,6 +45,7 @@ from theseus.model.huggingface.names import (
 )
 from theseus.model.layers.latent_attention import MLASpec
 from theseus.model.models.architecture import Architecture
+from theseus.model.models.deepseek_v3_mtp import mtp_depth
 from theseus.model.models.mixtral_hf import expert_maps, mixture
 
 DEEPSEEK_V3_CLASS = "theseus.model.models.deepseek_v3:DeepseekV3"
@@ -102,6 +114,41 @@ def feed_forward_maps(arch: Architecture, layer: int) -> list[TensorMap]:
     maps = expert_maps(arch, layer, hf, "gate", projections)
     maps.append(same(hf + "gate.e_score_correction_bias", (*ours, "router_bias"), (moe.n_experts,)))
     return maps + swiglu(hf + "shared_experts.", (*ours, "shared"), moe.n_shared * moe.expert_hidden)
+
+
+def layer_maps(arch: Architecture, layer: int) -> list[TensorMap]:
+    """Every tensor of layer ``layer``: its norms, latent attention and feed-forward."""
+    hf, ours = f"model.layers.{layer}.", f"blocks_{layer}"
+    maps = [same(hf + "input_layernorm.weight", (ours, "attn_norm", "scale"), (arch.n_embd,))]
+    maps += attention_maps(arch, layer)
+    maps.append(same(hf + "post_attention_layernorm.weight", (ours, "mlp_norm", "scale"), (arch.n_embd,)))
+    return maps + feed_forward_maps(arch, layer)
+
+
+def mtp_maps(arch: Architecture, depth: int) -> list[TensorMap]:
+    """The tensors of multi-token-prediction module ``depth`` (1..D): ``model.layers.<n_layers + depth - 1>``
+    <-> ``mtp_<depth - 1>``; its mixture layer is :func:`layer_maps` of that index moved to ``block``,
+    and the embedding and head are copies of the main model's."""
+    layer, e = arch.n_layers + depth - 1, arch.n_embd
+    hf, ours = f"model.layers.{layer}.", f"mtp_{depth - 1}"
+
+    def moved(path: tuple[str, ...]) -> tuple[str, ...]:
+        return (ours, "block", *path[1:]) if path[0] == f"blocks_{layer}" else path
+
+    block = [dataclasses.replace(m, paths=tuple(moved(p) for p in m.paths)) for m in layer_maps(arch, layer)]
+    head = ("token_embedding", "embedding") if arch.tied_embeddings else ("lm_head",)
+    make_head = vocab_embedding if arch.tied_embeddings else vocab_head
+    return [
+        same(hf + "enorm.weight", (ours, "enorm", "scale"), (e,)),
+        same(hf + "hnorm.weight", (ours, "hnorm", "scale"), (e,)),
+        transposed(hf + "eh_proj.weight", (ours, "eh_proj"), e, 2 * e),
+        *block,
+        same(hf + "shared_head.norm.weight", (ours, "head_norm", "scale"), (e,)),
+        dataclasses.replace(
+            vocab_embedding(hf + "embed_tokens.weight", ("token_embedding", "embedding"), arch), copy=True
+        ),
+        dataclasses.replace(make_head(hf + "shared_head.head.weight", head, arch), copy=True),
+    ]
 
 
 #: What transformers' ``DeepseekV3Config`` reads where ``config.json`` omits a field (the published
@@ -176,11 +223,21 @@ class DeepseekV3Family(HFFamily):
             "architecture/moe/n_group": int(hf_default(config, "n_group") or 1),
             "architecture/moe/topk_group": int(hf_default(config, "topk_group") or 1),
             "architecture/moe/routed_scaling_factor": float(hf_default(config, "routed_scaling_factor")),
+            "architecture/mtp_depth": int(hf_default(config, "num_nextn_predict_layers") or 0),
         }
 
+    def checkpoint_keys(self, keys: dict[str, Any], names: Collection[str]) -> dict[str, Any]:
+        """No multi-token prediction when the checkpoint holds none of its layers (``save_pretrained`` of
+        transformers' model keeps ``num_nextn_predict_layers`` but writes no such tensor)."""
+        first = f"model.layers.{keys['architecture/n_layers']}."
+        if keys["architecture/mtp_depth"] and not any(name.startswith(first) for name in names):
+            return {**keys, "architecture/mtp_depth": 0}
+        return keys
+
     def set_aside(self, name: str, config: Mapping[str, Any]) -> bool:
-        """The multi-token-prediction layers: ``model.layers.<n>`` for ``num_hidden_layers`` <= n <
-        ``num_hidden_layers + num_nextn_predict_layers``."""
+        """The multi-token-prediction layers ``config.json`` declares (``model.layers.<n>`` for
+        ``num_hidden_layers`` <= n < ``num_hidden_layers + num_nextn_predict_layers``) that the model
+        leaves out: ``architecture/mtp_depth`` set lower at import."""
         n_layers = int(config.get("num_hidden_layers") or 0)
         extra = int(hf_default(config, "num_nextn_predict_layers") or 0)
         index = name.split(".")[2] if name.startswith("model.layers.") else ""
@@ -190,14 +247,12 @@ class DeepseekV3Family(HFFamily):
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
         maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
         for i in range(arch.n_layers):
-            hf, ours = f"model.layers.{i}.", f"blocks_{i}"
-            maps.append(same(hf + "input_layernorm.weight", (ours, "attn_norm", "scale"), (arch.n_embd,)))
-            maps += attention_maps(arch, i)
-            maps.append(same(hf + "post_attention_layernorm.weight", (ours, "mlp_norm", "scale"), (arch.n_embd,)))
-            maps += feed_forward_maps(arch, i)
+            maps += layer_maps(arch, i)
         maps.append(same("model.norm.weight", ("final_norm", "scale"), (arch.n_embd,)))
         if not arch.tied_embeddings:
             maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+        for depth in range(1, mtp_depth(arch) + 1):
+            maps += mtp_maps(arch, depth)
         return maps
 
     # -- export ------------------------------------------------------------------------------------
@@ -245,7 +300,7 @@ class DeepseekV3Family(HFFamily):
             "n_group": moe.n_group,
             "topk_group": moe.topk_group,
             "routed_scaling_factor": moe.routed_scaling_factor,
-            "num_nextn_predict_layers": 0,
+            "num_nextn_predict_layers": mtp_depth(arch),
             "output_router_logits": False,
         }
 
@@ -253,4 +308,12 @@ class DeepseekV3Family(HFFamily):
         return f"model.layers.{layer}."
 
 
-__all__ = ["DEEPSEEK_V3_CLASS", "DeepseekV3Family", "attention_maps", "feed_forward_maps", "key_value_up"]
+__all__ = [
+    "DEEPSEEK_V3_CLASS",
+    "DeepseekV3Family",
+    "attention_maps",
+    "feed_forward_maps",
+    "key_value_up",
+    "layer_maps",
+    "mtp_maps",
+]

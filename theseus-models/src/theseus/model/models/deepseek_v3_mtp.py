@@ -1,0 +1,189 @@
+"""DeepSeek-V3's multi-token prediction (MTP): ``architecture/mtp_depth`` modules after the main model.
+
+Module ``k`` (1..D) reads, at position ``i``, the main model's token embedding of ``t_{i+k}`` and the
+previous depth's hidden state ``h^{k-1}_i`` (``h^0``: the main model's last layer, before its final
+norm), each RMS-normalised (``enorm``, ``hnorm``), concatenated embedding first and projected back to
+the model width (``eh_proj``, ``[2 * n_embd, n_embd]``); one DeepSeek-V3 mixture layer (``block``:
+latent attention and the mixture of experts) gives ``h^k_i``, whose logits are ``head_norm`` (the
+checkpoints' ``shared_head.norm``) followed by the main model's output head. Module ``k`` predicts
+``t_{i+k+1}``: its targets are the main targets ``y`` shifted left by ``k``; a position counts where
+that target is not -1, both position ``i`` and ``i+k`` are real tokens (of the same packed example),
+and ``i + k < T`` (the last ``k`` positions have no target). The embedding and the head are the main
+model's (shared, as in the DeepSeek-V3 technical report).
+
+The training objective adds ``model/mtp_weight / D * sum_k CE_k`` as an auxiliary loss
+(:data:`theseus.base.sown.AUX_LOSSES`, name ``mtp``) and reports the mean of the ``CE_k`` as the
+metric ``mtp_loss``; decoding and calls without targets skip the modules (initialisation runs them
+once, to create their parameters).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+
+from theseus.base.axis import Axis
+from theseus.base.logprobs import cross_entropy
+from theseus.base.sown import AUX_LOSSES, AUX_METRICS
+from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
+from theseus.model.layers.attention import is_segment_ids
+from theseus.model.models.architecture import Architecture
+from theseus.model.models.block import make_norm
+from theseus.model.models.transformer import mask_padded_vocab
+from theseus.model.module import Module
+
+if TYPE_CHECKING:
+    from theseus.model.models.transformer import TransformerLM
+
+#: The name of the sown auxiliary loss and of the logged metric (the mean cross-entropy over depths).
+MTP_AUX_LOSS = "mtp"
+MTP_METRIC = "mtp_loss"
+
+
+@dataclass(frozen=True)
+class MTPArchitecture(Architecture):
+    """An :class:`Architecture` with ``mtp_depth`` multi-token-prediction modules (0: none). Their
+    FLOPs count in :meth:`flops` (each a mixture layer, the ``eh_proj`` projection and the head)."""
+
+    mtp_depth: int = 0
+
+    def mtp_matmul_params(self) -> int:
+        """Matmul weights one token passes through in one module (its layer's active weights, ``eh_proj``
+        and the shared head)."""
+        ffn = self.moe.active_matmul_params(self.n_embd, self.gated) if self.moe is not None else self.mlp_params()
+        return 2 * self.n_embd * self.n_embd + self.attention_params() + ffn + self.n_embd * self.padded_vocab_size
+
+    def flops(self, seq: int) -> int:
+        extra = self.mtp_depth * (6 * seq * self.mtp_matmul_params() + self.score_flops(seq))
+        return super().flops(seq) + extra
+
+
+def with_mtp(arch: Architecture, depth: int) -> MTPArchitecture:
+    """``arch`` with ``mtp_depth=depth``."""
+    values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(arch) if f.name != "mtp_depth"}
+    return MTPArchitecture(**values, mtp_depth=depth)
+
+
+def mtp_depth(arch: Architecture) -> int:
+    """The multi-token-prediction modules of ``arch`` (0 for a plain :class:`Architecture`)."""
+    return arch.mtp_depth if isinstance(arch, MTPArchitecture) else 0
+
+
+class MTPModule(Module):
+    """One multi-token-prediction depth: ``enorm`` / ``hnorm`` (RMSNorms), ``eh_proj`` (kernel
+    ``[2 * n_embd, n_embd]``), ``block`` (a DeepSeek-V3 mixture layer) and ``head_norm``.
+    ``__call__(h, embedded, ...)`` -> ``(h^k, head_norm(h^k))``."""
+
+    architecture: Architecture | None = None
+    out_std: float = INIT_STD
+
+    @classmethod
+    def components(cls) -> list[type]:
+        from theseus.model.models.deepseek_v3 import DeepseekV3Block
+
+        return [DeepseekV3Block]
+
+    def setup(self) -> None:
+        from theseus.model.models.deepseek_v3 import DeepseekV3Block
+
+        arch = self.architecture
+        assert arch is not None, "MTPModule is built by DeepseekV3"
+        self.enorm = make_norm(self, arch)
+        self.hnorm = make_norm(self, arch)
+        e = arch.n_embd
+        self.eh_proj = param(self, "eh_proj", normal(INIT_STD), (2 * e, e), (Axis.MLP, Axis.EMBED))
+        self.block = child(self, DeepseekV3Block, architecture=arch, out_std=self.out_std, dense=False)
+        self.head_norm = make_norm(self, arch)
+
+    def __call__(
+        self,
+        h: jax.Array,
+        embedded: jax.Array,
+        padding_mask: jax.Array | None,
+        positions: jax.Array | None,
+        deterministic: bool,
+    ) -> tuple[jax.Array, jax.Array]:
+        dtype = self._activation_dtype
+        joined = jnp.concatenate([self.enorm(cast(embedded, dtype)), self.hnorm(cast(h, dtype))], axis=-1)
+        h = constrain(jnp.einsum("bti,io->bto", joined, cast(self.eh_proj, dtype)), ACTIVATION_AXES)
+        h = self.block(h, padding_mask, positions, deterministic, False)
+        return h, self.head_norm(h)
+
+
+def shift_left(a: jax.Array, k: int, fill: Any) -> jax.Array:
+    """``a`` ``[B, T]`` moved ``k`` steps left (``out[:, i] = a[:, i + k]``), the last ``k`` columns ``fill``."""
+    steps = a.shape[1]
+    keep = max(steps - k, 0)
+    tail = jnp.full((a.shape[0], steps - keep), fill, a.dtype)
+    return jnp.concatenate([a[:, steps - keep :], tail], axis=1)
+
+
+def mtp_scored(y: jax.Array, padding_mask: jax.Array | None, k: int) -> tuple[jax.Array, jax.Array]:
+    """``(targets, scored)`` of depth ``k``: ``y`` shifted left by ``k`` (-1 past the end) and the bool
+    positions that count (target not -1; positions ``i`` and ``i + k`` real and, with segment ids, of
+    the same example)."""
+    targets = shift_left(jnp.asarray(y), k, -1)
+    scored = targets != -1
+    if padding_mask is not None:
+        mask = jnp.asarray(padding_mask)
+        later = shift_left(mask, k, 0)
+        if is_segment_ids(mask):
+            scored = scored & (mask > 0) & (later == mask)
+        else:
+            scored = scored & mask.astype(jnp.bool_) & later.astype(jnp.bool_)
+    return targets, scored
+
+
+def multi_token_prediction(
+    model: TransformerLM,
+    modules: Any,
+    h: jax.Array,
+    x: jax.Array,
+    y: jax.Array | None,
+    padding_mask: jax.Array | None,
+    positions: jax.Array | None,
+    deterministic: bool,
+    weight: float,
+) -> list[jax.Array]:
+    """Run the ``modules`` (depth 1, 2, ...) of the bound ``model`` on the main model's last hidden
+    state ``h``; with targets ``y``, sow ``weight / D * sum_k CE_k`` and the mean ``CE_k``. Returns the
+    ``CE_k`` ([] without ``y``)."""
+    arch = model.architecture
+    x = jnp.asarray(x)
+    losses = []
+    for k, module in enumerate(modules, start=1):
+        embedded = model.token_embedding(shift_left(x, k, 0))
+        if arch.scale_embeddings:
+            embedded = embedded * jnp.asarray(math.sqrt(arch.n_embd), embedded.dtype)
+        h, normed = module(h, embedded, padding_mask, positions, deterministic)
+        if y is None:
+            continue
+        logits = model.head(normed)
+        if arch.padded_vocab_size != arch.vocab_size:
+            logits = mask_padded_vocab(logits, arch.vocab_size)
+        targets, scored = mtp_scored(y, padding_mask, k)
+        losses.append(cross_entropy(logits, targets, scored))
+    if losses:
+        total = sum(losses[1:], losses[0])
+        model.sow(AUX_LOSSES, MTP_AUX_LOSS, weight / len(losses) * total, init_fn=lambda: 0.0, reduce_fn=operator.add)
+        model.sow(AUX_METRICS, MTP_METRIC, total / len(losses), init_fn=lambda: 0.0, reduce_fn=operator.add)
+    return losses
+
+
+__all__ = [
+    "MTP_AUX_LOSS",
+    "MTP_METRIC",
+    "MTPArchitecture",
+    "MTPModule",
+    "mtp_depth",
+    "mtp_scored",
+    "multi_token_prediction",
+    "shift_left",
+    "with_mtp",
+]
