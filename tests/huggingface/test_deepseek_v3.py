@@ -197,8 +197,10 @@ def test_dense_attention_keys_are_refused_in_one_line(key: str, value: Any) -> N
 
 
 def test_multi_token_prediction_layers_are_set_aside(saved: dict[str, tuple[Path, Any]], tmp_path: Path) -> None:
-    """The releases store their multi-token-prediction layer after the last layer; import skips the
-    tensors config.json declares that way (as transformers does) and refuses any other extra tensor."""
+    """The releases store their multi-token-prediction layer after the last layer. Declared by
+    config.json but incomplete, its missing tensor is named; with ``architecture/mtp_depth=0`` at import
+    its tensors are set aside; any tensor config.json does not declare is refused. (A whole module
+    imports: tests/huggingface/test_deepseek_v3_mtp.py.)"""
     import shutil
 
     from safetensors.numpy import load_file, save_file
@@ -216,7 +218,9 @@ def test_multi_token_prediction_layers_are_set_aside(saved: dict[str, tuple[Path
     with pytest.raises(CheckpointError, match=r"holds tensor 'model\.layers\.3\..*\(2 such\)"):
         prepare(folder)
     edit_config(num_nextn_predict_layers=1)(folder)
-    prepared = prepare(folder)
+    with pytest.raises(CheckpointError, match=r"has no tensor 'model\.layers\.3\.enorm\.weight'"):
+        prepare(folder)
+    prepared = prepare(folder, {"architecture/mtp_depth": 0})
     assert prepared.model.architecture.n_layers == 3
     assert not any(m.hf.startswith("model.layers.3.") for m in prepared.maps)
 
