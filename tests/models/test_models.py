@@ -534,3 +534,43 @@ def test_model_schema_holds_every_key_it_honours() -> None:
         assert f"architecture/{key}" in keys
     assert "architecture/rope_theta" not in set(Schema.build(GPT.gather()).keys())
     assert math.isclose(Schema.build(GPT.gather())["architecture/norm_eps"].default, 1e-5)
+
+
+def test_the_gpt_oss_preset_has_the_published_shape_and_count() -> None:
+    """gpt-oss-20b against transformers' GPT-OSS built from gpt-oss-20b's config.json fields (meta device):
+    every bias, sink and expert tensor counted, 20.9B in all."""
+    import torch
+    from transformers import AutoModelForCausalLM, GptOssConfig
+
+    from theseus.model.models.gpt_oss import GptOss
+
+    values = {"architecture/preset": "gpt-oss-20b", "architecture/vocab_size": 201088, "architecture/block_size": 4096}
+    with configuration(values):
+        arch = configure(GptOss).architecture
+    assert arch.moe is not None
+    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.moe.expert_hidden) == (
+        24, 64, 8, 64, 2880, 2880
+    )  # fmt: skip
+    assert (arch.moe.n_experts, arch.moe.top_k, arch.sliding_window, arch.qkv_bias, arch.out_bias) == (
+        32,
+        4,
+        128,
+        True,
+        True,
+    )
+    config = GptOssConfig(
+        vocab_size=201088,
+        hidden_size=2880,
+        intermediate_size=2880,
+        num_hidden_layers=24,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=64,
+        num_local_experts=32,
+        num_experts_per_tok=4,
+    )
+    assert tuple(config.layer_types) == arch.layer_types  # transformers' default pattern: sliding first
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    expected = sum(p.numel() for p in reference.parameters())
+    assert count(GptOss, **values) == expected == 20_914_757_184
