@@ -5,7 +5,7 @@
 One prepared preference dataset (synthetic pairs, byte tokens), one GPT shape, and, interleaved
 round by round, the update of:
 
-* ``sft``: ``gpt/train/sft`` reading the same pairs (cross-entropy on both responses);
+* ``sft``: ``train/sft`` reading the same pairs (cross-entropy on both responses);
 * ``dpo copy``: DPO whose reference is a frozen copy of the start (a second forward beside the step);
 * ``dpo precomputed``: DPO with ``dpo/precompute_reference=true`` (reference looked up per document);
 * ``dpo lora``: DPO with LoRA (rank 8), the reference being the policy with its adapters off, in the
@@ -31,7 +31,7 @@ import numpy as np
 from theseus.config import configuration, configure
 from theseus.data.datasets import Preference
 from theseus.data.prepare import prepare
-from theseus.model.finetune import GPTDPO, GPTSFT
+from theseus.model.finetune import DPOTrainer, SFTTrainer
 
 
 def write_pairs(root: Path, count: int, seed: int = 0) -> None:
@@ -88,11 +88,11 @@ def measure(layers: int, width: int, block: int, rows: int, rounds: int) -> dict
         root = Path(tmp)
         write_pairs(root, 4 * rows)
         variants = [
-            Variant("sft", GPTSFT, root, settings, rounds),
-            Variant("dpo copy", GPTDPO, root, settings, rounds),
-            Variant("dpo precomputed", GPTDPO, root, {**settings, "dpo/precompute_reference": True}, rounds),
-            Variant("sft lora", GPTSFT, root, {**settings, **lora}, rounds),
-            Variant("dpo lora", GPTDPO, root, {**settings, **lora}, rounds),
+            Variant("sft", SFTTrainer, root, settings, rounds),
+            Variant("dpo copy", DPOTrainer, root, settings, rounds),
+            Variant("dpo precomputed", DPOTrainer, root, {**settings, "dpo/precompute_reference": True}, rounds),
+            Variant("sft lora", SFTTrainer, root, {**settings, **lora}, rounds),
+            Variant("dpo lora", DPOTrainer, root, {**settings, **lora}, rounds),
         ]
         seconds: dict[str, list[float]] = {v.name: [] for v in variants}
         for r in range(rounds):

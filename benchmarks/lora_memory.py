@@ -3,7 +3,7 @@
     python benchmarks/lora_memory.py [--rank 8]
 
 Shapes only (``jax.eval_shape``): nothing is allocated or trained. For each setting it builds the
-``gpt/train/sft`` optimizer exactly as the trainer does (AdamW, gradient clipping, and with LoRA the
+``train/sft`` optimizer exactly as the trainer does (AdamW, gradient clipping, and with LoRA the
 adapter-only partition) and reports the bytes of its state, which for AdamW is two float32 moments
 per trained parameter.
 """

@@ -28,22 +28,27 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
 DENSE = [
     (
         "gpt2-124m, 64 x 1024",
-        "gpt/train/pretrain",
+        "train/pretrain",
         ["architecture/preset=gpt2-124m", "architecture/vocab_size=50304", "architecture/block_size=1024"],
         64,
         1024,
     ),
     (
         "Llama 3.2 1B shape, 32 x 4096",
-        "llama/train/pretrain",
-        ["architecture/preset=llama3-1b", "architecture/tied_embeddings=true", "architecture/vocab_size=128256"],
+        "train/pretrain",
+        [
+            "model=llama",
+            "architecture/preset=llama3-1b",
+            "architecture/tied_embeddings=true",
+            "architecture/vocab_size=128256",
+        ],
         32,
         4096,
     ),
     (
         "Llama 3 8B shape, 8 x 4096",
-        "llama/train/pretrain",
-        ["architecture/preset=llama3-8b", "architecture/vocab_size=128256"],
+        "train/pretrain",
+        ["model=llama", "architecture/preset=llama3-8b", "architecture/vocab_size=128256"],
         8,
         4096,
     ),
@@ -177,7 +182,7 @@ def qlora_rows(quick: bool) -> list[list[str]]:
         for quantize in ("none", "int8", "nf4"):
             dtype = ["model/param_dtype=bfloat16"] if quantize == "none" else []
             job_keys = [*overrides, *sizes, *lora_keys, *dtype, f"model/quantize={quantize}", "mesh/layout=fsdp"]
-            result = plan("llama/train/sft", job_keys)
+            result = plan("train/sft", ["model=llama", *job_keys])
             held = held_by_kind(result)
             bf16_base = held["base"] if quantize == "none" else bf16_base
             rows.append(
@@ -202,7 +207,7 @@ def mixture_rows(quick: bool) -> list[list[str]]:
         base = [*overrides, *sizes, "training/batch_size=8", "mesh/layout=fsdp"]
         cells = [label]
         for dispatch in ("ragged_dot", "auto"):
-            result = plan("gpt/train/pretrain", [*base, f"architecture/moe/dispatch={dispatch}"])
+            result = plan("train/pretrain", [*base, f"architecture/moe/dispatch={dispatch}"])
             executed = sum(int(c["count"]) for c in result.cost.collective_summary().values())
             cells += [f"{result.flops_ratio:.2f}", f"{result.step.temporary_bytes / 1e9:.1f} GB", str(executed)]
         rows.append(cells)
@@ -242,7 +247,7 @@ def expert_bytes_rows() -> list[list[str]]:
         "training/batch_size=8",
     ]
     for layout, expert in (("fsdp", 1), ("fsdp+ep", 8), ("ep", 8)):
-        result = plan("gpt/train/pretrain", [*base, f"mesh/layout={layout}", f"mesh/expert={expert}"])
+        result = plan("train/pretrain", [*base, f"mesh/layout={layout}", f"mesh/expert={expert}"])
         state = result.step.parameter_bytes + result.step.optimizer_bytes
         temporaries = f"{result.step.temporary_bytes / 1e9:.1f} GB"
         rows.append([layout, str(expert), f"{expert_bytes(result) / 1e9:.2f} GB", f"{state / 1e9:.2f} GB", temporaries])

@@ -3,7 +3,7 @@
     python benchmarks/preemption_grace.py [--presets tiny small gpt2-124m] [--batch 4] [--seq 128]
 
 For each GPT preset, prepares the offline corpus (byte tokens) once, then runs
-``theseus run gpt/train/pretrain`` in a subprocess that sends itself SIGTERM while update 3 runs
+``theseus run train/pretrain`` in a subprocess that sends itself SIGTERM while update 3 runs
 (``THESEUS_TEST_KILL_AT=step:3:TERM``). The run finishes that update, writes a checkpoint and exits
 75 with ``... stopped at step 3/... with a checkpoint X s after the signal``; X is the grace time a
 scheduler must allow. Printed next to it: the step time of the same run and the checkpoint's size.
@@ -36,7 +36,7 @@ def measure(root: Path, preset: str, batch: int, seq: int) -> dict[str, object]:
     command = [
         *theseus_command(),
         "run",
-        "gpt/train/pretrain",
+        "train/pretrain",
         "--root",
         str(root),
         f"architecture/preset={preset}",

@@ -21,7 +21,7 @@ theseus is compared with the faster of the two. Tokens/s count new tokens; the r
 per-round ratios. theseus's first call (trace, compile, one run) is reported apart:
 compile = first call - a steady call.
 
-The GRPO share: ``theseus run gpt/train/grpo environment=arithmetic`` (``llama/train/grpo`` with
+The GRPO share: ``theseus run train/grpo environment=arithmetic`` (``model=llama`` with
 ``--family llama``) in a subprocess with the same model shape and rollout size (8 prompts x 8
 completions of up to 128 tokens), a few updates; from its ``metrics.jsonl``, the trainer's own time
 split: ``rollout_seconds`` and ``update_seconds`` (the update before the rollout), from the third
@@ -200,16 +200,18 @@ def measure_generation(setting: Setting, log: Any = print) -> dict[str, Any]:
 
 
 def grpo_job(setting: Setting) -> str:
-    return "gpt/train/grpo" if setting.family == "gpt2" else "llama/train/grpo"
+    return "train/grpo" if setting.family == "gpt2" else "train/grpo model=llama"
 
 
 def grpo_overrides(setting: Setting, name: str) -> list[str]:
     """The GRPO job's settings: the arithmetic environment at ``setting``'s shape and rollout size."""
     group = 8
-    heads = [f"architecture/n_kv_heads={max(1, setting.heads // 2)}"] if setting.family == "llama" else []
+    llama = (
+        ["model=llama", f"architecture/n_kv_heads={max(1, setting.heads // 2)}"] if setting.family == "llama" else []
+    )
     return [
         "environment=arithmetic",
-        *heads,
+        *llama,
         f"architecture/n_layers={setting.layers}",
         f"architecture/n_embd={setting.width}",
         f"architecture/n_heads={setting.heads}",
@@ -257,11 +259,11 @@ def rollout_share(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def measure_grpo(setting: Setting, log: Any = print) -> dict[str, float]:
-    """Run ``gpt/train/grpo`` for ``setting.grpo_steps`` updates in a fresh ``theseus run`` process."""
+    """Run ``train/grpo`` for ``setting.grpo_steps`` updates in a fresh ``theseus run`` process."""
     from benchmarks.first_step import _env, theseus_command
 
     with tempfile.TemporaryDirectory(prefix="theseus-rollout-grpo-") as tmp:
-        command = [*theseus_command(), "run", grpo_job(setting), *grpo_overrides(setting, "share"), "--root", tmp]
+        command = [*theseus_command(), "run", "train/grpo", *grpo_overrides(setting, "share"), "--root", tmp]
         log(f"[rollout] {' '.join(command[1:])}")
         done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=3600, check=False)
         if done.returncode != 0:

@@ -45,7 +45,7 @@ def make_runs(root: Path, count: int) -> None:
         status = {
             "version": 1,
             "run": run.name,
-            "job": f"gpt/train/pretrain-{index % 7}",
+            "job": f"train/pretrain-{index % 7}",
             "state": state,
             "step": step,
             "start_step": 0,

@@ -13,7 +13,7 @@ A fresh interpreter builds a trainer for the workload and times each phase on it
 The child runs twice against one fresh compilation-cache folder: ``cold`` (empty cache) and
 ``warm`` (what a restart, or a second run of the same shape, pays).
 
-``run_breakdown()`` times the real thing: ``theseus run gpt/train/pretrain training/steps=1`` in a
+``run_breakdown()`` times the real thing: ``theseus run train/pretrain training/steps=1`` in a
 fresh process (cold, then warm), split at the trainer's own phases:
 
 * **imports**      — process spawn until ``setup()`` starts (imports, CLI, configuration, job lookup);
@@ -142,7 +142,7 @@ def _child(root: str, preset: str, batch: int, seq: int, overrides: dict[str, An
 
 
 def run_breakdown(
-    job: str = "gpt/train/pretrain", overrides: list[str] | None = None, *, timeout: float = 600
+    job: str = "train/pretrain", overrides: list[str] | None = None, *, timeout: float = 600
 ) -> dict[str, dict[str, Any]]:
     """``{"cold": {phase: seconds, "to first update": s, "total": s, "early modules": [...]}, "warm": {...}}``:
     a 1-step ``theseus run JOB`` in two fresh processes sharing one root (data prepared first, not timed)."""
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     add_workload_arguments(parser)
     parser.add_argument("--set", nargs="*", default=[], help="model keys, e.g. architecture/n_layers=24")
     parser.add_argument("--run", action="store_true", help="time a real 1-step `theseus run` instead (gpt by default)")
-    parser.add_argument("--job", default="gpt/train/pretrain")
+    parser.add_argument("--job", default="train/pretrain")
     args = parser.parse_args(argv)
     if args.run:
         given = [f"architecture/preset={args.preset}", *args.set]

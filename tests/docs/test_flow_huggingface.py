@@ -33,7 +33,7 @@ def test_huggingface_local_folder_flow(sources: Path, tmp_path: Path, monkeypatc
     assert "greedy" in generated.stderr
 
     # the run starts from the imported weights, with the checkpoint's architecture
-    assert "trained 'llama-finetuned' to step 20/20" in shell.result("theseus run llama/train/pretrain").output
+    assert "trained 'llama-finetuned' to step 20/20" in shell.result("theseus run train/pretrain").output
     config = (runs / "llama-finetuned" / "config.yaml").read_text()
     assert all(f"{key}: 2" in config for key in ("n_layers", "n_kv_heads")) and "init_from: run:llama" in config
     losses = train_losses(runs / "llama-finetuned")

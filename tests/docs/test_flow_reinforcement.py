@@ -33,7 +33,7 @@ def test_grpo_flow(grpo_shell: Shell) -> None:
     (val,) = [row for row in rows if row["split"] == "val"]
     assert val["loss"] == pytest.approx(-val["reward"])
     shown = shell.result("theseus runs show reverse").stdout
-    assert "gpt/train/grpo" in shown and "step 2/2" in shown
+    assert "train/grpo" in shown and "step 2/2" in shown
 
 
 @pytest.mark.slow
@@ -52,4 +52,4 @@ def test_distill_flow(grpo_shell: Shell) -> None:
     (val,) = [row for row in rows if row["split"] == "val"]
     assert val["loss"] > 0 and math.isfinite(val["reward"])
     shown = shell.result("theseus runs show reverse-student").stdout
-    assert "gpt/train/distill" in shown and "step 2/2" in shown
+    assert "train/distill" in shown and "step 2/2" in shown

@@ -27,8 +27,8 @@ def test_tracking_runs_flow(tmp_path: Path) -> None:
 
     listing = shell.result("theseus runs").stdout
     assert listing.split()[:3] == ["NAME", "JOB", "STATUS"]
-    assert re.search(r"gpt/train/pretrain\s+complete\s+20/20\s+\d", row_of(listing, "baseline"))
-    assert re.search(r"gpt/train/pretrain\s+stopped at step 10\s+10/20\s+-", row_of(listing, "lr-6e-4"))
+    assert re.search(r"train/pretrain\s+complete\s+20/20\s+\d", row_of(listing, "baseline"))
+    assert re.search(r"train/pretrain\s+stopped at step 10\s+10/20\s+-", row_of(listing, "lr-6e-4"))
 
     # the sinks: TensorBoard's and W&B's records hold the metrics.jsonl values
     jsonl = jsonl_scalars(baseline)

@@ -18,7 +18,7 @@ import jax
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.finetune.conftest import TINY_DPO
-from theseus.model.finetune import GPTDPO
+from theseus.model.finetune import DPOTrainer
 
 LORA = {"model/lora/rank": 4, "model/lora/targets": ["query", "value", "up", "down"]}
 RUNS: dict[str, tuple[str | None, dict[str, Any]]] = {
@@ -30,7 +30,7 @@ RUNS: dict[str, tuple[str | None, dict[str, Any]]] = {
 }
 
 
-class OneDevice(GPTDPO):
+class OneDevice(DPOTrainer):
     def mesh_devices(self) -> list[Any]:
         return list(jax.devices())[:1]
 
@@ -39,7 +39,7 @@ def main(root: Path, out: Path) -> None:
     assert jax.device_count() == 4, jax.devices()
     found: dict[str, list[float]] = {}
     for name, (layout, settings) in RUNS.items():
-        job = OneDevice if layout is None else GPTDPO
+        job = OneDevice if layout is None else DPOTrainer
         values = {**TINY_DPO, **settings, "training/steps": 3, "run/name": name.replace("/", "-")}
         if layout is not None:
             values["mesh/layout"] = layout

@@ -18,7 +18,7 @@ from tests.conftest import clean_env
 from tests.finetune.conftest import TINY_DPO, preference_rows, prepare_preferences, write_jsonl
 from tests.finetune.test_sft import cli_settings, leaves, read_checkpoint
 from tests.reliability.conftest import call_cli, error_line
-from theseus.model.finetune import GPTDPO
+from theseus.model.finetune import DPOTrainer
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +41,8 @@ def losses(root: Path, run: str) -> np.ndarray:
     return np.asarray([r["loss"] for r in records(root, run, "train")])
 
 
-def train(root: Path, run: str, **overrides: Any) -> GPTDPO:
-    trainer = GPTDPO.create(root, {**TINY_DPO, **overrides, "run/name": run})
+def train(root: Path, run: str, **overrides: Any) -> DPOTrainer:
+    trainer = DPOTrainer.create(root, {**TINY_DPO, **overrides, "run/name": run})
     trainer.run()
     trainer.close()
     return trainer  # type: ignore[return-value]
@@ -115,7 +115,7 @@ def test_ipo_and_simpo(root: Path) -> None:
 
 def test_killed_dpo_run_resumes_bit_exact(root: Path) -> None:
     settings = {**TINY_DPO, "training/steps": 4, "training/checkpoint_interval": 2, "dpo/precompute_reference": True}
-    command = [sys.executable, "-m", "theseus.cli.main", "run", "gpt/train/dpo", "--root", str(root)]
+    command = [sys.executable, "-m", "theseus.cli.main", "run", "train/dpo", "--root", str(root)]
     whole = subprocess.run([*command, *cli_settings({**settings, "run/name": "whole"})], env=clean_env(), text=True)
     assert whole.returncode == 0
     killed_command = [*command, *cli_settings({**settings, "run/name": "killed"})]
@@ -168,7 +168,7 @@ def test_bad_preference_rows_are_one_line_errors(
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"dataset": "preference:1:packed"}, "GPTDPO trains on preference pairs; read them in the 'pairs' style"),
+        ({"dataset": "preference:1:packed"}, "DPOTrainer trains on preference pairs; read them in the 'pairs' style"),
         (
             {"training/batch_size": 6, "training/micro_batch_size": 3},
             "a micro batch of 3 rows splits a preference pair",
@@ -181,14 +181,14 @@ def test_bad_dpo_settings_are_one_line_errors(
     root: Path, capsys: pytest.CaptureFixture[str], overrides: dict[str, Any], message: str
 ) -> None:
     capsys.readouterr()
-    code = call_cli(["run", "gpt/train/dpo", "--root", str(root), *cli_settings({**TINY_DPO, **overrides})])
+    code = call_cli(["run", "train/dpo", "--root", str(root), *cli_settings({**TINY_DPO, **overrides})])
     line = error_line(capsys.readouterr().err)
     assert code == 2 and message in line, line
 
 
 def test_responses_cut_by_the_row_length_are_reported(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    GPTDPO.create(root, {**TINY_DPO, "training/sequence_length": 16, "run/name": "cut"}).setup()
+    DPOTrainer.create(root, {**TINY_DPO, "training/sequence_length": 16, "run/name": "cut"}).setup()
     err = capsys.readouterr().err
     assert "note: 112 of 112 training responses are longer than training/sequence_length=16 and are cut" in err
-    GPTDPO.create(root, {**TINY_DPO, "run/name": "whole"}).setup()
+    DPOTrainer.create(root, {**TINY_DPO, "run/name": "whole"}).setup()
     assert "are cut" not in capsys.readouterr().err

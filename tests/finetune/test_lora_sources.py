@@ -4,7 +4,6 @@ adapters alone over a base that stays bit for bit as read, and checkpoint only t
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -14,9 +13,9 @@ import pytest
 from tests.finetune.conftest import TINY_SFT, prepare_chat, prepare_preferences
 from tests.finetune.test_sft import cli_settings, import_base, leaves, read_checkpoint
 from tests.reliability.conftest import call_cli
-from theseus.model.finetune import GPTDPO, GPTSFT
+from theseus.model.finetune import DPOTrainer, SFTTrainer
 from theseus.training.adapters import prune, tree_bytes
-from theseus.training.pretrain import GPTPretrain
+from theseus.training.pretrain import Pretrain
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +28,7 @@ SETTINGS: dict[str, Any] = {
     "data/max_documents": 12,  # the offline corpus pretraining prepares on first use
     "data/val_fraction": 0.25,
 }
-JOBS = {"pretrain": (GPTPretrain, {}), "sft": (GPTSFT, {}), "dpo": (GPTDPO, {"training/sequence_length": 48})}
+JOBS = {"pretrain": (Pretrain, {}), "sft": (SFTTrainer, {}), "dpo": (DPOTrainer, {"training/sequence_length": 48})}
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +73,6 @@ def test_pretraining_with_lora_from_a_run_through_the_command_line(sources: dict
     """The command of the report: LoRA over an imported run, where it once asked the run for adapters."""
     root = sources["root"]
     values = {**SETTINGS, "training/init_from": "run:base", "run/name": "cli"}
-    assert call_cli(["run", "gpt/train/pretrain", "--root", str(root), *cli_settings(values)]) == 0
+    assert call_cli(["run", "train/pretrain", "--root", str(root), *cli_settings(values)]) == 0
     saved = read_checkpoint(root / "runs" / "cli", 2)
     assert saved["params"] and all("lora_" in key for key in leaves(saved["params"]))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.finetune.conftest import TINY_SFT, prepare_chat
-from theseus.model.finetune import GPTSFT
+from theseus.model.finetune import SFTTrainer
 
 
 def test_lora_sft_of_a_mixture_trains_attention_adapters_only(tmp_path: Path) -> None:
@@ -23,7 +23,7 @@ def test_lora_sft_of_a_mixture_trains_attention_adapters_only(tmp_path: Path) ->
         "training/steps": 2,
         "run/name": "moe-sft",
     }
-    trainer = GPTSFT.create(tmp_path, settings)
+    trainer = SFTTrainer.create(tmp_path, settings)
     before = trainer.init_state().params
     trainer.run()
     rows = [json.loads(line) for line in (tmp_path / "runs" / "moe-sft" / "metrics.jsonl").read_text().splitlines()]
@@ -41,5 +41,5 @@ def test_lora_sft_on_the_experts_is_refused_in_one_line(tmp_path: Path) -> None:
     settings = {**TINY_SFT, "model": "mixtral", "model/lora/targets": ["query", "up"], "run/name": "refused"}
     with pytest.raises(ConfigError, match="LoRA on a mixture's experts is not supported") as error:
         prepare_chat(tmp_path, count=8)
-        GPTSFT.create(tmp_path, settings).init_state()
+        SFTTrainer.create(tmp_path, settings).init_state()
     assert "\n" not in str(error.value)

@@ -16,7 +16,7 @@ import pytest
 from tests.finetune.conftest import TINY_SFT, prepare_chat
 from tests.reliability.conftest import call_cli
 from theseus.config import configuration
-from theseus.model.finetune import LlamaSFT
+from theseus.model.finetune import SFTTrainer
 from theseus.model.finetune.loading import load_base
 from theseus.model.layers import quantization
 from theseus.training.init_from import open_source
@@ -52,18 +52,18 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def trainer(root: Path, name: str, **values: Any) -> LlamaSFT:
-    made = LlamaSFT.create(root, {**SETTINGS, "run/name": name, **values})
+def trainer(root: Path, name: str, **values: Any) -> SFTTrainer:
+    made = SFTTrainer.create(root, {**SETTINGS, "run/name": name, **values})
     made.setup()
     return made
 
 
-def first_loss(made: LlamaSFT) -> float:
+def first_loss(made: SFTTrainer) -> float:
     state = made.init_state()
     rng = np.random.default_rng(0)
     x = rng.integers(0, 257, size=(4, 64)).astype(np.int32)
     batch = {"x": x, "y": np.roll(x, -1, axis=1), "padding_mask": np.ones_like(x, dtype=bool)}
-    forward = jax.jit(lambda s, b: LlamaSFT.forward(s, s.params, b, deterministic=True)[1])
+    forward = jax.jit(lambda s, b: SFTTrainer.forward(s, s.params, b, deterministic=True)[1])
     with configuration(made.context.config):
         return float(forward(state, batch))
 
@@ -79,7 +79,7 @@ def is_projection_kernel(path: tuple[str, ...]) -> bool:
     return False
 
 
-def base_bytes_per_device(made: LlamaSFT) -> tuple[int, int]:
+def base_bytes_per_device(made: SFTTrainer) -> tuple[int, int]:
     """Bytes one device holds of the projection kernels among the compiled train step's arguments, and
     the bytes of all its arguments."""
     from theseus.plan.build import held_bytes
@@ -102,22 +102,22 @@ def base_bytes_per_device(made: LlamaSFT) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def bf16(root: Path) -> LlamaSFT:
+def bf16(root: Path) -> SFTTrainer:
     return trainer(root, "bf16", **{"model/param_dtype": "bfloat16"})
 
 
 @pytest.fixture(scope="module")
-def nf4(root: Path) -> LlamaSFT:
+def nf4(root: Path) -> SFTTrainer:
     return trainer(root, "nf4", **{"model/quantize": "nf4", "model/param_dtype": "bfloat16"})
 
 
-def test_first_loss_on_an_nf4_base_is_near_the_bf16_base(bf16: LlamaSFT, nf4: LlamaSFT) -> None:
+def test_first_loss_on_an_nf4_base_is_near_the_bf16_base(bf16: SFTTrainer, nf4: SFTTrainer) -> None:
     reference, quantized = first_loss(bf16), first_loss(nf4)
     print(f"first loss nf4 {quantized:.4f} bf16 {reference:.4f}")
     assert abs(quantized - reference) <= FIRST_LOSS_TOLERANCE * reference, (quantized, reference)
 
 
-def test_nf4_base_takes_under_a_third_of_bf16_in_the_compiled_step(bf16: LlamaSFT, nf4: LlamaSFT) -> None:
+def test_nf4_base_takes_under_a_third_of_bf16_in_the_compiled_step(bf16: SFTTrainer, nf4: SFTTrainer) -> None:
     nf4_base, nf4_args = base_bytes_per_device(nf4)
     bf16_base, bf16_args = base_bytes_per_device(bf16)
     # two layers: query and out 32x32, key and value 32x(2 kv heads x 8), up/gate/down 32x48; two bytes each
@@ -127,7 +127,7 @@ def test_nf4_base_takes_under_a_third_of_bf16_in_the_compiled_step(bf16: LlamaSF
     assert nf4_args < bf16_args
 
 
-def test_hf_run_and_bf16_sources_quantize_as_they_load(root: Path, nf4: LlamaSFT) -> None:
+def test_hf_run_and_bf16_sources_quantize_as_they_load(root: Path, nf4: SFTTrainer) -> None:
     made = nf4
     abstract, shardings = made.abstract_state.params, made.state_shardings.params
     loaded = {}

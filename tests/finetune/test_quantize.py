@@ -148,9 +148,9 @@ def test_a_quantized_model_computes_with_its_dequantized_kernels(method: str, sc
 def test_a_trainer_of_every_parameter_refuses_a_quantized_base() -> None:
     import optax
 
-    from theseus.training.pretrain import GPTPretrain
+    from theseus.training.pretrain import Pretrain
 
-    trainer = object.__new__(GPTPretrain)
+    trainer = object.__new__(Pretrain)
     params = {"up": {"kernel_nf4": {"codes": jnp.zeros(4, jnp.uint8)}}}
-    with pytest.raises(ConfigError, match=r"GPTPretrain trains every parameter, but the model holds integer ones"):
+    with pytest.raises(ConfigError, match=r"Pretrain trains every parameter, but the model holds integer ones"):
         trainer._restrict_optimizer(optax.adam(1e-3), params)

@@ -53,10 +53,8 @@ def test_the_fine_tuning_flow_with_relative_paths(tmp_path: Path, monkeypatch: p
     data = ["data/tokenize", "data/dataset=chat", "data/chat/path=chat.jsonl", "data/chat/template=plain"]
     assert call_cli(["run", *data, "data/val_fraction=0.125", *root]) == 0
     assert call_cli(["run", "hf/import", "hf/source=./models/gpt2", "run/name=base", *root]) == 0
-    assert call_cli(["run", "gpt/train/sft", "training/init_from=run:base", "run/name=from-run", *TRAIN, *root]) == 0
-    assert (
-        call_cli(["run", "gpt/train/sft", "training/init_from=hf:models/gpt2", "run/name=from-hf", *TRAIN, *root]) == 0
-    )
+    assert call_cli(["run", "train/sft", "training/init_from=run:base", "run/name=from-run", *TRAIN, *root]) == 0
+    assert call_cli(["run", "train/sft", "training/init_from=hf:models/gpt2", "run/name=from-hf", *TRAIN, *root]) == 0
     assert call_cli(["run", "hf/export", "hf/run=from-run", "hf/out=out/merged", *root]) == 0
     assert call_cli(["run", "hf/export-adapter", "hf/run=from-hf", "hf/out=out/adapter", *root]) == 0
 

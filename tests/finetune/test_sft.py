@@ -18,7 +18,7 @@ from tests.conftest import clean_env
 from tests.finetune.conftest import TINY_SFT, prepare_chat
 from tests.reliability.conftest import call_cli, error_line
 from theseus.config import configuration, configure
-from theseus.model.finetune import GPTSFT
+from theseus.model.finetune import SFTTrainer
 from theseus.model.layers import lora
 from theseus.model.models import GPT
 from theseus.training.adapters import prune, tree_bytes
@@ -66,7 +66,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     prepare_chat(root)
     import_base(root, tmp_path_factory.mktemp("hf-gpt2"))
     settings = {**SETTINGS, "training/init_from": "run:base"}
-    trainer = GPTSFT.create(root, {**settings, "run/name": "reference"})
+    trainer = SFTTrainer.create(root, {**settings, "run/name": "reference"})
     initial = leaves(trainer.init_state().params)
     trainer.run()
     return {"root": root, "trainer": trainer, "initial": initial, "settings": settings}
@@ -111,7 +111,7 @@ def test_merged_model_equals_the_adapted_model(trained: dict[str, Any]) -> None:
 
 def test_killed_sft_run_resumes_bit_exact(trained: dict[str, Any]) -> None:
     root = trained["root"]
-    command = [sys.executable, "-m", "theseus.cli.main", "run", "gpt/train/sft", "--root", str(root)]
+    command = [sys.executable, "-m", "theseus.cli.main", "run", "train/sft", "--root", str(root)]
     command += cli_settings({**trained["settings"], "run/name": "killed"})
     killed = subprocess.run(command, env=clean_env(THESEUS_TEST_KILL_AT="step:3"), capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr
@@ -143,7 +143,7 @@ def test_bad_lora_settings_are_one_line_errors(
     chat_root: Path, capsys: pytest.CaptureFixture[str], overrides: dict[str, Any], message: str
 ) -> None:
     capsys.readouterr()
-    code = call_cli(["run", "gpt/train/sft", "--root", str(chat_root), *cli_settings({**TINY_SFT, **overrides})])
+    code = call_cli(["run", "train/sft", "--root", str(chat_root), *cli_settings({**TINY_SFT, **overrides})])
     line = error_line(capsys.readouterr().err)
     assert code == 2
     assert message in line

@@ -94,7 +94,7 @@ def test_nonsense_builtin_values_are_refused_before_training(tmp_path: object) -
     done = run_cli(
         [
             "run",
-            "gpt/train/pretrain",
+            "train/pretrain",
             "training/lr=-1",
             "training/steps=0",
             "architecture/dropout=1.0",

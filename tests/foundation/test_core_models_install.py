@@ -2,7 +2,7 @@
 
 A fresh venv holds exactly the core and models wheels (theseus-data and its ``datasets`` /
 ``pyarrow`` / ``tokenizers`` stack absent as far as theseus can tell): the offline jobs are listed
-and a shortened ``demo/gpt`` and ``llama/train/pretrain`` prepare the standard-library corpus
+and a shortened ``demo/gpt`` prepares the standard-library corpus
 and train, without importing any of the heavy data dependencies.
 """
 
@@ -18,7 +18,7 @@ from tests.conftest import TINY_GPT, clean_env, make_venv, pip_install, run_cli
 
 pytestmark = pytest.mark.slow
 
-OFFLINE_JOBS = ["demo/gpt", "generate", "gpt/train/pretrain", "llama/train/pretrain"]
+OFFLINE_JOBS = ["demo/gpt", "generate", "train/pretrain", "train/sft"]
 HEAVY = ["datasets", "pyarrow", "tokenizers", "tiktoken"]
 #: A one-layer, 32-wide model, 3 steps of 4 x 32 bytes, on the first 48 standard-library files.
 TINY = [

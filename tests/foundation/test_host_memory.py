@@ -19,7 +19,7 @@ from theseus.cli.entry import subcommand
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["run", "gpt/train/pretrain", "training/steps=3"], "run"),
+        (["run", "train/pretrain", "training/steps=3"], "run"),
         (["-v", "run", "demo/gpt"], "run"),
         (["--load", "run", "jobs"], "jobs"),  # a --load value named "run" is not the subcommand
         (["--load", "my_jobs.py", "run", "user/count"], "run"),

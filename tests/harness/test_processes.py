@@ -44,7 +44,7 @@ def measured(imported: Imported, offline: dict[str, str], tmp_path_factory: pyte
         "evaluation/harness/batch_size=4",
     ]
     steps = ["training/steps=2", "training/evaluation_interval=2", "mesh/layout=fsdp"]
-    training = two_processes(["run", "gpt/train/pretrain", *TINY, *steps, *harness, "run/name=two", *root], offline)
+    training = two_processes(["run", "train/pretrain", *TINY, *steps, *harness, "run/name=two", *root], offline)
     two = folder / "two" / "harness.json"
     sharded = ["eval/run=two", *tasks, f"eval/out={two}", "eval/layout=fsdp+tp", "eval/mesh_model=2"]
     job = two_processes(["run", "eval/harness", *sharded, *root], offline)

@@ -41,7 +41,7 @@ def test_training_logs_harness_metrics_equal_to_the_job(
         f"evaluation/harness/include_path={imported.tasks}",
         "evaluation/harness/batch_size=4",
     ]
-    assert theseus_main("run", "gpt/train/pretrain", *TINY, *harness, "run/name=trained", *root) == 0
+    assert theseus_main("run", "train/pretrain", *TINY, *harness, "run/name=trained", *root) == 0
     assert "step 3: harness: tiny_choice/acc " in capsys.readouterr().err
     run = tmp_path / "root" / "runs" / "trained"
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -230,7 +230,7 @@ def test_a_few_train_steps_have_a_finite_loss_and_move_the_bias(tmp_path: Path) 
 
     from tests.training.conftest import write_byte_corpus
     from theseus.runs.params import restore_params
-    from theseus.training.pretrain import GPTPretrain
+    from theseus.training.pretrain import Pretrain
 
     write_byte_corpus(tmp_path, "fineweb", documents=16)
     args = [
@@ -248,7 +248,7 @@ def test_a_few_train_steps_have_a_finite_loss_and_move_the_bias(tmp_path: Path) 
         "evaluation=",
         "run/name=tiny",
     ]
-    job = GPTPretrain.create(tmp_path, args)
+    job = Pretrain.create(tmp_path, args)
     job.run()
     lines = (tmp_path / "runs" / "tiny" / "metrics.jsonl").read_text().splitlines()
     train = [r for r in map(json.loads, lines) if r.get("split") == "train"]

@@ -196,9 +196,8 @@ def test_depth_zero_is_the_model_without_mtp_and_decoding_skips_it() -> None:
 
 def test_training_logs_a_falling_mtp_loss(tmp_path: Path) -> None:
     from tests.training.conftest import write_byte_corpus
-    from theseus.training import pretrain
+    from theseus.training.pretrain import Pretrain
 
-    trainer = getattr(pretrain, "Pretrain", None) or pretrain.GPTPretrain
     write_byte_corpus(tmp_path, "fineweb", documents=16)
     args = [
         "model=deepseek_v3",
@@ -217,7 +216,7 @@ def test_training_logs_a_falling_mtp_loss(tmp_path: Path) -> None:
         "evaluation=",
         "run/name=mtp",
     ]
-    trainer.create(tmp_path, args).run()
+    Pretrain.create(tmp_path, args).run()
     lines = (tmp_path / "runs" / "mtp" / "metrics.jsonl").read_text().splitlines()
     train = [r for r in map(json.loads, lines) if r.get("split") == "train"]
     mtp = [r["mtp_loss"] for r in train]

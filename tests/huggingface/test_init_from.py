@@ -119,9 +119,12 @@ def test_contradicting_override_and_wrong_model_are_one_line(tmp_path: Path) -> 
     trainer = FixedLlama.create(tmp_path / "root", {**QUICK, **source, "architecture/n_layers": 5})
     with pytest.raises(ConfigError, match=r"architecture/n_layers=5 contradicts 2 of training/init_from="):
         trainer.setup()
-    trainer = FixedGPT.create(tmp_path / "root", {**QUICK, **source})
+    trainer = FixedGPT.create(tmp_path / "root", {**QUICK, **source, "model": "gpt"})
     with pytest.raises(ConfigError, match="holds a Llama model but this trainer trains GPT"):
         trainer.setup()
+    trainer = FixedGPT.create(tmp_path / "root", {**QUICK, **source})  # no model=: the source's
+    trainer.setup()
+    assert type(trainer.model) is Llama and trainer.setting("select/model") == "llama"
     trainer = FixedLlama.create(tmp_path / "root", {**QUICK, "training/init_from": "somewhere"})
     with pytest.raises(ConfigError, match="use run:<name>"):
         trainer.setup()

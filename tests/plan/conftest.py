@@ -52,7 +52,7 @@ def compile_cases(target: str, cases: list[dict[str, Any]], timeout: float = 900
     return results
 
 
-def tiny(model: str, layout: str, *extra: str, job: str = "gpt/train/pretrain") -> dict[str, Any]:
+def tiny(model: str, layout: str, *extra: str, job: str = "train/pretrain") -> dict[str, Any]:
     """A case: ``model``'s tiny preset in ``layout`` on 8 devices (tp over 2, ep over 2)."""
     overrides = [f"model={model}", "architecture/preset=tiny", "training/batch_size=8", "training/sequence_length=64"]
     overrides.append(f"mesh/layout={layout}")

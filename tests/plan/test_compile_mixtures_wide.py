@@ -31,7 +31,7 @@ def matrix() -> dict:
     grid = [("deepseek_v3", layout) for layout in mixtures.layouts_of("deepseek_v3")]
     cases = [tiny(family, layout) for family, layout in grid]
     cases += [
-        {"job": "gpt/train/pretrain", "overrides": [*WIDE, f"architecture/moe/dispatch={d}"]}
+        {"job": "train/pretrain", "overrides": [*WIDE, f"architecture/moe/dispatch={d}"]}
         for d in ("auto", "ragged_dot")
     ]
     results = compile_cases("h100x8", cases)

@@ -15,27 +15,27 @@ LONG = ("architecture/block_size=512", "training/sequence_length=512", "training
 @pytest.fixture(scope="module")
 def h100() -> dict[str, dict]:
     named = {
-        "gpt sft": tiny("gpt", "fsdp", job="gpt/train/sft"),
-        "llama sft": tiny("llama", "fsdp+tp", job="llama/train/sft"),
-        "gpt dpo": tiny("gpt", "fsdp", job="gpt/train/dpo"),
-        "llama dpo": tiny("llama", "fsdp", "model/lora/rank=4", job="llama/train/dpo"),
+        "gpt sft": tiny("gpt", "fsdp", job="train/sft"),
+        "llama sft": tiny("llama", "fsdp+tp", job="train/sft"),
+        "gpt dpo": tiny("gpt", "fsdp", job="train/dpo"),
+        "llama dpo": tiny("llama", "fsdp", "model/lora/rank=4", job="train/dpo"),
         "gpt generate": {**tiny("gpt", "fsdp"), "generate": {"batch": 8, "prompt": 16, "new": 4}},
         "llama generate": {**tiny("llama", "fsdp+tp"), "generate": {"batch": 8, "prompt": 16, "new": 4}},
         "remat none": {
-            "job": "llama/train/pretrain",
-            "overrides": ["architecture/preset=small", *LONG, "model/remat=none"],
+            "job": "train/pretrain",
+            "overrides": ["model=llama", "architecture/preset=small", *LONG, "model/remat=none"],
         },
         "remat dots": {
-            "job": "llama/train/pretrain",
-            "overrides": ["architecture/preset=small", *LONG, "model/remat=dots"],
+            "job": "train/pretrain",
+            "overrides": ["model=llama", "architecture/preset=small", *LONG, "model/remat=dots"],
         },
         "remat full": {
-            "job": "llama/train/pretrain",
-            "overrides": ["architecture/preset=small", *LONG, "model/remat=full"],
+            "job": "train/pretrain",
+            "overrides": ["model=llama", "architecture/preset=small", *LONG, "model/remat=full"],
         },
         "fp8": {
-            "job": "llama/train/pretrain",
-            "overrides": ["architecture/preset=small", *LONG, "training/precision=fp8"],
+            "job": "train/pretrain",
+            "overrides": ["model=llama", "architecture/preset=small", *LONG, "training/precision=fp8"],
         },
         "fp8 mixtral": tiny("mixtral", "fsdp", "training/precision=fp8"),
         **{
@@ -46,7 +46,7 @@ def h100() -> dict[str, dict]:
                     "model/lora/rank=4",
                     "model/lora/targets=[query,key,value,out,up,gate,down]",
                     *keys,
-                    job="llama/train/sft",
+                    job="train/sft",
                 ),
                 "held": True,
             }

@@ -26,13 +26,13 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
 def test_missing_compilers_and_bad_targets_are_one_line() -> None:
     env = clean_env()  # the test environment holds no accelerator compiler
     for target, extra in (("h100x8", "plan-cuda"), ("v5e:2x4", "plan-tpu")):
-        line = one_line(run_cli(["plan", "gpt/train/pretrain", "--target", target], env=env))
+        line = one_line(run_cli(["plan", "train/pretrain", "--target", target], env=env))
         assert line.endswith(f"install it with pip install 'theseus-core[{extra}]'"), line
-    line = one_line(run_cli(["plan", "gpt/train/pretrain", "--target", "h100x16"], env=env))
+    line = one_line(run_cli(["plan", "train/pretrain", "--target", "h100x16"], env=env))
     assert (
         line == "error: --target 'h100x16': a GPU host holds 1 to 8 GPUs; write KINDxGPUSxHOSTS, for example h100x8x4"
     )
-    line = one_line(run_cli(["plan", "gpt/train/pretrain", "--target", "tpu8"], env=env))
+    line = one_line(run_cli(["plan", "train/pretrain", "--target", "tpu8"], env=env))
     assert line.startswith("error: unknown --target 'tpu8'; use a GPU count or a TPU slice, for example h100x8")
 
 
@@ -53,7 +53,7 @@ def test_plan_json_for_a_plugin_job_and_one_line_mistakes(tmp_path: Path) -> Non
 
     line = one_line(run_cli(["plan", "generate", "--target", "h100x8"], env=env))
     assert line == "error: 'generate' is not a training job; theseus plan compiles a trainer's step"
-    line = one_line(run_cli(["plan", "gpt/train/pretrain", "--target", "h100x8", *TINY, "mesh/model=3"], env=env))
+    line = one_line(run_cli(["plan", "train/pretrain", "--target", "h100x8", *TINY, "mesh/model=3"], env=env))
     assert "mesh/model" in line
 
 
@@ -62,7 +62,7 @@ def test_cpu_runs_stay_quiet_with_an_accelerator_plugin_installed(tmp_path: Path
     """Without JAX_PLATFORMS, jax would let the CUDA plugin fail (a cuInit traceback) before using the CPU."""
     env = compiler_env()
     env.pop("JAX_PLATFORMS")
-    args = ["run", "gpt/train/pretrain", "--root", str(tmp_path), "architecture/n_layers=1", "architecture/n_embd=32"]
+    args = ["run", "train/pretrain", "--root", str(tmp_path), "architecture/n_layers=1", "architecture/n_embd=32"]
     args += ["architecture/n_heads=2", "architecture/block_size=32", "training/batch_size=4", "training/steps=1"]
     args += ["data/max_documents=20", "data/val_fraction=0.25", "training/progress=false", "training/eval_batches=0"]
     done = subprocess.run(

@@ -111,10 +111,10 @@ def test_an_example_job_trains_on_prepared_data(venv_python: Path, tmp_path: Pat
     chosen = ["optimizer=example-nadamw", "schedule=example-rsqrt", "optimizer/example-nadamw/beta2=0.98"]
     cli(
         venv_python,
-        ["run", "gpt/train/pretrain", *core, "evaluation=", "training/eval_batches=0", *chosen, "--root", str(root)],
+        ["run", "train/pretrain", *core, "evaluation=", "training/eval_batches=0", *chosen, "--root", str(root)],
         tmp_path,
     )
-    selected = json.loads((root / "runs" / "gpt-train-pretrain" / "provenance.json").read_text())["selection"]
+    selected = json.loads((root / "runs" / "train-pretrain" / "provenance.json").read_text())["selection"]
     assert (selected["optimizer"], selected["schedule"]) == ("example-nadamw", "example-rsqrt")
-    config = (root / "runs" / "gpt-train-pretrain" / "config.yaml").read_text()
+    config = (root / "runs" / "train-pretrain" / "config.yaml").read_text()
     assert "example-nadamw:" in config and "beta2: 0.98" in config and "adamw:" not in config.replace("nadamw:", "")

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("compilation_cache")
 #: A one-step GPT run small enough to export (``hf/export`` knows GPT, not the test model).
 GPT = [
     "run",
-    "gpt/train/pretrain",
+    "train/pretrain",
     "select/dataset=corpus:1:pmd",
     "architecture/block_size=16",
     "architecture/n_layers=1",
@@ -172,7 +172,7 @@ def test_permission_denied_names_the_folder_to_open_up(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
     exc = PermissionError(errno.EACCES, "Permission denied", str(root / "runs"))
-    assert str(resource_error(exc, "gpt/train/pretrain", root, {})) == (
+    assert str(resource_error(exc, "train/pretrain", root, {})) == (
         f"permission denied for '{root / 'runs'}'; give this user access to '{root}' or choose another --root"
     )
 
@@ -186,7 +186,7 @@ def test_a_write_that_names_no_path_names_the_file_being_written(tmp_path: Path)
         with target.open("w") as _file:
             raise OSError(errno.ENOSPC, "No space left on device")  # as write() or close() raise it
     except OSError as exc:
-        error = resource_error(exc, "gpt/train/pretrain", tmp_path / "root", {})
+        error = resource_error(exc, "train/pretrain", tmp_path / "root", {})
     assert str(error) == (
         f"no space left on the device while writing '{target}'; free disk space on the device holding "
         f"'{target}' or choose another --root, then run the same command again"
@@ -275,7 +275,7 @@ def test_memory_keys_name_the_raised_block_size() -> None:
     from theseus.config import resolve
     from theseus.registry import get_registry
 
-    schema = get_registry().load_job("gpt/train/pretrain").schema()
+    schema = get_registry().load_job("train/pretrain").schema()
     config = resolve(schema, {}, {"architecture/block_size": 100000000, "training/batch_size": 8})
     assert memory_keys(config, schema) == ["architecture/block_size=100000000"]
     assert memory_keys(resolve(schema, {}, {}), schema) == ["training/batch_size=32", "architecture/block_size=256"]

@@ -34,7 +34,7 @@ def test_run_names_are_folder_names() -> None:
 @pytest.mark.parametrize("name", ["/tmp/elsewhere", "..", ".", "-x", "x" * 300])
 def test_a_bad_run_name_is_one_line_and_writes_nothing(tmp_path: Path, name: str) -> None:
     root = tmp_path / "root"
-    done = run_cli(["run", "gpt/train/pretrain", f"run/name={name}", "--root", str(root)])
+    done = run_cli(["run", "train/pretrain", f"run/name={name}", "--root", str(root)])
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: run/name=") and BAD[name] in done.stderr, done.stderr
     assert done.stderr.strip().count("\n") == 0

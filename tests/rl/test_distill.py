@@ -1,5 +1,5 @@
 """Distillation end to end on CPU: a one-layer student distilled from a briefly trained teacher, on
-its own completions (``gpt/train/distill``) or on a dataset (``gpt/train/distill_offline``), comes
+its own completions (``train/distill``) or on a dataset (``train/distill_offline``), comes
 closer to the teacher on held-out text; the step's loss is ``generalized_jsd`` on the completions; a
 Hugging Face export of the teacher is the same teacher; and teacher mistakes are one line."""
 
@@ -39,7 +39,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A root with prepared byte data ``corpus`` and the run ``teacher``: 30 steps of pretraining on it."""
     folder = tmp_path_factory.mktemp("distill-root")
     write_byte_corpus(folder, "corpus")
-    args = ["run", "gpt/train/pretrain", "dataset=corpus", "evaluation=", *COMMON, "training/steps=30"]
+    args = ["run", "train/pretrain", "dataset=corpus", "evaluation=", *COMMON, "training/steps=30"]
     assert call_cli([*args, "training/lr=1e-2", "run/name=teacher", "--root", str(folder)]) == 0
     return folder
 
@@ -70,12 +70,12 @@ class Distilled:
 
 
 def distil(root: Path, job: str, name: str, *overrides: str) -> Distilled:
-    """Run ``job`` (``gpt/train/distill`` or ``gpt/train/distill_offline``) in this process; the student's
+    """Run ``job`` (``train/distill`` or ``train/distill_offline``) in this process; the student's
     KL to the teacher before and after."""
     from theseus.model.generation.runs import load_run
-    from theseus.model.rl.distill import GPTDistill, GPTDistillOffline
+    from theseus.model.rl.distill import OfflineDistillTrainer, OnPolicyDistillTrainer
 
-    job_class = GPTDistill if job == "gpt/train/distill" else GPTDistillOffline
+    job_class = OnPolicyDistillTrainer if job == "train/distill" else OfflineDistillTrainer
     trainer = job_class.create(root, [*STUDENT, *overrides, f"run/name={name}"], name=job)
     before = jax.device_get(trainer.init_state().params)
     trainer.run()
@@ -96,7 +96,7 @@ def on_policy(root: Path) -> Iterator[Distilled]:
 
     done = distil(
         root,
-        "gpt/train/distill",
+        "train/distill",
         "on-policy",
         "environment=letters",
         "training/steps=12",
@@ -118,7 +118,7 @@ def test_on_policy_distillation_brings_the_student_to_the_teacher(on_policy: Dis
 
 
 def test_offline_distillation_brings_the_student_to_the_teacher(root: Path) -> None:
-    done = distil(root, "gpt/train/distill_offline", "offline", "dataset=corpus", "training/steps=8")
+    done = distil(root, "train/distill_offline", "offline", "dataset=corpus", "training/steps=8")
     done.trainer.close()
     assert done.after < 0.2 * done.before, (done.before, done.after)
     assert len(done.rows) == 8
@@ -200,7 +200,7 @@ def test_a_hugging_face_export_of_the_teacher_is_the_same_teacher(root: Path, on
 def test_teacher_mistakes_are_one_line(
     root: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], expected: str
 ) -> None:
-    args = ["--load", str(LETTERS), "run", "gpt/train/distill", "environment=letters", *STUDENT]
+    args = ["--load", str(LETTERS), "run", "train/distill", "environment=letters", *STUDENT]
     args += ["rl/max_new_tokens=8", "training/steps=1", *overrides]
     assert call_cli([*args, "--root", str(root)]) == 2
     line = error_line(capsys.readouterr().err)

@@ -41,7 +41,7 @@ def grpo_args(root: Path, *overrides: str) -> list[str]:
         "--load",
         str(LETTERS),
         "run",
-        "gpt/train/grpo",
+        "train/grpo",
         "environment=letters",
         *GRPO,
         *overrides,
@@ -101,7 +101,7 @@ def test_a_preempted_then_killed_grpo_run_resumes_bit_exactly(tmp_path: Path) ->
     """SIGTERM during update 2 checkpoints it and exits 75; the next attempt is SIGKILLed once rollout 4
     is made; the third finishes: parameters, optimizer state and metrics equal an uninterrupted run's."""
     assert grpo(tmp_path, *RESUMED, "run/name=whole") == 0
-    command = [sys.executable, "-m", "theseus.cli.main", "--load", str(LETTERS), "run", "gpt/train/grpo"]
+    command = [sys.executable, "-m", "theseus.cli.main", "--load", str(LETTERS), "run", "train/grpo"]
     command += ["environment=letters", *GRPO, *RESUMED, "run/name=broken", "--root", str(tmp_path)]
     for kill_at, code in (("step:2:TERM", EXIT_CODE), ("data:4", -signal.SIGKILL)):
         done = subprocess.run(command, env=clean_env(**{ENV: kill_at}), capture_output=True, text=True, timeout=300)
@@ -195,8 +195,8 @@ def test_misconfigurations_are_one_line(
 def test_an_environment_is_selected_only_where_a_job_declares_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = call_cli(["run", "gpt/train/pretrain", "environment=arithmetic", "--root", str(tmp_path)])
+    code = call_cli(["run", "train/pretrain", "environment=arithmetic", "--root", str(tmp_path)])
     assert code == 2
     assert error_line(capsys.readouterr().err) == (
-        "error: GPTPretrain has no environment to select; environment= applies to the jobs that declare one"
+        "error: Pretrain has no environment to select; environment= applies to the jobs that declare one"
     )

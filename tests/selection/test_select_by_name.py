@@ -65,7 +65,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def train(capsys: pytest.CaptureFixture[str], root: Path, name: str, *selection: str) -> dict[str, Any]:
     code, _out, err = theseus(
-        capsys, "run", "gpt/train/pretrain", *TINY, f"run/name={name}", *selection, "--root", str(root)
+        capsys, "run", "train/pretrain", *TINY, f"run/name={name}", *selection, "--root", str(root)
     )
     assert code == 0, f"{selection}: {err}"
     run = root / "runs" / name
@@ -105,7 +105,7 @@ def test_every_builtin_optimizer_and_schedule_selected_from_the_cli(
     code, _, err = theseus(
         capsys,
         "run",
-        "gpt/train/pretrain",
+        "train/pretrain",
         *TINY,
         "run/name=adamw",
         "training/steps=4",
@@ -128,9 +128,9 @@ def test_llama_on_a_gpt_job_with_a_data_mixture(capsys: pytest.CaptureFixture[st
     assert "rope_theta" in run["config"] and "model: llama" in run["config"]
     assert len(run["loss"]) == 3
 
-    from theseus.training.pretrain import GPTPretrain
+    from theseus.training.pretrain import Pretrain
 
-    trainer = GPTPretrain.create(root, [*TINY, "model=llama", "dataset=python-stdlib:0.75,local:0.25:padded"])
+    trainer = Pretrain.create(root, [*TINY, "model=llama", "dataset=python-stdlib:0.75,local:0.25:padded"])
     trainer.setup()
     try:
         strategy = trainer.flywheel.strategy
@@ -142,4 +142,4 @@ def test_llama_on_a_gpt_job_with_a_data_mixture(capsys: pytest.CaptureFixture[st
         assert batch["x"].shape == (4, 32)
     finally:
         trainer.close()
-    assert type(trainer).__qualname__ == "GPTPretrain" and type(trainer).MODEL is not GPTPretrain.MODEL
+    assert type(trainer).__qualname__ == "Pretrain" and type(trainer).MODEL is not Pretrain.MODEL

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -11,7 +11,7 @@ from theseus.cli.main import main
 from theseus.config import read_yaml
 from theseus.errors import ConfigError
 from theseus.training import selection
-from theseus.training.pretrain import GPTPretrain
+from theseus.training.pretrain import Pretrain
 
 
 def theseus(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -26,7 +26,7 @@ def theseus(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
 
 def test_configure_writes_the_selected_components_keys(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = tmp_path / "lion.yaml"
-    code, _, err = theseus(capsys, "configure", "gpt/train/pretrain", str(out), "optimizer=lion", "schedule=cosine")
+    code, _, err = theseus(capsys, "configure", "train/pretrain", str(out), "optimizer=lion", "schedule=cosine")
     assert code == 0, err
     values = read_yaml(out)
     assert values["select/optimizer"] == "lion" and values["select/schedule"] == "cosine"
@@ -39,7 +39,7 @@ def test_configure_writes_the_selected_components_keys(capsys: pytest.CaptureFix
     }
     # The trainer's declarations are the defaults, written by name.
     defaults = tmp_path / "defaults.yaml"
-    assert theseus(capsys, "configure", "gpt/train/pretrain", str(defaults))[0] == 0
+    assert theseus(capsys, "configure", "train/pretrain", str(defaults))[0] == 0
     assert {k: v for k, v in read_yaml(defaults).items() if k.startswith("select/")} == {
         "select/model": "gpt",
         "select/optimizer": "adamw",
@@ -49,14 +49,14 @@ def test_configure_writes_the_selected_components_keys(capsys: pytest.CaptureFix
         "select/analysis": "",
     }
     # The written file selects lion again when read back: nothing else is needed.
-    chosen, _file_values, _ = GPTPretrain.selected(read_yaml(out), {})
+    chosen, _file_values, _ = Pretrain.selected(read_yaml(out), {})
     assert chosen.optimizer().name == "lion" and getattr(chosen.schedule(), "name", None) == "cosine"
-    assert chosen.__qualname__ == "GPTPretrain" and GPTPretrain.optimizer().name == "adamw"
+    assert chosen.__qualname__ == "Pretrain" and Pretrain.optimizer().name == "adamw"
     # ... and selecting another optimizer over that file names the keys that no longer apply.
     with pytest.raises(
         ConfigError, match=r"^optimizer/lion/beta1 belongs to optimizer 'lion'; this run selects 'adamw'"
     ):
-        GPTPretrain.selected(read_yaml(out), {"optimizer": "adamw"})
+        Pretrain.selected(read_yaml(out), {"optimizer": "adamw"})
 
 
 @pytest.mark.parametrize(
@@ -116,24 +116,25 @@ def test_configure_writes_the_selected_components_keys(capsys: pytest.CaptureFix
 def test_bad_selections_are_one_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], line: str
 ) -> None:
-    code, out, err = theseus(capsys, "run", "gpt/train/pretrain", *args, "--root", str(tmp_path))
+    code, out, err = theseus(capsys, "run", "train/pretrain", *args, "--root", str(tmp_path))
     assert code == 2, out + err
     assert len(err.splitlines()) == 1 and err.startswith(line), err
     assert not any(tmp_path.iterdir())
 
 
 def test_a_key_of_an_unselected_model_names_the_model() -> None:
-    from theseus.training.pretrain import LlamaPretrain
+    class LlamaPretrain(Pretrain):
+        MODEL: ClassVar[Any] = "llama"
 
     with pytest.raises(ConfigError) as caught:
         LlamaPretrain.selected({}, {"model": "gpt", "architecture/rope_theta": 5.0})
     assert str(caught.value) == "architecture/rope_theta belongs to model 'llama'; this run selects 'gpt' (model=gpt)"
     with pytest.raises(ConfigError) as caught:  # models neither declared nor selected: named, sorted
-        GPTPretrain.selected({}, {"architecture/rope_theta": 5.0})
+        Pretrain.selected({}, {"architecture/rope_theta": 5.0})
     assert str(caught.value).startswith("architecture/rope_theta belongs to models 'deepseek_v3', 'gemma2', 'gemma3', ")
     assert str(caught.value).endswith(" more; this run selects 'gpt' (model=gpt)")
     with pytest.raises(ConfigError) as caught:  # a key of mixtures only, on a dense model
-        GPTPretrain.selected({}, {"architecture/moe/n_experts": 8})
+        Pretrain.selected({}, {"architecture/moe/n_experts": 8})
     expected = (
         "architecture/moe/n_experts belongs to models 'deepseek_v3', 'mixtral', 'qwen3_moe'; "
         "this run selects 'gpt' (model=gpt)"
@@ -144,7 +145,7 @@ def test_a_key_of_an_unselected_model_names_the_model() -> None:
 
 
 def test_a_trainer_restricts_what_a_run_may_select(capsys: pytest.CaptureFixture[str]) -> None:
-    class GPTOnly(GPTPretrain):
+    class GPTOnly(Pretrain):
         ACCEPTS: ClassVar[dict[str, list[str]]] = {"model": ["gpt", "llama"], "optimizer": ["adamw"]}
 
     assert GPTOnly.selected({}, {"model": "llama"})[0].MODEL.__name__ == "Llama"
@@ -160,12 +161,10 @@ def test_a_trainer_restricts_what_a_run_may_select(capsys: pytest.CaptureFixture
 def test_yaml_selects_under_select_or_by_the_bare_kind(tmp_path: Path) -> None:
     nested = tmp_path / "nested.yaml"
     nested.write_text("select:\n  optimizer: sgd\n  evaluation: []\noptimizer:\n  sgd:\n    momentum: 0.5\n")
-    chosen, file_values, _ = GPTPretrain.selected(read_yaml(nested), {})
+    chosen, file_values, _ = Pretrain.selected(read_yaml(nested), {})
     assert chosen.optimizer().name == "sgd" and chosen.EVALUATION == []
     assert file_values["select/evaluation"] == "" and file_values["optimizer/sgd/momentum"] == 0.5
-    trainer = GPTPretrain.create(
-        tmp_path, {"optimizer": "muon", "evaluation": ["perplexity"], "training": {"lr": 0.01}}
-    )
+    trainer = Pretrain.create(tmp_path, {"optimizer": "muon", "evaluation": ["perplexity"], "training": {"lr": 0.01}})
     assert type(trainer).optimizer().name == "muon" and trainer.args.lr == 0.01
     assert trainer.context.config["select/optimizer"] == "muon"
     with pytest.raises(ConfigError, match="select/optimizer is given twice"):

@@ -31,7 +31,7 @@ from theseus.model.layers._common import ACTIVATIONS
 from theseus.model.layers.expert_parallel import parallel_capacity_experts, parallel_dropless_experts
 from theseus.model.layers.experts import capacity_slots, loop_over_experts
 from theseus.model.layers.moe import MoESpec, expert_capacity, route
-from theseus.training.pretrain import GPTPretrain
+from theseus.training.pretrain import Pretrain
 
 #: 2 layers of 4 experts (top 2) at width 32; 8 rows of 32 bytes a step, checkpoints every step.
 ARGS = {
@@ -73,12 +73,12 @@ MISTAKES = {
 }
 
 
-class OneDevice(GPTPretrain):
+class OneDevice(Pretrain):
     def mesh_devices(self) -> list[Any]:
         return list(jax.devices())[:1]
 
 
-class FourDevices(GPTPretrain):
+class FourDevices(Pretrain):
     def mesh_devices(self) -> list[Any]:
         return list(jax.devices())[:4]
 
@@ -137,7 +137,7 @@ def layer_checks() -> dict[str, float]:
     return out
 
 
-def expert_bytes(trainer: GPTPretrain) -> tuple[int, list[Any]]:
+def expert_bytes(trainer: Pretrain) -> tuple[int, list[Any]]:
     """Bytes of the routed experts' weights on the first device, and the spec of one of them."""
     assert trainer.state is not None
     first = jax.devices()[0]
@@ -156,7 +156,7 @@ def main() -> None:
     runs = [
         ("single", OneDevice, {}),
         *((n, FourDevices, x) for n, x in LAYOUTS.items()),
-        *((n, GPTPretrain, x) for n, x in EIGHT.items()),
+        *((n, Pretrain, x) for n, x in EIGHT.items()),
     ]
     for name, cls, extra in runs:
         trainer = cls.create(root, {**ARGS, **extra, "run/name": name})

@@ -135,9 +135,9 @@ def test_builtin_pretraining_jobs_are_registered() -> None:
     from theseus.registry import get_registry
 
     registry = get_registry()
-    gpt = registry.load_job("gpt/train/pretrain")
-    llama = registry.load_job("llama/train/pretrain")
-    assert issubclass(gpt, BaseTrainer) and issubclass(llama, gpt)
+    gpt = registry.load_job("train/pretrain")
+    llama = gpt.selected({}, {"model": "llama"})[0]
+    assert issubclass(gpt, BaseTrainer) and issubclass(llama, gpt) and llama.MODEL is Llama
     assert set(GPT.gather()) <= set(gpt.config()) and set(Llama.gather()) <= set(llama.config())
     keys = Schema.build(gpt.config()).keys()
     assert "schedule/wsd/warmup_fraction" in keys and "evaluation/perplexity/batches" in keys

@@ -35,7 +35,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def train(root: Path, name: str, *overrides: str) -> Path:
-    args = ["run", "gpt/train/pretrain", *SMALL, *overrides, f"run/name={name}", "--root", str(root)]
+    args = ["run", "train/pretrain", *SMALL, *overrides, f"run/name={name}", "--root", str(root)]
     assert call_cli(args) == 0
     return root / "runs" / name
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.training.conftest import write_byte_corpus
-from theseus.training.pretrain import GPTPretrain
+from theseus.training.pretrain import Pretrain
 
 MOE_METRICS = {
     "aux_loss",
@@ -66,7 +66,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_moe_training_logs_aux_losses_moves_the_bias_and_resumes_exactly(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    straight = GPTPretrain.create(root, [*ARGS, "run/name=straight"])
+    straight = Pretrain.create(root, [*ARGS, "run/name=straight"])
     straight.run()
     announced = capsys.readouterr()
     assert "M active per token" in announced.out + announced.err
@@ -94,9 +94,9 @@ def test_moe_training_logs_aux_losses_moves_the_bias_and_resumes_exactly(
     assert np.any(bias != 0)  # the train step moved the balancing bias (by -0.001, 0 or +0.001 a step)
     assert np.allclose(bias * 1000, np.round(bias * 1000), atol=1e-3) and np.max(np.abs(bias)) <= 0.003 + 1e-6
 
-    split = GPTPretrain.create(root, [*ARGS, "run/name=split", "training/stop_after=2"])
+    split = Pretrain.create(root, [*ARGS, "run/name=split", "training/stop_after=2"])
     split.run()
-    resumed = GPTPretrain.create(root, [*ARGS, "run/name=split"])
+    resumed = Pretrain.create(root, [*ARGS, "run/name=split"])
     resumed.run()
     again = rows(root, "split")
     keys = ["loss", "aux_loss", "moe_tokens_max", "moe_drop_rate", "grad_norm"]

@@ -14,7 +14,7 @@ import pytest
 
 from theseus.config import Schema
 from theseus.errors import ConfigError
-from theseus.training.pretrain import GPTPretrain
+from theseus.training.pretrain import Pretrain
 from theseus_plugins_example.callbacks import EarlyStop
 from theseus_plugins_example.hooks import EarlyStopConfig
 from theseus_plugins_example.trainers import ExampleTrainer
@@ -27,7 +27,7 @@ def records(run_dir: Path, split: str) -> list[dict[str, Any]]:
 
 def test_the_section_and_callback_come_with_opted_in_trainers_only(root: Path, tiny: dict[str, Any]) -> None:
     assert EarlyStopConfig in ExampleTrainer.config()
-    assert "early_stop/metric" not in Schema.build(GPTPretrain.config())
+    assert "early_stop/metric" not in Schema.build(Pretrain.config())
     assert ExampleTrainer.create(root, tiny).callbacks() == []  # not a declaration: it comes from the hook
     with pytest.raises(ConfigError, match="early_stop/split"):
         ExampleTrainer.create(root, {**tiny, "early_stop/metric": "loss", "early_stop/split": "test"})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from theseus.config import Schema
 from theseus.training.base import BaseTrainer
-from theseus.training.pretrain import GPTPretrain
+from theseus.training.pretrain import Pretrain
 from theseus_plugins_example.hooks import CsvMetricsConfig, CsvMetricsSink
 from theseus_plugins_example.trainers import ExampleTrainer, StepMetrics
 
@@ -39,7 +39,7 @@ def test_gather_adds_the_section_to_opted_in_trainers_only() -> None:
     assert CsvMetricsConfig in ExampleTrainer.config() and CsvMetricsConfig in StepMetrics.config()
     schema = Schema.build(ExampleTrainer.config())
     assert schema["metrics/csv/enabled"].default is True and schema["metrics/csv/file"].default == "metrics.csv"
-    assert "metrics/csv/enabled" not in Schema.build(GPTPretrain.config())
+    assert "metrics/csv/enabled" not in Schema.build(Pretrain.config())
 
     class MyTrainer(BaseTrainer):
         MODEL = "gpt"

@@ -55,9 +55,10 @@ class Job:
 
     @classmethod
     def selected(
-        cls, file_values: Mapping[str, Any], overrides: Mapping[str, Any]
+        cls, file_values: Mapping[str, Any], overrides: Mapping[str, Any], root: Path | None = None
     ) -> tuple[type[Job], dict[str, Any], dict[str, Any]]:
-        """The job class a run's values select, and the values to resolve against its schema.
+        """The job class a run's values select, and the values to resolve against its schema (``root``:
+        the run root, where a selection may read what it names).
 
         Plain jobs return themselves; trainers replace declarations chosen by name (``model=llama``).
         """

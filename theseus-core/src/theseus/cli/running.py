@@ -19,15 +19,19 @@ def job_schema(name: str) -> tuple[Any, Any]:
 
 
 def selected_job(
-    name: str, config_file: Path | None, overrides: list[str]
+    name: str, config_file: Path | None, overrides: list[str], root: Path | None = None
 ) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
-    """The job class a run selects (``optimizer=lion`` ...), its schema, file values and overrides."""
+    """The job class a run selects (``optimizer=lion`` ...), its schema, file values and overrides
+    (``root``: where a ``training/init_from`` run is found)."""
+    from theseus.base.job import default_root
     from theseus.config import parse_overrides, read_yaml
+    from theseus.config.paths import absolute
     from theseus.registry import get_registry
 
     cls: Any = get_registry().load_job(name)
     file_values = read_yaml(config_file) if config_file is not None else {}
-    chosen, file_values, given = cls.selected(file_values, parse_overrides(overrides))
+    values = parse_overrides(overrides)
+    chosen, file_values, given = cls.selected(file_values, values, absolute(root or default_root()))
     return chosen, chosen.schema(), file_values, given
 
 
@@ -66,9 +70,9 @@ def run_job(
     from theseus.config.paths import absolute, resolve_absolute
 
     from_options(distributed)  # joins a multi-process run before the job touches a device
-    cls, schema, file_values, given = selected_job(name, config_file, overrides)
-    cfg = resolve_absolute(schema, file_values, given)  # nothing below sees a relative path
     root = absolute(root or default_root())
+    cls, schema, file_values, given = selected_job(name, config_file, overrides, root)
+    cfg = resolve_absolute(schema, file_values, given)  # nothing below sees a relative path
     if root.exists() and not root.is_dir():
         raise TheseusError(f"root {str(root)!r} is a file; pass --root with a directory")
     context = JobContext(name=name, root=root, config=cfg, verbose=verbose, extra={"distributed": distributed or {}})

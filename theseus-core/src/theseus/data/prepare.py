@@ -1,7 +1,7 @@
 """Preparing a dataset: stream documents, tokenize them in parallel, write token shards atomically.
 
 ``prepare(dataset, root)`` is what ``theseus run data/tokenize`` (theseus-data) runs; the offline jobs
-(``demo/gpt``, ``gpt/train/pretrain``) call it directly to prepare the standard-library corpus, so it
+(``demo/gpt``, ``train/pretrain``) call it directly to prepare the standard-library corpus, so it
 lives in theseus-core and needs nothing beyond numpy.
 
 Progress is committed in chunks (at most every ``commit_seconds``) to a staging folder with a

@@ -68,7 +68,7 @@ class Demonstrations(Job):
 
     @classmethod
     def selected(
-        cls, file_values: Mapping[str, Any], overrides: Mapping[str, Any]
+        cls, file_values: Mapping[str, Any], overrides: Mapping[str, Any], root: Path | None = None
     ) -> tuple[type[Job], dict[str, Any], dict[str, Any]]:
         """This job with the environment a run selects by name (``environment=countdown``)."""
         return select(cls, file_values, overrides)

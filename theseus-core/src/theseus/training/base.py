@@ -114,10 +114,12 @@ class BaseTrainer(Job):
 
     @classmethod
     def selected(
-        cls, file_values: Mapping[str, Any], overrides: Mapping[str, Any]
+        cls, file_values: Mapping[str, Any], overrides: Mapping[str, Any], root: Path | None = None
     ) -> tuple[type[BaseTrainer], dict[str, Any], dict[str, Any]]:
-        """This trainer with the components a run selects by name (``optimizer=lion``) declared."""
-        return selection.select(cls, file_values, overrides)
+        """This trainer with the components a run selects by name (``optimizer=lion``) declared; with
+        no ``model=``, a run from ``training/init_from`` trains the model its source holds (runs under
+        ``root``)."""
+        return selection.select(cls, file_values, overrides, root)
 
     @classmethod
     def optimizer(cls) -> Optimizer:
@@ -140,7 +142,7 @@ class BaseTrainer(Job):
         """Build the trainer outside the CLI: resolve its configuration like ``theseus run`` does."""
         file_values = read_yaml(config_file) if config_file is not None else {}
         given = flat_values(overrides, "overrides") if isinstance(overrides, Mapping) else parse_overrides(overrides)
-        chosen, file_values, given = cls.selected(file_values, given)
+        chosen, file_values, given = cls.selected(file_values, given, absolute(root))
         cfg = resolve_absolute(chosen.schema(), file_values, given)  # as the CLI does
         own_key = cls.__dict__.get("JOB_KEY")
         context = JobContext(name=name or own_key or cls.__name__, root=absolute(root), config=cfg)
@@ -293,7 +295,7 @@ class BaseTrainer(Job):
         if any(not jnp.issubdtype(leaf.dtype, jnp.inexact) for leaf in jax.tree.leaves(params)):
             raise ConfigError(
                 f"{type(self).__name__} trains every parameter, but the model holds integer ones (a quantized "
-                "base, model/quantize); train it with a fine-tuning job (*/train/sft, */train/dpo) and "
+                "base, model/quantize); train it with a fine-tuning job (train/sft, train/dpo) and "
                 "model/lora/rank>0, or set model/quantize=none"
             )
         return adapters.adapters_only(tx, params) if adapters.has_adapters(params) else tx

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from theseus.config import Configuration, read_yaml
-from theseus.errors import CheckpointError, ConfigError, DataError
+from theseus.errors import CheckpointError, ConfigError, DataError, TheseusError
 
 if TYPE_CHECKING:
     from theseus.training.base import BaseTrainer
@@ -63,6 +63,27 @@ def open_source(spec: str, root: Path) -> InitSource:
         ) from exc
     source: InitSource = module.hf_source(target, spec)
     return source
+
+
+def source_model_class(spec: str, root: Path) -> str | None:
+    """The model class (``module:Name``) the source holds, read without its weights: the model a run
+    trains when it selects none (``model=``). None when the source does not say or cannot be read
+    here; opening it later reports why."""
+    kind, _, target = spec.partition(":")
+    try:
+        if kind == "run":
+            from theseus.runs.layout import run_path
+            from theseus.runs.records import read_provenance
+
+            model = read_provenance(run_path(root, target.partition("@")[0])).get("model")
+            return model if isinstance(model, str) else None
+        if kind == "hf" and target:
+            module = importlib.import_module("theseus.model.huggingface.init_source")
+            found: str | None = module.hf_model_class(target)
+            return found
+    except (TheseusError, ImportError, OSError):
+        return None
+    return None
 
 
 # -- a theseus run -----------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
-"""Built-in pretraining jobs: ``gpt/train/pretrain`` and ``llama/train/pretrain``.
+"""The built-in pretraining job, ``train/pretrain``: GPT by default, any registered model with ``model=``.
 
-Both read the ``python-stdlib`` corpus (the offline default, byte-level) with a warmup-stable-decay
-schedule and report perplexity at the end. The corpus ships with theseus-core and is prepared into
+It reads the ``python-stdlib`` corpus (the offline default, byte-level) with a warmup-stable-decay
+schedule and reports perplexity at the end. The corpus ships with theseus-core and is prepared into
 ``<root>/data/python-stdlib`` on the first run when it is missing (data prepared earlier, e.g. by
 ``theseus run data/tokenize data/max_documents=...``, is read as it is). Models are named by their
 registered component names, so this module imports nothing beyond the core; ``theseus-models``
-must be installed to run them.
-Subclass them (``DATASET = Sampling(FineWeb, 1.0, "pmd")``) to train on other data.
+must be installed to run it.
+Subclass it (``DATASET = Sampling(FineWeb, 1.0, "pmd")``) to train on other data.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from theseus.training.optimizers import AdamW
 from theseus.training.schedules import WSD
 
 
-class GPTPretrain(BaseTrainer):
-    """GPT (``model/gpt``) on the prepared ``python-stdlib`` corpus."""
+class Pretrain(BaseTrainer):
+    """A language model (``model/gpt`` unless ``model=`` selects another) on the prepared ``python-stdlib``
+    corpus."""
 
     MODEL: ClassVar[Any] = "gpt"
     DATASET: ClassVar[Any] = Sampling("python-stdlib", 1.0, "pmd")
@@ -39,12 +40,6 @@ class GPTPretrain(BaseTrainer):
         """Prepare the offline corpus if this job reads it and it is missing, then train."""
         prepare_offline_corpus(self)
         super().run()
-
-
-class LlamaPretrain(GPTPretrain):
-    """The Llama-style model (``model/llama``) on the prepared ``python-stdlib`` corpus."""
-
-    MODEL: ClassVar[Any] = "llama"
 
 
 def prepare_offline_corpus(trainer: BaseTrainer, *, wait: float = 600.0) -> None:

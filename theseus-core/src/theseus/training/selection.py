@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from theseus.config import Schema, field
@@ -22,6 +24,8 @@ from theseus.errors import ConfigError, TheseusError
 from theseus.training import declarations
 
 SECTION = "select"
+#: The key whose source decides the model of a run that selects none.
+INIT_FROM = "training/init_from"
 #: Selection kinds and the trainer declaration each replaces.
 DECLARATIONS: dict[str, str] = {
     "model": "MODEL",
@@ -242,17 +246,22 @@ def _check_dataset(name: str, how: str) -> None:
 
 
 def select(
-    cls: Any, file_values: Mapping[str, Any], overrides: Mapping[str, Any]
+    cls: Any, file_values: Mapping[str, Any], overrides: Mapping[str, Any], root: Path | None = None
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """The trainer class a run's values select, with the values' selection keys normalized.
 
     Returns ``cls`` itself when nothing differs from its declarations; otherwise a subclass
     (same name and module) whose declarations are the selected components. Keys of components
     that are not selected are reported here, one line each naming the owner and the selection.
+    A run that selects no model and starts from ``training/init_from`` trains the model its source
+    holds (runs are found under ``root``).
     """
     file_values, overrides = normalize(file_values), normalize(overrides)
-    given = {**file_values, **overrides}
     defaults = declared(cls)
+    inferred = model_of_source(cls, {**file_values, **overrides}, defaults, root)
+    if inferred is not None:
+        overrides = {**overrides, key("model"): inferred}
+    given = {**file_values, **overrides}
     texts = {kind: defaults.get(key(kind), "") for kind in KINDS}
     replaced: dict[str, Any] = {}
     for kind in KINDS:
@@ -273,6 +282,30 @@ def select(
             if owner is not None:
                 raise ConfigError(owner)
     return chosen, file_values, overrides
+
+
+def model_of_source(cls: Any, given: Mapping[str, Any], defaults: Mapping[str, str], root: Path | None) -> str | None:
+    """The registered name of the model that ``training/init_from``'s source holds, when a run of a
+    trainer that declares a model selects none and the source's model is not (a subclass of) the
+    declared one; None otherwise, or when the source cannot tell (opening it later says why)."""
+    spec = given.get(INIT_FROM)
+    if root is None or key("model") in given or key("model") not in defaults or not isinstance(spec, str) or not spec:
+        return None
+    from theseus.training.init_from import source_model_class
+
+    target = source_model_class(spec, Path(root))
+    module, _, attribute = (target or "").partition(":")
+    if not module.startswith("theseus."):
+        return None  # a class a record names is imported only from theseus' own packages
+    try:
+        source_cls = getattr(importlib.import_module(module), attribute)
+        declared_cls = declarations.resolve("model", cls.MODEL)
+    except (ImportError, AttributeError, TheseusError):
+        return None
+    if isinstance(declared_cls, type) and isinstance(source_cls, type) and issubclass(source_cls, declared_cls):
+        return None
+    name = registered_name("model", source_cls)
+    return name if name in {entry.name for entry in _registry().components_of("model")} else None
 
 
 def with_declarations(cls: Any, replaced: Mapping[str, Any]) -> Any:

@@ -1,7 +1,7 @@
 """The offline corpus every machine has: the Python standard library's own ``.py`` source files.
 
 It ships with theseus-core (registered as ``dataset/python-stdlib``) so that ``demo/gpt``,
-``gpt/train/pretrain`` and ``llama/train/pretrain`` train with only theseus-core and theseus-models
+``train/pretrain`` (with any model) trains with only theseus-core and theseus-models
 installed; ``prepare_stdlib`` tokenizes it byte-level on first use.
 """
 

@@ -1,10 +1,11 @@
-"""Fine-tuning: supervised (``SFTTrainer``: ``gpt/train/sft``, ``llama/train/sft``), on preferences
-(``DPOTrainer``: ``gpt/train/dpo``, ``llama/train/dpo``), fully or with LoRA adapters.
+"""Fine-tuning: supervised (``SFTTrainer``: ``train/sft``), on preferences (``DPOTrainer``:
+``train/dpo``), fully or with LoRA adapters; GPT unless ``model=`` or ``training/init_from``'s source
+says otherwise.
 
 See ``docs/fine-tuning.md``.
 """
 
-from theseus.model.finetune.dpo import GPTDPO, DPOConfig, DPOTrainer, LlamaDPO
-from theseus.model.finetune.trainer import GPTSFT, LlamaSFT, SFTConfig, SFTTrainer
+from theseus.model.finetune.dpo import DPOConfig, DPOTrainer
+from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 
-__all__ = ["GPTDPO", "GPTSFT", "DPOConfig", "DPOTrainer", "LlamaDPO", "LlamaSFT", "SFTConfig", "SFTTrainer"]
+__all__ = ["DPOConfig", "DPOTrainer", "SFTConfig", "SFTTrainer"]

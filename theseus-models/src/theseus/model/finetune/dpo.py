@@ -270,16 +270,4 @@ class DPOTrainer(SFTTrainer):
         self._reference_params = None
 
 
-class GPTDPO(DPOTrainer):
-    """GPT (``model/gpt``) tuned on preference pairs (``dataset/preference``)."""
-
-    MODEL: ClassVar[Any] = "gpt"
-
-
-class LlamaDPO(DPOTrainer):
-    """The Llama-style model (``model/llama``) tuned on preference pairs (``dataset/preference``)."""
-
-    MODEL: ClassVar[Any] = "llama"
-
-
-__all__ = ["GPTDPO", "DPOConfig", "DPOTrainer", "LlamaDPO", "PreferenceStep"]
+__all__ = ["DPOConfig", "DPOTrainer", "PreferenceStep"]

@@ -130,16 +130,4 @@ class SFTTrainer(BaseTrainer):
         return lora.merge(params, float(self.setting("model/lora/alpha", 16.0)), self.lora_rank)
 
 
-class GPTSFT(SFTTrainer):
-    """GPT (``model/gpt``) fine-tuned on prepared chat data (``dataset/chat``, packed)."""
-
-    MODEL: ClassVar[Any] = "gpt"
-
-
-class LlamaSFT(SFTTrainer):
-    """The Llama-style model (``model/llama``) fine-tuned on prepared chat data (``dataset/chat``, packed)."""
-
-    MODEL: ClassVar[Any] = "llama"
-
-
-__all__ = ["GPTSFT", "LlamaSFT", "SFTConfig", "SFTTrainer"]
+__all__ = ["SFTConfig", "SFTTrainer"]

@@ -1,6 +1,6 @@
 """The ``harness`` evaluation: lm-evaluation-harness tasks on the parameters a trainer is training.
 
-theseus run gpt/train/pretrain evaluation=harness evaluation/harness/tasks=my_task \\
+theseus run train/pretrain evaluation=harness evaluation/harness/tasks=my_task \\
     evaluation/harness/include_path=tasks/ evaluation/harness/limit=50
 
 On several processes, process 0 runs lm-eval and every process computes. Every evaluation logs

@@ -71,7 +71,7 @@ def parse_run(root: Path, spec: str) -> tuple[str, int]:
         raise ConfigError(f"eval/run={spec}: after '@' comes a checkpoint step, e.g. {name or 'NAME'}@1000")
     runs, where = run_names(root), runs_dir(root)
     if not runs:
-        raise ConfigError(f"no training runs under {where}; train one first (e.g. 'theseus run gpt/train/pretrain')")
+        raise ConfigError(f"no training runs under {where}; train one first (e.g. 'theseus run train/pretrain')")
     if not name and len(runs) > 1:
         raise ConfigError(f"several runs under {where}; choose one with eval/run=<name> ({', '.join(runs)})")
     name = name or runs[0]

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from theseus.model.huggingface.convert import open_checkpoint, plan_import
+from theseus.model.huggingface.convert import from_config, open_checkpoint, plan_import
 from theseus.model.huggingface.importer import PreparedImport, flat_paths, read_params
-from theseus.model.huggingface.source import resolve_source
+from theseus.model.huggingface.source import read_config, resolve_source
 from theseus.model.huggingface.tokenizer_files import tokenizer_spec
 from theseus.training.init_from import InitSource
+
+
+def hf_model_class(target: str) -> str:
+    """The theseus model class (``module:Name``) that ``target``'s ``config.json`` imports into."""
+    folder, _ = resolve_source(target)
+    _family, imported = from_config(read_config(folder))
+    return str(imported.model_class)
 
 
 def hf_source(target: str, spec: str) -> InitSource:

@@ -1,6 +1,6 @@
 """Distillation: a student learns the token distributions of a teacher (``distill/teacher``).
 
-* ``*/train/distill``, on-policy (GKD, Agarwal et al. 2024): ``GRPOTrainer`` with the policy loss
+* ``train/distill``, on-policy (GKD, Agarwal et al. 2024): ``GRPOTrainer`` with the policy loss
   replaced. Each update the student samples ``rl/group_size`` completions of each of
   ``training/batch_size / rl/group_size`` prompts of an environment (GRPO's rollouts: the KV-cache
   decoder on the run's mesh, ``rl/max_new_tokens``, ``rl/temperature``, ``rl/top_p``; the rewards are
@@ -8,7 +8,7 @@
   divergence (``distill/beta``) between the student's and the teacher's distributions at the
   completions' positions (``theseus.model.rl.loss.generalized_jsd``); GRPO's policy-loss keys are not
   this job's.
-* ``*/train/distill_offline``: batches of a dataset (SFT's chat data by default; ``dataset=`` selects
+* ``train/distill_offline``: batches of a dataset (SFT's chat data by default; ``dataset=`` selects
   another) and the forward ``KL(teacher || student)`` at every position that counts
   (``theseus.model.rl.loss.forward_kl``).
 
@@ -309,41 +309,10 @@ class OnPolicyDistillTrainer(Distillation, GRPOTrainer):  # type: ignore[misc]  
         return sum(float(total) for total, _ in fetched) / max(positions, 1.0), positions
 
 
-class GPTDistill(OnPolicyDistillTrainer):
-    """GPT (``model/gpt``) distilled on-policy from ``distill/teacher`` on its ``ENVIRONMENT``'s prompts."""
-
-    MODEL: ClassVar[Any] = "gpt"
-
-
-class LlamaDistill(OnPolicyDistillTrainer):
-    """The Llama-style model (``model/llama``) distilled on-policy from ``distill/teacher`` on its
-    ``ENVIRONMENT``'s prompts."""
-
-    MODEL: ClassVar[Any] = "llama"
-
-
-class GPTDistillOffline(OfflineDistillTrainer):
-    """GPT (``model/gpt``) distilled from ``distill/teacher``'s logits on prepared chat data (``dataset=``
-    selects other data)."""
-
-    MODEL: ClassVar[Any] = "gpt"
-
-
-class LlamaDistillOffline(OfflineDistillTrainer):
-    """The Llama-style model (``model/llama``) distilled from ``distill/teacher``'s logits on prepared chat
-    data (``dataset=`` selects other data)."""
-
-    MODEL: ClassVar[Any] = "llama"
-
-
 __all__ = [
     "DistillConfig",
     "DistillStep",
     "Distillation",
-    "GPTDistill",
-    "GPTDistillOffline",
-    "LlamaDistill",
-    "LlamaDistillOffline",
     "Objective",
     "OfflineDistillTrainer",
     "OnPolicyDistillConfig",

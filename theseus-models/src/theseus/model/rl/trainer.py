@@ -618,17 +618,4 @@ class GRPOTrainer(SFTTrainer):
         return Rollouts(encoded, tokens, stopped, total, per_reward)
 
 
-class GPTGRPO(GRPOTrainer):
-    """GPT (``model/gpt``) trained with GRPO on its ``ENVIRONMENT`` (``environment=`` selects another)."""
-
-    MODEL: ClassVar[Any] = "gpt"
-
-
-class LlamaGRPO(GRPOTrainer):
-    """The Llama-style model (``model/llama``) trained with GRPO on its ``ENVIRONMENT`` (``environment=``
-    selects another)."""
-
-    MODEL: ClassVar[Any] = "llama"
-
-
-__all__ = ["GPTGRPO", "GRPOConfig", "GRPOTrainer", "LlamaGRPO", "Objective", "PolicyStep"]
+__all__ = ["GRPOConfig", "GRPOTrainer", "Objective", "PolicyStep"]
