@@ -31,6 +31,7 @@ from tests.docs.doc_flows import Step, commands, page_flows, shell_pages, strip_
 #: that they are exactly the flows marked in the docs.
 RUN = {
     "docs/accelerators.md": {"plan"},
+    "docs/adding-a-model-family.md": {"olmo3"},
     "docs/evaluation.md": {"harness"},
     "docs/fine-tuning.md": {"gpt2", "llama", "preference"},
     "docs/huggingface.md": {"local-folder"},
