@@ -52,6 +52,8 @@ PEFT_CASES = {
     "gemma3-scanned": ("gemma3_text", True, ALL, 7),  # layer indices scanned in: a window on layer 0 only
     "olmo3-scanned": ("olmo3", True, ALL, 7),  # OLMo 2's norms, a window on layer 0 only
     "gpt_oss-scanned": ("gpt_oss", True, ["query", "key", "value", "out"], 4),  # sinks; experts not adapted
+    # chunked RoPE and NoPE layers, dense and mixture layers interleaved (unrolled); experts not adapted
+    "llama4_text": ("llama4_text", False, ["query", "key", "value", "out"], 4),
 }
 
 

@@ -40,6 +40,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         DeepseekV3Config,
         GPT2Config,
         GptOssConfig,
+        Llama4TextConfig,
         LlamaConfig,
         MistralConfig,
         MixtralConfig,
@@ -79,6 +80,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "qwen3_moe": Qwen3MoeConfig,
         "deepseek_v3": DeepseekV3Config,
         "gpt_oss": GptOssConfig,
+        "llama4_text": Llama4TextConfig,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
@@ -86,6 +88,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
         common.update({"sliding_window": 5, "layer_types": ["sliding_attention", "full_attention"]})
     if family == "gpt_oss":  # GPT_OSS below: a window of 5 on layer 0, YaRN, 4 experts, a clamp that binds
         common.update(GPT_OSS)
+    if family == "llama4_text":  # LLAMA4 below: chunks of 5, NoPE layers 1 and 3, mixtures at 1 and 3
+        common.update(LLAMA4)
     if family == "phi3":  # its default pad id (32000) is past this vocabulary
         common["pad_token_id"] = None
     if family in GEMMA:
@@ -147,6 +151,34 @@ def gemma_config(family: str, common: dict[str, Any], overrides: dict[str, Any])
         }
     values = {**values, **overrides}
     return (Gemma2Config if family == "gemma2" else Gemma3TextConfig)(**values)
+
+
+#: Llama 4's text model at a small scale, every mechanism binding on prompts of 12: layers 0 and 2 local
+#: (RoPE, the query/key L2 norm, chunks of 5 positions) and 1 and 3 global NoPE layers with a temperature
+#: that grows every 2 positions; dense layers (intermediate 40) at 0 and 2, mixtures of 4 experts of 24
+#: (top 2, the sigmoid scaling their inputs) with a shared expert at 1 and 3; Llama 3's RoPE scaling.
+LLAMA4 = {
+    "head_dim": 16,
+    "intermediate_size": 24,
+    "intermediate_size_mlp": 40,
+    "num_hidden_layers": 4,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "interleave_moe_layer_step": 2,
+    "no_rope_layer_interval": 2,
+    "attention_chunk_size": 5,
+    "floor_scale": 2,
+    "attn_scale": 0.5,
+    "rope_parameters": {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
+    "pad_token_id": None,
+}
 
 
 def save_model(folder: Path, family: str, seed: int = 0, *, tokenizer: bool = True, **overrides: Any) -> Any:

@@ -37,7 +37,7 @@ def distinct_shards(leaf: jax.Array) -> int:
 
 
 def compare(folder: Path, family: str) -> tuple[int, int, float]:
-    mixture = family in MIXTURES or family in ("deepseek_v3", "gpt_oss")
+    mixture = family in MIXTURES or family in ("deepseek_v3", "gpt_oss", "llama4_text")
     if family == "deepseek_v3":
         save_deepseek(folder, "plain_query")
     elif family in MIXTURES:

@@ -31,6 +31,9 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "gemma3-window": ("gemma3_text", {"sliding_window": 6, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
     # attention sinks, biases, YaRN unrounded, biased experts with a clamp; the window on layer 0 only
     "gpt_oss-window": ("gpt_oss", {"sliding_window": 6}),
+    # chunks of 5 (the KV cache keeps each key's position), NoPE layers with a temperature, interleaved
+    # dense and mixture layers with a shared expert
+    "llama4_text-chunks": ("llama4_text", {}),
     # fused qkv_proj / gate_up_proj split and fused back; LongRoPE's long factors (the prompt of 10 tokens
     # is past the original 8 positions)
     "phi3-window-longrope": (

@@ -64,6 +64,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "gemma3-linear-rope": ("gemma3_text", {"rope_parameters": GEMMA3_LINEAR}),
     # attention sinks and biases, a window of 5 on layer 0, YaRN unrounded, biased experts with a binding clamp
     "gpt-oss": ("gpt_oss", {}),
+    # chunks of 5 on the RoPE layers (pairs rotated, L2-normalised), NoPE layers with a temperature that
+    # binds, dense and mixture layers interleaved (sigmoid-scaled expert inputs, a shared expert)
+    "llama4": ("llama4_text", {}),
     # fused qkv_proj (GQA: 4 query, 2 key/value heads) and gate_up_proj split on import
     "phi3-fused": ("phi3", {}),
     "phi3-window": ("phi3", {"sliding_window": 5}),
@@ -120,6 +123,14 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         assert (arch.rope_scaling.kind, arch.rope_scaling.truncate, arch.rope_theta) == ("yarn", False, 1.5e5)
         for layer in model.model.layers:  # not a vacuous match: the clamp binds
             layer.mlp.experts.limit = 1e9
+        assert np.max(np.abs(hf_logits(model, ids, mask) - expected)[mask]) > 1e-2
+    if family == "llama4_text":
+        assert arch.layer_types == ("chunked_attention", "full_attention") * 2 and arch.mixture_layers == (1, 3)
+        model.config.attention_chunk_size = 64  # not a vacuous match: without chunks the logits differ
+        assert np.max(np.abs(hf_logits(model, ids, mask) - expected)[mask]) > 1e-2
+        model.config.attention_chunk_size = 5
+        for layer in model.model.layers:  # nor without the temperature
+            layer.self_attn.attn_temperature_tuning = False
         assert np.max(np.abs(hf_logits(model, ids, mask) - expected)[mask]) > 1e-2
     if "head_dim" in overrides:
         assert arch.head_dim == overrides["head_dim"] and arch.n_embd == 32

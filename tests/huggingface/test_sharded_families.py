@@ -21,8 +21,9 @@ FAMILIES = [
     "qwen3_moe",
     "deepseek_v3",
     "gpt_oss",
+    "llama4_text",
 ]
-MIXTURES = {"mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss"}
+MIXTURES = {"mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss", "llama4_text"}
 
 
 def test_families_sharded_over_four_devices_equal_one_device(tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
 
 #: The entries of a per-layer ``layer_types`` list (transformers' names).
 SLIDING_ATTENTION, FULL_ATTENTION = "sliding_attention", "full_attention"
+#: Llama 4's local layers (RoPE, attention within a chunk): only its own attention reads them.
+CHUNKED_ATTENTION = "chunked_attention"
 
 
 def attention_mask(padding_mask: jax.Array | None) -> jax.Array | None:
@@ -510,6 +512,8 @@ class CausalSelfAttention(Module):
         run time for a traced one (a full layer's window is then :data:`NO_WINDOW`)."""
         if self.layer_types is None:
             return self.sliding_window
+        if CHUNKED_ATTENTION in self.layer_types:
+            raise ConfigError(f"{CHUNKED_ATTENTION} layers are Llama 4's (model/llama4_text); use sliding_attention")
         if layer is None:
             raise ConfigError("an attention layer with layer_types needs its layer index (layer=...)")
         if isinstance(layer, int):

@@ -426,11 +426,7 @@ class MoE(MoEKeys):
         gated, act = activation in GATED, self._expert_activation(activation)
         tokens = cast(x, self._activation_dtype).reshape(-1, n_embd)
         logits = self._router_logits(tokens, spec)
-        bias = None
-        if spec.router == "sigmoid":
-            zeros = nn.initializers.zeros_init()
-            bias = param(self, "router_bias", zeros, (spec.n_experts,), (Axis.EXPERT,)).astype(jnp.float32)
-        routing = route(logits, spec, bias)
+        routing, bias = self._route(logits, spec)
         kernels = self._kernels(n_embd, spec, gated)
         out, kept = self._experts(tokens, routing, kernels, act, spec)
         out = out.reshape(x.shape).astype(self._activation_dtype)
@@ -456,6 +452,15 @@ class MoE(MoEKeys):
         """The experts' activation function (a :class:`~theseus.model.layers.experts.GatedActivation`
         for one that reads gate and up together)."""
         return ACTIVATIONS[activation]
+
+    def _route(self, logits: jax.Array, spec: MoESpec) -> tuple[Routing, jax.Array | None]:
+        """Each token's experts and weights from the router's ``logits`` (:func:`route`), with the sigmoid
+        router's balancing bias ``router_bias`` (None for the softmax router)."""
+        bias = None
+        if spec.router == "sigmoid":
+            zeros = nn.initializers.zeros_init()
+            bias = param(self, "router_bias", zeros, (spec.n_experts,), (Axis.EXPERT,)).astype(jnp.float32)
+        return route(logits, spec, bias), bias
 
     def _router_logits(self, tokens: jax.Array, spec: MoESpec) -> jax.Array:
         """The router's float32 logits ``[N, n_experts]`` of ``tokens`` ``[N, D]`` (``router`` ``[D, E]``)."""

@@ -1,5 +1,6 @@
 """Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``OLMo3``, ``Phi3``, ``Gemma2``,
-``Gemma3`` and the mixtures ``Mixtral``, ``Qwen3MoE``, ``DeepseekV3`` and ``GptOss``, plus KV-cache decoding.
+``Gemma3`` and the mixtures ``Mixtral``, ``Qwen3MoE``, ``DeepseekV3``, ``GptOss`` and ``Llama4``, plus KV-cache
+decoding.
 
 Both follow the trainer's call contract::
 
@@ -30,6 +31,7 @@ from theseus.model.models.gemma import GEMMA2_PRESETS, GEMMA3_PRESETS, Gemma2, G
 from theseus.model.models.gpt import GPT, GPT_PRESETS
 from theseus.model.models.gpt_oss import GPT_OSS_PRESETS, GptOss
 from theseus.model.models.llama import LLAMA_PRESETS, Llama
+from theseus.model.models.llama4 import LLAMA4_PRESETS, Llama4
 from theseus.model.models.mixtral import MIXTRAL_PRESETS, Mixtral
 from theseus.model.models.mixture import MoEBlock
 from theseus.model.models.olmo2 import OLMO2_PRESETS, OLMo2
@@ -46,6 +48,7 @@ __all__ = [
     "GPT",
     "GPT_OSS_PRESETS",
     "GPT_PRESETS",
+    "LLAMA4_PRESETS",
     "LLAMA_PRESETS",
     "MIXTRAL_PRESETS",
     "OLMO2_PRESETS",
@@ -60,6 +63,7 @@ __all__ = [
     "Gemma3",
     "GptOss",
     "Llama",
+    "Llama4",
     "Mixtral",
     "MoEBlock",
     "OLMo2",

@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 from theseus.errors import ConfigError
 from theseus.model.layers._common import GATED, check_activation
-from theseus.model.layers.attention import ATTENTION_IMPLEMENTATIONS, FULL_ATTENTION, SLIDING_ATTENTION
+from theseus.model.layers.attention import (
+    ATTENTION_IMPLEMENTATIONS,
+    CHUNKED_ATTENTION,
+    FULL_ATTENTION,
+    SLIDING_ATTENTION,
+)
 from theseus.model.layers.latent_attention import MLASpec
 from theseus.model.layers.mlp import hidden_size
 from theseus.model.layers.moe import MoESpec
@@ -14,8 +19,8 @@ from theseus.model.layers.rotary import RopeScaling
 
 #: ``Architecture.norm_placement`` values: norms before each branch, after it, or both.
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
-#: ``Architecture.layer_types`` entries (transformers' names).
-LAYER_TYPES = (SLIDING_ATTENTION, FULL_ATTENTION)
+#: ``Architecture.layer_types`` entries (transformers' names; chunked layers are Llama 4's alone).
+LAYER_TYPES = (SLIDING_ATTENTION, FULL_ATTENTION, CHUNKED_ATTENTION)
 
 
 @dataclass(frozen=True)
@@ -187,7 +192,7 @@ class Architecture:
         if len(types) != self.n_layers or not set(types) <= set(LAYER_TYPES):
             raise ConfigError(
                 f"architecture/layer_types={types!r} must list {self.n_layers} entries (one per layer), "
-                f"each {LAYER_TYPES[0]!r} or {LAYER_TYPES[1]!r}"
+                f"each {LAYER_TYPES[0]!r} or {LAYER_TYPES[1]!r} ({LAYER_TYPES[2]!r}: Llama 4)"
             )
         if LAYER_TYPES[0] in types and self.sliding_window is None:
             raise ConfigError(
