@@ -139,6 +139,21 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         assert abs(arch.rope_scaling.magnitude - 1.1386294361119891) <= 1e-12
 
 
+def test_llama4_every_layer_a_mixture_scans_with_transformers_logits(tmp_path: Path) -> None:
+    """Llama 4 Scout's layout (every layer a mixture) at a small scale: the layers scan one period of a
+    chunked RoPE layer and a NoPE one per step and compute transformers' logits."""
+    model = save_model(tmp_path, "llama4_text", interleave_moe_layer_step=1)
+    ids = np.random.default_rng(1).integers(0, VOCAB, (2, 12))
+    mask = np.ones_like(ids, dtype=bool)
+    mask[0, :4] = False
+    prepared = prepare(tmp_path, {"model/scan_layers": True})
+    assert prepared.model.scans_layers and prepared.model.scan_period == 2
+    logits, _ = prepared.model.apply(
+        {"params": read_params(prepared)}, jnp.asarray(ids), padding_mask=jnp.asarray(mask), deterministic=True
+    )
+    assert np.max(np.abs(np.asarray(logits) - hf_logits(model, ids, mask))[mask]) <= 1e-4
+
+
 def test_long_sequence_blocked_attention(tmp_path: Path) -> None:
     model = save_model(tmp_path, "llama", head_dim=16, rope_parameters=LLAMA3)
     ids = np.random.default_rng(3).integers(0, VOCAB, (1, 264))

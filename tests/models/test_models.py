@@ -574,3 +574,58 @@ def test_the_gpt_oss_preset_has_the_published_shape_and_count() -> None:
         reference = AutoModelForCausalLM.from_config(config)
     expected = sum(p.numel() for p in reference.parameters())
     assert count(GptOss, **values) == expected == 20_914_757_184
+
+
+def test_the_llama4_scout_preset_has_the_published_shape_and_count() -> None:
+    """llama4-scout against transformers' Llama 4 text model built from Scout's config fields (meta device):
+    107.8B parameters (the release's 109B includes the vision encoder), 17.2B active per token; every
+    layer a mixture, so the layers scan, one period of three chunked RoPE layers and a NoPE one a step."""
+    import torch
+    from transformers import AutoModelForCausalLM, Llama4TextConfig
+
+    from theseus.model.models.llama4 import Llama4
+
+    values = {
+        "architecture/preset": "llama4-scout",
+        "architecture/vocab_size": 202048,
+        "architecture/vocab_multiple": 1,
+        "architecture/block_size": 8192,
+    }
+    with configuration(values):
+        model = configure(Llama4)
+        arch, total, inactive = model.architecture, model.parameter_count(), model.inactive_parameter_count()
+        scans, period = model.scans_layers, model.scan_period
+    assert arch.moe is not None and (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim) == (48, 40, 8, 128)
+    assert (arch.n_embd, arch.moe.n_experts, arch.moe.top_k, arch.moe.expert_hidden, arch.moe.n_shared) == (
+        5120, 16, 1, 8192, 1
+    )  # fmt: skip
+    assert (scans, period) == (True, 4)
+    config = Llama4TextConfig(
+        vocab_size=202048,
+        hidden_size=5120,
+        intermediate_size=8192,
+        intermediate_size_mlp=16384,
+        num_hidden_layers=48,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        head_dim=128,
+        num_local_experts=16,
+        num_experts_per_tok=1,
+        interleave_moe_layer_step=1,
+    )
+    assert arch.layer_types == tuple(config.layer_types)  # chunked_attention on the RoPE layers
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    expected = sum(p.numel() for p in reference.parameters())
+    assert total == expected == 107_769_861_120
+    assert total - inactive == 17_172_894_720
+
+
+def test_llama4_interleaved_dense_and_mixture_layers_refuse_a_scan_in_one_line() -> None:
+    from theseus.model.models.llama4 import Llama4
+
+    with configuration({"architecture/preset": "tiny", "model/scan_layers": True}):
+        model = configure(Llama4)
+        assert model.architecture.mixture_layers == (1, 3)  # type: ignore[attr-defined]
+        with pytest.raises(ConfigError, match=r"^Llama 4's dense and mixture layers \(mixtures at \[1, 3\]\)"):
+            _ = model.scans_layers

@@ -67,7 +67,8 @@ LLAMA4_PRESETS: dict[str, Preset] = {
     ),
     # meta-llama/Llama-4-Scout-17B-16E's text config: 48 layers, every one a mixture of 16 experts of
     # intermediate 8192 (top 1) and a shared expert, 40 query and 8 key/value heads of 128, 5120 wide,
-    # every 4th layer NoPE; 108.6B parameters (17.2B active) at vocab 202048 (transformers' count).
+    # every 4th layer NoPE; 107.8B parameters (17.2B active) at vocab 202048 unpadded (transformers'
+    # count of the text model; the 109B of the release includes the vision encoder).
     "llama4-scout": Llama4Preset(
         n_layers=48,
         n_heads=40,
@@ -79,7 +80,7 @@ LLAMA4_PRESETS: dict[str, Preset] = {
         top_k=1,
         expert_hidden=8192,
         interleave_moe_layer_step=1,
-        description="Llama 4 Scout's text model: 108.6B parameters (17.2B active) at vocab 202048",
+        description="Llama 4 Scout's text model: 107.8B parameters (17.2B active) at vocab 202048",
     ),
 }
 
@@ -319,7 +320,7 @@ class Llama4(MixtureLM, Llama):
     an all-mixture model (Scout) scans, one period of the RoPE/NoPE pattern per step.
 
     Presets (``architecture/preset``): ``tiny`` (4 layers, mixtures at 1 and 3) and ``llama4-scout``
-    (the published text model: 108.6B parameters, 17.2B active, at ``architecture/vocab_size=202048``;
+    (the published text model: 107.8B parameters, 17.2B active, at ``architecture/vocab_size=202048``;
     the releases use ``architecture/rope_theta=500000`` with ``llama3`` scaling, factor 16 over 8192
     positions, which ``hf/import`` reads from ``config.json``). ``hf/import`` of a ``model_type:
     llama4_text`` checkpoint builds this model.
