@@ -113,6 +113,12 @@ class DeepseekV3Block(MoEBlock):
         return attention
 
 
+class DeepseekV3MTP(MTPModule):
+    """A multi-token-prediction depth of DeepSeek-V3: its layer is a :class:`DeepseekV3Block`."""
+
+    BLOCK: ClassVar[type[Module]] = DeepseekV3Block
+
+
 class DeepseekV3(MLAKeys, MixtureLM, Llama):
     """DeepSeek-V3: RMSNorm pre-norm layers with multi-head latent attention
     (:class:`~theseus.model.layers.latent_attention.LatentAttention`, ``architecture/mla/*``: a
@@ -160,7 +166,7 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
 
     @classmethod
     def components(cls) -> list[type]:
-        return [*super().components(), MTPModule]
+        return [*super().components(), DeepseekV3MTP]
 
     def setup(self) -> None:
         super().setup()
@@ -168,7 +174,7 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
         depth = mtp_depth(arch)
         if depth:
             out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
-            self.mtp = [child(self, MTPModule, architecture=arch, out_std=out_std) for _ in range(depth)]
+            self.mtp = [child(self, DeepseekV3MTP, architecture=arch, out_std=out_std) for _ in range(depth)]
 
     def __call__(
         self,
@@ -215,4 +221,4 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
                 )
 
 
-__all__ = ["DEEPSEEK_V3_PRESETS", "DeepseekV3", "DeepseekV3Block", "DeepseekV3Preset"]
+__all__ = ["DEEPSEEK_V3_PRESETS", "DeepseekV3", "DeepseekV3Block", "DeepseekV3MTP", "DeepseekV3Preset"]

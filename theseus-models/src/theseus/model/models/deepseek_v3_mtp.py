@@ -23,7 +23,7 @@ import dataclasses
 import math
 import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -77,28 +77,27 @@ def mtp_depth(arch: Architecture) -> int:
 
 class MTPModule(Module):
     """One multi-token-prediction depth: ``enorm`` / ``hnorm`` (RMSNorms), ``eh_proj`` (kernel
-    ``[2 * n_embd, n_embd]``), ``block`` (a DeepSeek-V3 mixture layer) and ``head_norm``.
-    ``__call__(h, embedded, ...)`` -> ``(h^k, head_norm(h^k))``."""
+    ``[2 * n_embd, n_embd]``), ``block`` (a ``BLOCK`` mixture layer: DeepSeek-V3's, set by its model)
+    and ``head_norm``. ``__call__(h, embedded, ...)`` -> ``(h^k, head_norm(h^k))``."""
+
+    #: The layer of each depth, a :class:`~theseus.model.models.mixture.MoEBlock` (built with ``dense=False``).
+    BLOCK: ClassVar[type[Module]] = Module
 
     architecture: Architecture | None = None
     out_std: float = INIT_STD
 
     @classmethod
     def components(cls) -> list[type]:
-        from theseus.model.models.deepseek_v3 import DeepseekV3Block
-
-        return [DeepseekV3Block]
+        return [cls.BLOCK]
 
     def setup(self) -> None:
-        from theseus.model.models.deepseek_v3 import DeepseekV3Block
-
         arch = self.architecture
         assert arch is not None, "MTPModule is built by DeepseekV3"
         self.enorm = make_norm(self, arch)
         self.hnorm = make_norm(self, arch)
         e = arch.n_embd
         self.eh_proj = param(self, "eh_proj", normal(INIT_STD), (2 * e, e), (Axis.MLP, Axis.EMBED))
-        self.block = child(self, DeepseekV3Block, architecture=arch, out_std=self.out_std, dense=False)
+        self.block = child(self, self.BLOCK, architecture=arch, out_std=self.out_std, dense=False)
         self.head_norm = make_norm(self, arch)
 
     def __call__(
