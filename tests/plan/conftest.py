@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +62,35 @@ def tiny(model: str, layout: str, *extra: str, job: str = "train/pretrain") -> d
     if "ep" in layout:
         overrides.append("mesh/expert=2")
     return {"job": job, "overrides": [*overrides, *extra]}
+
+
+def state_only(case: dict[str, Any]) -> dict[str, Any]:
+    """``case`` reporting only the state bytes per device (``plan["state_bytes"]``), not compiled: the
+    replicated reference a sharded layout's state is compared with."""
+    return {**case, "state_only": True}
+
+
+def layout_cases(
+    families: tuple[str, ...], layouts_of: Callable[[str], tuple[str, ...]], extra: Mapping[str, tuple[str, ...]] = {}
+) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+    """``(family, layout)`` keys and the cases of ``families`` in their layouts (``extra`` overrides per
+    family); a family not compiled in dp has dp's state measured alone (:func:`state_only`)."""
+    grid: list[tuple[str, str]] = []
+    cases: list[dict[str, Any]] = []
+    for family in families:
+        layouts = layouts_of(family)
+        for layout in layouts:
+            grid.append((family, layout))
+            cases.append(tiny(family, layout, *extra.get(family, ())))
+        if "dp" not in layouts:
+            grid.append((family, "dp"))
+            cases.append(state_only(tiny(family, "dp", *extra.get(family, ()))))
+    return grid, cases
+
+
+def compile_layouts(
+    families: tuple[str, ...], layouts_of: Callable[[str], tuple[str, ...]], extra: Mapping[str, tuple[str, ...]] = {}
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """``{(family, layout): result}`` of :func:`layout_cases`, compiled for 8 x H100 in one process."""
+    grid, cases = layout_cases(families, layouts_of, extra)
+    return dict(zip(grid, compile_cases("h100x8", cases), strict=True))

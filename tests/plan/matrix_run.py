@@ -1,7 +1,9 @@
 """Compile training steps for a target in one process and print what ``theseus plan`` reports, as JSON.
 
 Run by tests/plan with the accelerator compilers on its path: ``python matrix_run.py TARGET CASES_JSON``,
-where each case is ``{"job": ..., "overrides": [...]}``. A case that fails prints its error instead.
+where each case is ``{"job": ..., "overrides": [...]}``. A case that fails prints its error instead. A
+case with ``"state_only": true`` builds the trainer and reports the state bytes per device it would hold
+(``state_bytes``, as a compiled case does) without compiling.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ def main() -> None:
             if "generate" in case:
                 print(json.dumps({"case": case, "generate": compile_generation(target, case, root)}), flush=True)
                 continue
+            if case.get("state_only"):
+                print(json.dumps({"case": case, "plan": {"state_bytes": state_bytes(target, case, root)}}), flush=True)
+                continue
             job = get_registry().load_job(case["job"])
             plan = make_plan(case["job"], job, target, case["overrides"], root)
         except Exception as exc:
@@ -48,6 +53,20 @@ def main() -> None:
 
             report["held"] = held_by_kind(plan)
         print(json.dumps({"case": case, "plan": report}, default=str), flush=True)
+
+
+def state_bytes(target: str, case: dict, root: Path) -> int:
+    """The parameter and optimizer-state bytes one device holds in ``case``'s layout, from the abstract
+    state and its shardings: what a compiled case reports as ``state_bytes``, without the compile."""
+    from theseus.plan.build import build_trainer, held_bytes
+    from theseus.plan.devices import target_devices
+    from theseus.plan.targets import parse_target
+    from theseus.registry import get_registry
+
+    job = get_registry().load_job(case["job"])
+    trainer = build_trainer(job, target_devices(parse_target(target)), case["overrides"], root)
+    state, shardings = trainer.abstract_state, trainer.state_shardings
+    return held_bytes(state.params, shardings.params) + held_bytes(state.opt_state, shardings.opt_state)
 
 
 def compile_generation(target: str, case: dict, root: Path) -> dict:

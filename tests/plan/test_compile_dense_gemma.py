@@ -1,21 +1,19 @@
 """The rest of the dense families (see test_compile_dense.py): Gemma 2 and 3 and Phi-3 compile for
-8 x H100, replicated and sharded."""
+8 x H100, sharded (their replicated state measured, not compiled)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.plan import test_compile_dense as dense
-from tests.plan.conftest import compile_cases, tiny
+from tests.plan.conftest import compile_layouts
 
 FAMILIES = ("gemma2", "gemma3", "phi3")
 
 
 @pytest.fixture(scope="module")
 def matrix() -> dict[tuple[str, str], dict]:
-    grid = [(family, layout) for family in FAMILIES for layout in dense.layouts_of(family)]
-    results = compile_cases("h100x8", [tiny(family, layout, *dense.EXTRA.get(family, ())) for family, layout in grid])
-    return dict(zip(grid, results, strict=True))
+    return compile_layouts(FAMILIES, dense.layouts_of, dense.EXTRA)
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.plan import test_compile_mixtures as mixtures
-from tests.plan.conftest import compile_cases, tiny
+from tests.plan.conftest import compile_cases, layout_cases
 
 #: A Qwen3-30B-A3B-shaped expert layer (128 experts, top 8) at a width the suite can afford: 4,096 token
 #: copies per device in blocks, so that a path with a collective per block shows it.
@@ -28,8 +28,7 @@ WIDE = (
 
 @pytest.fixture(scope="module")
 def matrix() -> dict:
-    grid = [("deepseek_v3", layout) for layout in mixtures.layouts_of("deepseek_v3")]
-    cases = [tiny(family, layout) for family, layout in grid]
+    grid, cases = layout_cases(("deepseek_v3",), mixtures.layouts_of)
     cases += [
         {"job": "train/pretrain", "overrides": [*WIDE, f"architecture/moe/dispatch={d}"]}
         for d in ("auto", "ragged_dot")
