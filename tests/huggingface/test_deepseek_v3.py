@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from tests.huggingface.conftest import assert_generation_matches, hf_logits, read_json, save_model
 from tests.huggingface.test_bad_inputs import edit_config
 from tests.huggingface.test_moe_families import PROMPT, VOCAB, logits_of
+from theseus.model.generation.runs import load_run
 from theseus.model.huggingface.importer import read_params
 from theseus.model.models import init_cache
 
@@ -89,8 +91,14 @@ def test_import_logits_match_transformers(saved: dict[str, tuple[Path, Any]], ca
     mask = np.ones_like(ids, dtype=bool)
     mask[0, :4] = False  # a left-padded row
     got, prepared = logits_of(folder, ids, mask)
-    error = float(np.max(np.abs(got - hf_logits(model, ids, mask))[mask]))
+    expected = hf_logits(model, ids, mask)
+    error = float(np.max(np.abs(got - expected)[mask]))
     assert error <= 1e-4, error
+    if case == "query_lora":  # scanned: the dense layer and the mixture layers each a stacked run
+        scanned, scanned_import = logits_of(folder, ids, mask, **{"model/scan_layers": True})
+        assert [(r.name, r.length) for r in scanned_import.model.layer_runs] == [("dense_blocks", 1), ("blocks", 2)]
+        assert float(np.max(np.abs(scanned - expected)[mask])) <= 1e-4
+        np.testing.assert_allclose(scanned, got, atol=1e-5, rtol=0)
     arch = prepared.model.architecture
     assert arch.mla is not None and arch.moe is not None
     assert (arch.mla.q_lora_rank, arch.mla.rope_interleave) == ((0, False) if case == "plain_query" else (12, True))
@@ -130,6 +138,14 @@ def test_generate_and_export_round_trip(saved: dict[str, tuple[Path, Any]], tmp_
     assert (
         read_json(theseus.root / "runs" / "imported" / "provenance.json")["huggingface"]["model_type"] == "deepseek_v3"
     )
+    # the run continues scanned (a dense run and a mixture run): its per-layer checkpoint loads into
+    # the runs, generates as transformers does, and the export unstacks them again
+    config = OmegaConf.load(theseus.root / "runs" / "imported" / "config.yaml")
+    OmegaConf.update(config, "model.scan_layers", True)
+    OmegaConf.save(config, theseus.root / "runs" / "imported" / "config.yaml")
+    loaded = load_run(theseus.root, "imported")
+    assert [run.name for run in loaded.model.layer_runs] == ["dense_blocks", "blocks"]
+    assert loaded.params["dense_blocks"]["mlp"]["up"]["kernel"].shape[0] == 1
     assert_generation_matches(theseus, "imported", source, model, PROMPT, NEW_TOKENS)
 
     out_dir = tmp_path / "export"

@@ -230,10 +230,6 @@ def test_published_sizes_total_and_active_and_active_flops(
         ({"architecture/moe/top_k": 9}, "architecture/moe/top_k=9 exceeds architecture/moe/n_experts=4"),
         ({"architecture/moe/capacity_factor": 0.0}, "architecture/moe/capacity_factor=0.0 must be positive"),
         ({"architecture/moe/capacity_factor": -1.0}, "architecture/moe/capacity_factor=-1.0 must be positive"),
-        (
-            {"architecture/moe/first_k_dense": 1, "model/scan_layers": True},
-            "architecture/moe/first_k_dense > 0 needs unrolled layers",
-        ),
     ],
 )
 def test_bad_mixture_keys_are_one_line(keys: dict[str, Any], message: str) -> None:

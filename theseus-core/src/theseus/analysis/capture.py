@@ -26,7 +26,7 @@ def capture(
     # Paths are static: recorded while tracing, kept for calls that reuse the compiled function.
     paths: list[tuple[str, ...]] = trainer.compiled("capture_paths", list)
     stacked = getattr(trainer.model, "stacked_layers", ())  # scanned layers: one entry per layer
-    from theseus.checkpoint.layers import per_layer
+    from theseus.checkpoint.layers import layer_names, per_layer
 
     def build() -> Any:
         def captured(state: TrainState, batch: Batch, key: jax.Array) -> tuple[Any, list[Any]]:
@@ -47,7 +47,9 @@ def capture(
             outputs = cls.trace(state.replace(apply_fn=recording_apply), batch, key, sharding=sharding)
             if isinstance(outputs, tuple) and len(outputs) == 3 and isinstance(outputs[2], Mapping):
                 outputs = (outputs[0], outputs[1], {k: v for k, v in outputs[2].items() if k != "intermediates"})
-            ordered = _in_order(_children_first(per_layer(recorded[-1], stacked), stacked)) if recorded else []
+            ordered = (
+                _in_order(_children_first(per_layer(recorded[-1], stacked), layer_names(stacked))) if recorded else []
+            )
             paths[:] = [path for path, _ in ordered]
             return outputs, [value for _, value in ordered]
 
@@ -59,7 +61,7 @@ def capture(
     return outputs, list(zip(paths, values, strict=True))
 
 
-def _children_first(tree: Any, stacked: tuple[str, ...]) -> Any:
+def _children_first(tree: Any, stacked: set[str]) -> Any:
     """Recorded outputs of scanned layers (which a scan keeps in name order, not execution order)
     with each module's own output after its children's, as an unrolled layer records them."""
     if not stacked or not isinstance(tree, Mapping):

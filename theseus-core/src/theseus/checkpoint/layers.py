@@ -8,10 +8,18 @@ wanted tree, :func:`to_layout` rewrites a tree (arrays or abstract shapes) accor
 :func:`per_layer` gives the unrolled view that name-based code (Hugging Face names, adapters,
 per-layer statistics) works with. Every function walks nested mappings, tuples, lists and named
 tuples (optimizer states), so the optimizer's moments follow their parameters.
+
+**Runs.** A stack whose layers differ in shape (DeepSeek-V3's leading dense layers, then mixture
+layers) is held as consecutive runs of identical layers, each stacked under its own entry: the
+leading runs as ``<kind>_<name>`` (``dense_blocks``) in name order, then the main run ``<name>``
+(``blocks``). A :class:`LayerRun` says which per-layer entries one of them holds (``dense_blocks``
+[3] = ``blocks_0`` ... ``blocks_2``, ``blocks`` [58] = ``blocks_3`` ... ``blocks_60``);
+:func:`layout_changes` finds the runs of a tree by that naming rule and their sizes from the shapes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -21,18 +29,53 @@ from typing import Any
 import jax
 import numpy as np
 
+from theseus.checkpoint.shapes import param_shapes
+
 _INDEXED = re.compile(r"^(?P<name>.+)_(?P<index>\d+)$")
 
 
 @dataclass(frozen=True)
+class LayerRun:
+    """Stacked entry ``name`` holds the per-layer entries ``<layers>_<first>`` ...
+    ``<layers>_<first + count - 1>`` (``count`` None: every ``<layers>_<i>`` from 0)."""
+
+    name: str
+    layers: str
+    first: int = 0
+    count: int | None = None
+
+
+#: What a model's ``stacked_layers`` lists: a stacked entry holding every layer of its name, or a run.
+StackEntry = str | LayerRun
+
+
+def as_run(entry: StackEntry) -> LayerRun:
+    """``entry`` as a :class:`LayerRun` (a name stacks every layer of that name)."""
+    return entry if isinstance(entry, LayerRun) else LayerRun(entry, entry)
+
+
+def layer_names(entries: Iterable[StackEntry]) -> set[str]:
+    """The per-layer entry names (``blocks`` of ``blocks_<i>``) that ``entries`` stack."""
+    return {as_run(entry).layers for entry in entries}
+
+
+@dataclass(frozen=True)
 class LayoutChange:
-    """Entry ``name`` is stacked on one side and per layer (``name_0`` ...) on the other.
+    """Entry ``name`` is stacked on one side and per layer (``name_0`` ...) on the other; for a run
+    (``layers`` set) ``name`` holds ``<layers>_<first>`` ... ``<layers>_<first + count - 1>``.
 
     ``stacked_to_per_layer``: the tree being rewritten holds it stacked and the result per layer.
     """
 
     name: str
     stacked_to_per_layer: bool
+    layers: str | None = None
+    first: int = 0
+    count: int | None = None
+
+    @property
+    def run(self) -> LayerRun:
+        return LayerRun(self.name, self.layers or self.name, self.first, self.count)
 
 
 def _rebuild(node: Any, children: list[Any]) -> Any:
@@ -61,7 +104,8 @@ def _layer_count(subtree: Any, name: str) -> int:
     return counts.pop()
 
 
-def _split(mapping: Mapping[str, Any], name: str, take: Callable[[Any, int], Any]) -> dict[str, Any]:
+def _split(mapping: Mapping[str, Any], run: LayerRun, take: Callable[[Any, int], Any]) -> dict[str, Any]:
+    name = run.name
     if name not in mapping:
         return dict(mapping)
     stacked = mapping[name]
@@ -72,28 +116,39 @@ def _split(mapping: Mapping[str, Any], name: str, take: Callable[[Any, int], Any
             out[key] = value
             continue
         for index in range(count):
-            out[f"{name}_{index}"] = jax.tree_util.tree_map(
+            out[f"{run.layers}_{run.first + index}"] = jax.tree_util.tree_map(
                 lambda leaf, i=index: take(leaf, i), stacked, is_leaf=lambda x: hasattr(x, "shape")
             )
     return out
 
 
-def _join(mapping: Mapping[str, Any], name: str, stack: Callable[[list[Any]], Any]) -> dict[str, Any]:
-    indices = sorted(int(m["index"]) for k in mapping if (m := _INDEXED.match(k)) and m["name"] == name)
+def _run_indices(mapping: Mapping[str, Any], run: LayerRun) -> list[int]:
+    """The layer indices of ``run`` that ``mapping`` holds per layer (all of them, or none)."""
+    found = sorted(int(m["index"]) for k in mapping if (m := _INDEXED.match(k)) and m["name"] == run.layers)
+    if run.count is None:
+        if found != list(range(len(found))):
+            raise ValueError(f"per-layer entries of {run.layers!r} are not numbered 0..{len(found) - 1}: {found}")
+        return found
+    wanted = list(range(run.first, run.first + run.count))
+    held = [i for i in wanted if i in set(found)]
+    if held and held != wanted:
+        raise ValueError(f"run {run.name!r} needs {run.layers}_{wanted[0]}..{wanted[-1]}, found {held}")
+    return held
+
+
+def _join(mapping: Mapping[str, Any], run: LayerRun, stack: Callable[[list[Any]], Any]) -> dict[str, Any]:
+    indices = _run_indices(mapping, run)
     if not indices:
         return dict(mapping)
-    if indices != list(range(len(indices))):
-        raise ValueError(f"per-layer entries of {name!r} are not numbered 0..{len(indices) - 1}: {indices}")
-    layers = [mapping[f"{name}_{i}"] for i in indices]
+    names = [f"{run.layers}_{i}" for i in indices]
+    layers = [mapping[name] for name in names]
     joined = jax.tree_util.tree_map(lambda *leaves: stack(list(leaves)), *layers, is_leaf=lambda x: hasattr(x, "shape"))
     out: dict[str, Any] = {}
     for key, value in mapping.items():
-        match = _INDEXED.match(key)
-        if match and match["name"] == name:
-            if match["index"] == "0":
-                out[name] = joined
-            continue
-        out[key] = value
+        if key == names[0]:
+            out[run.name] = joined
+        elif key not in names:
+            out[key] = value
     return out
 
 
@@ -145,16 +200,22 @@ def _stack_abstract(leaves: list[Any]) -> Any:
 
 
 # -- public API --------------------------------------------------------------------------------------
-def per_layer(tree: Any, names: Iterable[str]) -> Any:
-    """``tree`` with every stacked entry of ``names`` split into ``name_0``, ``name_1``, ... (views of
-    numpy arrays, slices of jax arrays, shapes of abstract arrays); trees already per layer come
-    back unchanged."""
-    return to_layout(tree, [LayoutChange(name, stacked_to_per_layer=True) for name in names])
+def _change(entry: StackEntry, stacked_to_per_layer: bool) -> LayoutChange:
+    run = as_run(entry)
+    return LayoutChange(run.name, stacked_to_per_layer, run.layers, run.first, run.count)
 
 
-def stacked(tree: Any, names: Iterable[str]) -> Any:
-    """``tree`` with ``name_0``, ``name_1``, ... of every name in ``names`` stacked into ``name``."""
-    return to_layout(tree, [LayoutChange(name, stacked_to_per_layer=False) for name in names])
+def per_layer(tree: Any, names: Iterable[StackEntry]) -> Any:
+    """``tree`` with every stacked entry of ``names`` split into ``name_0``, ``name_1``, ... (a
+    :class:`LayerRun` into its own layers; views of numpy arrays, slices of jax arrays, shapes of
+    abstract arrays); trees already per layer come back unchanged."""
+    return to_layout(tree, [_change(entry, True) for entry in names])
+
+
+def stacked(tree: Any, names: Iterable[StackEntry]) -> Any:
+    """``tree`` with ``name_0``, ``name_1``, ... of every name in ``names`` stacked into ``name`` (a
+    :class:`LayerRun`'s layers into its entry)."""
+    return to_layout(tree, [_change(entry, False) for entry in names])
 
 
 def _segments(paths: Iterable[str]) -> set[str]:
@@ -172,20 +233,56 @@ def _mapping_keys(tree: Any) -> set[str]:
     return keys
 
 
-def layout_changes(saved_paths: Iterable[str], wanted: Any) -> list[LayoutChange]:
+def _runs_of(layers: str, keys: Iterable[str]) -> list[str]:
+    """The stacked entries among ``keys`` that hold runs of ``layers``, in layer order: the leading
+    ``<kind>_<layers>`` by name, then ``<layers>``."""
+    keys = set(keys)
+    leading = sorted(k for k in keys if k.endswith(f"_{layers}") and not _INDEXED.match(k))
+    return leading + ([layers] if layers in keys else [])
+
+
+def _run_changes(
+    layers: str, entries: list[str], sizes: Mapping[str, int | None], stacked_to_per_layer: bool
+) -> list[LayoutChange]:
+    """The changes of the stacked ``entries`` of ``layers`` (a single entry of that name: the whole stack)."""
+    if entries == [layers]:
+        return [LayoutChange(layers, stacked_to_per_layer)]
+    changes, first = [], 0
+    for name in entries:
+        count = sizes.get(name)
+        if count is None:
+            raise ValueError(f"the size of the stacked run {name!r} is unknown; pass the saved shapes")
+        changes.append(LayoutChange(name, stacked_to_per_layer, layers, first, count))
+        first += count
+    return changes
+
+
+def _leading_sizes(paths: Iterable[str], shapes: Mapping[str, Any] | None) -> dict[str, int | None]:
+    """Each path segment's leading axis size in ``shapes`` (None without shapes)."""
+    sizes: dict[str, int | None] = {}
+    for path in paths:
+        shape = None if shapes is None else tuple(shapes[path])
+        for segment in path.split("/"):
+            if sizes.get(segment) is None:
+                sizes[segment] = shape[0] if shape else None
+    return sizes
+
+
+def layout_changes(saved_paths: Iterable[str] | Mapping[str, Any], wanted: Any) -> list[LayoutChange]:
     """How ``wanted`` must be rewritten to match a saved tree whose leaf paths (``"a/b/c"``) are
-    ``saved_paths``: entries that ``wanted`` holds stacked but the save per layer, and the reverse."""
+    ``saved_paths`` (a mapping to their shapes: needed for a save that holds several runs stacked):
+    entries that ``wanted`` holds stacked but the save per layer, and the reverse."""
     saved = _segments(saved_paths)
+    keys = _mapping_keys(wanted)
+    candidates = {m["name"] for key in saved | keys if (m := _INDEXED.match(key))}
     changes: list[LayoutChange] = []
-    seen: set[str] = set()
-    for key in sorted(_mapping_keys(wanted)):
-        match = _INDEXED.match(key)
-        if key not in saved and f"{key}_0" in saved and key not in seen:
-            changes.append(LayoutChange(key, stacked_to_per_layer=True))
-            seen.add(key)
-        elif match and key not in saved and match["name"] in saved and match["name"] not in seen:
-            changes.append(LayoutChange(match["name"], stacked_to_per_layer=False))
-            seen.add(match["name"])
+    for layers in sorted(candidates):
+        if f"{layers}_0" in saved and (stacks := [k for k in _runs_of(layers, keys) if k not in saved]):
+            wanted_shapes = param_shapes(wanted)
+            changes += _run_changes(layers, stacks, _leading_sizes(wanted_shapes, wanted_shapes), True)
+        elif f"{layers}_0" in keys - saved and (stacks := [k for k in _runs_of(layers, saved) if k not in keys]):
+            shapes = saved_paths if isinstance(saved_paths, Mapping) else None
+            changes += _run_changes(layers, stacks, _leading_sizes(saved_paths, shapes), False)
     return changes
 
 
@@ -195,15 +292,15 @@ def to_layout(tree: Any, changes: Iterable[LayoutChange]) -> Any:
     result = tree
     for change in changes:
         if change.stacked_to_per_layer:
-            result = _map_mappings(result, functools.partial(_split, name=change.name, take=_take_layer))
+            result = _map_mappings(result, functools.partial(_split, run=change.run, take=_take_layer))
         else:
-            result = _map_mappings(result, functools.partial(_join, name=change.name, stack=_stack_layers))
+            result = _map_mappings(result, functools.partial(_join, run=change.run, stack=_stack_layers))
     return result
 
 
 def reversed_changes(changes: Iterable[LayoutChange]) -> list[LayoutChange]:
     """The changes that undo ``changes``."""
-    return [LayoutChange(c.name, not c.stacked_to_per_layer) for c in changes]
+    return [dataclasses.replace(c, stacked_to_per_layer=not c.stacked_to_per_layer) for c in changes]
 
 
 def convert_restored(restored: Any, changes: list[LayoutChange], target: Any) -> Any:
@@ -219,8 +316,12 @@ def convert_restored(restored: Any, changes: list[LayoutChange], target: Any) ->
 
 
 __all__ = [
+    "LayerRun",
     "LayoutChange",
+    "StackEntry",
+    "as_run",
     "convert_restored",
+    "layer_names",
     "layout_changes",
     "per_layer",
     "reversed_changes",

@@ -37,7 +37,7 @@ def read_params(path: Path, target: Any) -> Any:
     saved = getattr(metadata, "tree", metadata)
     if not isinstance(saved, Mapping) or "params" not in saved:
         raise NoSavedParams(str(path))
-    changes = layout_changes(param_shapes(saved["params"]).keys(), target)
+    changes = layout_changes(param_shapes(saved["params"]), target)
     layout = to_layout(target, changes)
     mismatch = first_shape_mismatch(saved["params"], layout)
     if mismatch is not None:

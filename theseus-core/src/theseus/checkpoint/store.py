@@ -277,7 +277,7 @@ class CheckpointStore:
         target = dict(abstract_state)
         if "params" in abstract_state:
             saved = self._saved_tree(step)
-            changes = layout_changes(param_shapes(saved).keys(), abstract_state)
+            changes = layout_changes(param_shapes(saved), abstract_state)
             target = to_layout(target, changes)
             self.check_shapes(step, target["params"], saved)
         try:

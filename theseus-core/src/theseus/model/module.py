@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -13,6 +13,9 @@ import jax.numpy as jnp
 from theseus.base.accelerator import accelerator
 from theseus.base.axis import ShardingPlan
 from theseus.config import Configuration, configuration, current_configuration, field
+
+if TYPE_CHECKING:
+    from theseus.checkpoint.layers import StackEntry
 
 
 def _with_own_configuration(setup: Callable[[Any], None]) -> Callable[[Any], None]:
@@ -74,9 +77,10 @@ class Module(nn.Module):
         return 0
 
     @property
-    def stacked_layers(self) -> tuple[str, ...]:
+    def stacked_layers(self) -> tuple[StackEntry, ...]:
         """Variable entries that hold repeated layers stacked on a leading axis (a scanned layer
-        stack), ``()`` when every layer has entries of its own. Name-based code reads
+        stack; a :class:`~theseus.checkpoint.layers.LayerRun` for a stack held as several runs),
+        ``()`` when every layer has entries of its own. Name-based code reads
         ``theseus.checkpoint.layers.per_layer(tree, module.stacked_layers)``."""
         return ()
 

@@ -13,12 +13,13 @@ projection's ``B`` in its own rows), with ``rank_pattern`` / ``alpha_pattern`` k
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from theseus.checkpoint.layers import StackEntry
 from theseus.errors import ConfigError
 from theseus.model.huggingface.family import HFFamily
 from theseus.model.models.transformer import LAYERS
@@ -37,9 +38,10 @@ def _linear(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def peft_tensors(
-    family: HFFamily, params: Mapping[str, Any], n_layers: int
+    family: HFFamily, params: Mapping[str, Any], n_layers: int, stacked: Iterable[StackEntry] = (LAYERS,)
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """PEFT tensor names -> values, and the rank of each adapted module (module path -> rank).
+    """PEFT tensor names -> values, and the rank of each adapted module (module path -> rank);
+    ``stacked``: the model's ``stacked_layers`` (its runs of layers, if several).
 
     The module names come from the family (``peft_modules``, ``peft_fused``, ``peft_layer_prefix``)."""
     tensors: dict[str, np.ndarray] = {}
@@ -52,7 +54,7 @@ def peft_tensors(
 
     from theseus.checkpoint.layers import per_layer
 
-    params = per_layer(params, (LAYERS,))  # a scanned model's stacked layers, one entry per layer
+    params = per_layer(params, stacked)  # a scanned model's stacked layers, one entry per layer
     fused_modules = family.peft_fused_modules()
     fused = {name for parts in fused_modules.values() for name in parts}
     for i in range(n_layers):
@@ -168,7 +170,7 @@ def export_adapter(root: Path, run: str, out: str, *, step: int | None = None, b
     model_class = f"{type(loaded.model).__module__}:{type(loaded.model).__qualname__}"
     arch = loaded.model.architecture
     family = export_family(model_class, arch, (record.get("huggingface") or {}).get("model_type"))
-    tensors, ranks = peft_tensors(family, loaded.params, arch.n_layers)
+    tensors, ranks = peft_tensors(family, loaded.params, arch.n_layers, loaded.model.stacked_layers)
     config = adapter_config(
         family,
         ranks,

@@ -97,20 +97,28 @@ def read_params(
     ``wanted`` (shapes by path; default: every parameter of the model) names the parameters to read:
     a model with LoRA adapters asks for its base alone, since a checkpoint holds no adapters.
     Hugging Face names every layer's tensors apart; for a model that scans over its layers the
-    layers of one parameter are gathered in a host buffer and placed once the last one is read,
+    layers of one parameter (of one run: global layer ``first + j`` is entry ``j`` of its run's stack)
+    are gathered in a host buffer and placed once the last one is read,
     so at most the model's size is held on the host besides what is already placed.
     """
     import jax
 
+    from theseus.checkpoint.layers import as_run
+
     wanted = abstract_params(prepared.model) if wanted is None else wanted
-    stacked_names = set(prepared.model.stacked_layers)
+    runs = {run.name: run for run in map(as_run, prepared.model.stacked_layers)}
+    # per-layer entry (``blocks_<i>``) -> (the stacked entry holding it, its index there)
+    stacked_at: dict[str, tuple[str, int]] = {}
     per_layer: dict[ParamPath, Any] = {}
     for path, leaf in wanted.items():
-        if path[0] in stacked_names:
-            for index in range(leaf.shape[0]):
-                per_layer[(f"{path[0]}_{index}", *path[1:])] = jax.ShapeDtypeStruct(leaf.shape[1:], leaf.dtype)
-        else:
+        run = runs.get(path[0])
+        if run is None:
             per_layer[path] = leaf
+            continue
+        for index in range(leaf.shape[0]):
+            entry = f"{run.layers}_{run.first + index}"
+            stacked_at[entry] = (run.name, index)
+            per_layer[(entry, *path[1:])] = jax.ShapeDtypeStruct(leaf.shape[1:], leaf.dtype)
     mapped = {path for m in prepared.maps for path in m.paths}
     if mapped != set(per_layer):
         missing = sorted(set(per_layer) - mapped) or sorted(mapped - set(per_layer))
@@ -127,19 +135,19 @@ def read_params(
         target = per_layer[path]
         if tuple(values.shape) != tuple(target.shape):
             raise ConfigError(f"parameter {'/'.join(path)!r}: converted shape {values.shape} != {target.shape}")
-        name, _, index = path[0].rpartition("_")
-        if name not in stacked_names:
+        if path[0] not in stacked_at:
             return put(path, values)
+        name, index = stacked_at[path[0]]
         key = (name, *path[1:])
         buffer, filled = buffers.setdefault(key, (np.empty(wanted[key].shape, wanted[key].dtype), set()))
-        buffer[int(index)] = values
-        filled.add(int(index))
+        buffer[index] = values
+        filled.add(index)
         if len(filled) == buffer.shape[0]:
             placed[key] = put(key, buffers.pop(key)[0])
         return None
 
     tree = load_params(prepared.checkpoint, prepared.maps, place)
-    for entry in [k for k in tree if k.rpartition("_")[0] in stacked_names]:
+    for entry in [k for k in tree if k in stacked_at]:
         del tree[entry]  # the per-layer placeholders of stacked parameters
     for stacked_path, value in placed.items():
         node = tree

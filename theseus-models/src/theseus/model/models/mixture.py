@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from theseus.base.axis import ShardingPlan
-from theseus.errors import ConfigError
 from theseus.model.layers._common import child
 from theseus.model.layers.moe import PRESET_KEYS, MoE, MoEKeys, MoESpec
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset
@@ -80,8 +79,9 @@ class MixtureLM(MoEKeys):
     The ``architecture/moe/*`` keys left None take the preset's values (:class:`MoEPreset`); the
     resolved mixture is ``architecture.moe``. FLOPs and MFU count the active weights (the chosen
     experts, shared experts and router), and :meth:`inactive_parameter_count` the experts a token
-    skips (the start-up line prints total and active counts). Leading dense layers run unrolled: a
-    scanned stack repeats one layer.
+    skips (the start-up line prints total and active counts). With ``model/scan_layers`` the leading
+    dense layers scan as their own run, ``dense_blocks``, and the mixture layers as ``blocks``
+    (:attr:`~theseus.model.models.transformer.TransformerLM.layer_runs`).
     """
 
     BLOCK: ClassVar[type[Block]] = MoEBlock
@@ -96,17 +96,6 @@ class MixtureLM(MoEKeys):
         preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)  # type: ignore[attr-defined]
         given = {key: getattr(preset, key) for key in PRESET_KEYS} if isinstance(preset, MoEPreset) else {}
         return self.moe_spec(d_ff, given)
-
-    @property
-    def scans_layers(self) -> bool:
-        if self.architecture.moe is not None and self.architecture.moe.first_k_dense > 0:
-            if self.scan_layers:  # type: ignore[attr-defined]
-                raise ConfigError(
-                    "architecture/moe/first_k_dense > 0 needs unrolled layers (a scanned stack repeats one "
-                    "layer); set model/scan_layers=false"
-                )
-            return False
-        return super().scans_layers  # type: ignore[misc,no-any-return]
 
     def _layer_options(self, layer: int) -> dict[str, Any]:
         moe = self.architecture.moe

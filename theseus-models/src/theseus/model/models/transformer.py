@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from theseus.base.axis import Axis, ShardingPlan
 from theseus.base.logprobs import cross_entropy
+from theseus.checkpoint.layers import LayerRun, StackEntry
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
@@ -68,6 +69,17 @@ class DecodePositions(nn.Module):
 #: The entry of the stacked layers of a scanned model (``blocks_<i>`` per layer otherwise).
 LAYERS = "blocks"
 
+
+class Run(NamedTuple):
+    """Layers ``first`` ... ``first + length - 1``, consecutive and alike (the same ``BLOCK`` fields
+    ``options``), scanned as one stack under entry ``name``."""
+
+    name: str
+    first: int
+    length: int
+    options: dict[str, Any]
+
+
 #: ``model/scan_layers=None`` scans models of at least this many layers. On CPU a scanned 4-layer
 #: model of width 128-256 steps 17-24% slower than unrolled (the loop's slicing and lost fusion
 #: weigh on small layers) while a 12-layer gpt2-124m steps equally fast (benchmarks/scan_layers.py);
@@ -115,7 +127,12 @@ class TransformerLM(Module):
     the layers run under one ``nn.scan``:
     compile time does not grow with depth and every layer variable (parameters, KV cache, recorded
     outputs) is stacked under ``blocks`` with a leading ``[n_layers]`` axis; otherwise the layers are
-    unrolled as ``blocks_0``, ``blocks_1``, ... (:attr:`stacked_layers` says which). Layers whose
+    unrolled as ``blocks_0``, ``blocks_1``, ... (:attr:`stacked_layers` says which). Layers that differ
+    in shape (:meth:`_layer_options`: DeepSeek-V3's leading dense layers) form consecutive runs of
+    identical layers (:attr:`layer_runs`), each scanned as its own stack: the last under ``blocks``, the
+    others under ``<kind>_blocks`` named by their options (``dense_blocks``: the layers with
+    ``dense=True``), so a model of one run keeps its layout; layer ``i`` of the unrolled model is entry
+    ``i - first`` of the run holding it (:class:`~theseus.checkpoint.layers.LayerRun`). Layers whose
     ``layer_types`` repeat (Gemma's sliding and full layers) scan one period per step (:attr:`scan_period`):
     parameters stay stacked per layer, and the KV cache of a sliding layer is a ring buffer of its window
     there too (the cache is held per position of the period; the ``n_layers % period`` last layers run
@@ -231,9 +248,14 @@ class TransformerLM(Module):
         return None
 
     def _layer_options(self, layer: int) -> dict[str, Any]:
-        """Extra ``BLOCK`` fields of unrolled layer ``layer`` (e.g. a mixture model's leading dense
-        layers); a scanned stack repeats one layer, so a model that sets these must not scan."""
+        """Extra ``BLOCK`` fields of layer ``layer`` (e.g. a mixture model's leading dense layers);
+        consecutive layers with equal options form one run of a scanned model (:attr:`layer_runs`)."""
         return {}
+
+    def _run_kind(self, options: dict[str, Any]) -> str:
+        """What names the stack of a run that is not the last (``dense`` of ``dense_blocks``): its
+        options set to True."""
+        return "_".join(key for key, value in options.items() if value is True)
 
     def _extra_architecture(self) -> dict[str, Any]:
         """More :class:`Architecture` fields of the family (norm style, caps, ``layer_types``...)."""
@@ -292,10 +314,36 @@ class TransformerLM(Module):
         return ShardingPlan.union(TokenEmbedding().sharding, self.BLOCK().sharding, ShardingPlan({Axis.LAYERS: None}))
 
     @property
-    def stacked_layers(self) -> tuple[str, ...]:
+    def stacked_layers(self) -> tuple[StackEntry, ...]:
         """``("blocks",)`` when the layers are scanned: every layer parameter is ``blocks/...`` with a
-        leading ``[n_layers]`` axis; otherwise ``()`` (``blocks_0``, ``blocks_1``, ...)."""
-        return (LAYERS,) if self.scans_layers else ()
+        leading ``[n_layers]`` axis; one :class:`LayerRun` per run of a scanned model of several runs;
+        otherwise ``()`` (``blocks_0``, ``blocks_1``, ...)."""
+        if not self.scans_layers:
+            return ()
+        runs = self.layer_runs
+        if len(runs) == 1:
+            return (LAYERS,)
+        return tuple(LayerRun(run.name, LAYERS, run.first, run.length) for run in runs)
+
+    @property
+    def layer_runs(self) -> list[Run]:
+        """The layers as runs of consecutive layers with equal :meth:`_layer_options`, the last run
+        named ``blocks`` and the others ``<kind>_blocks`` (:meth:`_run_kind`; these names must be
+        distinct and in name order, as :mod:`theseus.checkpoint.layers` reads runs back)."""
+        runs: list[Run] = []
+        for layer in range(self.architecture.n_layers):
+            options = self._layer_options(layer)
+            if runs and runs[-1].options == options:
+                runs[-1] = runs[-1]._replace(length=runs[-1].length + 1)
+            else:
+                runs.append(Run(LAYERS, layer, 1, options))
+        names = [f"{self._run_kind(run.options)}_{LAYERS}" for run in runs[:-1]]
+        if len(set(names)) != len(names) or names != sorted(names) or f"_{LAYERS}" in names:
+            raise ConfigError(
+                f"{type(self).__name__}'s layers form runs that cannot be scanned apart ({names}); "
+                "set model/scan_layers=false"
+            )
+        return [run._replace(name=name) for run, name in zip(runs, [*names, LAYERS], strict=True)]
 
     @property
     def scans_layers(self) -> bool:
@@ -341,13 +389,19 @@ class TransformerLM(Module):
         period = self.scan_period
         block: Any = self.BLOCK  # a class: hashable, as the cached stacks need
         if self.scans_layers and period is not None:  # one scan step per period of layer_types
+            if len(self.layer_runs) > 1:
+                raise ConfigError(
+                    "repeating architecture/layer_types scan as one stack of alike layers, but these layers "
+                    "differ in shape; set model/scan_layers=false"
+                )
             unroll = min(-(-self.scan_unroll // period), arch.n_layers // period)  # whole periods
             stack: Any = periodic_stack(block, arch.n_layers, period, self.remat_policy, unroll)
             self.blocks: Any = child(self, stack, architecture=arch, out_std=out_std)
-        elif self.scans_layers:
-            unroll, indexed = min(self.scan_unroll, arch.n_layers), arch.layer_types is not None
-            stack = layer_stack(block, arch.n_layers, self.remat_policy, unroll, indexed)
-            self.blocks = child(self, stack, architecture=arch, out_std=out_std)
+        elif self.scans_layers:  # one stack per run of identical layers ("blocks" alone for most models)
+            indexed = arch.layer_types is not None
+            for run in self.layer_runs:
+                stack = layer_stack(block, run.length, self.remat_policy, min(self.scan_unroll, run.length), indexed)
+                setattr(self, run.name, child(self, stack, architecture=arch, out_std=out_std, **run.options))
         else:
             static_layer = arch.layer_types is not None
             block_cls = with_remat(self.BLOCK, self.remat_policy, prevent_cse=True, static_layer=static_layer)
@@ -408,10 +462,12 @@ class TransformerLM(Module):
             h = self.embedding_dropout(h, deterministic=False)
         h = constrain(cast(h, self._activation_dtype), ACTIVATION_AXES)
         indexed = arch.layer_types is not None  # each layer is told its index: its window and RoPE base
-        if self.scans_layers and indexed and self.scan_period is None:
-            h, _ = self.blocks(h, mask, positions, deterministic, decode, jnp.arange(arch.n_layers))
-        elif self.scans_layers:
+        if self.scans_layers and self.scan_period is not None:
             h, _ = self.blocks(h, mask, positions, deterministic, decode)
+        elif self.scans_layers:
+            for run in self.layer_runs:
+                layers = (jnp.arange(run.first, run.first + run.length),) if indexed else ()
+                h, _ = getattr(self, run.name)(h, mask, positions, deterministic, decode, *layers)
         else:
             for i, block in enumerate(self.blocks):
                 h = (

@@ -1,0 +1,122 @@
+"""A layer stack of several runs (DeepSeek-V3's leading dense layers, then its mixture layers) scanned
+run by run: the same model as unrolled, checkpoints that load into either layout, and the same greedy
+generation. (Hugging Face import into the scanned runs: tests/huggingface/test_deepseek_v3.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.models.conftest import build, logits_loss_grads, random_params
+from tests.models.test_layer_layouts import _abstract, _train_state
+from tests.models.test_models import batch
+from theseus.base.axis import Axis
+from theseus.checkpoint import CheckpointStore
+from theseus.checkpoint.layers import LayerRun, layout_changes, per_layer, stacked
+from theseus.errors import ConfigError
+from theseus.model.models import DeepseekV3, TransformerLM
+
+#: Two dense layers, then two mixture layers.
+RUNS = {"architecture__n_layers": 4, "architecture__moe__first_k_dense": 2}
+
+
+def both(**values: Any) -> tuple[TransformerLM, TransformerLM]:
+    """The same DeepSeek-V3, unrolled and scanned."""
+    unrolled, scanned = (build(DeepseekV3, model__scan_layers=scan, **values) for scan in (False, True))
+    return unrolled, scanned
+
+
+def test_each_run_is_stacked_under_its_own_name_on_the_unsharded_layer_axis() -> None:
+    unrolled, scanned = both(**RUNS)
+    assert unrolled.stacked_layers == ()
+    dense, mixture = LayerRun("dense_blocks", "blocks", 0, 2), LayerRun("blocks", "blocks", 2, 2)
+    assert scanned.stacked_layers == (dense, mixture)
+    shapes = jax.eval_shape(lambda: scanned.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])
+    for run in ("dense_blocks", "blocks"):
+        boxes = jax.tree.leaves(shapes[run], is_leaf=lambda x: isinstance(x, nn.Partitioned))
+        assert {box.names[0] for box in boxes} == {Axis.LAYERS} and {box.value.shape[0] for box in boxes} == {2}
+    assert "router" in shapes["blocks"]["mlp"] and "router" not in shapes["dense_blocks"]["mlp"]
+    view = per_layer(nn.unbox(shapes), scanned.stacked_layers)
+    assert sorted(k for k in view if k.startswith("blocks")) == [f"blocks_{i}" for i in range(4)]
+    assert ["router" in view[f"blocks_{i}"]["mlp"] for i in range(4)] == [False, False, True, True]
+    # one run keeps the one stack
+    assert build(DeepseekV3, model__scan_layers=True, architecture__moe__first_k_dense=0).stacked_layers == ("blocks",)
+
+
+def test_scanned_runs_give_the_same_logits_loss_and_gradients() -> None:
+    unrolled, scanned = both(**RUNS)
+    params = random_params(unrolled, std=0.1)
+    x, y, mask = batch()
+    logits_a, loss_a, grads_a = logits_loss_grads(unrolled, params, x, y, mask)
+    logits_b, loss_b, grads_b = logits_loss_grads(scanned, stacked(params, scanned.stacked_layers), x, y, mask)
+    np.testing.assert_allclose(np.asarray(logits_a), np.asarray(logits_b), atol=1e-5, rtol=0)
+    assert abs(float(loss_a) - float(loss_b)) <= 1e-5
+    for a, b in zip(jax.tree.leaves(stacked(grads_a, scanned.stacked_layers)), jax.tree.leaves(grads_b), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-5)
+
+
+def test_greedy_generation_is_the_same_scanned_and_unrolled() -> None:
+    """One dense layer (a run of one) then two mixture layers, with the KV cache."""
+    from theseus.model.generation.decode import generate_tokens
+    from theseus.model.generation.sampling import SamplingParams
+
+    unrolled, scanned = both(architecture__n_layers=3, architecture__moe__first_k_dense=1)
+    assert [run.length for run in scanned.layer_runs] == [1, 2]
+    params = random_params(unrolled, seed=3, std=0.2)
+    prompts, greedy = [[5, 9, 2, 7], [3, 1]], SamplingParams(temperature=0.0)
+    expected = [c.tokens for c in generate_tokens(unrolled, params, prompts, 6, sampling=greedy)]
+    got = generate_tokens(scanned, stacked(params, scanned.stacked_layers), prompts, 6, sampling=greedy)
+    assert [c.tokens for c in got] == expected
+    assert len({t for tokens in expected for t in tokens}) > 2  # a non-trivial continuation
+
+
+@pytest.mark.parametrize("saved_scanned", [False, True], ids=["per-layer-to-runs", "runs-to-per-layer"])
+def test_a_checkpoint_loads_into_the_other_layout(tmp_path: Path, saved_scanned: bool) -> None:
+    unrolled, scanned = both(**RUNS)
+    per_layer_state = _train_state(unrolled, random_params(unrolled, seed=5))
+    runs_state = jax.tree.map(jnp.asarray, stacked(per_layer_state, scanned.stacked_layers))
+    saved, wanted = (runs_state, per_layer_state) if saved_scanned else (per_layer_state, runs_state)
+    store = CheckpointStore(tmp_path, keep=1, async_save=False)
+    store.save(1, saved, {"step": 1})
+    restored, _ = store.restore(1, _abstract(wanted))
+    store.close()
+    assert jax.tree.structure(restored) == jax.tree.structure(wanted)
+    for got, expected in zip(jax.tree.leaves(restored), jax.tree.leaves(wanted), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))  # bit for bit, moments included
+
+
+def test_layout_changes_find_the_runs_and_their_sizes() -> None:
+    unrolled, scanned = both(**RUNS)
+    runs = stacked(random_params(unrolled), scanned.stacked_layers)
+    per_layer_paths = ["blocks_0/attn_norm/scale", "blocks_3/attn_norm/scale", "lm_head"]
+    changes = layout_changes(per_layer_paths, runs)
+    assert [(c.name, c.stacked_to_per_layer, c.first, c.count) for c in changes] == [
+        ("dense_blocks", True, 0, 2),
+        ("blocks", True, 2, 2),
+    ]
+    saved = {"dense_blocks/attn_norm/scale": (2, 32), "blocks/attn_norm/scale": (2, 32)}
+    back = layout_changes(saved, per_layer(runs, scanned.stacked_layers))
+    assert [(c.name, c.stacked_to_per_layer, c.first, c.count) for c in back] == [
+        ("dense_blocks", False, 0, 2),
+        ("blocks", False, 2, 2),
+    ]
+    with pytest.raises(ValueError, match="pass the saved shapes"):
+        layout_changes(list(saved), per_layer(runs, scanned.stacked_layers))
+
+
+def test_runs_that_cannot_be_told_apart_refuse_to_scan() -> None:
+    """Dense and mixture layers that alternate would need two stacks of one name."""
+
+    class Alternating(DeepseekV3):
+        def _layer_options(self, layer: int) -> dict[str, Any]:
+            return {"dense": layer % 2 == 0}
+
+    with pytest.raises(ConfigError, match="set model/scan_layers=false"):
+        _ = build(Alternating, model__scan_layers=True, **RUNS).stacked_layers
+    assert build(Alternating, model__scan_layers=False, **RUNS).stacked_layers == ()
