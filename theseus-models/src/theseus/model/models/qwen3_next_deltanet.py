@@ -1,0 +1,269 @@
+"""Qwen3-Next's linear-attention layer: the Gated DeltaNet (:class:`GatedDeltaNet`), and the gated delta
+rule it computes as two small pure functions, :func:`chunk_gated_delta_rule` (training and prompts: chunks
+of ``chunk_size`` positions, the state carried between chunks by ``lax.scan``) and
+:func:`recurrent_gated_delta_rule` (one step at a time: decoding against the cached state). Both compute,
+per value head, with the state ``S`` ``[key_dim, value_dim]``::
+
+    S_t = exp(g_t) * S_{t-1}
+    S_t = S_t + k_t (beta_t * (v_t - k_t^T S_t))^T
+    o_t = (q_t / sqrt(key_dim))^T S_t
+
+(``g_t <= 0`` the decay in log space, ``beta_t`` in ``(0, 1)`` the write strength), in float32.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from theseus.base.axis import Axis
+from theseus.errors import ConfigError
+from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param
+from theseus.model.layers.attention import missing_cache_error
+from theseus.model.layers.norms import RMSNorm
+from theseus.model.module import Module
+
+#: transformers' (and the FLA kernels') epsilon of the query/key L2 norm.
+L2_EPS = 1e-6
+#: transformers' chunk of the chunked rule.
+CHUNK = 64
+
+
+def l2_normalise(x: jax.Array, eps: float = L2_EPS) -> jax.Array:
+    """``x / sqrt(sum(x^2) + eps)`` over the last axis."""
+    return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+def _prepare(
+    q: jax.Array, k: jax.Array, v: jax.Array, g: jax.Array, beta: jax.Array, l2: bool
+) -> tuple[jax.Array, ...]:
+    """float32, the query/key heads repeated over their value heads, optionally L2-normalised, the
+    query scaled by ``key_dim ** -0.5``; every tensor heads-major ``[B, H, T, ...]``."""
+    n_k, n_v = k.shape[2], v.shape[2]
+    if n_v % n_k:
+        raise ConfigError(f"{n_v} value heads cannot share {n_k} query/key heads evenly")
+    q, k = (jnp.repeat(x, n_v // n_k, axis=2) if n_v != n_k else x for x in (q, k))
+    q, k, v, g, beta = (jnp.swapaxes(x.astype(jnp.float32), 1, 2) for x in (q, k, v, g, beta))
+    if l2:
+        q, k = l2_normalise(q), l2_normalise(k)
+    return q * q.shape[-1] ** -0.5, k, v, g, beta
+
+
+def recurrent_gated_delta_rule(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    g: jax.Array,
+    beta: jax.Array,
+    initial_state: jax.Array | None = None,
+    l2: bool = True,
+) -> tuple[jax.Array, jax.Array]:
+    """The gated delta rule one position at a time. ``q``/``k`` ``[B, T, Hk, Dk]``, ``v`` ``[B, T, Hv, Dv]``
+    (each query/key head serves ``Hv / Hk`` consecutive value heads), ``g``/``beta`` ``[B, T, Hv]``;
+    ``initial_state`` ``[B, Hv, Dk, Dv]`` (None: zeros). Returns the output ``[B, T, Hv, Dv]`` in ``q``'s
+    dtype and the final state (float32)."""
+    dtype = q.dtype
+    q, k, v, g, beta = _prepare(q, k, v, g, beta, l2)
+    batch, heads, _, dk = k.shape
+    state = jnp.zeros((batch, heads, dk, v.shape[-1]), jnp.float32) if initial_state is None else initial_state
+    state = state.astype(jnp.float32)
+
+    def step(s: jax.Array, xs: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
+        q_t, k_t, v_t, g_t, b_t = xs
+        s = s * jnp.exp(g_t)[..., None, None]
+        remembered = jnp.einsum("bhk,bhkv->bhv", k_t, s)
+        s = s + k_t[..., :, None] * ((v_t - remembered) * b_t[..., None])[..., None, :]
+        return s, jnp.einsum("bhk,bhkv->bhv", q_t, s)
+
+    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (q, k, v, g, beta))
+    state, out = jax.lax.scan(step, state, xs)
+    return jnp.moveaxis(out, 0, 1).astype(dtype), state  # [T, B, H, Dv] -> [B, T, H, Dv]
+
+
+def chunk_gated_delta_rule(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    g: jax.Array,
+    beta: jax.Array,
+    initial_state: jax.Array | None = None,
+    chunk_size: int = CHUNK,
+    l2: bool = True,
+) -> tuple[jax.Array, jax.Array]:
+    """The gated delta rule over chunks of ``chunk_size`` positions (the sequence padded with positions
+    that neither decay nor write the state): within a chunk the updates are solved at once (the UT
+    transform: a unit lower-triangular system), between chunks the state is carried by ``lax.scan``.
+    Arguments and results as :func:`recurrent_gated_delta_rule`."""
+    dtype = q.dtype
+    q, k, v, g, beta = _prepare(q, k, v, g, beta, l2)
+    batch, heads, steps, dk = k.shape
+    dv = v.shape[-1]
+    pad = -steps % chunk_size
+    if pad:
+        q, k, v = (jnp.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0))) for x in (q, k, v))
+        g, beta = (jnp.pad(x, ((0, 0), (0, 0), (0, pad))) for x in (g, beta))
+    n = (steps + pad) // chunk_size
+    q, k, v = (x.reshape(batch, heads, n, chunk_size, -1) for x in (q, k, v))
+    g, beta = (x.reshape(batch, heads, n, chunk_size) for x in (g, beta))
+    k_beta, v_beta = k * beta[..., None], v * beta[..., None]
+    cum = jnp.cumsum(g, axis=-1)  # log of the decay from the chunk's start to each position
+    lower = jnp.tril(jnp.ones((chunk_size, chunk_size), jnp.bool_))
+    decay = jnp.exp(jnp.where(lower, cum[..., :, None] - cum[..., None, :], -jnp.inf))  # [.., i, j], j <= i
+    strict = jnp.where(jnp.tril(lower, -1), jnp.einsum("...id,...jd->...ij", k_beta, k) * decay, 0.0)
+    system = strict + jnp.eye(chunk_size, dtype=jnp.float32)
+
+    def solve(rhs: jax.Array) -> jax.Array:
+        return jax.lax.linalg.triangular_solve(system, rhs, left_side=True, lower=True, unit_diagonal=True)
+
+    values = solve(v_beta)  # the chunk's new values before the state's prediction is taken out
+    reads = solve(k_beta * jnp.exp(cum)[..., None])  # what each of them reads of the incoming state
+    within = jnp.einsum("...id,...jd->...ij", q, k) * decay
+    q_in = q * jnp.exp(cum)[..., None]
+    k_out = k * jnp.exp(cum[..., -1:] - cum)[..., None]
+    chunk_decay = jnp.exp(cum[..., -1])[..., None, None]
+
+    def step(s: jax.Array, xs: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
+        values_c, reads_c, within_c, q_c, k_c, decay_c = xs
+        corrected = values_c - jnp.einsum("bhik,bhkv->bhiv", reads_c, s)
+        out = jnp.einsum("bhik,bhkv->bhiv", q_c, s) + jnp.einsum("bhij,bhjv->bhiv", within_c, corrected)
+        s = s * decay_c + jnp.einsum("bhik,bhiv->bhkv", k_c, corrected)
+        return s, out
+
+    state = jnp.zeros((batch, heads, dk, dv), jnp.float32) if initial_state is None else initial_state
+    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (values, reads, within, q_in, k_out, chunk_decay))
+    state, out = jax.lax.scan(step, state.astype(jnp.float32), xs)  # out [N, B, H, C, Dv]
+    out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, n * chunk_size, dv)[:, :, :steps]
+    return jnp.swapaxes(out, 1, 2).astype(dtype), state
+
+
+def causal_conv(x: jax.Array, kernel: jax.Array, history: jax.Array | None = None) -> jax.Array:
+    """Depthwise causal convolution of ``x`` ``[B, T, C]`` with ``kernel`` ``[K, C]`` (the last tap on
+    the current position), after ``history`` ``[B, K - 1, C]`` (None: zeros); float32 out."""
+    taps = kernel.shape[0]
+    if history is None:
+        history = jnp.zeros((x.shape[0], taps - 1, x.shape[-1]), x.dtype)
+    full = jnp.concatenate([history.astype(jnp.float32), x.astype(jnp.float32)], axis=1)
+    steps = x.shape[1]
+    return sum(full[:, j : j + steps] * kernel[j].astype(jnp.float32) for j in range(taps))  # type: ignore[return-value]
+
+
+class GatedDeltaNet(Module):
+    """Qwen3-Next's ``linear_attention`` layer, called as an attention layer
+    (``(x, padding_mask, positions, deterministic, decode, layer) -> [B, T, E]``; positions and layer unused).
+
+    Parameters: ``query`` / ``key`` ``[embed, key_heads, key_dim]``, ``value`` / ``z`` (the output gate)
+    ``[embed, value_heads, value_dim]``, ``b`` / ``a`` ``[embed, value_heads]`` (the write strength
+    ``beta = sigmoid(b)`` and the decay ``g = -exp(A_log) * softplus(a + dt_bias)``), ``A_log`` and
+    ``dt_bias`` ``[value_heads]``, the depthwise causal convolutions ``conv_query`` / ``conv_key``
+    ``[conv_kernel, key_heads, key_dim]`` and ``conv_value`` ``[conv_kernel, value_heads, value_dim]``
+    (SiLU after), the output norm ``norm`` (an RMSNorm of ``value_dim``, plain scale, times ``SiLU(z)``)
+    and ``out`` ``[value_heads, value_dim, embed]``. Queries and keys are L2-normalised.
+
+    Training computes :func:`chunk_gated_delta_rule` (chunks of ``chunk_size``). With ``decode`` the
+    ``cache`` collection holds ``conv`` (the last ``conv_kernel - 1`` inputs of the convolution, ``[B,
+    K - 1, channels]``) and ``state`` (``[B, value_heads, key_dim, value_dim]``, float32); a step of one
+    token runs :func:`recurrent_gated_delta_rule`, a longer one (a prompt) the chunked rule from the
+    cached state. Padded positions (``padding_mask`` False) are zeroed on the way in and neither decay
+    nor write the state, so left-padded rows start from the empty state.
+    """
+
+    key_heads: int = 16
+    value_heads: int = 32
+    key_dim: int = 128
+    value_dim: int = 128
+    conv_kernel: int = 4
+    chunk_size: int = CHUNK
+    norm_eps: float = 1e-6
+    init_std: float = INIT_STD
+    out_std: float | None = None
+
+    @classmethod
+    def components(cls) -> list[type]:
+        return [RMSNorm]
+
+    def _proj(self, x: jax.Array, name: str, shape: tuple[int, ...], axes: tuple[str | None, ...]) -> jax.Array:
+        kernel = param(self, name, normal(self.init_std), (x.shape[-1], *shape), (Axis.EMBED, *axes))
+        return jnp.einsum("bte,e...->bt...", x, cast(kernel, x.dtype))
+
+    @nn.compact
+    def __call__(
+        self,
+        x: jax.Array,
+        padding_mask: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        deterministic: bool = False,
+        decode: bool = False,
+        layer: int | jax.Array | None = None,
+    ) -> jax.Array:
+        dtype = self._activation_dtype
+        hk, hv, dk, dv = self.key_heads, self.value_heads, self.key_dim, self.value_dim
+        if hv % hk:
+            raise ConfigError(f"architecture/linear_num_value_heads={hv} must be a multiple of the key heads {hk}")
+        mask = None
+        if padding_mask is not None:
+            if padding_mask.dtype != jnp.bool_:
+                raise ConfigError(
+                    "Qwen3-Next's linear attention carries one state along each row, so packed examples "
+                    "(segment ids) are not supported; feed one example per row"
+                )
+            mask = padding_mask
+        x = cast(x, dtype)
+        if mask is not None:
+            x = x * mask[..., None].astype(dtype)
+        q = self._proj(x, "query", (hk, dk), (Axis.HEADS, Axis.HEAD_DIM))
+        k = self._proj(x, "key", (hk, dk), (Axis.HEADS, Axis.HEAD_DIM))
+        v = self._proj(x, "value", (hv, dv), (Axis.HEADS, Axis.HEAD_DIM))
+        z = self._proj(x, "z", (hv, dv), (Axis.HEADS, Axis.HEAD_DIM))
+        b = self._proj(x, "b", (hv,), (Axis.HEADS,))
+        a = self._proj(x, "a", (hv,), (Axis.HEADS,))
+        taps = self.conv_kernel
+        convs = [
+            param(self, f"conv_{name}", normal(self.init_std), (taps, heads, dim), (None, Axis.HEADS, Axis.HEAD_DIM))
+            for name, heads, dim in (("query", hk, dk), ("key", hk, dk), ("value", hv, dv))
+        ]
+        batch, steps = x.shape[:2]
+        mixed = jnp.concatenate([t.reshape(batch, steps, -1) for t in (q, k, v)], axis=-1)
+        kernel = jnp.concatenate([c.reshape(taps, -1) for c in convs], axis=-1)
+        channels = mixed.shape[-1]
+        history = state = None
+        if decode:
+            exists = self.has_variable("cache", "state")
+            if not exists and not self.is_initializing():
+                raise missing_cache_error()
+            conv_cache = self.variable("cache", "conv", jnp.zeros, (batch, taps - 1, channels), dtype)
+            state_cache = self.variable("cache", "state", jnp.zeros, (batch, hv, dk, dv), jnp.float32)
+            history, state = conv_cache.value, state_cache.value
+            conv_cache.value = jnp.concatenate([history, mixed.astype(dtype)], axis=1)[:, -(taps - 1) :]
+        mixed = nn.silu(causal_conv(mixed, kernel, history)).astype(dtype)
+        q, k, v = jnp.split(mixed, [hk * dk, 2 * hk * dk], axis=-1)
+        q, k = q.reshape(batch, steps, hk, dk), k.reshape(batch, steps, hk, dk)
+        v = v.reshape(batch, steps, hv, dv)
+        a_log = param(self, "A_log", nn.initializers.zeros_init(), (hv,), (Axis.HEADS,))
+        dt_bias = param(self, "dt_bias", nn.initializers.ones_init(), (hv,), (Axis.HEADS,))
+        g = -jnp.exp(a_log.astype(jnp.float32)) * jax.nn.softplus(a.astype(jnp.float32) + dt_bias.astype(jnp.float32))
+        beta = jax.nn.sigmoid(b.astype(jnp.float32))
+        if mask is not None:
+            g = jnp.where(mask[..., None], g, 0.0)
+        if decode and steps == 1:
+            y, state = recurrent_gated_delta_rule(q, k, v, g, beta, state)
+        else:
+            y, state = chunk_gated_delta_rule(q, k, v, g, beta, state, self.chunk_size)
+        if decode:
+            state_cache.value = state
+        y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
+        norm = child(self, RMSNorm, eps=self.norm_eps, zero_centred=False, name="norm")
+        y = (norm(y).astype(jnp.float32) * nn.silu(z.astype(jnp.float32))).astype(dtype)
+        out_std = self.init_std if self.out_std is None else self.out_std
+        out = param(self, "out", normal(out_std), (hv, dv, x.shape[-1]), (Axis.HEADS, Axis.HEAD_DIM, Axis.EMBED))
+        return jnp.einsum("bthd,hde->bte", y, cast(out, dtype))
+
+
+__all__ = [
+    "CHUNK",
+    "GatedDeltaNet",
+    "causal_conv",
+    "chunk_gated_delta_rule",
+    "l2_normalise",
+    "recurrent_gated_delta_rule",
+]
