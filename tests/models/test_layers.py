@@ -183,3 +183,37 @@ def test_blocked_causal_attention_matches_the_full_square() -> None:
     np.testing.assert_allclose(np.asarray(out_b)[real], np.asarray(out_f)[real], atol=1e-5)
     for gb, gf in zip(grads_b, grads_f, strict=True):
         np.testing.assert_allclose(gb, gf, atol=1e-4)
+
+
+@pytest.mark.parametrize("window", [None, 37])
+def test_attention_sinks_in_query_blocks_match_the_softmax_with_a_sink_column(window: int | None) -> None:
+    """GPT-OSS's sinks through the blocked XLA path (no fused kernel takes them): each row's softmax has
+    one more logit per head, taking probability but adding no value."""
+    rng = np.random.default_rng(5)
+    steps, heads, kv, width = 300, 4, 2, 8
+    q = rng.normal(size=(1, steps, heads, width)).astype(np.float32)
+    k = rng.normal(size=(1, steps, kv, width)).astype(np.float32)
+    v = rng.normal(size=(1, steps, kv, width)).astype(np.float32)
+    sinks = rng.normal(size=(heads,)).astype(np.float32) * 3
+    ours = dot_product_attention(
+        jnp.asarray(q),
+        jnp.asarray(k),
+        jnp.asarray(v),
+        mask=None,
+        is_causal=True,
+        window=window,
+        sinks=jnp.asarray(sinks),
+    )
+    position = np.arange(steps)
+    allowed = position[None, :] <= position[:, None]
+    if window is not None:
+        allowed &= position[None, :] > position[:, None] - window
+    expected = np.empty_like(q)
+    for head in range(heads):
+        group = head // (heads // kv)
+        scores = np.where(allowed, q[0, :, head] @ k[0, :, group].T / np.sqrt(width), -np.inf)
+        top = np.maximum(scores.max(axis=1, keepdims=True), sinks[head])
+        weights = np.exp(scores - top)
+        weights /= weights.sum(axis=1, keepdims=True) + np.exp(sinks[head] - top)
+        expected[0, :, head] = weights @ v[0, :, group]
+    np.testing.assert_allclose(np.asarray(ours), expected, atol=2e-5)

@@ -25,6 +25,8 @@ ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
 SLIDING_ATTENTION, FULL_ATTENTION = "sliding_attention", "full_attention"
 #: Llama 4's local layers (RoPE, attention within a chunk): only its own attention reads them.
 CHUNKED_ATTENTION = "chunked_attention"
+#: Qwen3-Next's Gated DeltaNet layers (no attention at all): only its own blocks read them.
+LINEAR_ATTENTION = "linear_attention"
 
 
 def attention_mask(padding_mask: jax.Array | None) -> jax.Array | None:
@@ -134,23 +136,44 @@ def softcapped_attention(
     mask: jax.Array | None,
     scale: float | None = None,
     softcap: float | None = None,
+    sinks: jax.Array | None = None,
 ) -> jax.Array:
     """Grouped-query attention with the scores capped as ``tanh(s / softcap) * softcap`` (after the
-    ``scale``, before the mask, as Gemma 2 does); without ``softcap`` it is
-    ``jax.nn.dot_product_attention``. ``mask``: bool broadcastable to ``[B, 1, T, S]``."""
-    if softcap is None:
+    ``scale``, before the mask, as Gemma 2 does) and ``sinks`` joining each row's softmax
+    (:func:`attention_probabilities`); without either it is ``jax.nn.dot_product_attention``.
+    ``mask``: bool broadcastable to ``[B, 1, T, S]``."""
+    if softcap is None and sinks is None:
         return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, implementation="xla")
     batch, steps, n_heads, head_dim = q.shape
     n_kv = k.shape[2]
     grouped = q.reshape(batch, steps, n_kv, n_heads // n_kv, head_dim)
     scores = jnp.einsum("btkgh,bskh->bkgts", grouped, k, preferred_element_type=jnp.float32)
-    scores = scores * (head_dim**-0.5 if scale is None else scale)
-    scores = jnp.tanh(scores / softcap) * softcap
+    probs = attention_probabilities(scores, mask, head_dim**-0.5 if scale is None else scale, softcap, sinks)
+    out = jnp.einsum("bkgts,bskh->btkgh", probs.astype(v.dtype), v)
+    return out.reshape(batch, steps, n_heads, head_dim)
+
+
+def attention_probabilities(
+    scores: jax.Array,
+    mask: jax.Array | None,
+    scale: float,
+    softcap: float | None = None,
+    sinks: jax.Array | None = None,
+) -> jax.Array:
+    """The float32 softmax of grouped ``scores`` ``[B, kv_heads, group, T, S]``: scaled, capped
+    (``softcap``), masked (``mask`` bool broadcastable to ``[B, 1, T, S]``), and with ``sinks``
+    ``[heads]`` (a logit per head that joins each row's softmax, taking a share of the probability
+    but adding no value: GPT-OSS)."""
+    scores = scores * scale
+    if softcap is not None:
+        scores = jnp.tanh(scores / softcap) * softcap
     if mask is not None:
         scores = jnp.where(mask[:, :, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
-    return out.reshape(batch, steps, n_heads, head_dim)
+    if sinks is None:
+        return jax.nn.softmax(scores, axis=-1)
+    sink = sinks.astype(jnp.float32).reshape(1, scores.shape[1], scores.shape[2], 1, 1)
+    sink = jnp.broadcast_to(sink, (*scores.shape[:-1], 1))
+    return jax.nn.softmax(jnp.concatenate([scores, sink], axis=-1), axis=-1)[..., :-1]
 
 
 def blocked_causal_attention(
@@ -162,6 +185,7 @@ def blocked_causal_attention(
     window: int | jax.Array | None = None,
     scale: float | None = None,
     softcap: float | None = None,
+    sinks: jax.Array | None = None,
 ) -> jax.Array:
     """Causal attention computed per block of ``block`` queries against only the keys the block can
     see: up to the block's end, and with a ``window`` from ``window - 1`` places before its start, so
@@ -181,7 +205,7 @@ def blocked_causal_attention(
         elif key_mask is not None:
             mask = mask & key_mask[:, None, None, first:end]
         keys, values = k[:, first:end], v[:, first:end]
-        outputs.append(softcapped_attention(q[:, start:end], keys, values, mask, scale, softcap))
+        outputs.append(softcapped_attention(q[:, start:end], keys, values, mask, scale, softcap, sinks))
     return jnp.concatenate(outputs, axis=1)
 
 
@@ -196,6 +220,7 @@ def dot_product_attention(
     window: int | jax.Array | None = None,
     scale: float | None = None,
     softcap: float | None = None,
+    sinks: jax.Array | None = None,
 ) -> jax.Array:
     """``jax.nn.dot_product_attention`` with a backend choice.
 
@@ -209,7 +234,7 @@ def dot_product_attention(
     that are a multiple of 8 and at most 128) and falls back to XLA if cuDNN rejects the call while
     tracing. A key padding mask reaches cuDNN as sequence lengths (:func:`_cudnn_attention`).
     ``scale`` multiplies the scores (default ``head_dim ** -0.5``); ``softcap`` caps them
-    (:func:`softcapped_attention`, XLA only), and a traced ``window`` is XLA only too.
+    (:func:`softcapped_attention`, XLA only), and so do ``sinks`` and a traced ``window``.
     """
     if implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ConfigError(
@@ -218,7 +243,7 @@ def dot_product_attention(
         )
     if window is not None and not is_causal:
         raise ValueError("a sliding window applies to causal self-attention only")
-    fusable = softcap is None and (window is None or isinstance(window, int))
+    fusable = softcap is None and sinks is None and (window is None or isinstance(window, int))
     use_cudnn = fusable and (implementation == "cudnn" or (implementation == "auto" and _cudnn_eligible(q, v)))
     if use_cudnn:
         try:
@@ -236,13 +261,13 @@ def dot_product_attention(
             key_mask = jnp.broadcast_to(mask, (q.shape[0], 1, 1, steps))[:, 0, 0, :]
         else:
             key_mask = jnp.broadcast_to(mask, (q.shape[0], 1, steps, steps))
-        return blocked_causal_attention(q, k, v, key_mask, block, window, scale, softcap)
-    if window is not None or (softcap is not None and is_causal):
+        return blocked_causal_attention(q, k, v, key_mask, block, window, scale, softcap, sinks)
+    if window is not None or ((softcap is not None or sinks is not None) and is_causal):
         allowed = window_mask(jnp.arange(steps), jnp.arange(k.shape[1]), window)[None, None]
         mask = allowed if mask is None else mask & allowed
-        return softcapped_attention(q, k, v, mask, scale, softcap)
-    if softcap is not None:
-        return softcapped_attention(q, k, v, mask, scale, softcap)
+        return softcapped_attention(q, k, v, mask, scale, softcap, sinks)
+    if softcap is not None or sinks is not None:
+        return softcapped_attention(q, k, v, mask, scale, softcap, sinks)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=is_causal, implementation="xla")
 
 
@@ -325,18 +350,8 @@ def cached_attention(
     n_kv = keys.shape[1]
     grouped = q.reshape(batch, steps, n_kv, n_heads // n_kv, head_dim)
     scores = jnp.einsum("btkgh,bksh->bkgts", grouped, keys, preferred_element_type=jnp.float32)
-    scores = scores * (head_dim**-0.5 if scale is None else scale)
-    if softcap is not None:
-        scores = jnp.tanh(scores / softcap) * softcap
-    if mask is not None:
-        scores = jnp.where(mask[:, :, None], scores, jnp.finfo(jnp.float32).min)
-    if sinks is None:
-        probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
-    else:
-        sink = sinks.astype(jnp.float32).reshape(n_kv, n_heads // n_kv, 1, 1)
-        sink = jnp.broadcast_to(sink, (*scores.shape[:-1], 1))
-        probs = jax.nn.softmax(jnp.concatenate([scores, sink], axis=-1), axis=-1)[..., :-1].astype(values.dtype)
-    out = jnp.einsum("bkgts,bksh->btkgh", probs, values)
+    probs = attention_probabilities(scores, mask, head_dim**-0.5 if scale is None else scale, softcap, sinks)
+    out = jnp.einsum("bkgts,bksh->btkgh", probs.astype(values.dtype), values)
     return out.reshape(batch, steps, n_heads, head_dim)
 
 
@@ -514,6 +529,8 @@ class CausalSelfAttention(Module):
             return self.sliding_window
         if CHUNKED_ATTENTION in self.layer_types:
             raise ConfigError(f"{CHUNKED_ATTENTION} layers are Llama 4's (model/llama4_text); use sliding_attention")
+        if LINEAR_ATTENTION in self.layer_types:
+            raise ConfigError(f"{LINEAR_ATTENTION} layers are Qwen3-Next's (model/qwen3_next)")
         if layer is None:
             raise ConfigError("an attention layer with layer_types needs its layer index (layer=...)")
         if isinstance(layer, int):
@@ -607,6 +624,11 @@ class CausalSelfAttention(Module):
         """What the scores are multiplied by (None: ``head_dim ** -0.5``)."""
         return None if self.query_pre_attn_scalar is None else float(self.query_pre_attn_scalar) ** -0.5
 
+    def _sinks(self, n_heads: int) -> jax.Array | None:
+        """A logit per head that joins each row's softmax (:func:`attention_probabilities`), or None:
+        a subclass with attention sinks (GPT-OSS) makes them its parameter here."""
+        return None
+
     def _attend(
         self,
         q: jax.Array,
@@ -617,13 +639,12 @@ class CausalSelfAttention(Module):
         decode: bool,
     ) -> jax.Array:
         """The heads' outputs ``[B, T, heads, head_dim]`` of rotated ``q`` and ``k``, ``v`` (the step's,
-        appended to the KV cache first when ``decode``). A subclass may compute them otherwise (GPT-OSS
-        adds a sink to each row's softmax)."""
-        scale, softcap = self._scale(), self.attn_softcap
+        appended to the KV cache first when ``decode``). A subclass may compute them otherwise."""
+        scale, softcap, sinks = self._scale(), self.attn_softcap, self._sinks(q.shape[2])
         cached = self._cached(k, v, padding_mask, window) if decode else None
         if cached is not None:
             keys, values, mask = cached
-            return cached_attention(q, keys, values, mask, scale=scale, softcap=softcap)
+            return cached_attention(q, keys, values, mask, scale=scale, softcap=softcap, sinks=sinks)
         return dot_product_attention(
             q,
             k,
@@ -634,7 +655,13 @@ class CausalSelfAttention(Module):
             window=window,
             scale=scale,
             softcap=softcap,
+            sinks=sinks,
         )
+
+    def _gate_output(self, x: jax.Array, y: jax.Array, n_heads: int, head_dim: int, deterministic: bool) -> jax.Array:
+        """The heads' outputs ``y`` ``[B, T, heads, head_dim]`` before the output projection, of input ``x``:
+        unchanged here; a subclass may gate them (Qwen3-Next's sigmoid of a projection of ``x``)."""
+        return y
 
     @nn.compact
     def __call__(
@@ -663,6 +690,7 @@ class CausalSelfAttention(Module):
             q, k = self._rotate(q, k, positions, layer)
 
         y = self._attend(q, k, v, padding_mask, window, decode)
+        y = self._gate_output(x, y, n_heads, head_dim, deterministic)
         y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
 
         out_std = self.init_std if self.out_std is None else self.out_std

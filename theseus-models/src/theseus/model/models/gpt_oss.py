@@ -23,10 +23,6 @@ from theseus.errors import ConfigError
 from theseus.model.layers._common import cast, normal, param
 from theseus.model.layers.attention import (
     CausalSelfAttention,
-    attention_mask,
-    cached_attention,
-    heads_major,
-    window_mask,
 )
 from theseus.model.layers.experts import GatedActivation, Kernels, Routing
 from theseus.model.layers.moe import MoE, MoESpec
@@ -84,7 +80,8 @@ class ClampedSwiGLU(GatedActivation):
 class GptOssAttention(CausalSelfAttention):
     """:class:`CausalSelfAttention` with a learned logit per head, ``sinks`` ``[heads]``, joining every
     row's softmax (in training and against the KV cache); the sliding layers rotate as the full ones do
-    (``rope_scaling`` on every layer). Scores are formed whole (no fused kernel takes the sink)."""
+    (``rope_scaling`` on every layer). XLA's attention computes it (no fused kernel takes the sink), in
+    query blocks against the keys each block sees, as for any attention off cuDNN."""
 
     def _rotate(
         self, q: jax.Array, k: jax.Array, positions: jax.Array | None, layer: int | jax.Array | None
@@ -92,26 +89,10 @@ class GptOssAttention(CausalSelfAttention):
         theta, scaling = self.rope_theta, self.rope_scaling
         return rotate(q, positions, theta, scaling), rotate(k, positions, theta, scaling)
 
-    def _attend(
-        self,
-        q: jax.Array,
-        k: jax.Array,
-        v: jax.Array,
-        padding_mask: jax.Array | None,
-        window: int | jax.Array | None,
-        decode: bool,
-    ) -> jax.Array:
-        sinks = param(self, "sinks", normal(self.init_std), (q.shape[2],), (Axis.HEADS,))
-        cached = self._cached(k, v, padding_mask, window) if decode else None
-        if cached is not None:
-            keys, values, mask = cached
-        else:
-            steps = q.shape[1]
-            mask = window_mask(jnp.arange(steps), jnp.arange(steps), window)[None, None]
-            padding = attention_mask(padding_mask)
-            mask = mask if padding is None else mask & padding
-            keys, values = heads_major(k), heads_major(v)
-        return cached_attention(q, keys, values, mask, scale=self._scale(), softcap=self.attn_softcap, sinks=sinks)
+    def _sinks(self, n_heads: int) -> jax.Array:
+        """``sinks`` ``[heads]``: a learned logit per head in each row's softmax."""
+        sink: jax.Array = param(self, "sinks", normal(self.init_std), (n_heads,), (Axis.HEADS,))
+        return sink
 
 
 class GptOssMoE(MoE):
