@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from theseus.config import field
-from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
-from theseus.model.models.architecture import Preset, lookup_preset
+from theseus.model.models.architecture import Preset
 from theseus.model.models.llama import Llama
+from theseus.model.models.windows import InterleavedWindows
 
 GEMMA2_PRESETS: dict[str, Preset] = {
     "tiny": Preset(
@@ -58,11 +58,6 @@ GEMMA3_PRESETS: dict[str, Preset] = {
 }
 
 
-def pattern_layer_types(n_layers: int, every: int) -> tuple[str, ...]:
-    """Sliding-window layers with every ``every``-th one full attention (transformers' default pattern)."""
-    return tuple(FULL_ATTENTION if (i + 1) % every == 0 else SLIDING_ATTENTION for i in range(n_layers))
-
-
 def softcap(value: float | None, default: float | None) -> float | None:
     """A soft-capping key: ``None`` takes the family's ``default``, 0 switches capping off."""
     if value is None:
@@ -70,7 +65,7 @@ def softcap(value: float | None, default: float | None) -> float | None:
     return None if value == 0 else float(value)
 
 
-class Gemma2(Llama):
+class Gemma2(InterleavedWindows, Llama):
     """Gemma 2: :class:`Llama`'s attention with GeGLU (tanh-approximate GELU) MLPs, zero-centred
     RMSNorms (``1 + scale``) before and after both branches (``attn_norm`` / ``attn_out_norm``,
     ``mlp_norm`` / ``mlp_out_norm``), token embeddings times ``sqrt(n_embd)``, a tied head, scores
@@ -90,18 +85,11 @@ class Gemma2(Llama):
     ACTIVATION: ClassVar[str] = "geglu"
     TIED_EMBEDDINGS: ClassVar[bool] = True
     NORM_PLACEMENT: ClassVar[str] = "sandwich"
-    #: The window of the sliding layers when ``architecture/sliding_window`` is None.
     DEFAULT_WINDOW: ClassVar[int] = 4096
-    #: Every this many layers one is full attention (when ``architecture/layer_types`` is None).
     FULL_EVERY: ClassVar[int] = 2
     ATTN_SOFTCAP: ClassVar[float | None] = 50.0
     FINAL_SOFTCAP: ClassVar[float | None] = 30.0
 
-    layer_types: tuple[str, ...] | None = field(
-        "architecture/layer_types",
-        default=None,
-        help="sliding_attention | full_attention per layer (None: the family's interleaving)",
-    )
     rope_local_theta: float | None = field(
         "architecture/rope_local_theta",
         default=None,
@@ -123,28 +111,14 @@ class Gemma2(Llama):
         help="cap output logits as tanh(x / cap) * cap (None: the family's; 0: off)",
     )
 
-    def __post_init__(self) -> None:
-        if isinstance(self.layer_types, list):  # as a run's saved configuration reads back: keep it hashable
-            object.__setattr__(self, "layer_types", tuple(self.layer_types))
-        super().__post_init__()
-
-    def _sliding_window(self) -> int | None:
-        """The key's window; unset, the family's, at most the block size (longer would change nothing)."""
-        if self.sliding_window is None:
-            return min(self.DEFAULT_WINDOW, self.block_size)
-        return self.sliding_window
-
     def _extra_architecture(self) -> dict[str, Any]:
-        n_layers = lookup_preset(self.PRESETS, self.preset, self.FAMILY).n_layers
-        n_layers = n_layers if self.n_layers is None else self.n_layers
-        types = pattern_layer_types(n_layers, self.FULL_EVERY) if self.layer_types is None else self.layer_types
         return {
+            **super()._extra_architecture(),
             "zero_centred_norm": True,
             "scale_embeddings": True,
             "query_pre_attn_scalar": self.query_pre_attn_scalar,
             "attn_softcap": softcap(self.attn_softcap, self.ATTN_SOFTCAP),
             "final_softcap": softcap(self.final_softcap, self.FINAL_SOFTCAP),
-            "layer_types": tuple(types),
             "local_rope_theta": self.rope_local_theta,
         }
 
@@ -169,4 +143,4 @@ class Gemma3(Gemma2):
     FINAL_SOFTCAP: ClassVar[float | None] = None
 
 
-__all__ = ["GEMMA2_PRESETS", "GEMMA3_PRESETS", "Gemma2", "Gemma3", "pattern_layer_types"]
+__all__ = ["GEMMA2_PRESETS", "GEMMA3_PRESETS", "Gemma2", "Gemma3"]

@@ -19,8 +19,8 @@ from theseus.model.huggingface.family import cannot, require, unsupported
 from theseus.model.huggingface.names import TensorMap, same
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.models.architecture import Architecture
-from theseus.model.models.gemma import pattern_layer_types
 from theseus.model.models.llama_hf import AttentionBiasFamily
+from theseus.model.models.windows import pattern_layer_types
 
 GEMMA2_CLASS = "theseus.model.models.gemma:Gemma2"
 GEMMA3_CLASS = "theseus.model.models.gemma:Gemma3"

@@ -27,10 +27,10 @@ from theseus.model.layers.attention import (
 from theseus.model.layers.experts import GatedActivation, Kernels, Routing
 from theseus.model.layers.moe import MoE, MoESpec
 from theseus.model.layers.rotary import rotate
-from theseus.model.models.architecture import Preset, lookup_preset
-from theseus.model.models.gemma import pattern_layer_types
+from theseus.model.models.architecture import Preset
 from theseus.model.models.llama import Llama
 from theseus.model.models.mixture import MixtureLM, MoEBlock, MoEPreset
+from theseus.model.models.windows import InterleavedWindows
 
 GPT_OSS_PRESETS: dict[str, Preset] = {
     "tiny": MoEPreset(
@@ -150,7 +150,7 @@ class GptOssBlock(MoEBlock):
     MOE: ClassVar[type[MoE]] = GptOssMoE
 
 
-class GptOss(MixtureLM, Llama):
+class GptOss(InterleavedWindows, MixtureLM, Llama):
     """GPT-OSS: :class:`Llama`'s pre-norm blocks (RMSNorm, grouped-query attention with RoPE, untied
     head) with biases on the query/key/value/output projections, a learned attention sink per head,
     ``architecture/layer_types`` (None: sliding and full layers alternating, the first sliding) giving
@@ -171,33 +171,8 @@ class GptOss(MixtureLM, Llama):
     FAMILY: ClassVar[str] = "GptOss"
     BLOCK = GptOssBlock
     USE_BIAS: ClassVar[bool] = True
-    #: The window of the sliding layers when ``architecture/sliding_window`` is None.
     DEFAULT_WINDOW: ClassVar[int] = 128
-    #: Every this many layers one is full attention (when ``architecture/layer_types`` is None).
     FULL_EVERY: ClassVar[int] = 2
-
-    layer_types: tuple[str, ...] | None = field(
-        "architecture/layer_types",
-        default=None,
-        help="sliding_attention | full_attention per layer (None: the family's interleaving)",
-    )
-
-    def __post_init__(self) -> None:
-        if isinstance(self.layer_types, list):  # as a run's saved configuration reads back: keep it hashable
-            object.__setattr__(self, "layer_types", tuple(self.layer_types))
-        super().__post_init__()
-
-    def _sliding_window(self) -> int | None:
-        """The key's window; unset, the family's, at most the block size (longer would change nothing)."""
-        if self.sliding_window is None:
-            return min(self.DEFAULT_WINDOW, self.block_size)
-        return self.sliding_window
-
-    def _extra_architecture(self) -> dict[str, Any]:
-        n_layers = lookup_preset(self.PRESETS, self.preset, self.FAMILY).n_layers
-        n_layers = n_layers if self.n_layers is None else self.n_layers
-        types = pattern_layer_types(n_layers, self.FULL_EVERY) if self.layer_types is None else self.layer_types
-        return {**super()._extra_architecture(), "layer_types": tuple(types)}
 
 
 __all__ = ["GPT_OSS_PRESETS", "ClampedSwiGLU", "GptOss", "GptOssAttention", "GptOssBlock", "GptOssMoE"]

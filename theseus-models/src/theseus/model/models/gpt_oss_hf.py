@@ -23,10 +23,10 @@ from theseus.model.huggingface.family import cannot, require, unsupported
 from theseus.model.huggingface.names import TensorMap, same, transposed
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.models.architecture import Architecture
-from theseus.model.models.gemma import pattern_layer_types
 from theseus.model.models.gpt_oss import DEFAULT_ALPHA, DEFAULT_LIMIT
 from theseus.model.models.llama_hf import LlamaFamily
 from theseus.model.models.mixtral_hf import ATTENTION_PEFT_MODULES, check_routing, mixture, without_dense_mlp
+from theseus.model.models.windows import pattern_layer_types
 
 GPT_OSS_CLASS = "theseus.model.models.gpt_oss:GptOss"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from theseus.config import field
-from theseus.model.models.architecture import Preset, lookup_preset
-from theseus.model.models.gemma import pattern_layer_types
+from theseus.model.models.architecture import Preset
 from theseus.model.models.olmo2 import OLMo2
+from theseus.model.models.windows import InterleavedWindows
 
 OLMO3_PRESETS: dict[str, Preset] = {
     "tiny": Preset(
@@ -31,7 +31,7 @@ OLMO3_PRESETS: dict[str, Preset] = {
 }
 
 
-class OLMo3(OLMo2):
+class OLMo3(InterleavedWindows, OLMo2):
     """OLMo 3: :class:`OLMo2` whose ``architecture/layer_types`` (None: three sliding layers, then one
     full, repeated) give the ``architecture/sliding_window`` (None: 4096, at most the block size) to the
     sliding layers only. The sliding layers rotate with ``architecture/rope_local_theta`` (None:
@@ -45,42 +45,17 @@ class OLMo3(OLMo2):
 
     PRESETS: ClassVar[dict[str, Preset]] = OLMO3_PRESETS
     FAMILY: ClassVar[str] = "OLMo3"
-    #: The window of the sliding layers when ``architecture/sliding_window`` is None.
     DEFAULT_WINDOW: ClassVar[int] = 4096
-    #: Every this many layers one is full attention (when ``architecture/layer_types`` is None).
     FULL_EVERY: ClassVar[int] = 4
 
-    layer_types: tuple[str, ...] | None = field(
-        "architecture/layer_types",
-        default=None,
-        help="sliding_attention | full_attention per layer (None: every fourth layer full)",
-    )
     rope_local_theta: float | None = field(
         "architecture/rope_local_theta",
         default=None,
         help="rotary base of the sliding-window layers (None: architecture/rope_theta)",
     )
 
-    def __post_init__(self) -> None:
-        if isinstance(self.layer_types, list):  # as a run's saved configuration reads back: keep it hashable
-            object.__setattr__(self, "layer_types", tuple(self.layer_types))
-        super().__post_init__()
-
-    def _sliding_window(self) -> int | None:
-        """The key's window; unset, the family's, at most the block size (longer would change nothing)."""
-        if self.sliding_window is None:
-            return min(self.DEFAULT_WINDOW, self.block_size)
-        return self.sliding_window
-
-    def _n_layers(self) -> int:
-        preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
-        return preset.n_layers if self.n_layers is None else self.n_layers
-
     def _extra_architecture(self) -> dict[str, Any]:
-        types = self.layer_types
-        if types is None:
-            types = pattern_layer_types(self._n_layers(), self.FULL_EVERY)
-        return {**super()._extra_architecture(), "layer_types": tuple(types), "local_rope_theta": self.rope_local_theta}
+        return {**super()._extra_architecture(), "local_rope_theta": self.rope_local_theta}
 
 
 __all__ = ["OLMO3_PRESETS", "OLMo3"]

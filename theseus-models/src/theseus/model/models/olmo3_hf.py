@@ -17,8 +17,8 @@ from theseus.model.huggingface.config_fields import plain_rope_theta, rope_confi
 from theseus.model.huggingface.family import cannot, require, unsupported
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.models.architecture import Architecture
-from theseus.model.models.gemma import pattern_layer_types
 from theseus.model.models.olmo2_hf import OLMo2Family
+from theseus.model.models.windows import pattern_layer_types
 
 OLMO3_CLASS = "theseus.model.models.olmo3:OLMo3"
 
