@@ -50,6 +50,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         Qwen2Config,
         Qwen3Config,
         Qwen3MoeConfig,
+        Qwen3NextConfig,
     )
 
     if family == "gpt2":
@@ -81,6 +82,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "deepseek_v3": DeepseekV3Config,
         "gpt_oss": GptOssConfig,
         "llama4_text": Llama4TextConfig,
+        "qwen3_next": Qwen3NextConfig,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
@@ -90,6 +92,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
         common.update(GPT_OSS)
     if family == "llama4_text":  # LLAMA4 below: chunks of 5, NoPE layers 1 and 3, mixtures at 1 and 3
         common.update(LLAMA4)
+    if family == "qwen3_next":  # QWEN3_NEXT below: linear layers 0 and 2, full 1 and 3, a dense layer 0
+        common.update(QWEN3_NEXT)
     if family == "phi3":  # its default pad id (32000) is past this vocabulary
         common["pad_token_id"] = None
     if family in GEMMA:
@@ -177,6 +181,31 @@ LLAMA4 = {
         "high_freq_factor": 4.0,
         "original_max_position_embeddings": 64,
     },
+    "pad_token_id": None,
+}
+
+
+#: Qwen3-Next at a small scale: Gated DeltaNet layers 0 and 2 (2 query/key heads of 8 serving 4 value
+#: heads of 6, a convolution of 4), gated full-attention layers 1 and 3 (4 heads of 16, a quarter rotated),
+#: a dense first layer (mlp_only_layers) then mixtures of 4 experts of 24 (top 2, renormalised) with a
+#: gated shared expert of 20.
+QWEN3_NEXT = {
+    "head_dim": 16,
+    "num_hidden_layers": 4,
+    "layer_types": ["linear_attention", "full_attention"] * 2,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 6,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 24,
+    "shared_expert_intermediate_size": 20,
+    "mlp_only_layers": [0],
+    "norm_topk_prob": True,
+    "partial_rotary_factor": 0.25,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
     "pad_token_id": None,
 }
 

@@ -61,7 +61,7 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
         # the example plugin's family is installed in the test environment too
         "model_type 'falcon' is not supported; installed families: deepseek_v3, example_scaled_gpt, gemma2, "
         "gemma3_text, gpt2, gpt_oss, llama, llama4_text, mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen3, "
-        "qwen3_moe "
+        "qwen3_moe, qwen3_next "
         "(a plugin adds one by registering an 'hf/<model_type>' component",
     ),
     "rope-dynamic": (

@@ -34,6 +34,9 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     # chunks of 5 (the KV cache keeps each key's position), NoPE layers with a temperature, interleaved
     # dense and mixture layers with a shared expert
     "llama4_text-chunks": ("llama4_text", {}),
+    # Gated DeltaNet layers decoding through their recurrent and convolution states, gated full-attention
+    # layers with partial RoPE, a gated shared expert
+    "qwen3_next": ("qwen3_next", {}),
     # fused qkv_proj / gate_up_proj split and fused back; LongRoPE's long factors (the prompt of 10 tokens
     # is past the original 8 positions)
     "phi3-window-longrope": (
@@ -113,6 +116,13 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     index = read_json(sharded / "model.safetensors.index.json")
     assert len(set(index["weight_map"].values())) > 1
     reloaded = AutoModelForCausalLM.from_pretrained(sharded, dtype=torch.float32).eval()
+    if family == "qwen3_next":  # transformers' own bfloat16 copy is 1.97 off (the recurrent state carries
+        # the rounding along): compare with that copy, which the export's rounding must equal
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.copy_(parameter.to(torch.bfloat16).float())
+        assert np.max(np.abs(hf_logits(reloaded, x) - hf_logits(model, x))) <= 1e-4
+        return
     # transformers' own bfloat16 copy of the Gemma models is 0.08-0.14 off (their norms multiply by 1 + w)
     assert np.max(np.abs(hf_logits(reloaded, x) - hf_logits(model, x))) <= (0.2 if family.startswith("gemma") else 0.1)
 

@@ -67,6 +67,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # chunks of 5 on the RoPE layers (pairs rotated, L2-normalised), NoPE layers with a temperature that
     # binds, dense and mixture layers interleaved (sigmoid-scaled expert inputs, a shared expert)
     "llama4": ("llama4_text", {}),
+    # Gated DeltaNet and gated full-attention layers (partial RoPE), zero-centred norms, a dense layer then
+    # mixtures with a gated shared expert
+    "qwen3-next": ("qwen3_next", {}),
     # fused qkv_proj (GQA: 4 query, 2 key/value heads) and gate_up_proj split on import
     "phi3-fused": ("phi3", {}),
     "phi3-window": ("phi3", {"sliding_window": 5}),
@@ -106,7 +109,7 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     assert np.max(np.abs(got - expected)[mask]) <= 1e-4
     arch = prepared.model.architecture
     assert arch.sliding_window == overrides.get("sliding_window", 5 if family in WINDOWED else None)
-    assert arch.qk_norm == (family in ("qwen3", "olmo2", "olmo3", "gemma3_text"))
+    assert arch.qk_norm == (family in ("qwen3", "olmo2", "olmo3", "gemma3_text", "qwen3_next"))
     assert (arch.qk_norm_span, arch.norm_placement) == (
         ("projection", "post") if family in ("olmo2", "olmo3") else ("head", "sandwich" if family in GEMMA else "pre")
     )
@@ -132,6 +135,12 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         for layer in model.model.layers:  # nor without the temperature
             layer.self_attn.attn_temperature_tuning = False
         assert np.max(np.abs(hf_logits(model, ids, mask) - expected)[mask]) > 1e-2
+    if family == "qwen3_next":
+        assert arch.layer_types == ("linear_attention", "full_attention") * 2 and arch.zero_centred_norm
+        assert (arch.moe is not None and arch.moe.first_k_dense, arch.shared_expert_hidden) == (1, 20)
+        chunked = prepared.model.clone(linear_chunk=4)  # the prompt of 12 in 3 chunks: the state carried
+        short, _ = chunked.apply({"params": read_params(prepared)}, jnp.asarray(ids), padding_mask=jnp.asarray(mask))
+        assert np.max(np.abs(np.asarray(short) - expected)[mask]) <= 1e-4
     if "head_dim" in overrides:
         assert arch.head_dim == overrides["head_dim"] and arch.n_embd == 32
     if overrides.get("rope_parameters", {}).get("rope_type") == "yarn":

@@ -137,7 +137,7 @@ def test_a_key_of_an_unselected_model_names_the_model() -> None:
         Pretrain.selected({}, {"architecture/moe/n_experts": 8})
     expected = (
         "architecture/moe/n_experts belongs to models 'deepseek_v3', 'gpt_oss', 'llama4_text', 'mixtral' "
-        "and 1 more; this run selects 'gpt' (model=gpt)"
+        "and 2 more; this run selects 'gpt' (model=gpt)"
     )
     assert str(caught.value) == expected
     chosen, _, _given = LlamaPretrain.selected({}, {"architecture/rope_theta": 5.0})

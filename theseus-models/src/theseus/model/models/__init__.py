@@ -39,6 +39,7 @@ from theseus.model.models.olmo3 import OLMO3_PRESETS, OLMo3
 from theseus.model.models.phi3 import PHI3_PRESETS, Phi3
 from theseus.model.models.qwen3 import QWEN3_PRESETS, Qwen3
 from theseus.model.models.qwen3_moe import QWEN3_MOE_PRESETS, Qwen3MoE
+from theseus.model.models.qwen3_next import QWEN3_NEXT_PRESETS, Qwen3Next
 from theseus.model.models.transformer import TransformerLM, cross_entropy, token_positions
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "OLMO3_PRESETS",
     "PHI3_PRESETS",
     "QWEN3_MOE_PRESETS",
+    "QWEN3_NEXT_PRESETS",
     "QWEN3_PRESETS",
     "Architecture",
     "Block",
@@ -72,6 +74,7 @@ __all__ = [
     "Preset",
     "Qwen3",
     "Qwen3MoE",
+    "Qwen3Next",
     "TransformerLM",
     "cross_entropy",
     "decode_step",

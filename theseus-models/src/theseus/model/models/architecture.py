@@ -10,6 +10,7 @@ from theseus.model.layers.attention import (
     ATTENTION_IMPLEMENTATIONS,
     CHUNKED_ATTENTION,
     FULL_ATTENTION,
+    LINEAR_ATTENTION,
     SLIDING_ATTENTION,
 )
 from theseus.model.layers.latent_attention import MLASpec
@@ -19,8 +20,9 @@ from theseus.model.layers.rotary import RopeScaling
 
 #: ``Architecture.norm_placement`` values: norms before each branch, after it, or both.
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
-#: ``Architecture.layer_types`` entries (transformers' names; chunked layers are Llama 4's alone).
-LAYER_TYPES = (SLIDING_ATTENTION, FULL_ATTENTION, CHUNKED_ATTENTION)
+#: ``Architecture.layer_types`` entries (transformers' names; chunked layers are Llama 4's alone, linear
+#: ones Qwen3-Next's).
+LAYER_TYPES = (SLIDING_ATTENTION, FULL_ATTENTION, CHUNKED_ATTENTION, LINEAR_ATTENTION)
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,8 @@ class Architecture:
         if len(types) != self.n_layers or not set(types) <= set(LAYER_TYPES):
             raise ConfigError(
                 f"architecture/layer_types={types!r} must list {self.n_layers} entries (one per layer), "
-                f"each {LAYER_TYPES[0]!r} or {LAYER_TYPES[1]!r} ({LAYER_TYPES[2]!r}: Llama 4)"
+                f"each {LAYER_TYPES[0]!r} or {LAYER_TYPES[1]!r} ({LAYER_TYPES[2]!r}: Llama 4; {LAYER_TYPES[3]!r}: "
+                "Qwen3-Next)"
             )
         if LAYER_TYPES[0] in types and self.sliding_window is None:
             raise ConfigError(

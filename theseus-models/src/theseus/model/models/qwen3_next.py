@@ -1,0 +1,385 @@
+"""``Qwen3Next``: Qwen3-Next (Qwen3-Next-80B-A3B): Gated DeltaNet linear-attention layers interleaved
+with gated full-attention layers, zero-centred RMSNorms and a mixture of experts with a gated shared
+expert.
+
+The mechanisms only this family has live here and in :mod:`theseus.model.models.qwen3_next_deltanet`:
+:class:`Qwen3NextAttention` (the full-attention layers: an output gate, ``sigmoid`` of a projection of the
+input, on each head's output; partial RoPE), :class:`Qwen3NextMoE` (the shared expert scaled by
+``sigmoid(x . shared_gate)``) and :class:`Qwen3NextBlock`, which builds a
+:class:`~theseus.model.models.qwen3_next_deltanet.GatedDeltaNet` on the ``linear_attention`` layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from theseus.base.axis import Axis
+from theseus.config import field
+from theseus.errors import ConfigError
+from theseus.model.layers._common import cast, child, normal, param
+from theseus.model.layers.attention import FULL_ATTENTION, LINEAR_ATTENTION, CausalSelfAttention
+from theseus.model.layers.mlp import MLP
+from theseus.model.layers.moe import MoE
+from theseus.model.layers.rotary import rotate
+from theseus.model.models.architecture import Architecture, Preset, lookup_preset
+from theseus.model.models.mixture import MixtureLM, MoEBlock, MoEPreset
+from theseus.model.models.qwen3 import Qwen3
+from theseus.model.models.qwen3_next_deltanet import CHUNK, GatedDeltaNet
+from theseus.model.module import Module
+
+
+@dataclass(frozen=True)
+class Qwen3NextPreset(MoEPreset):
+    """A :class:`MoEPreset` with Qwen3-Next's linear-attention shape, its gated shared expert (of
+    ``shared_expert_hidden``; None: ``expert_hidden``) and every ``full_attention_interval``-th layer
+    full attention (the others linear)."""
+
+    linear_key_heads: int = 16
+    linear_value_heads: int = 32
+    linear_key_dim: int = 128
+    linear_value_dim: int = 128
+    conv_kernel: int = 4
+    shared_expert_hidden: int | None = None
+    full_attention_interval: int = 4
+
+
+QWEN3_NEXT_PRESETS: dict[str, Preset] = {
+    "tiny": Qwen3NextPreset(
+        n_layers=4,
+        n_heads=4,
+        n_kv_heads=2,
+        n_embd=64,
+        head_dim=16,
+        mlp_ratio=2.0,
+        n_experts=4,
+        top_k=2,
+        expert_hidden=32,
+        linear_key_heads=2,
+        linear_value_heads=4,
+        linear_key_dim=16,
+        linear_value_dim=16,
+        description="4 layers (full attention at 3), mixtures of 4 experts of 32 (top 2) + a shared one, 64 wide",
+    ),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: 48 layers (every 4th full attention: 16 query and
+    # 2 key/value heads of 256, a quarter of each rotated; the others Gated DeltaNet: 16 query/key heads
+    # and 32 value heads of 128, convolution of 4), 2048 wide, every layer a mixture of 512 experts of
+    # 512 (top 10) with a gated shared expert of 512, untied head; 79.7B parameters (3.0B active) at
+    # vocab 151936 (transformers' count on the meta device).
+    "qwen3-next-80b-a3b": Qwen3NextPreset(
+        n_layers=48,
+        n_heads=16,
+        n_kv_heads=2,
+        n_embd=2048,
+        head_dim=256,
+        mlp_ratio=5120 / 2048,
+        n_experts=512,
+        top_k=10,
+        expert_hidden=512,
+        description="Qwen3-Next-80B-A3B's shape: 79.7B parameters (3.0B active) at vocab 151936",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Qwen3NextArchitecture(Architecture):
+    """An :class:`Architecture` with the Gated DeltaNet's shape (the ``linear_attention`` layers of
+    ``layer_types``) and the gated shared expert's width; the FLOP count reads both."""
+
+    linear_key_heads: int = 16
+    linear_value_heads: int = 32
+    linear_key_dim: int = 128
+    linear_value_dim: int = 128
+    conv_kernel: int = 4
+    linear_chunk: int = CHUNK
+    shared_expert_hidden: int = 0
+
+    @property
+    def linear_layers(self) -> int:
+        return sum(t == LINEAR_ATTENTION for t in self.layer_types or ())
+
+    def linear_attention_params(self) -> int:
+        """Matmul weights of one Gated DeltaNet layer: query/key/value/z, b/a and the output projection."""
+        keys = self.linear_key_heads * self.linear_key_dim
+        values = self.linear_value_heads * self.linear_value_dim
+        return self.n_embd * (2 * keys + 3 * values + 2 * self.linear_value_heads)
+
+    def attention_params(self) -> int:
+        """One full-attention layer: query (and its gate), key, value and output."""
+        return super().attention_params() + self.n_embd * self.n_heads * self.head_dim
+
+    def ffn_matmul_params(self) -> int:
+        shared = (3 * self.shared_expert_hidden + 1) * self.n_embd if self.moe is not None else 0
+        return super().ffn_matmul_params() + self.moe_layers * shared
+
+    def matmul_params(self) -> int:
+        full = self.n_layers - self.linear_layers
+        head = self.n_embd * self.padded_vocab_size
+        linear = self.linear_layers * self.linear_attention_params()
+        return full * self.attention_params() + linear + self.ffn_matmul_params() + head
+
+    def flops(self, seq: int) -> int:
+        """:meth:`Architecture.flops` with the scores of the full layers only, and per linear layer the
+        state's reads and writes and the within-chunk products (forward + backward, about
+        ``6 * seq * heads * (2 * key_dim * value_dim + chunk * (key_dim + value_dim))``)."""
+        full = self.n_layers - self.linear_layers
+        dk, dv = self.linear_key_dim, self.linear_value_dim
+        per_token = self.linear_value_heads * (2 * dk * dv + self.linear_chunk * (dk + dv))
+        return 6 * seq * self.matmul_params() + full * self.score_flops(seq) + self.linear_layers * 6 * seq * per_token
+
+
+class Qwen3NextAttention(CausalSelfAttention):
+    """:class:`CausalSelfAttention` of Qwen3-Next's full-attention layers: ``gate`` (``[embed, heads,
+    head_dim]``, a second query-shaped projection) gives each head's output a factor ``sigmoid(gate)``
+    before the output projection; RoPE turns only the first ``architecture/partial_rotary_factor`` of
+    each head (the rest passes), after the zero-centred query/key norms."""
+
+    partial_rotary_factor: float = field(
+        "architecture/partial_rotary_factor",
+        default=0.25,
+        above=0.0,
+        help="Qwen3-Next: the fraction of each query/key head that RoPE rotates (the leading dimensions)",
+    )
+
+    def _layer_window(self, layer: int | jax.Array | None) -> int | jax.Array | None:
+        return self.sliding_window
+
+    def _rotary_dim(self, head_dim: int) -> int:
+        rotated = int(head_dim * self.partial_rotary_factor)
+        if rotated < 2 or rotated % 2 or rotated > head_dim:
+            raise ConfigError(
+                f"architecture/partial_rotary_factor={self.partial_rotary_factor} rotates {rotated} of "
+                f"{head_dim} dimensions; it must give an even number from 2 to {head_dim}"
+            )
+        return rotated
+
+    def _rotate(
+        self, q: jax.Array, k: jax.Array, positions: jax.Array | None, layer: int | jax.Array | None
+    ) -> tuple[jax.Array, jax.Array]:
+        rotated = self._rotary_dim(q.shape[-1])
+
+        def turn(x: jax.Array) -> jax.Array:
+            head = rotate(x[..., :rotated], positions, self.rope_theta, self.rope_scaling)
+            return jnp.concatenate([head, x[..., rotated:]], axis=-1)
+
+        return turn(q), turn(k)
+
+    def _gate_output(self, x: jax.Array, y: jax.Array, n_heads: int, head_dim: int, deterministic: bool) -> jax.Array:
+        gate = self._project(x, "gate", n_heads, head_dim, Axis.HEADS, deterministic)
+        return (y.astype(jnp.float32) * jax.nn.sigmoid(gate.astype(jnp.float32))).astype(y.dtype)
+
+
+class Qwen3NextMoE(MoE):
+    """:class:`MoE` (softmax top-k routing, ``norm_topk_prob``) plus Qwen3-Next's shared expert: a
+    SwiGLU MLP ``shared`` of ``shared_hidden`` whose output is scaled per token by
+    ``sigmoid(x . shared_gate)`` (``shared_gate`` ``[embed]``). The mixture's own ``n_shared`` is 0."""
+
+    shared_hidden: int = 0
+
+    @nn.compact
+    def __call__(self, x: jax.Array, deterministic: bool = False) -> jax.Array:
+        out = super().__call__(x, deterministic)
+        if self.shared_hidden <= 0:
+            return out
+        shared = child(
+            self,
+            MLP,
+            n_embd=x.shape[-1],
+            d_ff=self.shared_hidden,
+            activation=self.resolved_activation,
+            use_bias=False,
+            lora_rank=0,
+            init_std=self.init_std,
+            out_std=self.out_std,
+            name="shared",
+        )
+        weight = param(self, "shared_gate", normal(self.init_std), (x.shape[-1],), (Axis.EMBED,))
+        dtype = self._activation_dtype
+        scale = jax.nn.sigmoid(jnp.einsum("bte,e->bt", x.astype(jnp.float32), weight.astype(jnp.float32)))
+        return out + (shared(x, deterministic) * cast(scale[..., None], dtype)).astype(dtype)
+
+
+class Qwen3NextBlock(MoEBlock):
+    """:class:`MoEBlock` of Qwen3-Next: its ``attn`` is a :class:`GatedDeltaNet` when ``linear``, else
+    :class:`Qwen3NextAttention`; its mixture :class:`Qwen3NextMoE` (a dense MLP when ``dense``)."""
+
+    ATTENTION: ClassVar[type[CausalSelfAttention]] = Qwen3NextAttention
+    MOE: ClassVar[type[MoE]] = Qwen3NextMoE
+
+    linear: bool = False
+
+    @classmethod
+    def components(cls) -> list[type]:
+        return [*super().components(), GatedDeltaNet]
+
+    def attention(self) -> Module:
+        arch = self.arch
+        if not self.linear:
+            return super().attention()
+        if not isinstance(arch, Qwen3NextArchitecture):
+            raise ConfigError("Qwen3-Next's linear-attention layers need a Qwen3NextArchitecture (model/qwen3_next)")
+        layer: GatedDeltaNet = child(
+            self,
+            GatedDeltaNet,
+            key_heads=arch.linear_key_heads,
+            value_heads=arch.linear_value_heads,
+            key_dim=arch.linear_key_dim,
+            value_dim=arch.linear_value_dim,
+            conv_kernel=arch.conv_kernel,
+            chunk_size=arch.linear_chunk,
+            norm_eps=arch.norm_eps,
+            out_std=self.out_std,
+        )
+        return layer
+
+    def feed_forward(self) -> Module:
+        arch = self.arch
+        if self.dense or arch.moe is None:
+            return super().feed_forward()
+        shared = arch.shared_expert_hidden if isinstance(arch, Qwen3NextArchitecture) else 0
+        moe: MoE = child(
+            self,
+            self.MOE,
+            **dataclasses.asdict(arch.moe),
+            d_ff=arch.d_ff,
+            activation=arch.activation,
+            out_std=self.out_std,
+            loss_weight=1.0 / arch.moe_layers,
+            shared_hidden=shared,
+        )
+        return moe
+
+
+class Qwen3Next(MixtureLM, Qwen3):
+    """Qwen3-Next: pre-norm blocks whose RMSNorms are zero-centred (``1 + scale``: the block norms, the
+    final norm and the per-head query/key norms; the Gated DeltaNet's output norm has a plain scale),
+    ``architecture/layer_types`` of ``linear_attention`` (a :class:`GatedDeltaNet`: ``architecture/
+    linear_num_key_heads`` query/key heads of ``linear_key_head_dim``, ``linear_num_value_heads`` value
+    heads of ``linear_value_head_dim``, a causal convolution of ``linear_conv_kernel_dim``, the delta
+    rule in chunks of ``architecture/linear_chunk_size``) and ``full_attention`` layers
+    (:class:`Qwen3NextAttention`: gated outputs, partial RoPE); default every
+    ``architecture/full_attention_interval``-th layer full. The feed-forwards are softmax-routed
+    mixtures with ``norm_topk_prob`` and a gated shared expert of ``architecture/moe/shared_expert_hidden``
+    (:class:`Qwen3NextMoE`); ``architecture/moe/first_k_dense`` leading layers are dense. The head is untied.
+
+    The two kinds of layer have different parameters, so the model runs unrolled (``model/scan_layers=
+    true`` is refused in one line). Presets: ``tiny`` and ``qwen3-next-80b-a3b`` (79.7B parameters, 3.0B
+    active, at ``architecture/vocab_size=151936``; the releases use ``architecture/rope_theta=1e7``,
+    which ``hf/import`` reads from ``config.json``). ``hf/import`` of ``model_type: qwen3_next`` builds it.
+    """
+
+    PRESETS: ClassVar[dict[str, Preset]] = QWEN3_NEXT_PRESETS
+    FAMILY: ClassVar[str] = "Qwen3Next"
+    BLOCK = Qwen3NextBlock
+    TIED_EMBEDDINGS: ClassVar[bool] = False
+
+    layer_types: tuple[str, ...] | None = field(
+        "architecture/layer_types",
+        default=None,
+        help="linear_attention | full_attention per layer (None: every full_attention_interval-th layer full)",
+    )
+    full_attention_interval: int | None = field(
+        "architecture/full_attention_interval",
+        default=None,
+        help="Qwen3-Next: every this many layers one is full attention, the last of each (None: the preset's)",
+    )
+    linear_key_heads: int | None = field(
+        "architecture/linear_num_key_heads", default=None, help="Qwen3-Next: query/key heads of the linear layers"
+    )
+    linear_value_heads: int | None = field(
+        "architecture/linear_num_value_heads", default=None, help="Qwen3-Next: value heads of the linear layers"
+    )
+    linear_key_dim: int | None = field(
+        "architecture/linear_key_head_dim", default=None, help="Qwen3-Next: query/key head width of the linear layers"
+    )
+    linear_value_dim: int | None = field(
+        "architecture/linear_value_head_dim", default=None, help="Qwen3-Next: value head width of the linear layers"
+    )
+    conv_kernel: int | None = field(
+        "architecture/linear_conv_kernel_dim", default=None, help="Qwen3-Next: taps of the linear layers' convolution"
+    )
+    linear_chunk: int = field(
+        "architecture/linear_chunk_size", default=CHUNK, above=0, help="Qwen3-Next: chunk of the chunked delta rule"
+    )
+    shared_expert_hidden: int | None = field(
+        "architecture/moe/shared_expert_hidden",
+        default=None,
+        help="Qwen3-Next: width of the gated shared expert (None: the preset's, else expert_hidden; 0: none)",
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.layer_types, list):  # as a run's saved configuration reads back: hashable
+            object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        super().__post_init__()
+
+    def _preset(self) -> Qwen3NextPreset:
+        preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
+        return preset if isinstance(preset, Qwen3NextPreset) else Qwen3NextPreset(**dataclasses.asdict(preset))
+
+    def _extra_architecture(self) -> dict[str, Any]:
+        preset = self._preset()
+        n_layers = preset.n_layers if self.n_layers is None else self.n_layers
+        types = self.layer_types
+        if types is None:
+            every = (
+                preset.full_attention_interval if self.full_attention_interval is None else self.full_attention_interval
+            )
+            if every < 1:
+                raise ConfigError(f"architecture/full_attention_interval={every} must be at least 1")
+            types = tuple(FULL_ATTENTION if (i + 1) % every == 0 else LINEAR_ATTENTION for i in range(n_layers))
+        if not set(types) <= {FULL_ATTENTION, LINEAR_ATTENTION}:
+            raise ConfigError(
+                f"architecture/layer_types={list(types)}: Qwen3-Next has linear_attention and full_attention"
+            )
+        return {**super()._extra_architecture(), "layer_types": tuple(types), "zero_centred_norm": True}
+
+    @property
+    def architecture(self) -> Architecture:
+        arch = super().architecture
+        preset = self._preset()
+
+        def pick(value: int | None, default: int) -> int:
+            return default if value is None else int(value)
+
+        moe_hidden = arch.moe.expert_hidden if arch.moe is not None else 0
+        shared_default = preset.shared_expert_hidden if preset.shared_expert_hidden is not None else moe_hidden
+        values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
+        return Qwen3NextArchitecture(
+            **values,
+            linear_key_heads=pick(self.linear_key_heads, preset.linear_key_heads),
+            linear_value_heads=pick(self.linear_value_heads, preset.linear_value_heads),
+            linear_key_dim=pick(self.linear_key_dim, preset.linear_key_dim),
+            linear_value_dim=pick(self.linear_value_dim, preset.linear_value_dim),
+            conv_kernel=pick(self.conv_kernel, preset.conv_kernel),
+            linear_chunk=int(self.linear_chunk),
+            shared_expert_hidden=pick(self.shared_expert_hidden, shared_default),
+        ).validate()
+
+    @property
+    def scans_layers(self) -> bool:
+        if self.scan_layers:
+            raise ConfigError(
+                "Qwen3-Next's linear-attention and full-attention layers have different parameters, so one "
+                "scanned layer cannot repeat them; set model/scan_layers=false"
+            )
+        return False
+
+    def _layer_options(self, layer: int) -> dict[str, Any]:
+        types = self.architecture.layer_types or ()
+        return {**super()._layer_options(layer), "linear": types[layer] == LINEAR_ATTENTION}
+
+
+__all__ = [
+    "QWEN3_NEXT_PRESETS",
+    "Qwen3Next",
+    "Qwen3NextArchitecture",
+    "Qwen3NextAttention",
+    "Qwen3NextBlock",
+    "Qwen3NextMoE",
+    "Qwen3NextPreset",
+]

@@ -1,0 +1,236 @@
+"""Qwen3-Next checkpoints (``Qwen3NextForCausalLM``, ``model_type: qwen3_next``) <-> theseus' ``Qwen3Next``:
+the ``hf/qwen3_next`` family.
+
+Per layer, by ``layer_types``: a ``full_attention`` layer's ``self_attn`` (``q_proj`` holds each head's
+query and then its output gate, ``[heads * 2 * head_dim, hidden]``; ``k_proj`` / ``v_proj`` / ``o_proj``;
+``q_norm`` / ``k_norm``), or a ``linear_attention`` layer's ``linear_attn``: ``in_proj_qkvz`` grouped by
+query/key head (each group: its query, its key, then the values and the z gates of the value heads it
+serves), ``in_proj_ba`` likewise (each group: the b then the a of its value heads), ``conv1d`` (the
+query, key and value channels in that order), ``dt_bias``, ``A_log``, ``norm`` and ``out_proj``. Every
+layer's ``mlp`` is the mixture (router ``gate``, ``experts.<j>.*_proj`` as ``save_pretrained`` writes
+them, ``shared_expert`` and ``shared_expert_gate``) or, in ``mlp_only_layers`` (leading layers only), a
+dense SwiGLU. The norms are zero-centred in both (stored as the offset from 1) and copied as they are.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from theseus.model.huggingface.config_fields import rope_keys
+from theseus.model.huggingface.family import cannot, require, unsupported
+from theseus.model.huggingface.names import TensorMap, heads_in, heads_out, same, vocab_embedding, vocab_head
+from theseus.model.layers.attention import FULL_ATTENTION, LINEAR_ATTENTION
+from theseus.model.models.architecture import Architecture
+from theseus.model.models.gpt_oss_hf import setting
+from theseus.model.models.llama4_hf import swiglu_maps
+from theseus.model.models.mixtral_hf import expert_maps, mixture
+from theseus.model.models.qwen3_moe_hf import Qwen3MoEFamily
+
+QWEN3_NEXT_CLASS = "theseus.model.models.qwen3_next:Qwen3Next"
+ROTARY_KEY = "architecture/partial_rotary_factor"
+#: transformers' ``Qwen3NextConfig`` defaults of fields a ``config.json`` may leave out.
+DEFAULT_PARTIAL, DEFAULT_INTERVAL = 0.25, 4
+
+
+def grouped(hf: str, paths: list[tuple[str, ...]], widths: list[int], groups: int, n_embd: int) -> TensorMap:
+    """An ``nn.Linear`` weight ``[groups * sum(widths), hidden]`` whose rows are ``groups`` blocks, each
+    the pieces of ``widths`` in order <-> one kernel per piece, ``[hidden, groups * width]`` (the
+    groups' pieces one after another)."""
+    total = sum(widths)
+    edges = np.cumsum([0, *widths])
+
+    def to_theseus(w: np.ndarray) -> list[np.ndarray]:
+        blocks = w.reshape(groups, total, n_embd)
+        return [blocks[:, lo:hi].reshape(-1, n_embd).T for lo, hi in itertools.pairwise(edges)]
+
+    def to_hf(arrays: list[np.ndarray]) -> np.ndarray:
+        pieces = [a.reshape(n_embd, groups, -1).transpose(1, 2, 0) for a in arrays]
+        return np.concatenate(pieces, axis=1).reshape(groups * total, n_embd)
+
+    return TensorMap(hf, (groups * total, n_embd), tuple(paths), to_theseus, to_hf)
+
+
+def reshaped(part: TensorMap, shapes: list[tuple[int, ...]]) -> TensorMap:
+    """``part`` with its theseus parameters reshaped to ``shapes`` (and flattened back on export)."""
+    return TensorMap(
+        part.hf,
+        part.hf_shape,
+        part.paths,
+        lambda w: [a.reshape(s) for a, s in zip(part.to_theseus(w), shapes, strict=True)],
+        lambda arrays: part.to_hf([a.reshape(a.shape[0], -1) for a in arrays]),
+    )
+
+
+class Qwen3NextFamily(Qwen3MoEFamily):
+    """``model_type: qwen3_next``."""
+
+    model_type: ClassVar[str] = "qwen3_next"
+    hf_class: ClassVar[str] = "Qwen3NextForCausalLM"
+    model_class: ClassVar[str] = QWEN3_NEXT_CLASS
+    fallback: ClassVar[bool] = True
+    peft_modules: ClassVar[Mapping[str, str]] = {
+        "key": "self_attn.k_proj",
+        "value": "self_attn.v_proj",
+        "out": "self_attn.o_proj",
+    }
+
+    # -- import ------------------------------------------------------------------------------------
+    def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        keys = super().keys(config)
+        n_layers = int(require(config, "num_hidden_layers"))
+        types = config.get("layer_types")
+        if not types:
+            every = int(config.get("full_attention_interval", DEFAULT_INTERVAL))
+            types = [FULL_ATTENTION if (i + 1) % every == 0 else LINEAR_ATTENTION for i in range(n_layers)]
+        if len(types) != n_layers or not set(types) <= {FULL_ATTENTION, LINEAR_ATTENTION}:
+            raise unsupported("layer_types", types, f"expected {n_layers} of linear_attention / full_attention")
+        shared = int(config.get("shared_expert_intermediate_size") or 0)
+        keys.update(
+            {
+                "architecture/layer_types": list(types),
+                "architecture/linear_num_key_heads": int(require(config, "linear_num_key_heads")),
+                "architecture/linear_num_value_heads": int(require(config, "linear_num_value_heads")),
+                "architecture/linear_key_head_dim": int(require(config, "linear_key_head_dim")),
+                "architecture/linear_value_head_dim": int(require(config, "linear_value_head_dim")),
+                "architecture/linear_conv_kernel_dim": int(config.get("linear_conv_kernel_dim", 4)),
+                "architecture/moe/shared_expert_hidden": shared,
+                "architecture/moe/n_shared": 0,
+                "architecture/moe/aux_loss": float(config.get("router_aux_loss_coef", 0.001)),
+                ROTARY_KEY: self.partial_rotary_factor(config),
+            }
+        )
+        if int(config.get("num_experts") or 0) < 1:
+            raise unsupported("num_experts", config.get("num_experts"), "a Qwen3-Next model has a mixture")
+        return keys
+
+    def window(self, config: Mapping[str, Any]) -> int | None:
+        """No sliding window: ``layer_types`` name the linear and full layers, read in :meth:`keys`."""
+        return None
+
+    def partial_rotary_factor(self, config: Mapping[str, Any]) -> float:
+        parameters = config.get("rope_parameters") or config.get("rope_scaling") or {}
+        return float(config.get("partial_rotary_factor", parameters.get("partial_rotary_factor", DEFAULT_PARTIAL)))
+
+    def rope(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """RoPE as Qwen3's, the partial rotation read apart (``architecture/partial_rotary_factor``)."""
+        stripped = {k: v for k, v in config.items() if k != "partial_rotary_factor"}
+        for name in ("rope_parameters", "rope_scaling"):
+            if isinstance(stripped.get(name), Mapping):
+                stripped[name] = {k: v for k, v in stripped[name].items() if k != "partial_rotary_factor"}
+        return rope_keys(stripped)
+
+    # -- both ways ---------------------------------------------------------------------------------
+    def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
+        from theseus.model.models.qwen3_next import Qwen3NextArchitecture
+
+        if not isinstance(arch, Qwen3NextArchitecture):
+            raise cannot(self.model_type, "a model other than Qwen3Next")
+        moe = mixture(arch)
+        e, h, kv, d = arch.n_embd, arch.n_heads, arch.n_kv_heads, arch.head_dim
+        types = arch.layer_types or (LINEAR_ATTENTION,) * arch.n_layers
+        maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+        for i in range(arch.n_layers):
+            hf, ours = f"model.layers.{i}.", f"blocks_{i}"
+            attn, mlp = (ours, "attn"), (ours, "mlp")
+            maps += self.layer_norm_maps(arch, i)
+            if types[i] == FULL_ATTENTION:
+                query = grouped(hf + "self_attn.q_proj.weight", [(*attn, "query"), (*attn, "gate")], [d, d], h, e)
+                maps += [
+                    reshaped(query, [(e, h, d), (e, h, d)]),
+                    heads_in(hf + "self_attn.k_proj.weight", (*attn, "key"), e, kv, d),
+                    heads_in(hf + "self_attn.v_proj.weight", (*attn, "value"), e, kv, d),
+                    heads_out(hf + "self_attn.o_proj.weight", (*attn, "out"), e, h, d),
+                    same(hf + "self_attn.q_norm.weight", (*attn, "query_norm", "scale"), (d,)),
+                    same(hf + "self_attn.k_norm.weight", (*attn, "key_norm", "scale"), (d,)),
+                ]
+            else:
+                maps += self.linear_maps(arch, hf + "linear_attn.", attn)
+            if i < moe.first_k_dense:
+                maps += swiglu_maps(hf + "mlp.", mlp, arch.d_ff, e)
+                continue
+            projections = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
+            maps += expert_maps(arch, i, hf + "mlp.", "gate", projections)
+            if arch.shared_expert_hidden:
+                maps += swiglu_maps(hf + "mlp.shared_expert.", (*mlp, "shared"), arch.shared_expert_hidden, e)
+                maps.append(
+                    TensorMap(
+                        hf + "mlp.shared_expert_gate.weight",
+                        (1, e),
+                        ((*mlp, "shared_gate"),),
+                        lambda w: [w.reshape(-1)],
+                        lambda a: a[0].reshape(1, -1),
+                    )
+                )
+        maps.append(same("model.norm.weight", ("final_norm", "scale"), (arch.n_embd,)))
+        if not arch.tied_embeddings:
+            maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+        return maps
+
+    def linear_maps(self, arch: Any, hf: str, ours: tuple[str, ...]) -> list[TensorMap]:
+        """One Gated DeltaNet layer's tensors (``arch`` a ``Qwen3NextArchitecture``)."""
+        e = arch.n_embd
+        nk, nv, dk, dv = arch.linear_key_heads, arch.linear_value_heads, arch.linear_key_dim, arch.linear_value_dim
+        r, taps = nv // nk, arch.conv_kernel
+        names = ["query", "key", "value", "z"]
+        qkvz = grouped(hf + "in_proj_qkvz.weight", [(*ours, n) for n in names], [dk, dk, r * dv, r * dv], nk, e)
+        ba = grouped(hf + "in_proj_ba.weight", [(*ours, "b"), (*ours, "a")], [r, r], nk, e)
+        channels = [nk * dk, nk * dk, nv * dv]
+        edges = np.cumsum([0, *channels])
+        conv_shapes = [(taps, nk, dk), (taps, nk, dk), (taps, nv, dv)]
+
+        def conv_in(w: np.ndarray) -> list[np.ndarray]:
+            taps_major = w[:, 0, :].T  # [K, C]
+            pieces = [taps_major[:, lo:hi] for lo, hi in itertools.pairwise(edges)]
+            return [p.reshape(s) for p, s in zip(pieces, conv_shapes, strict=True)]
+
+        def conv_out(arrays: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate([a.reshape(taps, -1) for a in arrays], axis=1).T[:, None, :]
+
+        conv_paths = tuple((*ours, f"conv_{n}") for n in ("query", "key", "value"))
+        return [
+            reshaped(qkvz, [(e, nk, dk), (e, nk, dk), (e, nv, dv), (e, nv, dv)]),
+            ba,
+            TensorMap(hf + "conv1d.weight", (sum(channels), 1, taps), conv_paths, conv_in, conv_out),
+            same(hf + "dt_bias", (*ours, "dt_bias"), (nv,)),
+            same(hf + "A_log", (*ours, "A_log"), (nv,)),
+            same(hf + "norm.weight", (*ours, "norm", "scale"), (dv,)),
+            heads_out(hf + "out_proj.weight", (*ours, "out"), e, nv, dv),
+        ]
+
+    # -- export ------------------------------------------------------------------------------------
+    def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
+        from theseus.model.models.qwen3_next import Qwen3NextArchitecture
+
+        if not isinstance(arch, Qwen3NextArchitecture):
+            raise cannot(self.model_type, "a model other than Qwen3Next")
+        moe = mixture(arch)
+        if moe.n_shared:
+            raise cannot(self.model_type, "architecture/moe/n_shared > 0 (its shared expert is the gated one)")
+        config = super().config(arch, settings)
+        partial = setting(settings, ROTARY_KEY, DEFAULT_PARTIAL)
+        rope = dict(config.get("rope_parameters") or {"rope_type": "default", "rope_theta": arch.rope_theta})
+        config.pop("sliding_window", None)
+        config.pop("use_sliding_window", None)
+        config.pop("max_window_layers", None)
+        config.update(
+            {
+                "rope_parameters": {**rope, "partial_rotary_factor": partial},
+                "partial_rotary_factor": partial,
+                "layer_types": list(arch.layer_types or ()),
+                "linear_num_key_heads": arch.linear_key_heads,
+                "linear_num_value_heads": arch.linear_value_heads,
+                "linear_key_head_dim": arch.linear_key_dim,
+                "linear_value_head_dim": arch.linear_value_dim,
+                "linear_conv_kernel_dim": arch.conv_kernel,
+                "shared_expert_intermediate_size": arch.shared_expert_hidden,
+                "attention_bias": False,
+            }
+        )
+        return config
+
+
+__all__ = ["QWEN3_NEXT_CLASS", "Qwen3NextFamily", "grouped"]
