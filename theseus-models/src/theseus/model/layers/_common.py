@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from theseus.base.axis import Axis
-from theseus.config import configure
+from theseus.config import configure, field
 from theseus.errors import ConfigError
 from theseus.model.module import Module
 
@@ -21,6 +21,11 @@ INIT_STD = 0.02
 
 #: Logical axes of a [batch, sequence, embed] activation.
 ACTIVATION_AXES = (Axis.BATCH, Axis.SEQUENCE, Axis.EMBED)
+
+
+def width_field() -> Any:
+    """``architecture/n_embd``, the model width, as every layer that reads it declares it."""
+    return field("architecture/n_embd", default=None, help="model width (None: from the preset)")
 
 
 def child(parent: Module, cls: type[T], **overrides: Any) -> T:

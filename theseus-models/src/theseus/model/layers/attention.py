@@ -13,7 +13,7 @@ from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora, quantization
-from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require
+from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require, width_field
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
 from theseus.model.layers.rotary import RopeScaling, RotaryEmbedding, rotate
@@ -402,7 +402,7 @@ class CausalSelfAttention(Module):
     one shape (repeating ones scan whole periods, each layer static: ``theseus.model.models.stacks``).
     """
 
-    n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
+    n_embd: int | None = width_field()
     n_heads: int | None = field("architecture/n_heads", default=None, help="attention heads (None: from the preset)")
     n_kv_heads: int | None = field(
         "architecture/n_kv_heads", default=None, help="key/value heads for grouped-query attention (None: preset)"

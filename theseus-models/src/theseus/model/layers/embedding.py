@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
-from theseus.model.layers._common import INIT_STD, cast, normal, param, require
+from theseus.model.layers._common import INIT_STD, cast, normal, param, require, width_field
 from theseus.model.module import Module
 
 
@@ -21,7 +21,7 @@ class TokenEmbedding(Module):
     """
 
     vocab_size: int = field("architecture/vocab_size", default=257, help="vocabulary size (257 = bytes + end-of-text)")
-    n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
+    n_embd: int | None = width_field()
     init_std: float = INIT_STD
 
     @property
@@ -54,7 +54,7 @@ class PositionEmbedding(Module):
     """
 
     block_size: int = field("architecture/block_size", default=256, help="maximum sequence length")
-    n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
+    n_embd: int | None = width_field()
     init_std: float = INIT_STD
 
     @property

@@ -34,7 +34,7 @@ from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora
-from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require
+from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require, width_field
 from theseus.model.layers.attention import (
     ATTENTION_IMPLEMENTATIONS,
     append_to_cache,
@@ -186,7 +186,7 @@ class LatentAttention(MLAKeys):
     :meth:`MLASpec.score_scale`).
     """
 
-    n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
+    n_embd: int | None = width_field()
     n_heads: int | None = field("architecture/n_heads", default=None, help="attention heads (None: from the preset)")
     dropout: float = field("architecture/dropout", default=0.0, help="dropout rate of residual branches")
     attention_impl: str = field(

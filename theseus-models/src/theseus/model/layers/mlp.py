@@ -11,7 +11,16 @@ from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora, quantization
-from theseus.model.layers._common import ACTIVATIONS, GATED, INIT_STD, cast, check_activation, child, constrain
+from theseus.model.layers._common import (
+    ACTIVATIONS,
+    GATED,
+    INIT_STD,
+    cast,
+    check_activation,
+    child,
+    constrain,
+    width_field,
+)
 from theseus.model.layers.dense import Dense
 from theseus.model.module import Module
 
@@ -41,7 +50,7 @@ class MLP(Module):
     biases ``[mlp]`` / ``[embed]`` when ``use_bias``.
     """
 
-    n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
+    n_embd: int | None = width_field()
     d_ff: int | None = field(
         "architecture/d_ff", default=None, help="MLP hidden width (None: mlp_ratio * n_embd, or the preset's)"
     )

@@ -14,7 +14,7 @@ from theseus.base.logprobs import cross_entropy
 from theseus.checkpoint.layers import LayerRun, StackEntry
 from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
+from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param, width_field
 from theseus.model.layers.attention import is_segment_ids, missing_cache_error
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.layers.rotary import RopeScaling
@@ -165,7 +165,7 @@ class TransformerLM(Module):
     n_kv_heads: int | None = field(
         "architecture/n_kv_heads", default=None, help="key/value heads for grouped-query attention (None: preset)"
     )
-    n_embd: int | None = field("architecture/n_embd", default=None, help="model width (None: from the preset)")
+    n_embd: int | None = width_field()
     d_ff: int | None = field(
         "architecture/d_ff", default=None, help="MLP hidden width (None: mlp_ratio * n_embd, or the preset's)"
     )
