@@ -629,3 +629,54 @@ def test_llama4_interleaved_dense_and_mixture_layers_refuse_a_scan_in_one_line()
         assert model.architecture.mixture_layers == (1, 3)  # type: ignore[attr-defined]
         with pytest.raises(ConfigError, match=r"^Llama 4's dense and mixture layers \(mixtures at \[1, 3\]\)"):
             _ = model.scans_layers
+
+
+def test_the_qwen3_next_preset_has_the_published_shape_and_count() -> None:
+    """qwen3-next-80b-a3b against transformers' Qwen3-Next built from the release's config fields (meta
+    device): 79.7B parameters, 3.9B active per token (3.3B without the embedding and the head)."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3NextConfig
+
+    from theseus.model.models.qwen3_next import Qwen3Next
+
+    values = {
+        "architecture/preset": "qwen3-next-80b-a3b",
+        "architecture/vocab_size": 151936,
+        "architecture/vocab_multiple": 1,
+        "architecture/block_size": 4096,
+    }
+    with configuration(values):
+        model = configure(Qwen3Next)
+        arch, total, inactive = model.architecture, model.parameter_count(), model.inactive_parameter_count()
+    config = Qwen3NextConfig(
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=5120,
+        num_hidden_layers=48,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        head_dim=256,
+        linear_num_key_heads=16,
+        linear_num_value_heads=32,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        num_experts=512,
+        num_experts_per_tok=10,
+        moe_intermediate_size=512,
+        shared_expert_intermediate_size=512,
+    )
+    assert arch.layer_types == tuple(config.layer_types)  # every 4th layer full attention
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    expected = sum(p.numel() for p in reference.parameters())
+    assert total == expected == 79_674_391_296
+    assert total - inactive == 3_874_929_408
+
+
+def test_qwen3_next_refuses_a_scan_in_one_line() -> None:
+    from theseus.model.models.qwen3_next import Qwen3Next
+
+    with configuration({"architecture/preset": "tiny", "model/scan_layers": True}):
+        model = configure(Qwen3Next)
+        with pytest.raises(ConfigError, match=r"^Qwen3-Next's linear-attention and full-attention layers"):
+            _ = model.scans_layers

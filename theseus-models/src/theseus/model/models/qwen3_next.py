@@ -69,8 +69,8 @@ QWEN3_NEXT_PRESETS: dict[str, Preset] = {
     # Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: 48 layers (every 4th full attention: 16 query and
     # 2 key/value heads of 256, a quarter of each rotated; the others Gated DeltaNet: 16 query/key heads
     # and 32 value heads of 128, convolution of 4), 2048 wide, every layer a mixture of 512 experts of
-    # 512 (top 10) with a gated shared expert of 512, untied head; 79.7B parameters (3.0B active) at
-    # vocab 151936 (transformers' count on the meta device).
+    # 512 (top 10) with a gated shared expert of 512, untied head; 79.7B parameters (3.9B active, 3.3B
+    # without the embedding and the head) at vocab 151936 (transformers' count on the meta device).
     "qwen3-next-80b-a3b": Qwen3NextPreset(
         n_layers=48,
         n_heads=16,
@@ -81,7 +81,7 @@ QWEN3_NEXT_PRESETS: dict[str, Preset] = {
         n_experts=512,
         top_k=10,
         expert_hidden=512,
-        description="Qwen3-Next-80B-A3B's shape: 79.7B parameters (3.0B active) at vocab 151936",
+        description="Qwen3-Next-80B-A3B's shape: 79.7B parameters (3.9B active) at vocab 151936",
     ),
 }
 
@@ -268,7 +268,7 @@ class Qwen3Next(MixtureLM, Qwen3):
     (:class:`Qwen3NextMoE`); ``architecture/moe/first_k_dense`` leading layers are dense. The head is untied.
 
     The two kinds of layer have different parameters, so the model runs unrolled (``model/scan_layers=
-    true`` is refused in one line). Presets: ``tiny`` and ``qwen3-next-80b-a3b`` (79.7B parameters, 3.0B
+    true`` is refused in one line). Presets: ``tiny`` and ``qwen3-next-80b-a3b`` (79.7B parameters, 3.9B
     active, at ``architecture/vocab_size=151936``; the releases use ``architecture/rope_theta=1e7``,
     which ``hf/import`` reads from ``config.json``). ``hf/import`` of ``model_type: qwen3_next`` builds it.
     """
