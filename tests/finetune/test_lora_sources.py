@@ -70,9 +70,28 @@ def test_adapters_train_over_the_base_of_every_source(job: str, source: str, sou
 
 
 def test_pretraining_with_lora_from_a_run_through_the_command_line(sources: dict[str, Any]) -> None:
-    """The command of the report: LoRA over an imported run, where it once asked the run for adapters."""
+    """LoRA pretraining over an imported run from the command line (it once asked the run for adapters)."""
     root = sources["root"]
     values = {**SETTINGS, "training/init_from": "run:base", "run/name": "cli"}
     assert call_cli(["run", "train/pretrain", "--root", str(root), *cli_settings(values)]) == 0
     saved = read_checkpoint(root / "runs" / "cli", 2)
     assert saved["params"] and all("lora_" in key for key in leaves(saved["params"]))
+
+
+def test_a_rank_with_no_adapter_in_the_model_is_one_line() -> None:
+    """``model/lora/rank`` above 0 on a model none of whose layers take adapters would train every
+    parameter and save them all while the run's configuration says adapters: refused instead."""
+    from types import SimpleNamespace
+
+    import jax.numpy as jnp
+    import optax
+
+    from theseus.errors import ConfigError
+
+    trainer = object.__new__(Pretrain)
+    trainer.context = SimpleNamespace(config={"model/lora/rank": 4})
+    trainer.model = SimpleNamespace()
+    with pytest.raises(ConfigError, match=r"^model/lora/rank=4, but no layer of SimpleNamespace took adapters"):
+        trainer._restrict_optimizer(optax.adam(1e-3), {"mlp": {"kernel": jnp.zeros((2, 2))}})
+    trainer.context = SimpleNamespace(config={})
+    assert trainer._restrict_optimizer(optax.adam(1e-3), {"mlp": {"kernel": jnp.zeros((2, 2))}}) is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -177,3 +178,38 @@ def test_resume_check_names_old_and_new() -> None:
     selection.check_resume({"select/model": "gpt"}, {"select/model": "gpt"}, "r")
     with pytest.raises(ConfigError, match=r"^run 'r' was started with model='gpt'; this run selects model='llama'"):
         selection.check_resume({"select/model": "gpt"}, {"select/model": "llama"}, "r")
+
+
+def recorded_run(root: Path, name: str, model: str) -> None:
+    """A run folder whose provenance records ``model`` (all the selection reads of it)."""
+    folder = root / "runs" / name
+    folder.mkdir(parents=True)
+    (folder / "provenance.json").write_text(json.dumps({"model": model}))
+
+
+def test_a_run_from_init_from_trains_the_model_its_source_holds(tmp_path: Path) -> None:
+    from theseus.model.models import GPT, Llama
+
+    recorded_run(tmp_path, "llama", "theseus.model.models.llama:Llama")
+    recorded_run(tmp_path, "qwen3", "theseus.model.models.qwen3:Qwen3")
+    recorded_run(tmp_path, "gpt", "theseus.model.models.gpt:GPT")
+
+    def model_of(trainer: Any, source: str, **given: Any) -> Any:
+        chosen, _, overrides = trainer.selected({}, {"training/init_from": f"run:{source}", **given}, tmp_path)
+        return chosen.MODEL, overrides.get("select/model")
+
+    class LlamaTrainer(Pretrain):
+        MODEL: ClassVar[Any] = "llama"
+
+    class ScaledGPT(GPT):  # a plugin's model built on GPT: a GPT run initialises it as it is
+        pass
+
+    class ScaledTrainer(Pretrain):
+        MODEL: ClassVar[Any] = ScaledGPT
+
+    assert model_of(Pretrain, "llama") == (Llama, "llama")  # declared gpt, the source's llama trains
+    assert model_of(LlamaTrainer, "qwen3")[1] == "qwen3"  # Qwen3 builds on Llama: still the source's
+    assert model_of(ScaledTrainer, "gpt") == (ScaledGPT, None)  # the declared subclass of the source's
+    assert model_of(Pretrain, "gpt") == ("gpt", None)  # the declared model itself: nothing to change
+    assert model_of(Pretrain, "llama", model="gpt") == ("gpt", "gpt")  # chosen explicitly: kept (refused later)
+    assert model_of(Pretrain, "missing") == ("gpt", None)  # the source cannot tell: opening it says why

@@ -38,9 +38,8 @@ def score_rows(trainer: BaseTrainer, state: Any, rows: Sequence[Row]) -> tuple[n
 
 def _scorer(trainer: BaseTrainer) -> Any:
     import jax
-    import jax.numpy as jnp
 
-    from theseus.base.logprobs import scored_positions, token_logps
+    from theseus.base.logprobs import sequence_logps
 
     cls = type(trainer)
     sharding = trainer.sharding
@@ -48,7 +47,6 @@ def _scorer(trainer: BaseTrainer) -> Any:
     def score(state: Any, batch: Mapping[str, Any]) -> tuple[Any, Any]:
         with sharding.context():
             logits, _loss, _meta = cls.forward(state, state.params, batch, key=None, deterministic=True)
-        y, mask = batch["y"], batch["padding_mask"]
-        return jnp.sum(token_logps(logits, y, mask), axis=-1), jnp.sum(scored_positions(y, mask), axis=-1)
+        return sequence_logps(logits, batch["y"], batch["padding_mask"])
 
     return trainer.compiled("row_score", lambda: jax.jit(score))

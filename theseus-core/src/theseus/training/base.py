@@ -290,15 +290,25 @@ class BaseTrainer(Job):
     def _restrict_optimizer(self, tx: optax.GradientTransformation, params: Any) -> optax.GradientTransformation:
         """The optimizer the run trains with, given the full one and the abstract parameters; a
         subclass that trains part of the parameters narrows it here, before the optimizer state is
-        laid out. A model with adapters (LoRA) trains them alone. Integer parameters (a quantized
-        base) cannot be differentiated, so a trainer that does not hold them out refuses them."""
+        laid out. A model with adapters (LoRA) trains them alone; ``model/lora/rank`` above 0 with no
+        adapter in the model is refused. Integer parameters (a quantized base) cannot be
+        differentiated, so a trainer that does not hold them out refuses them."""
         if any(not jnp.issubdtype(leaf.dtype, jnp.inexact) for leaf in jax.tree.leaves(params)):
             raise ConfigError(
-                f"{type(self).__name__} trains every parameter, but the model holds integer ones (a quantized "
-                "base, model/quantize); train it with a fine-tuning job (train/sft, train/dpo) and "
+                f"{type(self).__name__} cannot train over a quantized base (model/quantize: integer parameters); "
+                "the fine-tuning jobs hold it out of the update: use train/sft or train/dpo with "
                 "model/lora/rank>0, or set model/quantize=none"
             )
-        return adapters.adapters_only(tx, params) if adapters.has_adapters(params) else tx
+        if not adapters.has_adapters(params):
+            rank = int(self.setting("model/lora/rank", 0) or 0)
+            if rank > 0:
+                raise ConfigError(
+                    f"model/lora/rank={rank}, but no layer of {type(self.model).__name__} took adapters "
+                    "(model/lora/targets match none of its projections); choose targets it has, or set "
+                    "model/lora/rank=0 to train every parameter"
+                )
+            return tx
+        return adapters.adapters_only(tx, params)
 
     def mesh_devices(self) -> list[Any]:
         """The devices the mesh spans: all devices of all processes (override to use fewer)."""

@@ -146,7 +146,8 @@ def check_model_class(model_cls: type, source: InitSource) -> None:
     if not (isinstance(model_cls, type) and issubclass(model_cls, source_cls)):
         raise ConfigError(
             f"training/init_from={source.spec!r} holds a {source_cls.__name__} model but this trainer trains "
-            f"{getattr(model_cls, '__name__', model_cls)}; use a trainer whose MODEL is {source_cls.__name__}"
+            f"{getattr(model_cls, '__name__', model_cls)}; leave model= unset (and select/model out of a config "
+            f"file) to train the model the source holds, or use a trainer whose MODEL is {source_cls.__name__}"
         )
 
 

@@ -286,15 +286,22 @@ def select(
 
 def model_of_source(cls: Any, given: Mapping[str, Any], defaults: Mapping[str, str], root: Path | None) -> str | None:
     """The registered name of the model that ``training/init_from``'s source holds, when a run of a
-    trainer that declares a model selects none and the source's model is not (a subclass of) the
-    declared one; None otherwise, or when the source cannot tell (opening it later says why)."""
+    trainer that declares a model selects none and the declared model is not that model (or a
+    subclass of it, which the source initialises as it is); None otherwise, or when the source cannot
+    tell (opening it later says why)."""
     spec = given.get(INIT_FROM)
     if root is None or key("model") in given or key("model") not in defaults or not isinstance(spec, str) or not spec:
         return None
     from theseus.training.init_from import source_model_class
 
     target = source_model_class(spec, Path(root))
-    module, _, attribute = (target or "").partition(":")
+    if not target:
+        return None
+    entries = _registry().components_of("model")
+    for entry in entries:  # a model registered under the very class the source records (a plugin's too)
+        if entry.target == target:
+            return None if entry.name == defaults[key("model")] else str(entry.name)
+    module, _, attribute = target.partition(":")
     if not module.startswith("theseus."):
         return None  # a class a record names is imported only from theseus' own packages
     try:
@@ -302,10 +309,10 @@ def model_of_source(cls: Any, given: Mapping[str, Any], defaults: Mapping[str, s
         declared_cls = declarations.resolve("model", cls.MODEL)
     except (ImportError, AttributeError, TheseusError):
         return None
-    if isinstance(declared_cls, type) and isinstance(source_cls, type) and issubclass(source_cls, declared_cls):
+    if isinstance(declared_cls, type) and isinstance(source_cls, type) and issubclass(declared_cls, source_cls):
         return None
     name = registered_name("model", source_cls)
-    return name if name in {entry.name for entry in _registry().components_of("model")} else None
+    return name if name in {entry.name for entry in entries} else None
 
 
 def with_declarations(cls: Any, replaced: Mapping[str, Any]) -> Any:

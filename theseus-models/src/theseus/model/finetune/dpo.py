@@ -86,9 +86,8 @@ class PreferenceStep:
         intermediates: bool = False,
     ) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]:
         inputs = {"x": batch["x"], "padding_mask": batch.get("padding_mask")}
-        trained = adapters.freeze_base(params) if adapters.has_adapters(params) else params
         logits, _, meta = steps.forward(
-            state, trained, inputs, key=key, deterministic=deterministic, intermediates=intermediates
+            state, params, inputs, key=key, deterministic=deterministic, intermediates=intermediates
         )
         logps, counts = sequence_logps(logits, batch["y"])
         reference = None

@@ -1,12 +1,12 @@
 """``SFTTrainer``: supervised fine-tuning on chat or instruction data, fully or with LoRA adapters.
 
 The trainer reads prepared chat data in the ``"packed"`` style by default (several conversations per
-row, kept apart by segment ids, loss on assistant tokens only), starts from base weights
-(``training/init_from``: a run or a Hugging Face checkpoint; else the model's own initialisation), and, when
-``model/lora/rank`` is above 0, trains only the adapters: the optimizer holds state for the adapters
-alone, gradients stop at the base, and the base stays bit for bit as loaded. With a base in
-``training/init_from`` checkpoints hold only the adapters and refer to that base (read again on
-resume, by ``generate`` and by the exports).
+row, kept apart by segment ids, loss on assistant tokens only) and starts from base weights
+(``training/init_from``: a run or a Hugging Face checkpoint; else the model's own initialisation).
+LoRA itself (adapters alone trained over a base kept bit for bit, adapter-only checkpoints that
+refer to the base) is every trainer's, :mod:`theseus.training.adapters`; fine-tuning adds a quantized
+base (``model/quantize``) held out of the update, the check that ``model/lora/targets`` match the
+model's projections, and the chat template kept with the run.
 """
 
 from __future__ import annotations

@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from theseus.errors import ConfigError
 from theseus.model.huggingface.convert import from_config, open_checkpoint, plan_import
 from theseus.model.huggingface.importer import PreparedImport, flat_paths, read_params
-from theseus.model.huggingface.source import read_config, resolve_source
+from theseus.model.huggingface.source import CONFIG_FILE, HUB_ID, read_config, resolve_source
 from theseus.model.huggingface.tokenizer_files import tokenizer_spec
 from theseus.training.init_from import InitSource
 
 
 def hf_model_class(target: str) -> str:
-    """The theseus model class (``module:Name``) that ``target``'s ``config.json`` imports into."""
-    folder, _ = resolve_source(target)
+    """The theseus model class (``module:Name``) that ``target``'s ``config.json`` imports into; a hub
+    id fetches that file alone (the weights come when the run opens the source)."""
+    folder = Path(target).expanduser()
+    if not folder.is_dir():
+        folder = hub_config_folder(target)
     _family, imported = from_config(read_config(folder))
     return str(imported.model_class)
+
+
+def hub_config_folder(repo: str) -> Path:
+    """The local folder holding hub repository ``repo``'s ``config.json`` (downloaded if need be)."""
+    if not HUB_ID.match(repo) or repo.startswith((".", "/", "~")):
+        raise ConfigError(f"{repo!r} is neither a folder nor a hub repository id")
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(repo, CONFIG_FILE)).parent
+    except Exception as exc:  # offline, unknown repository, no huggingface_hub: opening the source says which
+        raise ConfigError(f"cannot read {repo!r}'s {CONFIG_FILE} ({type(exc).__name__})") from exc
 
 
 def hf_source(target: str, spec: str) -> InitSource:

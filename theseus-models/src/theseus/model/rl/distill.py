@@ -35,7 +35,7 @@ from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.rl.loss import forward_kl, generalized_jsd
 from theseus.model.rl.teacher import TEACHER_KEY, Teacher, check_student, open_teacher
 from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer, reward_means, rollout_metrics
-from theseus.training import adapters, steps
+from theseus.training import steps
 from theseus.training.base import Batch
 from theseus.training.sharding import TrainerSharding
 from theseus.training.state import TrainState
@@ -159,8 +159,7 @@ class DistillStep:
         intermediates: bool = False,
     ) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
         inputs = {"x": batch["x"], "padding_mask": batch.get("padding_mask")}
-        trained = adapters.freeze_base(params) if adapters.has_adapters(params) else params
-        logits, _, meta = steps.forward(state, trained, inputs, key=key, deterministic=deterministic)
+        logits, _, meta = steps.forward(state, params, inputs, key=key, deterministic=deterministic)
         teacher = teacher_logits(self.objective.teacher, self.teacher_params, inputs)
         loss = divergence(self.objective, logits, teacher, loss_mask(batch))
         if "aux_loss" in meta and not deterministic:  # a mixture-of-experts student's balancing losses

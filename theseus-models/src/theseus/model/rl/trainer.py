@@ -234,8 +234,7 @@ class PolicyStep:
     ) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
         o = self.objective
         inputs = {"x": batch["x"], "padding_mask": batch["padding_mask"]}
-        trained = adapters.freeze_base(params) if adapters.has_adapters(params) else params
-        logits, _, meta = steps.forward(state, trained, inputs, key=key, deterministic=deterministic)
+        logits, _, meta = steps.forward(state, params, inputs, key=key, deterministic=deterministic)
         logps = token_logps(logits, batch["y"])
         reference = None
         if o.beta > 0:
