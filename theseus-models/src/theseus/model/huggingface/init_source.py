@@ -8,7 +8,7 @@ from typing import Any
 from theseus.errors import ConfigError
 from theseus.model.huggingface.convert import from_config, open_checkpoint, plan_import
 from theseus.model.huggingface.importer import PreparedImport, flat_paths, read_params
-from theseus.model.huggingface.source import CONFIG_FILE, HUB_ID, read_config, resolve_source
+from theseus.model.huggingface.source import CONFIG_FILE, EXTRA, HUB_ID, read_config, resolve_source
 from theseus.model.huggingface.tokenizer_files import tokenizer_spec
 from theseus.training.init_from import InitSource
 
@@ -29,9 +29,11 @@ def hub_config_folder(repo: str) -> Path:
         raise ConfigError(f"{repo!r} is neither a folder nor a hub repository id")
     try:
         from huggingface_hub import hf_hub_download
-
+    except ImportError as exc:
+        raise ConfigError(f"{repo!r} is a hub id, and reading it needs huggingface_hub: {EXTRA}") from exc
+    try:
         return Path(hf_hub_download(repo, CONFIG_FILE)).parent
-    except Exception as exc:  # offline, unknown repository, no huggingface_hub: opening the source says which
+    except Exception as exc:  # offline, unknown repository: opening the source says which
         raise ConfigError(f"cannot read {repo!r}'s {CONFIG_FILE} ({type(exc).__name__})") from exc
 
 
