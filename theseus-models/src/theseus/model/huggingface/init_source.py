@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from theseus.errors import ConfigError
 from theseus.model.huggingface.convert import from_config, open_checkpoint, plan_import
 from theseus.model.huggingface.importer import PreparedImport, flat_paths, read_params
-from theseus.model.huggingface.source import CONFIG_FILE, EXTRA, HUB_ID, read_config, resolve_source
+from theseus.model.huggingface.source import hub_config_folder, read_config, resolve_source
 from theseus.model.huggingface.tokenizer_files import tokenizer_spec
 from theseus.training.init_from import InitSource
 
@@ -21,20 +20,6 @@ def hf_model_class(target: str) -> str:
         folder = hub_config_folder(target)
     _family, imported = from_config(read_config(folder))
     return str(imported.model_class)
-
-
-def hub_config_folder(repo: str) -> Path:
-    """The local folder holding hub repository ``repo``'s ``config.json`` (downloaded if need be)."""
-    if not HUB_ID.match(repo) or repo.startswith((".", "/", "~")):
-        raise ConfigError(f"{repo!r} is neither a folder nor a hub repository id")
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError as exc:
-        raise ConfigError(f"{repo!r} is a hub id, and reading it needs huggingface_hub: {EXTRA}") from exc
-    try:
-        return Path(hf_hub_download(repo, CONFIG_FILE)).parent
-    except Exception as exc:  # offline, unknown repository: opening the source says which
-        raise ConfigError(f"cannot read {repo!r}'s {CONFIG_FILE} ({type(exc).__name__})") from exc
 
 
 def hf_source(target: str, spec: str) -> InitSource:

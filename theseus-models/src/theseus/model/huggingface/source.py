@@ -44,6 +44,20 @@ def resolve_source(source: str, revision: str = "") -> tuple[Path, dict[str, Any
     return folder, {"source": source, "revision": folder.name, "requested_revision": revision or "main"}
 
 
+def hub_config_folder(repo: str) -> Path:
+    """The local folder holding hub repository ``repo``'s ``config.json`` (downloaded if need be)."""
+    if not HUB_ID.match(repo) or repo.startswith((".", "/", "~")):
+        raise ConfigError(f"{repo!r} is neither a folder nor a hub repository id")
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as exc:
+        raise ConfigError(f"{repo!r} is a hub id, and reading it needs huggingface_hub: {EXTRA}") from exc
+    try:
+        return Path(hf_hub_download(repo, CONFIG_FILE)).parent
+    except Exception as exc:  # offline, unknown repository: opening the source says which
+        raise ConfigError(f"cannot read {repo!r}'s {CONFIG_FILE} ({type(exc).__name__})") from exc
+
+
 def read_config(folder: Path) -> dict[str, Any]:
     path = folder / CONFIG_FILE
     if not path.is_file():
