@@ -1,5 +1,5 @@
 """docs/reinforcement-learning.md's SFT-to-GRPO arithmetic flow, as written, with the shorter step counts
-the page names (``SFT_STEPS=4 GRPO_STEPS=2``): demonstrations written and prepared as chat data, an SFT
+the page names (``SFT_STEPS=4 GRPO_STEPS=2 EVAL_BATCHES=1``): demonstrations written and prepared as chat data, an SFT
 run whose chat template the GRPO run renders its prompts with and keeps, a validation before the first
 update, the GRPO metrics logged, and the reward plotted beside the loss
 (``benchmarks/rl_arithmetic.py`` runs the same flow at the page's own step counts)."""
@@ -19,7 +19,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.mark.slow
 def test_arithmetic_flow(tmp_path) -> None:
-    shell = Shell.create(tmp_path / "work", SFT_STEPS="4", GRPO_STEPS="2")
+    shell = Shell.create(tmp_path / "work", SFT_STEPS="4", GRPO_STEPS="2", EVAL_BATCHES="1")
     shell.timeout = 900  # one script: demonstrations, tokenization, SFT and GRPO, on busy cores
     (result,) = shell.run(flows("docs/reinforcement-learning.md")["arithmetic"])
     assert "wrote 20000 training and 100 validation conversations of environment 'arithmetic'" in result.stdout
