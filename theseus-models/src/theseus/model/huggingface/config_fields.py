@@ -11,6 +11,7 @@ from theseus.errors import ConfigError
 from theseus.model.huggingface.family import require, unsupported
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.layers.rotary import yarn_mscale
+from theseus.model.models.windows import pattern_layer_types
 
 if TYPE_CHECKING:
     from theseus.model.models.architecture import Architecture
@@ -134,6 +135,31 @@ def rope_config(arch: Architecture) -> dict[str, Any]:
 # ----------------------------------------------------------------- attention windows
 
 
+def interleaved_layer_types(config: Mapping[str, Any], every: int) -> list[str]:
+    """``config.json``'s ``layer_types``, or transformers' default pattern (sliding layers with every
+    ``every``-th one full); one line unless it holds one sliding or full entry per layer."""
+
+    n_layers = int(require(config, "num_hidden_layers"))
+    types = config.get("layer_types")
+    types = list(pattern_layer_types(n_layers, every) if types is None else types)
+    if len(types) != n_layers or not set(types) <= {SLIDING_ATTENTION, FULL_ATTENTION}:
+        raise unsupported("layer_types", types, f"expected {n_layers} of {SLIDING_ATTENTION!r} / {FULL_ATTENTION!r}")
+    return types
+
+
+def sliding_window_of(config: Mapping[str, Any], layer_types: list[str], default: int) -> int | None:
+    """The sliding layers' window: ``config.json``'s ``sliding_window`` (``default`` when absent), None
+    when no layer slides; ConfigError for sliding layers whose window is null."""
+    if SLIDING_ATTENTION not in layer_types:
+        return None
+    window = config.get("sliding_window", default)
+    if window is None:
+        raise ConfigError(
+            "config.json has sliding_attention layers but no sliding_window; the checkpoint is incomplete"
+        )
+    return int(window)
+
+
 def layer_window(config: Mapping[str, Any], window: int | None, windowed_from: int | None = None) -> int | None:
     """The one attention window of every layer: ``window`` where ``config.json``'s ``layer_types`` (or,
     without them, layers ``windowed_from`` on) say ``sliding_attention``, None where all are full.
@@ -196,12 +222,14 @@ def decoder_shape(arch: Architecture) -> dict[str, Any]:
 
 __all__ = [
     "decoder_shape",
+    "interleaved_layer_types",
     "layer_window",
     "original_positions",
     "plain_rope_theta",
     "qwen_window",
     "rope_config",
     "rope_keys",
+    "sliding_window_of",
     "window_config",
     "yarn_keys",
 ]

@@ -17,16 +17,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from theseus.errors import ConfigError
-from theseus.model.huggingface.config_fields import rope_keys
-from theseus.model.huggingface.family import cannot, require, unsupported
+from theseus.model.huggingface.config_fields import interleaved_layer_types, rope_keys, sliding_window_of
+from theseus.model.huggingface.family import cannot, require
 from theseus.model.huggingface.names import TensorMap, same, transposed
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.models.architecture import Architecture
 from theseus.model.models.gpt_oss import DEFAULT_ALPHA, DEFAULT_LIMIT
 from theseus.model.models.llama_hf import LlamaFamily
 from theseus.model.models.mixtral_hf import ATTENTION_PEFT_MODULES, check_routing, mixture, without_dense_mlp
-from theseus.model.models.windows import pattern_layer_types
 
 GPT_OSS_CLASS = "theseus.model.models.gpt_oss:GptOss"
 
@@ -97,25 +95,11 @@ class GptOssFamily(LlamaFamily):
 
     def layer_types(self, config: Mapping[str, Any]) -> list[str]:
         """``layer_types``, or transformers' default (sliding and full alternating, the first sliding)."""
-        n_layers = int(require(config, "num_hidden_layers"))
-        types = config.get("layer_types")
-        types = list(pattern_layer_types(n_layers, 2) if types is None else types)
-        if len(types) != n_layers or not set(types) <= {SLIDING_ATTENTION, FULL_ATTENTION}:
-            raise unsupported(
-                "layer_types", types, f"expected {n_layers} of {SLIDING_ATTENTION!r} / {FULL_ATTENTION!r}"
-            )
-        return types
+        return interleaved_layer_types(config, 2)
 
     def window(self, config: Mapping[str, Any]) -> int | None:
         """The sliding layers' window; None when no layer slides."""
-        if SLIDING_ATTENTION not in self.layer_types(config):
-            return None
-        window = config.get("sliding_window", DEFAULT_WINDOW)
-        if window is None:
-            raise ConfigError(
-                "config.json has sliding_attention layers but no sliding_window; the checkpoint is incomplete"
-            )
-        return int(window)
+        return sliding_window_of(config, self.layer_types(config), DEFAULT_WINDOW)
 
     def rope(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """One RoPE for every layer; the base defaults to GPT-OSS's 150000."""

@@ -12,13 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from theseus.errors import ConfigError
-from theseus.model.huggingface.config_fields import plain_rope_theta, rope_config, rope_keys
-from theseus.model.huggingface.family import cannot, require, unsupported
+from theseus.model.huggingface.config_fields import (
+    interleaved_layer_types,
+    plain_rope_theta,
+    rope_config,
+    rope_keys,
+    sliding_window_of,
+)
+from theseus.model.huggingface.family import cannot
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.models.architecture import Architecture
 from theseus.model.models.olmo2_hf import OLMo2Family
-from theseus.model.models.windows import pattern_layer_types
 
 OLMO3_CLASS = "theseus.model.models.olmo3:OLMo3"
 
@@ -48,25 +52,11 @@ class OLMo3Family(OLMo2Family):
 
     def layer_types(self, config: Mapping[str, Any]) -> list[str]:
         """``layer_types``, or transformers' default pattern."""
-        n_layers = int(require(config, "num_hidden_layers"))
-        types = config.get("layer_types")
-        types = list(pattern_layer_types(n_layers, self.full_every) if types is None else types)
-        if len(types) != n_layers or not set(types) <= {SLIDING_ATTENTION, FULL_ATTENTION}:
-            raise unsupported(
-                "layer_types", types, f"expected {n_layers} of {SLIDING_ATTENTION!r} / {FULL_ATTENTION!r}"
-            )
-        return types
+        return interleaved_layer_types(config, self.full_every)
 
     def window(self, config: Mapping[str, Any]) -> int | None:
         """The sliding layers' window; None when no layer slides."""
-        if SLIDING_ATTENTION not in self.layer_types(config):
-            return None
-        window = config.get("sliding_window", DEFAULT_WINDOW)
-        if window is None:
-            raise ConfigError(
-                "config.json has sliding_attention layers but no sliding_window; the checkpoint is incomplete"
-            )
-        return int(window)
+        return sliding_window_of(config, self.layer_types(config), DEFAULT_WINDOW)
 
     def rope(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The full layers' RoPE as ``architecture/rope_*`` keys and the sliding layers' base as
