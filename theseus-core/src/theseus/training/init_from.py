@@ -42,18 +42,27 @@ class InitSource:
     load: Loader
 
 
-def open_source(spec: str, root: Path) -> InitSource:
-    """Parse ``training/init_from`` and read the source's description (no weights yet)."""
+def parse_source(spec: str) -> tuple[str, str, int | None]:
+    """``training/init_from`` as ``(kind, target, step)``: ``("run", name, step or None)`` or
+    ``("hf", folder or hub id, None)``; ConfigError (one line) for anything else."""
     kind, sep, target = spec.partition(":")
     if not sep or not target or kind not in ("run", "hf"):
         raise ConfigError(
             f"training/init_from={spec!r} is not a source; use run:<name>[@step] or hf:<folder or hub id>"
         )
+    if kind == "hf":
+        return kind, target, None
+    name, _, step = target.partition("@")
+    if step and not step.isdigit():
+        raise ConfigError(f"training/init_from={spec!r}: the step after '@' must be a number")
+    return kind, name, int(step) if step else None
+
+
+def open_source(spec: str, root: Path) -> InitSource:
+    """Parse ``training/init_from`` and read the source's description (no weights yet)."""
+    kind, target, step = parse_source(spec)
     if kind == "run":
-        name, _, step = target.partition("@")
-        if step and not step.isdigit():
-            raise ConfigError(f"training/init_from={spec!r}: the step after '@' must be a number")
-        return run_source(root, name, int(step) if step else None, spec)
+        return run_source(root, target, step, spec)
     try:
         module = importlib.import_module("theseus.model.huggingface.init_source")
     except ImportError as exc:
@@ -69,21 +78,19 @@ def source_model_class(spec: str, root: Path) -> str | None:
     """The model class (``module:Name``) the source holds, read without its weights: the model a run
     trains when it selects none (``model=``). None when the source does not say or cannot be read
     here; opening it later reports why."""
-    kind, _, target = spec.partition(":")
     try:
+        kind, target, _step = parse_source(spec)
         if kind == "run":
             from theseus.runs.layout import run_path
             from theseus.runs.records import read_provenance
 
-            model = read_provenance(run_path(root, target.partition("@")[0])).get("model")
+            model = read_provenance(run_path(root, target)).get("model")
             return model if isinstance(model, str) else None
-        if kind == "hf" and target:
-            module = importlib.import_module("theseus.model.huggingface.init_source")
-            found: str | None = module.hf_model_class(target)
-            return found
+        module = importlib.import_module("theseus.model.huggingface.init_source")
+        found: str | None = module.hf_model_class(target)
+        return found
     except (TheseusError, ImportError, OSError):
         return None
-    return None
 
 
 # -- a theseus run -----------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from theseus.rl.selection import REWARDS_KEY, EnvironmentSelection, declared_env
 from theseus.runs.layout import run_path
 from theseus.training import adapters, declarations, steps
 from theseus.training.base import Batch
+from theseus.training.init_from import parse_source
 from theseus.training.sharding import TrainerSharding
 from theseus.training.state import TrainState
 
@@ -492,7 +493,8 @@ class GRPOTrainer(SFTTrainer):
         spec = str(self.args.init_from)
         if not spec.startswith("run:"):
             return None
-        return run_path(self.context.root, spec.removeprefix("run:").partition("@")[0]) / TEMPLATE_FILE
+        _kind, name, _step = parse_source(spec)
+        return run_path(self.context.root, name) / TEMPLATE_FILE
 
     def _init_template(self) -> ChatTemplate:
         """The chat template kept by the ``training/init_from`` run (``rl/chat=true``)."""
