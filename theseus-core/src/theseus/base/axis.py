@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from collections.abc import Iterable, Iterator, Mapping
 
 MeshAxes = str | tuple[str, ...] | None
@@ -29,7 +31,30 @@ class MeshAxis:
 
     DATA = "data"
     EXPERT = "expert"  # experts of mixture layers; batches split over it too (expert parallelism)
+    CONTEXT = "context"  # the sequence of each row (context parallelism)
     MODEL = "model"
+
+
+#: How attention meets keys held by other devices of the ``context`` axis: gather them all, or pass
+#: them round the ring one block at a time.
+CONTEXT_ATTENTION = ("allgather", "ring")
+
+_CONTEXT_ATTENTION: contextvars.ContextVar[str] = contextvars.ContextVar("theseus_context_attention", default="allgather")
+
+
+def context_attention() -> str:
+    """The form of context-parallel attention the program being traced uses (:data:`CONTEXT_ATTENTION`)."""
+    return _CONTEXT_ATTENTION.get()
+
+
+@contextlib.contextmanager
+def attending_with(form: str) -> Iterator[None]:
+    """Trace the enclosed code with context-parallel attention of ``form``."""
+    token = _CONTEXT_ATTENTION.set(form)
+    try:
+        yield
+    finally:
+        _CONTEXT_ATTENTION.reset(token)
 
 
 def _normalize(value: MeshAxes) -> MeshAxes:

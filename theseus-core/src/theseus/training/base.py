@@ -258,6 +258,8 @@ class BaseTrainer(Job):
                 data=args.mesh_data,
                 model=args.mesh_model,
                 expert=args.mesh_expert,
+                context=args.mesh_context,
+                context_attention=args.context_attention,
                 devices=self.mesh_devices(),
             )
             self.accumulate_steps, self.micro_rows = assembly.batch_geometry(

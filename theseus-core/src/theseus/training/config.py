@@ -135,3 +135,11 @@ class BaseTrainerConfig:
     mesh_expert: int = field(
         "mesh/expert", default=1, help="size of the expert mesh axis: experts and batch rows split over it (ep)"
     )
+    mesh_context: int = field(
+        "mesh/context", default=1, min=1, help="devices each sequence is split over (context parallelism)"
+    )
+    context_attention: Literal["allgather", "ring"] = field(
+        "mesh/context_attention",
+        default="allgather",
+        help="with mesh/context > 1: allgather (gather keys and values) or ring (pass them round, less memory)",
+    )

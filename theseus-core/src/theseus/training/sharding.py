@@ -4,6 +4,10 @@ The trainer builds one ``TrainerSharding`` from ``mesh/*`` configuration and the
 ``ShardingPlan``. The mesh has the axes ``data`` and ``model``, and with an ``ep`` layout first an
 ``expert`` axis: mixture layers split their experts over it, and batch rows are split over
 ``expert`` and ``data`` together (expert-major), so the expert axis also carries data parallelism.
+With ``mesh/context`` above 1 the mesh has a ``context`` axis between ``data`` and ``model``: each
+row's sequence is split over it (context parallelism; logical ``sequence`` maps onto it), parameters
+are laid out as the layout says, and attention meets the other devices' keys in the form
+``context_attention`` names (:mod:`theseus.model.layers.context_parallel`).
 The same object is handed to ``train_step`` / ``val_step`` / ``trace`` for every layout:
 ``.mesh`` is a ``jax.sharding.Mesh`` with Auto axis types and ``.parameter_fwdbwd_mapping`` is
 the rule list for ``flax.linen.logical_axis_rules``.
@@ -23,7 +27,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from theseus.base.accelerator import Accelerator, of_devices, targeting
-from theseus.base.axis import Axis, MeshAxes, MeshAxis, ShardingPlan
+from theseus.base.axis import CONTEXT_ATTENTION, Axis, MeshAxes, MeshAxis, ShardingPlan, attending_with
 from theseus.base.tree import path_text
 from theseus.errors import ConfigError
 
@@ -48,6 +52,7 @@ class TrainerSharding:
     layout: str
     plan: ShardingPlan
     parameter_fwdbwd_mapping: list[tuple[str, MeshAxes]] = field(default_factory=list)
+    context_attention: str = "allgather"
 
     @property
     def batch_axes(self) -> tuple[str, ...]:
@@ -63,6 +68,11 @@ class TrainerSharding:
     def expert_size(self) -> int:
         """Size of the ``expert`` mesh axis (1 without one)."""
         return int(self.mesh.shape.get(MeshAxis.EXPERT, 1))
+
+    @property
+    def context_size(self) -> int:
+        """Size of the ``context`` mesh axis: devices each row's sequence is split over (1 without one)."""
+        return int(self.mesh.shape.get(MeshAxis.CONTEXT, 1))
 
     @property
     def model_size(self) -> int:
@@ -98,6 +108,7 @@ class TrainerSharding:
             jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh),
             nn.logical_axis_rules(self.parameter_fwdbwd_mapping),
             targeting(self.accelerator),
+            attending_with(self.context_attention),
         ):
             yield
 
@@ -241,20 +252,25 @@ def check_divisible(abstract_params: Any, shardings: Any, logical_specs: Any, me
                 )
 
 
-def resolve_mesh_shape(data: int, model: int, device_count: int, expert: int = 1) -> tuple[int, int]:
+def resolve_mesh_shape(data: int, model: int, device_count: int, expert: int = 1, context: int = 1) -> tuple[int, int]:
     """Sizes of the ``data`` and ``model`` axes; one of them may be -1 (= fill the devices left by the
-    others, ``expert`` among them)."""
+    others, ``expert`` and ``context`` among them)."""
     if data == -1 and model == -1:
         raise ConfigError("mesh/data and mesh/model cannot both be -1; set one of them to a size")
     for key, size in (("mesh/data", data), ("mesh/model", model)):
         if size == 0 or size < -1:
             raise ConfigError(f"{key} must be a positive size or -1 (fill), got {size}")
-    if device_count % expert:
+    for key, size in (("mesh/expert", expert), ("mesh/context", context)):
+        if device_count % size:
+            raise ConfigError(f"{key}={size} does not divide the {device_count} available devices; choose a divisor")
+    named = [name for name, size in (("expert", expert), ("data", 0), ("context", context), ("model", 0)) if size != 1]
+    axes = " x ".join(f"mesh/{name}" for name in named)
+    if device_count % (expert * context):
         raise ConfigError(
-            f"mesh/expert={expert} does not divide the {device_count} available devices; choose a divisor"
+            f"mesh/expert x mesh/context = {expert * context} does not divide the {device_count} available "
+            "devices; choose sizes whose product divides them"
         )
-    axes = "mesh/expert x mesh/data x mesh/model" if expert > 1 else "mesh/data x mesh/model"
-    left = device_count // expert
+    left = device_count // (expert * context)
     if data == -1 or model == -1:
         known = model if data == -1 else data
         if left % known:
@@ -264,10 +280,11 @@ def resolve_mesh_shape(data: int, model: int, device_count: int, expert: int = 1
             )
         fill = left // known
         data, model = (fill, model) if data == -1 else (data, fill)
-    if expert * data * model != device_count:
-        sizes = "x".join(str(n) for n in ((expert,) if expert > 1 else ()) + (data, model))
+    if expert * context * data * model != device_count:
+        values = {"expert": expert, "data": data, "context": context, "model": model}
+        sizes = "x".join(str(values[name]) for name in named)
         raise ConfigError(
-            f"{axes} = {sizes} = {expert * data * model} does not match the {device_count} "
+            f"{axes} = {sizes} = {expert * context * data * model} does not match the {device_count} "
             f"available devices; use -1 for one axis to fill the rest"
         )
     return data, model
@@ -300,25 +317,36 @@ def build_sharding(
     data: int = -1,
     model: int = 1,
     expert: int = 1,
+    context: int = 1,
+    context_attention: str = "allgather",
     devices: Sequence[Any] | None = None,
 ) -> TrainerSharding:
     """The mesh and rules for ``layout`` over ``devices`` (all devices by default).
 
     A layout with ``ep`` gives the mesh an ``expert`` axis of size ``expert`` (first, so it is the
-    major part of the batch split) and splits batch rows over ``expert`` x ``data``."""
+    major part of the batch split) and splits batch rows over ``expert`` x ``data``. ``context`` above
+    1 adds a ``context`` axis of that size that splits each row's sequence, with attention across it
+    in the form ``context_attention`` (``allgather`` or ``ring``)."""
     if layout not in LAYOUTS:
         raise ConfigError(f"mesh/layout {layout!r} is not one of {', '.join(LAYOUTS)}")
-    if expert < 1:
-        raise ConfigError(f"mesh/expert must be a positive size, got {expert}")
+    for key, size in (("mesh/expert", expert), ("mesh/context", context)):
+        if size < 1:
+            raise ConfigError(f"{key} must be a positive size, got {size}")
+    if context_attention not in CONTEXT_ATTENTION:
+        raise ConfigError(
+            f"mesh/context_attention {context_attention!r} is not one of {', '.join(CONTEXT_ATTENTION)}"
+        )
     devices = list(devices) if devices is not None else jax.devices()
     _check_axis(layout, MeshAxis.MODEL, model)
     _check_axis(layout, MeshAxis.EXPERT, expert)
     _check_experts(plan, expert)
-    data, model = resolve_mesh_shape(data, model, len(devices), expert)
+    data, model = resolve_mesh_shape(data, model, len(devices), expert, context)
     _check_axis(layout, MeshAxis.MODEL, model)
     restricted = plan.restricted(LAYOUTS[layout])
     names: tuple[str, ...] = (MeshAxis.DATA, MeshAxis.MODEL)
     shape: tuple[int, ...] = (data, model)
+    if context > 1:
+        names, shape = (MeshAxis.DATA, MeshAxis.CONTEXT, MeshAxis.MODEL), (data, context, model)
     if MeshAxis.EXPERT in LAYOUTS[layout]:
         names, shape = (MeshAxis.EXPERT, *names), (expert, *shape)
     mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names), devices=devices)
@@ -326,5 +354,13 @@ def build_sharding(
     if Axis.BATCH not in restricted:
         rows = batch_axes(mesh)
         rules.append((Axis.BATCH, rows if len(rows) > 1 else rows[0]))
+    if context > 1:
+        rules.append((Axis.SEQUENCE, MeshAxis.CONTEXT))
     rules.extend(restricted.rules())
-    return TrainerSharding(mesh=mesh, layout=layout, plan=restricted, parameter_fwdbwd_mapping=rules)
+    return TrainerSharding(
+        mesh=mesh,
+        layout=layout,
+        plan=restricted,
+        parameter_fwdbwd_mapping=rules,
+        context_attention=context_attention,
+    )

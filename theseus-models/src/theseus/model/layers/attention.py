@@ -14,6 +14,7 @@ from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora, quantization
 from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require, width_field
+from theseus.model.layers.context_parallel import context_parallel_attention, context_size, refuse
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
 from theseus.model.layers.rotary import RopeScaling, RotaryEmbedding, rotate
@@ -641,6 +642,12 @@ class CausalSelfAttention(Module):
         """The heads' outputs ``[B, T, heads, head_dim]`` of rotated ``q`` and ``k``, ``v`` (the step's,
         appended to the KV cache first when ``decode``). A subclass may compute them otherwise."""
         scale, softcap, sinks = self._scale(), self.attn_softcap, self._sinks(q.shape[2])
+        if context_size() > 1:  # the sequence is split over the context axis, in the balanced order
+            if decode:
+                refuse("decoding with a KV cache")
+            return context_parallel_attention(
+                q, k, v, padding_mask, window=window, scale=scale, softcap=softcap, sinks=sinks
+            )
         cached = self._cached(k, v, padding_mask, window) if decode else None
         if cached is not None:
             keys, values, mask = cached

@@ -130,11 +130,12 @@ def parallel_dropless_experts(
 
 
 def batch_axes() -> tuple[str, ...]:
-    """The axes of the current mesh that split token rows, major first: ``expert``, then ``data``."""
+    """The axes of the current mesh that split token rows, major first: ``expert``, then ``data``, then
+    ``context`` (a row's sequence split over it: flattened ``[B, T]`` rows are split over all three)."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         return ()
-    return tuple(name for name in (MeshAxis.EXPERT, MeshAxis.DATA) if name in mesh.axis_names)
+    return tuple(name for name in (MeshAxis.EXPERT, MeshAxis.DATA, MeshAxis.CONTEXT) if name in mesh.axis_names)
 
 
 def token_rows() -> PartitionSpec:

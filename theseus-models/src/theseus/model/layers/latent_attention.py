@@ -41,6 +41,7 @@ from theseus.model.layers.attention import (
     attention_mask,
     dot_product_attention,
 )
+from theseus.model.layers.context_parallel import refuse
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
 from theseus.model.layers.rotary import RopeScaling, rotate, yarn_mscale
@@ -315,6 +316,7 @@ class LatentAttention(MLAKeys):
         decode: bool = False,
         layer: int | jax.Array | None = None,
     ) -> jax.Array:
+        refuse("multi-head latent attention (DeepSeek-V3)")
         if self.lora_rank > 0:
             raise ConfigError(
                 "LoRA on multi-head latent attention is not supported; set model/lora/rank=0 (full fine-tuning)"

@@ -32,6 +32,7 @@ from theseus.model.layers.attention import (
     dot_product_attention,
     heads_major,
 )
+from theseus.model.layers.context_parallel import refuse
 from theseus.model.layers.experts import Kernels, Routing
 from theseus.model.layers.moe import MoE, MoESpec
 from theseus.model.layers.rotary import RopeScaling, rotary_angles
@@ -224,6 +225,7 @@ class Llama4Attention(CausalSelfAttention):
         window: int | jax.Array | None,
         decode: bool,
     ) -> jax.Array:
+        refuse("Llama 4's chunked and temperature-tuned attention")
         batch, steps = q.shape[:2]
         step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask
         cache = decode and self.has_variable("cache", "index")

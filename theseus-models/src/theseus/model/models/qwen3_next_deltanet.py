@@ -21,6 +21,7 @@ from theseus.base.axis import Axis
 from theseus.errors import ConfigError
 from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param
 from theseus.model.layers.attention import missing_cache_error
+from theseus.model.layers.context_parallel import refuse
 from theseus.model.layers.norms import RMSNorm
 from theseus.model.module import Module
 
@@ -196,6 +197,7 @@ class GatedDeltaNet(Module):
         decode: bool = False,
         layer: int | jax.Array | None = None,
     ) -> jax.Array:
+        refuse("Gated DeltaNet linear attention (Qwen3-Next)")
         dtype = self._activation_dtype
         hk, hv, dk, dv = self.key_heads, self.value_heads, self.key_dim, self.value_dim
         if hv % hk:

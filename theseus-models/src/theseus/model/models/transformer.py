@@ -16,6 +16,7 @@ from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param, width_field
 from theseus.model.layers.attention import is_segment_ids, missing_cache_error
+from theseus.model.layers.context_parallel import balanced_order, context_size, from_balanced, to_balanced
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.layers.rotary import RopeScaling
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
@@ -453,6 +454,12 @@ class TransformerLM(Module):
                 "raise architecture/block_size or feed shorter sequences"
             )
         positions, mask = self._positions(x, padding_mask, decode)
+        given = positions, mask
+        order = None if decode or context_size() == 1 else balanced_order(steps, context_size())
+        if order is not None:  # the sequence split over the context axis: layers see the balanced order
+            natural = jnp.broadcast_to(jnp.arange(steps, dtype=jnp.int32), x.shape) if positions is None else positions
+            x, positions = to_balanced(x, order), to_balanced(natural, order)
+            mask = None if mask is None else to_balanced(mask, order)
         h = self.token_embedding(x)
         if arch.scale_embeddings:  # the normaliser rounded to the activation dtype, as transformers does
             h = h * jnp.asarray(math.sqrt(arch.n_embd), h.dtype)
@@ -475,6 +482,8 @@ class TransformerLM(Module):
                     if indexed
                     else block(h, mask, positions, deterministic, decode)
                 )
+        if order is not None:
+            return from_balanced(h, order), *given
         return h, mask, positions
 
     def head(self, h: jax.Array) -> jax.Array:
