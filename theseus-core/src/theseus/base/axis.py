@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 MeshAxes = str | tuple[str, ...] | None
 
@@ -33,13 +34,16 @@ class MeshAxis:
     EXPERT = "expert"  # experts of mixture layers; batches split over it too (expert parallelism)
     CONTEXT = "context"  # the sequence of each row (context parallelism)
     MODEL = "model"
+    PIPELINE = "pipeline"  # consecutive layers of a scanned stack (pipeline parallelism)
 
 
 #: How attention meets keys held by other devices of the ``context`` axis: gather them all, or pass
 #: them round the ring one block at a time.
 CONTEXT_ATTENTION = ("allgather", "ring")
 
-_CONTEXT_ATTENTION: contextvars.ContextVar[str] = contextvars.ContextVar("theseus_context_attention", default="allgather")
+_CONTEXT_ATTENTION: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "theseus_context_attention", default="allgather"
+)
 
 
 def context_attention() -> str:
@@ -55,6 +59,53 @@ def attending_with(form: str) -> Iterator[None]:
         yield
     finally:
         _CONTEXT_ATTENTION.reset(token)
+
+
+#: How the ``pipeline`` axis runs the layer stack (``1f1b`` is named so that it can be refused in one line).
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+@dataclass(frozen=True)
+class Pipelining:
+    """How a stack split over the ``pipeline`` axis runs: its ``schedule``, ``microbatches`` per micro
+    batch (0: one per stage) and, for ``interleaved``, ``virtual`` stages per device."""
+
+    schedule: str = "gpipe"
+    microbatches: int = 0
+    virtual: int = 2
+
+    @property
+    def pieces(self) -> int:
+        """Pieces of the stack each stage holds (its virtual stages; 1 but for ``interleaved``)."""
+        return self.virtual if self.schedule == "interleaved" else 1
+
+    def microbatches_for(self, stages: int) -> int:
+        """The micro-batches a step feeds through ``stages`` stages."""
+        return self.microbatches or stages
+
+    def bubble(self, stages: int) -> float:
+        """The expected idle share of a step: ``(S - 1) / (M V + S - 1)`` (``V`` = :attr:`pieces`)."""
+        if stages <= 1:
+            return 0.0
+        return (stages - 1) / (self.microbatches_for(stages) * self.pieces + stages - 1)
+
+
+_PIPELINING: contextvars.ContextVar[Pipelining | None] = contextvars.ContextVar("theseus_pipelining", default=None)
+
+
+def pipelining_of() -> Pipelining:
+    """How the program being traced runs a stack split over the ``pipeline`` axis."""
+    return _PIPELINING.get() or Pipelining()
+
+
+@contextlib.contextmanager
+def pipelining(plan: Pipelining) -> Iterator[None]:
+    """Trace the enclosed code with stacks split over the ``pipeline`` axis run as ``plan`` says."""
+    token = _PIPELINING.set(plan)
+    try:
+        yield
+    finally:
+        _PIPELINING.reset(token)
 
 
 def _normalize(value: MeshAxes) -> MeshAxes:

@@ -55,6 +55,14 @@ def batch_geometry(batch_size: int, micro_batch_size: int | None, sharding: Trai
             f"the micro batch of {micro} rows cannot be split over {data} data-parallel devices; "
             f"make training/micro_batch_size (or training/batch_size) a multiple of {data}"
         )
+    if sharding.pipeline_size > 1:
+        parts = sharding.pipelining.microbatches_for(sharding.pipeline_size)
+        if micro % (parts * data):
+            raise ConfigError(
+                f"the micro batch of {micro} rows cannot be cut into mesh/pipeline_microbatches={parts} parts of "
+                f"{data} data-parallel shares; make training/micro_batch_size (or training/batch_size) a multiple "
+                f"of {parts * data}"
+            )
     return batch_size // micro, micro
 
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from theseus.base.axis import Pipelining
 from theseus.base.job import Job, JobContext
 from theseus.base.numerics import computing_in
 from theseus.config import Schema, configuration, configure, parse_overrides, read_yaml
@@ -260,6 +261,8 @@ class BaseTrainer(Job):
                 expert=args.mesh_expert,
                 context=args.mesh_context,
                 context_attention=args.context_attention,
+                pipeline=args.mesh_pipeline,
+                pipeline_plan=Pipelining(args.pipeline_schedule, args.pipeline_microbatches, args.pipeline_virtual),
                 devices=self.mesh_devices(),
             )
             self.accumulate_steps, self.micro_rows = assembly.batch_geometry(

@@ -143,3 +143,26 @@ class BaseTrainerConfig:
         default="allgather",
         help="with mesh/context > 1: allgather (gather keys and values) or ring (pass them round, less memory)",
     )
+    mesh_pipeline: int = field(
+        "mesh/pipeline",
+        default=1,
+        min=1,
+        help="stages the scanned layer stack is split into, each on its own devices (pipeline parallelism)",
+    )
+    pipeline_schedule: Literal["gpipe", "1f1b", "interleaved"] = field(
+        "mesh/pipeline_schedule",
+        default="gpipe",
+        help="with mesh/pipeline > 1: gpipe, or interleaved (virtual stages, a smaller bubble); 1f1b is refused",
+    )
+    pipeline_microbatches: int = field(
+        "mesh/pipeline_microbatches",
+        default=0,
+        min=0,
+        help="parts each micro batch is cut into to fill the pipeline (0 = mesh/pipeline); more: a smaller bubble",
+    )
+    pipeline_virtual: int = field(
+        "mesh/pipeline_virtual",
+        default=2,
+        min=1,
+        help="with the interleaved schedule: stages per device, the stack cut into mesh/pipeline x this pieces",
+    )

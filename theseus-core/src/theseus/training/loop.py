@@ -323,6 +323,13 @@ class TrainingLoop:
             f"mesh {dict(t.sharding.mesh.shape)} layout {t.sharding.layout}, steps {start}->{self.stop}, "
             f"{peak}; run dir {self.run_dir.path}"
         )
+        stages, plan = t.sharding.pipeline_size, t.sharding.pipelining
+        if stages > 1:
+            virtual = f" x {plan.pieces} virtual" if plan.pieces > 1 else ""
+            self.display.message(
+                f"pipeline: {stages} stages{virtual}, {plan.schedule}, {plan.microbatches_for(stages)} micro-batches "
+                f"per micro batch; expected bubble {plan.bubble(stages):.1%} of each step"
+            )
 
     def _measure_peak(self, pending: Pending | None) -> None:
         """Measure the peak once the first update is done and before the second is dispatched: the

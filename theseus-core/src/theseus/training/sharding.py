@@ -8,6 +8,9 @@ With ``mesh/context`` above 1 the mesh has a ``context`` axis between ``data`` a
 row's sequence is split over it (context parallelism; logical ``sequence`` maps onto it), parameters
 are laid out as the layout says, and attention meets the other devices' keys in the form
 ``context_attention`` names (:mod:`theseus.model.layers.context_parallel`).
+With ``mesh/pipeline`` above 1 the mesh has a ``pipeline`` axis first: the layer axis of a scanned
+stack (logical ``layers``) is split over it, each device holding consecutive layers, and the stack runs
+as the ``pipelining`` schedule says (:mod:`theseus.model.models.pipeline`); batch rows are not split over it.
 The same object is handed to ``train_step`` / ``val_step`` / ``trace`` for every layout:
 ``.mesh`` is a ``jax.sharding.Mesh`` with Auto axis types and ``.parameter_fwdbwd_mapping`` is
 the rule list for ``flax.linen.logical_axis_rules``.
@@ -27,7 +30,17 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from theseus.base.accelerator import Accelerator, of_devices, targeting
-from theseus.base.axis import CONTEXT_ATTENTION, Axis, MeshAxes, MeshAxis, ShardingPlan, attending_with
+from theseus.base.axis import (
+    CONTEXT_ATTENTION,
+    PIPELINE_SCHEDULES,
+    Axis,
+    MeshAxes,
+    MeshAxis,
+    Pipelining,
+    ShardingPlan,
+    attending_with,
+    pipelining,
+)
 from theseus.base.tree import path_text
 from theseus.errors import ConfigError
 
@@ -53,6 +66,7 @@ class TrainerSharding:
     plan: ShardingPlan
     parameter_fwdbwd_mapping: list[tuple[str, MeshAxes]] = field(default_factory=list)
     context_attention: str = "allgather"
+    pipelining: Pipelining = field(default_factory=Pipelining)
 
     @property
     def batch_axes(self) -> tuple[str, ...]:
@@ -73,6 +87,11 @@ class TrainerSharding:
     def context_size(self) -> int:
         """Size of the ``context`` mesh axis: devices each row's sequence is split over (1 without one)."""
         return int(self.mesh.shape.get(MeshAxis.CONTEXT, 1))
+
+    @property
+    def pipeline_size(self) -> int:
+        """Size of the ``pipeline`` mesh axis: stages the layer stack is split into (1 without one)."""
+        return int(self.mesh.shape.get(MeshAxis.PIPELINE, 1))
 
     @property
     def model_size(self) -> int:
@@ -109,6 +128,7 @@ class TrainerSharding:
             nn.logical_axis_rules(self.parameter_fwdbwd_mapping),
             targeting(self.accelerator),
             attending_with(self.context_attention),
+            pipelining(self.pipelining),
         ):
             yield
 
@@ -241,6 +261,7 @@ def check_divisible(abstract_params: Any, shardings: Any, logical_specs: Any, me
                 fixes = {
                     Axis.VOCAB: f"set architecture/vocab_multiple to a multiple of {parts}",
                     Axis.EXPERT: f"set architecture/moe/n_experts to a multiple of {parts}",
+                    Axis.LAYERS: f"set architecture/n_layers to a multiple of {parts}",
                 }
                 size_fix = fixes.get(
                     logical_name or "", f"make the model's {logical_name or 'dimension'} size a multiple of {parts}"
@@ -252,25 +273,30 @@ def check_divisible(abstract_params: Any, shardings: Any, logical_specs: Any, me
                 )
 
 
-def resolve_mesh_shape(data: int, model: int, device_count: int, expert: int = 1, context: int = 1) -> tuple[int, int]:
+def resolve_mesh_shape(
+    data: int, model: int, device_count: int, expert: int = 1, context: int = 1, pipeline: int = 1
+) -> tuple[int, int]:
     """Sizes of the ``data`` and ``model`` axes; one of them may be -1 (= fill the devices left by the
-    others, ``expert`` and ``context`` among them)."""
+    others, ``expert``, ``context`` and ``pipeline`` among them)."""
     if data == -1 and model == -1:
         raise ConfigError("mesh/data and mesh/model cannot both be -1; set one of them to a size")
     for key, size in (("mesh/data", data), ("mesh/model", model)):
         if size == 0 or size < -1:
             raise ConfigError(f"{key} must be a positive size or -1 (fill), got {size}")
-    for key, size in (("mesh/expert", expert), ("mesh/context", context)):
+    for key, size in (("mesh/pipeline", pipeline), ("mesh/expert", expert), ("mesh/context", context)):
         if device_count % size:
             raise ConfigError(f"{key}={size} does not divide the {device_count} available devices; choose a divisor")
-    named = [name for name, size in (("expert", expert), ("data", 0), ("context", context), ("model", 0)) if size != 1]
+    sized = (("pipeline", pipeline), ("expert", expert), ("data", 0), ("context", context), ("model", 0))
+    named = [name for name, size in sized if size != 1]
     axes = " x ".join(f"mesh/{name}" for name in named)
-    if device_count % (expert * context):
+    fixed = pipeline * expert * context
+    if device_count % fixed:
+        given = " x ".join(f"mesh/{name}" for name, size in sized if size > 1)
         raise ConfigError(
-            f"mesh/expert x mesh/context = {expert * context} does not divide the {device_count} available "
+            f"{given} = {fixed} does not divide the {device_count} available "
             "devices; choose sizes whose product divides them"
         )
-    left = device_count // (expert * context)
+    left = device_count // fixed
     if data == -1 or model == -1:
         known = model if data == -1 else data
         if left % known:
@@ -280,11 +306,11 @@ def resolve_mesh_shape(data: int, model: int, device_count: int, expert: int = 1
             )
         fill = left // known
         data, model = (fill, model) if data == -1 else (data, fill)
-    if expert * context * data * model != device_count:
-        values = {"expert": expert, "data": data, "context": context, "model": model}
+    if fixed * data * model != device_count:
+        values = {"pipeline": pipeline, "expert": expert, "data": data, "context": context, "model": model}
         sizes = "x".join(str(values[name]) for name in named)
         raise ConfigError(
-            f"{axes} = {sizes} = {expert * context * data * model} does not match the {device_count} "
+            f"{axes} = {sizes} = {fixed * data * model} does not match the {device_count} "
             f"available devices; use -1 for one axis to fill the rest"
         )
     return data, model
@@ -310,6 +336,24 @@ def _check_experts(plan: ShardingPlan, expert: int) -> None:
         )
 
 
+def _check_pipeline(plan: Pipelining, stages: int) -> Pipelining:
+    """``plan`` when it can run; a one-line ConfigError naming the key to change otherwise."""
+    if plan.schedule not in PIPELINE_SCHEDULES:
+        raise ConfigError(f"mesh/pipeline_schedule {plan.schedule!r} is not one of {', '.join(PIPELINE_SCHEDULES)}")
+    if plan.schedule == "1f1b" and stages > 1:
+        raise ConfigError(
+            "mesh/pipeline_schedule=1f1b is not implemented: the pipeline computes the loss after the last stage, "
+            "so no micro-batch's backward can start before every forward is done; use gpipe (model/remat=full "
+            "bounds its activations) or interleaved"
+        )
+    if plan.microbatches < 0 or plan.virtual < 1:
+        raise ConfigError(
+            f"mesh/pipeline_microbatches must be 0 or more and mesh/pipeline_virtual 1 or more, got "
+            f"{plan.microbatches} and {plan.virtual}"
+        )
+    return plan
+
+
 def build_sharding(
     plan: ShardingPlan,
     *,
@@ -319,6 +363,8 @@ def build_sharding(
     expert: int = 1,
     context: int = 1,
     context_attention: str = "allgather",
+    pipeline: int = 1,
+    pipeline_plan: Pipelining | None = None,
     devices: Sequence[Any] | None = None,
 ) -> TrainerSharding:
     """The mesh and rules for ``layout`` over ``devices`` (all devices by default).
@@ -326,21 +372,22 @@ def build_sharding(
     A layout with ``ep`` gives the mesh an ``expert`` axis of size ``expert`` (first, so it is the
     major part of the batch split) and splits batch rows over ``expert`` x ``data``. ``context`` above
     1 adds a ``context`` axis of that size that splits each row's sequence, with attention across it
-    in the form ``context_attention`` (``allgather`` or ``ring``)."""
+    in the form ``context_attention`` (``allgather`` or ``ring``). ``pipeline`` above 1 adds a
+    ``pipeline`` axis of that size, first, that splits the stacked layers into stages run as
+    ``pipeline_plan`` says."""
     if layout not in LAYOUTS:
         raise ConfigError(f"mesh/layout {layout!r} is not one of {', '.join(LAYOUTS)}")
-    for key, size in (("mesh/expert", expert), ("mesh/context", context)):
+    for key, size in (("mesh/expert", expert), ("mesh/context", context), ("mesh/pipeline", pipeline)):
         if size < 1:
             raise ConfigError(f"{key} must be a positive size, got {size}")
+    pipeline_plan = _check_pipeline(pipeline_plan or Pipelining(), pipeline)
     if context_attention not in CONTEXT_ATTENTION:
-        raise ConfigError(
-            f"mesh/context_attention {context_attention!r} is not one of {', '.join(CONTEXT_ATTENTION)}"
-        )
+        raise ConfigError(f"mesh/context_attention {context_attention!r} is not one of {', '.join(CONTEXT_ATTENTION)}")
     devices = list(devices) if devices is not None else jax.devices()
     _check_axis(layout, MeshAxis.MODEL, model)
     _check_axis(layout, MeshAxis.EXPERT, expert)
     _check_experts(plan, expert)
-    data, model = resolve_mesh_shape(data, model, len(devices), expert, context)
+    data, model = resolve_mesh_shape(data, model, len(devices), expert, context, pipeline)
     _check_axis(layout, MeshAxis.MODEL, model)
     restricted = plan.restricted(LAYOUTS[layout])
     names: tuple[str, ...] = (MeshAxis.DATA, MeshAxis.MODEL)
@@ -349,6 +396,8 @@ def build_sharding(
         names, shape = (MeshAxis.DATA, MeshAxis.CONTEXT, MeshAxis.MODEL), (data, context, model)
     if MeshAxis.EXPERT in LAYOUTS[layout]:
         names, shape = (MeshAxis.EXPERT, *names), (expert, *shape)
+    if pipeline > 1:
+        names, shape = (MeshAxis.PIPELINE, *names), (pipeline, *shape)
     mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names), devices=devices)
     rules: list[tuple[str, MeshAxes]] = []
     if Axis.BATCH not in restricted:
@@ -356,6 +405,8 @@ def build_sharding(
         rules.append((Axis.BATCH, rows if len(rows) > 1 else rows[0]))
     if context > 1:
         rules.append((Axis.SEQUENCE, MeshAxis.CONTEXT))
+    if pipeline > 1:
+        rules.append((Axis.LAYERS, MeshAxis.PIPELINE))
     rules.extend(restricted.rules())
     return TrainerSharding(
         mesh=mesh,
@@ -363,4 +414,5 @@ def build_sharding(
         plan=restricted,
         parameter_fwdbwd_mapping=rules,
         context_attention=context_attention,
+        pipelining=pipeline_plan,
     )

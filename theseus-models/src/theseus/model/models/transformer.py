@@ -19,6 +19,7 @@ from theseus.model.layers.attention import is_segment_ids, missing_cache_error
 from theseus.model.layers.context_parallel import balanced_order, context_size, from_balanced, to_balanced
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.layers.rotary import RopeScaling
+from theseus.model.models import pipeline
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
 from theseus.model.models.block import Block, make_norm
 from theseus.model.models.stacks import REMAT_POLICIES, layer_stack, periodic_stack, scan_period, with_remat
@@ -311,7 +312,8 @@ class TransformerLM(Module):
     @property
     def sharding(self) -> ShardingPlan:
         """embed -> data (FSDP); mlp, heads, kv_heads, vocab -> model (tensor parallel): the union of
-        the layers' plans; the stacked layer axis of a scanned model is never sharded."""
+        the layers' plans; the stacked layer axis of a scanned model is split only into pipeline stages
+        (``mesh/pipeline``, :mod:`theseus.model.models.pipeline`)."""
         return ShardingPlan.union(TokenEmbedding().sharding, self.BLOCK().sharding, ShardingPlan({Axis.LAYERS: None}))
 
     @property
@@ -469,7 +471,10 @@ class TransformerLM(Module):
             h = self.embedding_dropout(h, deterministic=False)
         h = constrain(cast(h, self._activation_dtype), ACTIVATION_AXES)
         indexed = arch.layer_types is not None  # each layer is told its index: its window and RoPE base
-        if self.scans_layers and self.scan_period is not None:
+        piped = None if decode else pipeline.run(self, h, mask, positions, deterministic)  # mesh/pipeline
+        if piped is not None:
+            h = piped
+        elif self.scans_layers and self.scan_period is not None:
             h, _ = self.blocks(h, mask, positions, deterministic, decode)
         elif self.scans_layers:
             for run in self.layer_runs:
