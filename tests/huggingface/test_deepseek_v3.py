@@ -303,7 +303,12 @@ def test_the_published_preset_has_the_published_size() -> None:
     embedding = arch.vocab_size * arch.n_embd
     assert round(total / 1e9) == 671 and round((active - embedding) / 1e9) == 37
     assert abs(total / 671e9 - 1) < 0.01 and abs((active - embedding) / 37e9 - 1) < 0.011
-    assert model.flops(128) == 6 * 128 * arch.matmul_params() + arch.n_layers * arch.mla.score_flops(128, 128)
+    moe = arch.moe.active_matmul_params(arch.n_embd, True)
+    ffn = arch.moe.first_k_dense * 3 * arch.n_embd * arch.d_ff + arch.moe_layers * moe
+    matmul = (
+        arch.n_layers * arch.mla.matmul_params(arch.n_embd, arch.n_heads) + ffn + arch.n_embd * arch.padded_vocab_size
+    )
+    assert model.flops(128) == 6 * 128 * matmul + arch.n_layers * arch.mla.score_flops(128, 128)
 
 
 BAD: dict[str, tuple[dict[str, Any], str]] = {

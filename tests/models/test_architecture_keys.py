@@ -42,7 +42,8 @@ def test_head_dim_independent_of_width() -> None:
     assert attn["query"].shape == (32, 4, 16)
     assert attn["key"].shape == (32, 2, 16)
     assert attn["out"].shape == (4, 16, 32)
-    assert model.architecture.attention_params() == 2 * 32 * 4 * 16 + 2 * 32 * 2 * 16
+    attention, mlp = 2 * 32 * 4 * 16 + 2 * 32 * 2 * 16, 3 * 32 * model.architecture.d_ff
+    assert model.layer_flops(1)[0] == 6 * (attention + mlp) + 12 * 4 * 16
     params = stacked(shapes(model), model.stacked_layers)  # the model's own layout again
     logits, _ = jax.eval_shape(
         lambda p: model.apply({"params": p}, jnp.ones((2, 5), jnp.int32), deterministic=True), params

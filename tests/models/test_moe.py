@@ -215,13 +215,13 @@ def test_published_sizes_total_and_active_and_active_flops(
     assert model.active_parameter_count() == hf_total - inactive
     # the published one-decimal figures (Qwen's 3.3B active is 3.35B truncated, Mixtral's 12.9B is 12.88B rounded)
     assert abs(hf_total / 1e9 - total) < 0.06 and abs((hf_total - inactive) / 1e9 - active) < 0.06
-    # matmul weights = active parameters less the embedding lookup and the norms
+    # matmul weights = active parameters less the embedding lookup and the norms: what FLOPs count
     norms = sum(p.numel() for n, p in hf_model.named_parameters() if "norm" in n)
     embedding = config["vocab_size"] * config["hidden_size"]
-    assert arch.matmul_params() == hf_total - inactive - embedding - norms
+    matmul = hf_total - inactive - embedding - norms
     seq = 128
     attention = 12 * arch.n_layers * seq * seq * arch.n_heads * arch.head_dim
-    assert model.flops(seq) == 6 * seq * arch.matmul_params() + attention
+    assert model.flops(seq) == 6 * seq * matmul + attention
 
 
 @pytest.mark.parametrize(
@@ -277,8 +277,9 @@ def test_first_dense_layers_are_dense_mlps() -> None:
     assert set(params["blocks_0"]["mlp"]) == {"up", "gate", "down"}
     assert set(params["blocks_1"]["mlp"]) == {"router", "up", "gate", "down"}
     arch = model.architecture
-    dense, moe = arch.mlp_params(), arch.moe.active_matmul_params(arch.n_embd, True)
-    assert arch.matmul_params() == 2 * arch.attention_params() + dense + moe + arch.n_embd * arch.padded_vocab_size
+    dense, moe = 3 * arch.n_embd * arch.d_ff, arch.moe.active_matmul_params(arch.n_embd, True)
+    first, second = model.layer_flops(8)  # the same attention; the feed-forwards differ
+    assert second - first == 6 * 8 * (moe - dense)
     assert model.inactive_parameter_count() == (8 - 2) * 3 * 64 * 32 and not math.isnan(dense)
 
 

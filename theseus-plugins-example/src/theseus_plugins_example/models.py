@@ -55,21 +55,18 @@ class ScaledBlock(Block):
     def sharding(self) -> ShardingPlan:
         return ShardingPlan.union(super().sharding, self.FEED_FORWARD().sharding)
 
-    def flops(self, seq: int) -> int:
-        """The GPT layer's FLOPs plus the extra branch's (bound: the branch has its parameters)."""
-        return super().flops(seq) + self.extra.flops(seq)
+    def flops(self, seq: int, layer: int | None = None) -> int:
+        """The GPT layer's FLOPs plus the extra branch's. The model counts its layers before any
+        parameter exists, when the branch's MLP (configured from the keys alone) does not know its
+        input width yet: it is the layer's, so the branch is counted at that width."""
+        if self.scope is None:
+            return self.bind({}).flops(seq, layer)
+        extra = self.extra.mlp.clone(parent=None, n_embd=self.arch.n_embd)
+        return super().flops(seq, layer) + extra.flops(seq)
 
 
 class ScaledGPT(GPT):
-    """GPT with ``ScaledBlock`` layers (every GPT key and preset applies, plus ``architecture/scale``)."""
+    """GPT with ``ScaledBlock`` layers (every GPT key and preset applies, plus ``architecture/scale``).
+    Its ``flops(seq)`` is GPT's: the head plus each layer's count, which ``ScaledBlock`` extends."""
 
     BLOCK: ClassVar[type[Block]] = ScaledBlock
-
-    def flops(self, seq: int) -> int:
-        """GPT's FLOPs plus one extra MLP per layer; works unbound, like GPT's own estimate.
-
-        The extra MLP reads the same ``architecture/d_ff`` / ``mlp_ratio`` / ``activation`` keys as
-        the layer's own MLP, so it has the same size.
-        """
-        arch = self.architecture
-        return super().flops(seq) + arch.n_layers * 6 * seq * arch.mlp_params()

@@ -467,12 +467,24 @@ class CausalSelfAttention(Module):
         n_heads, n_kv, head_dim = self._heads(n_embd)
         return 2 * n_embd * n_heads * head_dim + 2 * n_embd * n_kv * head_dim
 
-    def flops(self, seq: int) -> int:
-        """Forward + backward FLOPs: projections ``6 * seq * matmul_params`` plus the score and
-        value products ``3 * (2 + 2) * seq^2 * n_heads * head_dim`` (the full square; no causal saving)."""
+    def attended(self, seq: int, layer: int | None = None) -> int:
+        """Keys each of ``seq`` queries is counted against: ``seq`` (the full square, the usual MFU
+        convention, with no causal saving), or the window of a windowed layer when it is shorter
+        (``sliding_window``; with ``layer_types``, layer ``layer``'s window; without a layer, every
+        layer counts as full)."""
+        if self.layer_types is not None and layer is None:
+            return seq
+        window = self._layer_window(layer)
+        return seq if window is None or isinstance(window, jax.Array) else min(seq, int(window))
+
+    def flops(self, seq: int, layer: int | None = None) -> int:
+        """Forward + backward FLOPs of layer ``layer`` (its index, needed with ``layer_types``):
+        projections ``6 * seq * matmul_params`` plus the score and value products
+        ``3 * (2 + 2) * seq * attended * n_heads * head_dim`` (:meth:`attended`: the full square, or
+        the window). Softmax, sinks and caps are elementwise and not counted."""
         n_embd = self._width()
         n_heads, _, head_dim = self._heads(n_embd)
-        return 6 * seq * self.matmul_params() + 12 * seq * seq * n_heads * head_dim
+        return 6 * seq * self.matmul_params() + 12 * seq * self.attended(seq, layer) * n_heads * head_dim
 
     def _adapted(self, name: str) -> bool:
         return self.lora_rank > 0 and name in lora.check_targets(self.lora_targets)

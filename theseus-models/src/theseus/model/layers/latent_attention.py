@@ -211,8 +211,10 @@ class LatentAttention(MLAKeys):
     def spec(self) -> MLASpec:
         return self.mla_spec()
 
-    def flops(self, seq: int) -> int:
-        """Forward + backward FLOPs of the projections and of the scores and weighted values."""
+    def flops(self, seq: int, layer: int | None = None) -> int:
+        """Forward + backward FLOPs of the projections and of the scores and weighted values (the full
+        square: every layer attends to the whole sequence; ``layer`` is accepted as the other attention
+        layers take it)."""
         n_embd = require(self.n_embd, "architecture/n_embd", "LatentAttention")
         n_heads = require(self.n_heads, "architecture/n_heads", "LatentAttention")
         spec = self.spec

@@ -63,6 +63,7 @@ from theseus.model.layers._common import (
     constrain,
     normal,
     param,
+    width_field,
 )
 from theseus.model.layers.expert_parallel import (
     data_parallel_size,
@@ -363,6 +364,7 @@ class MoE(MoEKeys):
     attention projections).
     """
 
+    n_embd: int | None = width_field()
     d_ff: int | None = field(
         "architecture/d_ff", default=None, help="MLP hidden width (None: mlp_ratio * n_embd, or the preset's)"
     )
@@ -396,12 +398,24 @@ class MoE(MoEKeys):
     def resolved_activation(self) -> str:
         return check_activation(self.activation or "swiglu")
 
+    def _width(self) -> int:
+        if self.n_embd is not None:
+            return self.n_embd
+        if self.scope is not None:
+            router = self.variables.get("params", {}).get("router")
+            if router is not None:
+                return int(nn.unbox(router).shape[0])
+        raise ConfigError("MoE.flops needs architecture/n_embd; set it or call flops on a bound module")
+
+    def active_matmul_params(self) -> int:
+        """Matmul weights one token passes through: its ``top_k`` experts, the shared experts and the
+        router (:meth:`MoESpec.active_matmul_params`)."""
+        return self.spec.active_matmul_params(self._width(), self.resolved_activation in GATED)
+
     def flops(self, seq: int) -> int:
-        """Forward + backward matmul FLOPs of ``seq`` tokens through the active weights (needs the width
-        of a bound module)."""
-        router = self.variables["params"]["router"]
-        n_embd = int(nn.unbox(router).shape[0])
-        return 6 * seq * self.spec.active_matmul_params(n_embd, self.resolved_activation in GATED)
+        """Forward + backward matmul FLOPs of ``seq`` tokens through the active weights,
+        ``6 * seq * active_matmul_params`` (the experts a token skips cost nothing)."""
+        return 6 * seq * self.active_matmul_params()
 
     def _kernels(self, n_embd: int, spec: MoESpec, gated: bool) -> Kernels:
         e, f = spec.n_experts, spec.expert_hidden
@@ -422,6 +436,8 @@ class MoE(MoEKeys):
                 "set model/lora/targets to attention projections, e.g. query,key,value,out"
             )
         n_embd = x.shape[-1]
+        if self.n_embd is not None and self.n_embd != n_embd:
+            raise ConfigError(f"MoE input width {n_embd} does not match architecture/n_embd={self.n_embd}")
         activation = self.resolved_activation
         gated, act = activation in GATED, self._expert_activation(activation)
         tokens = cast(x, self._activation_dtype).reshape(-1, n_embd)

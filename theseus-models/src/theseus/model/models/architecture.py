@@ -1,4 +1,5 @@
-"""Size presets, the resolved ``Architecture`` of a model, and its analytic FLOP count."""
+"""Size presets and the resolved ``Architecture`` of a model (its FLOPs are its layers' own counts:
+``TransformerLM.flops``)."""
 
 from __future__ import annotations
 
@@ -134,58 +135,14 @@ class Architecture:
     def gated(self) -> bool:
         return self.activation in GATED
 
-    def attention_params(self) -> int:
-        """Query, key, value and output projection weights of one layer."""
-        if self.mla is not None:
-            return self.mla.matmul_params(self.n_embd, self.n_heads)
-        return 2 * self.n_embd * self.n_heads * self.head_dim + 2 * self.n_embd * self.n_kv_heads * self.head_dim
-
-    def score_flops(self, seq: int) -> int:
-        """Forward + backward FLOPs of one layer's attention scores and weighted values (the full square)."""
-        if self.mla is not None:
-            return self.mla.score_flops(seq, self.n_heads)
-        return 12 * seq * seq * self.n_heads * self.head_dim
-
-    def mlp_params(self) -> int:
-        """MLP weights of one layer."""
-        return (3 if self.gated else 2) * self.n_embd * self.d_ff
-
-    def matmul_params(self) -> int:
-        """Weights used in matrix multiplications: every layer's projections plus the output head at
-        its padded width (the tied token embedding counts once, as the head; lookups, norms and
-        biases are excluded). A mixture layer counts the weights a token passes through
-        (:meth:`ffn_matmul_params`), not every expert."""
-        head = self.n_embd * self.padded_vocab_size
-        return self.n_layers * self.attention_params() + self.ffn_matmul_params() + head
-
     @property
     def moe_layers(self) -> int:
         """Layers whose feed-forward is the mixture (0 for a dense model)."""
         return 0 if self.moe is None else self.n_layers - self.moe.first_k_dense
 
-    def ffn_matmul_params(self) -> int:
-        """Feed-forward matmul weights one token passes through, all layers: the dense MLPs, and in a
-        mixture layer the ``top_k`` routed experts, the shared experts and the router."""
-        if self.moe is None:
-            return self.n_layers * self.mlp_params()
-        dense = self.moe.first_k_dense * self.mlp_params()
-        return dense + self.moe_layers * self.moe.active_matmul_params(self.n_embd, self.gated)
-
     def inactive_params(self) -> int:
         """Parameters a token does not pass through: the routed experts it did not choose (0 when dense)."""
         return 0 if self.moe is None else self.moe_layers * self.moe.inactive_params(self.n_embd, self.gated)
-
-    def flops(self, seq: int) -> int:
-        """Forward + backward FLOPs of one sequence of ``seq`` tokens.
-
-        ``6 * seq * matmul_params`` (2 per multiply-add forward, twice that backward) plus the
-        attention scores and weighted values, ``12 * n_layers * seq^2 * n_heads * head_dim``
-        (= ``12 * n_layers * n_embd * seq^2``: the full square, the usual MFU convention; for
-        ``seq >= 256`` the XLA attention path skips the blocks above the diagonal, so it executes
-        somewhat fewer; latent attention: ``6 * seq^2 * n_heads * (qk_head_dim + v_head_dim)`` a
-        layer). Elementwise work (norms, activations, softmax, the loss) is not counted.
-        """
-        return 6 * seq * self.matmul_params() + self.n_layers * self.score_flops(seq)
 
     def _validate_layer_types(self) -> None:
         if self.layer_types is None:

@@ -3,11 +3,13 @@ or after the branch)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import contextlib
+from typing import Any, ClassVar, TypeVar
 
 import jax
 
 from theseus.base.axis import ShardingPlan
+from theseus.config import configuration, configure
 from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, child, constrain
 from theseus.model.layers.attention import CausalSelfAttention
@@ -15,6 +17,31 @@ from theseus.model.layers.mlp import MLP
 from theseus.model.layers.norms import LayerNorm, RMSNorm
 from theseus.model.models.architecture import Architecture
 from theseus.model.module import Module
+
+M = TypeVar("M", bound=Module)
+
+
+def detached_child(parent: Module, cls: type[M], **overrides: Any) -> M:
+    """``child(parent, cls, **overrides)`` built apart from ``parent`` (which may be unbound: a module
+    built in an unbound module's method would take it as its parent), under ``parent``'s configuration:
+    an unbound module of its own, for counting (:meth:`~theseus.model.module.Module.flops`)."""
+    own = parent.theseus_config
+    with configuration(own) if own is not None else contextlib.nullcontext():
+        return configure(
+            cls,
+            param_dtype=parent.param_dtype,
+            activation_dtype=parent.activation_dtype,
+            parent=None,
+            **overrides,
+        )
+
+
+def counting_child(parent: Module, cls: type[M], **overrides: Any) -> M:
+    """:func:`detached_child` bound to no variables: its ``setup()`` children exist (``setup`` must
+    create no parameter itself, as :class:`Block`'s does not), so it counts its
+    :meth:`~theseus.model.module.Module.flops` from its parts before any parameter exists. For counting
+    only: calling it would find no parameters."""
+    return detached_child(parent, cls, **overrides).bind({})
 
 
 def make_norm(parent: Module, arch: Architecture, name: str | None = None) -> LayerNorm | RMSNorm:
@@ -114,10 +141,19 @@ class Block(Module):
             out_std=self.out_std,
         )
 
-    def flops(self, seq: int) -> int:
-        """Attention (projections + scores) and MLP forward + backward FLOPs for ``seq`` tokens."""
-        arch = self.arch
-        return 6 * seq * (arch.attention_params() + arch.mlp_params()) + arch.score_flops(seq)
+    def flops(self, seq: int, layer: int | None = None) -> int:
+        """Forward + backward FLOPs of ``seq`` tokens: the sum of its parts' own counts, the attention
+        branch's (``attn``: projections and scores, of layer ``layer``'s window when the architecture
+        has ``layer_types``) and the feed-forward's (``mlp``: a dense MLP, or the weights a token passes
+        through in a mixture). Norms and residual sums are elementwise and not counted. Unbound, the
+        parts are counted on a copy bound to no variables (:func:`counting_child`); a subclass that adds
+        a branch adds its count: ``super().flops(seq, layer) + self.extra.flops(seq)`` (on the bound
+        block the model counts with)."""
+        if self.scope is None:
+            return self.bind({}).flops(seq, layer)
+        attn: Any = self.attn  # an attention layer takes its index; Module.flops does not
+        attention = attn.flops(seq) if layer is None else attn.flops(seq, layer=layer)
+        return int(attention) + int(self.mlp.flops(seq))
 
     def __call__(
         self,

@@ -15,6 +15,7 @@ from theseus.errors import ConfigError
 from theseus.model.layers._common import INIT_STD, child
 from theseus.model.layers.latent_attention import LatentAttention, MLAKeys
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset
+from theseus.model.models.block import detached_child
 from theseus.model.models.deepseek_v3_mtp import MTPModule, mtp_depth, multi_token_prediction, with_mtp
 from theseus.model.models.llama import Llama
 from theseus.model.models.mixture import MixtureLM, MoEBlock, MoEPreset
@@ -167,6 +168,14 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
     @classmethod
     def components(cls) -> list[type]:
         return [*super().components(), DeepseekV3MTP]
+
+    def flops(self, seq: int) -> int:
+        """The main model's FLOPs (head and layers) plus each multi-token-prediction depth's own
+        (:meth:`~theseus.model.models.deepseek_v3_mtp.MTPModule.flops`). Works unbound."""
+        arch = self.architecture
+        depth = mtp_depth(arch)
+        extra = depth * detached_child(self, DeepseekV3MTP, architecture=arch).flops(seq) if depth else 0
+        return super().flops(seq) + extra
 
     def setup(self) -> None:
         super().setup()

@@ -34,7 +34,7 @@ from theseus.base.sown import AUX_LOSSES, AUX_METRICS
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
 from theseus.model.layers.attention import is_segment_ids
 from theseus.model.models.architecture import Architecture
-from theseus.model.models.block import make_norm
+from theseus.model.models.block import counting_child, make_norm
 from theseus.model.models.transformer import mask_padded_vocab
 from theseus.model.module import Module
 
@@ -48,20 +48,10 @@ MTP_METRIC = "mtp_loss"
 
 @dataclass(frozen=True)
 class MTPArchitecture(Architecture):
-    """An :class:`Architecture` with ``mtp_depth`` multi-token-prediction modules (0: none). Their
-    FLOPs count in :meth:`flops` (each a mixture layer, the ``eh_proj`` projection and the head)."""
+    """An :class:`Architecture` with ``mtp_depth`` multi-token-prediction modules (0: none); each counts
+    its own FLOPs (:meth:`MTPModule.flops`)."""
 
     mtp_depth: int = 0
-
-    def mtp_matmul_params(self) -> int:
-        """Matmul weights one token passes through in one module (its layer's active weights, ``eh_proj``
-        and the shared head)."""
-        ffn = self.moe.active_matmul_params(self.n_embd, self.gated) if self.moe is not None else self.mlp_params()
-        return 2 * self.n_embd * self.n_embd + self.attention_params() + ffn + self.n_embd * self.padded_vocab_size
-
-    def flops(self, seq: int) -> int:
-        extra = self.mtp_depth * (6 * seq * self.mtp_matmul_params() + self.score_flops(seq))
-        return super().flops(seq) + extra
 
 
 def with_mtp(arch: Architecture, depth: int) -> MTPArchitecture:
@@ -99,6 +89,15 @@ class MTPModule(Module):
         self.eh_proj = param(self, "eh_proj", normal(INIT_STD), (2 * e, e), (Axis.MLP, Axis.EMBED))
         self.block = child(self, self.BLOCK, architecture=arch, out_std=self.out_std, dense=False)
         self.head_norm = make_norm(self, arch)
+
+    def flops(self, seq: int) -> int:
+        """Forward + backward FLOPs of one depth for ``seq`` tokens: ``eh_proj``, its layer's own count
+        (a mixture layer) and the shared output head its logits pass through. Works unbound."""
+        arch = self.architecture
+        assert arch is not None, "MTPModule is built by DeepseekV3"
+        block = counting_child(self, self.BLOCK, architecture=arch, dense=False)
+        projections = 2 * arch.n_embd * arch.n_embd + arch.n_embd * arch.padded_vocab_size
+        return 6 * seq * projections + int(block.flops(seq))
 
     def __call__(
         self,

@@ -89,7 +89,7 @@ LLAMA4_PRESETS: dict[str, Preset] = {
 @dataclass(frozen=True)
 class Llama4Architecture(Architecture):
     """An :class:`Architecture` whose mixture is only at ``mixture_layers`` (the others dense, of
-    ``d_ff``); the layer counts behind FLOPs, active parameters and the loss weight count them."""
+    ``d_ff``); the active parameters and the loss weight count them."""
 
     mixture_layers: tuple[int, ...] = ()
 
@@ -100,12 +100,6 @@ class Llama4Architecture(Architecture):
     @property
     def dense_layers(self) -> int:
         return self.n_layers - self.moe_layers
-
-    def ffn_matmul_params(self) -> int:
-        if self.moe is None:
-            return self.n_layers * self.mlp_params()
-        active = self.moe.active_matmul_params(self.n_embd, self.gated)
-        return self.dense_layers * self.mlp_params() + self.moe_layers * active
 
 
 def mixture_layers(arch: Architecture) -> tuple[int, ...]:
@@ -201,6 +195,13 @@ class Llama4Attention(CausalSelfAttention):
         if isinstance(local, bool):
             return chunk if local else 0
         return jnp.where(local, chunk, 0)
+
+    def attended(self, seq: int, layer: int | None = None) -> int:
+        """Keys each query is counted against: its chunk on a local layer (when shorter than ``seq``),
+        ``seq`` on a global one (and for every layer without ``layer``, as the base class counts)."""
+        if self.attention_chunk_size is None or (self.layer_types is not None and layer is None):
+            return seq
+        return min(seq, int(self.attention_chunk_size)) if self._local(layer) is True else seq
 
     def _rotate(
         self, q: jax.Array, k: jax.Array, positions: jax.Array | None, layer: int | jax.Array | None

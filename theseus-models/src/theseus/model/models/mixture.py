@@ -56,20 +56,13 @@ class MoEBlock(Block):
             self,
             self.MOE,
             **dataclasses.asdict(arch.moe),
+            n_embd=arch.n_embd,
             d_ff=arch.d_ff,
             activation=arch.activation,
             out_std=self.out_std,
             loss_weight=1.0 / arch.moe_layers,
         )
         return moe
-
-    def flops(self, seq: int) -> int:
-        """Attention and the feed-forward weights a token passes through (its experts), forward + backward."""
-        arch = self.arch
-        if self.dense or arch.moe is None:
-            return super().flops(seq)
-        ffn = arch.moe.active_matmul_params(arch.n_embd, arch.gated)
-        return 6 * seq * (arch.attention_params() + ffn) + arch.score_flops(seq)
 
 
 class MixtureLM(MoEKeys):

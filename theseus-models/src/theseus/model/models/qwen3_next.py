@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from theseus.base.axis import Axis
 from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers._common import cast, child, normal, param
+from theseus.model.layers._common import GATED, cast, child, normal, param
 from theseus.model.layers.attention import FULL_ATTENTION, LINEAR_ATTENTION, CausalSelfAttention
 from theseus.model.layers.mlp import MLP
 from theseus.model.layers.moe import MoE
@@ -89,7 +89,7 @@ QWEN3_NEXT_PRESETS: dict[str, Preset] = {
 @dataclass(frozen=True)
 class Qwen3NextArchitecture(Architecture):
     """An :class:`Architecture` with the Gated DeltaNet's shape (the ``linear_attention`` layers of
-    ``layer_types``) and the gated shared expert's width; the FLOP count reads both."""
+    ``layer_types``) and the gated shared expert's width, which its blocks build their layers with."""
 
     linear_key_heads: int = 16
     linear_value_heads: int = 32
@@ -102,35 +102,6 @@ class Qwen3NextArchitecture(Architecture):
     @property
     def linear_layers(self) -> int:
         return sum(t == LINEAR_ATTENTION for t in self.layer_types or ())
-
-    def linear_attention_params(self) -> int:
-        """Matmul weights of one Gated DeltaNet layer: query/key/value/z, b/a and the output projection."""
-        keys = self.linear_key_heads * self.linear_key_dim
-        values = self.linear_value_heads * self.linear_value_dim
-        return self.n_embd * (2 * keys + 3 * values + 2 * self.linear_value_heads)
-
-    def attention_params(self) -> int:
-        """One full-attention layer: query (and its gate), key, value and output."""
-        return super().attention_params() + self.n_embd * self.n_heads * self.head_dim
-
-    def ffn_matmul_params(self) -> int:
-        shared = (3 * self.shared_expert_hidden + 1) * self.n_embd if self.moe is not None else 0
-        return super().ffn_matmul_params() + self.moe_layers * shared
-
-    def matmul_params(self) -> int:
-        full = self.n_layers - self.linear_layers
-        head = self.n_embd * self.padded_vocab_size
-        linear = self.linear_layers * self.linear_attention_params()
-        return full * self.attention_params() + linear + self.ffn_matmul_params() + head
-
-    def flops(self, seq: int) -> int:
-        """:meth:`Architecture.flops` with the scores of the full layers only, and per linear layer the
-        state's reads and writes and the within-chunk products (forward + backward, about
-        ``6 * seq * heads * (2 * key_dim * value_dim + chunk * (key_dim + value_dim))``)."""
-        full = self.n_layers - self.linear_layers
-        dk, dv = self.linear_key_dim, self.linear_value_dim
-        per_token = self.linear_value_heads * (2 * dk * dv + self.linear_chunk * (dk + dv))
-        return 6 * seq * self.matmul_params() + full * self.score_flops(seq) + self.linear_layers * 6 * seq * per_token
 
 
 class Qwen3NextAttention(CausalSelfAttention):
@@ -148,6 +119,12 @@ class Qwen3NextAttention(CausalSelfAttention):
 
     def _layer_window(self, layer: int | jax.Array | None) -> int | jax.Array | None:
         return self.sliding_window
+
+    def matmul_params(self) -> int:
+        """The query, key, value and output projections and the output gate (query-shaped)."""
+        n_embd = self._width()
+        n_heads, _, head_dim = self._heads(n_embd)
+        return super().matmul_params() + n_embd * n_heads * head_dim
 
     def _rotary_dim(self, head_dim: int) -> int:
         rotated = int(head_dim * self.partial_rotary_factor)
@@ -180,6 +157,14 @@ class Qwen3NextMoE(MoE):
     ``sigmoid(x . shared_gate)`` (``shared_gate`` ``[embed]``). The mixture's own ``n_shared`` is 0."""
 
     shared_hidden: int = 0
+
+    def active_matmul_params(self) -> int:
+        """The mixture's active weights plus the gated shared expert (its MLP and ``shared_gate``)."""
+        shared = 0
+        if self.shared_hidden > 0:
+            gated = self.resolved_activation in GATED
+            shared = ((3 if gated else 2) * self.shared_hidden + 1) * self._width()
+        return super().active_matmul_params() + shared
 
     @nn.compact
     def __call__(self, x: jax.Array, deterministic: bool = False) -> jax.Array:
@@ -234,6 +219,7 @@ class Qwen3NextBlock(MoEBlock):
             chunk_size=arch.linear_chunk,
             norm_eps=arch.norm_eps,
             out_std=self.out_std,
+            n_embd=arch.n_embd,
         )
         return layer
 
@@ -246,6 +232,7 @@ class Qwen3NextBlock(MoEBlock):
             self,
             self.MOE,
             **dataclasses.asdict(arch.moe),
+            n_embd=arch.n_embd,
             d_ff=arch.d_ff,
             activation=arch.activation,
             out_std=self.out_std,

@@ -178,10 +178,35 @@ class GatedDeltaNet(Module):
     norm_eps: float = 1e-6
     init_std: float = INIT_STD
     out_std: float | None = None
+    #: The model width, for :meth:`flops` on an unbound layer (None: read from a bound layer's ``out``).
+    n_embd: int | None = None
 
     @classmethod
     def components(cls) -> list[type]:
         return [RMSNorm]
+
+    def _width(self) -> int:
+        if self.n_embd is not None:
+            return self.n_embd
+        if self.scope is not None:
+            out = self.variables.get("params", {}).get("out")
+            if out is not None:
+                return int(nn.unbox(out).shape[-1])
+        raise ConfigError("GatedDeltaNet.flops needs its n_embd; set it or call flops on a bound module")
+
+    def matmul_params(self) -> int:
+        """Projection weights: query, key, value, the output gate ``z``, ``b`` / ``a`` and ``out``."""
+        keys, values = self.key_heads * self.key_dim, self.value_heads * self.value_dim
+        return self._width() * (2 * keys + 3 * values + 2 * self.value_heads)
+
+    def flops(self, seq: int, layer: int | None = None) -> int:
+        """Forward + backward FLOPs: the projections ``6 * seq * matmul_params`` plus the delta rule's
+        state reads and writes and its within-chunk products, about ``6 * seq * value_heads *
+        (2 * key_dim * value_dim + chunk_size * (key_dim + value_dim))`` (the convolution, norms and
+        gates are elementwise and not counted; ``layer`` is accepted as attention layers take it)."""
+        dk, dv = self.key_dim, self.value_dim
+        per_token = self.value_heads * (2 * dk * dv + self.chunk_size * (dk + dv))
+        return 6 * seq * self.matmul_params() + 6 * seq * per_token
 
     def _proj(self, x: jax.Array, name: str, shape: tuple[int, ...], axes: tuple[str | None, ...]) -> jax.Array:
         kernel = param(self, name, normal(self.init_std), (x.shape[-1], *shape), (Axis.EMBED, *axes))

@@ -21,7 +21,7 @@ from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.layers.rotary import RopeScaling
 from theseus.model.models import pipeline
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
-from theseus.model.models.block import Block, make_norm
+from theseus.model.models.block import Block, counting_child, make_norm
 from theseus.model.models.stacks import REMAT_POLICIES, layer_stack, periodic_stack, scan_period, with_remat
 from theseus.model.module import Module
 
@@ -373,8 +373,33 @@ class TransformerLM(Module):
         return value
 
     def flops(self, seq: int) -> int:
-        """Forward + backward FLOPs of one sequence; see :meth:`Architecture.flops`. Works unbound."""
-        return self.architecture.flops(seq)
+        """Forward + backward FLOPs of one sequence of ``seq`` tokens: the output head,
+        ``6 * seq * n_embd * padded_vocab_size`` (2 per multiply-add forward, twice that backward; the
+        tied embedding counts once, as the head; lookups are free), plus every layer's own count
+        (:meth:`layer_flops`). Attention scores count the full square (the usual MFU convention;
+        for ``seq >= 256`` the XLA attention path skips the blocks above the diagonal, so it executes
+        somewhat fewer), or a windowed layer's window. Elementwise work (norms, activations, softmax,
+        the loss) is not counted. Works unbound."""
+        arch = self.architecture
+        return 6 * seq * arch.n_embd * arch.padded_vocab_size + sum(self.layer_flops(seq))
+
+    def layer_flops(self, seq: int) -> list[int]:
+        """Each layer's :meth:`Block.flops` for ``seq`` tokens, the layer as the model builds it: its
+        ``BLOCK`` with :meth:`_layer_options` (a dense or a mixture layer, ...) and, with ``layer_types``,
+        its index (the window it attends within). Works unbound: one block per distinct options is built
+        apart from the model (:func:`~theseus.model.models.block.counting_child`)."""
+        arch = self.architecture
+        indexed = arch.layer_types is not None
+        blocks: dict[str, Block] = {}
+        counts = []
+        for layer in range(arch.n_layers):
+            options = self._layer_options(layer)
+            key = repr(sorted(options.items()))
+            if key not in blocks:
+                blocks[key] = counting_child(self, self.BLOCK, architecture=arch, **options)
+            block = blocks[key]
+            counts.append(int(block.flops(seq, layer) if indexed else block.flops(seq)))
+        return counts
 
     def parameter_count(self) -> int:
         """Number of parameters, from shapes only (nothing is allocated)."""
