@@ -1,16 +1,18 @@
 """A model's FLOPs are its head plus its layers' own counts, each layer as the model builds it (dense
-or mixture, its window). Nothing here is initialised or compiled: the counts are analytic and work on
-unbound modules."""
+or mixture, its window), and its ``architecture`` is resolved once per instance. Nothing here is
+initialised or compiled: the counts are analytic and work on unbound modules."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from theseus.config import configuration, configure
 from theseus.model.layers import MLP, CausalSelfAttention
 from theseus.model.layers.latent_attention import LatentAttention
 from theseus.model.layers.moe import MoE
-from theseus.model.models import DeepseekV3, Gemma3, TransformerLM
+from theseus.model.models import DeepseekV3, Gemma3, Mixtral, TransformerLM
 from theseus.model.models.deepseek_v3 import DeepseekV3Block
 from theseus.model.models.windows import pattern_layer_types
 
@@ -74,3 +76,26 @@ def test_gemma3_counts_each_sliding_layer_within_its_window() -> None:
         assert layers == [attention.flops(seq, layer=i) + mlp.flops(seq) for i in range(arch.n_layers)]
         assert model.flops(seq) == head_flops(model, seq) + sum(layers)
     assert len(set(model.layer_flops(8))) == 1 and len(set(model.layer_flops(64))) == 2
+
+
+def test_architecture_is_resolved_once_per_instance_and_a_clone_resolves_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    resolved: list[int] = []
+    resolve = Mixtral.resolve_architecture
+
+    def counted(self: Mixtral) -> object:
+        resolved.append(self.vocab_size)
+        return resolve(self)
+
+    monkeypatch.setattr(Mixtral, "resolve_architecture", counted)
+    with configuration({"architecture/preset": "tiny"}):
+        model = configure(Mixtral)
+    arch = model.architecture
+    assert model.architecture is arch and arch.moe is not None  # the mixture's part of the resolution kept
+    model.flops(16)
+    model.layer_runs  # noqa: B018 (reads the architecture once per layer)
+    assert resolved == [257]
+    wider = model.clone(vocab_size=1000)
+    assert wider.architecture.vocab_size == 1000 and model.architecture.vocab_size == 257
+    assert resolved == [257, 1000]

@@ -199,9 +199,8 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
             multi_token_prediction(self, self.mtp, h, x, y, padding_mask, positions, deterministic, self.mtp_weight)
         return logits, loss
 
-    @property
-    def architecture(self) -> Architecture:
-        arch: Architecture = super(MixtureLM, self).architecture
+    def resolve_architecture(self) -> Architecture:
+        arch: Architecture = super(MixtureLM, self).resolve_architecture()
         preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
         widths: dict[str, int] = {}
         if isinstance(preset, DeepseekV3Preset):

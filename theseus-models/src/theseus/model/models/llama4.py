@@ -393,9 +393,8 @@ class Llama4(MixtureLM, Llama):
         types = tuple(CHUNKED_ATTENTION if rope else FULL_ATTENTION for rope in self.rope_layers())
         return {**super()._extra_architecture(), "layer_types": types}
 
-    @property
-    def architecture(self) -> Architecture:
-        arch = super().architecture
+    def resolve_architecture(self) -> Architecture:
+        arch = super().resolve_architecture()
         if self.first_k_dense:
             raise ConfigError(
                 f"architecture/moe/first_k_dense={self.first_k_dense}: Llama 4's dense layers are set by "

@@ -79,9 +79,8 @@ class MixtureLM(MoEKeys):
 
     BLOCK: ClassVar[type[Block]] = MoEBlock
 
-    @property
-    def architecture(self) -> Architecture:
-        arch: Architecture = super().architecture  # type: ignore[misc]
+    def resolve_architecture(self) -> Architecture:
+        arch: Architecture = super().resolve_architecture()  # type: ignore[misc]
         return dataclasses.replace(arch, moe=self.mixture(arch.d_ff)).validate()
 
     def mixture(self, d_ff: int) -> MoESpec:

@@ -325,9 +325,8 @@ class Qwen3Next(MixtureLM, Qwen3):
             )
         return {**super()._extra_architecture(), "layer_types": tuple(types), "zero_centred_norm": True}
 
-    @property
-    def architecture(self) -> Architecture:
-        arch = super().architecture
+    def resolve_architecture(self) -> Architecture:
+        arch = super().resolve_architecture()
         preset = self._preset()
 
         def pick(value: int | None, default: int) -> int:

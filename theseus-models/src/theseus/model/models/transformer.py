@@ -104,7 +104,8 @@ class TransformerLM(Module):
     (default 128: 257 -> 384 rows, so every power-of-two model axis divides them); the padded ids'
     logits are masked out of the loss and cut from the returned logits, and FLOPs count the padded
     head (:attr:`Architecture.padded_vocab_size`).
-    ``model.architecture`` is the resolved :class:`Architecture`.
+    ``model.architecture`` is the resolved :class:`Architecture`, resolved once per module instance (a
+    family that resolves more overrides :meth:`resolve_architecture`).
 
     **Switches.** ``architecture/attention_bias`` (query/key/value biases),
     ``architecture/attention_out_bias`` (attention output bias; ``None``: as ``attention_bias``),
@@ -265,7 +266,18 @@ class TransformerLM(Module):
 
     @property
     def architecture(self) -> Architecture:
-        """The resolved sizes: preset values overridden by explicit keys, validated."""
+        """The resolved sizes (:meth:`resolve_architecture`), resolved once per module instance and kept
+        on it; a copy (``clone``, or the bound copy ``init`` / ``apply`` work on) resolves its own."""
+        resolved: Architecture | None = self.__dict__.get("_resolved_architecture")
+        if resolved is None:
+            resolved = self.resolve_architecture()
+            object.__setattr__(self, "_resolved_architecture", resolved)  # a frozen dataclass: not a field
+        return resolved
+
+    def resolve_architecture(self) -> Architecture:
+        """The resolved sizes: preset values overridden by explicit keys, validated. A family with more
+        to resolve overrides this, starting from ``super().resolve_architecture()``; everything else
+        reads :attr:`architecture`, which calls it once."""
         preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
         n_embd = preset.n_embd if self.n_embd is None else self.n_embd
         n_heads = preset.n_heads if self.n_heads is None else self.n_heads
