@@ -354,6 +354,19 @@ def _check_pipeline(plan: Pipelining, stages: int) -> Pipelining:
     return plan
 
 
+def _over_context(plan: ShardingPlan) -> ShardingPlan:
+    """``plan`` with every mapping onto ``data`` extended to ``data`` x ``context``."""
+
+    def extended(value: MeshAxes) -> MeshAxes:
+        names = () if value is None else (value,) if isinstance(value, str) else tuple(value)
+        if MeshAxis.DATA not in names:
+            return value
+        at = names.index(MeshAxis.DATA) + 1
+        return (*names[:at], MeshAxis.CONTEXT, *names[at:])
+
+    return ShardingPlan({axis: extended(value) for axis, value in plan.items()})
+
+
 def build_sharding(
     plan: ShardingPlan,
     *,
@@ -390,6 +403,8 @@ def build_sharding(
     data, model = resolve_mesh_shape(data, model, len(devices), expert, context, pipeline)
     _check_axis(layout, MeshAxis.MODEL, model)
     restricted = plan.restricted(LAYOUTS[layout])
+    if context > 1:  # a row's devices hold parts of one batch shard: FSDP splits over data x context
+        restricted = _over_context(restricted)
     names: tuple[str, ...] = (MeshAxis.DATA, MeshAxis.MODEL)
     shape: tuple[int, ...] = (data, model)
     if context > 1:

@@ -31,6 +31,10 @@ from jax.sharding import PartitionSpec
 from theseus.base.axis import Axis, MeshAxis, context_attention
 from theseus.errors import ConfigError
 
+#: The longest part of a device's queries or keys whose scores are formed at once: a block of scores is
+#: ``[B, heads, MAX_BLOCK, MAX_BLOCK]`` float32 at most.
+MAX_BLOCK = 1024
+
 #: The score given to a masked query-key pair (as the single-device attention masks).
 _MASKED = float(jnp.finfo(jnp.float32).min)
 
@@ -86,6 +90,13 @@ class _Spec:
         self.n, self.size = n, size
         self.scale, self.softcap, self.per_query = scale, softcap, per_query
         self.window: Any = None
+        self.pieces = next(m for m in range(-(-size // MAX_BLOCK), size + 1) if size % m == 0)
+        self.length = size // self.pieces  # tokens of one part: a chunk is cut into ``pieces`` parts
+
+    @property
+    def parts(self) -> int:
+        """Parts of one device's tokens (two chunks of ``pieces`` parts each)."""
+        return 2 * self.pieces
 
     def windowed(self, window: Any) -> _Spec:
         """This spec with ``window`` (None: causal only)."""
@@ -93,21 +104,21 @@ class _Spec:
         spec.window = window
         return spec
 
-    def chunks(self, device: Any) -> tuple[Any, Any]:
-        """The two chunk numbers ``device`` holds."""
-        return device, 2 * self.n - 1 - device
+    def starts(self, device: Any) -> list[Any]:
+        """Sequence index of the first token of each part ``device`` holds (chunks ``d`` and ``2n - 1 - d``)."""
+        chunks = (device, 2 * self.n - 1 - device)
+        return [chunks[j // self.pieces] * self.size + (j % self.pieces) * self.length for j in range(self.parts)]
 
-    def index(self, chunk: Any) -> jax.Array:
-        """Sequence indices of ``chunk``."""
-        return chunk * self.size + jnp.arange(self.size, dtype=jnp.int32)
+    def index(self, start: Any) -> jax.Array:
+        """Sequence indices of the part beginning at ``start``."""
+        return start + jnp.arange(self.length, dtype=jnp.int32)
 
-    def visible(self, query_chunk: Any, key_chunk: Any) -> Any:
-        """Whether any query of ``query_chunk`` sees any key of ``key_chunk`` (causal, within the window)."""
-        seen = key_chunk <= query_chunk
+    def visible(self, query_start: Any, key_start: Any) -> Any:
+        """Whether any query of one part sees any key of another (causal, within the window)."""
+        seen = key_start <= query_start + self.length - 1
         if self.window is None:
             return seen
-        nearest = (query_chunk - key_chunk) * self.size - (self.size - 1)
-        return seen & (nearest < self.window)
+        return seen & (query_start - (key_start + self.length - 1) < self.window)
 
     def scores(self, q: jax.Array, k: jax.Array) -> jax.Array:
         """Scaled (and capped) scores ``[B, kv, group, Tq, Tk]`` of grouped ``q`` and ``k``."""
@@ -128,29 +139,30 @@ class _Spec:
         return mask
 
 
-def _halves(x: jax.Array | None, size: int) -> tuple[Any, Any]:
+def _parts(x: jax.Array | None, spec: _Spec, axis: int = 1) -> list[Any]:
+    """``x`` cut into the :attr:`_Spec.parts` parts of one device's tokens along ``axis``."""
     if x is None:
-        return None, None
-    return x[:, :size], x[:, size:]
+        return [None] * spec.parts
+    return [jax.lax.slice_in_dim(x, j * spec.length, (j + 1) * spec.length, axis=axis) for j in range(spec.parts)]
 
 
-def _pairs(
-    spec: _Spec, q_chunks: tuple, seg_halves: tuple, source: Any, kb: jax.Array, vb: jax.Array, kseg: Any
-) -> Any:
-    """Yield ``(query half, key half, keys, values, mask, visible)`` for the four pairs of half-chunks of
-    this device's queries and the key block of device ``source``."""
-    k_chunks = spec.chunks(source)
-    halves = zip(_halves(kb, spec.size), _halves(vb, spec.size), _halves(kseg, spec.size), strict=True)
-    for half_k, (kh, vh, ksh) in enumerate(halves):
-        for half_q in range(2):
-            mask = spec.mask(spec.index(q_chunks[half_q]), spec.index(k_chunks[half_k]), seg_halves[half_q], ksh)
-            yield half_q, half_k, kh, vh, mask, spec.visible(q_chunks[half_q], k_chunks[half_k])
+def _pairs(spec: _Spec, q_starts: list, q_segs: list, source: Any, kb: jax.Array, vb: jax.Array, kseg: Any) -> Any:
+    """Yield ``(query part, key part, keys, values, where, visible)`` for every pair of a part of this
+    device's queries and a part of the key block of device ``source``; ``where`` (sequence indices and
+    segment ids of the queries and keys) gives the mask inside the computation that reads it, so that no
+    ``[queries, keys]`` mask is formed outside it."""
+    k_starts = spec.starts(source)
+    keyed = zip(_parts(kb, spec), _parts(vb, spec), _parts(kseg, spec), strict=True)
+    for part_k, (kp, vp, ksp) in enumerate(keyed):
+        for part_q in range(spec.parts):
+            where = (spec.index(q_starts[part_q]), spec.index(k_starts[part_k]), q_segs[part_q], ksp)
+            yield part_q, part_k, kp, vp, where, spec.visible(q_starts[part_q], k_starts[part_k])
 
 
-def _accumulate(spec: _Spec, state: tuple, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> tuple:
+def _accumulate(spec: _Spec, state: tuple, q: jax.Array, k: jax.Array, v: jax.Array, where: tuple) -> tuple:
     """The online softmax ``(out, max, sum)`` after one more block of keys."""
     out, top, total = state
-    s = jnp.where(mask, spec.scores(q, k), _MASKED)
+    s = jnp.where(spec.mask(*where), spec.scores(q, k), _MASKED)
     new_top = jnp.maximum(top, jnp.max(s, axis=-1))
     shrink = jnp.exp(top - new_top)
     p = jnp.exp(s - new_top[..., None])
@@ -166,22 +178,23 @@ def _block_grads(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
-    mask: jax.Array,
+    where: tuple,
     lse: jax.Array,
     dout: jax.Array,
     delta: jax.Array,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(dq, dk, dv)`` of one block of grouped queries against one block of keys and values."""
+    f32, dtype = jnp.float32, q.dtype  # products in the inputs' precision, accumulated in float32
     s = spec.scores(q, k)
-    p = jnp.exp(jnp.where(mask, s, _MASKED) - lse[..., None])
-    dv = jnp.einsum("bkgts,bkgth->bskh", p, dout)
-    dp = jnp.einsum("bkgth,bskh->bkgts", dout, v.astype(jnp.float32))
+    p = jnp.exp(jnp.where(spec.mask(*where), s, _MASKED) - lse[..., None])
+    dv = jnp.einsum("bkgts,bkgth->bskh", p.astype(dtype), dout.astype(dtype), preferred_element_type=f32)
+    dp = jnp.einsum("bkgth,bskh->bkgts", dout.astype(dtype), v, preferred_element_type=f32)
     ds = p * (dp - delta[..., None])
     if spec.softcap is not None:
         ds = ds * (1.0 - jnp.square(s / spec.softcap))
-    ds = ds * spec.scale
-    dq = jnp.einsum("bkgts,bskh->btkgh", ds, k.astype(jnp.float32))
-    dk = jnp.einsum("bkgts,btkgh->bskh", ds, q.astype(jnp.float32))
+    ds = (ds * spec.scale).astype(dtype)
+    dq = jnp.einsum("bkgts,bskh->btkgh", ds, k, preferred_element_type=f32)
+    dk = jnp.einsum("bkgts,btkgh->bskh", ds, q, preferred_element_type=f32)
     return dq, dk, dv
 
 
@@ -199,22 +212,76 @@ def _vary(x: jax.Array, like: jax.Array) -> jax.Array:
     return jax.lax.pcast(x, missing, to="varying") if missing else x
 
 
-def _key_blocks(form: str, spec: _Spec, device: Any, arrays: Sequence[jax.Array | None]) -> Any:
-    """Yield ``(source device, arrays of its block)`` for every device's key block: gathered
-    (``allgather``) or passed round the ring (``ring``, the arrays moved on after each block)."""
+def _sweep(
+    form: str,
+    spec: _Spec,
+    device: Any,
+    blocks: Sequence[jax.Array | None],
+    visit: Any,
+    carry: Any,
+    grads: list[jax.Array] | None = None,
+) -> Any:
+    """Visit every device's key block (``blocks`` = this device's keys, values, segment ids) in a loop:
+    ``visit(carry, source, blocks) -> carry``. ``allgather`` gathers the blocks first and slices them;
+    ``ring`` passes them on with ``ppermute`` after each visit. With ``grads`` (zeros like the blocks'
+    gradients) ``visit`` returns ``(carry, block gradients)`` as well, and the result is ``(carry, this
+    device's key gradients)``: reduce-scattered from the gathered form, or passed round the ring with the
+    blocks (after ``n`` moves each is home again)."""
     n = spec.n
     if form == "allgather":
-        gathered = [None if a is None else jax.lax.all_gather(a, MeshAxis.CONTEXT, axis=1, tiled=True) for a in arrays]
+        gathered = [None if a is None else jax.lax.all_gather(a, MeshAxis.CONTEXT, axis=1, tiled=True) for a in blocks]
         width = 2 * spec.size
-        for source in range(n):
-            yield source, [None if a is None else a[:, source * width : (source + 1) * width] for a in gathered]
-        return
+        sums = (
+            None
+            if grads is None
+            else [_vary(jnp.zeros((g.shape[0], n * width, *g.shape[2:]), g.dtype), g) for g in grads]
+        )
+
+        def gathered_body(state: tuple, source: jax.Array) -> tuple[tuple, None]:
+            carry, sums = state
+            own = [
+                None if a is None else jax.lax.dynamic_slice_in_dim(a, source * width, width, axis=1) for a in gathered
+            ]
+            if sums is None:
+                return (visit(carry, source, own), None), None
+            carry, new = visit(carry, source, own)
+            sums = [
+                jax.lax.dynamic_update_slice_in_dim(a, g, source * width, axis=1)
+                for a, g in zip(sums, new, strict=True)
+            ]
+            return (carry, sums), None
+
+        (carry, sums), _ = jax.lax.scan(gathered_body, (carry, sums), jnp.arange(n))
+        if sums is None:
+            return carry
+        return carry, [jax.lax.psum_scatter(a, MeshAxis.CONTEXT, scatter_dimension=1, tiled=True) for a in sums]
     ring = [(j, (j + 1) % n) for j in range(n)]
-    current = list(arrays)
-    for step in range(n):
-        yield (device - step) % n, current
-        if step < n - 1:
-            current = [None if a is None else jax.lax.ppermute(a, MeshAxis.CONTEXT, ring) for a in current]
+
+    def move(a: jax.Array | None) -> jax.Array | None:
+        return None if a is None else jax.lax.ppermute(a, MeshAxis.CONTEXT, ring)
+
+    def ring_step(state: tuple, index: Any, last: bool) -> tuple:
+        carry, moving, travelling = state
+        source = (device - index) % n
+        if travelling is None:
+            carry = visit(carry, source, moving)
+        else:
+            carry, new = visit(carry, source, moving)
+            travelling = [move(t + g) for t, g in zip(travelling, new, strict=True)]
+        return carry, (moving if last else [move(a) for a in moving]), travelling
+
+    state = (carry, list(blocks), grads)
+    state, _ = jax.lax.scan(lambda st, i: (ring_step(st, i, False), None), state, jnp.arange(n - 1))
+    carry, _, travelling = ring_step(state, n - 1, True)
+    return carry if travelling is None else (carry, travelling)
+
+
+def _device(q: jax.Array) -> jax.Array:
+    """This device's place on the context axis, tied to ``q`` so that what is computed from it alone (the
+    masks of each block) is not loop-invariant in a loop over layers: such values are hoisted out of the
+    loop and kept, one per block, for the whole step."""
+    device, _ = jax.lax.optimization_barrier((jax.lax.axis_index(MeshAxis.CONTEXT), q))
+    return device
 
 
 def _group(x: jax.Array, n_kv: int) -> jax.Array:
@@ -237,24 +304,27 @@ def _finish(spec: _Spec, state: tuple, sinks: jax.Array | None) -> tuple[jax.Arr
 def _local_forward(
     spec: _Spec, form: str, q: jax.Array, k: jax.Array, v: jax.Array, seg: jax.Array | None, sinks: Any
 ) -> tuple[jax.Array, tuple]:
-    device = jax.lax.axis_index(MeshAxis.CONTEXT)
+    device = _device(q)
     n_kv = k.shape[2]
     grouped = _group(q, n_kv)
     b, _, _, g, d = grouped.shape
-    size = spec.size
-    q_chunks = spec.chunks(device)
-    q_halves = _halves(grouped, size)
-    seg_halves = _halves(seg, size)
+    length = spec.length
+    q_starts, q_parts, q_segs = spec.starts(device), _parts(grouped, spec), _parts(seg, spec)
     init = (
-        jnp.zeros((b, n_kv, g, size, d), jnp.float32),
-        jnp.full((b, n_kv, g, size), _MASKED, jnp.float32),
-        jnp.zeros((b, n_kv, g, size), jnp.float32),
+        jnp.zeros((b, n_kv, g, length, d), jnp.float32),
+        jnp.full((b, n_kv, g, length), _MASKED, jnp.float32),
+        jnp.zeros((b, n_kv, g, length), jnp.float32),
     )
-    states = [tuple(_vary(x, q) for x in init) for _ in range(2)]
-    for source, (kb, vb, kseg) in _key_blocks(form, spec, device, (k, v, seg)):
-        for half_q, _, kh, vh, mask, visible in _pairs(spec, q_chunks, seg_halves, source, kb, vb, kseg):
-            step = functools.partial(_accumulate, spec, q=q_halves[half_q], k=kh, v=vh, mask=mask)
-            states[half_q] = jax.lax.cond(visible, lambda st, step=step: step(st), lambda st: st, states[half_q])
+    states = tuple(tuple(_vary(x, q) for x in init) for _ in range(spec.parts))
+
+    def visit(states: tuple, source: Any, block: list) -> tuple:
+        updated = list(states)
+        for part_q, _, kp, vp, where, visible in _pairs(spec, q_starts, q_segs, source, *block):
+            step = functools.partial(_accumulate, spec, q=q_parts[part_q], k=kp, v=vp, where=where)
+            updated[part_q] = jax.lax.cond(visible, lambda st, step=step: step(st), lambda st: st, updated[part_q])
+        return tuple(updated)
+
+    states = _sweep(form, spec, device, (k, v, seg), visit, states)
     finished = [_finish(spec, state, sinks) for state in states]
     out = jnp.concatenate([f[0] for f in finished], axis=3)  # [b, kv, g, 2 size, d]
     lse = jnp.concatenate([f[1] for f in finished], axis=3)
@@ -264,58 +334,31 @@ def _local_forward(
 
 def _local_backward(spec: _Spec, form: str, residuals: tuple, dy: jax.Array) -> tuple:
     q, k, v, seg, sinks, out, lse = residuals
-    device = jax.lax.axis_index(MeshAxis.CONTEXT)
-    n_kv, size, n = k.shape[2], spec.size, spec.n
+    device = _device(q)
+    n_kv = k.shape[2]
     grouped = _group(q, n_kv)
     dout = jnp.transpose(_group(dy, n_kv), (0, 2, 3, 1, 4)).astype(jnp.float32)  # [b, kv, g, T, d]
     delta = jnp.sum(dout * out, axis=-1)
-    q_chunks = spec.chunks(device)
-    q_halves, seg_halves = _halves(grouped, size), _halves(seg, size)
-    dout_halves = (dout[:, :, :, :size], dout[:, :, :, size:])
-    lse_halves = (lse[..., :size], lse[..., size:])
-    delta_halves = (delta[..., :size], delta[..., size:])
-    dq = [_vary(jnp.zeros(h.shape, jnp.float32), q) for h in q_halves]
+    q_starts, q_parts, q_segs = spec.starts(device), _parts(grouped, spec), _parts(seg, spec)
+    dout_parts, lse_parts, delta_parts = _parts(dout, spec, 3), _parts(lse, spec, 3), _parts(delta, spec, 3)
+    dq = tuple(_vary(jnp.zeros(part.shape, jnp.float32), q) for part in q_parts)
 
-    def block(kb: jax.Array, vb: jax.Array, kseg: Any, source: Any, dkv: list) -> list:
-        for half_q, half_k, kh, vh, mask, visible in _pairs(spec, q_chunks, seg_halves, source, kb, vb, kseg):
-            args = (q_halves[half_q], kh, vh, mask, lse_halves[half_q], dout_halves[half_q], delta_halves[half_q])
+    def visit(dq: tuple, source: Any, block: list) -> tuple[tuple, list]:
+        dq_list = list(dq)
+        dkv = [[_vary(jnp.zeros(part.shape, jnp.float32), q) for part in _parts(x, spec)] for x in block[:2]]
+        for part_q, part_k, kp, vp, where, visible in _pairs(spec, q_starts, q_segs, source, *block):
+            args = (q_parts[part_q], kp, vp, where, lse_parts[part_q], dout_parts[part_q], delta_parts[part_q])
 
             def grads(acc: tuple, args: tuple = args) -> tuple:
                 gq, gk, gv = _block_grads(spec, *args)
                 return acc[0] + gq, acc[1] + gk, acc[2] + gv
 
-            acc = jax.lax.cond(visible, grads, lambda a: a, (dq[half_q], dkv[0][half_k], dkv[1][half_k]))
-            dq[half_q], dkv[0][half_k], dkv[1][half_k] = acc
-        return dkv
+            acc = jax.lax.cond(visible, grads, lambda a: a, (dq_list[part_q], dkv[0][part_k], dkv[1][part_k]))
+            dq_list[part_q], dkv[0][part_k], dkv[1][part_k] = acc
+        return tuple(dq_list), [jnp.concatenate(parts, axis=1) for parts in dkv]
 
-    def zeros_kv() -> list:
-        return [
-            [_vary(jnp.zeros((*kh.shape[:-1], kh.shape[-1]), jnp.float32), q) for kh in _halves(x, size)]
-            for x in (k, v)
-        ]
-
-    if form == "allgather":
-        blocks = []
-        for source, (kb, vb, kseg) in _key_blocks(form, spec, device, (k, v, seg)):
-            dkv = block(kb, vb, kseg, source, zeros_kv())
-            blocks.append([jnp.concatenate(halves, axis=1) for halves in dkv])
-        dk_all = jnp.concatenate([blk[0] for blk in blocks], axis=1)
-        dv_all = jnp.concatenate([blk[1] for blk in blocks], axis=1)
-        dk = jax.lax.psum_scatter(dk_all, MeshAxis.CONTEXT, scatter_dimension=1, tiled=True)
-        dv = jax.lax.psum_scatter(dv_all, MeshAxis.CONTEXT, scatter_dimension=1, tiled=True)
-    else:
-        ring = [(j, (j + 1) % n) for j in range(n)]
-        kb, vb, kseg = k, v, seg
-        dkv = zeros_kv()
-        for step in range(n):
-            dkv = block(kb, vb, kseg, (device - step) % n, dkv)
-            flat = [jnp.concatenate(halves, axis=1) for halves in dkv]
-            flat = [jax.lax.ppermute(x, MeshAxis.CONTEXT, ring) for x in flat]  # after n moves: home again
-            dkv = [list(_halves(x, size)) for x in flat]
-            if step < n - 1:
-                kb, vb = (jax.lax.ppermute(x, MeshAxis.CONTEXT, ring) for x in (kb, vb))
-                kseg = None if kseg is None else jax.lax.ppermute(kseg, MeshAxis.CONTEXT, ring)
-        dk, dv = (jnp.concatenate(halves, axis=1) for halves in dkv)
+    zeros = [_vary(jnp.zeros(x.shape, jnp.float32), q) for x in (k, v)]
+    dq, (dk, dv) = _sweep(form, spec, device, (k, v, seg), visit, dq, zeros)
     dq_full = jnp.concatenate(dq, axis=1).reshape(q.shape)
     dsinks = None
     if sinks is not None:
