@@ -66,10 +66,13 @@ CUDNN_MAX_HEAD_DIM = 128
 
 def _cudnn_eligible(q: jax.Array, v: jax.Array) -> bool:
     """Whether cuDNN's fused attention takes this call: an NVIDIA GPU target (the mesh's devices), half
-    precision, equal query and value widths (not MLA's) that are a multiple of 8 up to 128."""
+    precision, equal query and value widths (not MLA's) that are a multiple of 8 up to 128, and not inside
+    ``shard_map`` (the pipeline's stages): its partitioning rule needs the mesh's devices, which a manual
+    region under an abstract mesh does not have."""
     head_dim = q.shape[-1]
     return (
         accelerator().platform == "gpu"
+        and not jax.sharding.get_abstract_mesh().manual_axes
         and q.dtype in (jnp.bfloat16, jnp.float16)
         and head_dim % 8 == 0
         and head_dim <= CUDNN_MAX_HEAD_DIM
