@@ -1,7 +1,11 @@
-"""Context parallelism across processes: two processes of two devices each split every sequence over a
-``context`` axis of 4 that spans both (gloo collectives between them), train 3 steps of the CLI's
-``train/pretrain`` and checkpoint; one process on one device resumes that checkpoint to step 5. Every
-loss equals one process training the same 5 steps on one device."""
+"""Context and pipeline parallelism across processes (two processes of two devices, gloo collectives
+between them), each against one process training the same job on one device, loss by loss:
+
+- every sequence split over a ``context`` axis of 4 that spans both processes, for 3 steps of the CLI's
+  ``train/pretrain`` and a checkpoint, which one process on one device resumes to step 5;
+- the layer stack in two pipeline stages, one per process (each stage's rows over its process's two
+  devices), for 5 steps.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ def devices(count: int) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("context-processes")
+    root = tmp_path_factory.mktemp("processes")
     write_byte_corpus(root, "fineweb")
     common = ["run", "train/pretrain", "--root", str(root)]
     split = overrides(run__name="split", mesh__context=4, training__stop_after=3, mesh__context_attention="ring")
@@ -40,10 +44,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     one = run_cli([*common, *overrides(run__name="one")], env=devices(1))
     assert one.returncode == 0, one.stderr[-3000:]
+    two_layers = {"architecture__n_layers": 2}
+    staged = run_joined(
+        [*common, *overrides(run__name="staged", mesh__pipeline=2, **two_layers)], env=lambda _: devices(2)
+    )
+    for process in staged:
+        assert process.returncode == 0, process.stderr[-3000:]
+    deeper = run_cli([*common, *overrides(run__name="deeper", **two_layers)], env=devices(1))
+    assert deeper.returncode == 0, deeper.stderr[-3000:]
     return {
-        "split": losses(root / "runs" / "split"),
-        "one": losses(root / "runs" / "one"),
+        **{name: losses(root / "runs" / name) for name in ("split", "one", "staged", "deeper")},
         "log": joined[0].stdout + joined[0].stderr,
+        "staged_log": staged[0].stdout + staged[0].stderr,
     }
 
 
@@ -58,3 +70,10 @@ def test_its_checkpoint_resumes_on_one_device(runs: dict[str, Any]) -> None:
     """Steps 4 and 5, trained on one device from the split run's checkpoint of step 3."""
     for step in (4, 5):
         assert abs(runs["split"][step] - runs["one"][step]) <= TOLERANCE
+
+
+def test_pipeline_stages_on_two_processes_train_as_one_device(runs: dict[str, Any]) -> None:
+    assert "'pipeline': 2" in runs["staged_log"]
+    assert sorted(runs["staged"]) == sorted(runs["deeper"]) == [1, 2, 3, 4, 5]
+    for step, loss in runs["deeper"].items():
+        assert abs(runs["staged"][step] - loss) <= TOLERANCE
