@@ -33,7 +33,8 @@ from theseus.model.layers.experts import capacity_slots, loop_over_experts
 from theseus.model.layers.moe import MoESpec, expert_capacity, route
 from theseus.training.pretrain import Pretrain
 
-#: 2 layers of 4 experts (top 2) at width 32; 8 rows of 32 bytes a step, checkpoints every step.
+#: 2 layers of 4 experts (top 2) at width 32; 8 rows of 32 bytes a step, a checkpoint at the end of each
+#: invocation only (the split run's stop at step 3 is the one a resume reads).
 ARGS = {
     "model": "qwen3_moe",
     "architecture/n_layers": 2,
@@ -50,7 +51,7 @@ ARGS = {
     "training/lr": 3e-3,
     "training/log_interval": 1,
     "training/eval_batches": 0,
-    "training/checkpoint_interval": 1,
+    "training/checkpoint_interval": 1000,
     "training/async_checkpoints": False,
     "training/progress": False,
     "training/compilation_cache": False,
