@@ -5,7 +5,8 @@ device and records, per run, the training losses, the mesh, the shape of a stack
 bytes of stacked-layer and other parameters on the first device:
 
 * ``single``: one device;
-* ``gpipe`` and ``interleaved``: ``mesh/pipeline=4`` (4 micro-batches; interleaved with 2 virtual stages);
+* ``gpipe`` and ``interleaved``: ``mesh/pipeline=4`` (4 micro-batches; interleaved with 2 virtual stages
+  and ``model/remat=full``, each tick run again in the backward pass);
 * ``fsdp+tp``: ``mesh/pipeline=2`` beside ``mesh/data=2`` and ``mesh/model=2`` on 8 devices;
 * ``resumed``: the gpipe run's step-3 checkpoint resumed on one device to step 5 (the run's losses then);
 * ``errors``: the one-line ConfigError of each of ``MISTAKES`` (setup only).
@@ -57,6 +58,7 @@ PIPELINES = {
         "mesh/pipeline_schedule": "interleaved",
         "mesh/pipeline_microbatches": 4,
         "mesh/pipeline_virtual": 2,
+        "model/remat": "full",  # each tick run again in the backward pass
     },
 }
 EIGHT = {"fsdp+tp": {"mesh/pipeline": 2, "mesh/layout": "fsdp+tp", "mesh/data": 2, "mesh/model": 2}}

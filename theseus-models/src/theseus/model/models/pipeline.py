@@ -113,13 +113,17 @@ def pipeline_stack(
     stages: int,
     microbatches: int,
     virtual: int,
+    remat: bool = False,
 ) -> jax.Array:
     """``h`` ``[B, T, D]`` through the stacked layers ``params`` (leaves ``[n_layers, ...]``) as a pipeline
     of ``stages`` stages with ``virtual`` pieces each, ``microbatches`` micro-batches at a time.
 
     ``stage_fn(piece_params, h, extras, key)`` runs one piece (leaves ``[n_layers / (stages virtual), ...]``)
     on one micro-batch ``[B / microbatches, T, D]``; ``extras`` are per-row arrays ``[B, ...]`` (or None)
-    cut into the same micro-batches; ``key`` (or None) is folded with the piece and micro-batch."""
+    cut into the same micro-batches; ``key`` (or None) is folded with the piece and micro-batch. ``remat``:
+    each tick keeps only what it received for the backward pass and runs its piece again there (what
+    ``model/remat=full`` asks of the layers, at the tick: otherwise every tick keeps its piece's
+    activations of its micro-batch until the backward reaches it)."""
     rows = h.shape[0]
     if rows % microbatches:
         raise ConfigError(
@@ -150,6 +154,17 @@ def pipeline_stack(
         stage = jax.lax.axis_index(MeshAxis.PIPELINE)
         mine = jax.tree.map(lambda p: p[:, 0], grouped)  # [V, n_layers / (S V), ...]: this stage's pieces
 
+        def piece_of(mine: Tree, lap: jax.Array, *args: Any) -> jax.Array:
+            """The stage's piece of lap ``lap`` on one micro-batch. Its parameters are read here, from the
+            stage's whole share: read outside, each tick's copy of them would be kept for the backward."""
+            if virtual == 1:
+                piece = jax.tree.map(lambda p: p[0], mine)
+            else:
+                piece = jax.tree.map(lambda p: jax.lax.dynamic_index_in_dim(p, lap, keepdims=False), mine)
+            return stage_fn(piece, *args)
+
+        run_piece = jax.checkpoint(piece_of, policy=jax.checkpoint_policies.nothing_saveable) if remat else piece_of
+
         def tick(carry: tuple[jax.Array, jax.Array | None], t: jax.Array) -> tuple[Any, jax.Array]:
             held, laps = carry  # held: what the previous stage sent; laps: micro-batches between laps
             fresh = jax.lax.dynamic_index_in_dim(xs, jnp.minimum(t, microbatches - 1), keepdims=False)
@@ -161,14 +176,13 @@ def pipeline_stack(
             item = jnp.maximum(t - stage, 0)  # the stage's place in the stream: lap item // M, micro-batch item % M
             lap = jnp.minimum(item // microbatches, virtual - 1)
             micro = item % microbatches
-            piece = jax.tree.map(lambda p: jax.lax.dynamic_index_in_dim(p, lap, keepdims=False), mine)
             row_extras = tuple(
                 None if e is None else jax.lax.dynamic_index_in_dim(e, micro, keepdims=False) for e in cut
             )
             piece_key = (
                 None if key is None else jax.random.fold_in(jax.random.fold_in(key, lap * stages + stage), micro)
             )
-            out = stage_fn(piece, inputs, row_extras, piece_key)
+            out = run_piece(mine, lap, inputs, row_extras, piece_key)
             return (jax.lax.ppermute(out, MeshAxis.PIPELINE, ring), laps), out
 
         held = _varying(jnp.zeros_like(xs[0]))
@@ -242,4 +256,5 @@ def run(
         stages=stages,
         microbatches=plan.microbatches_for(stages),
         virtual=plan.pieces,
+        remat=model.remat_policy == "full",
     )
