@@ -1,7 +1,8 @@
 """Compile training steps for a target in one process and print what ``theseus plan`` reports, as JSON.
 
 Run by tests/plan with the accelerator compilers on its path: ``python matrix_run.py TARGET CASES_JSON``,
-where each case is ``{"job": ..., "overrides": [...]}``. A case that fails prints its error instead. A
+where each case is ``{"job": ..., "overrides": [...]}`` (with ``"target"``, a case compiles for that target
+instead of TARGET: one process for several targets). A case that fails prints its error instead. A
 case with ``"state_only": true`` builds the trainer and reports the state bytes per device it would hold
 (``state_bytes``, as a compiled case does) without compiling.
 """
@@ -22,9 +23,10 @@ def main() -> None:
     from theseus.plan.report import as_dict, make_plan
     from theseus.registry import get_registry
 
-    target, cases = sys.argv[1], json.loads(sys.argv[2])
+    default, cases = sys.argv[1], json.loads(sys.argv[2])
     root = Path(tempfile.mkdtemp())
     for case in cases:
+        target = case.get("target", default)
         try:
             if "generate" in case:
                 print(json.dumps({"case": case, "generate": compile_generation(target, case, root)}), flush=True)

@@ -10,12 +10,19 @@ from tests.plan.conftest import compile_cases, tiny
 #: DeepSeek-V3's head widths: queries and keys 128 + 64 = 192 wide, values 128 (padded to 192).
 MLA_WIDTHS = (("qk_nope", 128), ("qk_rope", 64), ("v", 128))
 LONG = ("architecture/block_size=512", "training/sequence_length=512", "training/batch_size=8")
+#: The TPU slice the TPU cases compile for, in the same process as the H100 cases.
+TPU = "v5e:2x4"
+TPU_CASES = {
+    "tpu llama": ("llama", "fsdp"),
+    "tpu gemma3": ("gemma3", "fsdp"),
+    "tpu qwen3_moe": ("qwen3_moe", "fsdp+ep"),
+}
 
 
 @pytest.fixture(scope="module")
 def h100() -> dict[str, dict]:
     # one case of each step: every model runs the same SFT, DPO and sampling code (the dense matrices
-    # compile every family's training step)
+    # compile every family's training step); last, the TPU slice's cases, in the same process
     named = {
         "llama sft": tiny("llama", "fsdp+tp", job="train/sft"),
         "llama dpo": tiny("llama", "fsdp", "model/lora/rank=4", job="train/dpo"),
@@ -53,6 +60,7 @@ def h100() -> dict[str, dict]:
         },
         "float32": tiny("llama", "fsdp", "model/activation_dtype=float32"),
         "mla": tiny("deepseek_v3", "fsdp", *(f"architecture/mla/{k}_head_dim={w}" for k, w in MLA_WIDTHS)),
+        **{name: {**tiny(model, layout), "target": TPU} for name, (model, layout) in TPU_CASES.items()},
     }
     return dict(zip(named, compile_cases("h100x8", list(named.values())), strict=True))
 
@@ -114,10 +122,9 @@ def test_remat_policies_trade_temporaries_for_flops(h100: dict) -> None:
 
 
 @pytest.mark.slow
-def test_tpu_slices_compile() -> None:
-    cases = [tiny("llama", "fsdp"), tiny("gemma3", "fsdp"), tiny("qwen3_moe", "fsdp+ep")]
-    for result in compile_cases("v5e:2x4", cases):
-        plan = _plan(result)
+def test_tpu_slices_compile(h100: dict) -> None:
+    for name in TPU_CASES:
+        plan = _plan(h100[name])
         assert plan["device"] == "TPU v5 lite"
         assert plan["activation_dtype"] == "bfloat16"
         assert plan["memory"]["aliased"] >= plan["state_bytes"]
