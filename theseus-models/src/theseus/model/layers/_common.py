@@ -28,6 +28,18 @@ def width_field() -> Any:
     return field("architecture/n_embd", default=None, help="model width (None: from the preset)")
 
 
+def layer_width(layer: Any, read: Callable[[Any], Any]) -> int:
+    """The model width ``layer`` counts its FLOPs at: its ``n_embd``, else ``read(params)`` of a bound
+    layer (a parameter's width, or None); one line naming the key when neither is there."""
+    if layer.n_embd is not None:
+        return int(layer.n_embd)
+    if layer.scope is not None:
+        width = read(layer.variables.get("params", {}))
+        if width is not None:
+            return int(width)
+    raise ConfigError(f"{type(layer).__name__}.flops needs architecture/n_embd; set it or call flops on a bound module")
+
+
 def child(parent: Module, cls: type[T], **overrides: Any) -> T:
     """``configure(cls)`` with the parent's dtypes, plus ``overrides``."""
     return configure(

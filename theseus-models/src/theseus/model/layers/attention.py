@@ -13,7 +13,17 @@ from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora, quantization
-from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require, width_field
+from theseus.model.layers._common import (
+    INIT_STD,
+    cast,
+    child,
+    constrain,
+    layer_width,
+    normal,
+    param,
+    require,
+    width_field,
+)
 from theseus.model.layers.context_parallel import context_parallel_attention, context_size, refuse
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
@@ -456,13 +466,7 @@ class CausalSelfAttention(Module):
         return n_heads, n_kv, n_embd // n_heads if self.head_dim is None else self.head_dim
 
     def _width(self) -> int:
-        if self.n_embd is not None:
-            return self.n_embd
-        if self.scope is not None:
-            out = self.variables.get("params", {}).get("out")
-            if out is not None:
-                return int(nn.unbox(out).shape[-1])
-        raise ConfigError("CausalSelfAttention.flops needs architecture/n_embd; set it or call flops when bound")
+        return layer_width(self, lambda params: nn.unbox(params["out"]).shape[-1] if "out" in params else None)
 
     def matmul_params(self) -> int:
         """Weights of the query, key, value and output projections."""

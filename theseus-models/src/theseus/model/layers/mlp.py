@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -19,6 +20,7 @@ from theseus.model.layers._common import (
     check_activation,
     child,
     constrain,
+    layer_width,
     width_field,
 )
 from theseus.model.layers.dense import Dense
@@ -86,13 +88,10 @@ class MLP(Module):
         return self.resolved_activation in GATED
 
     def _width(self) -> int:
-        if self.n_embd is not None:
-            return self.n_embd
-        if self.scope is not None:
-            down = self.variables.get("params", {}).get("down")
-            if down is not None:
-                return int(nn.unbox(down["kernel"]).shape[-1])
-        raise ConfigError("MLP.flops needs architecture/n_embd; set it or call flops on a bound module")
+        def read(params: Any) -> Any:
+            return nn.unbox(params["down"]["kernel"]).shape[-1] if "down" in params else None
+
+        return layer_width(self, read)
 
     def matmul_params(self) -> int:
         """Number of weights used in matrix multiplications."""

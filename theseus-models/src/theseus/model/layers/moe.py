@@ -61,6 +61,7 @@ from theseus.model.layers._common import (
     check_activation,
     child,
     constrain,
+    layer_width,
     normal,
     param,
     width_field,
@@ -399,13 +400,7 @@ class MoE(MoEKeys):
         return check_activation(self.activation or "swiglu")
 
     def _width(self) -> int:
-        if self.n_embd is not None:
-            return self.n_embd
-        if self.scope is not None:
-            router = self.variables.get("params", {}).get("router")
-            if router is not None:
-                return int(nn.unbox(router).shape[0])
-        raise ConfigError("MoE.flops needs architecture/n_embd; set it or call flops on a bound module")
+        return layer_width(self, lambda params: nn.unbox(params["router"]).shape[0] if "router" in params else None)
 
     def active_matmul_params(self) -> int:
         """Matmul weights one token passes through: its ``top_k`` experts, the shared experts and the

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from theseus.base.axis import Axis
 from theseus.errors import ConfigError
-from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param
+from theseus.model.layers._common import INIT_STD, cast, child, constrain, layer_width, normal, param
 from theseus.model.layers.attention import missing_cache_error
 from theseus.model.layers.context_parallel import refuse
 from theseus.model.layers.norms import RMSNorm
@@ -186,13 +186,7 @@ class GatedDeltaNet(Module):
         return [RMSNorm]
 
     def _width(self) -> int:
-        if self.n_embd is not None:
-            return self.n_embd
-        if self.scope is not None:
-            out = self.variables.get("params", {}).get("out")
-            if out is not None:
-                return int(nn.unbox(out).shape[-1])
-        raise ConfigError("GatedDeltaNet.flops needs its n_embd; set it or call flops on a bound module")
+        return layer_width(self, lambda params: nn.unbox(params["out"]).shape[-1] if "out" in params else None)
 
     def matmul_params(self) -> int:
         """Projection weights: query, key, value, the output gate ``z``, ``b`` / ``a`` and ``out``."""
