@@ -38,7 +38,7 @@ from jax.sharding import PartitionSpec
 from theseus.base.axis import MeshAxis, Pipelining, pipelining_of
 from theseus.base.sown import AUX_COLLECTIONS
 from theseus.errors import ConfigError
-from theseus.model.models.stacks import layer_stack
+from theseus.model.models.stacks import LAYERS, layer_stack
 
 Tree = Any
 
@@ -222,8 +222,6 @@ def run(
     check_model(model, stages, plan)
     if model.is_initializing():
         return None
-    from theseus.model.models.transformer import LAYERS
-
     n_layers = model.architecture.n_layers
     per_piece = n_layers // (stages * plan.pieces)
     stack = getattr(model, LAYERS)

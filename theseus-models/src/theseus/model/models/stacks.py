@@ -20,6 +20,9 @@ from theseus.model.models.architecture import Architecture
 from theseus.model.models.block import Block
 from theseus.model.module import Module
 
+#: The entry of the stacked layers of a scanned model (``blocks_<i>`` per layer otherwise).
+LAYERS = "blocks"
+
 #: ``model/remat`` policies: what the backward pass keeps from the forward pass of a layer.
 REMAT_POLICIES: dict[str, Any] = {
     "none": None,  # everything (no recomputation)

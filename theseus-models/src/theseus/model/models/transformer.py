@@ -22,7 +22,7 @@ from theseus.model.layers.rotary import RopeScaling
 from theseus.model.models import pipeline
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
 from theseus.model.models.block import Block, counting_child, make_norm
-from theseus.model.models.stacks import REMAT_POLICIES, layer_stack, periodic_stack, scan_period, with_remat
+from theseus.model.models.stacks import LAYERS, REMAT_POLICIES, layer_stack, periodic_stack, scan_period, with_remat
 from theseus.model.module import Module
 
 
@@ -66,10 +66,6 @@ class DecodePositions(nn.Module):
         if exists:
             length.value = length.value + jnp.sum(mask, axis=1, dtype=jnp.int32)
         return positions
-
-
-#: The entry of the stacked layers of a scanned model (``blocks_<i>`` per layer otherwise).
-LAYERS = "blocks"
 
 
 class Run(NamedTuple):
