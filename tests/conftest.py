@@ -48,12 +48,19 @@ if "xla_backend_optimization_level" not in _INHERITED_XLA_FLAGS:
 DISTRIBUTIONS = ["theseus-core", "theseus-models", "theseus-data", "theseus-plugins-example"]
 
 
+#: Seconds a simulated device's collective waits for the others before XLA ends the process.
+COLLECTIVE_TIMEOUT = 600
+
+
 def xla_flags(*, devices: int | None = None, production: bool = False) -> str:
     """``XLA_FLAGS`` for a test subprocess: the suite's flags (``FAST_COMPILE`` unless
     ``production``) plus ``devices`` simulated host devices."""
     flags = [_INHERITED_XLA_FLAGS if production else os.environ["XLA_FLAGS"]]
     if devices is not None:
         flags.append(f"--xla_force_host_platform_device_count={devices}")
+        # simulated devices are threads sharing the host's cores: on a busy machine one can reach a
+        # collective more than XLA's default 40 s after the others, which is not a hang
+        flags.append(f"--xla_cpu_collective_call_terminate_timeout_seconds={COLLECTIVE_TIMEOUT}")
     return " ".join(flag for flag in flags if flag)
 
 
