@@ -4,7 +4,7 @@ over ``mesh/context`` against one device.
 ``python -m tests.parallel.context_parallel_run OUT.json`` writes, per case, the largest difference of the
 loss and of any gradient leaf from one device, and the error messages of the refused settings. Cases:
 gpt, llama, gemma3 (sliding windows shorter than a chunk, so the skipped blocks matter) and mixtral at
-T=512 over ``context=4`` in both attention forms, with a padded row; gpt over ``context=2`` beside
+T=512 over ``context=4`` in both attention forms, with a padded row (one layer each; the scanned Gemma 3 two); gpt over ``context=2`` beside
 ``fsdp+tp`` (model 2) with packed rows; mixtral's experts over ``expert=2`` beside ``context=2``.
 """
 
@@ -34,7 +34,7 @@ from theseus.training.sharding import build_sharding
 
 STEPS = 512
 SMALL = {
-    "architecture/n_layers": 2,
+    "architecture/n_layers": 1,
     "architecture/n_embd": 64,
     "architecture/n_heads": 4,
     "architecture/vocab_size": 128,
@@ -94,7 +94,8 @@ def compare(
     scanned: bool = False,
 ) -> dict[str, float]:
     cls, keys = FAMILIES[name]
-    module = model_of(cls, {**keys, "model/scan_layers": scanned})
+    depth = {"architecture/n_layers": 2} if scanned else {}  # a scan over two layers' windows
+    module = model_of(cls, {**keys, **depth, "model/scan_layers": scanned})
     data = batch(module.architecture.vocab_size, packed)
     params = nn.unbox(module.init(jax.random.key(1), data["x"][:1, :8])["params"])
     key = (name, packed, scanned)
