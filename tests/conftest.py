@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -260,14 +259,3 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     by_name = {wheel.name.split("-")[0].replace("_", "-"): wheel for wheel in built}
     assert sorted(by_name) == sorted(DISTRIBUTIONS), built
     return by_name
-
-
-#: Seconds each of the slowest test files took in a fresh-clone CI run (``--durations``, summed per file;
-#: refresh it when they change). With ``--dist loadfile`` a file runs whole on one worker, and files are
-#: handed to the workers in collection order: the slowest go first, so that no long file starts last
-#: while the other worker has nothing left to run.
-FILE_SECONDS: dict[str, float] = json.loads((Path(__file__).parent / "file_seconds.json").read_text())
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: -FILE_SECONDS.get(item.nodeid.split("::")[0], 0.0))  # stable within a file
