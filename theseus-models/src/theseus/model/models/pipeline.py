@@ -18,7 +18,9 @@ round the ring ``V`` times (a circular pipeline; stage 0 keeps the returning mic
 lap, which needs ``M >= S``); ``M V + S - 1`` ticks of ``1 / V`` the work each, a bubble of
 ``(S - 1) / (M V + S - 1)``. The contiguous ``[n_layers]`` layout holds ``gpipe``'s stages as they are;
 ``interleaved`` regroups the stack into its pieces once per step (an all-to-all of the stack's
-parameters, and of their gradients).
+parameters, and of their gradients). Each tick reads its piece of the stack inside the piece's own
+computation, and with ``model/remat=full`` keeps only what it received, running the piece again in the
+backward pass.
 
 **Refused.** Stacks that are not one plain scan (unrolled layers, several layer runs, repeating
 ``layer_types``), layers that sow auxiliary losses or metrics (mixture layers) and a pipeline beside

@@ -490,11 +490,7 @@ class TransformerLM(Module):
             )
         positions, mask = self._positions(x, padding_mask, decode)
         given = positions, mask
-        order = None if decode or context_size() == 1 else balanced_order(steps, context_size())
-        if order is not None:  # the sequence split over the context axis: layers see the balanced order
-            natural = jnp.broadcast_to(jnp.arange(steps, dtype=jnp.int32), x.shape) if positions is None else positions
-            x, positions = to_balanced(x, order), to_balanced(natural, order)
-            mask = None if mask is None else to_balanced(mask, order)
+        x, positions, mask, order = self._split_sequence(x, positions, mask, decode)
         h = self.token_embedding(x)
         if arch.scale_embeddings:  # the normaliser rounded to the activation dtype, as transformers does
             h = h * jnp.asarray(math.sqrt(arch.n_embd), h.dtype)
@@ -523,6 +519,27 @@ class TransformerLM(Module):
         if order is not None:
             return from_balanced(h, order), *given
         return h, mask, positions
+
+    @staticmethod
+    def _split_sequence(
+        x: jax.Array, positions: jax.Array | None, mask: jax.Array | None, decode: bool
+    ) -> tuple[jax.Array, jax.Array | None, jax.Array | None, Any]:
+        """``(x, positions, mask, order)`` as the layers see them: with the sequence split over the
+        ``context`` mesh axis, in the balanced order (:mod:`~theseus.model.layers.context_parallel`),
+        positions made explicit, and that order (to take the last layer's output back out of it);
+        otherwise unchanged and None."""
+        parts = context_size()
+        if decode or parts == 1:
+            return x, positions, mask, None
+        steps = x.shape[1]
+        order = balanced_order(steps, parts)
+        natural = jnp.broadcast_to(jnp.arange(steps, dtype=jnp.int32), x.shape) if positions is None else positions
+        return (
+            to_balanced(x, order),
+            to_balanced(natural, order),
+            None if mask is None else to_balanced(mask, order),
+            order,
+        )
 
     def head(self, h: jax.Array) -> jax.Array:
         """Logits ``[B, T, padded vocab]`` (float32) of normalised hidden states: the output head (or the
