@@ -152,5 +152,7 @@ def test_a_trainer_of_every_parameter_refuses_a_quantized_base() -> None:
 
     trainer = object.__new__(Pretrain)
     params = {"up": {"kernel_nf4": {"codes": jnp.zeros(4, jnp.uint8)}}}
-    with pytest.raises(ConfigError, match=r"Pretrain cannot train over a quantized base \(model/quantize: integer parameters\)"):
+    with pytest.raises(
+        ConfigError, match=r"Pretrain cannot train over a quantized base \(model/quantize: integer parameters\)"
+    ):
         trainer._restrict_optimizer(optax.adam(1e-3), params)

@@ -4,8 +4,9 @@ over ``mesh/context`` against one device.
 ``python -m tests.parallel.context_parallel_run OUT.json`` writes, per case, the largest difference of the
 loss and of any gradient leaf from one device, and the error messages of the refused settings. Cases:
 gpt, llama, gemma3 (sliding windows shorter than a chunk, so the skipped blocks matter) and mixtral at
-T=512 over ``context=4`` in both attention forms, with a padded row (one layer each; the scanned Gemma 3 two); gpt over ``context=2`` beside
-``fsdp+tp`` (model 2) with packed rows; mixtral's experts over ``expert=2`` beside ``context=2``.
+T=512 over ``context=4`` in both attention forms, with a padded row (one layer each; the scanned Gemma 3
+two); gpt over ``context=2`` beside ``fsdp+tp`` (model 2) with packed rows; mixtral's experts over
+``expert=2`` beside ``context=2``.
 """
 
 from __future__ import annotations
