@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks import sharding_memory
 from benchmarks.sharding_memory import device_bytes
 from tests.distributed.jobs import DistributedGPT, PlainGPT
-from tests.distributed.settings import SETTINGS
+from tests.distributed.settings import SETTINGS, setup_errors
 
 LAYOUTS = {"dp": (-1, 1), "fsdp": (-1, 1), "tp": (1, -1), "fsdp+tp": (2, 2)}
 
@@ -89,21 +89,6 @@ MISTAKES = {
 }
 
 
-def mistakes(root: Path) -> dict[str, str]:
-    """The ConfigError message of each setting in ``MISTAKES`` (setup only: nothing is compiled)."""
-    from theseus.errors import ConfigError
-
-    messages = {}
-    for name, extra in MISTAKES.items():
-        try:
-            PlainGPT.create(root, {**SETTINGS, **extra, "run/name": f"mistake-{name}"}).setup()
-        except ConfigError as exc:
-            messages[name] = str(exc)
-        else:
-            messages[name] = "no error"
-    return messages
-
-
 def main() -> None:
     root, out = Path(sys.argv[1]), Path(sys.argv[2])
     resume = sys.argv[3] if len(sys.argv) > 3 else None
@@ -148,7 +133,7 @@ def main() -> None:
             "opt_state": describe(trainer.state.opt_state),
             "logical": logical,
         }
-    results["errors"] = mistakes(root)
+    results["errors"] = setup_errors(PlainGPT, root, SETTINGS, MISTAKES)
     benchmark = sharding_memory.run(["tiny"], 4, 2, init_memory=False)
     results["benchmark"] = [dataclasses.asdict(row) for row in benchmark]
     results["benchmark_table"] = sharding_memory.table(benchmark, 4)

@@ -32,3 +32,19 @@ def overrides(**extra: Any) -> list[str]:
     """``SETTINGS`` plus ``extra`` (``a__b`` for ``a/b``) as CLI ``key=value`` arguments."""
     values = {**SETTINGS, **{k.replace("__", "/"): v for k, v in extra.items()}}
     return [f"{key}={str(value).lower() if isinstance(value, bool) else value}" for key, value in values.items()]
+
+
+def setup_errors(job: Any, root: Any, settings: dict[str, Any], mistakes: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The one-line ConfigError each of ``mistakes`` (keys over ``settings``) gives when ``job`` is set up
+    in ``root`` (nothing is compiled); ``"no error"`` where setup passes."""
+    from theseus.errors import ConfigError
+
+    messages = {}
+    for name, extra in mistakes.items():
+        try:
+            job.create(root, {**settings, **extra, "run/name": f"mistake-{name}"}).setup()
+        except ConfigError as exc:
+            messages[name] = str(exc)
+        else:
+            messages[name] = "no error"
+    return messages

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tests.conftest import xla_flags
+from tests.distributed.settings import setup_errors
 
 os.environ["XLA_FLAGS"] = xla_flags(devices=8)
 os.environ["JAX_PLATFORMS"] = "cpu"
@@ -28,7 +29,6 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 import jax
 import numpy as np
 
-from theseus.errors import ConfigError
 from theseus.training.pretrain import Pretrain
 
 ROWS, STEPS = 8, 32
@@ -135,14 +135,7 @@ def main() -> None:
         }
     OneDevice.create(root, {**ARGS, "run/name": "gpipe", "training/resume_step": 3}).run()
     results["resumed"] = losses(root, "gpipe")  # steps 4 and 5 now from one device
-    results["errors"] = {}
-    for name, extra in MISTAKES.items():
-        try:
-            FourDevices.create(root, {**ARGS, **extra, "run/name": f"mistake-{name}"}).setup()
-        except ConfigError as exc:
-            results["errors"][name] = str(exc)
-        else:
-            results["errors"][name] = "no error"
+    results["errors"] = setup_errors(FourDevices, root, ARGS, MISTAKES)
     out.write_text(json.dumps(results, indent=1))
 
 

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
+from tests.distributed.settings import setup_errors
 from theseus.model.layers._common import ACTIVATIONS
 from theseus.model.layers.expert_parallel import parallel_capacity_experts, parallel_dropless_experts
 from theseus.model.layers.experts import capacity_slots, loop_over_experts
@@ -173,16 +174,7 @@ def main() -> None:
     FourDevices.create(root, {**split, "training/stop_after": 3}).run()
     OneDevice.create(root, {**ARGS, "run/name": "split"}).run()
     results["resumed"] = losses(root, "split")
-    from theseus.errors import ConfigError
-
-    results["errors"] = {}
-    for name, extra in MISTAKES.items():
-        try:
-            FourDevices.create(root, {**ARGS, **extra, "run/name": f"mistake-{name}"}).setup()
-        except ConfigError as exc:
-            results["errors"][name] = str(exc)
-        else:
-            results["errors"][name] = "no error"
+    results["errors"] = setup_errors(FourDevices, root, ARGS, MISTAKES)
     out.write_text(json.dumps(results, indent=1))
 
 
