@@ -11,14 +11,16 @@ that has none of their devices. No jax import at module level.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import glob
 import importlib.util
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
+
+from theseus.base.scoped import bound
 
 
 @dataclass(frozen=True)
@@ -75,14 +77,9 @@ def accelerator() -> Accelerator:
     return of_devices(jax.devices())
 
 
-@contextlib.contextmanager
-def targeting(target: Accelerator) -> Iterator[None]:
+def targeting(target: Accelerator) -> AbstractContextManager[Accelerator | None]:
     """Trace the enclosed code for ``target``."""
-    token = _TARGET.set(target)
-    try:
-        yield
-    finally:
-        _TARGET.reset(token)
+    return bound(_TARGET, target)
 
 
 #: Device files that show an accelerator of each plugin's platform, and the module the plugin installs.

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+
+from theseus.base.scoped import bound
 
 MeshAxes = str | tuple[str, ...] | None
 
@@ -51,14 +53,9 @@ def context_attention() -> str:
     return _CONTEXT_ATTENTION.get()
 
 
-@contextlib.contextmanager
-def attending_with(form: str) -> Iterator[None]:
+def attending_with(form: str) -> AbstractContextManager[str]:
     """Trace the enclosed code with context-parallel attention of ``form``."""
-    token = _CONTEXT_ATTENTION.set(form)
-    try:
-        yield
-    finally:
-        _CONTEXT_ATTENTION.reset(token)
+    return bound(_CONTEXT_ATTENTION, form)
 
 
 #: How the ``pipeline`` axis runs the layer stack (``1f1b`` is named so that it can be refused in one line).
@@ -98,14 +95,9 @@ def pipelining_of() -> Pipelining:
     return _PIPELINING.get() or Pipelining()
 
 
-@contextlib.contextmanager
-def pipelining(plan: Pipelining) -> Iterator[None]:
+def pipelining(plan: Pipelining) -> AbstractContextManager[Pipelining | None]:
     """Trace the enclosed code with stacks split over the ``pipeline`` axis run as ``plan`` says."""
-    token = _PIPELINING.set(plan)
-    try:
-        yield
-    finally:
-        _PIPELINING.reset(token)
+    return bound(_PIPELINING, plan)
 
 
 def _normalize(value: MeshAxes) -> MeshAxes:

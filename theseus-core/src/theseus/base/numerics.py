@@ -12,6 +12,8 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
+from theseus.base.scoped import bound
+
 #: ``auto``: projections in the activation dtype; ``fp8``: e4m3 operands forward, e5m2 gradients.
 PRECISIONS = ("auto", "fp8")
 
@@ -28,11 +30,8 @@ def computing_in(precision: str) -> Iterator[None]:
     """Trace the enclosed code with projections in ``precision`` (one of :data:`PRECISIONS`)."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown matmul precision {precision!r}; one of {', '.join(PRECISIONS)}")
-    token = _PRECISION.set(precision)
-    try:
+    with bound(_PRECISION, precision):
         yield
-    finally:
-        _PRECISION.reset(token)
 
 
 __all__ = ["PRECISIONS", "computing_in", "matmul_precision"]

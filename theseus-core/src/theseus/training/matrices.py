@@ -21,8 +21,8 @@ dimensions make a matrix, the first axis being the input.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +32,7 @@ import optax
 from jax.sharding import PartitionSpec
 
 from theseus.base.axis import Axis
+from theseus.base.scoped import bound
 from theseus.base.tree import path_text
 
 #: Logical axes that belong to one side of a matrix together.
@@ -63,18 +64,9 @@ def names_by_path(logical_specs: Any) -> dict[str, tuple[str | None, ...]]:
     }
 
 
-@contextmanager
-def _names_known(names: Names) -> Iterator[None]:
-    token = _known.set(names)
-    try:
-        yield
-    finally:
-        _known.reset(token)
-
-
-def parameter_axes_known(logical_specs: Any) -> AbstractContextManager[None]:
+def parameter_axes_known(logical_specs: Any) -> AbstractContextManager[Names | None]:
     """Within the block, parameters are judged by the names of ``logical_specs`` (see :func:`names_by_path`)."""
-    return _names_known(names_by_path(logical_specs))
+    return bound(_known, names_by_path(logical_specs))
 
 
 def with_parameter_axes(tx: optax.GradientTransformation, logical_specs: Any) -> optax.GradientTransformation:
@@ -83,11 +75,11 @@ def with_parameter_axes(tx: optax.GradientTransformation, logical_specs: Any) ->
     extra_args = isinstance(tx, optax.GradientTransformationExtraArgs)
 
     def init(params: Any) -> Any:
-        with _names_known(names):
+        with bound(_known, names):
             return tx.init(params)
 
     def update(updates: Any, state: Any, params: Any = None, **extra: Any) -> Any:
-        with _names_known(names):
+        with bound(_known, names):
             return tx.update(updates, state, params, **extra) if extra_args else tx.update(updates, state, params)
 
     return optax.GradientTransformationExtraArgs(init, update)
