@@ -61,8 +61,14 @@ class MoEBlock(Block):
             activation=arch.activation,
             out_std=self.out_std,
             loss_weight=1.0 / arch.moe_layers,
+            **self.moe_options(),
         )
         return moe
+
+    def moe_options(self) -> dict[str, Any]:
+        """Fields of a family's :attr:`MOE` beyond :class:`MoE`'s, which ``feed_forward()`` passes on
+        (none here)."""
+        return {}
 
 
 class MixtureLM(MoEKeys):

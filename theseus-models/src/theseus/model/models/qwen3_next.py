@@ -223,23 +223,10 @@ class Qwen3NextBlock(MoEBlock):
         )
         return layer
 
-    def feed_forward(self) -> Module:
+    def moe_options(self) -> dict[str, Any]:
+        """The gated shared expert's width (:class:`Qwen3NextMoE`)."""
         arch = self.arch
-        if self.dense or arch.moe is None:
-            return super().feed_forward()
-        shared = arch.shared_expert_hidden if isinstance(arch, Qwen3NextArchitecture) else 0
-        moe: MoE = child(
-            self,
-            self.MOE,
-            **dataclasses.asdict(arch.moe),
-            n_embd=arch.n_embd,
-            d_ff=arch.d_ff,
-            activation=arch.activation,
-            out_std=self.out_std,
-            loss_weight=1.0 / arch.moe_layers,
-            shared_hidden=shared,
-        )
-        return moe
+        return {"shared_hidden": arch.shared_expert_hidden if isinstance(arch, Qwen3NextArchitecture) else 0}
 
 
 class Qwen3Next(MixtureLM, Qwen3):
