@@ -1,4 +1,4 @@
-"""The pipeline bubble: expected against measured, per schedule.
+"""The pipeline bubble: expected against measured, per schedule; and each schedule's temporaries.
 
 On 4 simulated CPU devices the trainer's jitted step of a GPT (8 scanned layers) runs with
 ``mesh/pipeline=4`` under each schedule and micro-batch count, and on one device without a pipeline
@@ -9,6 +9,11 @@ stage computes on every tick, idle ones on a placeholder. The measured bubble is
 beside the expected ``(S - 1) / (M V + S - 1)`` (S stages, M micro-batches, V virtual stages per device;
 ``V = 1`` for gpipe). On devices of their own an idle stage is idle time instead, and the same fraction
 is the share of the step the stages wait.
+
+``1f1b`` skips the work of its idle ticks (``lax.cond``) and runs each stage again in its backward tick,
+so on shared cores its measured figure is that recomputation rather than waiting; compare it with
+``gpipe`` under ``model/remat=full``, which recomputes as much. Its point is memory: the temporaries
+column is the compiled step's per-device temporary bytes (XLA's memory analysis).
 
 Run ``python benchmarks/pipeline_bubble.py [--quick]`` (``--quick``: small shapes, for a smoke test).
 """
@@ -37,12 +42,16 @@ from benchmarks.common import machine_line, rotated_rounds  # noqa: E402
 from theseus.base.axis import Pipelining  # noqa: E402
 from theseus.training.pretrain import Pretrain  # noqa: E402
 
-#: (name, schedule, micro-batches, virtual stages per device)
+#: (name, schedule, micro-batches, virtual stages per device, model/remat)
 CASES = (
-    ("gpipe M=4", "gpipe", 4, 1),
-    ("gpipe M=8", "gpipe", 8, 1),
-    ("interleaved M=4 V=2", "interleaved", 4, 2),
-    ("interleaved M=8 V=2", "interleaved", 8, 2),
+    ("gpipe M=4", "gpipe", 4, 1, "none"),
+    ("gpipe M=8", "gpipe", 8, 1, "none"),
+    ("interleaved M=4 V=2", "interleaved", 4, 2, "none"),
+    ("interleaved M=8 V=2", "interleaved", 8, 2, "none"),
+    ("gpipe M=8 remat=full", "gpipe", 8, 1, "full"),
+    ("gpipe M=16 remat=full", "gpipe", 16, 1, "full"),
+    ("1f1b M=8", "1f1b", 8, 1, "none"),
+    ("1f1b M=16", "1f1b", 16, 1, "none"),
 )
 
 
@@ -66,8 +75,8 @@ class OneDevice(Bench):
     DEVICES = 1
 
 
-def step_of(cls: type[Bench], root: Path, overrides: dict[str, Any]) -> tuple[Any, list[Any]]:
-    """The trainer's jitted step and its arguments, compiled and run once."""
+def step_of(cls: type[Bench], root: Path, overrides: dict[str, Any]) -> tuple[Any, list[Any], int]:
+    """The trainer's jitted step and its arguments, compiled and run once, and its temporary bytes per device."""
     trainer = cls.create(root, overrides)
     trainer.setup()
     state = trainer.init_state()
@@ -79,7 +88,8 @@ def step_of(cls: type[Bench], root: Path, overrides: dict[str, Any]) -> tuple[An
         return fn(jax.tree.map(lambda a: a.copy(), state), batch, key)  # the step donates its state
 
     jax.block_until_ready(step(state, batch, key))
-    return step, [state, batch, key]
+    temporaries = fn.lower(state, batch, key).compile().memory_analysis().temp_size_in_bytes
+    return step, [state, batch, key], temporaries
 
 
 def main() -> None:
@@ -105,24 +115,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         steps = {"ideal (1 device)": step_of(OneDevice, root, {**base, "run/name": "ideal"})}
-        for name, schedule, micro, virtual in CASES:
+        for name, schedule, micro, virtual, remat in CASES:
             overrides = {
                 "mesh/pipeline": STAGES,
                 "mesh/pipeline_schedule": schedule,
                 "mesh/pipeline_microbatches": micro,
                 "mesh/pipeline_virtual": max(virtual, 2),
+                "model/remat": remat,
                 "run/name": name.replace(" ", "-").replace("=", ""),
             }
             steps[name] = step_of(Bench, root, {**base, **overrides})
-        seconds = rotated_rounds(steps, rounds)
+        seconds = rotated_rounds({name: (fn, args) for name, (fn, args, _) in steps.items()}, rounds)
     ideal = seconds["ideal (1 device)"]
-    print("| schedule | step (ms) | expected bubble | measured bubble |")
-    print("|---|---|---|---|")
-    print(f"| ideal (1 device) | {statistics.median(ideal) * 1e3:.1f} | 0 | 0 |")
-    for name, _schedule, micro, virtual in CASES:
+    print("| schedule | step (ms) | expected bubble | measured bubble | temporaries / device (MiB) |")
+    print("|---|---|---|---|---|")
+    ideal_temporaries = steps["ideal (1 device)"][2] / 2**20
+    print(f"| ideal (1 device) | {statistics.median(ideal) * 1e3:.1f} | 0 | 0 | {ideal_temporaries:.1f} |")
+    for name, schedule, micro, virtual, _remat in CASES:
         measured = 1 - statistics.median(i / p for i, p in zip(ideal, seconds[name], strict=True))
-        expected = Pipelining(_schedule, micro, max(virtual, 2)).bubble(STAGES)
-        print(f"| {name} | {statistics.median(seconds[name]) * 1e3:.1f} | {expected:.3f} | {measured:.3f} |")
+        expected = Pipelining(schedule, micro, max(virtual, 2)).bubble(STAGES)
+        step_ms, temporaries = statistics.median(seconds[name]) * 1e3, steps[name][2] / 2**20
+        print(f"| {name} | {step_ms:.1f} | {expected:.3f} | {measured:.3f} | {temporaries:.1f} |")
 
 
 if __name__ == "__main__":

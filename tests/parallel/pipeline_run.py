@@ -4,10 +4,11 @@
 device and records, per run, the training losses, the mesh, the shape of a stacked parameter and the
 bytes of stacked-layer and other parameters on the first device:
 
-* ``single``: one device;
-* ``gpipe`` and ``interleaved``: ``mesh/pipeline=4`` (4 micro-batches; interleaved with 2 virtual stages
-  and ``model/remat=full``, each tick run again in the backward pass);
-* ``fsdp+tp``: ``mesh/pipeline=2`` beside ``mesh/data=2`` and ``mesh/model=2`` on 8 devices;
+* ``single``: one device (validated at the end);
+* ``gpipe``, ``interleaved`` and ``1f1b``: ``mesh/pipeline=4`` (4 micro-batches; interleaved with 2 virtual
+  stages and ``model/remat=full``, each tick run again in the backward pass; 1f1b with 8, more than the
+  7 inputs a stage holds at most);
+* ``fsdp+tp``: ``mesh/pipeline=2`` (1f1b) beside ``mesh/data=2`` and ``mesh/model=2`` on 8 devices;
 * ``resumed``: the gpipe run's step-3 checkpoint resumed on one device to step 5 (the run's losses then);
 * ``errors``: the one-line ConfigError of each of ``MISTAKES`` (setup only).
 """
@@ -60,8 +61,24 @@ PIPELINES = {
         "mesh/pipeline_virtual": 2,
         "model/remat": "full",  # each tick run again in the backward pass
     },
+    # 8 micro-batches through 4 stages: stage 0 holds at most 7 inputs, so its slots are reused; validated
+    # at the end (the loss without its gradient), as the one device is
+    "1f1b": {
+        "mesh/pipeline": 4,
+        "mesh/pipeline_schedule": "1f1b",
+        "mesh/pipeline_microbatches": 8,
+        "training/eval_batches": 1,
+    },
 }
-EIGHT = {"fsdp+tp": {"mesh/pipeline": 2, "mesh/layout": "fsdp+tp", "mesh/data": 2, "mesh/model": 2}}
+EIGHT = {
+    "fsdp+tp": {
+        "mesh/pipeline": 2,
+        "mesh/pipeline_schedule": "1f1b",  # gathers and reductions of fsdp and tp inside its branches
+        "mesh/layout": "fsdp+tp",
+        "mesh/data": 2,
+        "mesh/model": 2,
+    }
+}
 
 #: Settings that cannot work on 4 devices.
 MISTAKES = {
@@ -69,7 +86,6 @@ MISTAKES = {
     "layers": {"mesh/pipeline": 4, "architecture/n_layers": 6},
     "virtual": {"mesh/pipeline": 2, "mesh/pipeline_schedule": "interleaved", "mesh/pipeline_virtual": 3},
     "unrolled": {"mesh/pipeline": 4, "model/scan_layers": False},
-    "1f1b": {"mesh/pipeline": 4, "mesh/pipeline_schedule": "1f1b"},
 }
 
 
@@ -97,9 +113,9 @@ class FourDevices(Tiny):
     DEVICES = 4
 
 
-def losses(root: Path, run: str) -> list[float]:
+def losses(root: Path, run: str, split: str = "train") -> list[float]:
     rows = [json.loads(line) for line in (root / "runs" / run / "metrics.jsonl").read_text().splitlines()]
-    return [row["loss"] for row in rows if row.get("split") == "train"]
+    return [row["loss"] for row in rows if row.get("split") == split]
 
 
 def held_bytes(trainer: Tiny) -> dict[str, Any]:
@@ -121,7 +137,7 @@ def main() -> None:
     root, out = Path(sys.argv[1]), Path(sys.argv[2])
     results: dict[str, Any] = {"device_count": jax.device_count(), "runs": {}}
     runs = [
-        ("single", OneDevice, {}),
+        ("single", OneDevice, {"training/eval_batches": 1}),
         *((name, FourDevices, extra) for name, extra in PIPELINES.items()),
         *((name, Tiny, extra) for name, extra in EIGHT.items()),
     ]
@@ -130,6 +146,7 @@ def main() -> None:
         trainer.run()
         results["runs"][name] = {
             "losses": losses(root, name),
+            "validated": losses(root, name, "val"),
             "mesh": dict(trainer.sharding.mesh.shape),
             **held_bytes(trainer),
         }

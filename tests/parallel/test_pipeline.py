@@ -1,5 +1,5 @@
-"""Pipeline parallelism on simulated devices (one subprocess, see ``pipeline_run.py``): gpipe and
-interleaved over 4 stages, and 2 stages beside fsdp+tp, train on the losses of one device; each stage
+"""Pipeline parallelism on simulated devices (one subprocess, see ``pipeline_run.py``): gpipe, interleaved
+and 1f1b over 4 stages, and 2 stages (1f1b) beside fsdp+tp, train on the losses of one device; each stage
 holds its share of the stack, kept in the ``[n_layers, ...]`` form; a pipelined checkpoint resumes on one
 device on the same curve; settings that cannot work fail in one line."""
 
@@ -33,18 +33,21 @@ def test_every_schedule_trains_on_the_curve_of_one_device(results: dict[str, Any
     meshes = {
         "gpipe": {"pipeline": 4, "data": 1, "model": 1},
         "interleaved": {"pipeline": 4, "data": 1, "model": 1},
+        "1f1b": {"pipeline": 4, "data": 1, "model": 1},
         "fsdp+tp": {"pipeline": 2, "data": 2, "model": 2},
     }
     for name, mesh in meshes.items():
         assert runs[name]["mesh"] == mesh
         np.testing.assert_allclose(runs[name]["losses"], single, rtol=1e-5, atol=0, err_msg=name)
+    assert len(runs["single"]["validated"]) == 1  # 1f1b's loss without a gradient: the stack, then the head
+    np.testing.assert_allclose(runs["1f1b"]["validated"], runs["single"]["validated"], rtol=1e-5, atol=0)
 
 
 def test_each_stage_holds_its_share_of_the_stack_in_the_stacked_form(results: dict[str, Any]) -> None:
     runs = results["runs"]
-    for name in ("single", "gpipe", "interleaved", "fsdp+tp"):
+    for name in ("single", "gpipe", "interleaved", "1f1b", "fsdp+tp"):
         assert runs[name]["stack_shape"][0] == 8  # [n_layers, ...] whatever the mesh
-    for name in ("gpipe", "interleaved"):
+    for name in ("gpipe", "interleaved", "1f1b"):
         assert runs[name]["stack"] * 4 == runs[name]["stack_total"]
         assert runs[name]["other"] == runs[name]["other_total"]  # embeddings, head: replicated (dp)
     assert runs["fsdp+tp"]["stack"] * 2 < runs["fsdp+tp"]["stack_total"] / 2  # stages, then fsdp and tp
@@ -61,7 +64,6 @@ def test_settings_that_cannot_work_fail_in_one_line(results: dict[str, Any]) -> 
         "layers": "set architecture/n_layers to a multiple of 4",
         "virtual": "set architecture/n_layers to a multiple of 6",
         "unrolled": "set model/scan_layers=true",
-        "1f1b": "use gpipe",
     }
     for name, fix in fixes.items():
         assert fix in errors[name] and "\n" not in errors[name], (name, errors[name])

@@ -58,7 +58,7 @@ def attending_with(form: str) -> AbstractContextManager[str]:
     return bound(_CONTEXT_ATTENTION, form)
 
 
-#: How the ``pipeline`` axis runs the layer stack (``1f1b`` is named so that it can be refused in one line).
+#: How the ``pipeline`` axis runs the layer stack.
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 

@@ -26,8 +26,10 @@ def token_logps(logits: ArrayLike, targets: ArrayLike, mask: ArrayLike | None = 
     """``log p(target)`` at each position, float32 ``[..., T]`` (0 where the position is not scored)."""
     logits = jnp.asarray(logits, jnp.float32)
     scored = scored_positions(targets, mask)
-    safe = jnp.where(scored, jnp.asarray(targets), 0).astype(jnp.int32)
-    picked = jnp.take_along_axis(logits, safe[..., None], axis=-1)[..., 0]
+    # the target's logit by select-and-sum over the vocabulary, not a gather: exact, and it partitions where
+    # the vocabulary is split over devices inside a pipeline stage (XLA cannot partition that gather)
+    chosen = jnp.arange(logits.shape[-1], dtype=jnp.int32) == jnp.asarray(targets, jnp.int32)[..., None]
+    picked = jnp.sum(jnp.where(chosen, logits, 0.0), axis=-1)
     return jnp.where(scored, picked - jax.nn.logsumexp(logits, axis=-1), 0.0)
 
 

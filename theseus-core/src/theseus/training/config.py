@@ -152,7 +152,10 @@ class BaseTrainerConfig:
     pipeline_schedule: Literal["gpipe", "1f1b", "interleaved"] = field(
         "mesh/pipeline_schedule",
         default="gpipe",
-        help="with mesh/pipeline > 1: gpipe, or interleaved (virtual stages, a smaller bubble); 1f1b is refused",
+        help=(
+            "with mesh/pipeline > 1: gpipe; 1f1b (the head and loss on the last stage, each stage holding at most "
+            "2 x stages micro-batch inputs); interleaved (virtual stages, a smaller bubble)"
+        ),
     )
     pipeline_microbatches: int = field(
         "mesh/pipeline_microbatches",

@@ -340,12 +340,6 @@ def _check_pipeline(plan: Pipelining, stages: int) -> Pipelining:
     """``plan`` when it can run; a one-line ConfigError naming the key to change otherwise."""
     if plan.schedule not in PIPELINE_SCHEDULES:
         raise ConfigError(f"mesh/pipeline_schedule {plan.schedule!r} is not one of {', '.join(PIPELINE_SCHEDULES)}")
-    if plan.schedule == "1f1b" and stages > 1:
-        raise ConfigError(
-            "mesh/pipeline_schedule=1f1b is not implemented: the pipeline computes the loss after the last stage, "
-            "so no micro-batch's backward can start before every forward is done; use gpipe (model/remat=full "
-            "bounds its activations) or interleaved"
-        )
     if plan.microbatches < 0 or plan.virtual < 1:
         raise ConfigError(
             f"mesh/pipeline_microbatches must be 0 or more and mesh/pipeline_virtual 1 or more, got "

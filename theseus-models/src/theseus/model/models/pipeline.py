@@ -4,7 +4,8 @@
 and a run on another mesh read them unchanged); their layer axis (logical ``layers``) is split over
 ``pipeline``, so with ``S`` stages each device holds ``n_layers / S`` consecutive layers and their
 optimizer state. The embeddings, the final norm, the head and the loss run outside the pipelined stack,
-sharded over the other mesh axes as without a pipeline (they are not placed on the first and last stage).
+sharded over the other mesh axes as without a pipeline (``1f1b`` runs the head and the loss on the last
+stage).
 
 **Schedule** (:func:`pipeline_stack`). A micro-batch of ``B`` rows is cut into ``M`` pipeline
 micro-batches (``mesh/pipeline_microbatches``). Under ``shard_map`` over ``pipeline`` every stage runs at
@@ -20,7 +21,8 @@ lap, which needs ``M >= S``); ``M V + S - 1`` ticks of ``1 / V`` the work each, 
 ``interleaved`` regroups the stack into its pieces once per step (an all-to-all of the stack's
 parameters, and of their gradients). Each tick reads its piece of the stack inside the piece's own
 computation, and with ``model/remat=full`` keeps only what it received, running the piece again in the
-backward pass.
+backward pass. ``1f1b`` runs the head and the loss inside the pipeline as well
+(:mod:`~theseus.model.models.one_f_one_b`, built on the helpers here).
 
 **Refused.** Stacks that are not one plain scan (unrolled layers, several layer runs, repeating
 ``layer_types``), layers that sow auxiliary losses or metrics (mixture layers) and a pipeline beside
@@ -89,20 +91,51 @@ def check_model(model: Any, stages: int, plan: Pipelining) -> None:
         )
 
 
-def _microbatched(x: jax.Array, count: int) -> jax.Array:
+def microbatched(x: jax.Array, count: int) -> jax.Array:
     """``[B, ...]`` -> ``[count, B / count, ...]``, micro-batch ``m`` holding rows ``m, m + count, ...``
     (each data-parallel device keeps its own rows)."""
     rows = x.shape[0]
     return jnp.swapaxes(x.reshape(rows // count, count, *x.shape[1:]), 0, 1)
 
 
-def _unmicrobatched(x: jax.Array) -> jax.Array:
-    """The inverse of :func:`_microbatched`."""
+def unmicrobatched(x: jax.Array) -> jax.Array:
+    """The inverse of :func:`microbatched`."""
     return jnp.swapaxes(x, 0, 1).reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
-def _varying(x: jax.Array) -> jax.Array:
+def varying(x: jax.Array) -> jax.Array:
+    """``x`` typed as differing between pipeline stages (what a stage computes from its own layers is)."""
     return jax.lax.pcast(x, (MeshAxis.PIPELINE,), to="varying")
+
+
+def check_rows(rows: int, microbatches: int) -> None:
+    """Raise a one-line ConfigError when ``rows`` cannot be cut into ``microbatches`` equal micro-batches
+    that the data-parallel axes split further."""
+    if rows % microbatches:
+        raise ConfigError(
+            f"a batch of {rows} rows cannot be cut into mesh/pipeline_microbatches={microbatches} equal parts; "
+            f"make the micro batch (training/micro_batch_size) a multiple of {microbatches}"
+        )
+    parts = _batch_parts()
+    if (rows // microbatches) % parts:
+        raise ConfigError(
+            f"a pipeline micro-batch of {rows // microbatches} rows cannot be split over {parts} data-parallel "
+            f"devices; make the micro batch (training/micro_batch_size) a multiple of {microbatches * parts}"
+        )
+
+
+def regrouped(params: Tree, stages: int, virtual: int) -> Tree:
+    """The stacked ``params`` (leaves ``[n_layers, ...]``, layer axis over ``pipeline``) as
+    ``[virtual, stages, n_layers / (stages virtual), ...]``, the stage axis over ``pipeline``."""
+    pieces = stages * virtual
+
+    def regroup(p: jax.Array) -> jax.Array:
+        free = (PartitionSpec.UNCONSTRAINED,) * (p.ndim - 1)  # the other axes stay as the layout has them
+        p = jax.lax.with_sharding_constraint(p, PartitionSpec(MeshAxis.PIPELINE, *free))  # and the gradient
+        grouped = p.reshape(virtual, stages, p.shape[0] // pieces, *p.shape[1:])
+        return jax.lax.with_sharding_constraint(grouped, PartitionSpec(None, MeshAxis.PIPELINE, None, *free))
+
+    return jax.tree.map(regroup, params)
 
 
 def pipeline_stack(
@@ -126,29 +159,10 @@ def pipeline_stack(
     each tick keeps only what it received for the backward pass and runs its piece again there (what
     ``model/remat=full`` asks of the layers, at the tick: otherwise every tick keeps its piece's
     activations of its micro-batch until the backward reaches it)."""
-    rows = h.shape[0]
-    if rows % microbatches:
-        raise ConfigError(
-            f"a batch of {rows} rows cannot be cut into mesh/pipeline_microbatches={microbatches} equal parts; "
-            f"make the micro batch (training/micro_batch_size) a multiple of {microbatches}"
-        )
-    parts = _batch_parts()
-    if (rows // microbatches) % parts:
-        raise ConfigError(
-            f"a pipeline micro-batch of {rows // microbatches} rows cannot be split over {parts} data-parallel "
-            f"devices; make the micro batch (training/micro_batch_size) a multiple of {microbatches * parts}"
-        )
-    pieces = stages * virtual
-
-    def regroup(p: jax.Array) -> jax.Array:  # [n_layers, ...] -> [V, S, n_layers / (S V), ...]
-        free = (PartitionSpec.UNCONSTRAINED,) * (p.ndim - 1)  # the other axes stay as the layout has them
-        p = jax.lax.with_sharding_constraint(p, PartitionSpec(MeshAxis.PIPELINE, *free))  # and the gradient
-        grouped = p.reshape(virtual, stages, p.shape[0] // pieces, *p.shape[1:])
-        return jax.lax.with_sharding_constraint(grouped, PartitionSpec(None, MeshAxis.PIPELINE, None, *free))
-
-    grouped = jax.tree.map(regroup, params)
-    xs = _microbatched(h, microbatches)
-    cut = tuple(None if e is None else _microbatched(e, microbatches) for e in extras)
+    check_rows(h.shape[0], microbatches)
+    grouped = regrouped(params, stages, virtual)
+    xs = microbatched(h, microbatches)
+    cut = tuple(None if e is None else microbatched(e, microbatches) for e in extras)
     ticks = microbatches * virtual + stages - 1
     ring = [(s, (s + 1) % stages) for s in range(stages)]
 
@@ -187,8 +201,8 @@ def pipeline_stack(
             out = run_piece(mine, lap, inputs, row_extras, piece_key)
             return (jax.lax.ppermute(out, MeshAxis.PIPELINE, ring), laps), out
 
-        held = _varying(jnp.zeros_like(xs[0]))
-        laps = _varying(jnp.zeros_like(xs)) if virtual > 1 else None
+        held = varying(jnp.zeros_like(xs[0]))
+        laps = varying(jnp.zeros_like(xs)) if virtual > 1 else None
         _, outs = jax.lax.scan(tick, (held, laps), jnp.arange(ticks))
         last = outs[(virtual - 1) * microbatches + stages - 1 :]  # the last lap's outputs of the last stage
         return jax.lax.psum(jnp.where(stage == stages - 1, last, jnp.zeros_like(last)), MeshAxis.PIPELINE)
@@ -200,7 +214,7 @@ def pipeline_stack(
         PartitionSpec(),
     )
     run = jax.shard_map(local, in_specs=specs, out_specs=PartitionSpec(), axis_names={MeshAxis.PIPELINE})
-    return _unmicrobatched(run(grouped, xs, cut, key))
+    return unmicrobatched(run(grouped, xs, cut, key))
 
 
 def _fields(module: Any) -> dict[str, Any]:
@@ -212,26 +226,15 @@ def _fields(module: Any) -> dict[str, Any]:
     }
 
 
-def run(
-    model: Any, h: jax.Array, mask: jax.Array | None, positions: jax.Array | None, deterministic: bool
-) -> jax.Array | None:
-    """``h`` through ``model``'s stack as a pipeline over the mesh's ``pipeline`` axis, or None when the
-    mesh has none (or while parameters are created: the plain stack lays them out)."""
-    stages = pipeline_size()
-    if stages == 1:
-        return None
-    plan = pipelining_of()
-    check_model(model, stages, plan)
-    if model.is_initializing():
-        return None
-    n_layers = model.architecture.n_layers
-    per_piece = n_layers // (stages * plan.pieces)
+def stage_of(model: Any, stages: int, plan: Pipelining, deterministic: bool) -> tuple[Any, Tree, jax.Array | None]:
+    """``(stage_fn, stacked parameters, dropout key or None)`` of ``model``'s stack cut into pieces of
+    ``plan``: ``stage_fn(piece_params, h, (mask, positions), key)`` runs one piece on one micro-batch."""
+    per_piece = model.architecture.n_layers // (stages * plan.pieces)
     stack = getattr(model, LAYERS)
     piece = layer_stack(model.BLOCK, per_piece, model.remat_policy, min(model.scan_unroll, per_piece))(
         **_fields(stack),
         parent=None,  # unbound: applied to each piece's parameters
     )
-    params = model.variables["params"][LAYERS]
     dropout = not deterministic and model.architecture.dropout > 0.0 and model.has_rng("dropout")
     key = model.make_rng("dropout") if dropout else None
 
@@ -247,14 +250,39 @@ def run(
             )
         return out
 
-    return pipeline_stack(
-        stage_fn,
-        params,
-        h,
-        (mask, positions),
-        key,
-        stages=stages,
-        microbatches=plan.microbatches_for(stages),
-        virtual=plan.pieces,
-        remat=model.remat_policy == "full",
-    )
+    return stage_fn, model.variables["params"][LAYERS], key
+
+
+def forward_of(stage_fn: Any, stages: int, plan: Pipelining, remat: bool) -> Any:
+    """``forward(params, h, extras, key)``: the stack's pipelined forward with ``plan``'s schedule."""
+
+    def forward(params: Tree, h: jax.Array, extras: tuple[jax.Array | None, ...], key: jax.Array | None) -> jax.Array:
+        return pipeline_stack(
+            stage_fn,
+            params,
+            h,
+            extras,
+            key,
+            stages=stages,
+            microbatches=plan.microbatches_for(stages),
+            virtual=plan.pieces,
+            remat=remat,
+        )
+
+    return forward
+
+
+def run(
+    model: Any, h: jax.Array, mask: jax.Array | None, positions: jax.Array | None, deterministic: bool
+) -> jax.Array | None:
+    """``h`` through ``model``'s stack as a pipeline over the mesh's ``pipeline`` axis, or None when the
+    mesh has none (or while parameters are created: the plain stack lays them out)."""
+    stages = pipeline_size()
+    if stages == 1:
+        return None
+    plan = pipelining_of()
+    check_model(model, stages, plan)
+    if model.is_initializing():
+        return None
+    stage_fn, params, key = stage_of(model, stages, plan, deterministic)
+    return forward_of(stage_fn, stages, plan, model.remat_policy == "full")(params, h, (mask, positions), key)

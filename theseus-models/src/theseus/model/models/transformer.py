@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from theseus.base.axis import Axis, ShardingPlan
-from theseus.base.logprobs import cross_entropy
+from theseus.base.logprobs import cross_entropy, token_logps
 from theseus.checkpoint.layers import LayerRun, StackEntry
 from theseus.config import field
 from theseus.errors import ConfigError
@@ -19,7 +19,7 @@ from theseus.model.layers.attention import is_segment_ids, missing_cache_error
 from theseus.model.layers.context_parallel import balanced_order, context_size, from_balanced, to_balanced
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.layers.rotary import RopeScaling
-from theseus.model.models import pipeline
+from theseus.model.models import one_f_one_b, pipeline
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
 from theseus.model.models.block import Block, counting_child, make_norm
 from theseus.model.models.stacks import LAYERS, REMAT_POLICIES, layer_stack, periodic_stack, scan_period, with_remat
@@ -470,14 +470,38 @@ class TransformerLM(Module):
         deterministic: bool = False,
         decode: bool = False,
     ) -> tuple[jax.Array, jax.Array | None]:
+        if y is not None and one_f_one_b.loss_in_pipeline(self, decode):
+            return self._pipelined_loss(x, y, padding_mask, deterministic)
         h, _mask, _positions = self.hidden(x, padding_mask, deterministic, decode)
         return self.logits_and_loss(self.head(self.final_norm(h)), y, padding_mask)
+
+    def _pipelined_loss(
+        self, x: jax.Array, y: jax.Array, padding_mask: jax.Array | None, deterministic: bool
+    ) -> tuple[jax.Array, jax.Array]:
+        """``__call__`` with ``mesh/pipeline_schedule=1f1b``: the loss and its gradient from the schedule that
+        runs the head and the loss inside the pipeline; the logits from the plain pipelined forward (dropped
+        from a training step that only needs the loss)."""
+        h, mask, positions, _order, _given = self._embedded(x, padding_mask, deterministic, False)
+        logits = self.head(self.final_norm(self._layers(h, mask, positions, deterministic, False)))
+        loss = one_f_one_b.loss(self, h, y, mask, positions, deterministic)
+        return self.logits_and_loss(logits, None, padding_mask)[0], loss
 
     def hidden(
         self, x: jax.Array, padding_mask: jax.Array | None, deterministic: bool, decode: bool
     ) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
         """The last layer's output before the final norm ``[B, T, n_embd]``, with the padding mask and
         the token positions the layers saw (None: ``0..T-1``); the first half of :meth:`__call__`."""
+        h, mask, positions, order, given = self._embedded(x, padding_mask, deterministic, decode)
+        h = self._layers(h, mask, positions, deterministic, decode)
+        if order is not None:
+            return from_balanced(h, order), *given
+        return h, mask, positions
+
+    def _embedded(
+        self, x: jax.Array, padding_mask: jax.Array | None, deterministic: bool, decode: bool
+    ) -> tuple[jax.Array, jax.Array | None, jax.Array | None, Any, tuple[jax.Array | None, jax.Array | None]]:
+        """``(h, mask, positions, order, given)``: the embedded tokens with the mask and positions as the
+        layers see them, the context axis's balanced order (or None) and the mask and positions as given."""
         arch = self.architecture
         x = jnp.asarray(x)
         if x.ndim != 2:
@@ -489,7 +513,7 @@ class TransformerLM(Module):
                 "raise architecture/block_size or feed shorter sequences"
             )
         positions, mask = self._positions(x, padding_mask, decode)
-        given = positions, mask
+        given = mask, positions
         x, positions, mask, order = self._split_sequence(x, positions, mask, decode)
         h = self.token_embedding(x)
         if arch.scale_embeddings:  # the normaliser rounded to the activation dtype, as transformers does
@@ -498,12 +522,18 @@ class TransformerLM(Module):
             h = h + self.position_embedding(steps if positions is None else positions)
         if arch.dropout > 0.0 and not deterministic:
             h = self.embedding_dropout(h, deterministic=False)
-        h = constrain(cast(h, self._activation_dtype), ACTIVATION_AXES)
-        indexed = arch.layer_types is not None  # each layer is told its index: its window and RoPE base
+        return constrain(cast(h, self._activation_dtype), ACTIVATION_AXES), mask, positions, order, given
+
+    def _layers(
+        self, h: jax.Array, mask: jax.Array | None, positions: jax.Array | None, deterministic: bool, decode: bool
+    ) -> jax.Array:
+        """``h`` through every layer: pipelined, scanned (one stack per run, or per period of ``layer_types``)
+        or unrolled."""
+        indexed = self.architecture.layer_types is not None  # each layer is told its index: its window and base
         piped = None if decode else pipeline.run(self, h, mask, positions, deterministic)  # mesh/pipeline
         if piped is not None:
-            h = piped
-        elif self.scans_layers and self.scan_period is not None:
+            return piped
+        if self.scans_layers and self.scan_period is not None:
             h, _ = self.blocks(h, mask, positions, deterministic, decode)
         elif self.scans_layers:
             for run in self.layer_runs:
@@ -516,9 +546,7 @@ class TransformerLM(Module):
                     if indexed
                     else block(h, mask, positions, deterministic, decode)
                 )
-        if order is not None:
-            return from_balanced(h, order), *given
-        return h, mask, positions
+        return h
 
     @staticmethod
     def _split_sequence(
@@ -563,3 +591,17 @@ class TransformerLM(Module):
             return logits, None if y is None else cross_entropy(logits, y, padding_mask)
         loss = None if y is None else cross_entropy(mask_padded_vocab(logits, arch.vocab_size), y, padding_mask)
         return logits[..., : arch.vocab_size], loss
+
+    def head_parameters(self) -> tuple[str, ...]:
+        """Names of the top-level parameters :meth:`summed_loss` reads: the final norm and the output head
+        (the token embedding when tied)."""
+        return ("final_norm", "token_embedding" if self.architecture.tied_embeddings else "lm_head")
+
+    def summed_loss(self, h: jax.Array, y: jax.Array, padding_mask: jax.Array | None) -> jax.Array:
+        """The sum of ``-log p(target)`` over the scored positions of the last layer's output ``h``: the final
+        norm, the head and the loss of one pipeline micro-batch (the mean loss is this over the batch's count)."""
+        arch = self.architecture
+        logits = self.head(self.final_norm(h))
+        if arch.padded_vocab_size != arch.vocab_size:
+            logits = mask_padded_vocab(logits, arch.vocab_size)
+        return -jnp.sum(token_logps(logits, y, padding_mask))
