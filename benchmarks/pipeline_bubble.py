@@ -50,8 +50,8 @@ CASES = (
     ("interleaved M=8 V=2", "interleaved", 8, 2, "none"),
     ("gpipe M=8 remat=full", "gpipe", 8, 1, "full"),
     ("gpipe M=16 remat=full", "gpipe", 16, 1, "full"),
-    ("1f1b M=8", "1f1b", 8, 1, "none"),
-    ("1f1b M=16", "1f1b", 16, 1, "none"),
+    ("1f1b M=8 remat=full", "1f1b", 8, 1, "full"),
+    ("1f1b M=16 remat=full", "1f1b", 16, 1, "full"),
 )
 
 
