@@ -1,7 +1,7 @@
-"""Pipeline parallelism on simulated devices (one subprocess, see ``pipeline_run.py``): gpipe, interleaved
-and 1f1b over 4 stages, and 2 stages (1f1b) beside fsdp+tp, train on the losses of one device; each stage
-holds its share of the stack, kept in the ``[n_layers, ...]`` form; a pipelined checkpoint resumes on one
-device on the same curve; settings that cannot work fail in one line."""
+"""Pipeline parallelism on simulated devices (one subprocess, see ``pipeline_run.py``): gpipe, interleaved and 1f1b
+over 4 stages, and 2 stages (1f1b) beside fsdp+tp, train on the losses of one device; each stage holds its share
+of the stack, kept in the ``[n_layers, ...]`` form (under 1f1b, of the embedding's rows too); a pipelined
+checkpoint resumes on one device on the same curve; settings that cannot work fail in one line."""
 
 from __future__ import annotations
 
@@ -47,9 +47,13 @@ def test_each_stage_holds_its_share_of_the_stack_in_the_stacked_form(results: di
     runs = results["runs"]
     for name in ("single", "gpipe", "interleaved", "1f1b", "fsdp+tp"):
         assert runs[name]["stack_shape"][0] == 8  # [n_layers, ...] whatever the mesh
+    embeddings = 384 * 32 * 4  # bytes of the tied token embedding (vocabulary padded to 384), float32
     for name in ("gpipe", "interleaved", "1f1b"):
         assert runs[name]["stack"] * 4 == runs[name]["stack_total"]
+    for name in ("gpipe", "interleaved"):
         assert runs[name]["other"] == runs[name]["other_total"]  # embeddings, head: replicated (dp)
+    # 1f1b: the embedding's vocabulary rows split over the stages too; positions and the final norm whole
+    assert runs["1f1b"]["other_total"] - runs["1f1b"]["other"] == embeddings * 3 / 4
     assert runs["fsdp+tp"]["stack"] * 2 < runs["fsdp+tp"]["stack_total"] / 2  # stages, then fsdp and tp
 
 

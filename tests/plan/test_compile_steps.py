@@ -9,7 +9,13 @@ from tests.plan.conftest import compile_cases, tiny
 
 #: DeepSeek-V3's head widths: queries and keys 128 + 64 = 192 wide, values 128 (padded to 192).
 MLA_WIDTHS = (("qk_nope", 128), ("qk_rope", 64), ("v", 128))
-LONG = ("architecture/block_size=512", "training/sequence_length=512", "training/batch_size=8")
+#: The small preset at 512 tokens, its six layers scanned (one layer's body to compile instead of six).
+LONG = (
+    "architecture/block_size=512",
+    "training/sequence_length=512",
+    "training/batch_size=8",
+    "model/scan_layers=true",
+)
 #: The TPU slice the TPU cases compile for, in the same process as the H100 cases.
 TPU = "v5e:2x4"
 TPU_CASES = {

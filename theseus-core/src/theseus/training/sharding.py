@@ -10,7 +10,8 @@ are laid out as the layout says, and attention meets the other devices' keys in 
 ``context_attention`` names (:mod:`theseus.model.layers.context_parallel`).
 With ``mesh/pipeline`` above 1 the mesh has a ``pipeline`` axis first: the layer axis of a scanned
 stack (logical ``layers``) is split over it, each device holding consecutive layers, and the stack runs
-as the ``pipelining`` schedule says (:mod:`theseus.model.models.pipeline`); batch rows are not split over it.
+as the ``pipelining`` schedule says (:mod:`theseus.model.models.pipeline`); batch rows are not split over it
+(with ``1f1b`` the vocabulary rows of the embeddings and the head are: :attr:`TrainerSharding.storage_rules`).
 The same object is handed to ``train_step`` / ``val_step`` / ``trace`` for every layout:
 ``.mesh`` is a ``jax.sharding.Mesh`` with Auto axis types and ``.parameter_fwdbwd_mapping`` is
 the rule list for ``flax.linen.logical_axis_rules``.
@@ -189,9 +190,25 @@ class TrainerSharding:
             value,
         )
 
+    @property
+    def storage_rules(self) -> list[tuple[str, MeshAxes]]:
+        """The rules parameters are stored by: the computation's, and with a ``1f1b`` pipeline the
+        vocabulary rows of the embeddings and the output head split over ``pipeline`` as well, so that
+        each stage holds its share of them as it holds its share of the layers (gathered where they are
+        used). Not under ``gpipe`` or ``interleaved``, whose head runs after the pipeline: there XLA
+        then partitions the head's logits by that split and keeps more temporaries than it saves
+        (36 GB per device more at a 70B shape on 4 x 8 H100, docs/sharding-design.md)."""
+        rules = self.parameter_fwdbwd_mapping
+        if self.pipeline_size == 1 or self.pipelining.schedule != "1f1b":
+            return rules
+        vocab = dict(rules).get(Axis.VOCAB)
+        names = () if vocab is None else (vocab,) if isinstance(vocab, str) else tuple(vocab)
+        return [(Axis.VOCAB, (*names, MeshAxis.PIPELINE)), *rules]
+
     def logical_shardings(self, logical_specs: Any) -> Any:
-        """Turn a tree of logical ``PartitionSpec`` (from ``nn.get_partition_spec``) into shardings."""
-        shardings = nn.logical_to_mesh_sharding(logical_specs, self.mesh, self.parameter_fwdbwd_mapping)
+        """Turn a tree of logical ``PartitionSpec`` (from ``nn.get_partition_spec``) into the shardings
+        parameters are stored with (:attr:`storage_rules`)."""
+        shardings = nn.logical_to_mesh_sharding(logical_specs, self.mesh, self.storage_rules)
         return jax.tree.map(_canonical, shardings, is_leaf=lambda x: isinstance(x, NamedSharding))
 
 
