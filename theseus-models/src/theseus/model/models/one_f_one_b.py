@@ -179,7 +179,7 @@ def pipelined_loss(
 
     def loss_forward(
         params: Tree, tail_params: Tree, h: jax.Array, extras: Any, targets: Any, mask: Any, key: Any, count: Any
-    ):
+    ) -> tuple[jax.Array, Any]:
         summed, grads, tail_grads, d_h = _schedule(
             piece, tail, params, tail_params, h, extras, targets, mask, key, stages=stages, microbatches=microbatches
         )
