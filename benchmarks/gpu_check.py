@@ -61,6 +61,17 @@ TRAIN_CONFIGS: dict[str, list[str]] = {
         "training/sequence_length=1024",
     ],
 }
+#: The newest families' tiny presets (``--configs families``): each trains on the GPU as it does on the CPU.
+FAMILY_CONFIGS: dict[str, list[str]] = {
+    f"{family}-tiny": [
+        f"model={family}",
+        "architecture/preset=tiny",
+        "architecture/block_size=256",
+        "training/batch_size=8",
+        "training/sequence_length=256",
+    ]
+    for family in ("gpt_oss", "llama4_text", "qwen3_next", "olmo3", "deepseek_v3", "gemma3")
+}
 SMOKE_CONFIGS: dict[str, list[str]] = {
     "tiny": [
         "model=gpt",
@@ -487,6 +498,9 @@ def _train_line(record: dict[str, Any]) -> str:
         )
     if peak is not None:
         parts.append(f"peak {peak / 1e9:.2f} GB")
+    losses = metrics.get("losses", [])
+    if losses:
+        parts.append(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
     if "error" in record:
         parts.append("error: " + str(record["error"]).strip().splitlines()[-1][:300])
     return ", ".join(parts)
@@ -563,7 +577,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("gpu-check"))
     parser.add_argument("--parts", default="env,attention,train")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on CPU (a test of the script)")
-    parser.add_argument("--configs", default="", help="comma-separated TRAIN_CONFIGS names (default: all)")
+    parser.add_argument(
+        "--configs",
+        default="",
+        help="comma-separated TRAIN_CONFIGS or FAMILY_CONFIGS names, or 'families' (default: TRAIN_CONFIGS)",
+    )
     parser.add_argument("--steps", type=int, default=30, help="training steps per configuration")
     parser.add_argument("--root", type=Path, default=Path("/tmp/gpucheck-root"), help="theseus root of the runs")
     parser.add_argument("--deadline", type=float, default=600.0, help="seconds after which no training starts")
@@ -587,8 +605,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     rec = Recorder(args.out)
     configs = SMOKE_CONFIGS if args.cpu_smoke else TRAIN_CONFIGS
-    if args.configs:
-        configs = {name: configs[name] for name in args.configs.split(",")}
+    if args.configs == "families":
+        configs = FAMILY_CONFIGS
+    elif args.configs:
+        configs = {name: {**TRAIN_CONFIGS, **FAMILY_CONFIGS}[name] for name in args.configs.split(",")}
     rec.results["argv"] = sys.argv
     for part in parts:
         rec.log(f"== {part}")
