@@ -2,8 +2,8 @@
 (data 2 x model 2) and on one device; a mixture's experts are placed slice by slice.
 
 ``python -m tests.huggingface.families_sharded_run TMP FAMILY...`` prints one line per family:
-``<family> <distinct shards of the query kernel> <of the last layer's expert gate, 0 for dense>
-<max |sharded - one device|>``. A family named in ``test_moe_families.CASES`` is saved as that
+``<family> <distinct shards of the first full-attention layer's query kernel> <of the last layer's expert gate,
+0 for dense> <max |sharded - one device|>``. A family named in ``test_moe_families.CASES`` is saved as that
 mixture case; ``deepseek_v3`` as its ``plain_query`` case (latent attention without the query bottleneck).
 """
 
@@ -36,8 +36,13 @@ def distinct_shards(leaf: jax.Array) -> int:
     return len({str(shard.index) for shard in leaf.addressable_shards})
 
 
+def first_attention(layer_types: tuple[str, ...] | None) -> int:
+    """The first layer that is not linear attention (Qwen3-Next's Gated DeltaNet layers have their own query)."""
+    return next((i for i, kind in enumerate(layer_types or ()) if kind != "linear_attention"), 0)
+
+
 def compare(folder: Path, family: str) -> tuple[int, int, float]:
-    mixture = family in MIXTURES or family in ("deepseek_v3", "gpt_oss", "llama4_text")
+    mixture = family in MIXTURES or family in ("deepseek_v3", "gpt_oss", "llama4_text", "qwen3_next")
     if family == "deepseek_v3":
         save_deepseek(folder, "plain_query")
     elif family in MIXTURES:
@@ -61,7 +66,7 @@ def compare(folder: Path, family: str) -> tuple[int, int, float]:
     with sharding.context():
         sharded = np.asarray(sharding.fetch(jax.jit(logits)(params, batch["ids"], batch["mask"])))
     placed = flat_paths(params)
-    query = distinct_shards(placed[("blocks_0", "attn", "query")])
+    query = distinct_shards(placed[(f"blocks_{first_attention(model.architecture.layer_types)}", "attn", "query")])
     gate = placed.get((f"blocks_{model.architecture.n_layers - 1}", "mlp", "gate"))
     experts = distinct_shards(gate) if mixture and gate is not None else 0
     return query, experts, float(np.max(np.abs(sharded - single)[mask]))

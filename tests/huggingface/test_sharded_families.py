@@ -22,8 +22,13 @@ FAMILIES = [
     "deepseek_v3",
     "gpt_oss",
     "llama4_text",
+    "qwen3_next",
 ]
-MIXTURES = {"mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss", "llama4_text"}
+MIXTURES = {"mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss", "llama4_text", "qwen3_next"}
+#: Qwen3-Next's zero-centred norms scale by 1 + weight, near 2 with conftest's weights (1 + N(0, 0.2)): over
+#: 4 layers the tensor-parallel sums' float32 rounding grows to 1.8e-5 on logits near 7 (6e-6 with the
+#: norms' scales near 1; its Gated DeltaNet layer alone agrees to 7e-7).
+TOLERANCE = {"qwen3_next": 3e-5}
 
 
 def test_families_sharded_over_four_devices_equal_one_device(tmp_path: Path) -> None:
@@ -42,4 +47,4 @@ def test_families_sharded_over_four_devices_equal_one_device(tmp_path: Path) -> 
     for family, query, experts, diff in lines:
         assert int(query) == 4, family  # the query kernel: embed over data x heads over model
         assert int(experts) == (4 if family in MIXTURES else 0), family  # embed over data x width over model
-        assert float(diff) <= 1e-5, (family, diff)
+        assert float(diff) <= TOLERANCE.get(family, 1e-5), (family, diff)

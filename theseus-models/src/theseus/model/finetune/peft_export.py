@@ -7,7 +7,9 @@ projections map one to one (``q_proj`` ... ``down_proj``). Modules that fuse sev
 (``HFFamily.peft_fused``: GPT-2's ``c_attn``, Phi-3's ``qkv_proj`` and ``gate_up_proj``) get one adapter
 of rank ``k * r`` (``k`` the number of adapted projections) whose ``B`` is block-structured (each
 projection's ``B`` in its own rows), with ``rank_pattern`` / ``alpha_pattern`` keeping the scale
-``alpha / r``.
+``alpha / r``; a module whose rows interleave attention projections head by head
+(``HFFamily.peft_interleaved``: Qwen3-Next's ``q_proj``, each head's query then its output gate) the same,
+its ``B`` blocks placed within each head's rows.
 """
 
 from __future__ import annotations
@@ -65,13 +67,20 @@ def peft_tensors(
             adapter = fused_adapter(attn, mlp, parts)
             if adapter is not None:
                 put(prefix + module, *adapter)
+        for module, parts in family.peft_interleaved.items():
+            adapter = interleaved_adapter(attn, parts)
+            if adapter is not None:
+                put(prefix + module, *adapter)
         for target, module in family.peft_modules.items():
             holder, key = (attn, f"{target}_") if target in ATTENTION else (mlp.get(target), "")
             if holder is None or f"{key}lora_a" not in holder:
                 continue
             a, b = _linear(np.asarray(holder[f"{key}lora_a"]), np.asarray(holder[f"{key}lora_b"]))
             put(prefix + module, a, b)
-        unmapped = sorted(name for name in adapted(attn, mlp) if name not in family.peft_modules and name not in fused)
+        in_attn, in_mlp = adapted(attn, mlp)
+        mapped = {*family.peft_modules, *fused}
+        interleaved = {name for parts in family.peft_interleaved.values() for name in parts}
+        unmapped = sorted((in_attn - mapped - interleaved) | (in_mlp - mapped))
         if unmapped:
             raise ConfigError(
                 f"the {family.model_type} family names no PEFT module for the {', '.join(unmapped)} adapters; "
@@ -112,10 +121,29 @@ def fused_adapter(
     return np.concatenate(a_parts, axis=0), b_full
 
 
-def adapted(attn: Mapping[str, Any], mlp: Mapping[str, Any]) -> set[str]:
-    """The LoRA targets with adapters in one layer's attention and MLP."""
-    names = {name for name in ATTENTION if f"{name}_lora_a" in attn}
-    return names | {name for name, node in mlp.items() if isinstance(node, Mapping) and "lora_a" in node}
+def interleaved_adapter(attn: Mapping[str, Any], parts: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """One PEFT adapter on a module whose rows go head by head, each head's rows the attention projections
+    ``parts`` (kernels ``[embed, heads, head_dim]``) in order, from the adapted parts' adapters (None when
+    none is adapted): ``A`` stacked, ``B`` block-structured within each head's rows."""
+    found = [(j, part) for j, part in enumerate(parts) if f"{part}_lora_a" in attn]
+    if not found:
+        return None
+    heads = int(np.shape(attn[parts[0]])[1])
+    offsets = np.cumsum([0, *(int(np.shape(attn[part])[2]) for part in parts)]).tolist()
+    rank = int(np.shape(attn[f"{found[0][1]}_lora_a"])[-1])
+    a_parts, b_full = [], np.zeros((heads, offsets[-1], rank * len(found)), np.float32)
+    for slot, (j, part) in enumerate(found):
+        a, b = _linear(np.asarray(attn[f"{part}_lora_a"]), np.asarray(attn[f"{part}_lora_b"]))
+        a_parts.append(a)
+        b_full[:, offsets[j] : offsets[j + 1], slot * rank : (slot + 1) * rank] = b.reshape(heads, -1, rank)
+    return np.concatenate(a_parts, axis=0), b_full.reshape(-1, rank * len(found))
+
+
+def adapted(attn: Mapping[str, Any], mlp: Mapping[str, Any]) -> tuple[set[str], set[str]]:
+    """The projections with adapters in one layer: its attention's (a family's own too, such as an output
+    gate) and its MLP's."""
+    names = {key.removesuffix("_lora_a") for key in attn if key.endswith("_lora_a")}
+    return names, {name for name, node in mlp.items() if isinstance(node, Mapping) and "lora_a" in node}
 
 
 def _constant(value: np.ndarray) -> Callable[[], np.ndarray]:
@@ -190,6 +218,7 @@ __all__ = [
     "adapter_config",
     "export_adapter",
     "fused_adapter",
+    "interleaved_adapter",
     "peft_tensors",
     "write_adapter",
 ]

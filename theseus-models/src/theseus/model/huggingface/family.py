@@ -45,6 +45,9 @@ class HFFamily:
     #: Modules that fuse several LoRA targets, with the targets in the order of their output rows
     #: (Phi-3's ``{"self_attn.qkv_proj": ("query", "key", "value"), "mlp.gate_up_proj": ("gate", "up")}``).
     peft_fused: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: Modules whose output rows go head by head, each head's rows the named attention projections'
+    #: in order (Qwen3-Next's ``{"self_attn.q_proj": ("query", "gate")}``: a head's query, then its gate).
+    peft_interleaved: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     #: Whether the checkpoint stores linear weights ``[in, out]`` (PEFT's ``fan_in_fan_out``).
     fan_in_fan_out: ClassVar[bool] = False
 

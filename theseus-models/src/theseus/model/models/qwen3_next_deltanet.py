@@ -166,7 +166,8 @@ class GatedDeltaNet(Module):
     K - 1, channels]``) and ``state`` (``[B, value_heads, key_dim, value_dim]``, float32); a step of one
     token runs :func:`recurrent_gated_delta_rule`, a longer one (a prompt) the chunked rule from the
     cached state. Padded positions (``padding_mask`` False) are zeroed on the way in and neither decay
-    nor write the state, so left-padded rows start from the empty state.
+    nor write the state, so left-padded rows start from the empty state. LoRA (``model/lora/*``) does not
+    reach this layer: its targets adapt the full-attention layers.
     """
 
     key_heads: int = 16

@@ -72,6 +72,7 @@ class Qwen3NextFamily(Qwen3MoEFamily):
     hf_class: ClassVar[str] = "Qwen3NextForCausalLM"
     model_class: ClassVar[str] = QWEN3_NEXT_CLASS
     fallback: ClassVar[bool] = True
+    peft_interleaved: ClassVar[Mapping[str, tuple[str, ...]]] = {"self_attn.q_proj": ("query", "gate")}
     peft_modules: ClassVar[Mapping[str, str]] = {
         "key": "self_attn.k_proj",
         "value": "self_attn.v_proj",
