@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from theseus.config import configuration, configure
-from theseus.model.layers import MLP, CausalSelfAttention
+from theseus.model.layers import MLP, AttentionSpec, CausalSelfAttention
 from theseus.model.layers.latent_attention import LatentAttention
 from theseus.model.layers.moe import MoE
 from theseus.model.models import DeepseekV3, Gemma3, Mixtral, TransformerLM
@@ -52,15 +52,8 @@ def test_gemma3_counts_each_sliding_layer_within_its_window() -> None:
     ):
         model = configure(Gemma3)
         arch = model.architecture
-        attention = configure(
-            CausalSelfAttention,
-            n_embd=arch.n_embd,
-            n_heads=arch.n_heads,
-            n_kv_heads=arch.n_kv_heads,
-            head_dim=arch.head_dim,
-            sliding_window=window,
-            layer_types=arch.layer_types,
-        )
+        spec = AttentionSpec(arch.n_heads, arch.n_kv_heads, head_dim=arch.head_dim, sliding_window=window)
+        attention = configure(CausalSelfAttention, n_embd=arch.n_embd, spec=spec, layer_types=arch.layer_types)
         mlp = configure(MLP, n_embd=arch.n_embd, d_ff=arch.d_ff, activation=arch.activation)
     assert arch.layer_types == pattern_layer_types(6, 6)  # five sliding layers, then a full one
     projections = 6 * (attention.matmul_params() + mlp.matmul_params())

@@ -8,19 +8,18 @@ from dataclasses import dataclass
 from theseus.errors import ConfigError
 from theseus.model.layers._common import GATED, check_activation
 from theseus.model.layers.attention import (
-    ATTENTION_IMPLEMENTATIONS,
     CHUNKED_ATTENTION,
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     SLIDING_ATTENTION,
+    AttentionSpec,
 )
 from theseus.model.layers.latent_attention import MLASpec
 from theseus.model.layers.mlp import hidden_size
 from theseus.model.layers.moe import MoESpec
-from theseus.model.layers.rotary import RopeScaling
+from theseus.model.layers.norms import NormSpec
+from theseus.model.layers.rotary import PositionSpec, RopeScaling
 
-#: ``Architecture.norm_placement`` values: norms before each branch, after it, or both.
-NORM_PLACEMENTS = ("pre", "post", "sandwich")
 #: ``Architecture.layer_types`` entries (transformers' names; chunked layers are Llama 4's alone, linear
 #: ones Qwen3-Next's).
 LAYER_TYPES = (SLIDING_ATTENTION, FULL_ATTENTION, CHUNKED_ATTENTION, LINEAR_ATTENTION)
@@ -132,6 +131,44 @@ class Architecture:
         return self.use_bias if self.mlp_bias is None else self.mlp_bias
 
     @property
+    def attention_spec(self) -> AttentionSpec:
+        """The grouped-query attention of every layer."""
+        return AttentionSpec(
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_kv_heads,
+            head_dim=self.explicit_head_dim,
+            qkv_bias=self.qkv_bias,
+            out_bias=self.out_bias,
+            qk_norm=self.qk_norm,
+            qk_norm_span=self.qk_norm_span,
+            qk_norm_zero_centred=self.zero_centred_norm,
+            norm_eps=self.norm_eps,
+            query_pre_attn_scalar=self.query_pre_attn_scalar,
+            softcap=self.attn_softcap,
+            sliding_window=self.sliding_window,
+            implementation=self.attention_impl,
+        )
+
+    @property
+    def norm_spec(self) -> NormSpec:
+        """The normalisation layers of every block (LayerNorm's bias: ``use_bias``)."""
+        return NormSpec(
+            kind=self.norm,
+            eps=self.norm_eps,
+            placement=self.norm_placement,
+            zero_centred=self.zero_centred_norm,
+            bias=self.use_bias,
+        )
+
+    @property
+    def position_spec(self) -> PositionSpec:
+        """How tokens learn their positions (rotary, learned or none)."""
+        kind = "rope" if self.rotary else "learned" if self.learned_positions else "none"
+        return PositionSpec(
+            kind=kind, theta=self.rope_theta, scaling=self.rope_scaling, local_theta=self.local_rope_theta
+        )
+
+    @property
     def gated(self) -> bool:
         return self.activation in GATED
 
@@ -162,8 +199,6 @@ class Architecture:
     def validate(self) -> Architecture:
         for key, value in (
             ("n_layers", self.n_layers),
-            ("n_heads", self.n_heads),
-            ("n_kv_heads", self.n_kv_heads),
             ("n_embd", self.n_embd),
             ("d_ff", self.d_ff),
             ("vocab_size", self.vocab_size),
@@ -172,61 +207,24 @@ class Architecture:
         ):
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"architecture/{key} must be a positive integer, got {value!r}")
-        if self.explicit_head_dim is not None and (
-            not isinstance(self.explicit_head_dim, int) or self.explicit_head_dim < 1
-        ):
-            raise ConfigError(f"architecture/head_dim must be a positive integer, got {self.explicit_head_dim!r}")
-        if self.explicit_head_dim is None and self.n_embd % self.n_heads:
-            raise ConfigError(
-                f"architecture/n_embd={self.n_embd} is not divisible by architecture/n_heads={self.n_heads}; "
-                "change one of them, or set architecture/head_dim"
-            )
-        if self.n_heads % self.n_kv_heads:
-            raise ConfigError(
-                f"architecture/n_kv_heads={self.n_kv_heads} must divide architecture/n_heads={self.n_heads}"
-            )
+        self.attention_spec.validate(self.n_embd, self.block_size)
         if self.rotary and self.mla is None and self.head_dim % 2:
             raise ConfigError(
                 f"rotary embeddings need an even head dimension, got {self.head_dim}; "
                 "change architecture/head_dim, architecture/n_embd or architecture/n_heads"
             )
-        self.rope_scaling.validate()
-        if self.sliding_window is not None and (not isinstance(self.sliding_window, int) or self.sliding_window < 1):
-            raise ConfigError(
-                f"architecture/sliding_window must be a positive integer or null, got {self.sliding_window!r}"
-            )
-        if self.sliding_window is not None and self.sliding_window > self.block_size:
-            raise ConfigError(
-                f"architecture/sliding_window={self.sliding_window} is longer than "
-                f"architecture/block_size={self.block_size}, so it never limits attention; "
-                "set architecture/sliding_window=null (full attention) or a window up to the block size"
-            )
+        self.position_spec.validate()
         check_activation(self.activation)
-        if self.qk_norm_span not in ("head", "projection") or self.norm_placement not in NORM_PLACEMENTS:
-            raise ConfigError(
-                f"qk_norm_span {self.qk_norm_span!r} / norm_placement {self.norm_placement!r}: "
-                f"use 'head' or 'projection' / one of {', '.join(NORM_PLACEMENTS)}"
-            )
+        self.norm_spec.validate()
         self._validate_layer_types()
         if self.moe is not None:
             self.moe.validate(self.n_layers)
         if self.mla is not None:
             self.mla.validate()
-        for scalar_key, scalar in (
-            ("query_pre_attn_scalar", self.query_pre_attn_scalar),
-            ("attn_softcap", self.attn_softcap),
-            ("final_softcap", self.final_softcap),
-            ("rope_local_theta", self.local_rope_theta),
-        ):
-            if scalar is not None and not scalar > 0:
-                raise ConfigError(f"architecture/{scalar_key} must be positive or null, got {scalar!r}")
+        if self.final_softcap is not None and not self.final_softcap > 0:
+            raise ConfigError(f"architecture/final_softcap must be positive or null, got {self.final_softcap!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"architecture/dropout must be in [0, 1), got {self.dropout}")
-        if self.attention_impl not in ATTENTION_IMPLEMENTATIONS:
-            raise ConfigError(
-                f"unknown architecture/attention_impl {self.attention_impl!r}; "
-                f"choose one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
-            )
         return self
 
 

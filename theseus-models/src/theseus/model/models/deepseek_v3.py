@@ -107,8 +107,7 @@ class DeepseekV3Block(MoEBlock):
             n_heads=arch.n_heads,
             dropout=arch.dropout,
             attention_impl=arch.attention_impl,
-            rope_theta=arch.rope_theta,
-            rope_scaling=arch.rope_scaling if arch.rope_scaling.kind != "none" else None,
+            position=arch.position_spec,
             out_std=self.out_std,
         )
         return attention

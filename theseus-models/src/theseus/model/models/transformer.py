@@ -445,7 +445,7 @@ class TransformerLM(Module):
                 child(self, block_cls, architecture=arch, out_std=out_std, **self._layer_options(i))
                 for i in range(arch.n_layers)
             ]
-        self.final_norm = make_norm(self, arch)
+        self.final_norm = make_norm(self, arch.norm_spec)
         if not arch.tied_embeddings:
             self.lm_head = param(
                 self, "lm_head", normal(INIT_STD), (arch.n_embd, arch.padded_vocab_size), (Axis.EMBED, Axis.VOCAB)
