@@ -11,7 +11,7 @@ from theseus.model.layers.attention import AttentionSpec, CausalSelfAttention, a
 from theseus.model.layers.dense import Dense
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.layers.latent_attention import LatentAttention, MLASpec
-from theseus.model.layers.mlp import MLP, hidden_size
+from theseus.model.layers.mlp import MLP, FeedForwardSpec, hidden_size
 from theseus.model.layers.moe import MoE, MoESpec
 from theseus.model.layers.norms import LayerNorm, NormSpec, RMSNorm
 from theseus.model.layers.rotary import ROPE_SCALINGS, PositionSpec, RopeScaling, RotaryEmbedding, rotary_angles
@@ -22,6 +22,7 @@ __all__ = [
     "AttentionSpec",
     "CausalSelfAttention",
     "Dense",
+    "FeedForwardSpec",
     "LatentAttention",
     "LayerNorm",
     "MLASpec",

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from theseus.errors import ConfigError
-from theseus.model.layers._common import GATED, check_activation
 from theseus.model.layers.attention import (
     CHUNKED_ATTENTION,
     FULL_ATTENTION,
@@ -15,7 +14,7 @@ from theseus.model.layers.attention import (
     AttentionSpec,
 )
 from theseus.model.layers.latent_attention import MLASpec
-from theseus.model.layers.mlp import hidden_size
+from theseus.model.layers.mlp import FeedForwardSpec, hidden_size
 from theseus.model.layers.moe import MoESpec
 from theseus.model.layers.norms import NormSpec
 from theseus.model.layers.rotary import PositionSpec, RopeScaling
@@ -150,6 +149,11 @@ class Architecture:
         )
 
     @property
+    def feed_forward_spec(self) -> FeedForwardSpec:
+        """The feed-forward branch of every layer (an MLP, or from ``moe.first_k_dense`` on a mixture)."""
+        return FeedForwardSpec(d_ff=self.d_ff, activation=self.activation, bias=self.ffn_bias, moe=self.moe)
+
+    @property
     def norm_spec(self) -> NormSpec:
         """The normalisation layers of every block (LayerNorm's bias: ``use_bias``)."""
         return NormSpec(
@@ -170,7 +174,7 @@ class Architecture:
 
     @property
     def gated(self) -> bool:
-        return self.activation in GATED
+        return self.feed_forward_spec.gated
 
     @property
     def moe_layers(self) -> int:
@@ -200,7 +204,6 @@ class Architecture:
         for key, value in (
             ("n_layers", self.n_layers),
             ("n_embd", self.n_embd),
-            ("d_ff", self.d_ff),
             ("vocab_size", self.vocab_size),
             ("vocab_multiple", self.vocab_multiple),
             ("block_size", self.block_size),
@@ -214,11 +217,9 @@ class Architecture:
                 "change architecture/head_dim, architecture/n_embd or architecture/n_heads"
             )
         self.position_spec.validate()
-        check_activation(self.activation)
+        self.feed_forward_spec.validate(self.n_layers)
         self.norm_spec.validate()
         self._validate_layer_types()
-        if self.moe is not None:
-            self.moe.validate(self.n_layers)
         if self.mla is not None:
             self.mla.validate()
         if self.final_softcap is not None and not self.final_softcap > 0:

@@ -114,15 +114,15 @@ class Block(Module):
     def feed_forward(self) -> Module:
         """The layer's feed-forward branch (``mlp``): a dense MLP here; a subclass may return another
         layer with the same call, ``(x, deterministic) -> x`` (a mixture of experts)."""
-        arch = self.arch
+        arch, spec = self.arch, self.arch.feed_forward_spec
         return child(
             self,
             MLP,
             n_embd=arch.n_embd,
-            d_ff=arch.d_ff,
-            activation=arch.activation,
+            d_ff=spec.d_ff,
+            activation=spec.activation,
             dropout=arch.dropout,
-            use_bias=arch.ffn_bias,
+            use_bias=spec.bias,
             out_std=self.out_std,
         )
 
