@@ -87,7 +87,7 @@ class Block(Module):
         return self.architecture
 
     def setup(self) -> None:
-        norm = self.arch.norm_spec
+        norm = self.arch.norm
         self.attn_norm = make_norm(self, norm)
         self.attn = self.attention()
         self.mlp_norm = make_norm(self, norm)
@@ -105,8 +105,8 @@ class Block(Module):
             self.ATTENTION,
             n_embd=arch.n_embd,
             dropout=arch.dropout,
-            spec=arch.attention_spec,
-            position=arch.position_spec,
+            spec=arch.attention,
+            position=arch.position,
             layer_types=arch.layer_types,
             out_std=self.out_std,
         )
@@ -114,7 +114,7 @@ class Block(Module):
     def feed_forward(self) -> Module:
         """The layer's feed-forward branch (``mlp``): a dense MLP here; a subclass may return another
         layer with the same call, ``(x, deterministic) -> x`` (a mixture of experts)."""
-        arch, spec = self.arch, self.arch.feed_forward_spec
+        arch, spec = self.arch, self.arch.feed_forward
         return child(
             self,
             MLP,
@@ -152,7 +152,7 @@ class Block(Module):
         def attend(h: jax.Array) -> jax.Array:
             return self.attn(h, padding_mask, positions, deterministic, decode, layer)
 
-        placement = self.arch.norm_spec.placement
+        placement = self.arch.norm.placement
         if placement == "sandwich":
             x = x + self.attn_out_norm(attend(self.attn_norm(x)))
             x = x + self.mlp_out_norm(self.mlp(self.mlp_norm(x), deterministic))

@@ -104,10 +104,10 @@ class DeepseekV3Block(MoEBlock):
             LatentAttention,
             **dataclasses.asdict(arch.mla),
             n_embd=arch.n_embd,
-            n_heads=arch.n_heads,
+            n_heads=arch.attention.n_heads,
             dropout=arch.dropout,
-            attention_impl=arch.attention_impl,
-            position=arch.position_spec,
+            attention_impl=arch.attention.implementation,
+            position=arch.position,
             out_std=self.out_std,
         )
         return attention
@@ -205,10 +205,11 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
         if isinstance(preset, DeepseekV3Preset):
             names = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
             widths = {name: getattr(preset, name) for name in names}
-        self._refuse_attention_keys(arch.n_heads)
+        self._refuse_attention_keys(arch.attention.n_heads)
         mla = self.mla_spec(**widths)
-        moe = self.mixture(arch.d_ff)
-        arch = dataclasses.replace(arch, moe=moe, mla=mla, explicit_head_dim=mla.qk_head_dim).validate()
+        moe = self.mixture(arch.feed_forward.d_ff)
+        attention = dataclasses.replace(arch.attention, head_dim=mla.qk_head_dim)
+        arch = dataclasses.replace(arch.with_mixture(moe), mla=mla, attention=attention).validate()
         return with_mtp(arch, self.mtp_depth)
 
     def _refuse_attention_keys(self, n_heads: int) -> None:

@@ -83,12 +83,12 @@ class MTPModule(Module):
     def setup(self) -> None:
         arch = self.architecture
         assert arch is not None, "MTPModule is built by DeepseekV3"
-        self.enorm = make_norm(self, arch.norm_spec)
-        self.hnorm = make_norm(self, arch.norm_spec)
+        self.enorm = make_norm(self, arch.norm)
+        self.hnorm = make_norm(self, arch.norm)
         e = arch.n_embd
         self.eh_proj = param(self, "eh_proj", normal(INIT_STD), (2 * e, e), (Axis.MLP, Axis.EMBED))
         self.block = child(self, self.BLOCK, architecture=arch, out_std=self.out_std, dense=False)
-        self.head_norm = make_norm(self, arch.norm_spec)
+        self.head_norm = make_norm(self, arch.norm)
 
     def flops(self, seq: int) -> int:
         """Forward + backward FLOPs of one depth for ``seq`` tokens: ``eh_proj``, its layer's own count

@@ -217,7 +217,7 @@ class Qwen3NextBlock(MoEBlock):
             value_dim=arch.linear_value_dim,
             conv_kernel=arch.conv_kernel,
             chunk_size=arch.linear_chunk,
-            norm_eps=arch.norm_eps,
+            norm_eps=arch.norm.eps,
             out_std=self.out_std,
             n_embd=arch.n_embd,
         )
