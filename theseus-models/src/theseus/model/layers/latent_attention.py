@@ -53,7 +53,7 @@ LATENT_NORM_EPS = 1e-6
 
 @dataclass(frozen=True)
 class MLASpec:
-    """The resolved latent attention of one model (``Architecture.mla``); see :class:`LatentAttention`."""
+    """The resolved latent attention of one model (``DeepseekV3Architecture.mla``); see :class:`LatentAttention`."""
 
     q_lora_rank: int  # 0: the query is one projection of the input
     kv_lora_rank: int
@@ -117,7 +117,7 @@ def deinterleave(x: jax.Array) -> jax.Array:
 
 class MLAKeys(Module):
     """The ``architecture/mla/*`` keys, shared by :class:`LatentAttention` and the models that resolve
-    them once into ``Architecture.mla`` (None: the preset's)."""
+    them once into ``DeepseekV3Architecture.mla`` (None: the preset's)."""
 
     q_lora_rank: int | None = field(
         "architecture/mla/q_lora_rank",

@@ -15,7 +15,6 @@ from theseus.model.layers.attention import (
     SLIDING_ATTENTION,
     AttentionSpec,
 )
-from theseus.model.layers.latent_attention import MLASpec
 from theseus.model.layers.mlp import FeedForwardSpec, hidden_size
 from theseus.model.layers.moe import MoESpec
 from theseus.model.layers.norms import NormSpec
@@ -71,8 +70,6 @@ class Architecture:
     scale_embeddings: bool = False
     final_softcap: float | None = None
     layer_types: tuple[str, ...] | None = None
-    #: Multi-head latent attention in every layer (None: grouped-query attention of ``head_dim``).
-    mla: MLASpec | None = None
 
     @classmethod
     def from_keys(cls, **keys: Any) -> Architecture:
@@ -134,6 +131,14 @@ class Architecture:
         """This architecture with the feed-forward mixture ``moe``."""
         return dataclasses.replace(self, feed_forward=dataclasses.replace(self.feed_forward, moe=moe))
 
+    def _validate_rotary(self) -> None:
+        """The rotated heads' width is even (a family whose attention rotates another width overrides this)."""
+        if self.position.rotary and self.head_dim % 2:
+            raise ConfigError(
+                f"rotary embeddings need an even head dimension, got {self.head_dim}; "
+                "change architecture/head_dim, architecture/n_embd or architecture/n_heads"
+            )
+
     def _validate_layer_types(self) -> None:
         if self.layer_types is None:
             return
@@ -160,17 +165,11 @@ class Architecture:
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"architecture/{key} must be a positive integer, got {value!r}")
         self.attention.validate(self.n_embd, self.block_size)
-        if self.position.rotary and self.mla is None and self.head_dim % 2:
-            raise ConfigError(
-                f"rotary embeddings need an even head dimension, got {self.head_dim}; "
-                "change architecture/head_dim, architecture/n_embd or architecture/n_heads"
-            )
+        self._validate_rotary()
         self.position.validate()
         self.feed_forward.validate(self.n_layers)
         self.norm.validate()
         self._validate_layer_types()
-        if self.mla is not None:
-            self.mla.validate()
         if self.final_softcap is not None and not self.final_softcap > 0:
             raise ConfigError(f"architecture/final_softcap must be positive or null, got {self.final_softcap!r}")
         if not 0.0 <= self.dropout < 1.0:

@@ -16,7 +16,13 @@ from theseus.model.layers._common import INIT_STD, child
 from theseus.model.layers.latent_attention import LatentAttention, MLAKeys
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset
 from theseus.model.models.block import detached_child
-from theseus.model.models.deepseek_v3_mtp import MTPModule, mtp_depth, multi_token_prediction, with_mtp
+from theseus.model.models.deepseek_v3_mtp import (
+    MTPModule,
+    deepseek_architecture,
+    latent,
+    mtp_depth,
+    multi_token_prediction,
+)
 from theseus.model.models.llama import Llama
 from theseus.model.models.mixture import MixtureLM, MoEBlock, MoEPreset
 from theseus.model.module import Module
@@ -97,12 +103,13 @@ class DeepseekV3Block(MoEBlock):
 
     def attention(self) -> Module:
         arch = self.arch
-        if arch.mla is None:
+        mla = latent(arch)
+        if mla is None:
             return super().attention()
         attention: LatentAttention = child(
             self,
             LatentAttention,
-            **dataclasses.asdict(arch.mla),
+            **dataclasses.asdict(mla),
             n_embd=arch.n_embd,
             n_heads=arch.attention.n_heads,
             dropout=arch.dropout,
@@ -209,8 +216,8 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
         mla = self.mla_spec(**widths)
         moe = self.mixture(arch.feed_forward.d_ff)
         attention = dataclasses.replace(arch.attention, head_dim=mla.qk_head_dim)
-        arch = dataclasses.replace(arch.with_mixture(moe), mla=mla, attention=attention).validate()
-        return with_mtp(arch, self.mtp_depth)
+        arch = dataclasses.replace(arch.with_mixture(moe), attention=attention)
+        return deepseek_architecture(arch, mla, self.mtp_depth).validate()
 
     def _refuse_attention_keys(self, n_heads: int) -> None:
         """The dense attention's keys that latent attention has no use for: one line, not ignored."""

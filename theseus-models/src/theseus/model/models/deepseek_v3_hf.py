@@ -45,16 +45,17 @@ from theseus.model.huggingface.names import (
 )
 from theseus.model.layers.latent_attention import MLASpec
 from theseus.model.models.architecture import Architecture
-from theseus.model.models.deepseek_v3_mtp import mtp_depth
+from theseus.model.models.deepseek_v3_mtp import latent, mtp_depth
 from theseus.model.models.mixtral_hf import expert_maps, mixture
 
 DEEPSEEK_V3_CLASS = "theseus.model.models.deepseek_v3:DeepseekV3"
 
 
-def latent(arch: Architecture) -> MLASpec:
-    if arch.mla is None:
+def latent_of(arch: Architecture) -> MLASpec:
+    mla = latent(arch)
+    if mla is None:
         raise cannot("deepseek_v3", "grouped-query attention (it holds multi-head latent attention)")
-    return arch.mla
+    return mla
 
 
 def key_value_up(hf: str, path: tuple[str, ...], mla: MLASpec, heads: int) -> TensorMap:
@@ -75,7 +76,7 @@ def key_value_up(hf: str, path: tuple[str, ...], mla: MLASpec, heads: int) -> Te
 
 def attention_maps(arch: Architecture, layer: int) -> list[TensorMap]:
     """The latent attention tensors of layer ``layer``."""
-    mla, e, h = latent(arch), arch.n_embd, arch.attention.n_heads
+    mla, e, h = latent_of(arch), arch.n_embd, arch.attention.n_heads
     hf, ours = f"model.layers.{layer}.self_attn.", (f"blocks_{layer}", "attn")
     if mla.q_lora_rank:
         q = mla.q_lora_rank
@@ -257,7 +258,7 @@ class DeepseekV3Family(HFFamily):
 
     # -- export ------------------------------------------------------------------------------------
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
-        mla, moe = latent(arch), mixture(arch)
+        mla, moe = latent_of(arch), mixture(arch)
         if moe.router != "sigmoid":
             raise cannot(self.model_type, f"architecture/moe/router={moe.router} (its router is sigmoid)")
         if not moe.n_shared:
