@@ -75,7 +75,7 @@ def write_source(folder: Path, params: float) -> int:
     }
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(config))
-    arch = Architecture(
+    arch = Architecture.from_keys(
         n_layers=shape["num_hidden_layers"],
         n_heads=32,
         n_kv_heads=8,

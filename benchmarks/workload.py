@@ -79,12 +79,12 @@ class Workload:
         arch = configured.architecture
         dims = Dims(
             n_layer=arch.n_layers,
-            n_head=arch.n_heads,
+            n_head=arch.attention.n_heads,
             n_embd=arch.n_embd,
             vocab_size=arch.vocab_size,
             block_size=arch.block_size,
-            mlp_ratio=arch.d_ff / arch.n_embd,
-            bias=arch.use_bias,
+            mlp_ratio=arch.feed_forward.d_ff / arch.n_embd,
+            bias=arch.norm.bias,
         )
         return cls(preset, batch, seq, vocab, dims, config, configured if build else None, n_batches)
 

@@ -103,7 +103,7 @@ def test_import_logits_match_transformers(saved: dict[str, tuple[Path, Any]], ca
     assert arch.mla is not None and arch.moe is not None
     assert (arch.mla.q_lora_rank, arch.mla.rope_interleave) == ((0, False) if case == "plain_query" else (12, True))
     if case == "yarn":  # prompts of 12 tokens: past the original 8 positions
-        assert (arch.rope_scaling.kind, arch.rope_scaling.factor, arch.mla.mscale_all_dim) == ("yarn", 4.0, 0.8)
+        assert (arch.position.scaling.kind, arch.position.scaling.factor, arch.mla.mscale_all_dim) == ("yarn", 4.0, 0.8)
         unscaled, _ = logits_of(folder, ids, mask, **{"architecture/mla/mscale_all_dim": 0.0})
         assert float(np.max(np.abs(unscaled - got)[mask])) > 1e-2  # the scores' correction matters
     moe = arch.moe
@@ -304,9 +304,11 @@ def test_the_published_preset_has_the_published_size() -> None:
     assert round(total / 1e9) == 671 and round((active - embedding) / 1e9) == 37
     assert abs(total / 671e9 - 1) < 0.01 and abs((active - embedding) / 37e9 - 1) < 0.011
     moe = arch.moe.active_matmul_params(arch.n_embd, True)
-    ffn = arch.moe.first_k_dense * 3 * arch.n_embd * arch.d_ff + arch.moe_layers * moe
+    ffn = arch.moe.first_k_dense * 3 * arch.n_embd * arch.feed_forward.d_ff + arch.moe_layers * moe
     matmul = (
-        arch.n_layers * arch.mla.matmul_params(arch.n_embd, arch.n_heads) + ffn + arch.n_embd * arch.padded_vocab_size
+        arch.n_layers * arch.mla.matmul_params(arch.n_embd, arch.attention.n_heads)
+        + ffn
+        + arch.n_embd * arch.padded_vocab_size
     )
     assert model.flops(128) == 6 * 128 * matmul + arch.n_layers * arch.mla.score_flops(128, 128)
 

@@ -108,22 +108,26 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     expected = hf_logits(model, ids, mask)
     assert np.max(np.abs(got - expected)[mask]) <= 1e-4
     arch = prepared.model.architecture
-    assert arch.sliding_window == overrides.get("sliding_window", 5 if family in WINDOWED else None)
-    assert arch.qk_norm == (family in ("qwen3", "olmo2", "olmo3", "gemma3_text", "qwen3_next"))
-    assert (arch.qk_norm_span, arch.norm_placement) == (
+    assert arch.attention.sliding_window == overrides.get("sliding_window", 5 if family in WINDOWED else None)
+    assert arch.attention.qk_norm == (family in ("qwen3", "olmo2", "olmo3", "gemma3_text", "qwen3_next"))
+    assert (arch.attention.qk_norm_span, arch.norm.placement) == (
         ("projection", "post") if family in ("olmo2", "olmo3") else ("head", "sandwich" if family in GEMMA else "pre")
     )
-    if arch.sliding_window is not None:  # not a vacuous match: without the window the logits differ
+    if arch.attention.sliding_window is not None:  # not a vacuous match: without the window the logits differ
         assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
     assert arch.tied_embeddings == bool(overrides.get("tie_word_embeddings", family in ("gpt2", "qwen3", *GEMMA)))
     if family == "olmo3":
         assert arch.layer_types == ("sliding_attention", "full_attention")
-        assert (arch.rope_scaling.kind, arch.rope_theta, arch.local_rope_theta) == ("yarn", 1e4, 1e3)
+        assert (arch.position.scaling.kind, arch.position.theta, arch.position.local_theta) == ("yarn", 1e4, 1e3)
     if family == "qwen2":
-        assert (arch.qkv_bias, arch.out_bias, arch.ffn_bias) == (True, False, False)
+        assert (arch.attention.qkv_bias, arch.attention.has_out_bias, arch.feed_forward.bias) == (True, False, False)
     if family == "gpt_oss":
         assert arch.layer_types == ("sliding_attention", "full_attention") and arch.moe is not None
-        assert (arch.rope_scaling.kind, arch.rope_scaling.truncate, arch.rope_theta) == ("yarn", False, 1.5e5)
+        assert (arch.position.scaling.kind, arch.position.scaling.truncate, arch.position.theta) == (
+            "yarn",
+            False,
+            1.5e5,
+        )
         for layer in model.model.layers:  # not a vacuous match: the clamp binds
             layer.mlp.experts.limit = 1e9
         assert np.max(np.abs(hf_logits(model, ids, mask) - expected)[mask]) > 1e-2
@@ -136,7 +140,7 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
             layer.self_attn.attn_temperature_tuning = False
         assert np.max(np.abs(hf_logits(model, ids, mask) - expected)[mask]) > 1e-2
     if family == "qwen3_next":
-        assert arch.layer_types == ("linear_attention", "full_attention") * 2 and arch.zero_centred_norm
+        assert arch.layer_types == ("linear_attention", "full_attention") * 2 and arch.norm.zero_centred
         assert (arch.moe is not None and arch.moe.first_k_dense, arch.shared_expert_hidden) == (1, 20)
         chunked = prepared.model.clone(linear_chunk=4)  # the prompt of 12 in 3 chunks: the state carried
         short, _ = chunked.apply({"params": read_params(prepared)}, jnp.asarray(ids), padding_mask=jnp.asarray(mask))
@@ -144,8 +148,8 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     if "head_dim" in overrides:
         assert arch.head_dim == overrides["head_dim"] and arch.n_embd == 32
     if overrides.get("rope_parameters", {}).get("rope_type") == "yarn":
-        assert (arch.rope_scaling.kind, arch.rope_scaling.original_max_positions) == ("yarn", 8)
-        assert abs(arch.rope_scaling.magnitude - 1.1386294361119891) <= 1e-12
+        assert (arch.position.scaling.kind, arch.position.scaling.original_max_positions) == ("yarn", 8)
+        assert abs(arch.position.scaling.magnitude - 1.1386294361119891) <= 1e-12
 
 
 def test_llama4_every_layer_a_mixture_scans_with_transformers_logits(tmp_path: Path) -> None:
@@ -288,7 +292,7 @@ def test_phi3_longrope_short_and_long_factors(tmp_path: Path) -> None:
     expected_short = hf_logits(model, ids[:, -6:])
     assert np.max(np.abs(short - expected_short)) <= 1e-4
     assert np.max(np.abs(long[0, -6:] - expected_short[0])) > 1e-2  # the same 6 tokens, the other factors
-    scaling = prepared.model.architecture.rope_scaling
+    scaling = prepared.model.architecture.position.scaling
     assert (scaling.kind, scaling.original_max_positions, scaling.long_factor) == ("longrope", 8, (1.1, 2.5, 7.0, 19.0))
     assert abs(scaling.attention_factor - 3**0.5) <= 1e-12
     # generation may not cross the switch (transformers re-encodes the sequence there): one line
@@ -304,5 +308,5 @@ def test_a_window_longer_than_the_context_imports_as_full_attention(tmp_path: Pa
     model = save_model(tmp_path, "phi3", sliding_window=1024, tokenizer=False)
     ids = np.random.default_rng(6).integers(0, VOCAB, (1, 12))
     got, prepared = ours(tmp_path, ids)
-    assert (prepared.model.architecture.sliding_window, prepared.model.architecture.block_size) == (None, 512)
+    assert (prepared.model.architecture.attention.sliding_window, prepared.model.architecture.block_size) == (None, 512)
     assert np.max(np.abs(got - hf_logits(model, ids))) <= 1e-4

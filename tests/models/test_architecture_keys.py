@@ -42,7 +42,7 @@ def test_head_dim_independent_of_width() -> None:
     assert attn["query"].shape == (32, 4, 16)
     assert attn["key"].shape == (32, 2, 16)
     assert attn["out"].shape == (4, 16, 32)
-    attention, mlp = 2 * 32 * 4 * 16 + 2 * 32 * 2 * 16, 3 * 32 * model.architecture.d_ff
+    attention, mlp = 2 * 32 * 4 * 16 + 2 * 32 * 2 * 16, 3 * 32 * model.architecture.feed_forward.d_ff
     assert model.layer_flops(1)[0] == 6 * (attention + mlp) + 12 * 4 * 16
     params = stacked(shapes(model), model.stacked_layers)  # the model's own layout again
     logits, _ = jax.eval_shape(
@@ -59,8 +59,18 @@ def test_tied_and_untied_heads_per_family() -> None:
 
 def test_defaults_keep_the_family_shapes() -> None:
     gpt, llama = build(GPT).architecture, build(Llama).architecture
-    assert (gpt.qkv_bias, gpt.out_bias, gpt.ffn_bias, gpt.tied_embeddings) == (True, True, True, True)
-    assert (llama.qkv_bias, llama.out_bias, llama.ffn_bias, llama.tied_embeddings) == (False, False, False, False)
+    assert (gpt.attention.qkv_bias, gpt.attention.has_out_bias, gpt.feed_forward.bias, gpt.tied_embeddings) == (
+        True,
+        True,
+        True,
+        True,
+    )
+    assert (llama.attention.qkv_bias, llama.attention.has_out_bias, llama.feed_forward.bias, llama.tied_embeddings) == (
+        False,
+        False,
+        False,
+        False,
+    )
 
 
 @pytest.mark.parametrize(
@@ -158,7 +168,7 @@ def test_bad_switches_are_one_line_errors(values: dict, message: str) -> None:
 
 def test_sequences_longer_than_the_sliding_window_work() -> None:
     model = build(Llama, architecture__sliding_window=32, architecture__block_size=64)
-    assert (model.architecture.sliding_window, model.architecture.block_size) == (32, 64)
+    assert (model.architecture.attention.sliding_window, model.architecture.block_size) == (32, 64)
 
 
 def test_the_original_context_is_read_where_transformers_reads_it() -> None:

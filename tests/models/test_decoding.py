@@ -77,7 +77,7 @@ def test_cache_holds_activation_dtype_and_grouped_heads(family: type[Transformer
     cache = init_cache(model, 2, 16)
     arch = model.architecture
     attn = per_layer(cache, model.stacked_layers)["blocks_1"]["attn"]
-    assert attn["key"].shape == (2, arch.n_kv_heads, 16, arch.head_dim)  # heads-major
+    assert attn["key"].shape == (2, arch.attention.kv_heads, 16, arch.head_dim)  # heads-major
     assert attn["key"].dtype == jnp.bfloat16 and attn["mask"].dtype == jnp.bool_
     assert not bool(attn["mask"].any()) and int(attn["index"]) == 0
 

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from theseus.config import configuration, configure
-from theseus.model.layers import MLP, CausalSelfAttention
+from theseus.model.layers import MLP, AttentionSpec, CausalSelfAttention
 from theseus.model.layers.latent_attention import LatentAttention
 from theseus.model.layers.moe import MoE
 from theseus.model.models import DeepseekV3, Gemma3, Mixtral, TransformerLM
@@ -29,10 +29,16 @@ def test_deepseek_v3_adds_its_dense_and_mixture_layers_and_its_prediction_depth(
         arch = model.architecture
         assert arch.moe is not None and arch.mla is not None
         # the parts built on their own, from the resolved sizes
-        attention = configure(LatentAttention, **dataclasses.asdict(arch.mla), n_embd=arch.n_embd, n_heads=arch.n_heads)
-        mlp = configure(MLP, n_embd=arch.n_embd, d_ff=arch.d_ff, activation=arch.activation)
+        attention = configure(
+            LatentAttention, **dataclasses.asdict(arch.mla), n_embd=arch.n_embd, n_heads=arch.attention.n_heads
+        )
+        mlp = configure(MLP, n_embd=arch.n_embd, d_ff=arch.feed_forward.d_ff, activation=arch.feed_forward.activation)
         moe = configure(
-            MoE, **dataclasses.asdict(arch.moe), n_embd=arch.n_embd, d_ff=arch.d_ff, activation=arch.activation
+            MoE,
+            **dataclasses.asdict(arch.moe),
+            n_embd=arch.n_embd,
+            d_ff=arch.feed_forward.d_ff,
+            activation=arch.feed_forward.activation,
         )
         blocks = [configure(DeepseekV3Block, architecture=arch, dense=dense) for dense in (True, False)]
     seq = 48
@@ -52,19 +58,14 @@ def test_gemma3_counts_each_sliding_layer_within_its_window() -> None:
     ):
         model = configure(Gemma3)
         arch = model.architecture
-        attention = configure(
-            CausalSelfAttention,
-            n_embd=arch.n_embd,
-            n_heads=arch.n_heads,
-            n_kv_heads=arch.n_kv_heads,
-            head_dim=arch.head_dim,
-            sliding_window=window,
-            layer_types=arch.layer_types,
+        spec = AttentionSpec(
+            arch.attention.n_heads, arch.attention.kv_heads, head_dim=arch.head_dim, sliding_window=window
         )
-        mlp = configure(MLP, n_embd=arch.n_embd, d_ff=arch.d_ff, activation=arch.activation)
+        attention = configure(CausalSelfAttention, n_embd=arch.n_embd, spec=spec, layer_types=arch.layer_types)
+        mlp = configure(MLP, n_embd=arch.n_embd, d_ff=arch.feed_forward.d_ff, activation=arch.feed_forward.activation)
     assert arch.layer_types == pattern_layer_types(6, 6)  # five sliding layers, then a full one
     projections = 6 * (attention.matmul_params() + mlp.matmul_params())
-    scores = 12 * arch.n_heads * arch.head_dim
+    scores = 12 * arch.attention.n_heads * arch.head_dim
 
     def expected(seq: int, kind: str) -> int:
         keys = min(seq, window) if kind == "sliding_attention" else seq

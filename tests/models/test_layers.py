@@ -17,6 +17,7 @@ from theseus.model.layers import (
     CausalSelfAttention,
     LayerNorm,
     PositionEmbedding,
+    PositionSpec,
     RMSNorm,
     RotaryEmbedding,
     TokenEmbedding,
@@ -75,7 +76,7 @@ def test_attention_keys_gqa_and_flops() -> None:
 
 
 def test_attention_is_causal_and_ignores_padded_keys() -> None:
-    attn = configure(CausalSelfAttention, n_heads=2, n_kv_heads=1, rotary=True)
+    attn = configure(CausalSelfAttention, n_heads=2, n_kv_heads=1, position=PositionSpec())
     rng = np.random.default_rng(1)
     x = rng.normal(size=(1, 6, 8)).astype(np.float32)
     variables = jax.jit(attn.init)(jax.random.key(0), x)

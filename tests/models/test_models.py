@@ -16,9 +16,15 @@ from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import Schema, configuration, configure
 from theseus.errors import ConfigError
 from theseus.model.models import GPT, Llama, OLMo2, Phi3, Qwen3, TransformerLM, cross_entropy
+from theseus.model.models.architecture import Architecture
 from theseus.registry import get_registry
 
 B, T = 3, 12
+
+
+def sizes(arch: Architecture) -> tuple[int, ...]:
+    """Layers, heads, key/value heads, head width and model width."""
+    return arch.n_layers, arch.attention.n_heads, arch.attention.kv_heads, arch.head_dim, arch.n_embd
 
 
 def batch(vocab: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -37,8 +43,10 @@ def reference_logits(model: TransformerLM, params: dict, x: np.ndarray, mask: np
     p64 = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
     arch = model.architecture
     if isinstance(model, Llama):
-        return reference.llama_logits(p64, x, mask, n_heads=arch.n_heads, n_kv=arch.n_kv_heads, theta=arch.rope_theta)
-    return reference.gpt_logits(p64, x, mask, n_heads=arch.n_heads)
+        return reference.llama_logits(
+            p64, x, mask, n_heads=arch.attention.n_heads, n_kv=arch.attention.kv_heads, theta=arch.position.theta
+        )
+    return reference.gpt_logits(p64, x, mask, n_heads=arch.attention.n_heads)
 
 
 @pytest.mark.parametrize("scan", [True, False], ids=["stacked", "per-layer"])
@@ -135,7 +143,7 @@ def test_flops_formula_and_xla_cost_analysis() -> None:
 def test_llama_flops_count_grouped_heads_and_swiglu() -> None:
     model = build(Llama, architecture__n_embd=64, architecture__d_ff=96)
     arch = model.architecture
-    assert (arch.n_kv_heads, arch.head_dim) == (2, 16)
+    assert (arch.attention.kv_heads, arch.head_dim) == (2, 16)
     assert model.flops(20) == analytic_flops(2, 64, 96, 64, 20, 2 * 16, gated=True)
 
 
@@ -227,10 +235,10 @@ def test_the_qwen3_preset_has_the_published_shape_and_count() -> None:
     values = {"architecture/preset": "qwen3-0.6b", "architecture/vocab_size": 151936}
     with configuration(values):
         arch = configure(Qwen3).architecture
-    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.d_ff) == (
+    assert (*sizes(arch), arch.feed_forward.d_ff) == (
         28, 16, 8, 128, 1024, 3072
     )  # fmt: skip
-    assert arch.tied_embeddings and arch.qk_norm
+    assert arch.tied_embeddings and arch.attention.qk_norm
     config = Qwen3Config(
         vocab_size=151936,
         hidden_size=1024,
@@ -256,10 +264,10 @@ def test_the_olmo2_preset_has_the_published_shape_and_count() -> None:
     values = {"architecture/preset": "olmo2-1b", "architecture/vocab_size": 100352}
     with configuration(values):
         arch = configure(OLMo2).architecture
-    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.d_ff) == (
+    assert (*sizes(arch), arch.feed_forward.d_ff) == (
         16, 16, 16, 128, 2048, 8192
     )  # fmt: skip
-    assert not arch.tied_embeddings and (arch.qk_norm_span, arch.norm_placement) == ("projection", "post")
+    assert not arch.tied_embeddings and (arch.attention.qk_norm_span, arch.norm.placement) == ("projection", "post")
     config = Olmo2Config(
         vocab_size=100352,
         hidden_size=2048,
@@ -285,11 +293,11 @@ def test_the_olmo3_preset_has_the_published_shape_and_count() -> None:
     values = {"architecture/preset": "olmo3-7b", "architecture/vocab_size": 100352, "architecture/block_size": 8192}
     with configuration(values):
         arch = configure(OLMo3).architecture
-    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.d_ff) == (
+    assert (*sizes(arch), arch.feed_forward.d_ff) == (
         32, 32, 32, 128, 4096, 11008
     )  # fmt: skip
     assert arch.layer_types == ("sliding_attention",) * 3 + ("full_attention",) + arch.layer_types[:28]
-    assert (arch.sliding_window, arch.layer_types[3], arch.layer_types[-1]) == (
+    assert (arch.attention.sliding_window, arch.layer_types[3], arch.layer_types[-1]) == (
         4096,
         "full_attention",
         "full_attention",
@@ -339,17 +347,17 @@ def test_the_gemma_presets_have_the_published_shapes_and_counts(preset: str) -> 
     values = {"architecture/preset": preset, "architecture/vocab_size": fields["vocab_size"]}
     with configuration({**values, "architecture/block_size": 8192}):  # the releases' context: the whole window
         arch = configure(cls).architecture
-    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.d_ff) == (
+    assert (*sizes(arch), arch.feed_forward.d_ff) == (
         fields["num_hidden_layers"], fields["num_attention_heads"], fields["num_key_value_heads"],
         fields["head_dim"], fields["hidden_size"], fields["intermediate_size"],
     )  # fmt: skip
-    assert arch.tied_embeddings and (arch.activation, arch.norm_placement) == ("geglu", "sandwich")
-    assert arch.qk_norm == (cls is Gemma3) and arch.zero_centred_norm and arch.scale_embeddings
+    assert arch.tied_embeddings and (arch.feed_forward.activation, arch.norm.placement) == ("geglu", "sandwich")
+    assert arch.attention.qk_norm == (cls is Gemma3) and arch.norm.zero_centred and arch.scale_embeddings
     config = AutoConfig.for_model(model_type, **fields)
     assert list(arch.layer_types) == config.layer_types  # every 2nd (Gemma 2) / 6th (Gemma 3) layer full
-    assert arch.sliding_window == config.sliding_window
+    assert arch.attention.sliding_window == config.sliding_window
     with configuration(values):  # a block shorter than the family's window: the window is the block
-        assert configure(cls).architecture.sliding_window == 256
+        assert configure(cls).architecture.attention.sliding_window == 256
     with torch.device("meta"):
         reference = AutoModelForCausalLM.from_config(config)
     expected = sum(p.numel() for p in reference.parameters())
@@ -420,10 +428,10 @@ def test_the_phi3_preset_has_the_published_shape_and_count() -> None:
     values = {"architecture/preset": "phi-3-mini", "architecture/vocab_size": 32064, "architecture/vocab_multiple": 1}
     with configuration(values):
         arch = configure(Phi3).architecture
-    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.d_ff) == (
+    assert (*sizes(arch), arch.feed_forward.d_ff) == (
         32, 32, 32, 96, 3072, 8192
     )  # fmt: skip
-    assert not arch.tied_embeddings and arch.activation == "swiglu" and arch.norm == "rmsnorm"
+    assert not arch.tied_embeddings and arch.feed_forward.activation == "swiglu" and arch.norm.kind == "rmsnorm"
     config = Phi3Config(
         vocab_size=32064,
         hidden_size=3072,
@@ -447,16 +455,16 @@ def test_the_phi3_preset_has_the_published_shape_and_count() -> None:
 def test_explicit_keys_override_the_preset() -> None:
     with configuration({"architecture/preset": "gpt2-124m", "architecture/n_layers": 3}):
         arch = configure(GPT).architecture
-    assert (arch.n_layers, arch.n_heads, arch.n_embd, arch.d_ff) == (3, 12, 768, 3072)
+    assert (arch.n_layers, arch.attention.n_heads, arch.n_embd, arch.feed_forward.d_ff) == (3, 12, 768, 3072)
     with configuration({"architecture/n_embd": 64}):
         arch = configure(GPT).architecture
-    assert (arch.n_layers, arch.n_embd, arch.d_ff) == (4, 64, 256)  # d_ff follows n_embd
+    assert (arch.n_layers, arch.n_embd, arch.feed_forward.d_ff) == (4, 64, 256)  # d_ff follows n_embd
     with configuration({"architecture/n_heads": 8}):
         arch = configure(Llama).architecture
-    assert (arch.n_heads, arch.n_kv_heads) == (8, 4)  # the preset's 2:1 query/kv ratio is kept
+    assert (arch.attention.n_heads, arch.attention.kv_heads) == (8, 4)  # the preset's 2:1 query/kv ratio is kept
     with configuration({"architecture/activation": "swiglu", "architecture/d_ff": 100}):
         arch = configure(GPT).architecture
-    assert (arch.activation, arch.d_ff, arch.gated) == ("swiglu", 100, True)
+    assert (arch.feed_forward.activation, arch.feed_forward.d_ff, arch.gated) == ("swiglu", 100, True)
 
 
 @pytest.mark.parametrize(
@@ -548,10 +556,16 @@ def test_the_gpt_oss_preset_has_the_published_shape_and_count() -> None:
     with configuration(values):
         arch = configure(GptOss).architecture
     assert arch.moe is not None
-    assert (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.n_embd, arch.moe.expert_hidden) == (
+    assert (*sizes(arch), arch.moe.expert_hidden) == (
         24, 64, 8, 64, 2880, 2880
     )  # fmt: skip
-    assert (arch.moe.n_experts, arch.moe.top_k, arch.sliding_window, arch.qkv_bias, arch.out_bias) == (
+    assert (
+        arch.moe.n_experts,
+        arch.moe.top_k,
+        arch.attention.sliding_window,
+        arch.attention.qkv_bias,
+        arch.attention.has_out_bias,
+    ) == (
         32,
         4,
         128,
@@ -595,7 +609,12 @@ def test_the_llama4_scout_preset_has_the_published_shape_and_count() -> None:
         model = configure(Llama4)
         arch, total, inactive = model.architecture, model.parameter_count(), model.inactive_parameter_count()
         scans, period = model.scans_layers, model.scan_period
-    assert arch.moe is not None and (arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.head_dim) == (48, 40, 8, 128)
+    assert arch.moe is not None and (arch.n_layers, arch.attention.n_heads, arch.attention.kv_heads, arch.head_dim) == (
+        48,
+        40,
+        8,
+        128,
+    )
     assert (arch.n_embd, arch.moe.n_experts, arch.moe.top_k, arch.moe.expert_hidden, arch.moe.n_shared) == (
         5120, 16, 1, 8192, 1
     )  # fmt: skip

@@ -220,7 +220,7 @@ def test_published_sizes_total_and_active_and_active_flops(
     embedding = config["vocab_size"] * config["hidden_size"]
     matmul = hf_total - inactive - embedding - norms
     seq = 128
-    attention = 12 * arch.n_layers * seq * seq * arch.n_heads * arch.head_dim
+    attention = 12 * arch.n_layers * seq * seq * arch.attention.n_heads * arch.head_dim
     assert model.flops(seq) == 6 * seq * matmul + attention
 
 
@@ -277,7 +277,7 @@ def test_first_dense_layers_are_dense_mlps() -> None:
     assert set(params["blocks_0"]["mlp"]) == {"up", "gate", "down"}
     assert set(params["blocks_1"]["mlp"]) == {"router", "up", "gate", "down"}
     arch = model.architecture
-    dense, moe = 3 * arch.n_embd * arch.d_ff, arch.moe.active_matmul_params(arch.n_embd, True)
+    dense, moe = 3 * arch.n_embd * arch.feed_forward.d_ff, arch.moe.active_matmul_params(arch.n_embd, True)
     first, second = model.layer_flops(8)  # the same attention; the feed-forwards differ
     assert second - first == 6 * 8 * (moe - dense)
     assert model.inactive_parameter_count() == (8 - 2) * 3 * 64 * 32 and not math.isnan(dense)

@@ -31,7 +31,7 @@ class ScaledGPTFamily(GPT2Family):
         return {**super().config(arch, settings), "scale": float(settings.get("architecture/scale", 1.0))}
 
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
-        e, f = arch.n_embd, arch.d_ff
+        e, f = arch.n_embd, arch.feed_forward.d_ff
         maps = super().tensor_maps(arch)
         for i in range(arch.n_layers):
             hf, extra = f"transformer.h.{i}.extra.", (f"blocks_{i}", "extra", "mlp")

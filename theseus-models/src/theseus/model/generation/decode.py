@@ -64,7 +64,7 @@ def check_fits(model: TransformerLM, prompt_length: int, max_new_tokens: int) ->
 def check_rope_switch(model: TransformerLM, longest: int, max_new_tokens: int) -> None:
     """Raise ConfigError when LongRoPE would switch factors during generation: transformers re-encodes the
     whole sequence with the long factors at the switch, and a KV cache of short-factor keys cannot."""
-    scaling = model.architecture.rope_scaling
+    scaling = model.architecture.position.scaling
     original = scaling.original_max_positions
     if scaling.kind == "longrope" and longest <= original < longest + max_new_tokens - 1:
         raise ConfigError(

@@ -96,8 +96,8 @@ def plain_rope_theta(
 
 def rope_config(arch: Architecture) -> dict[str, Any]:
     """``rope_parameters`` / ``rope_scaling`` of ``arch`` as transformers writes them."""
-    scaling = arch.rope_scaling
-    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": arch.rope_theta}
+    scaling = arch.position.scaling
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": arch.position.theta}
     if scaling.kind == "linear":
         rope = {**rope, "rope_type": "linear", "factor": scaling.factor}
     elif scaling.kind == "llama3":
@@ -194,7 +194,7 @@ def qwen_window(config: Mapping[str, Any], window: int | None) -> int | None:
 
 def window_config(arch: Architecture) -> dict[str, Any]:
     """Qwen's ``use_sliding_window`` / ``sliding_window`` / ``max_window_layers`` / ``layer_types``."""
-    window = arch.sliding_window
+    window = arch.attention.sliding_window
     return {
         "use_sliding_window": window is not None,
         "sliding_window": window,
@@ -210,13 +210,13 @@ def decoder_shape(arch: Architecture) -> dict[str, Any]:
     """The ``config.json`` sizes every decoder family of Llama's layout writes alike."""
     return {
         "hidden_size": arch.n_embd,
-        "intermediate_size": arch.d_ff,
+        "intermediate_size": arch.feed_forward.d_ff,
         "num_hidden_layers": arch.n_layers,
-        "num_attention_heads": arch.n_heads,
-        "num_key_value_heads": arch.n_kv_heads,
+        "num_attention_heads": arch.attention.n_heads,
+        "num_key_value_heads": arch.attention.kv_heads,
         "head_dim": arch.head_dim,
         "max_position_embeddings": arch.block_size,
-        "rms_norm_eps": arch.norm_eps,
+        "rms_norm_eps": arch.norm.eps,
     }
 
 

@@ -7,26 +7,30 @@ configuration keys (``field()``), its parameters carry logical axis names from
 forward + backward matmul FLOPs of one sequence.
 """
 
-from theseus.model.layers.attention import CausalSelfAttention, attention_mask, dot_product_attention
+from theseus.model.layers.attention import AttentionSpec, CausalSelfAttention, attention_mask, dot_product_attention
 from theseus.model.layers.dense import Dense
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.layers.latent_attention import LatentAttention, MLASpec
-from theseus.model.layers.mlp import MLP, hidden_size
+from theseus.model.layers.mlp import MLP, FeedForwardSpec, hidden_size
 from theseus.model.layers.moe import MoE, MoESpec
-from theseus.model.layers.norms import LayerNorm, RMSNorm
-from theseus.model.layers.rotary import ROPE_SCALINGS, RopeScaling, RotaryEmbedding, rotary_angles
+from theseus.model.layers.norms import LayerNorm, NormSpec, RMSNorm
+from theseus.model.layers.rotary import ROPE_SCALINGS, PositionSpec, RopeScaling, RotaryEmbedding, rotary_angles
 
 __all__ = [
     "MLP",
     "ROPE_SCALINGS",
+    "AttentionSpec",
     "CausalSelfAttention",
     "Dense",
+    "FeedForwardSpec",
     "LatentAttention",
     "LayerNorm",
     "MLASpec",
     "MoE",
     "MoESpec",
+    "NormSpec",
     "PositionEmbedding",
+    "PositionSpec",
     "RMSNorm",
     "RopeScaling",
     "RotaryEmbedding",

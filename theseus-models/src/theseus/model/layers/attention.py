@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import flax.linen as nn
 import jax
@@ -27,7 +28,7 @@ from theseus.model.layers._common import (
 from theseus.model.layers.context_parallel import context_parallel_attention, context_size, refuse
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
-from theseus.model.layers.rotary import RopeScaling, RotaryEmbedding, rotate
+from theseus.model.layers.rotary import PositionSpec, RotaryEmbedding, rotate
 from theseus.model.module import Module
 
 ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
@@ -38,6 +39,96 @@ SLIDING_ATTENTION, FULL_ATTENTION = "sliding_attention", "full_attention"
 CHUNKED_ATTENTION = "chunked_attention"
 #: Qwen3-Next's Gated DeltaNet layers (no attention at all): only its own blocks read them.
 LINEAR_ATTENTION = "linear_attention"
+#: ``AttentionSpec.qk_norm_span`` values: a norm per head, or one over the whole projection (OLMo 2).
+QK_NORM_SPANS = ("head", "projection")
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """The grouped-query attention of every layer (the keys ``architecture/*`` of each field).
+
+    ``n_kv_heads`` (None: ``n_heads``) must divide ``n_heads``; ``head_dim`` (None: ``n_embd /
+    n_heads``) may differ from the width divided by the heads. ``qkv_bias`` / ``out_bias`` (None: as
+    ``qkv_bias``): biases of the query/key/value and output projections. ``qk_norm``: RMSNorm
+    (epsilon ``norm_eps``, ``1 + scale`` when ``qk_norm_zero_centred``) of each head's query and key
+    before RoPE, or of the whole projections with ``qk_norm_span="projection"``.
+    ``query_pre_attn_scalar``: scores scaled by its ``** -0.5`` instead of ``head_dim ** -0.5``;
+    ``softcap``: scores capped as ``tanh(s / c) * c``; ``sliding_window``: a token attends to itself
+    and the ``sliding_window - 1`` tokens before it; ``implementation``: auto | xla | cudnn.
+    """
+
+    n_heads: int
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    qkv_bias: bool = True
+    out_bias: bool | None = None
+    qk_norm: bool = False
+    qk_norm_span: str = "head"
+    qk_norm_zero_centred: bool = False
+    norm_eps: float = 1e-6
+    query_pre_attn_scalar: float | None = None
+    softcap: float | None = None
+    sliding_window: int | None = None
+    implementation: str = "auto"
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def has_out_bias(self) -> bool:
+        return self.qkv_bias if self.out_bias is None else self.out_bias
+
+    def width(self, n_embd: int) -> int:
+        """Each head's width in a model of width ``n_embd``."""
+        return n_embd // self.n_heads if self.head_dim is None else self.head_dim
+
+    def score_scale(self) -> float | None:
+        """What the scores are multiplied by (None: ``head_dim ** -0.5``)."""
+        return None if self.query_pre_attn_scalar is None else float(self.query_pre_attn_scalar) ** -0.5
+
+    def validate(self, n_embd: int, block_size: int) -> AttentionSpec:
+        """Checks the heads against the width ``n_embd``, the window against ``block_size``."""
+        for key, value in (("n_heads", self.n_heads), ("n_kv_heads", self.kv_heads)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"architecture/{key} must be a positive integer, got {value!r}")
+        self._validate_heads(n_embd)
+        self._validate_window(block_size)
+        if self.qk_norm_span not in QK_NORM_SPANS:
+            raise ConfigError(f"qk_norm_span {self.qk_norm_span!r}: use 'head' or 'projection'")
+        for key, scalar in (("query_pre_attn_scalar", self.query_pre_attn_scalar), ("attn_softcap", self.softcap)):
+            if scalar is not None and not scalar > 0:
+                raise ConfigError(f"architecture/{key} must be positive or null, got {scalar!r}")
+        if self.implementation not in ATTENTION_IMPLEMENTATIONS:
+            raise ConfigError(
+                f"unknown architecture/attention_impl {self.implementation!r}; "
+                f"choose one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
+            )
+        return self
+
+    def _validate_heads(self, n_embd: int) -> None:
+        if self.head_dim is not None and (not isinstance(self.head_dim, int) or self.head_dim < 1):
+            raise ConfigError(f"architecture/head_dim must be a positive integer, got {self.head_dim!r}")
+        if self.head_dim is None and n_embd % self.n_heads:
+            raise ConfigError(
+                f"architecture/n_embd={n_embd} is not divisible by architecture/n_heads={self.n_heads}; "
+                "change one of them, or set architecture/head_dim"
+            )
+        if self.n_heads % self.kv_heads:
+            raise ConfigError(
+                f"architecture/n_kv_heads={self.kv_heads} must divide architecture/n_heads={self.n_heads}"
+            )
+
+    def _validate_window(self, block_size: int) -> None:
+        window = self.sliding_window
+        if window is not None and (not isinstance(window, int) or window < 1):
+            raise ConfigError(f"architecture/sliding_window must be a positive integer or null, got {window!r}")
+        if window is not None and window > block_size:
+            raise ConfigError(
+                f"architecture/sliding_window={window} is longer than architecture/block_size={block_size}, "
+                "so it never limits attention; "
+                "set architecture/sliding_window=null (full attention) or a window up to the block size"
+            )
 
 
 def attention_mask(padding_mask: jax.Array | None) -> jax.Array | None:
@@ -382,23 +473,23 @@ class CausalSelfAttention(Module):
     (the frozen projection kernels stored as nf4 / int8, with LoRA only; see
     :mod:`theseus.model.layers.quantization`).
 
+    ``spec`` (:class:`AttentionSpec`, passed by the model's blocks) holds the heads, biases, query/key
+    norms, score scale, softcap, window and implementation; without it the layer takes the configured
+    heads and implementation, with biases. ``position`` (:class:`~theseus.model.layers.rotary.PositionSpec`;
+    None: no positions) rotates queries and keys when its kind is ``"rope"``.
+
     Parameters: ``query`` ``[embed, heads, head_dim]``, ``key``/``value`` ``[embed, kv_heads, head_dim]``,
-    ``out`` ``[heads, head_dim, embed]``; ``query_bias``/``key_bias``/``value_bias`` when ``use_bias``,
-    ``out_bias`` when ``use_out_bias`` (``None``: same as ``use_bias``). ``head_dim`` (``None``:
-    ``n_embd / n_heads``) may differ from the width divided by the heads, as in some Llama checkpoints.
-    ``qk_norm`` adds ``query_norm`` / ``key_norm`` (RMSNorm ``scale`` ``[head_dim]``, epsilon
-    ``norm_eps``) applied to each head's query and key before RoPE, as Qwen3 does; with
-    ``qk_norm_span="projection"`` each norm spans the whole projection (``scale``
-    ``[heads * head_dim]``), as OLMo 2 does.
+    ``out`` ``[heads, head_dim, embed]``; ``query_bias``/``key_bias``/``value_bias`` with the spec's
+    ``qkv_bias``, ``out_bias`` with its ``out_bias`` (``None``: as ``qkv_bias``). ``qk_norm`` adds
+    ``query_norm`` / ``key_norm`` (RMSNorm ``scale`` ``[head_dim]``) applied to each head's query and key
+    before RoPE, as Qwen3 does; with ``qk_norm_span="projection"`` each norm spans the whole projection
+    (``scale`` ``[heads * head_dim]``), as OLMo 2 does.
     ``sliding_window``: each token attends to itself and the ``sliding_window - 1`` tokens before it
     (:func:`window_mask`), in training and against the KV cache. ``layer_types`` (one
     ``"sliding_attention"`` / ``"full_attention"`` per layer) gives the window only to the sliding
-    layers, which rotate with ``local_rope_theta`` (``None``: ``rope_theta``) and without
-    ``rope_scaling`` (it scales the full layers only); the layer is the
-    call's ``layer`` (a Python int, or a traced index inside a scan: then the window and base are
-    selected at run time). ``query_pre_attn_scalar`` sets the score scale to its ``** -0.5``
-    (default ``head_dim ** -0.5``); ``attn_softcap`` caps the scores as ``tanh(s / c) * c``
-    (Gemma 2); ``qk_norm_zero_centred`` makes the query/key norms ``1 + scale`` (Gemma 3).
+    layers, which rotate with the position's ``local_theta`` and without its ``scaling`` (it scales the
+    full layers only); the layer is the call's ``layer`` (a Python int, or a traced index inside a
+    scan: then the window and base are selected at run time).
 
     Call: ``attn(x, padding_mask=None, positions=None, deterministic=False, decode=False, layer=None)``;
     ``x`` ``[B, T, E]``, ``padding_mask`` bool ``[B, T]`` (True = real token; padded keys are
@@ -430,21 +521,9 @@ class CausalSelfAttention(Module):
     lora_dropout: float = lora.dropout_field()
     lora_targets: tuple[str, ...] = lora.targets_field()
     quantize: str = quantization.quantize_field()
-    use_bias: bool = True
-    use_out_bias: bool | None = None
-    head_dim: int | None = None
-    rotary: bool = False
-    rope_theta: float = 10000.0
-    rope_scaling: RopeScaling | None = None
-    sliding_window: int | None = None
-    qk_norm: bool = False
-    qk_norm_span: str = "head"
-    qk_norm_zero_centred: bool = False
+    spec: AttentionSpec | None = None
+    position: PositionSpec | None = None
     layer_types: tuple[str, ...] | None = None
-    local_rope_theta: float | None = None
-    query_pre_attn_scalar: float | None = None
-    attn_softcap: float | None = None
-    norm_eps: float = 1e-6
     init_std: float = INIT_STD
     out_std: float | None = None
 
@@ -456,14 +535,27 @@ class CausalSelfAttention(Module):
     def sharding(self) -> ShardingPlan:
         return ShardingPlan({Axis.EMBED: MeshAxis.DATA, Axis.HEADS: MeshAxis.MODEL, Axis.KV_HEADS: MeshAxis.MODEL})
 
-    def _heads(self, n_embd: int) -> tuple[int, int, int]:
+    @property
+    def attention_spec(self) -> AttentionSpec:
+        """``spec``, or (the layer used alone) the configured heads and implementation, with biases."""
+        if self.spec is not None:
+            return self.spec
         n_heads = require(self.n_heads, "architecture/n_heads", "CausalSelfAttention")
-        n_kv = n_heads if self.n_kv_heads is None else self.n_kv_heads
-        if self.head_dim is None and n_embd % n_heads:
+        return AttentionSpec(n_heads=n_heads, n_kv_heads=self.n_kv_heads, implementation=self.attention_impl)
+
+    @property
+    def position_spec(self) -> PositionSpec:
+        """``position``, or no positions at all."""
+        return PositionSpec(kind="none") if self.position is None else self.position
+
+    def _heads(self, n_embd: int) -> tuple[int, int, int]:
+        spec = self.attention_spec
+        n_heads, n_kv = spec.n_heads, spec.kv_heads
+        if spec.head_dim is None and n_embd % n_heads:
             raise ConfigError(f"architecture/n_embd={n_embd} is not divisible by architecture/n_heads={n_heads}")
         if n_kv < 1 or n_heads % n_kv:
             raise ConfigError(f"architecture/n_kv_heads={n_kv} must divide architecture/n_heads={n_heads}")
-        return n_heads, n_kv, n_embd // n_heads if self.head_dim is None else self.head_dim
+        return n_heads, n_kv, spec.width(n_embd)
 
     def _width(self) -> int:
         return layer_width(self, lambda params: nn.unbox(params["out"]).shape[-1] if "out" in params else None)
@@ -537,7 +629,7 @@ class CausalSelfAttention(Module):
         if self._adapted(name):
             dims = ((Axis.EMBED,), (axis, Axis.HEAD_DIM))
             y = y + self._adapter(name, x, (x.shape[-1],), (heads, head_dim), dims, deterministic)
-        if self.use_bias:
+        if self.attention_spec.qkv_bias:
             bias = param(self, f"{name}_bias", nn.initializers.zeros_init(), (heads, head_dim), (axis, Axis.HEAD_DIM))
             y = y + cast(bias, dtype)
         return constrain(y, (Axis.BATCH, Axis.SEQUENCE, axis, Axis.HEAD_DIM))
@@ -545,8 +637,9 @@ class CausalSelfAttention(Module):
     def _layer_window(self, layer: int | jax.Array | None) -> int | jax.Array | None:
         """This layer's attention window: static for a Python ``layer``, selected from ``layer_types`` at
         run time for a traced one (a full layer's window is then :data:`NO_WINDOW`)."""
+        window = self.attention_spec.sliding_window
         if self.layer_types is None:
-            return self.sliding_window
+            return window
         if CHUNKED_ATTENTION in self.layer_types:
             raise ConfigError(f"{CHUNKED_ATTENTION} layers are Llama 4's (model/llama4_text); use sliding_attention")
         if LINEAR_ATTENTION in self.layer_types:
@@ -554,9 +647,8 @@ class CausalSelfAttention(Module):
         if layer is None:
             raise ConfigError("an attention layer with layer_types needs its layer index (layer=...)")
         if isinstance(layer, int):
-            return self.sliding_window if self.layer_types[layer] == SLIDING_ATTENTION else None
-        window = NO_WINDOW if self.sliding_window is None else self.sliding_window
-        return jnp.where(self._sliding(layer), window, NO_WINDOW)
+            return window if self.layer_types[layer] == SLIDING_ATTENTION else None
+        return jnp.where(self._sliding(layer), NO_WINDOW if window is None else window, NO_WINDOW)
 
     def _sliding(self, layer: jax.Array) -> jax.Array:
         return jnp.asarray([t == SLIDING_ATTENTION for t in self.layer_types or ()])[layer]
@@ -565,24 +657,24 @@ class CausalSelfAttention(Module):
         self, q: jax.Array, k: jax.Array, positions: jax.Array | None, layer: int | jax.Array | None
     ) -> tuple[jax.Array, jax.Array]:
         """RoPE of the queries and keys. With ``layer_types`` the sliding layers rotate with
-        ``local_rope_theta`` and no ``rope_scaling`` (which scales the full layers only, as Gemma 3's
+        the position's ``local_theta`` and no ``scaling`` (which scales the full layers only, as Gemma 3's
         releases do); a traced ``layer`` selects at run time."""
-        scaling = self.rope_scaling
+        spec = self.position_spec
+        scaling, theta, local_theta = spec.scaled, spec.theta, spec.local
         if self.layer_types is None:
-            rope = child(self, RotaryEmbedding, theta=self.rope_theta, scaling=scaling, name="rotary")
+            rope = child(self, RotaryEmbedding, theta=theta, scaling=scaling, name="rotary")
             return rope(q, positions), rope(k, positions)
-        local_theta = self.rope_theta if self.local_rope_theta is None else self.local_rope_theta
         if isinstance(layer, int):
             sliding = self.layer_types[layer] == SLIDING_ATTENTION
-            theta, scaled = (local_theta, None) if sliding else (self.rope_theta, scaling)
-            return rotate(q, positions, theta, scaled), rotate(k, positions, theta, scaled)
+            base, scaled = (local_theta, None) if sliding else (theta, scaling)
+            return rotate(q, positions, base, scaled), rotate(k, positions, base, scaled)
         if layer is None:
             raise ConfigError("an attention layer with layer_types needs its layer index (layer=...)")
         local = self._sliding(layer)
         if scaling is None:
-            base = jnp.where(local, local_theta, self.rope_theta)
-            return rotate(q, positions, base), rotate(k, positions, base)
-        both = [(rotate(x, positions, local_theta), rotate(x, positions, self.rope_theta, scaling)) for x in (q, k)]
+            chosen = jnp.where(local, local_theta, theta)
+            return rotate(q, positions, chosen), rotate(k, positions, chosen)
+        both = [(rotate(x, positions, local_theta), rotate(x, positions, theta, scaling)) for x in (q, k)]
         (q_local, q_full), (k_local, k_full) = both
         return jnp.where(local, q_local, q_full), jnp.where(local, k_local, k_full)
 
@@ -633,16 +725,17 @@ class CausalSelfAttention(Module):
 
     def _qk_norm(self, x: jax.Array, name: str) -> jax.Array:
         """RMSNorm of each head (``qk_norm_span="head"``) or of the whole projection."""
-        norm = child(self, RMSNorm, eps=self.norm_eps, zero_centred=self.qk_norm_zero_centred, name=name)
-        if self.qk_norm_span == "head":
+        spec = self.attention_spec
+        norm = child(self, RMSNorm, eps=spec.norm_eps, zero_centred=spec.qk_norm_zero_centred, name=name)
+        if spec.qk_norm_span == "head":
             return norm(x)
-        if self.qk_norm_span != "projection":
-            raise ConfigError(f"qk_norm_span must be 'head' or 'projection', got {self.qk_norm_span!r}")
+        if spec.qk_norm_span != "projection":
+            raise ConfigError(f"qk_norm_span must be 'head' or 'projection', got {spec.qk_norm_span!r}")
         return norm(x.reshape(*x.shape[:-2], -1)).reshape(x.shape)
 
     def _scale(self) -> float | None:
         """What the scores are multiplied by (None: ``head_dim ** -0.5``)."""
-        return None if self.query_pre_attn_scalar is None else float(self.query_pre_attn_scalar) ** -0.5
+        return self.attention_spec.score_scale()
 
     def _sinks(self, n_heads: int) -> jax.Array | None:
         """A logit per head that joins each row's softmax (:func:`attention_probabilities`), or None:
@@ -660,7 +753,7 @@ class CausalSelfAttention(Module):
     ) -> jax.Array:
         """The heads' outputs ``[B, T, heads, head_dim]`` of rotated ``q`` and ``k``, ``v`` (the step's,
         appended to the KV cache first when ``decode``). A subclass may compute them otherwise."""
-        scale, softcap, sinks = self._scale(), self.attn_softcap, self._sinks(q.shape[2])
+        scale, softcap, sinks = self._scale(), self.attention_spec.softcap, self._sinks(q.shape[2])
         if context_size() > 1:  # the sequence is split over the context axis, in the balanced order
             if decode:
                 refuse("decoding with a KV cache")
@@ -677,7 +770,7 @@ class CausalSelfAttention(Module):
             v,
             mask=attention_mask(padding_mask),
             is_causal=True,
-            implementation=self.attention_impl,
+            implementation=self.attention_spec.implementation,
             window=window,
             scale=scale,
             softcap=softcap,
@@ -708,11 +801,11 @@ class CausalSelfAttention(Module):
         q = self._project(x, "query", n_heads, head_dim, Axis.HEADS, deterministic)
         k = self._project(x, "key", n_kv, head_dim, Axis.KV_HEADS, deterministic)
         v = self._project(x, "value", n_kv, head_dim, Axis.KV_HEADS, deterministic)
-        if self.qk_norm:
+        if self.attention_spec.qk_norm:
             q = self._qk_norm(q, "query_norm")
             k = self._qk_norm(k, "key_norm")
         window = self._layer_window(layer)
-        if self.rotary:
+        if self.position_spec.rotary:
             q, k = self._rotate(q, k, positions, layer)
 
         y = self._attend(q, k, v, padding_mask, window, decode)
@@ -727,7 +820,7 @@ class CausalSelfAttention(Module):
         if self._adapted("out"):
             dims = ((Axis.HEADS, Axis.HEAD_DIM), (Axis.EMBED,))
             out = out + self._adapter("out", y, (n_heads, head_dim), (n_embd,), dims, deterministic)
-        if self.use_bias if self.use_out_bias is None else self.use_out_bias:
+        if self.attention_spec.has_out_bias:
             out = out + cast(param(self, "out_bias", nn.initializers.zeros_init(), (n_embd,), (Axis.EMBED,)), dtype)
         if self.dropout > 0.0 and not deterministic:
             out = nn.Dropout(rate=self.dropout)(out, deterministic=False)

@@ -44,7 +44,7 @@ from theseus.model.layers.attention import (
 from theseus.model.layers.context_parallel import refuse
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
-from theseus.model.layers.rotary import RopeScaling, rotate, yarn_mscale
+from theseus.model.layers.rotary import PositionSpec, RopeScaling, rotate, yarn_mscale
 from theseus.model.module import Module
 
 #: The latents' RMSNorm epsilon (transformers' DeepSeek-V3 fixes it, whatever ``rms_norm_eps`` is).
@@ -53,7 +53,7 @@ LATENT_NORM_EPS = 1e-6
 
 @dataclass(frozen=True)
 class MLASpec:
-    """The resolved latent attention of one model (``Architecture.mla``); see :class:`LatentAttention`."""
+    """The resolved latent attention of one model (``DeepseekV3Architecture.mla``); see :class:`LatentAttention`."""
 
     q_lora_rank: int  # 0: the query is one projection of the input
     kv_lora_rank: int
@@ -117,7 +117,7 @@ def deinterleave(x: jax.Array) -> jax.Array:
 
 class MLAKeys(Module):
     """The ``architecture/mla/*`` keys, shared by :class:`LatentAttention` and the models that resolve
-    them once into ``Architecture.mla`` (None: the preset's)."""
+    them once into ``DeepseekV3Architecture.mla`` (None: the preset's)."""
 
     q_lora_rank: int | None = field(
         "architecture/mla/q_lora_rank",
@@ -182,7 +182,7 @@ class LatentAttention(MLAKeys):
     ``[kv_lora_rank, heads, v_head_dim]``; ``out`` ``[heads, v_head_dim, embed]``. Heads shard over the
     ``model`` mesh axis and the width over ``data``; the ranks are replicated.
 
-    ``rope_theta`` / ``rope_scaling`` rotate the rotary parts (passed by the model); scores are scaled by
+    ``position`` (its ``theta`` and ``scaling``) rotates the rotary parts (passed by the model); scores are scaled by
     ``qk_head_dim ** -0.5`` (and by ``architecture/mla/mscale_all_dim``'s correction under rope scaling,
     :meth:`MLASpec.score_scale`).
     """
@@ -194,8 +194,7 @@ class LatentAttention(MLAKeys):
         "architecture/attention_impl", default="auto", help="auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"
     )
     lora_rank: int = lora.rank_field()
-    rope_theta: float = 10000.0
-    rope_scaling: RopeScaling | None = None
+    position: PositionSpec = PositionSpec()
     init_std: float = INIT_STD
     out_std: float | None = None
 
@@ -239,7 +238,9 @@ class LatentAttention(MLAKeys):
 
     def _rotate(self, x: jax.Array, positions: jax.Array | None, spec: MLASpec) -> jax.Array:
         """RoPE of ``[B, T, N, qk_rope_head_dim]`` (interleaved pairs gathered into halves first)."""
-        return rotate(deinterleave(x) if spec.rope_interleave else x, positions, self.rope_theta, self.rope_scaling)
+        return rotate(
+            deinterleave(x) if spec.rope_interleave else x, positions, self.position.theta, self.position.scaled
+        )
 
     def _cached(
         self, latent: jax.Array, rope_key: jax.Array, padding_mask: jax.Array | None
@@ -343,7 +344,7 @@ class LatentAttention(MLAKeys):
         q = jnp.concatenate([q[..., :nope], self._rotate(q[..., nope:], positions, spec)], axis=-1)
         key = self._kernel("key", (spec.kv_lora_rank, n_heads, nope), per_head, std)
         value = self._kernel("value", (spec.kv_lora_rank, n_heads, spec.v_head_dim), per_head, std)
-        scale = spec.score_scale(self.rope_scaling)
+        scale = spec.score_scale(self.position.scaled)
 
         cached = self._cached(latent, rope_key, padding_mask) if decode else None
         if cached is not None:

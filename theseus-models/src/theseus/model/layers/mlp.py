@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
@@ -26,6 +27,9 @@ from theseus.model.layers._common import (
 from theseus.model.layers.dense import Dense
 from theseus.model.module import Module
 
+if TYPE_CHECKING:  # the mixture's layer builds on the MLP
+    from theseus.model.layers.moe import MoESpec
+
 
 def hidden_size(n_embd: int, d_ff: int | None, mlp_ratio: float | None, multiple_of: int = 1) -> int:
     """``d_ff`` if given, else ``mlp_ratio * n_embd`` (default ratio 4) rounded up to ``multiple_of``."""
@@ -34,6 +38,30 @@ def hidden_size(n_embd: int, d_ff: int | None, mlp_ratio: float | None, multiple
     ratio = 4.0 if mlp_ratio is None else mlp_ratio
     width = math.ceil(round(ratio * n_embd, 6))
     return multiple_of * math.ceil(width / multiple_of)
+
+
+@dataclass(frozen=True)
+class FeedForwardSpec:
+    """The feed-forward branch of every layer: an MLP of hidden width ``d_ff`` and ``activation``, with
+    biases when ``bias``; with ``moe``, the mixture of experts of the layers from ``moe.first_k_dense``
+    on (the layers before it keep the MLP)."""
+
+    d_ff: int
+    activation: str = "gelu"
+    bias: bool = True
+    moe: MoESpec | None = None
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED
+
+    def validate(self, n_layers: int) -> FeedForwardSpec:
+        if not isinstance(self.d_ff, int) or self.d_ff < 1:
+            raise ConfigError(f"architecture/d_ff must be a positive integer, got {self.d_ff!r}")
+        check_activation(self.activation)
+        if self.moe is not None:
+            self.moe.validate(n_layers)
+        return self
 
 
 class MLP(Module):

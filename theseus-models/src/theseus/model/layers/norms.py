@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from theseus.base.axis import Axis
 from theseus.config import field
+from theseus.errors import ConfigError
 from theseus.model.layers._common import param
 from theseus.model.module import Module
+
+#: ``NormSpec.kind`` values.
+NORM_KINDS = ("layernorm", "rmsnorm")
+#: ``NormSpec.placement`` values: norms before each branch, after it, or both.
+NORM_PLACEMENTS = ("pre", "post", "sandwich")
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """The normalisation layers of every block: ``kind`` (:class:`LayerNorm`, with a bias when
+    ``bias``, or :class:`RMSNorm`) of epsilon ``eps``; ``placement`` ``"pre"`` normalises each branch's
+    input, ``"post"`` its output before the residual sum (``x + norm(attn(x))``, OLMo 2),
+    ``"sandwich"`` both (``x + norm(attn(norm(x)))``, Gemma 2 and 3); ``zero_centred``: every RMSNorm
+    multiplies by ``1 + scale``, its scale starting at zeros (Gemma)."""
+
+    kind: str = "rmsnorm"
+    eps: float = 1e-5
+    placement: str = "pre"
+    zero_centred: bool = False
+    bias: bool = True
+
+    def validate(self) -> NormSpec:
+        if self.kind not in NORM_KINDS:
+            raise ConfigError(f"unknown norm {self.kind!r}; use 'layernorm' or 'rmsnorm'")
+        if self.placement not in NORM_PLACEMENTS:
+            raise ConfigError(f"norm_placement {self.placement!r}: use one of {', '.join(NORM_PLACEMENTS)}")
+        return self
 
 
 class LayerNorm(Module):

@@ -13,6 +13,8 @@ from theseus.model.module import Module
 
 #: Supported ``architecture/rope_scaling`` kinds.
 ROPE_SCALINGS = ("none", "linear", "llama3", "longrope", "yarn")
+#: ``PositionSpec.kind`` values: rotary queries and keys, a learned position embedding, or none.
+POSITION_KINDS = ("rope", "learned", "none")
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,41 @@ class RopeScaling:
         high = jnp.where(low == high, high + 0.001, high)
         ramp = jnp.clip((jnp.arange(dim // 2, dtype=jnp.float32) - low) / (high - low), 0.0, 1.0)
         return inv_freq / self.factor * ramp + inv_freq * (1.0 - ramp)
+
+
+@dataclass(frozen=True)
+class PositionSpec:
+    """How tokens learn their positions: ``kind`` ``"rope"`` (queries and keys rotated with base
+    ``theta``, stretched by ``scaling``), ``"learned"`` (a position embedding added to the tokens') or
+    ``"none"``. ``local_theta``: the base of the sliding-window layers when the model has
+    ``layer_types`` (None: ``theta``); those layers rotate without ``scaling`` (Gemma 3)."""
+
+    kind: str = "rope"
+    theta: float = 10000.0
+    scaling: RopeScaling = RopeScaling()
+    local_theta: float | None = None
+
+    @property
+    def rotary(self) -> bool:
+        return self.kind == "rope"
+
+    @property
+    def scaled(self) -> RopeScaling | None:
+        """``scaling``, or None when it is ``"none"`` (plain RoPE)."""
+        return None if self.scaling.kind == "none" else self.scaling
+
+    @property
+    def local(self) -> float:
+        """The base of the sliding-window layers."""
+        return self.theta if self.local_theta is None else self.local_theta
+
+    def validate(self) -> PositionSpec:
+        if self.kind not in POSITION_KINDS:
+            raise ConfigError(f"unknown position kind {self.kind!r}; use one of {', '.join(POSITION_KINDS)}")
+        self.scaling.validate()
+        if self.local_theta is not None and not self.local_theta > 0:
+            raise ConfigError(f"architecture/rope_local_theta must be positive or null, got {self.local_theta!r}")
+        return self
 
 
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:

@@ -3,24 +3,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from theseus.errors import ConfigError
-from theseus.model.layers._common import GATED, check_activation
 from theseus.model.layers.attention import (
-    ATTENTION_IMPLEMENTATIONS,
     CHUNKED_ATTENTION,
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     SLIDING_ATTENTION,
+    AttentionSpec,
 )
-from theseus.model.layers.latent_attention import MLASpec
-from theseus.model.layers.mlp import hidden_size
+from theseus.model.layers.mlp import FeedForwardSpec, hidden_size
 from theseus.model.layers.moe import MoESpec
-from theseus.model.layers.rotary import RopeScaling
+from theseus.model.layers.norms import NormSpec
+from theseus.model.layers.rotary import PositionSpec, RopeScaling
 
-#: ``Architecture.norm_placement`` values: norms before each branch, after it, or both.
-NORM_PLACEMENTS = ("pre", "post", "sandwich")
 #: ``Architecture.layer_types`` entries (transformers' names; chunked layers are Llama 4's alone, linear
 #: ones Qwen3-Next's).
 LAYER_TYPES = (SLIDING_ATTENTION, FULL_ATTENTION, CHUNKED_ATTENTION, LINEAR_ATTENTION)
@@ -42,68 +41,62 @@ class Preset:
 
 @dataclass(frozen=True)
 class Architecture:
-    """Every size and switch of one model, resolved from its preset and explicit keys.
+    """Every size and switch of one model, resolved from its preset and explicit keys: the model-wide
+    sizes here, and one spec per concern, each validated by its own ``validate()``: ``attention``
+    (:class:`AttentionSpec`: heads, biases, query/key norms, score scale and cap, window),
+    ``norm`` (:class:`NormSpec`: kind, epsilon, placement, zero-centred), ``position``
+    (:class:`PositionSpec`: RoPE base and scaling, the sliding layers' base, or learned / none) and
+    ``feed_forward`` (:class:`FeedForwardSpec`: width, activation, bias, the mixture's
+    :class:`MoESpec`). A family builds it once from its resolved keys (:meth:`from_keys`).
 
-    ``use_bias`` is the family's default for every bias (LayerNorm included);
-    ``attention_bias`` (query/key/value), ``attention_out_bias`` (attention output) and
-    ``mlp_bias`` override it per projection when not ``None`` (read the resolved values from
-    :attr:`qkv_bias`, :attr:`out_bias`, :attr:`ffn_bias`). ``explicit_head_dim`` sets the head
-    width when it is not ``n_embd / n_heads`` (read :attr:`head_dim`). ``qk_norm`` normalises each
-    head's query and key (RMSNorm over ``head_dim``) before RoPE. ``sliding_window``: every layer's
-    tokens attend to themselves and the ``sliding_window - 1`` tokens before them.
-    ``qk_norm_span="projection"`` normalises the whole query and key projections instead of each
-    head (OLMo 2). ``norm_placement="post"`` normalises each branch's output before the residual
-    sum instead of its input (``x + norm(attn(x))``, OLMo 2); ``"sandwich"`` normalises both
-    (``x + norm(attn(norm(x)))``, Gemma 2 and 3).
-
-    ``zero_centred_norm``: every RMSNorm (query/key norms included) multiplies by ``1 + scale``, its
-    scale starting at zeros. ``scale_embeddings``: token embeddings times ``sqrt(n_embd)`` (in the
-    activation dtype). ``query_pre_attn_scalar``: attention scores scaled by its ``** -0.5`` instead
-    of ``head_dim ** -0.5``. ``attn_softcap`` / ``final_softcap``: attention scores / output logits
-    capped as ``tanh(x / cap) * cap``. ``layer_types``: one ``"sliding_attention"`` /
-    ``"full_attention"`` per layer: only the sliding layers have ``sliding_window``, and they rotate
-    with ``local_rope_theta`` (``None``: ``rope_theta``) and without ``rope_scaling``, which then
-    scales the full layers only (Gemma 3).
+    ``scale_embeddings``: token embeddings times ``sqrt(n_embd)`` (in the activation dtype).
+    ``final_softcap``: output logits capped as ``tanh(x / cap) * cap``. ``layer_types``: one
+    ``"sliding_attention"`` / ``"full_attention"`` per layer: only the sliding layers have the
+    attention's ``sliding_window``, and they rotate with the position's ``local_theta`` and without
+    its ``scaling``, which then scales the full layers only (Gemma 3).
     """
 
     n_layers: int
-    n_heads: int
-    n_kv_heads: int
     n_embd: int
-    d_ff: int
-    activation: str
     vocab_size: int
     block_size: int
-    norm: str  # "layernorm" | "rmsnorm"
-    norm_eps: float
-    use_bias: bool
-    rotary: bool
-    rope_theta: float
+    attention: AttentionSpec
+    norm: NormSpec
+    position: PositionSpec
+    feed_forward: FeedForwardSpec
     tied_embeddings: bool
-    learned_positions: bool
     dropout: float
-    attention_impl: str
-    attention_bias: bool | None = None
-    attention_out_bias: bool | None = None
-    mlp_bias: bool | None = None
-    explicit_head_dim: int | None = None
-    rope_scaling: RopeScaling = RopeScaling()
-    sliding_window: int | None = None
     vocab_multiple: int = 1
-    qk_norm: bool = False
-    qk_norm_span: str = "head"
-    norm_placement: str = "pre"
-    zero_centred_norm: bool = False
     scale_embeddings: bool = False
-    query_pre_attn_scalar: float | None = None
-    attn_softcap: float | None = None
     final_softcap: float | None = None
     layer_types: tuple[str, ...] | None = None
-    local_rope_theta: float | None = None
-    #: The mixture of experts of every layer from ``moe.first_k_dense`` on (None: a dense model).
-    moe: MoESpec | None = None
-    #: Multi-head latent attention in every layer (None: grouped-query attention of ``head_dim``).
-    mla: MLASpec | None = None
+
+    @classmethod
+    def from_keys(cls, **keys: Any) -> Architecture:
+        """The architecture of a family's resolved keys (the flat names ``resolve_architecture`` and
+        ``_extra_architecture`` give: ``n_heads``, ``norm_eps``, ``rope_theta``, ``d_ff``...), each
+        concern's grouped into its spec. ``use_bias`` is the family's default for every bias
+        (LayerNorm's included); ``attention_bias`` (query/key/value), ``attention_out_bias``
+        (attention output; default: as the query/key/value ones) and ``mlp_bias`` override it;
+        ``zero_centred_norm`` applies to every RMSNorm, the query/key norms included."""
+        rest = dict(keys)
+        use_bias, zero_centred = rest.pop("use_bias"), rest.pop("zero_centred_norm", False)
+        norm = NormSpec(
+            kind=rest.pop("norm"),
+            eps=rest.pop("norm_eps"),
+            placement=rest.pop("norm_placement", "pre"),
+            zero_centred=zero_centred,
+            bias=use_bias,
+        )
+        attention = _attention_of(rest, use_bias, norm)
+        mlp_bias = rest.pop("mlp_bias", None)
+        feed_forward = FeedForwardSpec(
+            d_ff=rest.pop("d_ff"),
+            activation=rest.pop("activation"),
+            bias=use_bias if mlp_bias is None else mlp_bias,
+            moe=rest.pop("moe", None),
+        )
+        return cls(attention=attention, norm=norm, position=_position_of(rest), feed_forward=feed_forward, **rest)
 
     @property
     def padded_vocab_size(self) -> int:
@@ -114,26 +107,16 @@ class Architecture:
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_heads if self.explicit_head_dim is None else self.explicit_head_dim
+        return self.attention.width(self.n_embd)
 
     @property
-    def qkv_bias(self) -> bool:
-        """Whether the query, key and value projections have biases."""
-        return self.use_bias if self.attention_bias is None else self.attention_bias
-
-    @property
-    def out_bias(self) -> bool:
-        """Whether the attention output projection has a bias (default: as the query/key/value ones)."""
-        return self.qkv_bias if self.attention_out_bias is None else self.attention_out_bias
-
-    @property
-    def ffn_bias(self) -> bool:
-        """Whether the MLP projections have biases."""
-        return self.use_bias if self.mlp_bias is None else self.mlp_bias
+    def moe(self) -> MoESpec | None:
+        """The mixture of experts of every layer from ``moe.first_k_dense`` on (None: a dense model)."""
+        return self.feed_forward.moe
 
     @property
     def gated(self) -> bool:
-        return self.activation in GATED
+        return self.feed_forward.gated
 
     @property
     def moe_layers(self) -> int:
@@ -143,6 +126,18 @@ class Architecture:
     def inactive_params(self) -> int:
         """Parameters a token does not pass through: the routed experts it did not choose (0 when dense)."""
         return 0 if self.moe is None else self.moe_layers * self.moe.inactive_params(self.n_embd, self.gated)
+
+    def with_mixture(self, moe: MoESpec | None) -> Architecture:
+        """This architecture with the feed-forward mixture ``moe``."""
+        return dataclasses.replace(self, feed_forward=dataclasses.replace(self.feed_forward, moe=moe))
+
+    def _validate_rotary(self) -> None:
+        """The rotated heads' width is even (a family whose attention rotates another width overrides this)."""
+        if self.position.rotary and self.head_dim % 2:
+            raise ConfigError(
+                f"rotary embeddings need an even head dimension, got {self.head_dim}; "
+                "change architecture/head_dim, architecture/n_embd or architecture/n_heads"
+            )
 
     def _validate_layer_types(self) -> None:
         if self.layer_types is None:
@@ -154,7 +149,7 @@ class Architecture:
                 f"each {LAYER_TYPES[0]!r} or {LAYER_TYPES[1]!r} ({LAYER_TYPES[2]!r}: Llama 4; {LAYER_TYPES[3]!r}: "
                 "Qwen3-Next)"
             )
-        if LAYER_TYPES[0] in types and self.sliding_window is None:
+        if LAYER_TYPES[0] in types and self.attention.sliding_window is None:
             raise ConfigError(
                 "architecture/layer_types has sliding_attention layers but architecture/sliding_window is null; set it"
             )
@@ -162,72 +157,57 @@ class Architecture:
     def validate(self) -> Architecture:
         for key, value in (
             ("n_layers", self.n_layers),
-            ("n_heads", self.n_heads),
-            ("n_kv_heads", self.n_kv_heads),
             ("n_embd", self.n_embd),
-            ("d_ff", self.d_ff),
             ("vocab_size", self.vocab_size),
             ("vocab_multiple", self.vocab_multiple),
             ("block_size", self.block_size),
         ):
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"architecture/{key} must be a positive integer, got {value!r}")
-        if self.explicit_head_dim is not None and (
-            not isinstance(self.explicit_head_dim, int) or self.explicit_head_dim < 1
-        ):
-            raise ConfigError(f"architecture/head_dim must be a positive integer, got {self.explicit_head_dim!r}")
-        if self.explicit_head_dim is None and self.n_embd % self.n_heads:
-            raise ConfigError(
-                f"architecture/n_embd={self.n_embd} is not divisible by architecture/n_heads={self.n_heads}; "
-                "change one of them, or set architecture/head_dim"
-            )
-        if self.n_heads % self.n_kv_heads:
-            raise ConfigError(
-                f"architecture/n_kv_heads={self.n_kv_heads} must divide architecture/n_heads={self.n_heads}"
-            )
-        if self.rotary and self.mla is None and self.head_dim % 2:
-            raise ConfigError(
-                f"rotary embeddings need an even head dimension, got {self.head_dim}; "
-                "change architecture/head_dim, architecture/n_embd or architecture/n_heads"
-            )
-        self.rope_scaling.validate()
-        if self.sliding_window is not None and (not isinstance(self.sliding_window, int) or self.sliding_window < 1):
-            raise ConfigError(
-                f"architecture/sliding_window must be a positive integer or null, got {self.sliding_window!r}"
-            )
-        if self.sliding_window is not None and self.sliding_window > self.block_size:
-            raise ConfigError(
-                f"architecture/sliding_window={self.sliding_window} is longer than "
-                f"architecture/block_size={self.block_size}, so it never limits attention; "
-                "set architecture/sliding_window=null (full attention) or a window up to the block size"
-            )
-        check_activation(self.activation)
-        if self.qk_norm_span not in ("head", "projection") or self.norm_placement not in NORM_PLACEMENTS:
-            raise ConfigError(
-                f"qk_norm_span {self.qk_norm_span!r} / norm_placement {self.norm_placement!r}: "
-                f"use 'head' or 'projection' / one of {', '.join(NORM_PLACEMENTS)}"
-            )
+        self.attention.validate(self.n_embd, self.block_size)
+        self._validate_rotary()
+        self.position.validate()
+        self.feed_forward.validate(self.n_layers)
+        self.norm.validate()
         self._validate_layer_types()
-        if self.moe is not None:
-            self.moe.validate(self.n_layers)
-        if self.mla is not None:
-            self.mla.validate()
-        for scalar_key, scalar in (
-            ("query_pre_attn_scalar", self.query_pre_attn_scalar),
-            ("attn_softcap", self.attn_softcap),
-            ("final_softcap", self.final_softcap),
-            ("rope_local_theta", self.local_rope_theta),
-        ):
-            if scalar is not None and not scalar > 0:
-                raise ConfigError(f"architecture/{scalar_key} must be positive or null, got {scalar!r}")
+        if self.final_softcap is not None and not self.final_softcap > 0:
+            raise ConfigError(f"architecture/final_softcap must be positive or null, got {self.final_softcap!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"architecture/dropout must be in [0, 1), got {self.dropout}")
-        if self.attention_impl not in ATTENTION_IMPLEMENTATIONS:
-            raise ConfigError(
-                f"unknown architecture/attention_impl {self.attention_impl!r}; "
-                f"choose one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
-            )
         return self
+
+
+def _attention_of(keys: dict[str, Any], use_bias: bool, norm: NormSpec) -> AttentionSpec:
+    """The attention spec of resolved keys (taken out of ``keys``)."""
+    attention_bias = keys.pop("attention_bias", None)
+    qkv_bias = use_bias if attention_bias is None else attention_bias
+    out_bias = keys.pop("attention_out_bias", None)
+    return AttentionSpec(
+        n_heads=keys.pop("n_heads"),
+        n_kv_heads=keys.pop("n_kv_heads"),
+        head_dim=keys.pop("explicit_head_dim", None),
+        qkv_bias=qkv_bias,
+        out_bias=qkv_bias if out_bias is None else out_bias,
+        qk_norm=keys.pop("qk_norm", False),
+        qk_norm_span=keys.pop("qk_norm_span", "head"),
+        qk_norm_zero_centred=norm.zero_centred,
+        norm_eps=norm.eps,
+        query_pre_attn_scalar=keys.pop("query_pre_attn_scalar", None),
+        softcap=keys.pop("attn_softcap", None),
+        sliding_window=keys.pop("sliding_window", None),
+        implementation=keys.pop("attention_impl"),
+    )
+
+
+def _position_of(keys: dict[str, Any]) -> PositionSpec:
+    """The position spec of resolved keys (taken out of ``keys``)."""
+    rotary, learned = keys.pop("rotary"), keys.pop("learned_positions")
+    return PositionSpec(
+        kind="rope" if rotary else "learned" if learned else "none",
+        theta=keys.pop("rope_theta"),
+        scaling=keys.pop("rope_scaling", RopeScaling()),
+        local_theta=keys.pop("local_rope_theta", None),
+    )
 
 
 def preset_d_ff(preset: Preset, n_embd: int, mlp_ratio: float | None) -> int:

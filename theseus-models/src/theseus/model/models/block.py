@@ -14,7 +14,7 @@ from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, child, constrain
 from theseus.model.layers.attention import CausalSelfAttention
 from theseus.model.layers.mlp import MLP
-from theseus.model.layers.norms import LayerNorm, RMSNorm
+from theseus.model.layers.norms import LayerNorm, NormSpec, RMSNorm
 from theseus.model.models.architecture import Architecture
 from theseus.model.module import Module
 
@@ -44,14 +44,14 @@ def counting_child(parent: Module, cls: type[M], **overrides: Any) -> M:
     return detached_child(parent, cls, **overrides).bind({})
 
 
-def make_norm(parent: Module, arch: Architecture, name: str | None = None) -> LayerNorm | RMSNorm:
-    """The family's normalisation layer, configured from ``arch``."""
+def make_norm(parent: Module, spec: NormSpec, name: str | None = None) -> LayerNorm | RMSNorm:
+    """The family's normalisation layer, configured from ``spec`` (an architecture's ``norm_spec``)."""
     extra = {} if name is None else {"name": name}
-    if arch.norm == "layernorm":
-        return child(parent, LayerNorm, eps=arch.norm_eps, use_bias=arch.use_bias, **extra)
-    if arch.norm == "rmsnorm":
-        return child(parent, RMSNorm, eps=arch.norm_eps, zero_centred=arch.zero_centred_norm, **extra)
-    raise ConfigError(f"unknown norm {arch.norm!r}; use 'layernorm' or 'rmsnorm'")
+    if spec.kind == "layernorm":
+        return child(parent, LayerNorm, eps=spec.eps, use_bias=spec.bias, **extra)
+    if spec.kind == "rmsnorm":
+        return child(parent, RMSNorm, eps=spec.eps, zero_centred=spec.zero_centred, **extra)
+    raise ConfigError(f"unknown norm {spec.kind!r}; use 'layernorm' or 'rmsnorm'")
 
 
 class Block(Module):
@@ -87,13 +87,13 @@ class Block(Module):
         return self.architecture
 
     def setup(self) -> None:
-        arch = self.arch
-        self.attn_norm = make_norm(self, arch)
+        norm = self.arch.norm
+        self.attn_norm = make_norm(self, norm)
         self.attn = self.attention()
-        self.mlp_norm = make_norm(self, arch)
-        if arch.norm_placement == "sandwich":
-            self.attn_out_norm = make_norm(self, arch)
-            self.mlp_out_norm = make_norm(self, arch)
+        self.mlp_norm = make_norm(self, norm)
+        if norm.placement == "sandwich":
+            self.attn_out_norm = make_norm(self, norm)
+            self.mlp_out_norm = make_norm(self, norm)
         self.mlp = self.feed_forward()
 
     def attention(self) -> Module:
@@ -104,40 +104,25 @@ class Block(Module):
             self,
             self.ATTENTION,
             n_embd=arch.n_embd,
-            n_heads=arch.n_heads,
-            n_kv_heads=arch.n_kv_heads,
             dropout=arch.dropout,
-            attention_impl=arch.attention_impl,
-            use_bias=arch.qkv_bias,
-            use_out_bias=arch.out_bias,
-            head_dim=arch.explicit_head_dim,
-            rotary=arch.rotary,
-            rope_theta=arch.rope_theta,
-            rope_scaling=arch.rope_scaling if arch.rope_scaling.kind != "none" else None,
-            sliding_window=arch.sliding_window,
-            qk_norm=arch.qk_norm,
-            qk_norm_span=arch.qk_norm_span,
-            qk_norm_zero_centred=arch.zero_centred_norm,
+            spec=arch.attention,
+            position=arch.position,
             layer_types=arch.layer_types,
-            local_rope_theta=arch.local_rope_theta,
-            query_pre_attn_scalar=arch.query_pre_attn_scalar,
-            attn_softcap=arch.attn_softcap,
-            norm_eps=arch.norm_eps,
             out_std=self.out_std,
         )
 
     def feed_forward(self) -> Module:
         """The layer's feed-forward branch (``mlp``): a dense MLP here; a subclass may return another
         layer with the same call, ``(x, deterministic) -> x`` (a mixture of experts)."""
-        arch = self.arch
+        arch, spec = self.arch, self.arch.feed_forward
         return child(
             self,
             MLP,
             n_embd=arch.n_embd,
-            d_ff=arch.d_ff,
-            activation=arch.activation,
+            d_ff=spec.d_ff,
+            activation=spec.activation,
             dropout=arch.dropout,
-            use_bias=arch.ffn_bias,
+            use_bias=spec.bias,
             out_std=self.out_std,
         )
 
@@ -167,7 +152,7 @@ class Block(Module):
         def attend(h: jax.Array) -> jax.Array:
             return self.attn(h, padding_mask, positions, deterministic, decode, layer)
 
-        placement = self.arch.norm_placement
+        placement = self.arch.norm.placement
         if placement == "sandwich":
             x = x + self.attn_out_norm(attend(self.attn_norm(x)))
             x = x + self.mlp_out_norm(self.mlp(self.mlp_norm(x), deterministic))

@@ -16,7 +16,13 @@ from theseus.model.layers._common import INIT_STD, child
 from theseus.model.layers.latent_attention import LatentAttention, MLAKeys
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset
 from theseus.model.models.block import detached_child
-from theseus.model.models.deepseek_v3_mtp import MTPModule, mtp_depth, multi_token_prediction, with_mtp
+from theseus.model.models.deepseek_v3_mtp import (
+    MTPModule,
+    deepseek_architecture,
+    latent,
+    mtp_depth,
+    multi_token_prediction,
+)
 from theseus.model.models.llama import Llama
 from theseus.model.models.mixture import MixtureLM, MoEBlock, MoEPreset
 from theseus.model.module import Module
@@ -97,18 +103,18 @@ class DeepseekV3Block(MoEBlock):
 
     def attention(self) -> Module:
         arch = self.arch
-        if arch.mla is None:
+        mla = latent(arch)
+        if mla is None:
             return super().attention()
         attention: LatentAttention = child(
             self,
             LatentAttention,
-            **dataclasses.asdict(arch.mla),
+            **dataclasses.asdict(mla),
             n_embd=arch.n_embd,
-            n_heads=arch.n_heads,
+            n_heads=arch.attention.n_heads,
             dropout=arch.dropout,
-            attention_impl=arch.attention_impl,
-            rope_theta=arch.rope_theta,
-            rope_scaling=arch.rope_scaling if arch.rope_scaling.kind != "none" else None,
+            attention_impl=arch.attention.implementation,
+            position=arch.position,
             out_std=self.out_std,
         )
         return attention
@@ -206,11 +212,12 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
         if isinstance(preset, DeepseekV3Preset):
             names = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
             widths = {name: getattr(preset, name) for name in names}
-        self._refuse_attention_keys(arch.n_heads)
+        self._refuse_attention_keys(arch.attention.n_heads)
         mla = self.mla_spec(**widths)
-        moe = self.mixture(arch.d_ff)
-        arch = dataclasses.replace(arch, moe=moe, mla=mla, explicit_head_dim=mla.qk_head_dim).validate()
-        return with_mtp(arch, self.mtp_depth)
+        moe = self.mixture(arch.feed_forward.d_ff)
+        attention = dataclasses.replace(arch.attention, head_dim=mla.qk_head_dim)
+        arch = dataclasses.replace(arch.with_mixture(moe), attention=attention)
+        return deepseek_architecture(arch, mla, self.mtp_depth).validate()
 
     def _refuse_attention_keys(self, n_heads: int) -> None:
         """The dense attention's keys that latent attention has no use for: one line, not ignored."""

@@ -45,16 +45,17 @@ from theseus.model.huggingface.names import (
 )
 from theseus.model.layers.latent_attention import MLASpec
 from theseus.model.models.architecture import Architecture
-from theseus.model.models.deepseek_v3_mtp import mtp_depth
+from theseus.model.models.deepseek_v3_mtp import latent, mtp_depth
 from theseus.model.models.mixtral_hf import expert_maps, mixture
 
 DEEPSEEK_V3_CLASS = "theseus.model.models.deepseek_v3:DeepseekV3"
 
 
-def latent(arch: Architecture) -> MLASpec:
-    if arch.mla is None:
+def latent_of(arch: Architecture) -> MLASpec:
+    mla = latent(arch)
+    if mla is None:
         raise cannot("deepseek_v3", "grouped-query attention (it holds multi-head latent attention)")
-    return arch.mla
+    return mla
 
 
 def key_value_up(hf: str, path: tuple[str, ...], mla: MLASpec, heads: int) -> TensorMap:
@@ -75,7 +76,7 @@ def key_value_up(hf: str, path: tuple[str, ...], mla: MLASpec, heads: int) -> Te
 
 def attention_maps(arch: Architecture, layer: int) -> list[TensorMap]:
     """The latent attention tensors of layer ``layer``."""
-    mla, e, h = latent(arch), arch.n_embd, arch.n_heads
+    mla, e, h = latent_of(arch), arch.n_embd, arch.attention.n_heads
     hf, ours = f"model.layers.{layer}.self_attn.", (f"blocks_{layer}", "attn")
     if mla.q_lora_rank:
         q = mla.q_lora_rank
@@ -109,7 +110,7 @@ def feed_forward_maps(arch: Architecture, layer: int) -> list[TensorMap]:
         return [transposed(f"{prefix}{n}_proj.weight", (*path, n, "kernel"), *s) for n, s in shapes.items()]
 
     if layer < moe.first_k_dense:
-        return swiglu(hf, ours, arch.d_ff)
+        return swiglu(hf, ours, arch.feed_forward.d_ff)
     projections = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
     maps = expert_maps(arch, layer, hf, "gate", projections)
     maps.append(same(hf + "gate.e_score_correction_bias", (*ours, "router_bias"), (moe.n_experts,)))
@@ -257,30 +258,30 @@ class DeepseekV3Family(HFFamily):
 
     # -- export ------------------------------------------------------------------------------------
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
-        mla, moe = latent(arch), mixture(arch)
+        mla, moe = latent_of(arch), mixture(arch)
         if moe.router != "sigmoid":
             raise cannot(self.model_type, f"architecture/moe/router={moe.router} (its router is sigmoid)")
         if not moe.n_shared:
             raise cannot(self.model_type, "architecture/moe/n_shared=0 (its mixture layers have shared experts)")
-        if arch.activation != "swiglu":
-            raise cannot(self.model_type, f"architecture/activation={arch.activation}")
-        if arch.qkv_bias or arch.out_bias or arch.ffn_bias:
+        if arch.feed_forward.activation != "swiglu":
+            raise cannot(self.model_type, f"architecture/activation={arch.feed_forward.activation}")
+        if arch.attention.qkv_bias or arch.attention.has_out_bias or arch.feed_forward.bias:
             raise cannot(self.model_type, "biases")
-        if arch.sliding_window is not None:
-            raise cannot(self.model_type, f"architecture/sliding_window={arch.sliding_window}")
-        if arch.rope_scaling.kind not in ("none", "linear", "llama3", "yarn"):
-            raise cannot(self.model_type, f"architecture/rope_scaling={arch.rope_scaling.kind}")
+        if arch.attention.sliding_window is not None:
+            raise cannot(self.model_type, f"architecture/sliding_window={arch.attention.sliding_window}")
+        if arch.position.scaling.kind not in ("none", "linear", "llama3", "yarn"):
+            raise cannot(self.model_type, f"architecture/rope_scaling={arch.position.scaling.kind}")
         rope = rope_config(arch)
         if rope["rope_scaling"] is not None and mla.mscale_all_dim:
             rope["rope_parameters"]["mscale_all_dim"] = mla.mscale_all_dim
         return {
             "hidden_size": arch.n_embd,
-            "intermediate_size": arch.d_ff,
+            "intermediate_size": arch.feed_forward.d_ff,
             "num_hidden_layers": arch.n_layers,
-            "num_attention_heads": arch.n_heads,
-            "num_key_value_heads": arch.n_heads,
+            "num_attention_heads": arch.attention.n_heads,
+            "num_key_value_heads": arch.attention.n_heads,
             "max_position_embeddings": arch.block_size,
-            "rms_norm_eps": arch.norm_eps,
+            "rms_norm_eps": arch.norm.eps,
             "hidden_act": "silu",
             "attention_bias": False,
             "attention_dropout": 0.0,

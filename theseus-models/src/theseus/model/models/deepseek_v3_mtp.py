@@ -15,6 +15,9 @@ The training objective adds ``model/mtp_weight / D * sum_k CE_k`` as an auxiliar
 (:data:`theseus.base.sown.AUX_LOSSES`, name ``mtp``) and reports the mean of the ``CE_k`` as the
 metric ``mtp_loss``; decoding and calls without targets skip the modules (initialisation runs them
 once, to create their parameters).
+
+The family's resolved :class:`DeepseekV3Architecture` (latent attention, MTP depth) is here too, where
+both the model and its Hugging Face mapping read it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from theseus.base.logprobs import cross_entropy
 from theseus.base.sown import AUX_LOSSES, AUX_METRICS
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
 from theseus.model.layers.attention import is_segment_ids
+from theseus.model.layers.latent_attention import MLASpec
 from theseus.model.models.architecture import Architecture
 from theseus.model.models.block import counting_child, make_norm
 from theseus.model.models.transformer import mask_padded_vocab
@@ -47,22 +51,36 @@ MTP_METRIC = "mtp_loss"
 
 
 @dataclass(frozen=True)
-class MTPArchitecture(Architecture):
-    """An :class:`Architecture` with ``mtp_depth`` multi-token-prediction modules (0: none); each counts
-    its own FLOPs (:meth:`MTPModule.flops`)."""
+class DeepseekV3Architecture(Architecture):
+    """DeepSeek-V3's :class:`Architecture`: multi-head latent attention in every layer (``mla``; None:
+    grouped-query attention of ``head_dim``) and ``mtp_depth`` multi-token-prediction modules (0: none;
+    each counts its own FLOPs, :meth:`MTPModule.flops`)."""
 
+    mla: MLASpec | None = None
     mtp_depth: int = 0
 
+    def _validate_rotary(self) -> None:
+        if self.mla is None:
+            super()._validate_rotary()
+        else:
+            self.mla.validate()
 
-def with_mtp(arch: Architecture, depth: int) -> MTPArchitecture:
-    """``arch`` with ``mtp_depth=depth``."""
-    values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(arch) if f.name != "mtp_depth"}
-    return MTPArchitecture(**values, mtp_depth=depth)
+
+def deepseek_architecture(arch: Architecture, mla: MLASpec | None, depth: int) -> DeepseekV3Architecture:
+    """``arch`` with latent attention ``mla`` and ``mtp_depth=depth``."""
+    own = {"mla", "mtp_depth"}
+    values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(arch) if f.name not in own}
+    return DeepseekV3Architecture(**values, mla=mla, mtp_depth=depth)
+
+
+def latent(arch: Architecture) -> MLASpec | None:
+    """The latent attention of ``arch`` (None: grouped-query attention)."""
+    return arch.mla if isinstance(arch, DeepseekV3Architecture) else None
 
 
 def mtp_depth(arch: Architecture) -> int:
     """The multi-token-prediction modules of ``arch`` (0 for a plain :class:`Architecture`)."""
-    return arch.mtp_depth if isinstance(arch, MTPArchitecture) else 0
+    return arch.mtp_depth if isinstance(arch, DeepseekV3Architecture) else 0
 
 
 class MTPModule(Module):
@@ -83,12 +101,12 @@ class MTPModule(Module):
     def setup(self) -> None:
         arch = self.architecture
         assert arch is not None, "MTPModule is built by DeepseekV3"
-        self.enorm = make_norm(self, arch)
-        self.hnorm = make_norm(self, arch)
+        self.enorm = make_norm(self, arch.norm)
+        self.hnorm = make_norm(self, arch.norm)
         e = arch.n_embd
         self.eh_proj = param(self, "eh_proj", normal(INIT_STD), (2 * e, e), (Axis.MLP, Axis.EMBED))
         self.block = child(self, self.BLOCK, architecture=arch, out_std=self.out_std, dense=False)
-        self.head_norm = make_norm(self, arch)
+        self.head_norm = make_norm(self, arch.norm)
 
     def flops(self, seq: int) -> int:
         """Forward + backward FLOPs of one depth for ``seq`` tokens: ``eh_proj``, its layer's own count
@@ -177,11 +195,12 @@ def multi_token_prediction(
 __all__ = [
     "MTP_AUX_LOSS",
     "MTP_METRIC",
-    "MTPArchitecture",
+    "DeepseekV3Architecture",
     "MTPModule",
+    "deepseek_architecture",
+    "latent",
     "mtp_depth",
     "mtp_scored",
     "multi_token_prediction",
     "shift_left",
-    "with_mtp",
 ]

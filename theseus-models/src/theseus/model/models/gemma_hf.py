@@ -135,34 +135,36 @@ class Gemma2Family(AttentionBiasFamily):
 
     # -- export ------------------------------------------------------------------------------------
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
-        if arch.activation != "geglu":
-            raise cannot(self.model_type, f"architecture/activation={arch.activation}")
-        if arch.rope_scaling.kind not in self.rope_scalings:
-            raise cannot(self.model_type, f"architecture/rope_scaling={arch.rope_scaling.kind}")
-        if arch.attn_softcap is not None and not self.caps_attention:
-            raise cannot(self.model_type, f"architecture/attn_softcap={arch.attn_softcap}")
-        if arch.qk_norm != self.qk_norm:
-            raise cannot(self.model_type, f"qk_norm={arch.qk_norm}")
+        if arch.feed_forward.activation != "geglu":
+            raise cannot(self.model_type, f"architecture/activation={arch.feed_forward.activation}")
+        if arch.position.scaling.kind not in self.rope_scalings:
+            raise cannot(self.model_type, f"architecture/rope_scaling={arch.position.scaling.kind}")
+        if arch.attention.softcap is not None and not self.caps_attention:
+            raise cannot(self.model_type, f"architecture/attn_softcap={arch.attention.softcap}")
+        if arch.attention.qk_norm != self.qk_norm:
+            raise cannot(self.model_type, f"qk_norm={arch.attention.qk_norm}")
         self.check_biases(arch)
-        types = list(arch.layer_types or [SLIDING_ATTENTION if arch.sliding_window else FULL_ATTENTION] * arch.n_layers)
+        types = list(
+            arch.layer_types or [SLIDING_ATTENTION if arch.attention.sliding_window else FULL_ATTENTION] * arch.n_layers
+        )
         return {
             **decoder_shape(arch),
             "hidden_activation": "gelu_pytorch_tanh",
-            "attention_bias": arch.qkv_bias,
+            "attention_bias": arch.attention.qkv_bias,
             "attention_dropout": 0.0,
-            "query_pre_attn_scalar": whole(arch.query_pre_attn_scalar or arch.head_dim),
-            "sliding_window": arch.sliding_window or arch.block_size,
+            "query_pre_attn_scalar": whole(arch.attention.query_pre_attn_scalar or arch.head_dim),
+            "sliding_window": arch.attention.sliding_window or arch.block_size,
             "layer_types": types,
             "final_logit_softcapping": arch.final_softcap,
-            "attn_logit_softcapping": arch.attn_softcap,
+            "attn_logit_softcapping": arch.attention.softcap,
             "use_bidirectional_attention": False,
             **self.rope_config(arch),
         }
 
     def rope_config(self, arch: Architecture) -> dict[str, Any]:
-        if arch.local_rope_theta not in (None, arch.rope_theta):
+        if arch.position.local_theta not in (None, arch.position.theta):
             raise cannot(self.model_type, "a separate rotary base for the sliding layers")
-        return {"rope_parameters": {"rope_type": "default", "rope_theta": arch.rope_theta}}
+        return {"rope_parameters": {"rope_type": "default", "rope_theta": arch.position.theta}}
 
 
 class Gemma3TextFamily(Gemma2Family):
@@ -198,13 +200,13 @@ class Gemma3TextFamily(Gemma2Family):
         }
 
     def rope_config(self, arch: Architecture) -> dict[str, Any]:
-        local = arch.rope_theta if arch.local_rope_theta is None else arch.local_rope_theta
+        local = arch.position.theta if arch.position.local_theta is None else arch.position.local_theta
         return {
             "rope_parameters": {
                 SLIDING_ATTENTION: {"rope_type": "default", "rope_theta": local},
-                FULL_ATTENTION: {"rope_type": "default", "rope_theta": arch.rope_theta}
-                if arch.rope_scaling.kind == "none"
-                else {"rope_type": "linear", "rope_theta": arch.rope_theta, "factor": arch.rope_scaling.factor},
+                FULL_ATTENTION: {"rope_type": "default", "rope_theta": arch.position.theta}
+                if arch.position.scaling.kind == "none"
+                else {"rope_type": "linear", "rope_theta": arch.position.theta, "factor": arch.position.scaling.factor},
             }
         }
 

@@ -56,7 +56,7 @@ def conv_heads_out(hf: str, path: Path, width: int, heads: int, head_dim: int) -
 
 def block_maps(arch: Architecture, layer: int) -> list[TensorMap]:
     """The tensors of one GPT-2 layer (``transformer.h.<layer>.``)."""
-    e, h, d, f = arch.n_embd, arch.n_heads, arch.head_dim, arch.d_ff
+    e, h, d, f = arch.n_embd, arch.attention.n_heads, arch.head_dim, arch.feed_forward.d_ff
     hf, ours = f"transformer.h.{layer}.", f"blocks_{layer}"
     maps = []
     for norm, ours_norm in (("ln_1", "attn_norm"), ("ln_2", "mlp_norm")):
@@ -126,22 +126,22 @@ class GPT2Family(HFFamily):
         return maps
 
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
-        if arch.activation not in ACTIVATION_NAMES:
-            raise cannot("gpt2", f"architecture/activation={arch.activation}")
-        if arch.n_kv_heads != arch.n_heads:
+        if arch.feed_forward.activation not in ACTIVATION_NAMES:
+            raise cannot("gpt2", f"architecture/activation={arch.feed_forward.activation}")
+        if arch.attention.kv_heads != arch.attention.n_heads:
             raise cannot("gpt2", "grouped-query attention (architecture/n_kv_heads)")
-        if arch.head_dim * arch.n_heads != arch.n_embd:
+        if arch.head_dim * arch.attention.n_heads != arch.n_embd:
             raise cannot("gpt2", "architecture/head_dim different from n_embd / n_heads")
-        if not (arch.qkv_bias and arch.out_bias and arch.ffn_bias and arch.use_bias):
+        if not (arch.attention.qkv_bias and arch.attention.has_out_bias and arch.feed_forward.bias and arch.norm.bias):
             raise cannot("gpt2", "projections without biases")
         return {
             "n_positions": arch.block_size,
             "n_embd": arch.n_embd,
             "n_layer": arch.n_layers,
-            "n_head": arch.n_heads,
-            "n_inner": arch.d_ff,
-            "activation_function": ACTIVATION_NAMES[arch.activation],
-            "layer_norm_epsilon": arch.norm_eps,
+            "n_head": arch.attention.n_heads,
+            "n_inner": arch.feed_forward.d_ff,
+            "activation_function": ACTIVATION_NAMES[arch.feed_forward.activation],
+            "layer_norm_epsilon": arch.norm.eps,
             "resid_pdrop": arch.dropout,
             "embd_pdrop": arch.dropout,
             "attn_pdrop": 0.0,

@@ -86,7 +86,7 @@ class GptOssAttention(CausalSelfAttention):
     def _rotate(
         self, q: jax.Array, k: jax.Array, positions: jax.Array | None, layer: int | jax.Array | None
     ) -> tuple[jax.Array, jax.Array]:
-        theta, scaling = self.rope_theta, self.rope_scaling
+        theta, scaling = self.position_spec.theta, self.position_spec.scaled
         return rotate(q, positions, theta, scaling), rotate(k, positions, theta, scaling)
 
     def _sinks(self, n_heads: int) -> jax.Array:

@@ -114,7 +114,7 @@ class GptOssFamily(LlamaFamily):
         for i in range(arch.n_layers):
             hf, attn, mlp = f"model.layers.{i}.", (f"blocks_{i}", "attn"), (f"blocks_{i}", "mlp")
             maps += [
-                same(hf + "self_attn.sinks", (*attn, "sinks"), (arch.n_heads,)),
+                same(hf + "self_attn.sinks", (*attn, "sinks"), (arch.attention.n_heads,)),
                 transposed(hf + "mlp.router.weight", (*mlp, "router"), e, d),
                 same(hf + "mlp.router.bias", (*mlp, "router_logit_bias"), (e,)),
                 interleaved(hf + "mlp.experts.gate_up_proj", ((*mlp, "gate"), (*mlp, "up")), (e, d, 2 * f)),
@@ -130,7 +130,7 @@ class GptOssFamily(LlamaFamily):
         check_routing(self.model_type, moe, normalised=True)
         if moe.first_k_dense:
             raise cannot(self.model_type, f"architecture/moe/first_k_dense={moe.first_k_dense} (dense layers)")
-        if arch.rope_scaling.kind == "longrope":
+        if arch.position.scaling.kind == "longrope":
             raise cannot(self.model_type, "architecture/rope_scaling=longrope")
         config = super().config(arch, settings)
         config.update(
@@ -147,8 +147,14 @@ class GptOssFamily(LlamaFamily):
         return config
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:
-        types = list(arch.layer_types or [SLIDING_ATTENTION if arch.sliding_window else FULL_ATTENTION] * arch.n_layers)
-        return {"attention_bias": arch.qkv_bias, "layer_types": types, "sliding_window": arch.sliding_window}
+        types = list(
+            arch.layer_types or [SLIDING_ATTENTION if arch.attention.sliding_window else FULL_ATTENTION] * arch.n_layers
+        )
+        return {
+            "attention_bias": arch.attention.qkv_bias,
+            "layer_types": types,
+            "sliding_window": arch.attention.sliding_window,
+        }
 
 
 __all__ = ["GPT_OSS_CLASS", "GptOssFamily", "interleaved"]

@@ -211,8 +211,8 @@ class Llama4Attention(CausalSelfAttention):
             return q, k
         rotated = []
         for x in (q, k):
-            x = rotate_pairs(x, positions, self.rope_theta, self.rope_scaling)
-            rotated.append(l2_norm(x, self.norm_eps) if self.qk_l2_norm else x)
+            x = rotate_pairs(x, positions, self.position_spec.theta, self.position_spec.scaled)
+            rotated.append(l2_norm(x, self.attention_spec.norm_eps) if self.qk_l2_norm else x)
         if local is True:
             return rotated[0], rotated[1]
         return jnp.where(local, rotated[0], q), jnp.where(local, rotated[1], k)
@@ -260,7 +260,9 @@ class Llama4Attention(CausalSelfAttention):
                 keys, values, key_positions, visible = cached
                 chunks = same_chunk(key_positions[:, 0, :, 0])
                 visible = visible if chunks is None else visible & chunks
-                return cached_attention(q, keys, values, visible, scale=self._scale(), softcap=self.attn_softcap)
+                return cached_attention(
+                    q, keys, values, visible, scale=self._scale(), softcap=self.attention_spec.softcap
+                )
         mask = attention_mask(padding_mask)
         chunks = same_chunk(positions)
         if chunks is not None:
@@ -271,9 +273,9 @@ class Llama4Attention(CausalSelfAttention):
             v,
             mask=mask,
             is_causal=True,
-            implementation=self.attention_impl,
+            implementation=self.attention_spec.implementation,
             scale=self._scale(),
-            softcap=self.attn_softcap,
+            softcap=self.attention_spec.softcap,
         )
 
 

@@ -154,7 +154,7 @@ class Llama4TextFamily(LlamaFamily):
     # -- both ways ---------------------------------------------------------------------------------
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
         moe = mixture(arch)
-        e, h, kv, d = arch.n_embd, arch.n_heads, arch.n_kv_heads, arch.head_dim
+        e, h, kv, d = arch.n_embd, arch.attention.n_heads, arch.attention.kv_heads, arch.head_dim
         mixtures = set(mixture_layers(arch))
         maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
         for i in range(arch.n_layers):
@@ -168,7 +168,7 @@ class Llama4TextFamily(LlamaFamily):
                 heads_out(hf + "self_attn.o_proj.weight", (*attn, "out"), e, h, d),
             ]
             if i not in mixtures:
-                maps += swiglu_maps(hf + "feed_forward.", mlp, arch.d_ff, e)
+                maps += swiglu_maps(hf + "feed_forward.", mlp, arch.feed_forward.d_ff, e)
                 continue
             n, f = moe.n_experts, moe.expert_hidden
             maps += [
@@ -187,8 +187,8 @@ class Llama4TextFamily(LlamaFamily):
         moe = mixture(arch)
         if moe.router != "sigmoid" or moe.n_shared != 1 or moe.n_group > 1 or moe.routed_scaling_factor != 1.0:
             raise cannot(self.model_type, "a mixture other than Llama 4's (the sigmoid router, one shared expert)")
-        if arch.rope_scaling.kind not in ("none", "linear", "llama3", "yarn"):
-            raise cannot(self.model_type, f"architecture/rope_scaling={arch.rope_scaling.kind}")
+        if arch.position.scaling.kind not in ("none", "linear", "llama3", "yarn"):
+            raise cannot(self.model_type, f"architecture/rope_scaling={arch.position.scaling.kind}")
         types = arch.layer_types or (CHUNKED_ATTENTION,) * arch.n_layers
         if not set(types) <= {CHUNKED_ATTENTION, FULL_ATTENTION}:
             raise cannot(self.model_type, f"architecture/layer_types={list(types)}")
@@ -197,7 +197,7 @@ class Llama4TextFamily(LlamaFamily):
         config.update(
             {
                 "intermediate_size": moe.expert_hidden,
-                "intermediate_size_mlp": arch.d_ff,
+                "intermediate_size_mlp": arch.feed_forward.d_ff,
                 "num_local_experts": moe.n_experts,
                 "num_experts_per_tok": moe.top_k,
                 "moe_layers": list(mixture_layers(arch)),
@@ -215,7 +215,7 @@ class Llama4TextFamily(LlamaFamily):
         return config
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:
-        return {"attention_bias": arch.qkv_bias}
+        return {"attention_bias": arch.attention.qkv_bias}
 
 
 __all__ = ["LLAMA4_CLASS", "Llama4TextFamily", "halves"]

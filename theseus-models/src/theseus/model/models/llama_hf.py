@@ -38,20 +38,20 @@ LLAMA_CLASS = "theseus.model.models.llama:Llama"
 
 def projection_maps(arch: Architecture, layer: int) -> list[TensorMap]:
     """The attention and MLP projections of one layer (``model.layers.<layer>.``), without its norms."""
-    e, h, kv, d, f = arch.n_embd, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.d_ff
+    e, h, kv, d, f = arch.n_embd, arch.attention.n_heads, arch.attention.kv_heads, arch.head_dim, arch.feed_forward.d_ff
     hf, ours = f"model.layers.{layer}.", f"blocks_{layer}"
     maps = []
     for name, ours_name, heads in (("q", "query", h), ("k", "key", kv), ("v", "value", kv)):
         maps.append(heads_in(hf + f"self_attn.{name}_proj.weight", (ours, "attn", ours_name), e, heads, d))
-        if arch.qkv_bias:
+        if arch.attention.qkv_bias:
             maps.append(heads_bias(hf + f"self_attn.{name}_proj.bias", (ours, "attn", f"{ours_name}_bias"), heads, d))
     maps.append(heads_out(hf + "self_attn.o_proj.weight", (ours, "attn", "out"), e, h, d))
-    if arch.out_bias:
+    if arch.attention.has_out_bias:
         maps.append(same(hf + "self_attn.o_proj.bias", (ours, "attn", "out_bias"), (e,)))
     for name, out_features, in_features in (("gate", f, e), ("up", f, e), ("down", e, f)):
         kernel = (ours, "mlp", name, "kernel")
         maps.append(transposed(hf + f"mlp.{name}_proj.weight", kernel, out_features, in_features))
-        if arch.ffn_bias:
+        if arch.feed_forward.bias:
             maps.append(same(hf + f"mlp.{name}_proj.bias", (ours, "mlp", name, "bias"), (out_features,)))
     return maps
 
@@ -155,15 +155,15 @@ class LlamaFamily(HFFamily):
 
     # -- export ------------------------------------------------------------------------------------
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
-        if arch.activation != "swiglu":
-            raise cannot(self.model_type, f"architecture/activation={arch.activation}")
-        if arch.sliding_window is not None and not self.holds_window:
-            raise cannot(self.model_type, f"architecture/sliding_window={arch.sliding_window}")
+        if arch.feed_forward.activation != "swiglu":
+            raise cannot(self.model_type, f"architecture/activation={arch.feed_forward.activation}")
+        if arch.attention.sliding_window is not None and not self.holds_window:
+            raise cannot(self.model_type, f"architecture/sliding_window={arch.attention.sliding_window}")
         self.check_biases(arch)
         return {
             **decoder_shape(arch),
             "hidden_act": "silu",
-            "rope_theta": arch.rope_theta,
+            "rope_theta": arch.position.theta,
             "attention_dropout": 0.0,
             **self.rope_config(arch),
             **self.family_config(arch),
@@ -174,11 +174,11 @@ class LlamaFamily(HFFamily):
         return rope_config(arch)
 
     def check_biases(self, arch: Architecture) -> None:
-        if arch.qkv_bias != arch.out_bias:
+        if arch.attention.qkv_bias != arch.attention.has_out_bias:
             raise cannot(self.model_type, "different query/key/value and output biases")
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:
-        return {"attention_bias": arch.qkv_bias, "mlp_bias": arch.ffn_bias}
+        return {"attention_bias": arch.attention.qkv_bias, "mlp_bias": arch.feed_forward.bias}
 
     def peft_layer_prefix(self, layer: int) -> str:
         return f"model.layers.{layer}."
@@ -198,11 +198,11 @@ class AttentionBiasFamily(LlamaFamily):
 
     def check_biases(self, arch: Architecture) -> None:
         super().check_biases(arch)
-        if arch.ffn_bias:
+        if arch.feed_forward.bias:
             raise cannot(self.model_type, "MLP biases")
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:
-        return {"attention_bias": arch.qkv_bias}
+        return {"attention_bias": arch.attention.qkv_bias}
 
 
 class MistralFamily(LlamaFamily):
@@ -215,17 +215,17 @@ class MistralFamily(LlamaFamily):
     holds_window: ClassVar[bool] = True
 
     def describes(self, arch: Architecture) -> bool:
-        return arch.sliding_window is not None and not arch.qkv_bias
+        return arch.attention.sliding_window is not None and not arch.attention.qkv_bias
 
     def check_biases(self, arch: Architecture) -> None:
         super().check_biases(arch)
-        if arch.qkv_bias:
+        if arch.attention.qkv_bias:
             raise cannot(self.model_type, "attention biases")
-        if arch.ffn_bias:
+        if arch.feed_forward.bias:
             raise cannot(self.model_type, "MLP biases")
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:
-        return {"sliding_window": arch.sliding_window}
+        return {"sliding_window": arch.attention.sliding_window}
 
 
 class Qwen2Family(LlamaFamily):
@@ -237,7 +237,7 @@ class Qwen2Family(LlamaFamily):
     holds_window: ClassVar[bool] = True
 
     def describes(self, arch: Architecture) -> bool:
-        return arch.qkv_bias and not arch.out_bias and not arch.ffn_bias
+        return arch.attention.qkv_bias and not arch.attention.has_out_bias and not arch.feed_forward.bias
 
     def bias_keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return {
@@ -250,7 +250,7 @@ class Qwen2Family(LlamaFamily):
         return qwen_window(config, self.sliding_window(config))
 
     def check_biases(self, arch: Architecture) -> None:
-        if not arch.qkv_bias or arch.out_bias or arch.ffn_bias:
+        if not arch.attention.qkv_bias or arch.attention.has_out_bias or arch.feed_forward.bias:
             raise cannot(self.model_type, "these biases (it has query/key/value biases only)")
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:

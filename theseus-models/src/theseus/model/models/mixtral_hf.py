@@ -133,11 +133,11 @@ class MixtralFamily(LlamaFamily):
         return config
 
     def check_biases(self, arch: Architecture) -> None:
-        if arch.qkv_bias or arch.out_bias or arch.ffn_bias:
+        if arch.attention.qkv_bias or arch.attention.has_out_bias or arch.feed_forward.bias:
             raise cannot(self.model_type, "biases")
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:
-        return {"sliding_window": arch.sliding_window}
+        return {"sliding_window": arch.attention.sliding_window}
 
 
 __all__ = ["MIXTRAL_CLASS", "MixtralFamily", "check_routing", "expert_maps", "mixture", "without_dense_mlp"]

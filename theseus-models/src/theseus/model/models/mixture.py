@@ -57,8 +57,8 @@ class MoEBlock(Block):
             self.MOE,
             **dataclasses.asdict(arch.moe),
             n_embd=arch.n_embd,
-            d_ff=arch.d_ff,
-            activation=arch.activation,
+            d_ff=arch.feed_forward.d_ff,
+            activation=arch.feed_forward.activation,
             out_std=self.out_std,
             loss_weight=1.0 / arch.moe_layers,
             **self.moe_options(),
@@ -87,7 +87,7 @@ class MixtureLM(MoEKeys):
 
     def resolve_architecture(self) -> Architecture:
         arch: Architecture = super().resolve_architecture()  # type: ignore[misc]
-        return dataclasses.replace(arch, moe=self.mixture(arch.d_ff)).validate()
+        return arch.with_mixture(self.mixture(arch.feed_forward.d_ff)).validate()
 
     def mixture(self, d_ff: int) -> MoESpec:
         """The ``architecture/moe/*`` keys resolved, the preset's values where they are left None."""

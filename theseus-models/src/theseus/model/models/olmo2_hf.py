@@ -28,7 +28,7 @@ class OLMo2Family(AttentionBiasFamily):
         """``post_attention_layernorm`` / ``post_feedforward_layernorm`` after the branches, and the
         query/key norms over the whole projections."""
         hf, ours = f"model.layers.{layer}.", f"blocks_{layer}"
-        q, k = arch.n_heads * arch.head_dim, arch.n_kv_heads * arch.head_dim
+        q, k = arch.attention.n_heads * arch.head_dim, arch.attention.kv_heads * arch.head_dim
         return [
             same(hf + "post_attention_layernorm.weight", (ours, "attn_norm", "scale"), (arch.n_embd,)),
             same(hf + "post_feedforward_layernorm.weight", (ours, "mlp_norm", "scale"), (arch.n_embd,)),

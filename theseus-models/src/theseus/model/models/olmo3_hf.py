@@ -75,16 +75,18 @@ class OLMo3Family(OLMo2Family):
     # -- export ------------------------------------------------------------------------------------
     def rope_config(self, arch: Architecture) -> dict[str, Any]:
         """One ``rope_parameters`` entry per layer type; ``rope_scaling`` repeats the full layers'."""
-        local = arch.rope_theta if arch.local_rope_theta is None else arch.local_rope_theta
+        local = arch.position.theta if arch.position.local_theta is None else arch.position.local_theta
         full = rope_config(arch)
         sliding = {"rope_type": "default", "rope_theta": local}
         return {**full, "rope_parameters": {FULL_ATTENTION: full["rope_parameters"], SLIDING_ATTENTION: sliding}}
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:
-        if arch.rope_scaling.kind == "longrope":
+        if arch.position.scaling.kind == "longrope":
             raise cannot(self.model_type, "architecture/rope_scaling=longrope")
-        types = list(arch.layer_types or [SLIDING_ATTENTION if arch.sliding_window else FULL_ATTENTION] * arch.n_layers)
-        return {**super().family_config(arch), "layer_types": types, "sliding_window": arch.sliding_window}
+        types = list(
+            arch.layer_types or [SLIDING_ATTENTION if arch.attention.sliding_window else FULL_ATTENTION] * arch.n_layers
+        )
+        return {**super().family_config(arch), "layer_types": types, "sliding_window": arch.attention.sliding_window}
 
 
 __all__ = ["OLMO3_CLASS", "OLMo3Family"]

@@ -112,7 +112,7 @@ class Phi3Family(LlamaFamily):
         }
 
     def check_biases(self, arch: Architecture) -> None:
-        if arch.qkv_bias or arch.out_bias or arch.ffn_bias:
+        if arch.attention.qkv_bias or arch.attention.has_out_bias or arch.feed_forward.bias:
             raise cannot(self.model_type, "biases")
 
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
@@ -126,7 +126,7 @@ class Phi3Family(LlamaFamily):
         return [*others, *(entry for i, layer in layers.items() for entry in fuse_layer(layer, i))]
 
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
-        scaling = arch.rope_scaling
+        scaling = arch.position.scaling
         if scaling.kind not in ("none", "longrope"):
             raise cannot(self.model_type, f"architecture/rope_scaling={scaling.kind}")
         config = super().config(arch, settings)
@@ -149,7 +149,7 @@ class Phi3Family(LlamaFamily):
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:
         return {
-            "sliding_window": arch.sliding_window,
+            "sliding_window": arch.attention.sliding_window,
             "original_max_position_embeddings": arch.block_size,
             "resid_pdrop": 0.0,
             "embd_pdrop": 0.0,

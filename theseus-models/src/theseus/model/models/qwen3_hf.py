@@ -38,7 +38,7 @@ class Qwen3Family(AttentionBiasFamily):
         return maps
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:
-        return {"attention_bias": arch.qkv_bias, "head_dim": arch.head_dim, **window_config(arch)}
+        return {"attention_bias": arch.attention.qkv_bias, "head_dim": arch.head_dim, **window_config(arch)}
 
 
 __all__ = ["QWEN3_CLASS", "Qwen3Family"]

@@ -118,7 +118,7 @@ class Qwen3NextAttention(CausalSelfAttention):
     )
 
     def _layer_window(self, layer: int | jax.Array | None) -> int | jax.Array | None:
-        return self.sliding_window
+        return self.attention_spec.sliding_window
 
     def matmul_params(self) -> int:
         """The query, key, value and output projections and the output gate (query-shaped)."""
@@ -141,7 +141,7 @@ class Qwen3NextAttention(CausalSelfAttention):
         rotated = self._rotary_dim(q.shape[-1])
 
         def turn(x: jax.Array) -> jax.Array:
-            head = rotate(x[..., :rotated], positions, self.rope_theta, self.rope_scaling)
+            head = rotate(x[..., :rotated], positions, self.position_spec.theta, self.position_spec.scaled)
             return jnp.concatenate([head, x[..., rotated:]], axis=-1)
 
         return turn(q), turn(k)
@@ -217,7 +217,7 @@ class Qwen3NextBlock(MoEBlock):
             value_dim=arch.linear_value_dim,
             conv_kernel=arch.conv_kernel,
             chunk_size=arch.linear_chunk,
-            norm_eps=arch.norm_eps,
+            norm_eps=arch.norm.eps,
             out_std=self.out_std,
             n_embd=arch.n_embd,
         )

@@ -131,7 +131,7 @@ class Qwen3NextFamily(Qwen3MoEFamily):
         if not isinstance(arch, Qwen3NextArchitecture):
             raise cannot(self.model_type, "a model other than Qwen3Next")
         moe = mixture(arch)
-        e, h, kv, d = arch.n_embd, arch.n_heads, arch.n_kv_heads, arch.head_dim
+        e, h, kv, d = arch.n_embd, arch.attention.n_heads, arch.attention.kv_heads, arch.head_dim
         types = arch.layer_types or (LINEAR_ATTENTION,) * arch.n_layers
         maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
         for i in range(arch.n_layers):
@@ -151,7 +151,7 @@ class Qwen3NextFamily(Qwen3MoEFamily):
             else:
                 maps += self.linear_maps(arch, hf + "linear_attn.", attn)
             if i < moe.first_k_dense:
-                maps += swiglu_maps(hf + "mlp.", mlp, arch.d_ff, e)
+                maps += swiglu_maps(hf + "mlp.", mlp, arch.feed_forward.d_ff, e)
                 continue
             projections = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
             maps += expert_maps(arch, i, hf + "mlp.", "gate", projections)
@@ -213,7 +213,7 @@ class Qwen3NextFamily(Qwen3MoEFamily):
             raise cannot(self.model_type, "architecture/moe/n_shared > 0 (its shared expert is the gated one)")
         config = super().config(arch, settings)
         partial = setting(settings, ROTARY_KEY, DEFAULT_PARTIAL)
-        rope = dict(config.get("rope_parameters") or {"rope_type": "default", "rope_theta": arch.rope_theta})
+        rope = dict(config.get("rope_parameters") or {"rope_type": "default", "rope_theta": arch.position.theta})
         config.pop("sliding_window", None)
         config.pop("use_sliding_window", None)
         config.pop("max_window_layers", None)

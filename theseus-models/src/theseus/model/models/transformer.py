@@ -286,7 +286,7 @@ class TransformerLM(Module):
         else:
             n_kv_heads = n_heads
         d_ff = self.d_ff if self.d_ff is not None else preset_d_ff(preset, n_embd, self.mlp_ratio)
-        return Architecture(
+        return Architecture.from_keys(
             n_layers=preset.n_layers if self.n_layers is None else self.n_layers,
             n_heads=n_heads,
             n_kv_heads=n_kv_heads,
@@ -419,7 +419,7 @@ class TransformerLM(Module):
     def setup(self) -> None:
         arch = self.architecture
         self.token_embedding = child(self, TokenEmbedding, vocab_size=arch.padded_vocab_size, n_embd=arch.n_embd)
-        if arch.learned_positions:
+        if arch.position.kind == "learned":
             self.position_embedding = child(self, PositionEmbedding, block_size=arch.block_size, n_embd=arch.n_embd)
         out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
         period = self.scan_period
@@ -445,7 +445,7 @@ class TransformerLM(Module):
                 child(self, block_cls, architecture=arch, out_std=out_std, **self._layer_options(i))
                 for i in range(arch.n_layers)
             ]
-        self.final_norm = make_norm(self, arch)
+        self.final_norm = make_norm(self, arch.norm)
         if not arch.tied_embeddings:
             self.lm_head = param(
                 self, "lm_head", normal(INIT_STD), (arch.n_embd, arch.padded_vocab_size), (Axis.EMBED, Axis.VOCAB)
@@ -518,7 +518,7 @@ class TransformerLM(Module):
         h = self.token_embedding(x)
         if arch.scale_embeddings:  # the normaliser rounded to the activation dtype, as transformers does
             h = h * jnp.asarray(math.sqrt(arch.n_embd), h.dtype)
-        if arch.learned_positions:
+        if arch.position.kind == "learned":
             h = h + self.position_embedding(steps if positions is None else positions)
         if arch.dropout > 0.0 and not deterministic:
             h = self.embedding_dropout(h, deterministic=False)
