@@ -23,7 +23,6 @@ both the model and its Hugging Face mapping read it.
 from __future__ import annotations
 
 import dataclasses
-import math
 import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -39,7 +38,6 @@ from theseus.model.layers.attention import is_segment_ids
 from theseus.model.layers.latent_attention import MLASpec
 from theseus.model.models.architecture import Architecture
 from theseus.model.models.block import counting_child, make_norm
-from theseus.model.models.transformer import mask_padded_vocab
 from theseus.model.module import Module
 
 if TYPE_CHECKING:
@@ -170,19 +168,14 @@ def multi_token_prediction(
     """Run the ``modules`` (depth 1, 2, ...) of the bound ``model`` on the main model's last hidden
     state ``h``; with targets ``y``, sow ``weight / D * sum_k CE_k`` and the mean ``CE_k``. Returns the
     ``CE_k`` ([] without ``y``)."""
-    arch = model.architecture
     x = jnp.asarray(x)
     losses = []
     for k, module in enumerate(modules, start=1):
-        embedded = model.token_embedding(shift_left(x, k, 0))
-        if arch.scale_embeddings:
-            embedded = embedded * jnp.asarray(math.sqrt(arch.n_embd), embedded.dtype)
+        embedded = model.embed_tokens(shift_left(x, k, 0))
         h, normed = module(h, embedded, padding_mask, positions, deterministic)
         if y is None:
             continue
-        logits = model.head(normed)
-        if arch.padded_vocab_size != arch.vocab_size:
-            logits = mask_padded_vocab(logits, arch.vocab_size)
+        logits = model.scored_logits(model.head(normed))
         targets, scored = mtp_scored(y, padding_mask, k)
         losses.append(cross_entropy(logits, targets, scored))
     if losses:

@@ -515,14 +515,19 @@ class TransformerLM(Module):
         positions, mask = self._positions(x, padding_mask, decode)
         given = mask, positions
         x, positions, mask, order = self._split_sequence(x, positions, mask, decode)
-        h = self.token_embedding(x)
-        if arch.scale_embeddings:  # the normaliser rounded to the activation dtype, as transformers does
-            h = h * jnp.asarray(math.sqrt(arch.n_embd), h.dtype)
+        h = self.embed_tokens(x)
         if arch.position.kind == "learned":
             h = h + self.position_embedding(steps if positions is None else positions)
         if arch.dropout > 0.0 and not deterministic:
             h = self.embedding_dropout(h, deterministic=False)
         return constrain(cast(h, self._activation_dtype), ACTIVATION_AXES), mask, positions, order, given
+
+    def embed_tokens(self, x: jax.Array) -> jax.Array:
+        """The token embeddings of ids ``x``, times ``sqrt(n_embd)`` with ``scale_embeddings`` (the
+        normaliser rounded to the activation dtype, as transformers does)."""
+        h = self.token_embedding(x)
+        arch = self.architecture
+        return h * jnp.asarray(math.sqrt(arch.n_embd), h.dtype) if arch.scale_embeddings else h
 
     def _layers(
         self, h: jax.Array, mask: jax.Array | None, positions: jax.Array | None, deterministic: bool, decode: bool
@@ -586,11 +591,14 @@ class TransformerLM(Module):
         self, logits: jax.Array, y: jax.Array | None, padding_mask: jax.Array | None
     ) -> tuple[jax.Array, jax.Array | None]:
         """``(logits cut to vocab_size, cross-entropy or None without y)`` of the head's padded logits."""
+        loss = None if y is None else cross_entropy(self.scored_logits(logits), y, padding_mask)
+        return logits[..., : self.architecture.vocab_size], loss
+
+    def scored_logits(self, logits: jax.Array) -> jax.Array:
+        """The head's padded logits as a loss reads them: the ids past ``vocab_size`` masked out
+        (:func:`mask_padded_vocab`), unchanged when the vocabulary is not padded."""
         arch = self.architecture
-        if arch.padded_vocab_size == arch.vocab_size:
-            return logits, None if y is None else cross_entropy(logits, y, padding_mask)
-        loss = None if y is None else cross_entropy(mask_padded_vocab(logits, arch.vocab_size), y, padding_mask)
-        return logits[..., : arch.vocab_size], loss
+        return logits if arch.padded_vocab_size == arch.vocab_size else mask_padded_vocab(logits, arch.vocab_size)
 
     def head_parameters(self) -> tuple[str, ...]:
         """Names of the top-level parameters :meth:`summed_loss` reads: the final norm and the output head
@@ -600,8 +608,5 @@ class TransformerLM(Module):
     def summed_loss(self, h: jax.Array, y: jax.Array, padding_mask: jax.Array | None) -> jax.Array:
         """The sum of ``-log p(target)`` over the scored positions of the last layer's output ``h``: the final
         norm, the head and the loss of one pipeline micro-batch (the mean loss is this over the batch's count)."""
-        arch = self.architecture
-        logits = self.head(self.final_norm(h))
-        if arch.padded_vocab_size != arch.vocab_size:
-            logits = mask_padded_vocab(logits, arch.vocab_size)
+        logits = self.scored_logits(self.head(self.final_norm(h)))
         return -jnp.sum(token_logps(logits, y, padding_mask))
