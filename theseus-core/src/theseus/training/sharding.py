@@ -201,7 +201,7 @@ class TrainerSharding:
         rules = self.parameter_fwdbwd_mapping
         if self.pipeline_size == 1 or self.pipelining.schedule != "1f1b":
             return rules
-        vocab = dict(rules).get(Axis.VOCAB)
+        vocab = next((axes for name, axes in rules if name == Axis.VOCAB), None)  # flax's first match
         names = () if vocab is None else (vocab,) if isinstance(vocab, str) else tuple(vocab)
         return [(Axis.VOCAB, (*names, MeshAxis.PIPELINE)), *rules]
 
