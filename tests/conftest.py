@@ -11,6 +11,7 @@ import tempfile
 import venv
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,6 +90,19 @@ def run_cli(
         cwd=cwd,
         timeout=timeout,
     )
+
+
+class Oracle:
+    """A test-only reference library (torch, trl, ...) imported when a test first reads an attribute of
+    it, so collecting the suite does not import it; a test reading it without it installed is skipped."""
+
+    def __init__(self, module: str) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # what collection probes (``__test__``, fixture markers): not the library's
+            raise AttributeError(name)
+        return getattr(pytest.importorskip(self._module), name)
 
 
 def free_port() -> int:

@@ -8,8 +8,13 @@ import pytest
 from benchmarks import rollout
 from benchmarks.common import markdown_table
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+
+@pytest.fixture(autouse=True, scope="module")
+def oracles() -> None:
+    """transformers (on torch), imported by this module's tests, not while the suite is collected."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+
 
 TINY = rollout.Setting(layers=1, width=32, heads=2, prompts=3, new_tokens=4, shortest=2, longest=5, rounds=1)
 

@@ -16,12 +16,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.conftest import Oracle
 from theseus.base.logprobs import sequence_logps
 from theseus.errors import ConfigError
 from theseus.model.finetune.preference import Objective, preference_loss
 
-torch = pytest.importorskip("torch")
-trl = pytest.importorskip("trl")
+torch = Oracle("torch")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def trl() -> None:
+    """TRL, the reference these losses are compared with (its trainers are imported by the tests)."""
+    pytest.importorskip("trl")
+
 
 PAIRS, LENGTH = 6, 12
 METRICS = (

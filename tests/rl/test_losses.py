@@ -21,12 +21,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.conftest import Oracle
 from theseus.model.rl.loss import LOSS_TYPES, forward_kl, generalized_jsd, group_advantages, policy_loss
 
-torch = pytest.importorskip("torch")
-grpo = pytest.importorskip("trl.trainer.grpo_trainer")
+torch = Oracle("torch")
+grpo = Oracle("trl.trainer.grpo_trainer")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-gkd = pytest.importorskip("trl.experimental.gkd.gkd_trainer")
+gkd = Oracle("trl.experimental.gkd.gkd_trainer")
 
 TOLERANCE = 1e-5
 ROWS, WIDTH = 8, 10
