@@ -13,6 +13,7 @@ per value head, with the state ``S`` ``[key_dim, value_dim]``::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import flax.linen as nn
@@ -194,7 +195,7 @@ class GatedDeltaNet(Module):
     lora_targets: tuple[str, ...] = lora.targets_field()
 
     #: The LoRA target that adapts each projection (``b`` and ``a`` have none).
-    LORA_TARGETS: ClassVar[dict[str, str]] = {
+    LORA_TARGETS: ClassVar[Mapping[str, str]] = {
         "query": "query",
         "key": "key",
         "value": "value",
