@@ -54,8 +54,17 @@ PEFT_CASES = {
     "gpt_oss-scanned": ("gpt_oss", True, ["query", "key", "value", "out"], 4),  # sinks; experts not adapted
     # chunked RoPE and NoPE layers, dense and mixture layers interleaved (unrolled); experts not adapted
     "llama4_text": ("llama4_text", False, ["query", "key", "value", "out"], 4),
-    # the full-attention layers only (q_proj: each head's query, then its output gate); experts not adapted
+    # full-attention layers (q_proj: each head's query, then its output gate) and linear-attention layers
+    # (LINEAR_RANKS); experts not adapted
     "qwen3_next": ("qwen3_next", False, ["query", "key", "value", "out"], 4),
+    "qwen3_next-value-out": ("qwen3_next", False, ["value", "out"], 2),
+}
+
+#: Qwen3-Next's linear-attention layers: their PEFT modules and each one's rank in units of the LoRA rank
+#: (in_proj_qkvz: the adapted ones of query, key, value and z, which follows value, grouped per key head).
+LINEAR_RANKS = {
+    "qwen3_next": {"linear_attn.in_proj_qkvz": 4, "linear_attn.out_proj": 1},
+    "qwen3_next-value-out": {"linear_attn.in_proj_qkvz": 2, "linear_attn.out_proj": 1},
 }
 
 
@@ -88,9 +97,10 @@ def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tm
     ours = np.asarray(jax.jit(lambda p: model.apply({"params": p}, x, deterministic=True)[0])(params))
 
     hf_family = family(name)
-    tensors, ranks = peft_tensors(hf_family, params, model.architecture.n_layers)
+    tensors, ranks = peft_tensors(hf_family, params, model.architecture)
     linear = sum(t == "linear_attention" for t in model.architecture.layer_types or ())
-    assert len(ranks) == modules * (model.architecture.n_layers - linear)
+    linear_ranks = LINEAR_RANKS.get(case, {})
+    assert len(ranks) == modules * (model.architecture.n_layers - linear) + len(linear_ranks) * linear
     if name == "phi3":  # a fused module's rank: rank times its adapted projections
         fused = {"self_attn.qkv_proj": 3 if "key" in targets else 2, "mlp.gate_up_proj": 2 if "gate" in targets else 1}
         assert {m.split(".", 3)[3]: r for m, r in ranks.items() if "layers.0." in m} == {
@@ -98,17 +108,36 @@ def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tm
             "mlp.down_proj": rank,
             **({"self_attn.o_proj": rank} if "out" in targets else {}),
         }
+    elif linear_ranks:  # layer 0 is a linear-attention layer
+        first = {m.split(".", 3)[3]: r for m, r in ranks.items() if "layers.0." in m}
+        assert first == {m: rank * k for m, k in linear_ranks.items()}
+        assert {r for m, r in ranks.items() if "self_attn" in m} == {rank}
     else:
         assert set(ranks.values()) == {rank}
     config = adapter_config(hf_family, ranks, rank=rank, alpha=float(alpha), dropout=0.0, base=str(tmp_path / "base"))
     (tmp_path / "adapter").mkdir()
     write_adapter(tmp_path / "adapter", config, tensors)
     peft_model = PeftModel.from_pretrained(hf_model, tmp_path / "adapter").eval()
-    loaded = {k for k in peft_model.state_dict() if "lora_" in k}
-    assert len(loaded) == len(tensors)
+    loaded = {k.replace(".default.", ".") for k in peft_model.state_dict() if "lora_" in k}
+    assert loaded == set(tensors)  # nothing missing, nothing unexpected
     with torch.no_grad():
         theirs = peft_model(torch.tensor(x, dtype=torch.long)).logits.float().numpy()
         with peft_model.disable_adapter():
             plain = peft_model(torch.tensor(x, dtype=torch.long)).logits.float().numpy()
     assert np.max(np.abs(theirs - ours)) <= 1e-4
     assert np.max(np.abs(plain - ours)) > 1e-2  # the adapters change the model: not a vacuous match
+    if linear_ranks:  # and the linear-attention layers' adapters do, by themselves
+        kept = without_linear_adapters(params, model.architecture.layer_types or ())
+        without = np.asarray(jax.jit(lambda p: model.apply({"params": p}, x, deterministic=True)[0])(kept))
+        assert np.max(np.abs(without - ours)) > 1e-2
+
+
+def without_linear_adapters(params: Any, layer_types: tuple[str, ...]) -> Any:
+    """``params`` with the adapters of the linear-attention layers zeroed."""
+
+    def zero(path: Any, leaf: Any) -> Any:
+        name = str(getattr(path[0], "key", ""))
+        linear = name.startswith("blocks_") and layer_types[int(name.split("_")[1])] == "linear_attention"
+        return leaf * 0 if linear and is_adapter(path) else leaf
+
+    return jax.tree_util.tree_map_with_path(zero, params)

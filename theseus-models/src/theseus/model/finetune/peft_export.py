@@ -8,8 +8,10 @@ projections map one to one (``q_proj`` ... ``down_proj``). Modules that fuse sev
 of rank ``k * r`` (``k`` the number of adapted projections) whose ``B`` is block-structured (each
 projection's ``B`` in its own rows), with ``rank_pattern`` / ``alpha_pattern`` keeping the scale
 ``alpha / r``; a module whose rows interleave attention projections head by head
-(``HFFamily.peft_interleaved``: Qwen3-Next's ``q_proj``, each head's query then its output gate) the same,
-its ``B`` blocks placed within each head's rows.
+(``HFFamily.peft_interleaved``: Qwen3-Next's ``q_proj``, each head's query then its output gate, and its
+``in_proj_qkvz``, each key head's query, key, then the values and output gates of the value heads it serves)
+the same, its ``B`` blocks placed within each group's rows. ``HFFamily.peft_layout`` gives each layer its
+modules (Qwen3-Next's linear-attention layers have other modules than its full-attention ones).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import numpy as np
 
 from theseus.checkpoint.layers import StackEntry
 from theseus.errors import ConfigError
-from theseus.model.huggingface.family import HFFamily
+from theseus.model.huggingface.family import HFFamily, PeftLayout
+from theseus.model.models.architecture import Architecture
 from theseus.model.models.transformer import LAYERS
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -40,53 +43,49 @@ def _linear(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def peft_tensors(
-    family: HFFamily, params: Mapping[str, Any], n_layers: int, stacked: Iterable[StackEntry] = (LAYERS,)
+    family: HFFamily, params: Mapping[str, Any], arch: Architecture, stacked: Iterable[StackEntry] = (LAYERS,)
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """PEFT tensor names -> values, and the rank of each adapted module (module path -> rank);
     ``stacked``: the model's ``stacked_layers`` (its runs of layers, if several).
 
-    The module names come from the family (``peft_modules``, ``peft_fused``, ``peft_layer_prefix``)."""
-    tensors: dict[str, np.ndarray] = {}
-    ranks: dict[str, int] = {}
-
-    def put(module: str, a: np.ndarray, b: np.ndarray) -> None:
-        tensors[f"base_model.model.{module}.lora_A.weight"] = a.astype(np.float32)
-        tensors[f"base_model.model.{module}.lora_B.weight"] = b.astype(np.float32)
-        ranks[module] = int(a.shape[0])
-
+    The module names come from the family (``peft_layout`` of each layer, ``peft_layer_prefix``)."""
     from theseus.checkpoint.layers import per_layer
 
+    tensors: dict[str, np.ndarray] = {}
+    ranks: dict[str, int] = {}
     params = per_layer(params, stacked)  # a scanned model's stacked layers, one entry per layer
-    fused_modules = family.peft_fused_modules()
-    fused = {name for parts in fused_modules.values() for name in parts}
-    for i in range(n_layers):
+    for i in range(arch.n_layers):
         block = params[f"blocks_{i}"]
-        attn, mlp = block["attn"], block["mlp"]
         prefix = family.peft_layer_prefix(i)
-        for module, parts in fused_modules.items():
-            adapter = fused_adapter(attn, mlp, parts)
-            if adapter is not None:
-                put(prefix + module, *adapter)
-        for module, parts in family.peft_interleaved.items():
-            adapter = interleaved_adapter(attn, parts)
-            if adapter is not None:
-                put(prefix + module, *adapter)
-        for target, module in family.peft_modules.items():
-            holder, key = (attn, f"{target}_") if target in ATTENTION else (mlp.get(target), "")
-            if holder is None or f"{key}lora_a" not in holder:
-                continue
-            a, b = _linear(np.asarray(holder[f"{key}lora_a"]), np.asarray(holder[f"{key}lora_b"]))
-            put(prefix + module, a, b)
-        in_attn, in_mlp = adapted(attn, mlp)
-        mapped = {*family.peft_modules, *fused}
-        interleaved = {name for parts in family.peft_interleaved.values() for name in parts}
-        unmapped = sorted((in_attn - mapped - interleaved) | (in_mlp - mapped))
-        if unmapped:
-            raise ConfigError(
-                f"the {family.model_type} family names no PEFT module for the {', '.join(unmapped)} adapters; "
-                "export the merged model with hf/export instead"
-            )
+        for module, (a, b) in layer_adapters(family, family.peft_layout(arch, i), block["attn"], block["mlp"]):
+            tensors[f"base_model.model.{prefix}{module}.lora_A.weight"] = a.astype(np.float32)
+            tensors[f"base_model.model.{prefix}{module}.lora_B.weight"] = b.astype(np.float32)
+            ranks[prefix + module] = int(a.shape[0])
     return tensors, ranks
+
+
+def layer_adapters(
+    family: HFFamily, layout: PeftLayout, attn: Mapping[str, Any], mlp: Mapping[str, Any]
+) -> list[tuple[str, tuple[np.ndarray, np.ndarray]]]:
+    """One layer's PEFT adapters, ``(module, (lora_A, lora_B))`` for each adapted module of ``layout``;
+    a ConfigError when an adapter has no module."""
+    found: list[tuple[str, tuple[np.ndarray, np.ndarray] | None]] = []
+    found += [(module, fused_adapter(attn, mlp, parts)) for module, parts in layout.fused.items()]
+    found += [(module, interleaved_adapter(attn, parts)) for module, parts in layout.interleaved.items()]
+    for target, module in layout.modules.items():
+        holder, key = (attn, f"{target}_") if target in ATTENTION else (mlp.get(target), "")
+        if isinstance(holder, Mapping) and f"{key}lora_a" in holder:
+            found.append((module, _linear(np.asarray(holder[f"{key}lora_a"]), np.asarray(holder[f"{key}lora_b"]))))
+    in_attn, in_mlp = adapted(attn, mlp)
+    mapped = {*layout.modules, *(name for parts in layout.fused.values() for name in parts)}
+    interleaved = {name for parts in layout.interleaved.values() for name in parts}
+    unmapped = sorted((in_attn - mapped - interleaved) | (in_mlp - mapped))
+    if unmapped:
+        raise ConfigError(
+            f"the {family.model_type} family names no PEFT module for the {', '.join(unmapped)} adapters; "
+            "export the merged model with hf/export instead"
+        )
+    return [(module, adapter) for module, adapter in found if adapter is not None]
 
 
 def _holder(attn: Mapping[str, Any], mlp: Mapping[str, Any], target: str) -> tuple[Any, str, Any]:
@@ -122,20 +121,22 @@ def fused_adapter(
 
 
 def interleaved_adapter(attn: Mapping[str, Any], parts: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
-    """One PEFT adapter on a module whose rows go head by head, each head's rows the attention projections
-    ``parts`` (kernels ``[embed, heads, head_dim]``) in order, from the adapted parts' adapters (None when
-    none is adapted): ``A`` stacked, ``B`` block-structured within each head's rows."""
+    """One PEFT adapter on a module whose rows go in groups, one per head of the first of the attention
+    projections ``parts`` (kernels ``[embed, heads, head_dim]``), each group those projections' rows of
+    that head in order (a projection with more heads gives each group an equal run of them), from the
+    adapted parts' adapters (None when none is adapted): ``A`` stacked, ``B`` block-structured within
+    each group's rows."""
     found = [(j, part) for j, part in enumerate(parts) if f"{part}_lora_a" in attn]
     if not found:
         return None
-    heads = int(np.shape(attn[parts[0]])[1])
-    offsets = np.cumsum([0, *(int(np.shape(attn[part])[2]) for part in parts)]).tolist()
+    groups = int(np.shape(attn[parts[0]])[1])
+    offsets = np.cumsum([0, *(int(np.prod(np.shape(attn[part])[1:])) // groups for part in parts)]).tolist()
     rank = int(np.shape(attn[f"{found[0][1]}_lora_a"])[-1])
-    a_parts, b_full = [], np.zeros((heads, offsets[-1], rank * len(found)), np.float32)
+    a_parts, b_full = [], np.zeros((groups, offsets[-1], rank * len(found)), np.float32)
     for slot, (j, part) in enumerate(found):
         a, b = _linear(np.asarray(attn[f"{part}_lora_a"]), np.asarray(attn[f"{part}_lora_b"]))
         a_parts.append(a)
-        b_full[:, offsets[j] : offsets[j + 1], slot * rank : (slot + 1) * rank] = b.reshape(heads, -1, rank)
+        b_full[:, offsets[j] : offsets[j + 1], slot * rank : (slot + 1) * rank] = b.reshape(groups, -1, rank)
     return np.concatenate(a_parts, axis=0), b_full.reshape(-1, rank * len(found))
 
 
@@ -198,7 +199,7 @@ def export_adapter(root: Path, run: str, out: str, *, step: int | None = None, b
     model_class = f"{type(loaded.model).__module__}:{type(loaded.model).__qualname__}"
     arch = loaded.model.architecture
     family = export_family(model_class, arch, (record.get("huggingface") or {}).get("model_type"))
-    tensors, ranks = peft_tensors(family, loaded.params, arch.n_layers, loaded.model.stacked_layers)
+    tensors, ranks = peft_tensors(family, loaded.params, arch, loaded.model.stacked_layers)
     config = adapter_config(
         family,
         ranks,
@@ -219,6 +220,7 @@ __all__ = [
     "export_adapter",
     "fused_adapter",
     "interleaved_adapter",
+    "layer_adapters",
     "peft_tensors",
     "write_adapter",
 ]

@@ -10,6 +10,7 @@ the built-in ones do. Each family lives beside its model (``theseus.model.models
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from theseus.errors import ConfigError
@@ -20,6 +21,17 @@ if TYPE_CHECKING:
 
 #: The component kind families register under.
 KIND = "hf"
+
+
+@dataclass(frozen=True)
+class PeftLayout:
+    """The PEFT modules of one layer (below its prefix): ``modules`` (a LoRA target -> its own module),
+    ``fused`` (a module -> the targets of its output rows, in order) and ``interleaved`` (a module ->
+    the projections of each group of its rows, in order; see ``HFFamily.peft_interleaved``)."""
+
+    modules: Mapping[str, str]
+    fused: Mapping[str, tuple[str, ...]]
+    interleaved: Mapping[str, tuple[str, ...]]
 
 
 class HFFamily:
@@ -45,8 +57,9 @@ class HFFamily:
     #: Modules that fuse several LoRA targets, with the targets in the order of their output rows
     #: (Phi-3's ``{"self_attn.qkv_proj": ("query", "key", "value"), "mlp.gate_up_proj": ("gate", "up")}``).
     peft_fused: ClassVar[Mapping[str, tuple[str, ...]]] = {}
-    #: Modules whose output rows go head by head, each head's rows the named attention projections'
-    #: in order (Qwen3-Next's ``{"self_attn.q_proj": ("query", "gate")}``: a head's query, then its gate).
+    #: Modules whose output rows go in groups, one per head of the first named attention projection,
+    #: each group the named projections' rows of that head in order (Qwen3-Next's ``{"self_attn.q_proj":
+    #: ("query", "gate")}``: a head's query, then its gate).
     peft_interleaved: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     #: Whether the checkpoint stores linear weights ``[in, out]`` (PEFT's ``fan_in_fan_out``).
     fan_in_fan_out: ClassVar[bool] = False
@@ -99,6 +112,11 @@ class HFFamily:
         if self.peft_fused_qkv is not None:
             modules[self.peft_fused_qkv] = ("query", "key", "value")
         return modules
+
+    def peft_layout(self, arch: Architecture, layer: int) -> PeftLayout:
+        """The PEFT modules of layer ``layer``: ``peft_modules``, the fused and interleaved modules, the
+        same on every layer unless a family overrides this (layers of different kinds)."""
+        return PeftLayout(dict(self.peft_modules), self.peft_fused_modules(), dict(self.peft_interleaved))
 
     def to_config(
         self,
@@ -196,4 +214,15 @@ def export_family(model_class: str, arch: Architecture, recorded: str | None = N
     return fitting[0] if fitting else candidates[0]
 
 
-__all__ = ["KIND", "HFFamily", "cannot", "expect", "export_family", "family", "installed", "require", "unsupported"]
+__all__ = [
+    "KIND",
+    "HFFamily",
+    "PeftLayout",
+    "cannot",
+    "expect",
+    "export_family",
+    "family",
+    "installed",
+    "require",
+    "unsupported",
+]

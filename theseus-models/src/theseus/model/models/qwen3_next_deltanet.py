@@ -13,12 +13,16 @@ per value head, with the state ``S`` ``[key_dim, value_dim]``::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from theseus.base.axis import Axis
 from theseus.errors import ConfigError
+from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, child, constrain, layer_width, normal, param
 from theseus.model.layers.attention import missing_cache_error
 from theseus.model.layers.context_parallel import refuse
@@ -166,8 +170,12 @@ class GatedDeltaNet(Module):
     K - 1, channels]``) and ``state`` (``[B, value_heads, key_dim, value_dim]``, float32); a step of one
     token runs :func:`recurrent_gated_delta_rule`, a longer one (a prompt) the chunked rule from the
     cached state. Padded positions (``padding_mask`` False) are zeroed on the way in and neither decay
-    nor write the state, so left-padded rows start from the empty state. LoRA (``model/lora/*``) does not
-    reach this layer: its targets adapt the full-attention layers.
+    nor write the state, so left-padded rows start from the empty state.
+
+    LoRA (``model/lora/*``, see :mod:`theseus.model.layers.lora`): the targets ``query`` and ``key`` adapt
+    their projections, ``value`` adapts ``value`` and the output gate ``z`` (both per value head, as
+    transformers' ``in_proj_qkvz`` holds them beside the query and key), ``out`` adapts ``out``. ``b`` and
+    ``a`` (``in_proj_ba``: one output per value head each) stay frozen.
     """
 
     key_heads: int = 16
@@ -181,6 +189,19 @@ class GatedDeltaNet(Module):
     out_std: float | None = None
     #: The model width, for :meth:`flops` on an unbound layer (None: read from a bound layer's ``out``).
     n_embd: int | None = None
+    lora_rank: int = lora.rank_field()
+    lora_alpha: float = lora.alpha_field()
+    lora_dropout: float = lora.dropout_field()
+    lora_targets: tuple[str, ...] = lora.targets_field()
+
+    #: The LoRA target that adapts each projection (``b`` and ``a`` have none).
+    LORA_TARGETS: ClassVar[Mapping[str, str]] = {
+        "query": "query",
+        "key": "key",
+        "value": "value",
+        "z": "value",
+        "out": "out",
+    }
 
     @classmethod
     def components(cls) -> list[type]:
@@ -203,9 +224,57 @@ class GatedDeltaNet(Module):
         per_token = self.value_heads * (2 * dk * dv + self.chunk_size * (dk + dv))
         return 6 * seq * self.matmul_params() + 6 * seq * per_token
 
-    def _proj(self, x: jax.Array, name: str, shape: tuple[int, ...], axes: tuple[str | None, ...]) -> jax.Array:
+    def _adapted(self, name: str) -> bool:
+        target = self.LORA_TARGETS.get(name)
+        return self.lora_rank > 0 and target in lora.check_targets(self.lora_targets)
+
+    def _lora(
+        self,
+        name: str,
+        x: jax.Array,
+        dims: tuple[tuple[int, ...], tuple[int, ...]],
+        axes: tuple[tuple[str | None, ...], tuple[str | None, ...]],
+        deterministic: bool,
+    ) -> jax.Array:
+        """The adapter of projection ``name`` (input ``dims[0]``, output ``dims[1]``)."""
+        return lora.adapter(
+            self,
+            name,
+            x,
+            *dims,
+            axes,
+            rank=self.lora_rank,
+            alpha=self.lora_alpha,
+            dropout=self.lora_dropout,
+            deterministic=deterministic,
+            prefix=f"{name}_",
+        )
+
+    def _proj(
+        self,
+        x: jax.Array,
+        name: str,
+        shape: tuple[int, ...],
+        axes: tuple[str | None, ...],
+        deterministic: bool = True,
+    ) -> jax.Array:
+        """``x`` through the input projection ``name`` (``[embed, *shape]``), plus its adapter if any."""
         kernel = param(self, name, normal(self.init_std), (x.shape[-1], *shape), (Axis.EMBED, *axes))
-        return jnp.einsum("bte,e...->bt...", x, cast(kernel, x.dtype))
+        y = jnp.einsum("bte,e...->bt...", x, cast(kernel, x.dtype))
+        if self._adapted(name):
+            y = y + self._lora(name, x, ((x.shape[-1],), shape), ((Axis.EMBED,), axes), deterministic)
+        return y
+
+    def _out(self, y: jax.Array, width: int, deterministic: bool) -> jax.Array:
+        """``y`` ``[B, T, value_heads, value_dim]`` through the output projection ``out`` (to ``width``),
+        plus its adapter if any."""
+        out_std = self.init_std if self.out_std is None else self.out_std
+        heads = (Axis.HEADS, Axis.HEAD_DIM)
+        kernel = param(self, "out", normal(out_std), (*y.shape[2:], width), (*heads, Axis.EMBED))
+        out = jnp.einsum("bthd,hde->bte", y, cast(kernel, y.dtype))
+        if self._adapted("out"):
+            out = out + self._lora("out", y, (y.shape[2:], (width,)), (heads, (Axis.EMBED,)), deterministic)
+        return out
 
     @nn.compact
     def __call__(
@@ -233,10 +302,11 @@ class GatedDeltaNet(Module):
         x = cast(x, dtype)
         if mask is not None:
             x = x * mask[..., None].astype(dtype)
-        q = self._proj(x, "query", (hk, dk), (Axis.HEADS, Axis.HEAD_DIM))
-        k = self._proj(x, "key", (hk, dk), (Axis.HEADS, Axis.HEAD_DIM))
-        v = self._proj(x, "value", (hv, dv), (Axis.HEADS, Axis.HEAD_DIM))
-        z = self._proj(x, "z", (hv, dv), (Axis.HEADS, Axis.HEAD_DIM))
+        heads = (Axis.HEADS, Axis.HEAD_DIM)
+        q = self._proj(x, "query", (hk, dk), heads, deterministic)
+        k = self._proj(x, "key", (hk, dk), heads, deterministic)
+        v = self._proj(x, "value", (hv, dv), heads, deterministic)
+        z = self._proj(x, "z", (hv, dv), heads, deterministic)
         b = self._proj(x, "b", (hv,), (Axis.HEADS,))
         a = self._proj(x, "a", (hv,), (Axis.HEADS,))
         taps = self.conv_kernel
@@ -276,9 +346,7 @@ class GatedDeltaNet(Module):
         y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
         norm = child(self, RMSNorm, eps=self.norm_eps, zero_centred=False, name="norm")
         y = (norm(y).astype(jnp.float32) * nn.silu(z.astype(jnp.float32))).astype(dtype)
-        out_std = self.init_std if self.out_std is None else self.out_std
-        out = param(self, "out", normal(out_std), (hv, dv, x.shape[-1]), (Axis.HEADS, Axis.HEAD_DIM, Axis.EMBED))
-        return jnp.einsum("bthd,hde->bte", y, cast(out, dtype))
+        return self._out(y, x.shape[-1], deterministic)
 
 
 __all__ = [

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from theseus.model.huggingface.config_fields import rope_keys
-from theseus.model.huggingface.family import cannot, require, unsupported
+from theseus.model.huggingface.family import PeftLayout, cannot, require, unsupported
 from theseus.model.huggingface.names import TensorMap, heads_in, heads_out, same, vocab_embedding, vocab_head
 from theseus.model.layers.attention import FULL_ATTENTION, LINEAR_ATTENTION
 from theseus.model.models.architecture import Architecture
@@ -32,6 +32,8 @@ from theseus.model.models.qwen3_moe_hf import Qwen3MoEFamily
 
 QWEN3_NEXT_CLASS = "theseus.model.models.qwen3_next:Qwen3Next"
 ROTARY_KEY = "architecture/partial_rotary_factor"
+#: The Gated DeltaNet projections ``in_proj_qkvz`` holds, in the order of each key head's rows.
+LINEAR_QKVZ = ("query", "key", "value", "z")
 #: transformers' ``Qwen3NextConfig`` defaults of fields a ``config.json`` may leave out.
 DEFAULT_PARTIAL, DEFAULT_INTERVAL = 0.25, 4
 
@@ -78,6 +80,14 @@ class Qwen3NextFamily(Qwen3MoEFamily):
         "value": "self_attn.v_proj",
         "out": "self_attn.o_proj",
     }
+
+    def peft_layout(self, arch: Architecture, layer: int) -> PeftLayout:
+        """A full-attention layer's modules as the class attributes name them; a linear-attention layer's
+        ``linear_attn.in_proj_qkvz`` (the adapters of ``query``, ``key``, ``value`` and ``z``, grouped
+        per key head as the weight's rows are) and ``linear_attn.out_proj``."""
+        if (arch.layer_types or (LINEAR_ATTENTION,) * arch.n_layers)[layer] != LINEAR_ATTENTION:
+            return super().peft_layout(arch, layer)
+        return PeftLayout({"out": "linear_attn.out_proj"}, {}, {"linear_attn.in_proj_qkvz": LINEAR_QKVZ})
 
     # -- import ------------------------------------------------------------------------------------
     def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,8 +186,7 @@ class Qwen3NextFamily(Qwen3MoEFamily):
         e = arch.n_embd
         nk, nv, dk, dv = arch.linear_key_heads, arch.linear_value_heads, arch.linear_key_dim, arch.linear_value_dim
         r, taps = nv // nk, arch.conv_kernel
-        names = ["query", "key", "value", "z"]
-        qkvz = grouped(hf + "in_proj_qkvz.weight", [(*ours, n) for n in names], [dk, dk, r * dv, r * dv], nk, e)
+        qkvz = grouped(hf + "in_proj_qkvz.weight", [(*ours, n) for n in LINEAR_QKVZ], [dk, dk, r * dv, r * dv], nk, e)
         ba = grouped(hf + "in_proj_ba.weight", [(*ours, "b"), (*ours, "a")], [r, r], nk, e)
         channels = [nk * dk, nk * dk, nv * dv]
         edges = np.cumsum([0, *channels])
