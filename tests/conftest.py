@@ -30,6 +30,9 @@ TINY_GPT = [
 # tests start (clean_env keeps it): the trainer's own per-root cache would otherwise point into
 # temporary roots that tests delete.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="theseus-test-xla-cache-"))
+# Every program, however quickly it compiles (JAX's default keeps only those over a second): the suite's
+# processes compile the same small programs again and again (tests/models and tests/generation: 4 % faster).
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 #: XLA flags for this process and every subprocess the tests start: the suite is mostly compilation
 #: of small programs. The backend (LLVM) optimisation level 0 compiles them about twice as fast (the
