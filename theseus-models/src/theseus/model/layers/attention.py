@@ -588,29 +588,6 @@ class CausalSelfAttention(Module):
     def _adapted(self, name: str) -> bool:
         return self.lora_rank > 0 and name in lora.check_targets(self.lora_targets)
 
-    def _adapter(
-        self,
-        name: str,
-        x: jax.Array,
-        in_dims: tuple[int, ...],
-        out_dims: tuple[int, ...],
-        axes: tuple[tuple[str, ...], tuple[str, ...]],
-        deterministic: bool,
-    ) -> jax.Array:
-        return lora.adapter(
-            self,
-            name,
-            x,
-            in_dims,
-            out_dims,
-            axes,
-            rank=self.lora_rank,
-            alpha=self.lora_alpha,
-            dropout=self.lora_dropout,
-            deterministic=deterministic,
-            prefix=f"{name}_",
-        )
-
     def _kernel(
         self, name: str, init: nn.initializers.Initializer, shape: tuple[int, ...], axes: tuple[str, ...], n_in: int = 1
     ) -> jax.Array:
@@ -628,7 +605,7 @@ class CausalSelfAttention(Module):
         y = project("bte,enh->btnh", x, kernel, dtype)
         if self._adapted(name):
             dims = ((Axis.EMBED,), (axis, Axis.HEAD_DIM))
-            y = y + self._adapter(name, x, (x.shape[-1],), (heads, head_dim), dims, deterministic)
+            y = y + lora.layer_adapter(self, name, x, (x.shape[-1],), (heads, head_dim), dims, deterministic)
         if self.attention_spec.qkv_bias:
             bias = param(self, f"{name}_bias", nn.initializers.zeros_init(), (heads, head_dim), (axis, Axis.HEAD_DIM))
             y = y + cast(bias, dtype)
@@ -819,7 +796,7 @@ class CausalSelfAttention(Module):
         out = project("btnh,nhe->bte", y, kernel, dtype)
         if self._adapted("out"):
             dims = ((Axis.HEADS, Axis.HEAD_DIM), (Axis.EMBED,))
-            out = out + self._adapter("out", y, (n_heads, head_dim), (n_embd,), dims, deterministic)
+            out = out + lora.layer_adapter(self, "out", y, (n_heads, head_dim), (n_embd,), dims, deterministic)
         if self.attention_spec.has_out_bias:
             out = out + cast(param(self, "out_bias", nn.initializers.zeros_init(), (n_embd,), (Axis.EMBED,)), dtype)
         if self.dropout > 0.0 and not deterministic:

@@ -43,17 +43,9 @@ class Dense(Module):
         kernel = quantization.kernel(self, "kernel", normal(self.std), shape, self.axes, self.quantize)
         y = project("...i,io->...o", x, kernel, dtype)
         if self.lora_rank > 0:
-            y = y + lora.adapter(
-                self,
-                self.name or "dense",
-                x,
-                (x.shape[-1],),
-                (self.features,),
-                ((self.axes[0],), (self.axes[1],)),
-                rank=self.lora_rank,
-                alpha=self.lora_alpha,
-                dropout=self.lora_dropout,
-                deterministic=deterministic,
+            axes = ((self.axes[0],), (self.axes[1],))
+            y = y + lora.layer_adapter(
+                self, self.name or "dense", x, (x.shape[-1],), (self.features,), axes, deterministic, prefix=""
             )
         if self.use_bias:
             bias = param(self, "bias", nn.initializers.zeros_init(), (self.features,), self.axes[1:])

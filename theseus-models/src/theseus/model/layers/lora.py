@@ -112,6 +112,34 @@ def adapter(
     return jnp.tensordot(low, cast(b, dtype), axes=1) * jnp.asarray(alpha / rank, dtype)
 
 
+def layer_adapter(
+    module: nn.Module,
+    name: str,
+    x: jax.Array,
+    in_dims: Sequence[int],
+    out_dims: Sequence[int],
+    axes: tuple[Sequence[str | None], Sequence[str | None]],
+    deterministic: bool,
+    prefix: str | None = None,
+) -> jax.Array:
+    """:func:`adapter` of the projection ``name`` of a layer that declares the ``model/lora/*`` fields
+    (``lora_rank``, ``lora_alpha``, ``lora_dropout``): its parameters ``<name>_lora_a`` /
+    ``<name>_lora_b`` (``prefix`` instead of ``<name>_`` when given)."""
+    return adapter(
+        module,
+        name,
+        x,
+        in_dims,
+        out_dims,
+        axes,
+        rank=module.lora_rank,  # type: ignore[attr-defined]
+        alpha=module.lora_alpha,  # type: ignore[attr-defined]
+        dropout=module.lora_dropout,  # type: ignore[attr-defined]
+        deterministic=deterministic,
+        prefix=f"{name}_" if prefix is None else prefix,
+    )
+
+
 def adapter_names(params: Any) -> set[str]:
     """The projections (``query``, ``up``, ...) that carry adapters in ``params``."""
     found: set[str] = set()
@@ -185,6 +213,7 @@ __all__ = [
     "adapter_names",
     "check_coverage",
     "check_targets",
+    "layer_adapter",
     "merge",
     "split",
 ]

@@ -228,28 +228,6 @@ class GatedDeltaNet(Module):
         target = self.LORA_TARGETS.get(name)
         return self.lora_rank > 0 and target in lora.check_targets(self.lora_targets)
 
-    def _lora(
-        self,
-        name: str,
-        x: jax.Array,
-        dims: tuple[tuple[int, ...], tuple[int, ...]],
-        axes: tuple[tuple[str | None, ...], tuple[str | None, ...]],
-        deterministic: bool,
-    ) -> jax.Array:
-        """The adapter of projection ``name`` (input ``dims[0]``, output ``dims[1]``)."""
-        return lora.adapter(
-            self,
-            name,
-            x,
-            *dims,
-            axes,
-            rank=self.lora_rank,
-            alpha=self.lora_alpha,
-            dropout=self.lora_dropout,
-            deterministic=deterministic,
-            prefix=f"{name}_",
-        )
-
     def _proj(
         self,
         x: jax.Array,
@@ -262,7 +240,7 @@ class GatedDeltaNet(Module):
         kernel = param(self, name, normal(self.init_std), (x.shape[-1], *shape), (Axis.EMBED, *axes))
         y = jnp.einsum("bte,e...->bt...", x, cast(kernel, x.dtype))
         if self._adapted(name):
-            y = y + self._lora(name, x, ((x.shape[-1],), shape), ((Axis.EMBED,), axes), deterministic)
+            y = y + lora.layer_adapter(self, name, x, (x.shape[-1],), shape, ((Axis.EMBED,), axes), deterministic)
         return y
 
     def _out(self, y: jax.Array, width: int, deterministic: bool) -> jax.Array:
@@ -273,7 +251,7 @@ class GatedDeltaNet(Module):
         kernel = param(self, "out", normal(out_std), (*y.shape[2:], width), (*heads, Axis.EMBED))
         out = jnp.einsum("bthd,hde->bte", y, cast(kernel, y.dtype))
         if self._adapted("out"):
-            out = out + self._lora("out", y, (y.shape[2:], (width,)), (heads, (Axis.EMBED,)), deterministic)
+            out = out + lora.layer_adapter(self, "out", y, y.shape[2:], (width,), (heads, (Axis.EMBED,)), deterministic)
         return out
 
     @nn.compact
