@@ -22,7 +22,7 @@ from theseus.model.layers.rotary import RopeScaling
 from theseus.model.models import one_f_one_b, pipeline
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
 from theseus.model.models.block import Block, counting_child, make_norm
-from theseus.model.models.stacks import LAYERS, REMAT_POLICIES, Position, run_stack, with_remat
+from theseus.model.models.stacks import LAYERS, REMAT_POLICIES, Position, alike, run_stack, with_remat
 from theseus.model.module import Module
 
 
@@ -347,9 +347,9 @@ class TransformerLM(Module):
         if not self.scans_layers:
             return ()
         runs = self.layer_runs
-        if len(runs) == 1:
+        if len(runs) == 1 and alike(runs[0].unit):
             return (LAYERS,)
-        return tuple(LayerRun(run.name, LAYERS, run.first, run.length) for run in runs)
+        return tuple(LayerRun(run.name, LAYERS, run.first, run.length, len(run.unit)) for run in runs)
 
     @property
     def layer_runs(self) -> list[Run]:
@@ -363,7 +363,8 @@ class TransformerLM(Module):
         options = [self._layer_options(layer) for layer in range(self.architecture.n_layers)]
         unit = self._repeated_unit(options)
         if unit is not None:
-            return [Run(LAYERS, 0, len(options), options[0], unit)]
+            shared = options[0] if all(opts == options[0] for opts in options) else {}
+            return [Run(LAYERS, 0, len(options), shared, unit)]
         runs: list[Run] = []
         for layer, opts in enumerate(options):
             if runs and runs[-1].options == opts:
@@ -383,16 +384,23 @@ class TransformerLM(Module):
         types = self.architecture.layer_types
         specs = [(tuple(opts.items()), None if types is None else types[i]) for i, opts in enumerate(options)]
         period = shortest_period(specs)
-        if period is None or (period == 1 and types is None) or any(opts != options[0] for opts in options):
+        if period is None or (period == 1 and types is None):
             return None
         return tuple(Position(specs[i][0], None if types is None else i) for i in range(period))
 
     @property
     def scans_layers(self) -> bool:
-        """``model/scan_layers``, or for ``None`` whether the model has ``SCAN_FROM_LAYERS`` layers or more."""
-        if self.scan_layers is None:
-            return self.architecture.n_layers >= SCAN_FROM_LAYERS
-        return self.scan_layers
+        """``model/scan_layers``, or for ``None`` whether the model has ``SCAN_FROM_LAYERS`` layers or more
+        and its layers form runs that scan (:attr:`layer_runs`)."""
+        if self.scan_layers is not None:
+            return self.scan_layers
+        if self.architecture.n_layers < SCAN_FROM_LAYERS:
+            return False
+        try:
+            self.layer_runs  # noqa: B018 (raises for layers that cannot be scanned)
+        except ConfigError:
+            return False
+        return True
 
     @property
     def scan_period(self) -> int | None:
