@@ -195,11 +195,13 @@ def test_a_checkpoint_loads_into_the_other_layout_of_a_unit(tmp_path: Path, save
         np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
 
 
-def test_greedy_generation_is_the_same_with_a_scanned_unit() -> None:
+@pytest.mark.parametrize("case", list(UNITS))
+def test_greedy_generation_is_the_same_with_a_scanned_unit(case: str) -> None:
+    """The KV caches and Gated DeltaNet states held per position of the unit."""
     from theseus.model.generation.decode import generate_tokens
     from theseus.model.generation.sampling import SamplingParams
 
-    unrolled, scanned = unit_models("llama4")
+    unrolled, scanned = unit_models(case)
     params = random_params(unrolled, seed=3, std=0.2)
     prompts, greedy = [[5, 9, 2, 7], [3, 1]], SamplingParams(temperature=0.0)
     expected = [c.tokens for c in generate_tokens(unrolled, params, prompts, 6, sampling=greedy)]

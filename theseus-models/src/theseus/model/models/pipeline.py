@@ -70,10 +70,10 @@ def check_model(model: Any, stages: int, plan: Pipelining) -> None:
             f"mesh/pipeline={stages} splits a scanned layer stack, but {type(model).__name__}'s layers are "
             "unrolled; set model/scan_layers=true (or mesh/pipeline=1)"
         )
-    if arch.layer_types is not None or len(model.layer_runs) > 1:
+    if arch.layer_types is not None or len(model.layer_runs) > 1 or model.scan_period is not None:
         raise ConfigError(
             f"mesh/pipeline={stages} splits one stack of alike layers, but {type(model).__name__}'s layers differ "
-            "(layer_types or runs of several shapes); set mesh/pipeline=1 for this model"
+            "(layer_types, or layers of several shapes); set mesh/pipeline=1 for this model"
         )
     if MeshAxis.CONTEXT in dict(jax.sharding.get_abstract_mesh().shape):
         raise ConfigError("mesh/pipeline and mesh/context cannot both be above 1 yet; set one of them to 1")

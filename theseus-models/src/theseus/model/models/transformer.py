@@ -137,21 +137,25 @@ class TransformerLM(Module):
     ``Block`` subclass (same call signature, extra children declared in its ``components()``)
     changes every layer while keeping the rest of the model and its configuration.
 
-    **Layer layout.** With ``model/scan_layers`` (default: from ``SCAN_FROM_LAYERS`` = 8 layers on)
-    the layers run under one ``nn.scan``:
-    compile time does not grow with depth and every layer variable (parameters, KV cache, recorded
-    outputs) is stacked under ``blocks`` with a leading ``[n_layers]`` axis; otherwise the layers are
-    unrolled as ``blocks_0``, ``blocks_1``, ... (:attr:`stacked_layers` says which). Layers that differ
-    in shape (:meth:`_layer_options`: DeepSeek-V3's leading dense layers) form consecutive runs of
-    identical layers (:attr:`layer_runs`), each scanned as its own stack: the last under ``blocks``, the
-    others under ``<kind>_blocks`` named by their options (``dense_blocks``: the layers with
-    ``dense=True``), so a model of one run keeps its layout; layer ``i`` of the unrolled model is entry
-    ``i - first`` of the run holding it (:class:`~theseus.checkpoint.layers.LayerRun`). Layers whose
-    ``layer_types`` repeat (Gemma's sliding and full layers) scan one period per step (:attr:`scan_period`):
-    parameters stay stacked per layer, and the KV cache of a sliding layer is a ring buffer of its window
-    there too (the cache is held per position of the period; the ``n_layers % period`` last layers run
-    unrolled; ``model/scan_unroll`` rounds up to whole periods). ``model/remat`` recomputes each layer's
-    activations in the backward pass (:data:`REMAT_POLICIES`).
+    **Layer layout.** With ``model/scan_layers`` (default: from ``SCAN_FROM_LAYERS`` = 8 layers on, when
+    the layers scan) the layers run as a list of runs (:attr:`layer_runs`), each repeating a unit of
+    layer specs (the ``BLOCK`` fields of :meth:`_layer_options` and the ``layer_types`` entry) under one
+    ``nn.scan``, one unit per step (:func:`~theseus.model.models.stacks.run_stack`): compile time does
+    not grow with depth. Alike layers form a unit of one, and every layer variable (parameters, KV cache,
+    recorded outputs) is stacked under ``blocks`` with a leading ``[n_layers]`` axis; otherwise the layers
+    are unrolled as ``blocks_0``, ``blocks_1``, ... (:attr:`stacked_layers` says which). Specs that repeat
+    (Gemma's sliding and full layers, Qwen3-Next's linear and full attention, Llama 4's dense and mixture
+    layers) form one run whose unit is their period (:attr:`scan_period`): each position is a layer of
+    its own with a static index (its window, RoPE base and a KV cache of its window: a ring buffer for a
+    sliding layer), the ``n_layers % period`` last layers run unrolled, and ``model/scan_unroll`` rounds
+    up to whole units. Positions of one shape keep the parameters stacked per layer (``blocks``
+    ``[n_layers]``) and the cache per position; positions that differ in shape keep every variable per
+    position (``blocks/periods/layers_<i>``, ``blocks/rest_<j>``). Specs that do not repeat form runs of
+    consecutive alike layers (DeepSeek-V3's leading dense layers), each its own stack: the last under
+    ``blocks``, the others under ``<kind>_blocks`` named by their options (``dense_blocks``); layer ``i``
+    of the unrolled model is entry ``i - first`` of the run holding it
+    (:class:`~theseus.checkpoint.layers.LayerRun`, which converts every layout to per-layer entries).
+    ``model/remat`` recomputes each layer's activations in the backward pass (:data:`REMAT_POLICIES`).
     """
 
     PRESETS: ClassVar[dict[str, Preset]] = {}
@@ -230,7 +234,7 @@ class TransformerLM(Module):
         "model/scan_layers",
         default=None,
         help="run the layers as one scanned layer: compile time flat in depth, parameters stacked per layer "
-        "(None: from 8 layers on)",
+        "(None: from 8 layers on, when they scan)",
     )
     scan_unroll: int = field(
         "model/scan_unroll",
