@@ -186,17 +186,17 @@ SHAPED_UNITS = {
 def test_units_of_layers_that_differ_in_shape_scan_with_transformers_logits(case: str, tmp_path: Path) -> None:
     """Scanned one unit per step, each position a layer of its own: the unrolled import's logits and
     transformers'."""
-    from theseus.checkpoint.layers import LayerRun
+    from theseus.checkpoint.layers import LayerRun, per_layer
 
     family, overrides, tolerance = SHAPED_UNITS[case]
     model = save_model(tmp_path, family, **overrides)
     ids = np.random.default_rng(1).integers(0, VOCAB, (2, 12))
     mask = np.ones_like(ids, dtype=bool)
     mask[0, :4] = False
-    logits = {}
+    logits, imported = {}, {}
     for scan in (False, True):
         prepared = prepare(tmp_path, {"model/scan_layers": scan})
-        params = read_params(prepared)
+        imported[scan] = params = read_params(prepared)
         out, _ = prepared.model.apply(
             {"params": params}, jnp.asarray(ids), padding_mask=jnp.asarray(mask), deterministic=True
         )
@@ -205,6 +205,10 @@ def test_units_of_layers_that_differ_in_shape_scan_with_transformers_logits(case
     assert prepared.model.scans_layers and prepared.model.scan_period == 2
     assert prepared.model.stacked_layers == (LayerRun("blocks", "blocks", 0, n_layers, 2),)
     assert sorted(params["blocks"]) == ["periods", *(["rest_0"] if n_layers % 2 else [])]
+    view = per_layer(jax.tree.map(np.asarray, params), prepared.model.stacked_layers)  # as the export reads it
+    assert jax.tree.structure(view) == jax.tree.structure(imported[False])
+    for a, b in zip(jax.tree.leaves(view), jax.tree.leaves(imported[False]), strict=True):
+        np.testing.assert_array_equal(a, np.asarray(b))
     assert np.max(np.abs(logits[True] - logits[False])[mask]) <= 1e-4
     assert np.max(np.abs(logits[True] - hf_logits(model, ids, mask))[mask]) <= tolerance
 

@@ -42,7 +42,7 @@ from jax.sharding import PartitionSpec
 from theseus.base.axis import MeshAxis, Pipelining, pipelining_of
 from theseus.base.sown import AUX_COLLECTIONS
 from theseus.errors import ConfigError
-from theseus.model.models.stacks import LAYERS, layer_stack
+from theseus.model.models.stacks import LAYERS, run_stack
 
 Tree = Any
 
@@ -231,7 +231,8 @@ def stage_of(model: Any, stages: int, plan: Pipelining, deterministic: bool) -> 
     ``plan``: ``stage_fn(piece_params, h, (mask, positions), key)`` runs one piece on one micro-batch."""
     per_piece = model.architecture.n_layers // (stages * plan.pieces)
     stack = getattr(model, LAYERS)
-    piece = layer_stack(model.BLOCK, per_piece, model.remat_policy, min(model.scan_unroll, per_piece))(
+    unit = model.layer_runs[0].unit  # one layer, every one alike (check_model)
+    piece = run_stack(model.BLOCK, unit, per_piece, model.remat_policy, min(model.scan_unroll, per_piece))(
         **_fields(stack),
         parent=None,  # unbound: applied to each piece's parameters
     )
