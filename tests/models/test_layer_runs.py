@@ -139,10 +139,11 @@ def test_runs_that_cannot_be_told_apart_refuse_to_scan() -> None:
 UNITS: dict[str, tuple[type[TransformerLM], int]] = {"qwen3-next": (Qwen3Next, 10), "llama4": (Llama4, 8)}
 
 
-def unit_models(case: str) -> tuple[TransformerLM, TransformerLM]:
+def unit_models(case: str, **scanned: Any) -> tuple[TransformerLM, TransformerLM]:
+    """The same model of ``case``, unrolled and scanned (with the keys ``scanned``)."""
     cls, n_layers = UNITS[case]
-    unrolled, scanned = (build(cls, model__scan_layers=scan, architecture__n_layers=n_layers) for scan in (False, True))
-    return unrolled, scanned
+    unrolled = build(cls, model__scan_layers=False, architecture__n_layers=n_layers)
+    return unrolled, build(cls, model__scan_layers=True, architecture__n_layers=n_layers, **scanned)
 
 
 @pytest.mark.parametrize("case", list(UNITS))
@@ -167,9 +168,15 @@ def test_a_unit_of_layers_that_differ_in_shape_is_held_per_position(case: str) -
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("case", list(UNITS))
-def test_a_scanned_unit_of_layers_that_differ_in_shape_gives_the_same_logits_and_gradients(case: str) -> None:
-    unrolled, scanned = unit_models(case)
+@pytest.mark.parametrize(
+    ("case", "remat", "unroll"),
+    [("qwen3-next", "none", 1), ("llama4", "none", 1), ("qwen3-next", "none", 5), ("llama4", "full", 5)],
+)
+def test_a_scanned_unit_of_layers_that_differ_in_shape_gives_the_same_logits_and_gradients(
+    case: str, remat: str, unroll: int
+) -> None:
+    """Also two units per loop iteration, and recomputed in the backward pass."""
+    unrolled, scanned = unit_models(case, model__remat=remat, model__scan_unroll=unroll)
     params = random_params(unrolled, std=0.1)
     x, y, mask = batch()
     logits_a, loss_a, grads_a = logits_loss_grads(unrolled, params, x, y, mask)
