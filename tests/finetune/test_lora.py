@@ -54,6 +54,8 @@ PEFT_CASES = {
     "gpt_oss-scanned": ("gpt_oss", True, ["query", "key", "value", "out"], 4),  # sinks; experts not adapted
     # chunked RoPE and NoPE layers, dense and mixture layers interleaved (unrolled); experts not adapted
     "llama4_text": ("llama4_text", False, ["query", "key", "value", "out"], 4),
+    # the same, scanned: a unit of a dense and a mixture layer per scan step, each position held apart
+    "llama4_text-scanned": ("llama4_text", True, ["query", "key", "value", "out"], 4),
     # full-attention layers (q_proj: each head's query, then its output gate) and linear-attention layers
     # (LINEAR_RANKS); experts not adapted
     "qwen3_next": ("qwen3_next", False, ["query", "key", "value", "out"], 4),

@@ -167,6 +167,52 @@ def test_llama4_every_layer_a_mixture_scans_with_transformers_logits(tmp_path: P
     assert np.max(np.abs(np.asarray(logits) - hf_logits(model, ids, mask))[mask]) <= 1e-4
 
 
+#: Units whose positions differ in shape: Llama 4's dense and mixture layers interleaved (a unit of two),
+#: and Qwen3-Next's Gated DeltaNet and full-attention layers, every layer a mixture (a unit of two, then
+#: a linear-attention layer left over); with the largest difference from transformers' logits allowed
+#: (that Qwen3-Next's unrolled import differs by 4.9e-4 too: its zero-centred norms amplify rounding).
+SHAPED_UNITS = {
+    "llama4": ("llama4_text", {}, 1e-4),
+    "qwen3-next": (
+        "qwen3_next",
+        {"num_hidden_layers": 5, "layer_types": ["linear_attention", "full_attention"] * 2 + ["linear_attention"]}
+        | {"mlp_only_layers": []},
+        1e-3,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SHAPED_UNITS))
+def test_units_of_layers_that_differ_in_shape_scan_with_transformers_logits(case: str, tmp_path: Path) -> None:
+    """Scanned one unit per step, each position a layer of its own: the unrolled import's logits and
+    transformers'."""
+    from theseus.checkpoint.layers import LayerRun, per_layer
+
+    family, overrides, tolerance = SHAPED_UNITS[case]
+    model = save_model(tmp_path, family, **overrides)
+    ids = np.random.default_rng(1).integers(0, VOCAB, (2, 12))
+    mask = np.ones_like(ids, dtype=bool)
+    mask[0, :4] = False
+    logits, imported = {}, {}
+    for scan in (False, True):
+        prepared = prepare(tmp_path, {"model/scan_layers": scan})
+        imported[scan] = params = read_params(prepared)
+        out, _ = prepared.model.apply(
+            {"params": params}, jnp.asarray(ids), padding_mask=jnp.asarray(mask), deterministic=True
+        )
+        logits[scan] = np.asarray(out)
+    n_layers = prepared.model.architecture.n_layers
+    assert prepared.model.scans_layers and prepared.model.scan_period == 2
+    assert prepared.model.stacked_layers == (LayerRun("blocks", "blocks", 0, n_layers, 2),)
+    assert sorted(params["blocks"]) == ["periods", *(["rest_0"] if n_layers % 2 else [])]
+    view = per_layer(jax.tree.map(np.asarray, params), prepared.model.stacked_layers)  # as the export reads it
+    assert jax.tree.structure(view) == jax.tree.structure(imported[False])
+    for a, b in zip(jax.tree.leaves(view), jax.tree.leaves(imported[False]), strict=True):
+        np.testing.assert_array_equal(a, np.asarray(b))
+    assert np.max(np.abs(logits[True] - logits[False])[mask]) <= 1e-4
+    assert np.max(np.abs(logits[True] - hf_logits(model, ids, mask))[mask]) <= tolerance
+
+
 def test_long_sequence_blocked_attention(tmp_path: Path) -> None:
     model = save_model(tmp_path, "llama", head_dim=16, rope_parameters=LLAMA3)
     ids = np.random.default_rng(3).integers(0, VOCAB, (1, 264))

@@ -21,6 +21,8 @@ from theseus.checkpoint import CheckpointStore
 from theseus.checkpoint.layers import LayerRun, layout_changes, per_layer, stacked
 from theseus.errors import ConfigError
 from theseus.model.models import DeepseekV3, TransformerLM
+from theseus.model.models.llama4 import Llama4
+from theseus.model.models.qwen3_next import Qwen3Next
 
 #: Two dense layers, then two mixture layers.
 RUNS = {"architecture__n_layers": 4, "architecture__moe__first_k_dense": 2}
@@ -111,12 +113,104 @@ def test_layout_changes_find_the_runs_and_their_sizes() -> None:
 
 
 def test_runs_that_cannot_be_told_apart_refuse_to_scan() -> None:
-    """Dense and mixture layers that alternate would need two stacks of one name."""
+    """Dense and mixture layers that neither repeat nor form runs of distinct names would need two stacks
+    of one name; alternating ones repeat a unit of two and scan."""
+
+    class Scattered(DeepseekV3):
+        def _layer_options(self, layer: int) -> dict[str, Any]:
+            return {"dense": layer in (0, 3)}
 
     class Alternating(DeepseekV3):
         def _layer_options(self, layer: int) -> dict[str, Any]:
             return {"dense": layer % 2 == 0}
 
     with pytest.raises(ConfigError, match="set model/scan_layers=false"):
-        _ = build(Alternating, model__scan_layers=True, **RUNS).stacked_layers
-    assert build(Alternating, model__scan_layers=False, **RUNS).stacked_layers == ()
+        _ = build(Scattered, model__scan_layers=True, **RUNS).stacked_layers
+    assert build(Scattered, model__scan_layers=False, **RUNS).stacked_layers == ()
+    assert not build(Scattered, **{**RUNS, "architecture__n_layers": 8}).scans_layers  # the default unrolls it
+    assert build(Alternating, model__scan_layers=True, **RUNS).stacked_layers == (
+        LayerRun("blocks", "blocks", 0, 4, 2),
+    )
+
+
+#: Units whose positions differ in shape: Qwen3-Next's three Gated DeltaNet layers and one full-attention
+#: layer (10 layers: two whole units, then two linear-attention layers left over), and Llama 4's dense
+#: and mixture layers interleaved under its chunked RoPE and NoPE layers (a unit of four).
+UNITS: dict[str, tuple[type[TransformerLM], int]] = {"qwen3-next": (Qwen3Next, 10), "llama4": (Llama4, 8)}
+
+
+def unit_models(case: str, **scanned: Any) -> tuple[TransformerLM, TransformerLM]:
+    """The same model of ``case``, unrolled and scanned (with the keys ``scanned``)."""
+    cls, n_layers = UNITS[case]
+    unrolled = build(cls, model__scan_layers=False, architecture__n_layers=n_layers)
+    return unrolled, build(cls, model__scan_layers=True, architecture__n_layers=n_layers, **scanned)
+
+
+@pytest.mark.parametrize("case", list(UNITS))
+def test_a_unit_of_layers_that_differ_in_shape_is_held_per_position(case: str) -> None:
+    unrolled, scanned = unit_models(case)
+    n_layers = unrolled.architecture.n_layers
+    assert scanned.scan_period == 4 and scanned.stacked_layers == (LayerRun("blocks", "blocks", 0, n_layers, 4),)
+    assert build(UNITS[case][0], architecture__n_layers=n_layers).scans_layers  # scanned by default
+    shapes = jax.eval_shape(lambda: scanned.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])
+    blocks = shapes["blocks"]
+    assert sorted(blocks) == ["periods", *(f"rest_{j}" for j in range(n_layers % 4))]
+    for i in range(4):
+        boxes = jax.tree.leaves(blocks["periods"][f"layers_{i}"], is_leaf=lambda x: isinstance(x, nn.Partitioned))
+        assert {box.names[0] for box in boxes} == {Axis.LAYERS} and {box.value.shape[0] for box in boxes} == {2}
+    params = random_params(unrolled)
+    runs = stacked(params, scanned.stacked_layers)
+    assert jax.tree.structure(runs) == jax.tree.structure(nn.unbox(shapes))
+    assert jax.tree.map(np.shape, runs) == jax.tree.map(np.shape, nn.unbox(shapes))
+    back = per_layer(runs, ("blocks",))  # the unit read from the names alone
+    assert jax.tree.structure(back) == jax.tree.structure(params)
+    for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize(
+    ("case", "remat", "unroll"),
+    [("qwen3-next", "none", 1), ("llama4", "none", 1), ("qwen3-next", "none", 5), ("llama4", "full", 5)],
+)
+def test_a_scanned_unit_of_layers_that_differ_in_shape_gives_the_same_logits_and_gradients(
+    case: str, remat: str, unroll: int
+) -> None:
+    """Also two units per loop iteration, and recomputed in the backward pass."""
+    unrolled, scanned = unit_models(case, model__remat=remat, model__scan_unroll=unroll)
+    params = random_params(unrolled, std=0.1)
+    x, y, mask = batch()
+    logits_a, loss_a, grads_a = logits_loss_grads(unrolled, params, x, y, mask)
+    logits_b, loss_b, grads_b = logits_loss_grads(scanned, stacked(params, scanned.stacked_layers), x, y, mask)
+    np.testing.assert_allclose(np.asarray(logits_a), np.asarray(logits_b), atol=1e-5, rtol=0)
+    assert abs(float(loss_a) - float(loss_b)) <= 1e-5
+    for a, b in zip(jax.tree.leaves(stacked(grads_a, scanned.stacked_layers)), jax.tree.leaves(grads_b), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("saved_scanned", [False, True], ids=["per-layer-to-unit", "unit-to-per-layer"])
+def test_a_checkpoint_loads_into_the_other_layout_of_a_unit(tmp_path: Path, saved_scanned: bool) -> None:
+    unrolled, scanned = unit_models("qwen3-next")
+    per_layer_state = _train_state(unrolled, random_params(unrolled, seed=5))
+    unit_state = jax.tree.map(jnp.asarray, stacked(per_layer_state, scanned.stacked_layers))
+    saved, wanted = (unit_state, per_layer_state) if saved_scanned else (per_layer_state, unit_state)
+    store = CheckpointStore(tmp_path, keep=1, async_save=False)
+    store.save(1, saved, {"step": 1})
+    restored, _ = store.restore(1, _abstract(wanted))
+    store.close()
+    assert jax.tree.structure(restored) == jax.tree.structure(wanted)
+    for got, expected in zip(jax.tree.leaves(restored), jax.tree.leaves(wanted), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+
+
+@pytest.mark.parametrize("case", list(UNITS))
+def test_greedy_generation_is_the_same_with_a_scanned_unit(case: str) -> None:
+    """The KV caches and Gated DeltaNet states held per position of the unit."""
+    from theseus.model.generation.decode import generate_tokens
+    from theseus.model.generation.sampling import SamplingParams
+
+    unrolled, scanned = unit_models(case)
+    params = random_params(unrolled, seed=3, std=0.2)
+    prompts, greedy = [[5, 9, 2, 7], [3, 1]], SamplingParams(temperature=0.0)
+    expected = [c.tokens for c in generate_tokens(unrolled, params, prompts, 6, sampling=greedy)]
+    got = generate_tokens(scanned, stacked(params, scanned.stacked_layers), prompts, 6, sampling=greedy)
+    assert [c.tokens for c in got] == expected

@@ -640,14 +640,24 @@ def test_the_llama4_scout_preset_has_the_published_shape_and_count() -> None:
     assert total - inactive == 17_172_894_720
 
 
-def test_llama4_interleaved_dense_and_mixture_layers_refuse_a_scan_in_one_line() -> None:
+def test_llama4_interleaved_dense_and_mixture_layers_scan_one_unit_per_step() -> None:
+    """Dense and mixture layers under three chunked RoPE layers and a NoPE one: eight layers repeat a unit
+    of four, one per scan step, each position held apart; four layers do not repeat and refuse a scan in
+    one line."""
+    from theseus.checkpoint.layers import LayerRun
     from theseus.model.models.llama4 import Llama4
 
+    with configuration({"architecture/preset": "tiny", "architecture/n_layers": 8}):
+        model = configure(Llama4)
+        assert model.architecture.mixture_layers == (1, 3, 5, 7)  # type: ignore[attr-defined]
+        assert model.scans_layers and model.scan_period == 4  # scanned by default from 8 layers on
+        assert model.stacked_layers == (LayerRun("blocks", "blocks", 0, 8, 4),)
     with configuration({"architecture/preset": "tiny", "model/scan_layers": True}):
         model = configure(Llama4)
         assert model.architecture.mixture_layers == (1, 3)  # type: ignore[attr-defined]
-        with pytest.raises(ConfigError, match=r"^Llama 4's dense and mixture layers \(mixtures at \[1, 3\]\)"):
-            _ = model.scans_layers
+        with pytest.raises(ConfigError, match="set model/scan_layers=false") as info:
+            _ = model.stacked_layers
+        assert "\n" not in str(info.value)
 
 
 def test_the_qwen3_next_preset_has_the_published_shape_and_count() -> None:
@@ -692,10 +702,23 @@ def test_the_qwen3_next_preset_has_the_published_shape_and_count() -> None:
     assert total - inactive == 3_874_929_408
 
 
-def test_qwen3_next_refuses_a_scan_in_one_line() -> None:
+def test_qwen3_next_scans_its_layers_as_runs_or_units() -> None:
+    """Three linear-attention layers then a full one scan as two runs; eight layers repeat a unit of four,
+    one per scan step; leading dense layers that break the period refuse a scan in one line."""
+    from theseus.checkpoint.layers import LayerRun
     from theseus.model.models.qwen3_next import Qwen3Next
 
     with configuration({"architecture/preset": "tiny", "model/scan_layers": True}):
         model = configure(Qwen3Next)
-        with pytest.raises(ConfigError, match=r"^Qwen3-Next's linear-attention and full-attention layers"):
-            _ = model.scans_layers
+        assert model.stacked_layers == (LayerRun("linear_blocks", "blocks", 0, 3), LayerRun("blocks", "blocks", 3, 1))
+    with configuration({"architecture/preset": "tiny", "architecture/n_layers": 8}):
+        model = configure(Qwen3Next)
+        assert model.scans_layers and model.scan_period == 4  # scanned by default from 8 layers on
+        assert model.stacked_layers == (LayerRun("blocks", "blocks", 0, 8, 4),)
+    values = {"architecture/preset": "tiny", "architecture/n_layers": 8, "architecture/moe/first_k_dense": 2}
+    with configuration(values):
+        assert not configure(Qwen3Next).scans_layers
+    with configuration({**values, "model/scan_layers": True}):
+        with pytest.raises(ConfigError, match="set model/scan_layers=false") as info:
+            _ = configure(Qwen3Next).stacked_layers
+        assert "\n" not in str(info.value)

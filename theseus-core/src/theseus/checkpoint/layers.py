@@ -15,6 +15,11 @@ leading runs as ``<kind>_<name>`` (``dense_blocks``) in name order, then the mai
 (``blocks``). A :class:`LayerRun` says which per-layer entries one of them holds (``dense_blocks``
 [3] = ``blocks_0`` ... ``blocks_2``, ``blocks`` [58] = ``blocks_3`` ... ``blocks_60``);
 :func:`layout_changes` finds the runs of a tree by that naming rule and their sizes from the shapes.
+
+**Units.** A run that repeats a unit of ``period`` layers of different shapes (Qwen3-Next's three
+linear-attention layers and one full-attention layer) holds each position of the unit stacked apart:
+``<name>/periods/layers_<i>`` ``[n_units, ...]`` holds layers ``i``, ``i + period``, ... of the run, and
+``<name>/rest_<j>`` the layer ``n_units * period + j`` left over after the last whole unit.
 """
 
 from __future__ import annotations
@@ -37,12 +42,14 @@ _INDEXED = re.compile(r"^(?P<name>.+)_(?P<index>\d+)$")
 @dataclass(frozen=True)
 class LayerRun:
     """Stacked entry ``name`` holds the per-layer entries ``<layers>_<first>`` ...
-    ``<layers>_<first + count - 1>`` (``count`` None: every ``<layers>_<i>`` from 0)."""
+    ``<layers>_<first + count - 1>`` (``count`` None: every ``<layers>_<i>`` from 0), one stack of them
+    all, or per position of a unit of ``period`` layers (module docstring, **Units**)."""
 
     name: str
     layers: str
     first: int = 0
     count: int | None = None
+    period: int = 1
 
 
 #: What a model's ``stacked_layers`` lists: a stacked entry holding every layer of its name, or a run.
@@ -72,10 +79,11 @@ class LayoutChange:
     layers: str | None = None
     first: int = 0
     count: int | None = None
+    period: int = 1
 
     @property
     def run(self) -> LayerRun:
-        return LayerRun(self.name, self.layers or self.name, self.first, self.count)
+        return LayerRun(self.name, self.layers or self.name, self.first, self.count, self.period)
 
 
 def _rebuild(node: Any, children: list[Any]) -> Any:
@@ -104,21 +112,37 @@ def _layer_count(subtree: Any, name: str) -> int:
     return counts.pop()
 
 
+def _is_array(x: Any) -> bool:
+    return hasattr(x, "shape")
+
+
+def _take(tree: Any, take: Callable[[Any, int], Any], index: int) -> Any:
+    return jax.tree_util.tree_map(lambda leaf: take(leaf, index), tree, is_leaf=_is_array)
+
+
+def _layers_of(stacked: Any, run: LayerRun, take: Callable[[Any, int], Any]) -> dict[int, Any]:
+    """The layers (by index within the run) that the stacked entry ``stacked`` of ``run`` holds (a unit's
+    positions found by their names when ``run`` does not give its period)."""
+    units: Any = stacked.get("periods") if isinstance(stacked, Mapping) else None
+    if run.period == 1 and not (isinstance(units, Mapping) and all(k.startswith("layers_") for k in units)):
+        return {i: _take(stacked, take, i) for i in range(_layer_count(stacked, run.name))}
+    period, count = len(units), _layer_count(units, run.name)
+    layers = {j * period + i: _take(units[f"layers_{i}"], take, j) for i in range(period) for j in range(count)}
+    rest = sorted(int(m["index"]) for key in stacked if (m := _INDEXED.match(key)) and m["name"] == "rest")
+    return {**layers, **{count * period + j: stacked[f"rest_{j}"] for j in rest}}
+
+
 def _split(mapping: Mapping[str, Any], run: LayerRun, take: Callable[[Any, int], Any]) -> dict[str, Any]:
     name = run.name
     if name not in mapping:
         return dict(mapping)
-    stacked = mapping[name]
-    count = _layer_count(stacked, name)
     out: dict[str, Any] = {}
     for key, value in mapping.items():
         if key != name:
             out[key] = value
             continue
-        for index in range(count):
-            out[f"{run.layers}_{run.first + index}"] = jax.tree_util.tree_map(
-                lambda leaf, i=index: take(leaf, i), stacked, is_leaf=lambda x: hasattr(x, "shape")
-            )
+        layers = _layers_of(value, run, take)
+        out |= {f"{run.layers}_{run.first + index}": layers[index] for index in sorted(layers)}
     return out
 
 
@@ -136,13 +160,25 @@ def _run_indices(mapping: Mapping[str, Any], run: LayerRun) -> list[int]:
     return held
 
 
+def _stacked_layers(layers: list[Any], run: LayerRun, stack: Callable[[list[Any]], Any]) -> Any:
+    """The stacked entry of ``run`` holding ``layers`` (in order): the reverse of :func:`_layers_of`."""
+
+    def joined(trees: list[Any]) -> Any:
+        return jax.tree_util.tree_map(lambda *leaves: stack(list(leaves)), *trees, is_leaf=_is_array)
+
+    if run.period == 1:
+        return joined(layers)
+    count = len(layers) // run.period
+    units = {f"layers_{i}": joined(layers[i : count * run.period : run.period]) for i in range(run.period)}
+    return {"periods": units, **{f"rest_{j}": layer for j, layer in enumerate(layers[count * run.period :])}}
+
+
 def _join(mapping: Mapping[str, Any], run: LayerRun, stack: Callable[[list[Any]], Any]) -> dict[str, Any]:
     indices = _run_indices(mapping, run)
     if not indices:
         return dict(mapping)
     names = [f"{run.layers}_{i}" for i in indices]
-    layers = [mapping[name] for name in names]
-    joined = jax.tree_util.tree_map(lambda *leaves: stack(list(leaves)), *layers, is_leaf=lambda x: hasattr(x, "shape"))
+    joined = _stacked_layers([mapping[name] for name in names], run, stack)
     out: dict[str, Any] = {}
     for key, value in mapping.items():
         if key == names[0]:
@@ -150,6 +186,21 @@ def _join(mapping: Mapping[str, Any], run: LayerRun, stack: Callable[[list[Any]]
         elif key not in names:
             out[key] = value
     return out
+
+
+def layer_slots(run: LayerRun, path: tuple[str, ...], count: int) -> list[tuple[str, tuple[str, ...], int | None]]:
+    """Where the leaf at ``path`` below ``run``'s entry (leading axis ``count``) holds each of its layers:
+    ``(per-layer entry, path below it, index on the leaf's leading axis)``; index None: the leaf is that
+    one layer's (a unit's leftover layer ``rest_<j>``)."""
+    if run.period == 1:
+        return [(f"{run.layers}_{run.first + j}", path, j) for j in range(count)]
+    if path[0] == "periods":
+        position = int(path[1].removeprefix("layers_"))
+        return [(f"{run.layers}_{run.first + j * run.period + position}", path[2:], j) for j in range(count)]
+    if run.count is None:
+        raise ValueError(f"the leftover layers of run {run.name!r} need its layer count")
+    whole = run.count - run.count % run.period
+    return [(f"{run.layers}_{run.first + whole + int(path[0].removeprefix('rest_'))}", path[1:], None)]
 
 
 # -- leaf operations ---------------------------------------------------------------------------------
@@ -202,7 +253,7 @@ def _stack_abstract(leaves: list[Any]) -> Any:
 # -- public API --------------------------------------------------------------------------------------
 def _change(entry: StackEntry, stacked_to_per_layer: bool) -> LayoutChange:
     run = as_run(entry)
-    return LayoutChange(run.name, stacked_to_per_layer, run.layers, run.first, run.count)
+    return LayoutChange(run.name, stacked_to_per_layer, run.layers, run.first, run.count, run.period)
 
 
 def per_layer(tree: Any, names: Iterable[StackEntry]) -> Any:
@@ -268,6 +319,23 @@ def _leading_sizes(paths: Iterable[str], shapes: Mapping[str, Any] | None) -> di
     return sizes
 
 
+def _unit_period(paths: Iterable[str], name: str) -> int:
+    """How many positions the stacked entry ``name`` holds apart (``name/periods/layers_<i>``), else 1."""
+    positions = {
+        parts[at + 2]
+        for parts in (path.split("/") for path in paths)
+        for at in range(len(parts) - 2)
+        if parts[at] == name and parts[at + 1] == "periods" and parts[at + 2].startswith("layers_")
+    }
+    return max(1, len(positions))
+
+
+def _with_units(changes: list[LayoutChange], paths: Iterable[str]) -> list[LayoutChange]:
+    """``changes`` told the unit period of each stacked entry that the tree of ``paths`` holds per position."""
+    paths = list(paths)
+    return [dataclasses.replace(change, period=_unit_period(paths, change.name)) for change in changes]
+
+
 def layout_changes(saved_paths: Iterable[str] | Mapping[str, Any], wanted: Any) -> list[LayoutChange]:
     """How ``wanted`` must be rewritten to match a saved tree whose leaf paths (``"a/b/c"``) are
     ``saved_paths`` (a mapping to their shapes: needed for a save that holds several runs stacked):
@@ -279,10 +347,13 @@ def layout_changes(saved_paths: Iterable[str] | Mapping[str, Any], wanted: Any) 
     for layers in sorted(candidates):
         if f"{layers}_0" in saved and (stacks := [k for k in _runs_of(layers, keys) if k not in saved]):
             wanted_shapes = param_shapes(wanted)
-            changes += _run_changes(layers, stacks, _leading_sizes(wanted_shapes, wanted_shapes), True)
+            found = _run_changes(layers, stacks, _leading_sizes(wanted_shapes, wanted_shapes), True)
+            changes += _with_units(found, wanted_shapes)
         elif f"{layers}_0" in keys - saved and (stacks := [k for k in _runs_of(layers, saved) if k not in keys]):
             shapes = saved_paths if isinstance(saved_paths, Mapping) else None
-            changes += _run_changes(layers, stacks, _leading_sizes(saved_paths, shapes), False)
+            changes += _with_units(
+                _run_changes(layers, stacks, _leading_sizes(saved_paths, shapes), False), saved_paths
+            )
     return changes
 
 
@@ -322,6 +393,7 @@ __all__ = [
     "as_run",
     "convert_restored",
     "layer_names",
+    "layer_slots",
     "layout_changes",
     "per_layer",
     "reversed_changes",

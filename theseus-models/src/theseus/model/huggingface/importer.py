@@ -97,28 +97,29 @@ def read_params(
     ``wanted`` (shapes by path; default: every parameter of the model) names the parameters to read:
     a model with LoRA adapters asks for its base alone, since a checkpoint holds no adapters.
     Hugging Face names every layer's tensors apart; for a model that scans over its layers the
-    layers of one parameter (of one run: global layer ``first + j`` is entry ``j`` of its run's stack)
-    are gathered in a host buffer and placed once the last one is read,
-    so at most the model's size is held on the host besides what is already placed.
+    layers of one parameter (of one run: global layer ``first + j`` is entry ``j`` of its run's stack, or
+    of one position of its unit: :func:`~theseus.checkpoint.layers.layer_slots`) are gathered in a host
+    buffer and placed once the last one is read, so at most the model's size is held on the host
+    besides what is already placed.
     """
     import jax
 
-    from theseus.checkpoint.layers import as_run
+    from theseus.checkpoint.layers import as_run, layer_slots
 
     wanted = abstract_params(prepared.model) if wanted is None else wanted
     runs = {run.name: run for run in map(as_run, prepared.model.stacked_layers)}
-    # per-layer entry (``blocks_<i>``) -> (the stacked entry holding it, its index there)
-    stacked_at: dict[str, tuple[str, int]] = {}
+    # per-layer path (``blocks_<i>/...``) -> (the stacked path holding it, its index there or None: all of it)
+    stacked_at: dict[ParamPath, tuple[ParamPath, int | None]] = {}
     per_layer: dict[ParamPath, Any] = {}
     for path, leaf in wanted.items():
         run = runs.get(path[0])
         if run is None:
             per_layer[path] = leaf
             continue
-        for index in range(leaf.shape[0]):
-            entry = f"{run.layers}_{run.first + index}"
-            stacked_at[entry] = (run.name, index)
-            per_layer[(entry, *path[1:])] = jax.ShapeDtypeStruct(leaf.shape[1:], leaf.dtype)
+        for entry, below, index in layer_slots(run, path[1:], leaf.shape[0] if leaf.shape else 0):
+            stacked_at[(entry, *below)] = (path, index)
+            shape = leaf.shape if index is None else leaf.shape[1:]
+            per_layer[(entry, *below)] = jax.ShapeDtypeStruct(shape, leaf.dtype)
     mapped = {path for m in prepared.maps for path in m.paths}
     if mapped != set(per_layer):
         missing = sorted(set(per_layer) - mapped) or sorted(mapped - set(per_layer))
@@ -135,10 +136,12 @@ def read_params(
         target = per_layer[path]
         if tuple(values.shape) != tuple(target.shape):
             raise ConfigError(f"parameter {'/'.join(path)!r}: converted shape {values.shape} != {target.shape}")
-        if path[0] not in stacked_at:
+        if path not in stacked_at:
             return put(path, values)
-        name, index = stacked_at[path[0]]
-        key = (name, *path[1:])
+        key, index = stacked_at[path]
+        if index is None:
+            placed[key] = put(key, values)
+            return None
         buffer, filled = buffers.setdefault(key, (np.empty(wanted[key].shape, wanted[key].dtype), set()))
         buffer[index] = values
         filled.add(index)
@@ -147,7 +150,7 @@ def read_params(
         return None
 
     tree = load_params(prepared.checkpoint, prepared.maps, place)
-    for entry in [k for k in tree if k in stacked_at]:
+    for entry in {path[0] for path in stacked_at} & set(tree):
         del tree[entry]  # the per-layer placeholders of stacked parameters
     for stacked_path, value in placed.items():
         node = tree

@@ -320,9 +320,9 @@ class Llama4(MixtureLM, Llama):
 
     ``architecture.layer_types`` holds ``chunked_attention`` for the RoPE layers and ``full_attention``
     for the NoPE ones; the architecture is a :class:`Llama4Architecture` whose ``mixture_layers`` the
-    FLOP and active-parameter counts read. Dense and mixture
-    layers differ in shape, so a model with both runs unrolled (``model/scan_layers=true`` is refused);
-    an all-mixture model (Scout) scans, one period of the RoPE/NoPE pattern per step.
+    FLOP and active-parameter counts read. A scanned model runs one
+    period of the RoPE/NoPE pattern and of the dense/mixture interleave per scan step, each position a
+    layer of its own (dense and mixture layers differ in shape).
 
     Presets (``architecture/preset``): ``tiny`` (4 layers, mixtures at 1 and 3) and ``llama4-scout``
     (the published text model: 107.8B parameters, 17.2B active, at ``architecture/vocab_size=202048``;
@@ -404,18 +404,6 @@ class Llama4(MixtureLM, Llama):
             )
         values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(arch)}
         return Llama4Architecture(**values, mixture_layers=self.mixture_layers()).validate()
-
-    @property
-    def scans_layers(self) -> bool:
-        arch = self.architecture
-        if isinstance(arch, Llama4Architecture) and arch.dense_layers:
-            if self.scan_layers:
-                raise ConfigError(
-                    f"Llama 4's dense and mixture layers (mixtures at {list(arch.mixture_layers)}) differ in "
-                    "shape, so one scanned layer cannot repeat them; set model/scan_layers=false"
-                )
-            return False
-        return super().scans_layers
 
     def _layer_options(self, layer: int) -> dict[str, Any]:
         return {"dense": layer not in self.mixture_layers()}

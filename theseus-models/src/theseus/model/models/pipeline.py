@@ -42,7 +42,7 @@ from jax.sharding import PartitionSpec
 from theseus.base.axis import MeshAxis, Pipelining, pipelining_of
 from theseus.base.sown import AUX_COLLECTIONS
 from theseus.errors import ConfigError
-from theseus.model.models.stacks import LAYERS, layer_stack
+from theseus.model.models.stacks import LAYERS, run_stack
 
 Tree = Any
 
@@ -70,10 +70,10 @@ def check_model(model: Any, stages: int, plan: Pipelining) -> None:
             f"mesh/pipeline={stages} splits a scanned layer stack, but {type(model).__name__}'s layers are "
             "unrolled; set model/scan_layers=true (or mesh/pipeline=1)"
         )
-    if arch.layer_types is not None or len(model.layer_runs) > 1:
+    if arch.layer_types is not None or len(model.layer_runs) > 1 or model.scan_period is not None:
         raise ConfigError(
             f"mesh/pipeline={stages} splits one stack of alike layers, but {type(model).__name__}'s layers differ "
-            "(layer_types or runs of several shapes); set mesh/pipeline=1 for this model"
+            "(layer_types, or layers of several shapes); set mesh/pipeline=1 for this model"
         )
     if MeshAxis.CONTEXT in dict(jax.sharding.get_abstract_mesh().shape):
         raise ConfigError("mesh/pipeline and mesh/context cannot both be above 1 yet; set one of them to 1")
@@ -231,7 +231,8 @@ def stage_of(model: Any, stages: int, plan: Pipelining, deterministic: bool) -> 
     ``plan``: ``stage_fn(piece_params, h, (mask, positions), key)`` runs one piece on one micro-batch."""
     per_piece = model.architecture.n_layers // (stages * plan.pieces)
     stack = getattr(model, LAYERS)
-    piece = layer_stack(model.BLOCK, per_piece, model.remat_policy, min(model.scan_unroll, per_piece))(
+    unit = model.layer_runs[0].unit  # one layer, every one alike (check_model)
+    piece = run_stack(model.BLOCK, unit, per_piece, model.remat_policy, min(model.scan_unroll, per_piece))(
         **_fields(stack),
         parent=None,  # unbound: applied to each piece's parameters
     )

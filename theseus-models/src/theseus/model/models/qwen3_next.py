@@ -241,10 +241,11 @@ class Qwen3Next(MixtureLM, Qwen3):
     mixtures with ``norm_topk_prob`` and a gated shared expert of ``architecture/moe/shared_expert_hidden``
     (:class:`Qwen3NextMoE`); ``architecture/moe/first_k_dense`` leading layers are dense. The head is untied.
 
-    The two kinds of layer have different parameters, so the model runs unrolled (``model/scan_layers=
-    true`` is refused in one line). Presets: ``tiny`` and ``qwen3-next-80b-a3b`` (79.7B parameters, 3.9B
-    active, at ``architecture/vocab_size=151936``; the releases use ``architecture/rope_theta=1e7``,
-    which ``hf/import`` reads from ``config.json``). ``hf/import`` of ``model_type: qwen3_next`` builds it.
+    The two kinds of layer have different parameters: a scanned model (``model/scan_layers``) runs one
+    period of ``layer_types`` per scan step, each position a layer of its own. Presets: ``tiny`` and
+    ``qwen3-next-80b-a3b`` (79.7B parameters, 3.9B active, at ``architecture/vocab_size=151936``; the
+    releases use ``architecture/rope_theta=1e7``, which ``hf/import`` reads from ``config.json``).
+    ``hf/import`` of ``model_type: qwen3_next`` builds it.
     """
 
     PRESETS: ClassVar[dict[str, Preset]] = QWEN3_NEXT_PRESETS
@@ -332,15 +333,6 @@ class Qwen3Next(MixtureLM, Qwen3):
             linear_chunk=int(self.linear_chunk),
             shared_expert_hidden=pick(self.shared_expert_hidden, shared_default),
         ).validate()
-
-    @property
-    def scans_layers(self) -> bool:
-        if self.scan_layers:
-            raise ConfigError(
-                "Qwen3-Next's linear-attention and full-attention layers have different parameters, so one "
-                "scanned layer cannot repeat them; set model/scan_layers=false"
-            )
-        return False
 
     def _layer_options(self, layer: int) -> dict[str, Any]:
         types = self.architecture.layer_types or ()

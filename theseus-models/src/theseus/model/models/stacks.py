@@ -1,13 +1,15 @@
-"""Layer stacks under one ``nn.scan``: every layer alike (:func:`layer_stack`), or one scan step per
-period of ``layer_types`` (:func:`periodic_stack`), each position its own layer with its own window,
-RoPE base and KV-cache shape. Both hold every layer variable but the cache stacked under one entry with
-a leading ``[n_layers]`` axis, so checkpoints, Hugging Face names and adapters see one layout."""
+"""The stack of one run of layers (:func:`run_stack`): a unit of one or more layers, repeated and run
+by one ``nn.scan``, one unit per step. A unit of one layer that needs no static layer index is a plain
+stack of alike layers (:func:`layer_stack`); a longer unit gives each of its positions a layer of its
+own, with its own ``BLOCK`` fields and static layer index (window, RoPE base, KV-cache shape).
+Parameters, recorded outputs and what layers sow are held as one stack ``[n_layers, ...]`` when every
+position has the same shape, else per position; the KV cache is always held per position."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -30,18 +32,26 @@ REMAT_POLICIES: dict[str, Any] = {
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # the projections' outputs
 }
 
-#: The collections a scan stacks per layer (every one a layer variable lives in).
+#: The collections a scan stacks per step (every one a layer variable lives in).
 SCANNED_AXES: dict[Any, int] = {"params": 0, "cache": 0, "intermediates": 0, **dict.fromkeys(AUX_COLLECTIONS, 0)}
 
-#: Every collection but the KV cache keeps the ``[n_layers]`` layout in a periodic stack; the cache
-#: keeps one stack per position of the period (its shapes differ between positions).
-PER_LAYER_COLLECTIONS = nn.DenyList("cache")
+#: The collections a unit of alike positions holds as one stack ``[n_layers, ...]`` (all but the cache,
+#: whose shapes differ between positions).
+PER_LAYER = nn.DenyList("cache")
+
+
+class Position(NamedTuple):
+    """One layer of a run's unit: its extra ``BLOCK`` fields and the static index its call's ``layer``
+    gets (a layer of the same ``layer_types`` entry; None: the layer needs none, or gets its index at
+    run time)."""
+
+    options: tuple[tuple[str, Any], ...] = ()
+    layer: int | None = None
 
 
 def with_remat(block: type[Block], policy: str, *, prevent_cse: bool, static_layer: bool = False) -> type[Block]:
     """``block`` recomputed in the backward pass under ``policy`` (unchanged for ``"none"``);
-    ``static_layer``: the call's ``layer`` index is a Python int too (layers with ``layer_types``
-    that are unrolled or positions of a period)."""
+    ``static_layer``: the call's ``layer`` index is a Python value too."""
     if policy == "none":
         return block
     lifted: type[Block] = nn.remat(  # deterministic and decode (and a static layer index) are Python values
@@ -56,7 +66,7 @@ def with_remat(block: type[Block], policy: str, *, prevent_cse: bool, static_lay
 @functools.cache
 def _scan_body(block: Any, indexed: bool = False) -> type[Block]:
     """``block`` with the call shape ``nn.scan`` expects: ``(carry, ...) -> (carry, None)``; ``indexed``:
-    the layer's index comes in as the scanned input ``layer`` (architectures with ``layer_types``)."""
+    the layer's index comes in as the scanned input ``layer``."""
 
     class Layer(block):  # type: ignore[valid-type,misc]
         @nn.nowrap  # only the layer's own call is a module method: recorded outputs stay as unrolled
@@ -79,15 +89,12 @@ def _scan_body(block: Any, indexed: bool = False) -> type[Block]:
 
 @functools.cache
 def layer_stack(block: Any, n_layers: int, remat: str, unroll: int = 1, indexed: bool = False) -> type[Block]:
-    """``n_layers`` copies of ``block`` run by one ``nn.scan``: parameters, KV cache, recorded
-    intermediates and what layers sow for the trainer get a leading layer axis (logical axis
-    ``layers``, never sharded), dropout and initialisation get a key per layer; ``remat`` applies
-    per layer; each loop iteration runs ``unroll`` layers (the compiled program grows with
-    ``unroll``, never with ``n_layers``).
-    ``indexed``: the stack is called with the layer indices ``[n_layers]`` as a scanned input, so
-    each layer can pick its own window and RoPE base (``layer_types``)."""
+    """``n_layers`` copies of ``block`` run by one ``nn.scan``: every variable gets a leading layer axis
+    (logical axis ``layers``, never sharded), dropout and initialisation a key per layer; ``remat``
+    applies per layer; each loop iteration runs ``unroll`` layers. ``indexed``: the stack is called with
+    the layer indices ``[n_layers]`` as a scanned input (each layer picks its window at run time)."""
     body = with_remat(_scan_body(block, indexed), remat, prevent_cse=False)
-    broadcast = (nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast)
+    broadcast = (nn.broadcast,) * 4
     stack: type[Block] = nn.scan(
         body,
         variable_axes=SCANNED_AXES,
@@ -100,176 +107,131 @@ def layer_stack(block: Any, n_layers: int, remat: str, unroll: int = 1, indexed:
     return stack
 
 
-# ----------------------------------------------------------------- periodic layer_types
+# ----------------------------------------------------------------- variable layouts of a unit
 
-
-def scan_period(layer_types: tuple[str, ...] | None) -> int | None:
-    """The shortest period ``p`` of ``layer_types`` (``types[i] == types[i - p]`` for every ``i >= p``)
-    when the layers hold at least two whole periods, else None (no ``layer_types``, or no repetition
-    worth a loop: such a stack picks each layer's window at run time instead)."""
-    if layer_types is None:
-        return None
-    n = len(layer_types)
-    period = next(p for p in range(1, n + 1) if all(layer_types[i] == layer_types[i - p] for i in range(p, n)))
-    return period if 2 * period <= n else None
-
-
-Leaf = Any
 Tree = Any
 
 
-def _is_box(leaf: Leaf) -> bool:
+def _is_box(leaf: Any) -> bool:
     return isinstance(leaf, nn.Partitioned)
 
 
-def _leaf_map(fn: Callable[[jax.Array], jax.Array], names: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> Any:
-    """A leaf function applying ``fn`` to a value and ``names`` to a boxed value's logical axes."""
+def _each(fn: Callable[[jax.Array], jax.Array], names: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> Any:
+    """A tree function applying ``fn`` to every array (a box's value, whose logical axes become ``names``)."""
 
-    def apply(leaf: Leaf) -> Leaf:
-        if _is_box(leaf):
-            return leaf.replace(value=fn(leaf.value), names=names(tuple(leaf.names)))
-        return fn(leaf)
+    def leaf(x: Any) -> Any:
+        return x.replace(value=fn(x.value), names=names(tuple(x.names))) if _is_box(x) else fn(x)
 
-    return apply
+    return lambda tree: jax.tree_util.tree_map(leaf, tree, is_leaf=_is_box)
 
 
-def _tree_map(fn: Callable[..., Leaf], *trees: Tree) -> Tree:
-    return jax.tree_util.tree_map(fn, *trees, is_leaf=_is_box)
+def _stacked(trees: list[Tree], axis: Any = None, join: Callable[..., jax.Array] = jnp.stack) -> Tree:
+    """``trees`` joined leaf by leaf (stacked on a new leading axis named ``axis``, or ``join``-ed)."""
+
+    def leaf(*xs: Any) -> Any:
+        if not _is_box(xs[0]):
+            return join(list(xs))
+        names = (axis, *xs[0].names) if join is jnp.stack else xs[0].names
+        return xs[0].replace(value=join([x.value for x in xs]), names=names)
+
+    return jax.tree_util.tree_map(leaf, *trees, is_leaf=_is_box)
 
 
-def _stack(leaves: list[Leaf], axis_name: str | None) -> Leaf:
-    """The leaves stacked on a new leading axis (a box gets ``axis_name`` in front of its names)."""
-    if _is_box(leaves[0]):
-        value = jnp.stack([leaf.value for leaf in leaves])
-        return leaves[0].replace(value=value, names=(axis_name, *leaves[0].names))
-    return jnp.stack(leaves)
-
-
-def _per_collection(fn: Callable[[Tree], Tree]) -> Callable[[Mapping[str, Tree]], dict[str, Tree]]:
+def _collections(fn: Callable[[Tree], Tree]) -> Callable[[Any], dict[str, Tree]]:
     """``fn`` applied to each non-empty collection of a variable group."""
     return lambda group: {name: fn(tree) if tree else tree for name, tree in group.items()}
 
 
-def _position(index: int) -> str:
-    return f"layers_{index}"
+def _remapped(module: Any, collections: Any, read: Callable[[Tree], Tree], write: Callable[[Tree], Tree]) -> Any:
+    """``module`` seeing each of ``collections`` as ``read`` gives it, its writes stored back by ``write``."""
+    return nn.map_variables(
+        module, collections, trans_in_fn=_collections(read), trans_out_fn=_collections(write), mutable=True
+    )
 
 
-def _without_first(names: tuple[Any, ...]) -> tuple[Any, ...]:
+def _drop_first(names: tuple[Any, ...]) -> tuple[Any, ...]:
     return names[1:]
 
 
-def _index(index: int) -> Callable[[Leaf], Leaf]:
-    """Entry ``index`` of a leaf's leading axis (which a box's names lose)."""
-    return _leaf_map(lambda v: v[index], _without_first)
+def _at(index: int) -> Any:
+    """A tree function taking entry ``index`` of every array's leading axis (which a box's names lose)."""
+
+    def take(v: jax.Array) -> jax.Array:
+        return v[index]
+
+    return _each(take, _drop_first)
 
 
 def _split_positions(tree: Tree, period: int) -> Tree:
-    """One period's variables ``[period, ...]`` -> ``layers_<i>`` with position ``i``'s."""
-    return {_position(i): _tree_map(_index(i), tree) for i in range(period)}
+    """One unit's variables ``[period, ...]`` -> ``layers_<i>`` with position ``i``'s."""
+    return {f"layers_{i}": _at(i)(tree) for i in range(period)}
 
 
 def _join_positions(tree: Tree, period: int) -> Tree:
-    """``layers_<i>`` -> one period's variables stacked ``[period, ...]`` (the reverse)."""
-    return _tree_map(lambda *leaves: _stack(list(leaves), None), *(tree[_position(i)] for i in range(period)))
+    """``layers_<i>`` -> one unit's variables stacked ``[period, ...]`` (the reverse)."""
+    return _stacked([tree[f"layers_{i}"] for i in range(period)])
 
 
-def _rest(index: int) -> str:
-    return f"rest_{index}"
+def _split_rest(tree: Tree, scanned: int, n_layers: int) -> Tree:
+    """Every layer's variables ``[n_layers, ...]`` -> ``periods`` (the same arrays, uncopied) and the
+    leftover layers ``rest_<j>`` (layer ``scanned + j``)."""
+    rest = {f"rest_{j}": _at(scanned + j)(tree) for j in range(n_layers - scanned)}
+    return {"periods": tree, **rest}
 
 
-def _split_layers(tree: Tree, period: int, n_layers: int) -> Tree:
-    """Every layer's variables ``[n_layers, ...]`` -> ``periods`` (the same arrays, uncopied: the scan
-    reads its layers from them) and the unrolled remainder ``rest_<j>`` (layer ``n_periods * period + j``)."""
-    scanned = n_layers - n_layers % period
-    out = {"periods": tree}
-    for j in range(n_layers - scanned):
-        out[_rest(j)] = _tree_map(_index(scanned + j), tree)
-    return out
-
-
-def _join_layers(tree: Tree, period: int, n_layers: int) -> Tree:
-    """``periods`` (its ``n_periods * period`` layers ``[scanned, ...]``) and ``rest_<j>`` -> every layer's
-    variables ``[n_layers, ...]`` (the reverse)."""
-    scanned = n_layers - n_layers % period
-    periods = tree["periods"]
+def _join_rest(tree: Tree, scanned: int, n_layers: int) -> Tree:
+    """``periods`` ``[scanned, ...]`` and ``rest_<j>`` -> every layer's variables ``[n_layers, ...]``."""
     if scanned == n_layers:
-        return periods
-    rest = _tree_map(
-        lambda *leaves: _stack(list(leaves), Axis.LAYERS), *(tree[_rest(j)] for j in range(n_layers - scanned))
-    )
-
-    def concat(head: Leaf, tail: Leaf) -> Leaf:
-        if _is_box(head):
-            return head.replace(value=jnp.concatenate([head.value, tail.value]))
-        return jnp.concatenate([head, tail])
-
-    return _tree_map(concat, periods, rest)
+        return tree["periods"]
+    rest = _stacked([tree[f"rest_{j}"] for j in range(n_layers - scanned)], Axis.LAYERS)
+    return _stacked([tree["periods"], rest], join=jnp.concatenate)
 
 
-def _fold_periods(period: int, n_layers: int) -> Callable[[Leaf], Leaf]:
-    """``[n_layers, ...]`` -> the whole periods ``[n_periods, period, ...]`` (a reshape, after a slice when
+def _fold(period: int, scanned: int) -> Any:
+    """``[n_layers, ...]`` -> the whole units ``[n_units, period, ...]`` (a reshape, after a slice when
     layers are left over)."""
-    scanned = n_layers - n_layers % period
 
     def fold(v: jax.Array) -> jax.Array:
-        return (v if scanned == v.shape[0] else v[:scanned]).reshape(scanned // period, period, *v.shape[1:])
+        return (v if v.shape[0] == scanned else v[:scanned]).reshape(scanned // period, period, *v.shape[1:])
 
-    return _leaf_map(fold, lambda names: (names[0], None, *names[1:]))
-
-
-def _unfold_periods(v: jax.Array) -> jax.Array:
-    return v.reshape(v.shape[0] * v.shape[1], *v.shape[2:])
+    return _each(fold, lambda names: (names[0], None, *names[1:]))
 
 
-def _without_second(names: tuple[Any, ...]) -> tuple[Any, ...]:
-    return (names[0], *names[2:])
+_unfold = _each(lambda v: v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]), lambda names: (names[0], *names[2:]))
 
 
-def _pick_positions(variables: Mapping[str, Tree], first: jax.Array, period: int) -> dict[str, Tree]:
-    """One period's variables -> ``layers_<i>`` with position ``i``'s: parameters read from the whole stack
-    ``[n_layers, ...]`` (the period's ``[first, first + period)`` dynamic slice, no copy of the stack),
-    every other collection from its ``[period, ...]`` step of the scan."""
+def _read_in_place(variables: Any, first: jax.Array, period: int) -> dict[str, Tree]:
+    """One unit's variables -> ``layers_<i>``: parameters read from the whole stack ``[n_layers, ...]``
+    (layer ``first + i``, a dynamic slice: no copy of the stack), the rest from the step's ``[period, ...]``."""
 
-    def window(v: jax.Array) -> jax.Array:
-        return jax.lax.dynamic_slice_in_dim(v, first, period)
-
-    def at(i: int) -> Callable[[Leaf], Leaf]:
-        return _leaf_map(lambda v: jax.lax.dynamic_index_in_dim(v, i, keepdims=False), _without_first)
+    def at(i: int) -> Any:
+        return _each(lambda v: jax.lax.dynamic_index_in_dim(v, first + i, keepdims=False), _drop_first)
 
     out: dict[str, Tree] = {}
     for name, tree in variables.items():
-        if not tree:
-            out[name] = tree
-        elif name == "params":
-            periods = _tree_map(_leaf_map(window, lambda names: names), tree)
-            out[name] = {_position(i): _tree_map(at(i), periods) for i in range(period)}
+        if tree and name == "params":
+            out[name] = {f"layers_{i}": at(i)(tree) for i in range(period)}
         else:
-            out[name] = _split_positions(tree, period)
+            out[name] = _split_positions(tree, period) if tree else tree
     return out
 
 
-def _run_layers(
-    period: Period,
-    x: jax.Array,
-    padding_mask: jax.Array | None,
-    positions: jax.Array | None,
-    deterministic: bool,
-    decode: bool,
-) -> jax.Array:
-    """``x`` through the layers of one period, position ``i`` told its static index ``i``."""
-    for index, layer in enumerate(period.layers):
-        x = layer(x, padding_mask, positions, deterministic, decode, index)
-    return x
+def _recompute_stack_reads(primitive: Any, *_: Any, **__: Any) -> bool:
+    """Checkpoint policy of a step that reads its parameters in place: save what the backward pass needs
+    as without remat, but not the parameters read from the stack (dynamic slices and their squeezes)."""
+    return primitive not in (jax.lax.dynamic_slice_p, jax.lax.squeeze_p)
 
 
-class Period(Module):
-    """One scan step of a :func:`periodic_stack`: the ``PERIOD`` layers of one period (``layers_<i>``),
-    position ``i`` told its static index ``i`` (its window and RoPE base from ``layer_types``). This one
-    is scanned over its variables sliced ``[period, ...]`` per step (initialisation, or parameters being
-    written); :class:`IndexedPeriod` reads the parameters from the whole stack."""
+# ----------------------------------------------------------------- units of layers
+
+
+class Unit(Module):
+    """One scan step of a :func:`run_stack`: the layers ``layers_<i>`` of ``UNIT``, in order, each with
+    its position's fields and static layer index. Given ``first`` (the unit's first layer), the
+    parameters are the run's whole stack ``[n_layers, ...]`` and each layer reads its own in place."""
 
     BLOCK: ClassVar[type[Block]] = Block
-    PERIOD: ClassVar[int] = 1
+    UNIT: ClassVar[tuple[Position, ...]] = (Position(),)
     REMAT: ClassVar[str] = "none"
 
     architecture: Architecture | None = None
@@ -277,9 +239,15 @@ class Period(Module):
 
     def setup(self) -> None:
         block = with_remat(self.BLOCK, self.REMAT, prevent_cse=False, static_layer=True)
-        self.layers = [
-            child(self, block, architecture=self.architecture, out_std=self.out_std) for _ in range(self.PERIOD)
-        ]
+        arch, out_std = self.architecture, self.out_std
+        self.layers = [child(self, block, architecture=arch, out_std=out_std, **dict(p.options)) for p in self.UNIT]
+
+    @nn.nowrap
+    def _run(self, x: jax.Array, *args: Any) -> jax.Array:
+        layer: Any
+        for layer, position in zip(self.layers, self.UNIT, strict=True):
+            x = layer(x, *args, position.layer)
+        return x
 
     @nn.nowrap  # only the layers' calls are module methods: recorded outputs stay as in a plain stack
     def __call__(
@@ -289,67 +257,73 @@ class Period(Module):
         positions: jax.Array | None = None,
         deterministic: bool = False,
         decode: bool = False,
+        first: jax.Array | None = None,
     ) -> tuple[jax.Array, None]:
-        return _run_layers(self, x, padding_mask, positions, deterministic, decode), None
-
-
-class IndexedPeriod(Period):
-    """A :class:`Period` that gets the whole parameter stack ``[n_layers, ...]`` (broadcast into the scan)
-    and its ``period_index``: position ``i`` reads layer ``period_index * PERIOD + i`` (a dynamic slice of
-    the period's layers, as a plain scan reads its step), so no call copies the stack, also when layers
-    are left over. Run under :func:`_recompute_stack_reads`: the backward pass reads those layers again
-    instead of the forward pass saving copies of them."""
-
-    @nn.nowrap
-    def __call__(  # type: ignore[override]
-        self,
-        x: jax.Array,
-        padding_mask: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        deterministic: bool = False,
-        decode: bool = False,
-        period_index: jax.Array | None = None,
-    ) -> tuple[jax.Array, None]:
-        first = jnp.asarray(0 if period_index is None else period_index) * self.PERIOD
+        args = (padding_mask, positions, deterministic, decode)
+        if first is None:
+            return self._run(x, *args), None
+        period = len(self.UNIT)
         run = nn.map_variables(
-            _run_layers,
-            PER_LAYER_COLLECTIONS,
-            trans_in_fn=functools.partial(_pick_positions, first=first, period=self.PERIOD),
-            trans_out_fn=_per_collection(functools.partial(_join_positions, period=self.PERIOD)),
+            type(self)._run,
+            PER_LAYER,
+            trans_in_fn=functools.partial(_read_in_place, first=first, period=period),
+            trans_out_fn=_collections(functools.partial(_join_positions, period=period)),
             mutable=True,
         )
-        return run(self, x, padding_mask, positions, deterministic, decode), None
+        return run(self, x, *args), None
 
 
-class PeriodicLayers(Module):
-    """``N_LAYERS`` layers as ``periods`` (one ``nn.scan`` over whole periods of ``PERIOD`` layers) then
-    the remainder unrolled (``rest_<j>``); :func:`periodic_stack` maps their variables to the stacked
-    ``[n_layers]`` layout. The scan steps through the whole periods' slices of the stack (``SCANNED``: a
-    reshape, free unless layers are left over); with layers left over and read-only parameters (training
-    and decoding steps, not initialisation) it reads them from the whole stack instead (``INDEXED``),
-    since slicing off the leftover layers would copy the stack on every call."""
+def _unit_scan(unit: type[Unit], n_layers: int, unroll: int, same: bool, in_place: bool) -> Any:
+    """The ``nn.scan`` over the ``n_layers // period`` whole units, ``unroll`` per loop iteration. ``same``
+    (alike positions): it takes and gives the collections of :data:`PER_LAYER` as ``[n_units * period,
+    ...]``, sliced ``[period, ...]`` per step (``in_place``: the parameters broadcast whole and read in
+    place, each step told its first layer); otherwise every variable per position (``layers_<i>``)."""
+    period = len(unit.UNIT)
+    scanned = n_layers - n_layers % period
+    broadcast = (nn.broadcast,) * 4
+    options: dict[str, Any] = {"length": scanned // period, "unroll": unroll}
+    options |= {"metadata_params": {nn.PARTITION_NAME: Axis.LAYERS}, "split_rngs": {"dropout": True}}
+    if in_place:  # remat only to read the parameters again in the backward pass (static: deterministic, decode)
+        body = nn.remat(unit, policy=_recompute_stack_reads, prevent_cse=False, static_argnums=(4, 5))
+        axes = {name: axis for name, axis in SCANNED_AXES.items() if name != "params"}
+        scan = nn.scan(body, variable_axes=axes, variable_broadcast="params", in_axes=(*broadcast, 0), **options)
+        folded: Any = nn.DenyList(("cache", "params"))
+    else:
+        split = functools.partial(_split_positions, period=period)
+        body = _remapped(unit, PER_LAYER, split, functools.partial(_join_positions, period=period)) if same else unit
+        options["split_rngs"] = {"params": True, "dropout": True}
+        scan = nn.scan(body, variable_axes=SCANNED_AXES, in_axes=broadcast, **options)
+        folded = PER_LAYER
+    return _remapped(scan, folded, _fold(period, scanned), _unfold) if same else scan
+
+
+class UnitLayers(Module):
+    """``N_LAYERS`` layers as ``periods`` (one ``nn.scan`` over whole units of ``UNIT``) then the
+    leftover layers unrolled (``rest_<j>``: the unit's first positions). With layers left over and
+    read-only parameters (training and decoding steps, not initialisation) a stack of alike positions
+    scans with its parameters read in place (``IN_PLACE``): slicing the leftover layers off would copy
+    the stack on every call."""
 
     BLOCK: ClassVar[type[Block]] = Block
-    PERIOD: ClassVar[int] = 1
+    UNIT: ClassVar[tuple[Position, ...]] = (Position(),)
     N_LAYERS: ClassVar[int] = 1
     REMAT: ClassVar[str] = "none"
-    #: The scans over whole periods (:func:`_period_scan`): of the periods' slices, and of the whole stack
-    #: (None without leftover layers).
     SCANNED: ClassVar[Any] = None
-    INDEXED: ClassVar[Any] = None
+    IN_PLACE: ClassVar[Any] = None
 
     architecture: Architecture | None = None
     out_std: float = INIT_STD
 
-    def _indexed(self) -> bool:
-        return self.INDEXED is not None and not self.is_mutable_collection("params")
+    def _in_place(self) -> bool:
+        return self.IN_PLACE is not None and not self.is_mutable_collection("params")
 
     def setup(self) -> None:
         arch, out_std = self.architecture, self.out_std
-        scan = self.INDEXED if self._indexed() else self.SCANNED
+        scan = self.IN_PLACE if self._in_place() else self.SCANNED
         self.periods = child(self, scan, architecture=arch, out_std=out_std)
         block = with_remat(self.BLOCK, self.REMAT, prevent_cse=True, static_layer=True)
-        self.rest = [child(self, block, architecture=arch, out_std=out_std) for _ in range(self.N_LAYERS % self.PERIOD)]
+        left = self.UNIT[: self.N_LAYERS % len(self.UNIT)]
+        self.rest = [child(self, block, architecture=arch, out_std=out_std, **dict(p.options)) for p in left]
 
     @nn.nowrap
     def __call__(
@@ -360,109 +334,60 @@ class PeriodicLayers(Module):
         deterministic: bool = False,
         decode: bool = False,
     ) -> tuple[jax.Array, None]:
-        if self._indexed():
-            period_indices = jnp.arange(self.N_LAYERS // self.PERIOD)
-            x, _ = self.periods(x, padding_mask, positions, deterministic, decode, period_indices)
-        else:
-            x, _ = self.periods(x, padding_mask, positions, deterministic, decode)
-        first = self.N_LAYERS - len(self.rest)
-        for j, layer in enumerate(self.rest):
-            x = layer(x, padding_mask, positions, deterministic, decode, first + j)
+        period = len(self.UNIT)
+        firsts = (jnp.arange(0, self.N_LAYERS - len(self.rest), period),) if self._in_place() else ()
+        x, _ = self.periods(x, padding_mask, positions, deterministic, decode, *firsts)
+        for layer, position in zip(self.rest, self.UNIT, strict=False):
+            x = layer(x, padding_mask, positions, deterministic, decode, position.layer)
         return x, None
 
 
-def _recompute_stack_reads(primitive: Any, *_: Any, **__: Any) -> bool:
-    """Checkpoint policy of an :class:`IndexedPeriod` step: save what the backward pass needs as without
-    remat, but the layers' parameters read from the stack (dynamic slices and their squeezes): the
-    backward pass reads them again from the stack instead of the forward pass storing copies of them."""
-    return primitive not in (jax.lax.dynamic_slice_p, jax.lax.squeeze_p)
-
-
-def _period_scan(block: Any, n_layers: int, period: int, remat: str, unroll: int, indexed: bool) -> Any:
-    """The ``nn.scan`` over the ``n_layers // period`` whole periods, ``unroll`` per loop iteration, taking
-    and giving the variables ``[n_periods * period, ...]``; each step sees its layers as ``layers_<i>``.
-    ``indexed``: the parameters are broadcast whole (:class:`IndexedPeriod`, told each step's index);
-    otherwise the scan slices every per-layer collection ``[period, ...]`` per step (:class:`Period`)."""
-    fields = {"BLOCK": block, "PERIOD": period, "REMAT": remat}
-    broadcast = (nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast)
-    options: dict[str, Any] = {"length": n_layers // period, "unroll": unroll}
-    options["metadata_params"] = {nn.PARTITION_NAME: Axis.LAYERS}
-    if indexed:  # remat only to recompute the layers' parameter reads (static: deterministic, decode)
-        body = nn.remat(
-            type("IndexedPeriod", (IndexedPeriod,), fields),
-            policy=_recompute_stack_reads,
-            prevent_cse=False,
-            static_argnums=(4, 5),
-        )
-        scan = nn.scan(
-            body,
-            variable_axes={name: axis for name, axis in SCANNED_AXES.items() if name != "params"},
-            variable_broadcast="params",
-            split_rngs={"dropout": True},
-            in_axes=(*broadcast, 0),
-            **options,
-        )
-        return _folded(scan, nn.DenyList(("cache", "params")), period, n_layers)
-    sliced = nn.map_variables(
-        type("Period", (Period,), fields),
-        PER_LAYER_COLLECTIONS,
-        trans_in_fn=_per_collection(functools.partial(_split_positions, period=period)),
-        trans_out_fn=_per_collection(functools.partial(_join_positions, period=period)),
-        mutable=True,
-    )
-    scan = nn.scan(
-        sliced, variable_axes=SCANNED_AXES, split_rngs={"params": True, "dropout": True}, in_axes=broadcast, **options
-    )
-    return _folded(scan, PER_LAYER_COLLECTIONS, period, n_layers)
-
-
-def _folded(scan: Any, collections: Any, period: int, n_layers: int) -> Any:
-    """``scan`` over whole periods with the variables of ``collections`` given and taken as
-    ``[n_periods * period, ...]`` (folded to ``[n_periods, period, ...]`` for it)."""
-    fold, unfold = _fold_periods(period, n_layers), _leaf_map(_unfold_periods, _without_second)
-    return nn.map_variables(
-        scan,
-        collections,
-        trans_in_fn=_per_collection(lambda tree: _tree_map(fold, tree)),
-        trans_out_fn=_per_collection(lambda tree: _tree_map(unfold, tree)),
-        mutable=True,
-    )
+def alike(unit: tuple[Position, ...]) -> bool:
+    """Whether every position of ``unit`` has the same ``BLOCK`` fields (the same parameter shapes)."""
+    return len({p.options for p in unit}) == 1
 
 
 @functools.cache
-def periodic_stack(block: Any, n_layers: int, period: int, remat: str, unroll: int = 1) -> type[Module]:
-    """``n_layers`` layers of ``block`` whose ``layer_types`` repeat every ``period`` layers: one
-    ``nn.scan`` step runs one period, each position a layer of its own with a static layer index, so a
-    sliding layer keeps a ring-buffer KV cache of its window and a full one the whole length; the
-    ``n_layers % period`` last layers run unrolled after the loop. Parameters, recorded intermediates
-    and what layers sow are held as :func:`layer_stack` holds them (``[n_layers, ...]``, logical axis
-    ``layers``), and a training or decoding step reads each layer's parameters from that stack in place
-    (no per-call copy of it, also with layers left over); the cache is held per position
-    (``periods/layers_<i>/...`` ``[n_periods, ...]``, then ``rest_<j>/...``). ``unroll``: periods per
-    loop iteration."""
+def run_stack(
+    block: Any, unit: tuple[Position, ...], n_layers: int, remat: str, unroll: int = 1, indexed: bool = False
+) -> type[Module]:
+    """The stack of a run of ``n_layers`` layers repeating ``unit``, one ``nn.scan`` step per unit,
+    ``unroll`` units per loop iteration. A unit of one position without a static layer index is a
+    :func:`layer_stack` (``indexed``: told each layer's index at run time; its position's fields are
+    given to the stack). Otherwise each position is a layer of its own with its static index (a sliding
+    layer keeps a ring-buffer KV cache of its window), and the ``n_layers % period`` last layers run
+    unrolled after the loop. Positions of one shape hold their variables but the cache as
+    :func:`layer_stack` does (``[n_layers, ...]``), read in place by training and decoding steps; the
+    cache, and every variable of a unit whose positions differ in shape, is held per position
+    (``periods/layers_<i>/...`` ``[n_units, ...]``, then ``rest_<j>/...``)."""
+    if len(unit) == 1 and unit[0].layer is None:
+        return layer_stack(block, n_layers, remat, unroll, indexed)
+    body = type("Unit", (Unit,), {"BLOCK": block, "UNIT": unit, "REMAT": remat})
+    same = alike(unit)
     scans = {
-        "SCANNED": _period_scan(block, n_layers, period, remat, unroll, indexed=False),
-        "INDEXED": _period_scan(block, n_layers, period, remat, unroll, indexed=True) if n_layers % period else None,
+        "SCANNED": _unit_scan(body, n_layers, unroll, same, in_place=False),
+        "IN_PLACE": _unit_scan(body, n_layers, unroll, same, in_place=True) if same and n_layers % len(unit) else None,
     }
-    fields = {"BLOCK": block, "PERIOD": period, "N_LAYERS": n_layers, "REMAT": remat, **scans}
-    layers = type("PeriodicLayers", (PeriodicLayers,), fields)
-    stack: type[Module] = nn.map_variables(
-        layers,
-        PER_LAYER_COLLECTIONS,
-        trans_in_fn=_per_collection(functools.partial(_split_layers, period=period, n_layers=n_layers)),
-        trans_out_fn=_per_collection(functools.partial(_join_layers, period=period, n_layers=n_layers)),
-        mutable=True,
+    fields = {"BLOCK": block, "UNIT": unit, "N_LAYERS": n_layers, "REMAT": remat, **scans}
+    layers: type[Module] = type("UnitLayers", (UnitLayers,), fields)
+    if not same:
+        return layers
+    scanned = n_layers - n_layers % len(unit)
+    split = functools.partial(_split_rest, scanned=scanned, n_layers=n_layers)
+    stack: type[Module] = _remapped(
+        layers, PER_LAYER, split, functools.partial(_join_rest, scanned=scanned, n_layers=n_layers)
     )
     return stack
 
 
 __all__ = [
+    "LAYERS",
     "REMAT_POLICIES",
-    "IndexedPeriod",
-    "Period",
-    "PeriodicLayers",
+    "Position",
+    "Unit",
+    "UnitLayers",
+    "alike",
     "layer_stack",
-    "periodic_stack",
-    "scan_period",
+    "run_stack",
     "with_remat",
 ]

@@ -22,7 +22,7 @@ from theseus.model.layers.rotary import RopeScaling
 from theseus.model.models import one_f_one_b, pipeline
 from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
 from theseus.model.models.block import Block, counting_child, make_norm
-from theseus.model.models.stacks import LAYERS, REMAT_POLICIES, layer_stack, periodic_stack, scan_period, with_remat
+from theseus.model.models.stacks import LAYERS, REMAT_POLICIES, Position, alike, run_stack, with_remat
 from theseus.model.module import Module
 
 
@@ -69,13 +69,28 @@ class DecodePositions(nn.Module):
 
 
 class Run(NamedTuple):
-    """Layers ``first`` ... ``first + length - 1``, consecutive and alike (the same ``BLOCK`` fields
-    ``options``), scanned as one stack under entry ``name``."""
+    """Layers ``first`` ... ``first + length - 1``, scanned as one stack under entry ``name``: ``unit``
+    repeated (:func:`~theseus.model.models.stacks.run_stack`), the ``BLOCK`` fields ``options`` shared by
+    all of them (a unit of one position without a static index: every layer alike)."""
 
     name: str
     first: int
     length: int
     options: dict[str, Any]
+    unit: tuple[Position, ...] = (Position(),)
+
+    @property
+    def per_position(self) -> bool:
+        """Whether each position of the unit is a layer of its own (several, or one with a static index)."""
+        return len(self.unit) > 1 or self.unit[0].layer is not None
+
+
+def shortest_period(items: list[Any]) -> int | None:
+    """The shortest period ``p`` of ``items`` (``items[i] == items[i - p]`` for every ``i >= p``) when they
+    hold at least two whole periods, else None."""
+    n = len(items)
+    period = next(p for p in range(1, n + 1) if all(items[i] == items[i - p] for i in range(p, n)))
+    return period if 2 * period <= n else None
 
 
 #: ``model/scan_layers=None`` scans models of at least this many layers. On CPU a scanned 4-layer
@@ -122,21 +137,25 @@ class TransformerLM(Module):
     ``Block`` subclass (same call signature, extra children declared in its ``components()``)
     changes every layer while keeping the rest of the model and its configuration.
 
-    **Layer layout.** With ``model/scan_layers`` (default: from ``SCAN_FROM_LAYERS`` = 8 layers on)
-    the layers run under one ``nn.scan``:
-    compile time does not grow with depth and every layer variable (parameters, KV cache, recorded
-    outputs) is stacked under ``blocks`` with a leading ``[n_layers]`` axis; otherwise the layers are
-    unrolled as ``blocks_0``, ``blocks_1``, ... (:attr:`stacked_layers` says which). Layers that differ
-    in shape (:meth:`_layer_options`: DeepSeek-V3's leading dense layers) form consecutive runs of
-    identical layers (:attr:`layer_runs`), each scanned as its own stack: the last under ``blocks``, the
-    others under ``<kind>_blocks`` named by their options (``dense_blocks``: the layers with
-    ``dense=True``), so a model of one run keeps its layout; layer ``i`` of the unrolled model is entry
-    ``i - first`` of the run holding it (:class:`~theseus.checkpoint.layers.LayerRun`). Layers whose
-    ``layer_types`` repeat (Gemma's sliding and full layers) scan one period per step (:attr:`scan_period`):
-    parameters stay stacked per layer, and the KV cache of a sliding layer is a ring buffer of its window
-    there too (the cache is held per position of the period; the ``n_layers % period`` last layers run
-    unrolled; ``model/scan_unroll`` rounds up to whole periods). ``model/remat`` recomputes each layer's
-    activations in the backward pass (:data:`REMAT_POLICIES`).
+    **Layer layout.** With ``model/scan_layers`` (default: from ``SCAN_FROM_LAYERS`` = 8 layers on, when
+    the layers scan) the layers run as a list of runs (:attr:`layer_runs`), each repeating a unit of
+    layer specs (the ``BLOCK`` fields of :meth:`_layer_options` and the ``layer_types`` entry) under one
+    ``nn.scan``, one unit per step (:func:`~theseus.model.models.stacks.run_stack`): compile time does
+    not grow with depth. Alike layers form a unit of one, and every layer variable (parameters, KV cache,
+    recorded outputs) is stacked under ``blocks`` with a leading ``[n_layers]`` axis; otherwise the layers
+    are unrolled as ``blocks_0``, ``blocks_1``, ... (:attr:`stacked_layers` says which). Specs that repeat
+    (Gemma's sliding and full layers, Qwen3-Next's linear and full attention, Llama 4's dense and mixture
+    layers) form one run whose unit is their period (:attr:`scan_period`): each position is a layer of
+    its own with a static index (its window, RoPE base and a KV cache of its window: a ring buffer for a
+    sliding layer), the ``n_layers % period`` last layers run unrolled, and ``model/scan_unroll`` rounds
+    up to whole units. Positions of one shape keep the parameters stacked per layer (``blocks``
+    ``[n_layers]``) and the cache per position; positions that differ in shape keep every variable per
+    position (``blocks/periods/layers_<i>``, ``blocks/rest_<j>``). Specs that do not repeat form runs of
+    consecutive alike layers (DeepSeek-V3's leading dense layers), each its own stack: the last under
+    ``blocks``, the others under ``<kind>_blocks`` named by their options (``dense_blocks``); layer ``i``
+    of the unrolled model is entry ``i - first`` of the run holding it
+    (:class:`~theseus.checkpoint.layers.LayerRun`, which converts every layout to per-layer entries).
+    ``model/remat`` recomputes each layer's activations in the backward pass (:data:`REMAT_POLICIES`).
     """
 
     PRESETS: ClassVar[dict[str, Preset]] = {}
@@ -215,7 +234,7 @@ class TransformerLM(Module):
         "model/scan_layers",
         default=None,
         help="run the layers as one scanned layer: compile time flat in depth, parameters stacked per layer "
-        "(None: from 8 layers on)",
+        "(None: from 8 layers on, when they scan)",
     )
     scan_unroll: int = field(
         "model/scan_unroll",
@@ -332,22 +351,30 @@ class TransformerLM(Module):
         if not self.scans_layers:
             return ()
         runs = self.layer_runs
-        if len(runs) == 1:
+        if len(runs) == 1 and alike(runs[0].unit):
             return (LAYERS,)
-        return tuple(LayerRun(run.name, LAYERS, run.first, run.length) for run in runs)
+        return tuple(LayerRun(run.name, LAYERS, run.first, run.length, len(run.unit)) for run in runs)
 
     @property
     def layer_runs(self) -> list[Run]:
-        """The layers as runs of consecutive layers with equal :meth:`_layer_options`, the last run
-        named ``blocks`` and the others ``<kind>_blocks`` (:meth:`_run_kind`; these names must be
-        distinct and in name order, as :mod:`theseus.checkpoint.layers` reads runs back)."""
+        """The layers as runs, each scanned as one stack. Layers whose :meth:`_layer_options` and
+        ``layer_types`` repeat (at least twice, the last period possibly cut short) form one run of that
+        period as its unit, each position told its static layer index when there are ``layer_types``
+        (every layer alike, without ``layer_types``: a unit of one). Otherwise consecutive layers with equal
+        options form runs of one-layer units, the last run named ``blocks`` and the others
+        ``<kind>_blocks`` (:meth:`_run_kind`; these names must be distinct and in name order, as
+        :mod:`theseus.checkpoint.layers` reads runs back)."""
+        options = [self._layer_options(layer) for layer in range(self.architecture.n_layers)]
+        unit = self._repeated_unit(options)
+        if unit is not None:
+            shared = options[0] if all(opts == options[0] for opts in options) else {}
+            return [Run(LAYERS, 0, len(options), shared, unit)]
         runs: list[Run] = []
-        for layer in range(self.architecture.n_layers):
-            options = self._layer_options(layer)
-            if runs and runs[-1].options == options:
+        for layer, opts in enumerate(options):
+            if runs and runs[-1].options == opts:
                 runs[-1] = runs[-1]._replace(length=runs[-1].length + 1)
             else:
-                runs.append(Run(LAYERS, layer, 1, options))
+                runs.append(Run(LAYERS, layer, 1, opts))
         names = [f"{self._run_kind(run.options)}_{LAYERS}" for run in runs[:-1]]
         if len(set(names)) != len(names) or names != sorted(names) or f"_{LAYERS}" in names:
             raise ConfigError(
@@ -356,19 +383,35 @@ class TransformerLM(Module):
             )
         return [run._replace(name=name) for run, name in zip(runs, [*names, LAYERS], strict=True)]
 
+    def _repeated_unit(self, options: list[dict[str, Any]]) -> tuple[Position, ...] | None:
+        """The unit that the layers' ``options`` and ``layer_types`` repeat (:attr:`layer_runs`), or None."""
+        types = self.architecture.layer_types
+        specs = [(tuple(opts.items()), None if types is None else types[i]) for i, opts in enumerate(options)]
+        period = shortest_period(specs)
+        if period is None or (period == 1 and types is None):
+            return None
+        return tuple(Position(specs[i][0], None if types is None else i) for i in range(period))
+
     @property
     def scans_layers(self) -> bool:
-        """``model/scan_layers``, or for ``None`` whether the model has ``SCAN_FROM_LAYERS`` layers or more."""
-        if self.scan_layers is None:
-            return self.architecture.n_layers >= SCAN_FROM_LAYERS
-        return self.scan_layers
+        """``model/scan_layers``, or for ``None`` whether the model has ``SCAN_FROM_LAYERS`` layers or more
+        and its layers form runs that scan (:attr:`layer_runs`)."""
+        if self.scan_layers is not None:
+            return self.scan_layers
+        if self.architecture.n_layers < SCAN_FROM_LAYERS:
+            return False
+        try:
+            self.layer_runs  # noqa: B018 (raises for layers that cannot be scanned)
+        except ConfigError:
+            return False
+        return True
 
     @property
     def scan_period(self) -> int | None:
-        """The layers per scan step when ``layer_types`` repeat (at least twice): each position of the
-        period is a layer of its own, with a static window and RoPE base and a KV cache of its window
-        (:func:`~theseus.model.models.stacks.periodic_stack`); None: every scan step is one layer."""
-        return scan_period(self.architecture.layer_types)
+        """The layers per scan step of a stack whose unit gives each position its own layer (repeating
+        ``layer_types``, or positions that differ in shape; :attr:`layer_runs`); None: one layer per step."""
+        unit = self._repeated_unit([self._layer_options(layer) for layer in range(self.architecture.n_layers)])
+        return None if unit is None else len(unit)
 
     @property
     def remat_policy(self) -> str:
@@ -422,26 +465,18 @@ class TransformerLM(Module):
         if arch.position.kind == "learned":
             self.position_embedding = child(self, PositionEmbedding, block_size=arch.block_size, n_embd=arch.n_embd)
         out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
-        period = self.scan_period
         block: Any = self.BLOCK  # a class: hashable, as the cached stacks need
-        if self.scans_layers and period is not None:  # one scan step per period of layer_types
-            if len(self.layer_runs) > 1:
-                raise ConfigError(
-                    "repeating architecture/layer_types scan as one stack of alike layers, but these layers "
-                    "differ in shape; set model/scan_layers=false"
-                )
-            unroll = min(-(-self.scan_unroll // period), arch.n_layers // period)  # whole periods
-            stack: Any = periodic_stack(block, arch.n_layers, period, self.remat_policy, unroll)
-            self.blocks: Any = child(self, stack, architecture=arch, out_std=out_std)
-        elif self.scans_layers:  # one stack per run of identical layers ("blocks" alone for most models)
-            indexed = arch.layer_types is not None
+        if self.scans_layers:  # one stack per run ("blocks" alone for most models)
+            indexed = arch.layer_types is not None  # a unit of one layer picks its window at run time
             for run in self.layer_runs:
-                stack = layer_stack(block, run.length, self.remat_policy, min(self.scan_unroll, run.length), indexed)
-                setattr(self, run.name, child(self, stack, architecture=arch, out_std=out_std, **run.options))
+                unroll = min(-(-self.scan_unroll // len(run.unit)), run.length // len(run.unit))  # whole units
+                stack: Any = run_stack(block, run.unit, run.length, self.remat_policy, unroll, indexed)
+                options = {} if run.per_position else run.options  # a unit's positions hold their own
+                setattr(self, run.name, child(self, stack, architecture=arch, out_std=out_std, **options))
         else:
             static_layer = arch.layer_types is not None
             block_cls = with_remat(self.BLOCK, self.remat_policy, prevent_cse=True, static_layer=static_layer)
-            self.blocks = [
+            self.blocks: Any = [
                 child(self, block_cls, architecture=arch, out_std=out_std, **self._layer_options(i))
                 for i in range(arch.n_layers)
             ]
@@ -538,11 +573,10 @@ class TransformerLM(Module):
         piped = None if decode else pipeline.run(self, h, mask, positions, deterministic)  # mesh/pipeline
         if piped is not None:
             return piped
-        if self.scans_layers and self.scan_period is not None:
-            h, _ = self.blocks(h, mask, positions, deterministic, decode)
-        elif self.scans_layers:
+        if self.scans_layers:
             for run in self.layer_runs:
-                layers = (jnp.arange(run.first, run.first + run.length),) if indexed else ()
+                dynamic = indexed and not run.per_position  # a unit of one told each layer's index
+                layers = (jnp.arange(run.first, run.first + run.length),) if dynamic else ()
                 h, _ = getattr(self, run.name)(h, mask, positions, deterministic, decode, *layers)
         else:
             for i, block in enumerate(self.blocks):
