@@ -4,6 +4,7 @@ generation. (Hugging Face import into the scanned runs: tests/huggingface/test_d
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,15 @@ def test_a_unit_of_layers_that_differ_in_shape_is_held_per_position(case: str) -
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@functools.cache
+def unrolled_reference(case: str) -> tuple[Any, tuple[Any, Any, Any]]:
+    """The unrolled model of ``case``: its parameters and their logits, loss and gradients on ``batch()``
+    (computed once for the scanned variants compared with it)."""
+    unrolled, _ = unit_models(case)
+    params = random_params(unrolled, std=0.1)
+    return params, logits_loss_grads(unrolled, params, *batch())
+
+
 @pytest.mark.parametrize(
     ("case", "remat", "unroll"),
     [("qwen3-next", "none", 1), ("llama4", "none", 1), ("qwen3-next", "none", 5), ("llama4", "full", 5)],
@@ -176,11 +186,9 @@ def test_a_scanned_unit_of_layers_that_differ_in_shape_gives_the_same_logits_and
     case: str, remat: str, unroll: int
 ) -> None:
     """Also two units per loop iteration, and recomputed in the backward pass."""
-    unrolled, scanned = unit_models(case, model__remat=remat, model__scan_unroll=unroll)
-    params = random_params(unrolled, std=0.1)
-    x, y, mask = batch()
-    logits_a, loss_a, grads_a = logits_loss_grads(unrolled, params, x, y, mask)
-    logits_b, loss_b, grads_b = logits_loss_grads(scanned, stacked(params, scanned.stacked_layers), x, y, mask)
+    _, scanned = unit_models(case, model__remat=remat, model__scan_unroll=unroll)
+    params, (logits_a, loss_a, grads_a) = unrolled_reference(case)
+    logits_b, loss_b, grads_b = logits_loss_grads(scanned, stacked(params, scanned.stacked_layers), *batch())
     np.testing.assert_allclose(np.asarray(logits_a), np.asarray(logits_b), atol=1e-5, rtol=0)
     assert abs(float(loss_a) - float(loss_b)) <= 1e-5
     for a, b in zip(jax.tree.leaves(stacked(grads_a, scanned.stacked_layers)), jax.tree.leaves(grads_b), strict=True):
