@@ -81,17 +81,23 @@ def test_greedy_generation_is_the_same_scanned_and_unrolled() -> None:
 
 @pytest.mark.parametrize("saved_scanned", [False, True], ids=["per-layer-to-runs", "runs-to-per-layer"])
 def test_a_checkpoint_loads_into_the_other_layout(tmp_path: Path, saved_scanned: bool) -> None:
-    unrolled, scanned = both(**RUNS)
+    assert_checkpoint_loads_in_the_other_layout(tmp_path, *both(**RUNS), saved_scanned)
+
+
+def assert_checkpoint_loads_in_the_other_layout(
+    tmp_path: Path, unrolled: TransformerLM, scanned: TransformerLM, saved_scanned: bool
+) -> None:
+    """A train state saved in one model's layout restores into the other's, bit for bit, moments included."""
     per_layer_state = _train_state(unrolled, random_params(unrolled, seed=5))
-    runs_state = jax.tree.map(jnp.asarray, stacked(per_layer_state, scanned.stacked_layers))
-    saved, wanted = (runs_state, per_layer_state) if saved_scanned else (per_layer_state, runs_state)
+    scanned_state = jax.tree.map(jnp.asarray, stacked(per_layer_state, scanned.stacked_layers))
+    saved, wanted = (scanned_state, per_layer_state) if saved_scanned else (per_layer_state, scanned_state)
     store = CheckpointStore(tmp_path, keep=1, async_save=False)
     store.save(1, saved, {"step": 1})
     restored, _ = store.restore(1, _abstract(wanted))
     store.close()
     assert jax.tree.structure(restored) == jax.tree.structure(wanted)
     for got, expected in zip(jax.tree.leaves(restored), jax.tree.leaves(wanted), strict=True):
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))  # bit for bit, moments included
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
 
 
 def test_layout_changes_find_the_runs_and_their_sizes() -> None:
@@ -197,17 +203,7 @@ def test_a_scanned_unit_of_layers_that_differ_in_shape_gives_the_same_logits_and
 
 @pytest.mark.parametrize("saved_scanned", [False, True], ids=["per-layer-to-unit", "unit-to-per-layer"])
 def test_a_checkpoint_loads_into_the_other_layout_of_a_unit(tmp_path: Path, saved_scanned: bool) -> None:
-    unrolled, scanned = unit_models("qwen3-next")
-    per_layer_state = _train_state(unrolled, random_params(unrolled, seed=5))
-    unit_state = jax.tree.map(jnp.asarray, stacked(per_layer_state, scanned.stacked_layers))
-    saved, wanted = (unit_state, per_layer_state) if saved_scanned else (per_layer_state, unit_state)
-    store = CheckpointStore(tmp_path, keep=1, async_save=False)
-    store.save(1, saved, {"step": 1})
-    restored, _ = store.restore(1, _abstract(wanted))
-    store.close()
-    assert jax.tree.structure(restored) == jax.tree.structure(wanted)
-    for got, expected in zip(jax.tree.leaves(restored), jax.tree.leaves(wanted), strict=True):
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+    assert_checkpoint_loads_in_the_other_layout(tmp_path, *unit_models("qwen3-next"), saved_scanned)
 
 
 @pytest.mark.parametrize("case", list(UNITS))
