@@ -43,27 +43,12 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 #: setting, never against figures computed under another. ``xla_flags(production=True)`` restores
 #: XLA's defaults for the tests that check a user's build (the SIGKILL resume test).
 FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
-#: XLA:CPU's runtime settings for every process of the suite, ``production`` ones included: without its
-#: multi-threaded Eigen pool. With it, a process of the suite on a loaded 2-core machine now and then
-#: never finished a program (its main thread waiting for a free execution slot, every pool thread idle),
-#: which stalled a whole CI run. The pool bought the suite nothing: two pytest-xdist workers already
-#: keep both cores busy (tests/models: 149.9 s with it, 149.4 s without).
-CPU_RUNTIME = "--xla_cpu_multi_thread_eigen=false"
 # The flags from before the suite added its own, kept in the environment so that pytest-xdist workers
 # (which inherit the controller's environment, FAST_COMPILE included) know them too.
 os.environ.setdefault("TESTS_ORIGINAL_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
 _INHERITED_XLA_FLAGS = os.environ["TESTS_ORIGINAL_XLA_FLAGS"]
-_PRODUCTION_XLA_FLAGS = " ".join(
-    [_INHERITED_XLA_FLAGS, *([] if "xla_cpu_multi_thread_eigen" in _INHERITED_XLA_FLAGS else [CPU_RUNTIME])]
-).strip()
 if "xla_backend_optimization_level" not in _INHERITED_XLA_FLAGS:
-    os.environ["XLA_FLAGS"] = f"{_PRODUCTION_XLA_FLAGS} {FAST_COMPILE}"
-# The test processes themselves also run each single-device program on the calling thread instead of
-# handing it to XLA:CPU's pool (the stalled main threads were waiting on that hand-over). The CPU backend
-# starts at its first use, after this setting.
-import jax  # noqa: E402
-
-jax.config.update("jax_cpu_enable_async_dispatch", False)
+    os.environ["XLA_FLAGS"] = f"{_INHERITED_XLA_FLAGS} {FAST_COMPILE}".strip()
 DISTRIBUTIONS = ["theseus-core", "theseus-models", "theseus-data", "theseus-plugins-example"]
 
 
@@ -74,7 +59,7 @@ COLLECTIVE_TIMEOUT = 600
 def xla_flags(*, devices: int | None = None, production: bool = False) -> str:
     """``XLA_FLAGS`` for a test subprocess: the suite's flags (``FAST_COMPILE`` unless
     ``production``) plus ``devices`` simulated host devices."""
-    flags = [_PRODUCTION_XLA_FLAGS if production else os.environ["XLA_FLAGS"]]
+    flags = [_INHERITED_XLA_FLAGS if production else os.environ["XLA_FLAGS"]]
     if devices is not None:
         flags.append(f"--xla_force_host_platform_device_count={devices}")
         # simulated devices are threads sharing the host's cores: on a busy machine one can reach a

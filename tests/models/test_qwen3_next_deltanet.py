@@ -12,6 +12,7 @@ from theseus.model.models.qwen3_next_deltanet import (
     GatedDeltaNet,
     chunk_gated_delta_rule,
     recurrent_gated_delta_rule,
+    unit_lower_inverse,
 )
 
 
@@ -45,6 +46,26 @@ def test_chunked_rule_equals_recurrent_and_transformers(chunk: int) -> None:
     out_t, s_t = hf.torch_recurrent_gated_delta_rule(*t[:3], g=t[3], beta=t[4], **kwargs)
     assert np.max(np.abs(np.asarray(out_r) - out_t.numpy())) <= 1e-5
     assert np.max(np.abs(np.asarray(s_r) - s_t.numpy())) <= 1e-5
+
+
+@pytest.mark.parametrize("size", [1, 6, 64])
+def test_unit_lower_inverse_is_the_inverse(size: int) -> None:
+    rng = np.random.default_rng(size)
+    t = np.tril(rng.normal(0.0, 0.3, (3, 2, size, size)), -1) + np.eye(size)
+    got = np.asarray(unit_lower_inverse(jnp.asarray(t, jnp.float32)))
+    np.testing.assert_allclose(got, np.linalg.inv(t), atol=1e-5, rtol=1e-5)
+
+
+def test_chunked_rule_and_its_gradient_are_xla_operations_only() -> None:
+    """No library call (LAPACK's batched triangular solve, parallelised over the pool of the XLA:CPU thunks
+    calling it, deadlocked when two ran at once on a two-thread pool)."""
+    inputs = tuple(map(jnp.asarray, random_inputs(19)[:5]))
+
+    def loss(*xs: jax.Array) -> jax.Array:
+        return jnp.sum(chunk_gated_delta_rule(*xs, chunk_size=4)[0])
+
+    text = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4))).lower(*inputs).as_text()
+    assert "custom_call" not in text
 
 
 def test_layer_decodes_through_its_state_as_it_reads_the_whole_sequence() -> None:

@@ -86,6 +86,34 @@ def recurrent_gated_delta_rule(
     return jnp.moveaxis(out, 0, 1).astype(dtype), state  # [T, B, H, Dv] -> [B, T, H, Dv]
 
 
+def unit_lower_inverse(t: jax.Array) -> jax.Array:
+    """The inverses of unit lower-triangular matrices ``t`` ``[..., C, C]``, by doubling: the inverses of
+    the diagonal blocks of size ``b`` give those of size ``2b``, ``[[A, 0], [L, D]]^-1 = [[A^-1, 0],
+    [-D^-1 L A^-1, D^-1]]`` (``C`` padded to a power of two with the identity). Matrix products only:
+    XLA:CPU's triangular solve is a LAPACK call that parallelises its batch over the pool of the thunks
+    calling it, and two such calls at once on a two-thread pool waited for each other forever."""
+    size = t.shape[-1]
+    n = 1 << (size - 1).bit_length()
+    if n != size:
+        t = jnp.pad(t, [(0, 0)] * (t.ndim - 2) + [(0, n - size), (0, n - size)])
+        t = t + jnp.diag(jnp.arange(n) >= size).astype(t.dtype)
+    batch = t.shape[:-2]
+    inverse = jnp.ones((*batch, n, 1, 1), t.dtype)  # the 1 x 1 diagonal blocks of a unit diagonal
+    b = 1
+    while b < n:
+        blocks = n // (2 * b)
+        # the 2b x 2b diagonal blocks of t, and of each its lower-left b x b block
+        diagonal = jnp.diagonal(t.reshape(*batch, blocks, 2 * b, blocks, 2 * b), axis1=-4, axis2=-2)
+        lower_left = jnp.moveaxis(diagonal, -1, -3)[..., b:, :b]
+        pairs = inverse.reshape(*batch, blocks, 2, b, b)
+        top_inv, bottom_inv = pairs[..., 0, :, :], pairs[..., 1, :, :]
+        low = -bottom_inv @ lower_left @ top_inv
+        top = jnp.concatenate([top_inv, jnp.zeros_like(top_inv)], axis=-1)
+        inverse = jnp.concatenate([top, jnp.concatenate([low, bottom_inv], axis=-1)], axis=-2)
+        b *= 2
+    return inverse.reshape(*batch, n, n)[..., :size, :size]
+
+
 def chunk_gated_delta_rule(
     q: jax.Array,
     k: jax.Array,
@@ -98,8 +126,8 @@ def chunk_gated_delta_rule(
 ) -> tuple[jax.Array, jax.Array]:
     """The gated delta rule over chunks of ``chunk_size`` positions (the sequence padded with positions
     that neither decay nor write the state): within a chunk the updates are solved at once (the UT
-    transform: a unit lower-triangular system), between chunks the state is carried by ``lax.scan``.
-    Arguments and results as :func:`recurrent_gated_delta_rule`."""
+    transform: a unit lower-triangular system, inverted by :func:`unit_lower_inverse`), between chunks
+    the state is carried by ``lax.scan``. Arguments and results as :func:`recurrent_gated_delta_rule`."""
     dtype = q.dtype
     q, k, v, g, beta = _prepare(q, k, v, g, beta, l2)
     batch, heads, steps, dk = k.shape
@@ -116,13 +144,9 @@ def chunk_gated_delta_rule(
     lower = jnp.tril(jnp.ones((chunk_size, chunk_size), jnp.bool_))
     decay = jnp.exp(jnp.where(lower, cum[..., :, None] - cum[..., None, :], -jnp.inf))  # [.., i, j], j <= i
     strict = jnp.where(jnp.tril(lower, -1), jnp.einsum("...id,...jd->...ij", k_beta, k) * decay, 0.0)
-    system = strict + jnp.eye(chunk_size, dtype=jnp.float32)
-
-    def solve(rhs: jax.Array) -> jax.Array:
-        return jax.lax.linalg.triangular_solve(system, rhs, left_side=True, lower=True, unit_diagonal=True)
-
-    values = solve(v_beta)  # the chunk's new values before the state's prediction is taken out
-    reads = solve(k_beta * jnp.exp(cum)[..., None])  # what each of them reads of the incoming state
+    solve = unit_lower_inverse(strict + jnp.eye(chunk_size, dtype=jnp.float32))
+    values = solve @ v_beta  # the chunk's new values before the state's prediction is taken out
+    reads = solve @ (k_beta * jnp.exp(cum)[..., None])  # what each of them reads of the incoming state
     within = jnp.einsum("...id,...jd->...ij", q, k) * decay
     q_in = q * jnp.exp(cum)[..., None]
     k_out = k * jnp.exp(cum[..., -1:] - cum)[..., None]
