@@ -10,6 +10,7 @@ import pytest
 
 from theseus.model.models.qwen3_next_deltanet import (
     GatedDeltaNet,
+    _doubling_inverse,
     chunk_gated_delta_rule,
     recurrent_gated_delta_rule,
     unit_lower_inverse,
@@ -49,11 +50,19 @@ def test_chunked_rule_equals_recurrent_and_transformers(chunk: int) -> None:
 
 
 @pytest.mark.parametrize("size", [1, 6, 64])
-def test_unit_lower_inverse_is_the_inverse(size: int) -> None:
+def test_unit_lower_inverse_and_its_gradient(size: int) -> None:
     rng = np.random.default_rng(size)
     t = np.tril(rng.normal(0.0, 0.3, (3, 2, size, size)), -1) + np.eye(size)
     got = np.asarray(unit_lower_inverse(jnp.asarray(t, jnp.float32)))
     np.testing.assert_allclose(got, np.linalg.inv(t), atol=1e-5, rtol=1e-5)
+    # the closed-form gradient equals differentiating the doubling itself; nothing on or above the diagonal
+    weights = jnp.asarray(rng.normal(size=t.shape), jnp.float32)
+    closed, traced = (
+        np.asarray(jax.grad(lambda x, f=f: jnp.sum(f(x) * weights))(jnp.asarray(t, jnp.float32)))
+        for f in (unit_lower_inverse, _doubling_inverse)
+    )
+    np.testing.assert_allclose(closed, traced, atol=1e-5, rtol=1e-4)
+    assert not np.any(np.triu(closed))
 
 
 def test_chunked_rule_and_its_gradient_are_xla_operations_only() -> None:

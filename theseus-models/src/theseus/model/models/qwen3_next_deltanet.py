@@ -86,32 +86,49 @@ def recurrent_gated_delta_rule(
     return jnp.moveaxis(out, 0, 1).astype(dtype), state  # [T, B, H, Dv] -> [B, T, H, Dv]
 
 
-def unit_lower_inverse(t: jax.Array) -> jax.Array:
-    """The inverses of unit lower-triangular matrices ``t`` ``[..., C, C]``, by doubling: the inverses of
-    the diagonal blocks of size ``b`` give those of size ``2b``, ``[[A, 0], [L, D]]^-1 = [[A^-1, 0],
-    [-D^-1 L A^-1, D^-1]]`` (``C`` padded to a power of two with the identity). Matrix products only:
-    XLA:CPU's triangular solve is a LAPACK call that parallelises its batch over the pool of the thunks
-    calling it, and two such calls at once on a two-thread pool waited for each other forever."""
+def _strictly_lower(t: jax.Array) -> jax.Array:
+    """``t`` with everything on and above its diagonal zeroed."""
+    return jnp.tril(t, -1)
+
+
+def _doubling_inverse(t: jax.Array) -> jax.Array:
+    """The inverse of the unit lower-triangular matrices with ``t``'s strictly lower triangles: the inverse
+    ``M`` of the diagonal blocks of size ``b`` gives that of the blocks of size ``2b``,
+    ``M - M L M``, with ``L`` the lower-left ``b x b`` quarters of those blocks."""
     size = t.shape[-1]
-    n = 1 << (size - 1).bit_length()
-    if n != size:
-        t = jnp.pad(t, [(0, 0)] * (t.ndim - 2) + [(0, n - size), (0, n - size)])
-        t = t + jnp.diag(jnp.arange(n) >= size).astype(t.dtype)
-    batch = t.shape[:-2]
-    inverse = jnp.ones((*batch, n, 1, 1), t.dtype)  # the 1 x 1 diagonal blocks of a unit diagonal
+    rows, cols = jnp.arange(size)[:, None], jnp.arange(size)[None, :]
+    strict = _strictly_lower(t)
+    inverse = jnp.broadcast_to(jnp.eye(size, dtype=t.dtype), t.shape)
     b = 1
-    while b < n:
-        blocks = n // (2 * b)
-        # the 2b x 2b diagonal blocks of t, and of each its lower-left b x b block
-        diagonal = jnp.diagonal(t.reshape(*batch, blocks, 2 * b, blocks, 2 * b), axis1=-4, axis2=-2)
-        lower_left = jnp.moveaxis(diagonal, -1, -3)[..., b:, :b]
-        pairs = inverse.reshape(*batch, blocks, 2, b, b)
-        top_inv, bottom_inv = pairs[..., 0, :, :], pairs[..., 1, :, :]
-        low = -bottom_inv @ lower_left @ top_inv
-        top = jnp.concatenate([top_inv, jnp.zeros_like(top_inv)], axis=-1)
-        inverse = jnp.concatenate([top, jnp.concatenate([low, bottom_inv], axis=-1)], axis=-2)
+    while b < size:
+        quarters = (rows // (2 * b) == cols // (2 * b)) & (rows // b != cols // b)
+        inverse = inverse - inverse @ jnp.where(quarters, strict, 0.0) @ inverse
         b *= 2
-    return inverse.reshape(*batch, n, n)[..., :size, :size]
+    return inverse
+
+
+@jax.custom_vjp
+def unit_lower_inverse(t: jax.Array) -> jax.Array:
+    """The inverses of the unit lower-triangular matrices ``[..., C, C]`` whose strictly lower triangles
+    are ``t``'s (the rest of ``t`` is not read), by doubling the inverted diagonal blocks (``log2 C``
+    steps of two matrix products); its gradient is ``-M^T G M^T``'s strictly lower triangle. Matrix
+    products only: XLA:CPU's triangular solve is a LAPACK call that parallelises its batch over the pool
+    of the thunks calling it, and two such calls at once on a two-thread pool waited for each other
+    forever."""
+    return _doubling_inverse(t)
+
+
+def _inverse_forward(t: jax.Array) -> tuple[jax.Array, jax.Array]:
+    inverse = _doubling_inverse(t)
+    return inverse, inverse
+
+
+def _inverse_backward(inverse: jax.Array, grad: jax.Array) -> tuple[jax.Array]:
+    transposed = jnp.swapaxes(inverse, -1, -2)
+    return (_strictly_lower(-(transposed @ grad @ transposed)),)
+
+
+unit_lower_inverse.defvjp(_inverse_forward, _inverse_backward)
 
 
 def chunk_gated_delta_rule(
@@ -144,7 +161,7 @@ def chunk_gated_delta_rule(
     lower = jnp.tril(jnp.ones((chunk_size, chunk_size), jnp.bool_))
     decay = jnp.exp(jnp.where(lower, cum[..., :, None] - cum[..., None, :], -jnp.inf))  # [.., i, j], j <= i
     strict = jnp.where(jnp.tril(lower, -1), jnp.einsum("...id,...jd->...ij", k_beta, k) * decay, 0.0)
-    solve = unit_lower_inverse(strict + jnp.eye(chunk_size, dtype=jnp.float32))
+    solve = unit_lower_inverse(strict)
     values = solve @ v_beta  # the chunk's new values before the state's prediction is taken out
     reads = solve @ (k_beta * jnp.exp(cum)[..., None])  # what each of them reads of the incoming state
     within = jnp.einsum("...id,...jd->...ij", q, k) * decay
