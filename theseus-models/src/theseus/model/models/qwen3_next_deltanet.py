@@ -161,9 +161,9 @@ def chunk_gated_delta_rule(
     lower = jnp.tril(jnp.ones((chunk_size, chunk_size), jnp.bool_))
     decay = jnp.exp(jnp.where(lower, cum[..., :, None] - cum[..., None, :], -jnp.inf))  # [.., i, j], j <= i
     strict = jnp.where(jnp.tril(lower, -1), jnp.einsum("...id,...jd->...ij", k_beta, k) * decay, 0.0)
-    solve = unit_lower_inverse(strict)
-    values = solve @ v_beta  # the chunk's new values before the state's prediction is taken out
-    reads = solve @ (k_beta * jnp.exp(cum)[..., None])  # what each of them reads of the incoming state
+    inverse = unit_lower_inverse(strict)
+    values = inverse @ v_beta  # the chunk's new values before the state's prediction is taken out
+    reads = inverse @ (k_beta * jnp.exp(cum)[..., None])  # what each of them reads of the incoming state
     within = jnp.einsum("...id,...jd->...ij", q, k) * decay
     q_in = q * jnp.exp(cum)[..., None]
     k_out = k * jnp.exp(cum[..., -1:] - cum)[..., None]
