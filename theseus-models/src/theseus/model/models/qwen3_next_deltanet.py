@@ -160,8 +160,8 @@ def chunk_gated_delta_rule(
     cum = jnp.cumsum(g, axis=-1)  # log of the decay from the chunk's start to each position
     lower = jnp.tril(jnp.ones((chunk_size, chunk_size), jnp.bool_))
     decay = jnp.exp(jnp.where(lower, cum[..., :, None] - cum[..., None, :], -jnp.inf))  # [.., i, j], j <= i
-    strict = jnp.where(jnp.tril(lower, -1), jnp.einsum("...id,...jd->...ij", k_beta, k) * decay, 0.0)
-    inverse = unit_lower_inverse(strict)
+    # the system is the identity plus this product's strictly lower triangle, the only part the inverse reads
+    inverse = unit_lower_inverse(jnp.einsum("...id,...jd->...ij", k_beta, k) * decay)
     values = inverse @ v_beta  # the chunk's new values before the state's prediction is taken out
     reads = inverse @ (k_beta * jnp.exp(cum)[..., None])  # what each of them reads of the incoming state
     within = jnp.einsum("...id,...jd->...ij", q, k) * decay
