@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import clean_env
+from tests.conftest import allow_transparent_huge_pages, clean_env
 from theseus.base import host_memory
 from theseus.base.host_memory import HUGE_PAGES, TUNABLES, huge_page_environment
 from theseus.cli.entry import subcommand
@@ -115,7 +115,14 @@ FAULTS = textwrap.dedent(
 
 
 def _faults(env: dict[str, str]) -> tuple[list[int], int]:
-    done = subprocess.run([sys.executable, "-c", FAULTS], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", FAULTS],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        preexec_fn=allow_transparent_huge_pages,  # the suite's processes keep 4 KiB pages
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
     return report["faults"], report["pages"]

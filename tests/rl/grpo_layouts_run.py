@@ -1,8 +1,8 @@
 """Subprocess of the GRPO layout test: the same GRPO runs on 4 simulated devices.
 
-``python grpo_layouts_run.py ROOT`` trains ``LAYOUTS`` (full fine-tuning in fsdp, tp and fsdp+tp,
-LoRA in fsdp+tp) under ``ROOT`` through the CLI, rollouts on the run's mesh. XLA_FLAGS must ask for
-4 host devices before jax is imported.
+``python grpo_layouts_run.py ROOT`` trains ``LAYOUTS`` (full fine-tuning and LoRA in fsdp+tp) under
+``ROOT`` through the CLI, rollouts on the run's mesh. XLA_FLAGS must ask for 4 host devices before jax
+is imported.
 """
 
 from __future__ import annotations

@@ -128,18 +128,17 @@ def test_lora_with_a_kl_penalty_to_the_adapters_off_policy(tmp_path: Path) -> No
 LORA = ["model/lora/rank=4", "model/lora/targets=[query,value,up,down]"]
 #: Two rollouts of two updates each.
 LAYOUT_RUN = ["training/steps=2", "training/lr=1e-2", "rl/updates_per_rollout=2"]
-#: run name -> settings, on 4 devices (grpo_layouts_run.py)
+#: run name -> settings, on 4 devices (grpo_layouts_run.py): fsdp+tp applies both the fsdp and the tp
+#: rules, whose layouts alone tests/distributed/test_scale_out.py compares with one device.
 LAYOUTS = {
-    "full-fsdp": ["mesh/layout=fsdp"],
-    "full-tp": ["mesh/layout=tp", "mesh/data=2", "mesh/model=2"],
     "full-fsdp+tp": ["mesh/layout=fsdp+tp", "mesh/data=2", "mesh/model=2"],
     "lora-fsdp+tp": ["mesh/layout=fsdp+tp", "mesh/data=2", "mesh/model=2", *LORA],
 }
 
 
 def test_sharded_layouts_roll_out_and_train_as_one_device(tmp_path: Path) -> None:
-    """Full fine-tuning and LoRA, fsdp, tp and fsdp+tp on 4 devices with rollouts on the run's mesh: the same
-    rewards and losses as one device."""
+    """Full fine-tuning and LoRA in fsdp+tp on 4 devices (data 2 x model 2) with rollouts on the run's mesh:
+    the same rewards and losses as one device."""
     assert grpo(tmp_path, *LAYOUT_RUN, "run/name=full-1") == 0
     assert grpo(tmp_path, *LAYOUT_RUN, *LORA, "run/name=lora-1") == 0
     script = Path(__file__).with_name("grpo_layouts_run.py")
