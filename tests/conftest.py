@@ -72,9 +72,10 @@ def allow_transparent_huge_pages() -> None:
 
 # The suite's processes run on 4 KiB pages. `theseus run` asks glibc for transparent huge pages
 # (theseus.base.host_memory), and a fresh huge page is zeroed whole when first touched, however little
-# of it a short run uses: the kernel's zeroing took most of the system time of the suite's runs (a
-# 3-step tiny GPT run: 0.60 -> 0.31 s of system time; docs/reinforcement-learning.md's arithmetic GRPO
-# at its test step counts: 27.7 -> 17.8 s, system time 22 -> 5 s). Values are the same either way.
+# of it a short run uses: the kernel's zeroing took half the CPU cycles of docs/reinforcement-learning.md's
+# arithmetic GRPO at its test step counts (perf), which runs in 17.8 s instead of 27.7 s on 4 KiB pages
+# (system time 5 s instead of 22 s); a 3-step tiny GPT run spends 0.31 s instead of 0.60 s in the kernel.
+# Values are the same either way.
 transparent_huge_pages(False)
 
 DISTRIBUTIONS = ["theseus-core", "theseus-models", "theseus-data", "theseus-plugins-example"]
