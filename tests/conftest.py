@@ -59,7 +59,7 @@ if "xla_backend_optimization_level" not in _INHERITED_XLA_FLAGS:
 PR_SET_THP_DISABLE = 41
 
 
-def transparent_huge_pages(allowed: bool) -> None:
+def set_transparent_huge_pages(allowed: bool) -> None:
     """Let this process and the ones it starts use transparent huge pages, or keep them on 4 KiB pages."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_THP_DISABLE, int(not allowed), 0, 0, 0)
@@ -67,7 +67,7 @@ def transparent_huge_pages(allowed: bool) -> None:
 
 def allow_transparent_huge_pages() -> None:
     """``preexec_fn`` of a subprocess that measures what huge pages change (the suite runs without)."""
-    transparent_huge_pages(True)
+    set_transparent_huge_pages(True)
 
 
 # The suite's processes run on 4 KiB pages. `theseus run` asks glibc for transparent huge pages
@@ -76,7 +76,7 @@ def allow_transparent_huge_pages() -> None:
 # arithmetic GRPO at its test step counts (perf), which runs in 17.8 s instead of 27.7 s on 4 KiB pages
 # (system time 5 s instead of 22 s); a 3-step tiny GPT run spends 0.31 s instead of 0.60 s in the kernel.
 # Values are the same either way.
-transparent_huge_pages(False)
+set_transparent_huge_pages(False)
 
 DISTRIBUTIONS = ["theseus-core", "theseus-models", "theseus-data", "theseus-plugins-example"]
 

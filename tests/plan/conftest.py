@@ -64,8 +64,8 @@ LAYER_TYPES = {"gemma3": "[sliding_attention,full_attention]"}
 def tiny(model: str, layout: str, *extra: str, job: str = "train/pretrain") -> dict[str, Any]:
     """A case: ``model``'s tiny preset, :data:`CASE_LAYERS` deep, in ``layout`` on 8 devices (tp over 2,
     ep over 2)."""
-    overrides = [f"model={model}", "architecture/preset=tiny", "training/batch_size=8", "training/sequence_length=64"]
-    overrides.append(f"architecture/n_layers={CASE_LAYERS}")
+    overrides = [f"model={model}", "architecture/preset=tiny", f"architecture/n_layers={CASE_LAYERS}"]
+    overrides += ["training/batch_size=8", "training/sequence_length=64"]
     if model in LAYER_TYPES:
         overrides.append(f"architecture/layer_types={LAYER_TYPES[model]}")
     overrides.append(f"mesh/layout={layout}")
