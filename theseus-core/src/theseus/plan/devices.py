@@ -26,6 +26,13 @@ EXTRAS = {"cuda": ("plan-cuda", "jax_plugins.xla_cuda12"), "tpu": ("plan-tpu", "
 #: mixture layer's 65,536 token copies needs this).
 DEVICELESS_XLA_FLAGS = "--xla_gpu_enable_cub_radix_sort=false"
 
+#: With the persistent compilation cache on (``training/compilation_cache``), XLA:GPU also keeps each
+#: compiled kernel (a ``ptxas`` run per kernel, over a hundred per training step) in it, and a later
+#: compile of the same fusion takes it from there: most of a model's kernels repeat across layouts and
+#: jobs. jax leaves this cache off by default because a reused kernel can carry another program's launch
+#: dimensions (openxla/xla#33220): harmless here, where the compiled programs are only measured, never run.
+XLA_CACHES = "all"
+
 #: The chatter of the last topology built (shown by ``theseus --verbose plan``).
 startup_log: list[str] = []
 
@@ -44,13 +51,14 @@ def require_compiler(platform: str) -> None:
 
 
 def start_cpu_backend() -> None:
-    """Start jax on the CPU only: the accelerator plugins then only compile. Their start-up chatter
-    goes to :data:`startup_log`."""
+    """Start jax on the CPU only: the accelerator plugins then only compile (keeping their kernels in
+    the persistent cache, :data:`XLA_CACHES`). Their start-up chatter goes to :data:`startup_log`."""
     os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {DEVICELESS_XLA_FLAGS}".strip()
     with captured_stderr() as chatter:
         import jax
 
+        jax.config.update("jax_persistent_cache_enable_xla_caches", XLA_CACHES)
         jax.devices()
     startup_log.extend(chatter)
 
