@@ -2,15 +2,42 @@
 
 Figures are built with the object-oriented API (no ``pyplot`` state), so they can be drawn on a
 worker thread: ``CurvePlotter`` redraws a run's plot of one metric there while training goes on.
+The renderer's extension modules are loaded on the thread that submits the first plot, never on the
+worker (:func:`load_renderer`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+
+@functools.cache
+def load_renderer() -> None:
+    """Import matplotlib and every module a curve plot loads (fonts, Agg, layout, Pillow's PNG codec)
+    by rendering a small one on the calling thread.
+
+    A worker thread must not load an extension module while the training thread may import one:
+    the first holds the dynamic loader's lock while the module's static initialisers run, and when
+    these allocate enough to start Python's garbage collector, jax's collector callback waits for
+    the interpreter lock, which the training thread holds while it waits for the loader's lock (a
+    run hung at its first checkpoint so, importing orbax, while its plot thread imported matplotlib).
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2, 2))
+    ax = fig.subplots()
+    ax.plot([0, 1], [1, 0], "o-", label="train")
+    ax.set_title("run")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(io.BytesIO(), format="png")
 
 
 @contextlib.contextmanager
@@ -51,7 +78,8 @@ def plot_curves(
 
 
 class CurvePlotter:
-    """Redraws one metric's plot on a worker thread, so that training never waits for matplotlib.
+    """Redraws one metric's plot on a worker thread, so that training waits for matplotlib only to
+    import it, at the first ``submit``.
 
     ``submit`` hands over the newest curves (a request not yet started is replaced by a newer
     one); ``wait`` returns once the newest request is written and raises what drawing raised.
@@ -67,6 +95,7 @@ class CurvePlotter:
         self._error: BaseException | None = None
 
     def submit(self, train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]]) -> None:
+        load_renderer()  # here, not on the worker
         with self._lock:
             self._pending = (list(train), list(val))
             if self._worker is None:
