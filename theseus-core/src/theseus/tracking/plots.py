@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -20,7 +20,7 @@ from typing import Any
 @functools.cache
 def load_renderer() -> None:
     """Import matplotlib and every module a curve plot loads (fonts, Agg, layout, Pillow's PNG codec)
-    by rendering a small one on the calling thread.
+    by drawing one (:func:`plot_curves`, to a throwaway file) on the calling thread.
 
     A worker thread must not load an extension module while the training thread may import one:
     the first holds the dynamic loader's lock while the module's static initialisers run, and when
@@ -28,16 +28,8 @@ def load_renderer() -> None:
     the interpreter lock, which the training thread holds while it waits for the loader's lock (a
     run hung at its first checkpoint so, importing orbax, while its plot thread imported matplotlib).
     """
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(2, 2))
-    ax = fig.subplots()
-    ax.plot([0, 1], [1, 0], "o-", label="train")
-    ax.set_title("run")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(io.BytesIO(), format="png")
+    with tempfile.TemporaryDirectory() as folder:
+        plot_curves([(0, 1.0), (1, 0.5)], [(1, 0.6)], Path(folder) / "curve.png", title="run")
 
 
 @contextlib.contextmanager
