@@ -14,6 +14,7 @@ from tests.conftest import REPO
 from tests.docs.doc_flows import Shell, page_flows
 from tests.finetune.conftest import conversations
 from tests.huggingface.conftest import save_model
+from tests.models.conftest import jitted
 from tests.tracking.readers import jsonl_scalars
 
 CHAT_PROMPT = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
@@ -78,7 +79,7 @@ def theseus_logits(root: Path, run: str, ids: np.ndarray) -> np.ndarray:
     from theseus.model.generation import load_run
 
     loaded = load_run(root, run)
-    logits, _ = loaded.model.apply({"params": loaded.params}, jnp.asarray(ids), deterministic=True)
+    logits, _ = jitted(loaded.model.apply, {"params": loaded.params}, jnp.asarray(ids), deterministic=True)
     return np.asarray(logits, dtype=np.float32)
 
 

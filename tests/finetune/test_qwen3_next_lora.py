@@ -15,7 +15,7 @@ import pytest
 
 from tests.finetune.conftest import TINY_SFT
 from tests.finetune.test_sft import leaves, read_checkpoint
-from tests.models.conftest import build, random_params
+from tests.models.conftest import build, jitted, random_params
 from theseus.model.layers import lora
 from theseus.model.models.qwen3_next import Qwen3Next
 
@@ -61,7 +61,7 @@ def test_a_gated_deltanet_layer_starts_with_zero_adapters_that_change_nothing() 
         adapted = configure(GatedDeltaNet, **shape)
     plain = configure(GatedDeltaNet, **shape)
     x = np.random.default_rng(0).normal(size=(2, 10, 16)).astype(np.float32)
-    params = nn.unbox(adapted.init(jax.random.key(0), x, deterministic=True)["params"])
+    params = nn.unbox(jitted(adapted.init, jax.random.key(0), x, deterministic=True)["params"])
     assert lora.adapter_names(params) == LINEAR
     assert all(not np.any(np.asarray(v)) for k, v in params.items() if k.endswith("lora_b"))
     base = {k: v for k, v in params.items() if "lora_" not in k}

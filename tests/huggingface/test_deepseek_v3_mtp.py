@@ -17,6 +17,7 @@ import pytest
 from tests.huggingface.conftest import hf_logits, read_json
 from tests.huggingface.test_deepseek_v3 import save_deepseek
 from tests.huggingface.test_moe_families import VOCAB, logits_of
+from tests.models.conftest import jitted
 from theseus.base.sown import AUX_COLLECTIONS, AUX_LOSSES, AUX_METRICS
 
 MTP = "model.layers.3."  # module 1 of a 3-layer model
@@ -121,7 +122,7 @@ def test_the_sown_mtp_loss_is_the_module_applied_by_hand_on_shifted_tokens() -> 
     y[0, 3] = -1  # an ignored target: position 2 of the module does not count
     mask = np.ones_like(x, dtype=bool)
     mask[1, 7:] = False  # a right-padded row: positions 6.. of the module do not count
-    variables = model.init(jax.random.key(0), jnp.asarray(x))
+    variables = jitted(model.init, jax.random.key(0), jnp.asarray(x))
 
     @jax.jit
     def sown(targets: jax.Array) -> tuple[Any, Any]:
@@ -178,8 +179,8 @@ def test_depth_zero_is_the_model_without_mtp_and_decoding_skips_it() -> None:
     x = jnp.asarray(np.random.default_rng(1).integers(0, 61, (2, 8)))
     y = jnp.roll(x, -1, axis=1)
     plain, deep = tiny(), tiny(**{"architecture/mtp_depth": 2})
-    params = plain.init(jax.random.key(0), x)["params"]
-    deep_params = deep.init(jax.random.key(0), x)["params"]
+    params = jitted(plain.init, jax.random.key(0), x)["params"]
+    deep_params = jitted(deep.init, jax.random.key(0), x)["params"]
     assert set(deep_params) == {*params, "mtp_0", "mtp_1"}
     assert jax.tree.all(jax.tree.map(np.array_equal, params, {k: deep_params[k] for k in params}))
     (_, loss), sown = plain.apply({"params": params}, x, y, deterministic=True, mutable=list(AUX_COLLECTIONS))

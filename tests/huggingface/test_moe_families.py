@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.huggingface.conftest import assert_generation_matches, hf_logits, read_json, save_model
+from tests.models.conftest import jitted
 from theseus.errors import ConfigError
 from theseus.model.huggingface.importer import prepare, read_params
 
@@ -54,8 +55,8 @@ def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 def logits_of(folder: Path, ids: np.ndarray, mask: np.ndarray, **extra: Any) -> tuple[np.ndarray, Any]:
     prepared = prepare(folder, extra)
     params = read_params(prepared)
-    logits, _ = prepared.model.apply(
-        {"params": params}, jnp.asarray(ids), padding_mask=jnp.asarray(mask), deterministic=True
+    logits, _ = jitted(
+        prepared.model.apply, {"params": params}, jnp.asarray(ids), padding_mask=jnp.asarray(mask), deterministic=True
     )
     return np.asarray(logits), prepared
 

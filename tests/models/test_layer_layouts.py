@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from tests.models.conftest import build, logits_loss_grads, random_params
+from tests.models.conftest import build, jitted, logits_loss_grads, random_params
 from tests.models.test_models import batch
 from theseus.checkpoint import CheckpointStore
 from theseus.checkpoint.layers import per_layer, stacked
@@ -69,13 +69,13 @@ def test_per_layer_windows_and_rope_bases_give_the_same_model_in_both_layouts() 
     for a, b in zip(jax.tree.leaves(stacked(grads_a, ["blocks"])), jax.tree.leaves(grads_b), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-5)
     windowless = unrolled.clone(layer_types=["full_attention"] * 3)
-    full_logits = windowless.apply({"params": params}, x, padding_mask=mask, deterministic=True)[0]
+    full_logits = jitted(windowless.apply, {"params": params}, x, padding_mask=mask, deterministic=True)[0]
     assert float(np.max(np.abs(np.asarray(full_logits) - np.asarray(logits_a))[mask])) > 1e-3  # windows bind
 
     # 12 tokens: prefill 5, then one at a time past the window. Unrolled, a sliding layer's cache is a ring
     # of 4 slots (its window is fixed); scanned, every layer's is 12 long (stacked caches share one shape).
     rows = np.asarray(x[:1])
-    whole = unrolled.apply({"params": params}, rows, deterministic=True)[0]
+    whole = jitted(unrolled.apply, {"params": params}, rows, deterministic=True)[0]
     for model, p in ((unrolled, params), (scanned, stacked_params)):
         cache = init_cache(model, 1, rows.shape[1])
         if model is unrolled:
@@ -145,7 +145,7 @@ def test_optimizers_update_both_layouts_alike(family: type[TransformerLM], optim
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-5)
     # Without a gradient, a stacked norm scale stays put, while a stacked kernel decays.
     zero = jax.tree.map(jnp.zeros_like, stacked_grads)
-    still, _ = stacked_tx.update(zero, stacked_tx.init(stacked_params), stacked_params)
+    still, _ = jax.jit(lambda p, g: stacked_tx.update(g, stacked_tx.init(p), p))(stacked_params, zero)
     assert float(jnp.abs(still["blocks"]["attn_norm"]["scale"]).max()) == 0.0
     assert float(jnp.abs(still["blocks"]["attn"]["query"]).max()) > 0.0
     # Muon reads the stacked query kernel [layers, embed, heads, head_dim] as one embed x heads*head_dim
@@ -177,10 +177,12 @@ def test_the_trainers_optimizer_decays_matrices_only(tmp_path: Path) -> None:
 def _train_state(model: TransformerLM, params: dict) -> dict:
     """Parameters plus AdamW moments after one update (so the moments are not all zero)."""
     tx = optax.adamw(1e-2)
-    grads = jax.tree.map(lambda p: jnp.ones_like(p) * 0.5, params)
-    opt_state = tx.init(params)
-    _, opt_state = tx.update(grads, opt_state, params)
-    return {"params": params, "opt_state": opt_state, "step": jnp.asarray(7, jnp.int32)}
+
+    def moments(p: dict) -> optax.OptState:
+        grads = jax.tree.map(lambda leaf: jnp.ones_like(leaf) * 0.5, p)
+        return tx.update(grads, tx.init(p), p)[1]
+
+    return {"params": params, "opt_state": jax.jit(moments)(params), "step": jnp.asarray(7, jnp.int32)}
 
 
 def _abstract(tree: dict) -> dict:

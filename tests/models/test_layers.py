@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.models import reference
+from tests.models.conftest import jitted
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import Schema, configuration, configure
 from theseus.errors import ConfigError
@@ -196,7 +197,8 @@ def test_attention_sinks_in_query_blocks_match_the_softmax_with_a_sink_column(wi
     k = rng.normal(size=(1, steps, kv, width)).astype(np.float32)
     v = rng.normal(size=(1, steps, kv, width)).astype(np.float32)
     sinks = rng.normal(size=(heads,)).astype(np.float32) * 3
-    ours = dot_product_attention(
+    ours = jitted(
+        dot_product_attention,
         jnp.asarray(q),
         jnp.asarray(k),
         jnp.asarray(v),

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.models.conftest import jitted
 from theseus.base.sown import AUX_COLLECTIONS
 from theseus.config import Schema, configuration, configure, resolve
 from theseus.errors import ConfigError
@@ -92,8 +93,8 @@ def test_dispatch_equals_a_loop_over_experts_forward_and_gradients(
 
 
 def apply_layer(layer: MoE, x: jax.Array, **kwargs: Any) -> tuple[jax.Array, Any, Any]:
-    variables = layer.init(jax.random.key(1), x)
-    out, sown = layer.apply(variables, x, mutable=list(AUX_COLLECTIONS), **kwargs)
+    variables = jitted(layer.init, jax.random.key(1), x)
+    out, sown = jitted(layer.apply, variables, x, mutable=list(AUX_COLLECTIONS), **kwargs)
     return out, sown, variables["params"]
 
 
@@ -144,7 +145,7 @@ def test_load_balancing_and_z_loss_equal_a_hand_computation() -> None:
 def test_bias_updates_move_a_skewed_sigmoid_router_towards_uniform_load() -> None:
     layer = MoE(n_experts=4, top_k=1, expert_hidden=8, router="sigmoid", bias_update_rate=0.01, aux_loss=0.0)
     x = jax.random.normal(jax.random.key(0), (4, 16, 8)).at[..., 0].set(1.0)
-    variables = layer.init(jax.random.key(1), x)
+    variables = jitted(layer.init, jax.random.key(1), x)
     params = {k: getattr(v, "value", v) for k, v in variables["params"].items()}
     params["router"] = (0.3 * jax.random.normal(jax.random.key(5), (8, 4))).at[0, 0].set(2.0)  # expert 0 wins
 
@@ -162,7 +163,7 @@ def test_bias_updates_move_a_skewed_sigmoid_router_towards_uniform_load() -> Non
     assert max(imbalances[-10:]) < 1.25  # measured: 1.06-1.19
     assert float(params["router_bias"][0]) < 0 < float(jnp.max(params["router_bias"][1:]))
     # no update where the loss is evaluated only
-    _, sown = layer.apply({"params": params}, x, deterministic=True, mutable=list(AUX_COLLECTIONS))
+    _, sown = jitted(layer.apply, {"params": params}, x, deterministic=True, mutable=list(AUX_COLLECTIONS))
     assert "param_updates" not in sown
 
 
@@ -273,7 +274,7 @@ def test_first_dense_layers_are_dense_mlps() -> None:
 
     model = model_of(Qwen3MoE, **{"architecture/moe/first_k_dense": 1})
     x = jnp.zeros((1, 4), jnp.int32)
-    params = model.init(jax.random.key(0), x)["params"]
+    params = jitted(model.init, jax.random.key(0), x)["params"]
     assert set(params["blocks_0"]["mlp"]) == {"up", "gate", "down"}
     assert set(params["blocks_1"]["mlp"]) == {"router", "up", "gate", "down"}
     arch = model.architecture
@@ -292,10 +293,10 @@ def test_the_train_step_loss_adds_the_sown_losses_and_validation_does_not() -> N
 
     model = model_of(Mixtral)
     x = jax.random.randint(jax.random.key(0), (2, 16), 0, 257)
-    params = model.init(jax.random.key(1), x)["params"]
+    params = jitted(model.init, jax.random.key(1), x)["params"]
     state = TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(0.1), model=model)
     batch = {"x": x, "y": x}
-    _, plain = model.apply({"params": params}, x, y=x, deterministic=True)
+    _, plain = jitted(model.apply, {"params": params}, x, y=x, deterministic=True)
     _, trained, meta = steps.forward(state, params, batch, deterministic=False)
     _, validated, val_meta = steps.forward(state, params, batch, deterministic=True)
     assert float(trained) == pytest.approx(float(plain) + float(meta["aux_loss"]), rel=1e-6)
@@ -316,7 +317,7 @@ def test_shared_experts_add_a_dense_mlp_every_token_passes_through() -> None:
     tokens = x.reshape(-1, D)
     routing = route(tokens @ unboxed["router"], MoESpec(n_experts=E, top_k=K, expert_hidden=F))
     routed = loop_over_experts(tokens, routing, (unboxed["gate"], unboxed["up"], unboxed["down"]), SILU)
-    shared = MLP(d_ff=2 * F, activation="swiglu", use_bias=False).apply({"params": unboxed["shared"]}, x)
+    shared = jitted(MLP(d_ff=2 * F, activation="swiglu", use_bias=False).apply, {"params": unboxed["shared"]}, x)
     assert float(jnp.max(jnp.abs(out - (routed.reshape(x.shape) + shared)))) <= 1e-5
     spec = MoESpec(n_experts=E, top_k=K, expert_hidden=F, n_shared=2)
     assert spec.active_matmul_params(D, True) == (K + 2) * 3 * D * F + D * E

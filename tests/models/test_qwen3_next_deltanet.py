@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.models.conftest import jitted
 from theseus.model.models.qwen3_next_deltanet import (
     GatedDeltaNet,
     _doubling_inverse,
@@ -81,16 +82,16 @@ def test_layer_decodes_through_its_state_as_it_reads_the_whole_sequence() -> Non
     """A prompt of 7 (chunks of 4) then one token at a time gives the whole sequence's outputs."""
     layer = GatedDeltaNet(key_heads=2, value_heads=4, key_dim=8, value_dim=6, conv_kernel=4, chunk_size=4)
     x = jax.random.normal(jax.random.key(0), (2, 11, 16))
-    params = layer.init(jax.random.key(1), x)["params"]
+    params = jitted(layer.init, jax.random.key(1), x)["params"]
     params = jax.tree.map(lambda p: p * 4.0, params)  # larger weights: the state matters
-    whole = layer.apply({"params": params}, x)
-    cache = layer.init(jax.random.key(1), x, decode=True)["cache"]
+    whole = jitted(layer.apply, {"params": params}, x)
+    cache = jitted(layer.init, jax.random.key(1), x, decode=True)["cache"]
     cache = jax.tree.map(jnp.zeros_like, cache)
-    out, mutated = layer.apply({"params": params, "cache": cache}, x[:, :7], decode=True, mutable=["cache"])
+    out, mutated = jitted(layer.apply, {"params": params, "cache": cache}, x[:, :7], decode=True, mutable=["cache"])
     outs = [out]
     for t in range(7, 11):
-        out, mutated = layer.apply(
-            {"params": params, "cache": mutated["cache"]}, x[:, t : t + 1], decode=True, mutable=["cache"]
+        out, mutated = jitted(
+            layer.apply, {"params": params, "cache": mutated["cache"]}, x[:, t : t + 1], decode=True, mutable=["cache"]
         )
         outs.append(out)
     assert np.max(np.abs(np.concatenate(outs, axis=1) - np.asarray(whole))) <= 1e-4

@@ -13,6 +13,7 @@ import numpy as np
 import yaml
 
 from tests.conftest import clean_env, run_cli
+from tests.models.conftest import jitted
 from theseus.config import Schema, configuration
 
 # --- verbatim from extend-a-module.md -------------------------------------------------------
@@ -106,12 +107,12 @@ def test_feed_forward_declares_builds_and_calls_mlp() -> None:
     with configuration({"architecture/d_ff": 24, "architecture/activation": "swiglu"}):
         model = configure(FeedForward)
     x = jnp.ones((2, 5, 8))
-    variables = model.init(jax.random.key(0), x)
+    variables = jitted(model.init, jax.random.key(0), x)
     # built from the configuration it was configured under, even though init runs outside it
     params = variables["params"]["mlp"]
     assert sorted(params) == ["down", "gate", "up"]
     assert params["up"]["kernel"].value.shape == (8, 24)
-    out = model.apply(variables, x, deterministic=True)
+    out = jitted(model.apply, variables, x, deterministic=True)
     assert out.shape == (2, 5, 8)
 
 
@@ -119,10 +120,10 @@ def test_feed_forward_dropout_follows_deterministic() -> None:
     with configuration({"architecture/dropout": 0.5}):
         model = configure(FeedForward)
     x = jnp.ones((1, 16, 8))
-    variables = model.init(jax.random.key(0), x)
-    clean = model.apply(variables, x, deterministic=True)
-    noisy = model.apply(variables, x, deterministic=False, rngs={"dropout": jax.random.key(1)})
-    other = model.apply(variables, x, deterministic=False, rngs={"dropout": jax.random.key(2)})
+    variables = jitted(model.init, jax.random.key(0), x)
+    clean = jitted(model.apply, variables, x, deterministic=True)
+    noisy = jitted(model.apply, variables, x, deterministic=False, rngs={"dropout": jax.random.key(1)})
+    other = jitted(model.apply, variables, x, deterministic=False, rngs={"dropout": jax.random.key(2)})
     assert not np.allclose(clean, noisy) and not np.allclose(noisy, other)
     assert np.mean(np.asarray(noisy) == 0.0) > 0.2
 
@@ -136,7 +137,7 @@ def test_replicated_feed_forward_has_empty_plan() -> None:
 def test_counted_feed_forward_delegates_flops_when_bound() -> None:
     with configuration({"architecture/n_embd": 8, "architecture/d_ff": 32}):
         model = configure(CountedFeedForward)
-    variables = model.init(jax.random.key(0), jnp.ones((1, 4, 8)))
+    variables = jitted(model.init, jax.random.key(0), jnp.ones((1, 4, 8)))
     expected = 6 * 10 * (2 * 8 * 32)  # up + down, forward + backward
     assert model.bind(variables).flops(10) == expected
     assert model.apply(variables, 10, method=CountedFeedForward.flops) == expected
@@ -144,7 +145,7 @@ def test_counted_feed_forward_delegates_flops_when_bound() -> None:
 
 def test_counted_feed_forward_infers_width_from_parameters() -> None:
     model = configure(CountedFeedForward)  # n_embd None: the MLP takes the input width
-    variables = model.init(jax.random.key(0), jnp.ones((1, 4, 6)))
+    variables = jitted(model.init, jax.random.key(0), jnp.ones((1, 4, 6)))
     assert model.bind(variables).flops(3) == 6 * 3 * (2 * 6 * 24)
 
 
@@ -156,9 +157,9 @@ def test_subclass_adds_a_child_and_keeps_the_parents() -> None:
     with configuration({"architecture/scale": 0.0}):
         model = configure(ScaledFeedForward)
     x = jnp.ones((1, 3, 4))
-    variables = model.init(jax.random.key(0), x)
+    variables = jitted(model.init, jax.random.key(0), x)
     assert "mlp" in variables["params"]
-    assert float(jnp.abs(model.apply(variables, x, deterministic=True)).max()) == 0.0
+    assert float(jnp.abs(jitted(model.apply, variables, x, deterministic=True)).max()) == 0.0
 
 
 def test_listing_components_does_not_instantiate() -> None:

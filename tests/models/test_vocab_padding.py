@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.models.conftest import build, random_params
+from tests.models.conftest import build, jitted, random_params
 from theseus.checkpoint import CheckpointStore
 from theseus.config import configuration, configure
 from theseus.errors import CheckpointError
@@ -47,15 +47,15 @@ def tokens(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def test_loss_and_logits_equal_the_unpadded_model(family: type[TransformerLM]) -> None:
     padded, params, plain, plain_params = padded_and_plain(family)
     x, y = tokens()
-    logits, loss = padded.apply({"params": params}, x, y, deterministic=True)
-    plain_logits, plain_loss = plain.apply({"params": plain_params}, x, y, deterministic=True)
+    logits, loss = jitted(padded.apply, {"params": params}, x, y, deterministic=True)
+    plain_logits, plain_loss = jitted(plain.apply, {"params": plain_params}, x, y, deterministic=True)
     assert logits.shape == (2, 16, VOCAB)
     np.testing.assert_allclose(np.asarray(logits), np.asarray(plain_logits), atol=1e-5)
     assert abs(float(np.asarray(loss)) - float(np.asarray(plain_loss))) <= 1e-6
 
     # The premise: read as real ids, the padded rows would dominate the distribution.
     as_real = build(family, architecture__vocab_size=PADDED, architecture__vocab_multiple=1)
-    unmasked, unmasked_loss = as_real.apply({"params": params}, x, y, deterministic=True)
+    unmasked, unmasked_loss = jitted(as_real.apply, {"params": params}, x, y, deterministic=True)
     assert np.mean(np.asarray(unmasked).argmax(-1) >= VOCAB) >= 0.25
     assert float(np.asarray(unmasked_loss)) > float(np.asarray(loss)) + 1.0
 

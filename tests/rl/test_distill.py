@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import TINY_GPT
+from tests.models.conftest import jitted
 from tests.reliability.conftest import call_cli, error_line
 from tests.training.conftest import write_byte_corpus
 
@@ -56,8 +57,8 @@ def kl_to_teacher(teacher: Any, model: Any, params: Any) -> float:
     from theseus.model.rl.loss import forward_kl
 
     x = held_out()
-    expected, _ = teacher.model.apply({"params": teacher.params}, x, deterministic=True)
-    logits, _ = model.apply({"params": params}, x, deterministic=True)
+    expected, _ = jitted(teacher.model.apply, {"params": teacher.params}, x, deterministic=True)
+    logits, _ = jitted(model.apply, {"params": params}, x, deterministic=True)
     return float(forward_kl(logits, expected))
 
 
@@ -136,8 +137,8 @@ def test_the_step_takes_generalized_jsd_at_the_completion_tokens(on_policy: Dist
     device = with_teacher(trainer.sharding.put_global(rows), teacher)
     total, count, _ = trainer.val_step_fn()(trainer.state, device)
     inputs = {"padding_mask": rows["padding_mask"], "deterministic": True}
-    student, _ = trainer.model.apply({"params": trainer.state.params}, rows["x"], **inputs)
-    expected, _ = trainer.teacher.model.apply({"params": teacher}, rows["x"], **inputs)
+    student, _ = jitted(trainer.model.apply, {"params": trainer.state.params}, rows["x"], **inputs)
+    expected, _ = jitted(trainer.teacher.model.apply, {"params": teacher}, rows["x"], **inputs)
     mask = rows["completion_mask"]
     jsd = generalized_jsd(student, expected, mask, beta=0.3, temperature=2.0)
     assert float(count) == mask.sum() and 0 < mask.sum() < mask.size
@@ -156,7 +157,9 @@ def test_a_hugging_face_export_of_the_teacher_is_the_same_teacher(root: Path, on
     for spec in ("run:teacher", f"hf:{root / 'teacher-hf'}"):
         teacher = open_teacher(spec, root)
         assert teacher.vocab_size == 257
-        logits.append(np.asarray(teacher.model.apply({"params": teacher.load(sharding)}, x, deterministic=True)[0]))
+        logits.append(
+            np.asarray(jitted(teacher.model.apply, {"params": teacher.load(sharding)}, x, deterministic=True)[0])
+        )
     np.testing.assert_allclose(logits[0], logits[1], atol=1e-5)
 
 

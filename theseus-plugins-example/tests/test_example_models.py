@@ -29,7 +29,7 @@ def init(cls: type, values: dict) -> tuple[Any, dict]:
     with configuration(values):
         model = configure(cls)
     x = jnp.arange(12, dtype=jnp.int32).reshape(2, 6) % 40
-    return model, model.init(jax.random.key(0), x)
+    return model, jax.jit(model.init)(jax.random.key(0), x)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def scaled() -> tuple[Any, dict]:
 
 
 def logits_of(model: Any, variables: dict, x: jax.Array) -> np.ndarray:
-    return np.asarray(model.apply(variables, x, deterministic=True)[0])
+    return np.asarray(jax.jit(lambda v, x: model.apply(v, x, deterministic=True)[0])(variables, x))
 
 
 def test_gather_declares_the_new_children_and_their_keys() -> None:
