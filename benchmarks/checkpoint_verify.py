@@ -32,9 +32,10 @@ def train_state(preset: str) -> tuple[dict[str, Any], int]:
     import optax
 
     work = Workload.create(preset, batch=1, seq=64)
-    params = work.model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    params = jax.jit(work.model.init)(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
     optimizer = optax.adamw(1e-3)
-    _, opt_state = optimizer.update(params, optimizer.init(params), params)  # moments of a real update, not zeros
+    # moments of a real update, not zeros (compiled whole: eagerly, each operation is a program of its own)
+    opt_state = jax.jit(lambda p: optimizer.update(p, optimizer.init(p), p)[1])(params)
     state = {"params": params, "opt_state": opt_state, "step": jnp.asarray(1, jnp.int32)}
     size = sum(leaf.nbytes for leaf in jax.tree.leaves(state))
     return state, size

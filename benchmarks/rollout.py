@@ -124,13 +124,15 @@ def make_prompts(setting: Setting, seed: int = 0) -> list[list[int]]:
 
 def logit_difference(model: Any, params: Any, hf: Any, prompts: list[list[int]]) -> float:
     """The largest |theseus - transformers| logit on a few prompts cut to one length (no padding)."""
+    import jax
     import jax.numpy as jnp
     import numpy as np
     import torch
 
     length = min(len(p) for p in prompts)
     ids = np.asarray([p[:length] for p in prompts[:4]], np.int32)
-    ours = np.asarray(model.apply({"params": params}, jnp.asarray(ids), deterministic=True)[0])
+    forward = jax.jit(lambda p, x: model.apply({"params": p}, x, deterministic=True)[0])
+    ours = np.asarray(forward(params, jnp.asarray(ids)))
     with torch.inference_mode():
         theirs = hf(torch.from_numpy(ids.astype(np.int64))).logits.float().numpy()
     return float(np.max(np.abs(ours[..., :VOCAB] - theirs)))

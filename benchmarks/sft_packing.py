@@ -62,7 +62,8 @@ def main() -> None:
     values = {"architecture/n_layers": 2, "architecture/n_embd": 128, "architecture/n_heads": 4}
     with configuration({**values, "architecture/block_size": args.block}):
         model = configure(GPT)
-    params = model.init(jax.random.key(0), jnp.zeros((1, args.block), jnp.int32), deterministic=True)["params"]
+    init = jax.jit(lambda k, x: model.init(k, x, deterministic=True)["params"])
+    params = init(jax.random.key(0), jnp.zeros((1, args.block), jnp.int32))
 
     def loss(p, b):  # type: ignore[no-untyped-def]
         return model.apply({"params": p}, b["x"], y=b["y"], padding_mask=b["padding_mask"], deterministic=True)[1]

@@ -56,7 +56,7 @@ def block_step(width: int, heads: int, seq: int, window: int | None, batch: int)
     with configuration(values):
         model = configure(Llama)
     x = jax.random.randint(jax.random.key(1), (batch, seq), 0, 256)
-    params = model.init(jax.random.key(0), x, deterministic=True)["params"]
+    params = jax.jit(lambda k, x: model.init(k, x, deterministic=True)["params"])(jax.random.key(0), x)
 
     def loss(p: Any, x: jax.Array) -> jax.Array:
         outputs: Any = model.apply({"params": p}, x, y=x, deterministic=True)
