@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.data.conftest import write_prepared
-from tests.models.conftest import build, random_params
+from tests.models.conftest import build, jitted, random_params
 from theseus.model.models import GPT, Llama, TransformerLM, token_positions
 from theseus.training.flywheel import Flywheel
 
@@ -149,9 +149,9 @@ def test_long_packed_rows_use_the_blocked_path_with_segment_masks() -> None:
     seg = jnp.asarray(np.repeat(np.arange(1, 5), [100, 60, 90, 6])[None], jnp.int32)
     mask = attention_mask(seg)
     assert mask is not None
-    blocked = dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation="xla")
+    blocked = jitted(dot_product_attention, q, k, v, mask=mask, is_causal=True, implementation="xla")
     causal = jnp.tril(jnp.ones((256, 256), bool))[None, None]
-    direct = jax.nn.dot_product_attention(q, k, v, mask=mask & causal, implementation="xla")
+    direct = jitted(jax.nn.dot_product_attention, q, k, v, mask=mask & causal, implementation="xla")
     np.testing.assert_allclose(np.asarray(blocked), np.asarray(direct), atol=1e-5)
     alone = jax.nn.dot_product_attention(q[:, 100:160], k[:, 100:160], v[:, 100:160], is_causal=True)
     np.testing.assert_allclose(np.asarray(blocked[:, 100:160]), np.asarray(alone), atol=1e-5)

@@ -75,8 +75,8 @@ def test_the_nf4_codebook_is_the_published_one() -> None:
 @pytest.mark.parametrize("shape", [(4, 40, 128), (3, 40, 7), (130, 130)], ids=["shaped", "ragged", "two-levels"])
 def test_nf4_round_trip_equals_the_reference(shape: tuple[int, ...]) -> None:
     x = np.asarray(jax.random.normal(jax.random.key(1), shape) * 0.05)
-    q = quantization.nf4_quantize(jnp.asarray(x))
-    ours = np.asarray(quantization.nf4_dequantize(q, shape))
+    q = jax.jit(quantization.nf4_quantize)(jnp.asarray(x))
+    ours = np.asarray(jax.jit(quantization.nf4_dequantize, static_argnums=1)(q, shape))
     assert q["codes"].dtype == jnp.uint8 and q["absmax_codes"].dtype == jnp.int8
     if shape[-1] % 64 == 0:  # blocks tile the last dimension: the codes keep the kernel's shape to shard like it
         assert q["codes"].shape == (*shape[:-1], shape[-1] // 2)
