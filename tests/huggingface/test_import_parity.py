@@ -77,30 +77,23 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def forward(model: Any, params: Any, ids: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """``model``'s logits for ``ids`` (``mask``: which positions are real), compiled as one program."""
+    padding = None if mask is None else jnp.asarray(mask)
+    logits, _ = jitted(model.apply, {"params": params}, jnp.asarray(ids), padding_mask=padding, deterministic=True)
+    return np.asarray(logits)
+
+
 def full_attention_logits(prepared: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """The imported model's logits with its window switched off (the same weights)."""
     params = read_params(prepared)
-    logits, _ = jitted(
-        prepared.model.clone(sliding_window=None).apply,
-        {"params": params},
-        jnp.asarray(ids),
-        padding_mask=jnp.asarray(mask),
-        deterministic=True,
-    )
-    return np.asarray(logits)
+    return forward(prepared.model.clone(sliding_window=None), params, ids, mask)
 
 
 def ours(folder: Path, ids: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
     prepared = prepare(folder)
     params = read_params(prepared)
-    logits, _ = jitted(
-        prepared.model.apply,
-        {"params": params},
-        jnp.asarray(ids),
-        padding_mask=None if mask is None else jnp.asarray(mask),
-        deterministic=True,
-    )
-    return np.asarray(logits), prepared
+    return forward(prepared.model, params, ids, mask), prepared
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -149,10 +142,8 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         assert arch.layer_types == ("linear_attention", "full_attention") * 2 and arch.norm.zero_centred
         assert (arch.moe is not None and arch.moe.first_k_dense, arch.shared_expert_hidden) == (1, 20)
         chunked = prepared.model.clone(linear_chunk=4)  # the prompt of 12 in 3 chunks: the state carried
-        short, _ = jitted(
-            chunked.apply, {"params": read_params(prepared)}, jnp.asarray(ids), padding_mask=jnp.asarray(mask)
-        )
-        assert np.max(np.abs(np.asarray(short) - expected)[mask]) <= 1e-4
+        short = forward(chunked, read_params(prepared), ids, mask)
+        assert np.max(np.abs(short - expected)[mask]) <= 1e-4
     if "head_dim" in overrides:
         assert arch.head_dim == overrides["head_dim"] and arch.n_embd == 32
     if overrides.get("rope_parameters", {}).get("rope_type") == "yarn":
@@ -169,13 +160,7 @@ def test_llama4_every_layer_a_mixture_scans_with_transformers_logits(tmp_path: P
     mask[0, :4] = False
     prepared = prepare(tmp_path, {"model/scan_layers": True})
     assert prepared.model.scans_layers and prepared.model.scan_period == 2
-    logits, _ = jitted(
-        prepared.model.apply,
-        {"params": read_params(prepared)},
-        jnp.asarray(ids),
-        padding_mask=jnp.asarray(mask),
-        deterministic=True,
-    )
+    logits = forward(prepared.model, read_params(prepared), ids, mask)
     assert np.max(np.abs(np.asarray(logits) - hf_logits(model, ids, mask))[mask]) <= 1e-4
 
 
@@ -209,14 +194,7 @@ def test_units_of_layers_that_differ_in_shape_scan_with_transformers_logits(case
     for scan in (False, True):
         prepared = prepare(tmp_path, {"model/scan_layers": scan})
         imported[scan] = params = read_params(prepared)
-        out, _ = jitted(
-            prepared.model.apply,
-            {"params": params},
-            jnp.asarray(ids),
-            padding_mask=jnp.asarray(mask),
-            deterministic=True,
-        )
-        logits[scan] = np.asarray(out)
+        logits[scan] = forward(prepared.model, params, ids, mask)
     n_layers = prepared.model.architecture.n_layers
     assert prepared.model.scans_layers and prepared.model.scan_period == 2
     assert prepared.model.stacked_layers == (LayerRun("blocks", "blocks", 0, n_layers, 2),)
@@ -263,13 +241,7 @@ def test_gemma_layer_types_in_both_layouts_on_the_blocked_path(family: str, tmp_
         prepared = prepare(tmp_path, {"model/scan_layers": scan})
         assert prepared.model.stacked_layers == (("blocks",) if scan else ())
         assert prepared.model.architecture.layer_types == ("sliding_attention", "full_attention")
-        logits, _ = jitted(
-            prepared.model.apply,
-            {"params": read_params(prepared)},
-            jnp.asarray(ids),
-            padding_mask=jnp.asarray(mask),
-            deterministic=True,
-        )
+        logits = forward(prepared.model, read_params(prepared), ids, mask)
         assert np.max(np.abs(np.asarray(logits) - expected)[mask]) <= 1e-4, scan
     assert np.max(np.abs(np.asarray(logits) - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
 
