@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.huggingface.conftest import hf_logits, read_json, save_model
+from tests.huggingface.conftest import hf_logits, imported_logits, read_json, save_model
 from tests.huggingface.test_import_parity import LONGROPE, YARN
 
 PROMPT = "def f(x):"
@@ -130,12 +130,10 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
 def test_sharded_transformers_checkpoint_imports(tmp_path: Path) -> None:
     import torch
 
-    from tests.huggingface.test_import_parity import ours
-
     model = save_model(tmp_path / "a", "qwen2", tokenizer=False)
     model.save_pretrained(tmp_path / "b", max_shard_size="30KB")
     assert (tmp_path / "b" / "model.safetensors.index.json").is_file()
     ids = np.arange(10)[None] % 300
-    got, _ = ours(tmp_path / "b", ids)
+    got, _ = imported_logits(tmp_path / "b", ids)
     assert torch.is_tensor(model.lm_head.weight)
     assert np.max(np.abs(got - hf_logits(model, ids))) <= 1e-4

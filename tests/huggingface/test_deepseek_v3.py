@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from tests.huggingface.conftest import assert_generation_matches, hf_logits, read_json, save_model
+from tests.huggingface.conftest import assert_generation_matches, hf_logits, imported_logits, read_json, save_model
 from tests.huggingface.test_bad_inputs import edit_config
-from tests.huggingface.test_moe_families import PROMPT, VOCAB, logits_of
+from tests.huggingface.test_moe_families import PROMPT, VOCAB
 from theseus.model.generation.runs import load_run
 from theseus.model.huggingface.importer import read_params
 from theseus.model.models import init_cache
@@ -90,12 +90,12 @@ def test_import_logits_match_transformers(saved: dict[str, tuple[Path, Any]], ca
     ids = np.random.default_rng(1).integers(0, VOCAB, (2, 12))
     mask = np.ones_like(ids, dtype=bool)
     mask[0, :4] = False  # a left-padded row
-    got, prepared = logits_of(folder, ids, mask)
+    got, prepared = imported_logits(folder, ids, mask)
     expected = hf_logits(model, ids, mask)
     error = float(np.max(np.abs(got - expected)[mask]))
     assert error <= 1e-4, error
     if case == "query_lora":  # scanned: the dense layer and the mixture layers each a stacked run
-        scanned, scanned_import = logits_of(folder, ids, mask, **{"model/scan_layers": True})
+        scanned, scanned_import = imported_logits(folder, ids, mask, **{"model/scan_layers": True})
         assert [(r.name, r.length) for r in scanned_import.model.layer_runs] == [("dense_blocks", 1), ("blocks", 2)]
         assert float(np.max(np.abs(scanned - expected)[mask])) <= 1e-4
         np.testing.assert_allclose(scanned, got, atol=1e-5, rtol=0)
@@ -104,7 +104,7 @@ def test_import_logits_match_transformers(saved: dict[str, tuple[Path, Any]], ca
     assert (arch.mla.q_lora_rank, arch.mla.rope_interleave) == ((0, False) if case == "plain_query" else (12, True))
     if case == "yarn":  # prompts of 12 tokens: past the original 8 positions
         assert (arch.position.scaling.kind, arch.position.scaling.factor, arch.mla.mscale_all_dim) == ("yarn", 4.0, 0.8)
-        unscaled, _ = logits_of(folder, ids, mask, **{"architecture/mla/mscale_all_dim": 0.0})
+        unscaled, _ = imported_logits(folder, ids, mask, **{"architecture/mla/mscale_all_dim": 0.0})
         assert float(np.max(np.abs(unscaled - got)[mask])) > 1e-2  # the scores' correction matters
     moe = arch.moe
     assert (moe.router, moe.n_group, moe.topk_group, moe.n_shared, moe.first_k_dense) == ("sigmoid", 2, 1, 1, 1)
@@ -183,7 +183,7 @@ def test_fields_config_json_omits_take_transformers_defaults(
     (folder / "config.json").write_text(json.dumps(config))
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
     ids = np.random.default_rng(2).integers(0, VOCAB, (1, 10))
-    got, prepared = logits_of(folder, ids, np.ones_like(ids, dtype=bool))
+    got, prepared = imported_logits(folder, ids, np.ones_like(ids, dtype=bool))
     assert float(np.max(np.abs(got - hf_logits(model, ids)))) <= 1e-4
     assert prepared.model.architecture.moe.routed_scaling_factor == 2.5
     sparse = {k: v for k, v in config.items() if k not in ("n_group", "topk_group", "q_lora_rank")}

@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.huggingface.conftest import hf_logits, read_json
+from tests.huggingface.conftest import hf_logits, imported_logits, read_json
 from tests.huggingface.test_deepseek_v3 import save_deepseek
-from tests.huggingface.test_moe_families import VOCAB, logits_of
+from tests.huggingface.test_moe_families import VOCAB
 from tests.models.conftest import jitted
 from theseus.base.sown import AUX_COLLECTIONS, AUX_LOSSES, AUX_METRICS
 
@@ -65,7 +65,7 @@ def test_import_export_round_trip_every_mtp_tensor(
     ids = np.random.default_rng(1).integers(0, VOCAB, (2, 12))
     mask = np.ones_like(ids, dtype=bool)
     mask[0, :4] = False
-    got, prepared = logits_of(folder, ids, mask)
+    got, prepared = imported_logits(folder, ids, mask)
     error = float(np.max(np.abs(got - hf_logits(model, ids, mask))[mask]))
     assert error <= 1e-4, error
     assert prepared.model.architecture.mtp_depth == 1
@@ -95,7 +95,7 @@ def test_import_export_round_trip_every_mtp_tensor(
     assert all(k.startswith(MTP) for k in info["unexpected_keys"]), info  # transformers has no MTP module
     x = np.random.default_rng(0).integers(0, VOCAB, (2, 9))
     assert np.max(np.abs(hf_logits(reloaded.eval(), x) - hf_logits(model, x))) <= 1e-5
-    again, _ = logits_of(out, ids, mask)
+    again, _ = imported_logits(out, ids, mask)
     assert float(np.max(np.abs(again - got)[mask])) <= 1e-6
 
 

@@ -6,12 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.huggingface.conftest import GEMMA, GEMMA3_LINEAR, VOCAB, hf_logits, save_model
-from tests.models.conftest import jitted
+from tests.huggingface.conftest import GEMMA, GEMMA3_LINEAR, VOCAB, forward, hf_logits, imported_logits, save_model
 from theseus.errors import ConfigError
 from theseus.model.generation.decode import check_rope_switch
 from theseus.model.huggingface.importer import prepare, read_params
@@ -77,23 +75,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def forward(model: Any, params: Any, ids: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    """``model``'s logits for ``ids`` (``mask``: which positions are real), compiled as one program."""
-    padding = None if mask is None else jnp.asarray(mask)
-    logits, _ = jitted(model.apply, {"params": params}, jnp.asarray(ids), padding_mask=padding, deterministic=True)
-    return np.asarray(logits)
-
-
 def full_attention_logits(prepared: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """The imported model's logits with its window switched off (the same weights)."""
     params = read_params(prepared)
     return forward(prepared.model.clone(sliding_window=None), params, ids, mask)
-
-
-def ours(folder: Path, ids: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
-    prepared = prepare(folder)
-    params = read_params(prepared)
-    return forward(prepared.model, params, ids, mask), prepared
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -103,7 +88,7 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     ids = np.random.default_rng(1).integers(0, VOCAB, (2, 12))
     mask = np.ones_like(ids, dtype=bool)
     mask[0, :4] = False  # a left-padded row: positions count real tokens only
-    got, prepared = ours(tmp_path, ids, mask)
+    got, prepared = imported_logits(tmp_path, ids, mask)
     expected = hf_logits(model, ids, mask)
     assert np.max(np.abs(got - expected)[mask]) <= 1e-4
     arch = prepared.model.architecture
@@ -210,7 +195,7 @@ def test_units_of_layers_that_differ_in_shape_scan_with_transformers_logits(case
 def test_long_sequence_blocked_attention(tmp_path: Path) -> None:
     model = save_model(tmp_path, "llama", head_dim=16, rope_parameters=LLAMA3)
     ids = np.random.default_rng(3).integers(0, VOCAB, (1, 264))
-    got, _ = ours(tmp_path, ids)
+    got, _ = imported_logits(tmp_path, ids)
     assert np.max(np.abs(got - hf_logits(model, ids))) <= 1e-4
 
 
@@ -221,7 +206,7 @@ def test_long_sequence_blocked_attention_within_a_window(tmp_path: Path) -> None
     ids = np.random.default_rng(4).integers(0, VOCAB, (2, 300))
     mask = np.ones_like(ids, dtype=bool)
     mask[1, :40] = False
-    got, prepared = ours(tmp_path, ids, mask)
+    got, prepared = imported_logits(tmp_path, ids, mask)
     assert prepared.model.architecture.block_size == 512  # max_position_embeddings, not the window
     assert np.max(np.abs(got - hf_logits(model, ids, mask))[mask]) <= 1e-4
     assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
@@ -324,9 +309,9 @@ def test_phi3_longrope_short_and_long_factors(tmp_path: Path) -> None:
     ids = np.random.default_rng(5).integers(0, VOCAB, (2, 12))
     mask = np.ones_like(ids, dtype=bool)
     mask[0, :6] = False  # 6 real tokens in this row; the longest row (12) decides, as in transformers
-    long, prepared = ours(tmp_path, ids, mask)
+    long, prepared = imported_logits(tmp_path, ids, mask)
     assert np.max(np.abs(long - hf_logits(model, ids, mask))[mask]) <= 1e-4
-    short, _ = ours(tmp_path, ids[:, -6:])
+    short, _ = imported_logits(tmp_path, ids[:, -6:])
     expected_short = hf_logits(model, ids[:, -6:])
     assert np.max(np.abs(short - expected_short)) <= 1e-4
     assert np.max(np.abs(long[0, -6:] - expected_short[0])) > 1e-2  # the same 6 tokens, the other factors
@@ -345,6 +330,6 @@ def test_a_window_longer_than_the_context_imports_as_full_attention(tmp_path: Pa
     the logits are transformers'."""
     model = save_model(tmp_path, "phi3", sliding_window=1024, tokenizer=False)
     ids = np.random.default_rng(6).integers(0, VOCAB, (1, 12))
-    got, prepared = ours(tmp_path, ids)
+    got, prepared = imported_logits(tmp_path, ids)
     assert (prepared.model.architecture.attention.sliding_window, prepared.model.architecture.block_size) == (None, 512)
     assert np.max(np.abs(got - hf_logits(model, ids))) <= 1e-4

@@ -10,10 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.huggingface.conftest import assert_generation_matches, hf_logits, read_json, save_model
-from tests.models.conftest import jitted
+from tests.huggingface.conftest import assert_generation_matches, hf_logits, imported_logits, read_json, save_model
 from theseus.errors import ConfigError
-from theseus.model.huggingface.importer import prepare, read_params
 
 VOCAB = 258
 PROMPT = "def f(x):"
@@ -52,22 +50,13 @@ def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     return request.param, folder, save_moe(folder, request.param)
 
 
-def logits_of(folder: Path, ids: np.ndarray, mask: np.ndarray, **extra: Any) -> tuple[np.ndarray, Any]:
-    prepared = prepare(folder, extra)
-    params = read_params(prepared)
-    logits, _ = jitted(
-        prepared.model.apply, {"params": params}, jnp.asarray(ids), padding_mask=jnp.asarray(mask), deterministic=True
-    )
-    return np.asarray(logits), prepared
-
-
 @pytest.mark.parametrize("scan", [False, True])
 def test_import_logits_match_transformers(saved: tuple[str, Path, Any], scan: bool) -> None:
     case, folder, model = saved
     ids = np.random.default_rng(1).integers(0, VOCAB, (2, 12))
     mask = np.ones_like(ids, dtype=bool)
     mask[0, :4] = False  # a left-padded row
-    got, prepared = logits_of(folder, ids, mask, **{"model/scan_layers": scan})
+    got, prepared = imported_logits(folder, ids, mask, **{"model/scan_layers": scan})
     error = float(np.max(np.abs(got - hf_logits(model, ids, mask))[mask]))
     assert error <= 1e-4, error
     assert prepared.model.scans_layers == scan
