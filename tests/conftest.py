@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import ctypes
 import gc
 import os
@@ -88,6 +89,18 @@ set_transparent_huge_pages(False)
 gc.set_threshold(YOUNG_THRESHOLD, OLDER_THRESHOLD, OLDER_THRESHOLD)
 
 DISTRIBUTIONS = ["theseus-core", "theseus-models", "theseus-data", "theseus-plugins-example"]
+#: The project's Python sources that the suite's processes import. pip compiles what it installs to
+#: bytecode, but not an editable install's sources, and with ``PYTHONDONTWRITEBYTECODE`` set no process
+#: writes it either: each of the suite's several hundred processes would compile what it imports again.
+SOURCES = [REPO / d / "src" for d in DISTRIBUTIONS] + [REPO / "tests", REPO / "benchmarks"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Once per run, before pytest-xdist starts its workers: the project's sources compiled to bytecode
+    when Python does not write it on import (``PYTHONDONTWRITEBYTECODE``; reading it still works)."""
+    if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
+        for folder in SOURCES:
+            compileall.compile_dir(folder, quiet=1)
 
 
 #: Seconds a simulated device's collective waits for the others before XLA ends the process.

@@ -1,7 +1,7 @@
 """docs/reinforcement-learning.md's SFT-to-GRPO arithmetic flow, as written, with the shorter step counts
-the page names (``SFT_STEPS=4 GRPO_STEPS=2 EVAL_BATCHES=1``): demonstrations written and prepared as chat data, an SFT
-run whose chat template the GRPO run renders its prompts with and keeps, a validation before the first
-update, the GRPO metrics logged, and the reward plotted beside the loss
+and batch the page names (``SFT_STEPS=4 GRPO_STEPS=2 EVAL_BATCHES=1 GRPO_BATCH=32``): demonstrations
+written and prepared as chat data, an SFT run whose chat template the GRPO run renders its prompts with and
+keeps, a validation before the first update, the GRPO metrics logged, and the reward plotted beside the loss
 (``benchmarks/rl_arithmetic.py`` runs the same flow at the page's own step counts)."""
 
 from __future__ import annotations
@@ -20,10 +20,15 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.mark.slow
 def test_arithmetic_flow(tmp_path) -> None:
-    # XLA's own optimisation level: GRPO's rollouts at batch 128 run long enough that the suite's fast
-    # compile costs more than it saves (the flow's CPU time 39.6 -> 34.6 s)
+    # XLA's own optimisation level: at the page's batch of 128, GRPO's rollouts run long enough that the
+    # suite's fast compile costs more than it saves (the flow's CPU time 39.6 -> 34.6 s); at 32, the same
     shell = Shell.create(
-        tmp_path / "work", SFT_STEPS="4", GRPO_STEPS="2", EVAL_BATCHES="1", XLA_FLAGS=xla_flags(production=True)
+        tmp_path / "work",
+        SFT_STEPS="4",
+        GRPO_STEPS="2",
+        EVAL_BATCHES="1",
+        GRPO_BATCH="32",
+        XLA_FLAGS=xla_flags(production=True),
     )
     shell.timeout = 900  # one script: demonstrations, tokenization, SFT and GRPO, on busy cores
     (result,) = shell.run(flows("docs/reinforcement-learning.md")["arithmetic"])
