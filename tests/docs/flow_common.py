@@ -14,7 +14,7 @@ from tests.conftest import REPO
 from tests.docs.doc_flows import Shell, page_flows
 from tests.finetune.conftest import conversations
 from tests.huggingface.conftest import save_model
-from tests.models.conftest import jitted
+from tests.models.conftest import forward
 from tests.tracking.readers import jsonl_scalars
 
 CHAT_PROMPT = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
@@ -74,13 +74,11 @@ def train_losses(run_dir: Path) -> list[tuple[int, float]]:
 
 def theseus_logits(root: Path, run: str, ids: np.ndarray) -> np.ndarray:
     """The logits of run ``run``'s latest checkpoint, loaded with theseus's own run loading."""
-    import jax.numpy as jnp
 
     from theseus.model.generation import load_run
 
     loaded = load_run(root, run)
-    logits, _ = jitted(loaded.model.apply, {"params": loaded.params}, jnp.asarray(ids), deterministic=True)
-    return np.asarray(logits, dtype=np.float32)
+    return np.asarray(forward(loaded.model, loaded.params, ids), dtype=np.float32)
 
 
 def write_sources(folder: Path) -> Path:

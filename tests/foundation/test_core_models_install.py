@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TINY_GPT, clean_env, make_venv, pip_install, run_cli
-from tests.models.conftest import jitted
+from tests.models.conftest import forward
 
 pytestmark = pytest.mark.slow
 
@@ -167,7 +167,5 @@ def test_the_demo_run_exports_without_a_tokenizer_library_and_loads_in_transform
     with torch.no_grad():
         theirs = model(torch.tensor([ids])).logits.float().numpy()
     run = load_run(root, "demo-gpt")
-    ours = np.asarray(
-        jitted(run.model.apply, {"params": run.params}, np.asarray([ids], np.int32), deterministic=True)[0]
-    )
+    ours = forward(run.model, run.params, np.asarray([ids], np.int32))
     np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)

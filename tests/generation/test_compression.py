@@ -6,12 +6,11 @@ import math
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from tests.generation.conftest import CORPUS, QUICK, TRAINERS, spread_params, tiny_values, write_corpus
-from tests.models.conftest import jitted
+from tests.models.conftest import forward
 from theseus.data.format import Prepared
 from theseus.errors import ConfigError, DataError
 from theseus.evaluation import Compression
@@ -55,7 +54,7 @@ def test_bits_per_byte_match_each_byte_predicted_from_its_own_window(tmp_path: P
         context = tokens[max(0, t - length) : t]
         windows[t - 1, : len(context)] = context
         last[t - 1] = len(context) - 1
-    logits = jitted(trainer.model.apply, {"params": params}, jnp.asarray(windows), deterministic=True)[0]
+    logits = forward(trainer.model, params, windows)
     logp = jax.nn.log_softmax(np.asarray(logits, np.float64), axis=-1)
     nats = -sum(float(logp[i, last[i], tokens[i + 1]]) for i in range(len(last)))
     raw = int(np.sum(tokens[1:] < 256))  # the byte tokenizer: end-of-text (256) stands for no byte

@@ -247,22 +247,12 @@ def hf_logits(model: Any, ids: np.ndarray, mask: np.ndarray | None = None) -> np
         return model(x, **kwargs).logits.float().numpy()
 
 
-def forward(model: Any, params: Any, ids: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    """A theseus model's logits for ``ids`` (``mask``: which positions are real), compiled as one program."""
-    import jax.numpy as jnp
-
-    from tests.models.conftest import jitted
-
-    padding = None if mask is None else jnp.asarray(mask)
-    logits, _ = jitted(model.apply, {"params": params}, jnp.asarray(ids), padding_mask=padding, deterministic=True)
-    return np.asarray(logits)
-
-
 def imported_logits(
     folder: Path, ids: np.ndarray, mask: np.ndarray | None = None, **extra: Any
 ) -> tuple[np.ndarray, Any]:
     """The logits of the checkpoint in ``folder`` as theseus imports it (``extra``: settings on top of its
     own), and the prepared import."""
+    from tests.models.conftest import forward
     from theseus.model.huggingface.importer import prepare, read_params
 
     prepared = prepare(folder, extra)

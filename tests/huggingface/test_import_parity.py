@@ -9,7 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from tests.huggingface.conftest import GEMMA, GEMMA3_LINEAR, VOCAB, forward, hf_logits, imported_logits, save_model
+from tests.huggingface.conftest import GEMMA, GEMMA3_LINEAR, VOCAB, hf_logits, imported_logits, save_model
+from tests.models.conftest import forward
 from theseus.errors import ConfigError
 from theseus.model.generation.decode import check_rope_switch
 from theseus.model.huggingface.importer import prepare, read_params
@@ -146,7 +147,7 @@ def test_llama4_every_layer_a_mixture_scans_with_transformers_logits(tmp_path: P
     prepared = prepare(tmp_path, {"model/scan_layers": True})
     assert prepared.model.scans_layers and prepared.model.scan_period == 2
     logits = forward(prepared.model, read_params(prepared), ids, mask)
-    assert np.max(np.abs(np.asarray(logits) - hf_logits(model, ids, mask))[mask]) <= 1e-4
+    assert np.max(np.abs(logits - hf_logits(model, ids, mask))[mask]) <= 1e-4
 
 
 #: Units whose positions differ in shape: Llama 4's dense and mixture layers interleaved (a unit of two),
@@ -227,8 +228,8 @@ def test_gemma_layer_types_in_both_layouts_on_the_blocked_path(family: str, tmp_
         assert prepared.model.stacked_layers == (("blocks",) if scan else ())
         assert prepared.model.architecture.layer_types == ("sliding_attention", "full_attention")
         logits = forward(prepared.model, read_params(prepared), ids, mask)
-        assert np.max(np.abs(np.asarray(logits) - expected)[mask]) <= 1e-4, scan
-    assert np.max(np.abs(np.asarray(logits) - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
+        assert np.max(np.abs(logits - expected)[mask]) <= 1e-4, scan
+    assert np.max(np.abs(logits - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
 
 
 #: Gemma 3 layers in periods of 3 (two sliding, one full) with two layers left over: 2 scan steps, then

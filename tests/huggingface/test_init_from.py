@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.huggingface.conftest import VOCAB, hf_logits, save_model
-from tests.models.conftest import jitted
+from tests.models.conftest import forward
 from theseus.errors import ConfigError, DataError
 from theseus.model.models import GPT, Gemma2, Gemma3, Llama, OLMo2, Phi3, Qwen3
 from theseus.training.base import BaseTrainer
@@ -144,7 +144,6 @@ def test_init_from_an_imported_run(tmp_path: Path, theseus: Any) -> None:
     assert abs(train_losses(theseus.root / "runs" / "ft")[1] - expected) <= 1e-4
 
     # the fine-tuned run (byte tokenizer) exports to a folder transformers loads, tokenizer included
-    import jax.numpy as jnp
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from theseus.data.tokenizers.byte import ByteTokenizer
@@ -157,8 +156,8 @@ def test_init_from_an_imported_run(tmp_path: Path, theseus: Any) -> None:
     assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
     run = load_run(theseus.root, "ft")
     x = batch["x"]
-    ours, _ = jitted(run.model.apply, {"params": run.params}, jnp.asarray(x), deterministic=True)
-    assert np.max(np.abs(hf_logits(reloaded.eval(), x) - np.asarray(ours))) <= 1e-5
+    ours = forward(run.model, run.params, x)
+    assert np.max(np.abs(hf_logits(reloaded.eval(), x) - ours)) <= 1e-5
     text = "naïve café <|endoftext|>"
     assert AutoTokenizer.from_pretrained(out)(text).input_ids == [*ByteTokenizer().encode("naïve café "), 256]
 

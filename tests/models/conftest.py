@@ -65,6 +65,14 @@ def jitted(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return jax.jit(call)([args[i] for i in inputs], arrays)
 
 
+def forward(model: Any, params: Any, ids: Any, mask: Any = None) -> np.ndarray:
+    """A model's logits for ``ids`` (``mask``: which positions are real), deterministic, compiled as one
+    program (:func:`jitted`)."""
+    padding = None if mask is None else jnp.asarray(mask)
+    logits, _ = jitted(model.apply, {"params": params}, jnp.asarray(ids), padding_mask=padding, deterministic=True)
+    return np.asarray(logits)
+
+
 def logits_loss_grads(model: TransformerLM, params: Any, x: Any, y: Any, mask: Any) -> tuple[Any, Any, Any]:
     """One jitted deterministic forward and backward pass of ``model``: its logits, loss and gradients."""
 

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from tests.models.conftest import build, jitted, logits_loss_grads, random_params
+from tests.models.conftest import build, forward, logits_loss_grads, random_params
 from tests.models.test_models import batch
 from theseus.checkpoint import CheckpointStore
 from theseus.checkpoint.layers import per_layer, stacked
@@ -69,13 +69,13 @@ def test_per_layer_windows_and_rope_bases_give_the_same_model_in_both_layouts() 
     for a, b in zip(jax.tree.leaves(stacked(grads_a, ["blocks"])), jax.tree.leaves(grads_b), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-5)
     windowless = unrolled.clone(layer_types=["full_attention"] * 3)
-    full_logits = jitted(windowless.apply, {"params": params}, x, padding_mask=mask, deterministic=True)[0]
-    assert float(np.max(np.abs(np.asarray(full_logits) - np.asarray(logits_a))[mask])) > 1e-3  # windows bind
+    full_logits = forward(windowless, params, x, mask)
+    assert float(np.max(np.abs(full_logits - np.asarray(logits_a))[mask])) > 1e-3  # windows bind
 
     # 12 tokens: prefill 5, then one at a time past the window. Unrolled, a sliding layer's cache is a ring
     # of 4 slots (its window is fixed); scanned, every layer's is 12 long (stacked caches share one shape).
     rows = np.asarray(x[:1])
-    whole = jitted(unrolled.apply, {"params": params}, rows, deterministic=True)[0]
+    whole = forward(unrolled, params, rows)
     for model, p in ((unrolled, params), (scanned, stacked_params)):
         cache = init_cache(model, 1, rows.shape[1])
         if model is unrolled:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.models.conftest import jitted
+from tests.models.conftest import forward
 from tests.plugins_example.test_wheel_install import TINY
 from tests.reliability.conftest import call_cli
 
@@ -45,6 +45,5 @@ def test_a_plugin_model_round_trips_through_its_hf_family(tmp_path: Path) -> Non
     trained, back = load_run(tmp_path / "root", "scaled"), load_run(tmp_path / "root", "back")
     assert type(back.model) is ScaledGPT and back.config["architecture/scale"] == 0.5
     ids = np.arange(24, dtype=np.int32).reshape(1, 24) % 250
-    ours = jitted(trained.model.apply, {"params": trained.params}, ids, deterministic=True)[0]
-    theirs = jitted(back.model.apply, {"params": back.params}, ids, deterministic=True)[0]
-    np.testing.assert_allclose(np.asarray(theirs), np.asarray(ours), atol=1e-6, rtol=0)
+    ours, theirs = forward(trained.model, trained.params, ids), forward(back.model, back.params, ids)
+    np.testing.assert_allclose(theirs, ours, atol=1e-6, rtol=0)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import TINY_GPT
-from tests.models.conftest import jitted
+from tests.models.conftest import forward
 from tests.reliability.conftest import call_cli, error_line
 from tests.training.conftest import write_byte_corpus
 
@@ -57,8 +57,7 @@ def kl_to_teacher(teacher: Any, model: Any, params: Any) -> float:
     from theseus.model.rl.loss import forward_kl
 
     x = held_out()
-    expected, _ = jitted(teacher.model.apply, {"params": teacher.params}, x, deterministic=True)
-    logits, _ = jitted(model.apply, {"params": params}, x, deterministic=True)
+    expected, logits = forward(teacher.model, teacher.params, x), forward(model, params, x)
     return float(forward_kl(logits, expected))
 
 
@@ -136,9 +135,8 @@ def test_the_step_takes_generalized_jsd_at_the_completion_tokens(on_policy: Dist
     teacher = trainer.teacher_params()
     device = with_teacher(trainer.sharding.put_global(rows), teacher)
     total, count, _ = trainer.val_step_fn()(trainer.state, device)
-    inputs = {"padding_mask": rows["padding_mask"], "deterministic": True}
-    student, _ = jitted(trainer.model.apply, {"params": trainer.state.params}, rows["x"], **inputs)
-    expected, _ = jitted(trainer.teacher.model.apply, {"params": teacher}, rows["x"], **inputs)
+    student = forward(trainer.model, trainer.state.params, rows["x"], rows["padding_mask"])
+    expected = forward(trainer.teacher.model, teacher, rows["x"], rows["padding_mask"])
     mask = rows["completion_mask"]
     jsd = generalized_jsd(student, expected, mask, beta=0.3, temperature=2.0)
     assert float(count) == mask.sum() and 0 < mask.sum() < mask.size
@@ -157,9 +155,7 @@ def test_a_hugging_face_export_of_the_teacher_is_the_same_teacher(root: Path, on
     for spec in ("run:teacher", f"hf:{root / 'teacher-hf'}"):
         teacher = open_teacher(spec, root)
         assert teacher.vocab_size == 257
-        logits.append(
-            np.asarray(jitted(teacher.model.apply, {"params": teacher.load(sharding)}, x, deterministic=True)[0])
-        )
+        logits.append(forward(teacher.model, teacher.load(sharding), x))
     np.testing.assert_allclose(logits[0], logits[1], atol=1e-5)
 
 
