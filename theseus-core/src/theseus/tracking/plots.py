@@ -2,34 +2,24 @@
 
 Figures are built with the object-oriented API (no ``pyplot`` state), so they can be drawn on a
 worker thread: ``CurvePlotter`` redraws a run's plot of one metric there while training goes on.
-The renderer's extension modules are loaded on the thread that submits the first plot, never on the
-worker (:func:`load_renderer`).
+The renderer's extension modules are loaded on the thread that submits the process's first plot, never
+on a worker.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+#: A metric's training and validation points, ``(step, value)``.
+Curves = tuple[list[tuple[int, float]], list[tuple[int, float]]]
 
-@functools.cache
-def load_renderer() -> None:
-    """Import matplotlib and every module a curve plot loads (fonts, Agg, layout, Pillow's PNG codec)
-    by drawing one (:func:`plot_curves`, to a throwaway file) on the calling thread.
 
-    A worker thread must not load an extension module while the training thread may import one:
-    the first holds the dynamic loader's lock while the module's static initialisers run, and when
-    these allocate enough to start Python's garbage collector, jax's collector callback waits for
-    the interpreter lock, which the training thread holds while it waits for the loader's lock (a
-    run hung at its first checkpoint so, importing orbax, while its plot thread imported matplotlib).
-    """
-    with tempfile.TemporaryDirectory() as folder:
-        plot_curves([(0, 1.0), (1, 0.5)], [(1, 0.6)], Path(folder) / "curve.png", title="run")
+#: Set once a plot has been drawn on a thread that may load modules (see :class:`CurvePlotter`).
+_renderer_loaded = threading.Event()
 
 
 @contextlib.contextmanager
@@ -70,11 +60,19 @@ def plot_curves(
 
 
 class CurvePlotter:
-    """Redraws one metric's plot on a worker thread, so that training waits for matplotlib only to
-    import it, at the first ``submit``.
+    """Redraws one metric's plot on a worker thread while training goes on.
 
-    ``submit`` hands over the newest curves (a request not yet started is replaced by a newer
-    one); ``wait`` returns once the newest request is written and raises what drawing raised.
+    ``submit`` hands over the newest curves (a request not yet started is replaced by a newer one, and
+    curves already drawn are not drawn again); ``wait`` returns once the newest request is written and
+    raises what drawing raised.
+
+    The process's first plot is drawn on the thread that submits it, which so loads matplotlib and every
+    extension module a plot needs (fonts, Agg, layout, Pillow's PNG codec); the worker then loads none.
+    A worker thread must not load an extension module while the training thread may import one: the
+    first holds the dynamic loader's lock while the module's static initialisers run, and when these
+    allocate enough to start Python's garbage collector, jax's collector callback waits for the
+    interpreter lock, which the training thread holds while it waits for the loader's lock (a run hung at
+    its first checkpoint so, importing orbax, while its plot thread imported matplotlib).
     """
 
     def __init__(self, path: Path, title: str = "", ylabel: str = "loss") -> None:
@@ -82,17 +80,25 @@ class CurvePlotter:
         self.title = title
         self.ylabel = ylabel
         self._lock = threading.Lock()
-        self._pending: tuple[list[tuple[int, float]], list[tuple[int, float]]] | None = None
+        self._submitted: Curves | None = None
+        self._pending: Curves | None = None
         self._worker: threading.Thread | None = None
         self._error: BaseException | None = None
 
     def submit(self, train: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]]) -> None:
-        load_renderer()  # here, not on the worker
+        request = (list(train), list(val))
         with self._lock:
-            self._pending = (list(train), list(val))
-            if self._worker is None:
-                self._worker = threading.Thread(target=self._drain, name=f"theseus-plot-{self.ylabel}")
-                self._worker.start()
+            if request == self._submitted:
+                return
+            self._submitted = request
+            if _renderer_loaded.is_set():
+                self._pending = request
+                if self._worker is None:
+                    self._worker = threading.Thread(target=self._drain, name=f"theseus-plot-{self.ylabel}")
+                    self._worker.start()
+                return
+        if self._draw(request):
+            _renderer_loaded.set()
 
     def wait(self) -> None:
         """Block until every submitted plot is written; re-raise the first drawing error."""
@@ -111,7 +117,13 @@ class CurvePlotter:
                 if request is None:
                     self._worker = None
                     return
-            try:
-                plot_curves(request[0], request[1], self.path, self.title, self.ylabel)
-            except BaseException as exc:  # reported by wait(), in the training thread
-                self._error = self._error or exc
+            self._draw(request)
+
+    def _draw(self, request: Curves) -> bool:
+        """Write ``request``'s plot; False (and the error kept for :meth:`wait`) if drawing raised."""
+        try:
+            plot_curves(request[0], request[1], self.path, self.title, self.ylabel)
+        except BaseException as exc:  # reported by wait(), in the training thread
+            self._error = self._error or exc
+            return False
+        return True
