@@ -13,6 +13,7 @@ from theseus.plan.build import CompiledStep, build_trainer, compile_train_step
 from theseus.plan.estimate import DEFAULT_OVERLAP, Estimate, estimate
 from theseus.plan.hlo import ProgramCost, analyse
 from theseus.plan.targets import Target, parse_target
+from theseus.training.collector import rare_collections
 
 GB = 1e9
 
@@ -69,11 +70,12 @@ def make_plan(
     if not hasattr(job, "train_step_fn"):
         raise ConfigError(f"{job_name!r} is not a training job; theseus plan compiles a trainer's step")
     devices = target_devices(target)
-    trainer = build_trainer(job, devices, overrides, root, config_file)
-    if notice is not None:  # once the configuration is known to be sound
-        notice(f"compiling {job_name} for {target.describe()} (mesh {dict(trainer.sharding.mesh.shape)}) ...")
-    with captured_stderr() as compiler_log:  # XLA's warnings (rematerialisation, scheduling): --verbose
-        step = compile_train_step(trainer)
+    with rare_collections():  # tracing allocates millions of short-lived objects, as in a run
+        trainer = build_trainer(job, devices, overrides, root, config_file)
+        if notice is not None:  # once the configuration is known to be sound
+            notice(f"compiling {job_name} for {target.describe()} (mesh {dict(trainer.sharding.mesh.shape)}) ...")
+        with captured_stderr() as compiler_log:  # XLA's warnings (rematerialisation, scheduling): --verbose
+            step = compile_train_step(trainer)
     startup_log.extend(compiler_log)
     cost = analyse(step.text, target.devices)
     per_sequence = float(trainer.model.flops(trainer.sequence_length))
