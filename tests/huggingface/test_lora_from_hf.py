@@ -25,10 +25,19 @@ ATTENTION = ("query", "key", "value", "out")
 MLP = ("up", "gate", "down")
 
 
+#: Families whose checkpoints fuse the query, key and value projections into one tensor (GPT-2's
+#: ``c_attn``, Phi-3's ``qkv_proj``), which the reader splits: every subset of them with adapters is read.
+#: The others hold a tensor per projection, read alike whichever others have adapters.
+FUSED_ATTENTION = ("gpt2", "phi3")
+
+
 def target_sets(family: str) -> list[tuple[str, ...]]:
-    """Every single projection, every attention subset, and everything the family's MLP has."""
+    """Every single projection, everything the family's MLP has, and (fused attention) every attention
+    subset."""
     mlp = ("up", "down") if family == "gpt2" else MLP
     singles = [(t,) for t in (*ATTENTION, *mlp)]
+    if family not in FUSED_ATTENTION:
+        return [*singles, (*ATTENTION, *mlp)]
     attention = [c for n in range(2, 5) for c in itertools.combinations(ATTENTION, n)]
     return [*singles, *attention, (*ATTENTION, *mlp)]
 

@@ -24,6 +24,7 @@ from theseus.errors import ConfigError
 from theseus.model.models import DeepseekV3, TransformerLM
 from theseus.model.models.llama4 import Llama4
 from theseus.model.models.qwen3_next import Qwen3Next
+from theseus.model.models.transformer import SCAN_FROM_LAYERS
 
 #: Two dense layers, then two mixture layers.
 RUNS = {"architecture__n_layers": 4, "architecture__moe__first_k_dense": 2}
@@ -140,32 +141,38 @@ def test_runs_that_cannot_be_told_apart_refuse_to_scan() -> None:
     )
 
 
-#: Units whose positions differ in shape: Qwen3-Next's three Gated DeltaNet layers and one full-attention
-#: layer (8 layers: two whole units), and Llama 4's dense and mixture layers interleaved under its
-#: chunked RoPE and NoPE layers (a unit of four; 10 layers: two whole units, then two layers left over,
-#: on the family whose layers compile faster).
-UNITS: dict[str, tuple[type[TransformerLM], int]] = {"qwen3-next": (Qwen3Next, 8), "llama4": (Llama4, 10)}
+#: Units whose positions differ in shape, ``(family, layers, unit, keys)``, each a unit of two (the presets'
+#: units are four: the same mechanism at half the layers to trace): Qwen3-Next's Gated DeltaNet and
+#: full-attention layers (every second layer full; 4 layers: two whole units), and Llama 4's dense and
+#: mixture layers under its chunked RoPE and NoPE layers (every second one NoPE and a mixture; 5 layers:
+#: two whole units, then one layer left over).
+UNITS: dict[str, tuple[type[TransformerLM], int, int, dict[str, Any]]] = {
+    "qwen3-next": (Qwen3Next, 4, 2, {"architecture__full_attention_interval": 2}),
+    "llama4": (Llama4, 5, 2, {"architecture__no_rope_layers": [1, 0, 1, 0, 1]}),
+}
 
 
 def unit_models(case: str, **scanned: Any) -> tuple[TransformerLM, TransformerLM]:
     """The same model of ``case``, unrolled and scanned (with the keys ``scanned``)."""
-    cls, n_layers = UNITS[case]
-    unrolled = build(cls, model__scan_layers=False, architecture__n_layers=n_layers)
-    return unrolled, build(cls, model__scan_layers=True, architecture__n_layers=n_layers, **scanned)
+    cls, n_layers, _, keys = UNITS[case]
+    unrolled = build(cls, model__scan_layers=False, architecture__n_layers=n_layers, **keys)
+    return unrolled, build(cls, model__scan_layers=True, architecture__n_layers=n_layers, **keys, **scanned)
 
 
 @pytest.mark.parametrize("case", list(UNITS))
 def test_a_unit_of_layers_that_differ_in_shape_is_held_per_position(case: str) -> None:
+    cls, n_layers, unit, _ = UNITS[case]
     unrolled, scanned = unit_models(case)
-    n_layers = unrolled.architecture.n_layers
-    assert scanned.scan_period == 4 and scanned.stacked_layers == (LayerRun("blocks", "blocks", 0, n_layers, 4),)
-    assert build(UNITS[case][0], architecture__n_layers=n_layers).scans_layers  # scanned by default
+    assert scanned.scan_period == unit
+    assert scanned.stacked_layers == (LayerRun("blocks", "blocks", 0, n_layers, unit),)
+    assert build(cls, architecture__n_layers=SCAN_FROM_LAYERS).scans_layers  # the preset's unit: scanned by default
     shapes = jax.eval_shape(lambda: scanned.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])
     blocks = shapes["blocks"]
-    assert sorted(blocks) == ["periods", *(f"rest_{j}" for j in range(n_layers % 4))]
-    for i in range(4):
+    assert sorted(blocks) == ["periods", *(f"rest_{j}" for j in range(n_layers % unit))]
+    for i in range(unit):
         boxes = jax.tree.leaves(blocks["periods"][f"layers_{i}"], is_leaf=lambda x: isinstance(x, nn.Partitioned))
-        assert {box.names[0] for box in boxes} == {Axis.LAYERS} and {box.value.shape[0] for box in boxes} == {2}
+        assert {box.names[0] for box in boxes} == {Axis.LAYERS}
+        assert {box.value.shape[0] for box in boxes} == {n_layers // unit}
     params = random_params(unrolled)
     runs = stacked(params, scanned.stacked_layers)
     assert jax.tree.structure(runs) == jax.tree.structure(nn.unbox(shapes))
