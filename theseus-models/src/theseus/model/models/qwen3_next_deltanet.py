@@ -19,6 +19,7 @@ from typing import ClassVar
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from theseus.base.axis import Axis
 from theseus.errors import ConfigError
@@ -96,7 +97,7 @@ def _doubling_inverse(t: jax.Array) -> jax.Array:
     ``M`` of the diagonal blocks of size ``b`` gives that of the blocks of size ``2b``,
     ``M - M L M``, with ``L`` the lower-left ``b x b`` quarters of those blocks."""
     size = t.shape[-1]
-    rows, cols = jnp.arange(size)[:, None], jnp.arange(size)[None, :]
+    rows, cols = np.arange(size)[:, None], np.arange(size)[None, :]  # the block masks: constants of the program
     strict = _strictly_lower(t)
     inverse = jnp.broadcast_to(jnp.eye(size, dtype=t.dtype), t.shape)
     b = 1
@@ -158,7 +159,7 @@ def chunk_gated_delta_rule(
     g, beta = (x.reshape(batch, heads, n, chunk_size) for x in (g, beta))
     k_beta, v_beta = k * beta[..., None], v * beta[..., None]
     cum = jnp.cumsum(g, axis=-1)  # log of the decay from the chunk's start to each position
-    lower = jnp.tril(jnp.ones((chunk_size, chunk_size), jnp.bool_))
+    lower = np.tril(np.ones((chunk_size, chunk_size), np.bool_))  # a constant of the program
     decay = jnp.exp(jnp.where(lower, cum[..., :, None] - cum[..., None, :], -jnp.inf))  # [.., i, j], j <= i
     # the system is the identity plus this product's strictly lower triangle, the only part the inverse reads
     inverse = unit_lower_inverse(jnp.einsum("...id,...jd->...ij", k_beta, k) * decay)
