@@ -33,11 +33,19 @@ def build(cls: type[TransformerLM], **values: Any) -> TransformerLM:
         return configure(cls)
 
 
+def parameter_shapes(model: TransformerLM) -> Any:
+    """``model``'s parameters as shapes and dtypes (traced once per model object)."""
+    key = ("shapes", id(model))
+    if key not in _PROGRAMS:
+        init = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])
+        _remember(key, (model, nn.unbox(init)))
+    return _PROGRAMS[key][1]
+
+
 def random_params(model: TransformerLM, seed: int = 0, std: float = 0.3) -> Any:
     """Parameters of ``model`` drawn with numpy (norm scales around 1) so logits are O(1) and differ
     per token; only shapes come from Flax, so nothing is compiled."""
-    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])
-    flat, tree = jax.tree_util.tree_flatten_with_path(nn.unbox(shapes))
+    flat, tree = jax.tree_util.tree_flatten_with_path(parameter_shapes(model))
     rng = np.random.default_rng(seed)
     out = []
     for path, leaf in flat:
@@ -51,18 +59,54 @@ def jitted(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` compiled as one program (for ``model.apply`` and ``model.init``): run
     eagerly, each operation of a model is compiled as a program of its own, about six times the CPU time
     of a two-layer Llama's forward pass compiled whole. Positional arguments other than Python scalars and
-    strings, and array keyword arguments, are the program's inputs; the others are fixed."""
-    inputs = [i for i, a in enumerate(args) if not (a is None or isinstance(a, bool | int | float | str))]
+    strings, and array keyword arguments, are the program's inputs; the others are fixed. A worker traces
+    each function (a model's method: each model object's) once per fixed arguments and input shapes."""
+    inputs = tuple(i for i, a in enumerate(args) if not (a is None or isinstance(a, bool | int | float | str)))
     arrays = {k: v for k, v in kwargs.items() if isinstance(v, jax.Array | np.ndarray)}
+    constants = tuple(None if i in inputs else a for i, a in enumerate(args))
     fixed = {k: v for k, v in kwargs.items() if k not in arrays}
+    try:  # a bound method is keyed by its object's identity (two models equal field by field may differ
+        # in what they read from the configuration when they build their layers)
+        key = ("program", fn, inputs, _frozen(constants), _frozen(fixed))
+        hash(key)
+    except TypeError:  # something unhashable: traced afresh
+        return _make_program(fn, inputs, constants, fixed)([args[i] for i in inputs], arrays)
+    if key not in _PROGRAMS:
+        _remember(key, _make_program(fn, inputs, constants, fixed))
+    return _PROGRAMS[key]([args[i] for i in inputs], arrays)
 
+
+#: What :func:`jitted`, :func:`parameter_shapes` and :func:`logits_loss_grads` made, kept for the next call
+#: with the same function or model object (each entry holds what its key names, so no id is reused).
+_PROGRAMS: dict[Any, Any] = {}
+MAX_PROGRAMS = 256
+
+
+def _remember(key: Any, value: Any) -> None:
+    if len(_PROGRAMS) >= MAX_PROGRAMS:
+        _PROGRAMS.clear()
+    _PROGRAMS[key] = value
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` as a hashable key that tells types apart (``True`` from ``1``, a list from a tuple)."""
+    if isinstance(value, dict):
+        return (dict, tuple(sorted((k, _frozen(v)) for k, v in value.items())))
+    if isinstance(value, list | tuple):
+        return (type(value), tuple(_frozen(v) for v in value))
+    return (type(value), value)
+
+
+def _make_program(
+    fn: Callable[..., Any], inputs: tuple[int, ...], constants: tuple[Any, ...], fixed: dict[str, Any]
+) -> Callable[..., Any]:
     def call(values: list[Any], named: dict[str, Any]) -> Any:
-        positional = list(args)
+        positional = list(constants)
         for i, value in zip(inputs, values, strict=True):
             positional[i] = value
         return fn(*positional, **named, **fixed)
 
-    return jax.jit(call)([args[i] for i in inputs], arrays)
+    return jax.jit(call)
 
 
 def forward(model: Any, params: Any, ids: Any, mask: Any = None) -> np.ndarray:
@@ -75,12 +119,15 @@ def forward(model: Any, params: Any, ids: Any, mask: Any = None) -> np.ndarray:
 
 def logits_loss_grads(model: TransformerLM, params: Any, x: Any, y: Any, mask: Any) -> tuple[Any, Any, Any]:
     """One jitted deterministic forward and backward pass of ``model``: its logits, loss and gradients."""
+    key = ("loss and gradients", id(model))
+    if key not in _PROGRAMS:
 
-    def fn(p: Any) -> tuple[Any, Any]:
-        logits, loss = model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True)
-        return loss, logits
+        def fn(p: Any, x: Any, y: Any, mask: Any) -> tuple[Any, Any]:
+            logits, loss = model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True)
+            return loss, logits
 
-    (loss, logits), grads = jax.jit(jax.value_and_grad(fn, has_aux=True))(params)
+        _remember(key, (model, jax.jit(jax.value_and_grad(fn, has_aux=True))))
+    (loss, logits), grads = _PROGRAMS[key][1](params, x, y, mask)
     return logits, loss, grads
 
 
