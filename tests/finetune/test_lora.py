@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.models.conftest import build, random_params
+from tests.models.conftest import build, forward, random_params
 from theseus.model.layers import lora
 from theseus.model.models import Llama
 from theseus.training.adapters import is_adapter, overlay, prune
@@ -25,20 +25,17 @@ def test_llama_adapters_on_every_projection_merge_into_the_same_model() -> None:
     assert lora.adapter_names(params) == set(ALL)
     x = np.random.default_rng(0).integers(0, 64, size=(2, 12)).astype(np.int32)
 
-    def logits(model: Any, p: object) -> np.ndarray:
-        return np.asarray(jax.jit(lambda q: model.apply({"params": q}, x, deterministic=True)[0])(p))
-
-    adapted = logits(adapted_model, params)
+    adapted = forward(adapted_model, params, x)
     merged = lora.merge(params, 4.0, 2)
-    np.testing.assert_allclose(logits(plain_model, merged), adapted, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(forward(plain_model, merged, x), adapted, atol=1e-5, rtol=0)
     base = lora.merge(params, 4.0, 0)  # adapters dropped, kernels untouched
-    assert np.max(np.abs(logits(plain_model, base) - adapted)) > 1e-3
+    assert np.max(np.abs(forward(plain_model, base, x) - adapted)) > 1e-3
 
     fresh = jax.tree_util.tree_map_with_path(
         lambda path, leaf: np.zeros_like(leaf) if str(getattr(path[-1], "key", "")).endswith("lora_b") else leaf,
         params,
     )
-    np.testing.assert_array_equal(logits(adapted_model, fresh), logits(plain_model, base))
+    np.testing.assert_array_equal(forward(adapted_model, fresh, x), forward(plain_model, base, x))
 
 
 #: (family, layer layout, targets, PEFT modules per layer). Phi-3 fuses q/k/v into qkv_proj and gate/up
@@ -96,7 +93,7 @@ def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tm
     params = jax.tree_util.tree_map_with_path(lambda path, leaf: leaf if is_adapter(path) else None, shapes)
     params = overlay(base, prune(params))
     x = np.random.default_rng(0).integers(0, 256, size=(2, 10)).astype(np.int32)
-    ours = np.asarray(jax.jit(lambda p: model.apply({"params": p}, x, deterministic=True)[0])(params))
+    ours = forward(model, params, x)
 
     hf_family = family(name)
     tensors, ranks = peft_tensors(hf_family, params, model.architecture)
@@ -130,7 +127,7 @@ def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tm
     assert np.max(np.abs(plain - ours)) > 1e-2  # the adapters change the model: not a vacuous match
     if linear_ranks:  # and the linear-attention layers' adapters do, by themselves
         kept = without_linear_adapters(params, model.architecture.layer_types or ())
-        without = np.asarray(jax.jit(lambda p: model.apply({"params": p}, x, deterministic=True)[0])(kept))
+        without = forward(model, kept, x)
         assert np.max(np.abs(without - ours)) > 1e-2
 
 

@@ -15,17 +15,13 @@ import pytest
 
 from tests.finetune.conftest import TINY_SFT
 from tests.finetune.test_sft import leaves, read_checkpoint
-from tests.models.conftest import build, jitted, random_params
+from tests.models.conftest import build, forward, jitted, random_params
 from theseus.model.layers import lora
 from theseus.model.models.qwen3_next import Qwen3Next
 
 ATTENTION = ["query", "key", "value", "out"]
 #: The adapted projections of a Gated DeltaNet layer under ATTENTION (``z`` follows ``value``).
 LINEAR = {"query", "key", "value", "z", "out"}
-
-
-def logits(model: Any, params: Any, x: np.ndarray) -> np.ndarray:
-    return np.asarray(jax.jit(lambda p: model.apply({"params": p}, x, deterministic=True)[0])(params))
 
 
 def test_fresh_adapters_change_nothing_and_merge_into_the_same_model() -> None:
@@ -41,15 +37,15 @@ def test_fresh_adapters_change_nothing_and_merge_into_the_same_model() -> None:
     assert not {"a_lora_a", "b_lora_a"} & set(params["blocks_0"]["attn"])
     x = np.random.default_rng(0).integers(0, 64, size=(2, 12)).astype(np.int32)
 
-    adapted = logits(adapted_model, params, x)
-    base = logits(plain_model, lora.merge(params, 4.0, 0), x)  # adapters dropped, kernels untouched
+    adapted = forward(adapted_model, params, x)
+    base = forward(plain_model, lora.merge(params, 4.0, 0), x)  # adapters dropped, kernels untouched
     assert np.max(np.abs(base - adapted)) > 1e-1
     linear_only = {**params, "blocks_3": fresh(params["blocks_3"])}
-    assert np.max(np.abs(logits(adapted_model, linear_only, x) - base)) > 1e-1  # the linear layers' own
+    assert np.max(np.abs(forward(adapted_model, linear_only, x) - base)) > 1e-1  # the linear layers' own
     # float32 rounding through the chunked delta rule: about 4e-5 on logits of about 5
-    np.testing.assert_allclose(logits(plain_model, lora.merge(params, 4.0, 2), x), adapted, atol=2e-4, rtol=0)
+    np.testing.assert_allclose(forward(plain_model, lora.merge(params, 4.0, 2), x), adapted, atol=2e-4, rtol=0)
     # fresh adapters add exact zeros; the two programs differ, so XLA rounds the layers' products differently
-    np.testing.assert_allclose(logits(adapted_model, fresh(params), x), base, atol=2e-5, rtol=0)
+    np.testing.assert_allclose(forward(adapted_model, fresh(params), x), base, atol=2e-5, rtol=0)
 
 
 def test_a_gated_deltanet_layer_starts_with_zero_adapters_that_change_nothing() -> None:
@@ -126,7 +122,7 @@ def test_lora_over_a_hugging_face_base_trains_the_adapters_alone(tmp_path: Path)
         np.testing.assert_array_equal(loaded[key], value, err_msg=key)
 
     x = np.random.default_rng(0).integers(0, 256, size=(2, 10)).astype(np.int32)
-    ours = logits(run.model, run.params, x)
+    ours = forward(run.model, run.params, x)
     theirs, plain = peft_logits(folder, export_adapter(tmp_path, "next-lora", str(tmp_path / "adapter")), x)
     assert np.max(np.abs(theirs - ours)) <= 1e-4 < np.max(np.abs(plain - ours))
 

@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import clean_env
 from tests.finetune.conftest import TINY_SFT, prepare_chat
+from tests.models.conftest import forward
 from tests.reliability.conftest import call_cli, error_line
 from theseus.config import configuration, configure
 from theseus.model.finetune import SFTTrainer
@@ -95,17 +96,15 @@ def test_only_adapters_train_and_the_optimizer_holds_state_for_them_alone(traine
 def test_merged_model_equals_the_adapted_model(trained: dict[str, Any]) -> None:
     trainer = trained["trainer"]
     x = np.random.default_rng(1).integers(0, 257, size=(2, 24)).astype(np.int32)
-    adapted = jax.jit(lambda p: trainer.model.apply({"params": p}, x, deterministic=True)[0])(trainer.state.params)
+    adapted = forward(trainer.model, trainer.state.params, x)
     plain_values = {k: v for k, v in trainer.context.config.items() if k.startswith("architecture/")}
     with configuration(plain_values):
         plain = configure(GPT)
     merged = trainer.merged_params()
     assert not lora.adapter_names(merged)
-    logits = jax.jit(lambda p: plain.apply({"params": p}, x, deterministic=True)[0])(merged)
+    logits = forward(plain, merged, x)
     np.testing.assert_allclose(np.asarray(logits), np.asarray(adapted), atol=1e-5, rtol=0)
-    base = jax.jit(lambda p: plain.apply({"params": p}, x, deterministic=True)[0])(
-        lora.merge(trainer.state.params, 16.0, 0)
-    )
+    base = forward(plain, lora.merge(trainer.state.params, 16.0, 0), x)
     assert float(jnp.max(jnp.abs(base - adapted))) > 1e-4  # the trained adapters do change the model
 
 
