@@ -63,8 +63,8 @@ class CurvePlotter:
     """Redraws one metric's plot on a worker thread while training goes on.
 
     ``submit`` hands over the newest curves (a request not yet started is replaced by a newer one, and
-    curves already drawn are not drawn again); ``wait`` returns once the newest request is written and
-    raises what drawing raised.
+    curves equal to the last submitted are not submitted again); ``wait`` returns once the newest request
+    is written and raises what drawing raised.
 
     The process's first plot is drawn on the thread that submits it, which so loads matplotlib and every
     extension module a plot needs (fonts, Agg, layout, Pillow's PNG codec); the worker then loads none.
@@ -117,13 +117,17 @@ class CurvePlotter:
                 if request is None:
                     self._worker = None
                     return
-            self._draw(request)
+            try:
+                self._draw(request)
+            except BaseException as exc:  # whatever ends the worker is reported by wait() too
+                self._error = self._error or exc
 
     def _draw(self, request: Curves) -> bool:
-        """Write ``request``'s plot; False (and the error kept for :meth:`wait`) if drawing raised."""
+        """Write ``request``'s plot; False (and the error kept for :meth:`wait`, in the training thread)
+        if drawing failed. An interrupt propagates."""
         try:
             plot_curves(request[0], request[1], self.path, self.title, self.ylabel)
-        except BaseException as exc:  # reported by wait(), in the training thread
+        except Exception as exc:
             self._error = self._error or exc
             return False
         return True

@@ -410,7 +410,7 @@ class Preemption(Callback):
 
 class Plots(Callback):
     """Redraws ``loss.png``, and a plot of each metric the trainer plots, after each validation (on worker
-    threads) and at the end."""
+    threads; the process's first plot on the training thread) and at the end when the curves changed."""
 
     on = ("validation", "end")
 
