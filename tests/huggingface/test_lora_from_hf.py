@@ -15,6 +15,7 @@ import pytest
 from tests.huggingface.conftest import save_model
 from theseus.config import configuration, configure
 from theseus.model.finetune.loading import load_base
+from theseus.model.huggingface.family import family as hf_family
 from theseus.model.huggingface.importer import flat_paths, import_class
 from theseus.model.layers import lora
 from theseus.training.adapters import base_only
@@ -25,18 +26,20 @@ ATTENTION = ("query", "key", "value", "out")
 MLP = ("up", "gate", "down")
 
 
-#: Families whose checkpoints fuse the query, key and value projections into one tensor (GPT-2's
-#: ``c_attn``, Phi-3's ``qkv_proj``), which the reader splits: every subset of them with adapters is read.
-#: The others hold a tensor per projection, read alike whichever others have adapters.
-FUSED_ATTENTION = ("gpt2", "phi3")
+def fuses_attention(name: str) -> bool:
+    """Whether the family's checkpoints hold two or more of the attention projections in one tensor
+    (GPT-2's ``c_attn``, Phi-3's ``qkv_proj``), which the reader splits."""
+    fused = hf_family(name).peft_fused_modules().values()
+    return any(len(set(parts) & set(ATTENTION)) > 1 for parts in fused)
 
 
-def target_sets(family: str) -> list[tuple[str, ...]]:
-    """Every single projection, everything the family's MLP has, and (fused attention) every attention
-    subset."""
-    mlp = ("up", "down") if family == "gpt2" else MLP
+def target_sets(name: str) -> list[tuple[str, ...]]:
+    """Every single projection and everything the family's MLP has; where the family fuses attention
+    projections, every attention subset too (the others hold a tensor per projection, read alike whichever
+    others have adapters)."""
+    mlp = ("up", "down") if name == "gpt2" else MLP
     singles = [(t,) for t in (*ATTENTION, *mlp)]
-    if family not in FUSED_ATTENTION:
+    if not fuses_attention(name):
         return [*singles, (*ATTENTION, *mlp)]
     attention = [c for n in range(2, 5) for c in itertools.combinations(ATTENTION, n)]
     return [*singles, *attention, (*ATTENTION, *mlp)]

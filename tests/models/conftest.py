@@ -89,12 +89,32 @@ def _remember(key: Any, value: Any) -> None:
 
 
 def _frozen(value: Any) -> Any:
-    """``value`` as a hashable key that tells types apart (``True`` from ``1``, a list from a tuple)."""
+    """``value`` as a hashable key: Python scalars and their containers by value, telling types apart
+    (``True`` from ``1``, ``-0.0`` from ``0.0``, a list from a tuple); anything else by identity."""
     if isinstance(value, dict):
         return (dict, tuple(sorted((k, _frozen(v)) for k, v in value.items())))
     if isinstance(value, list | tuple):
         return (type(value), tuple(_frozen(v) for v in value))
-    return (type(value), value)
+    if isinstance(value, float):
+        return (float, repr(value))
+    if value is None or isinstance(value, bool | int | str | bytes):
+        return (type(value), value)
+    return _Same(value)
+
+
+class _Same:
+    """A key part equal only to one holding the very same object (which it keeps alive)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
 
 
 def _make_program(

@@ -141,14 +141,15 @@ def test_runs_that_cannot_be_told_apart_refuse_to_scan() -> None:
     )
 
 
-#: Units whose positions differ in shape, ``(family, layers, unit, keys)``, each a unit of two (the presets'
-#: units are four: the same mechanism at half the layers to trace): Qwen3-Next's Gated DeltaNet and
-#: full-attention layers (every second layer full; 4 layers: two whole units), and Llama 4's dense and
-#: mixture layers under its chunked RoPE and NoPE layers (every second one NoPE and a mixture; 5 layers:
-#: two whole units, then one layer left over).
+#: Units whose positions differ in shape, ``(family, layers, unit, keys)``: Qwen3-Next's Gated DeltaNet and
+#: full-attention layers as a unit of two (every second layer full, where its preset has every fourth: the
+#: same mechanism at half the layers to trace; 4 layers: two whole units, the scan's state carried from one
+#: to the next), and Llama 4's unit of four, dense and mixture layers interleaved under its chunked RoPE
+#: and NoPE layers (its two mixture positions differ in their attention alone; 9 layers: two whole units,
+#: then one layer left over).
 UNITS: dict[str, tuple[type[TransformerLM], int, int, dict[str, Any]]] = {
     "qwen3-next": (Qwen3Next, 4, 2, {"architecture__full_attention_interval": 2}),
-    "llama4": (Llama4, 5, 2, {"architecture__no_rope_layers": [1, 0, 1, 0, 1]}),
+    "llama4": (Llama4, 9, 4, {}),
 }
 
 

@@ -11,11 +11,11 @@ from tests.plan.conftest import compile_layouts
 #: The mixtures of this module; test_compile_mixtures_wide.py compiles DeepSeek-V3 and the dispatch check
 #: (two modules run in parallel).
 FAMILIES = ("mixtral", "qwen3_moe")
-#: Mixtral compiles in every layout with an expert or a combined rule (fsdp and tp alone are the dense
-#: matrices' reference layouts; fsdp+tp applies both to the mixture); the other mixtures in the two that
-#: apply each rule (fsdp, tp, ep) to their parameters. Each has its replicated (dp) state measured without
-#: a compile.
-LAYOUTS = ("fsdp+tp", "ep", "fsdp+ep", "tp+ep")
+#: Mixtral compiles replicated and in every layout with an expert or a combined rule (fsdp and tp alone
+#: are the dense matrices' reference layouts; fsdp+tp applies both to the mixture); the other mixtures
+#: in the two that apply each rule (fsdp, tp, ep) to their parameters, with their replicated (dp) state
+#: measured without a compile.
+LAYOUTS = ("dp", "fsdp+tp", "ep", "fsdp+ep", "tp+ep")
 OTHER_LAYOUTS = ("fsdp+tp", "fsdp+ep")
 
 
