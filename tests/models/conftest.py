@@ -35,11 +35,11 @@ def build(cls: type[TransformerLM], **values: Any) -> TransformerLM:
 
 def parameter_shapes(model: TransformerLM) -> Any:
     """``model``'s parameters as shapes and dtypes (traced once per model object)."""
-    key = ("shapes", id(model))
-    if key not in _PROGRAMS:
-        init = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])
-        _remember(key, (model, nn.unbox(init)))
-    return _PROGRAMS[key][1]
+
+    def trace() -> Any:
+        return nn.unbox(jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"]))
+
+    return _kept(("shapes", _Same(model)), trace)
 
 
 def random_params(model: TransformerLM, seed: int = 0, std: float = 0.3) -> Any:
@@ -70,22 +70,29 @@ def jitted(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         key = ("program", fn, inputs, _frozen(constants), _frozen(fixed))
         hash(key)
     except TypeError:  # something unhashable: traced afresh
-        return _make_program(fn, inputs, constants, fixed)([args[i] for i in inputs], arrays)
-    if key not in _PROGRAMS:
-        _remember(key, _make_program(fn, inputs, constants, fixed))
-    return _PROGRAMS[key]([args[i] for i in inputs], arrays)
+        key = None
+
+    def make() -> Callable[..., Any]:
+        return _make_program(fn, inputs, constants, fixed)
+
+    program = make() if key is None else _kept(key, make)
+    return program([args[i] for i in inputs], arrays)
 
 
 #: What :func:`jitted`, :func:`parameter_shapes` and :func:`logits_loss_grads` made, kept for the next call
-#: with the same function or model object (each entry holds what its key names, so no id is reused).
+#: with the same function or model object (each key holds the objects it names, so no id is reused).
 _PROGRAMS: dict[Any, Any] = {}
 MAX_PROGRAMS = 256
 
 
-def _remember(key: Any, value: Any) -> None:
-    if len(_PROGRAMS) >= MAX_PROGRAMS:
-        _PROGRAMS.clear()
-    _PROGRAMS[key] = value
+def _kept(key: Any, make: Callable[[], Any]) -> Any:
+    """What ``make()`` returned for ``key`` before, else ``make()`` (kept; all forgotten past
+    :data:`MAX_PROGRAMS` entries)."""
+    if key not in _PROGRAMS:
+        if len(_PROGRAMS) >= MAX_PROGRAMS:
+            _PROGRAMS.clear()
+        _PROGRAMS[key] = make()
+    return _PROGRAMS[key]
 
 
 def _frozen(value: Any) -> Any:
@@ -139,15 +146,13 @@ def forward(model: Any, params: Any, ids: Any, mask: Any = None) -> np.ndarray:
 
 def logits_loss_grads(model: TransformerLM, params: Any, x: Any, y: Any, mask: Any) -> tuple[Any, Any, Any]:
     """One jitted deterministic forward and backward pass of ``model``: its logits, loss and gradients."""
-    key = ("loss and gradients", id(model))
-    if key not in _PROGRAMS:
 
-        def fn(p: Any, x: Any, y: Any, mask: Any) -> tuple[Any, Any]:
-            logits, loss = model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True)
-            return loss, logits
+    def fn(p: Any, x: Any, y: Any, mask: Any) -> tuple[Any, Any]:
+        logits, loss = model.apply({"params": p}, x, y, padding_mask=mask, deterministic=True)
+        return loss, logits
 
-        _remember(key, (model, jax.jit(jax.value_and_grad(fn, has_aux=True))))
-    (loss, logits), grads = _PROGRAMS[key][1](params, x, y, mask)
+    program = _kept(("loss and gradients", _Same(model)), lambda: jax.jit(jax.value_and_grad(fn, has_aux=True)))
+    (loss, logits), grads = program(params, x, y, mask)
     return logits, loss, grads
 
 
