@@ -109,7 +109,7 @@ def compare(
     with sharding.context():
         compiled = jax.jit(lambda p, d: loss_and_grads(module, p, d)).lower(params, placed).compile()
     split_loss, split_grads = compiled(params, placed)
-    differences = jax.tree.map(lambda a, b: largest_difference(a, b), one_grads, split_grads)
+    differences = jax.tree.map(largest_difference, one_grads, split_grads)
     program = compiled.as_text()
     return {
         "loss": float(abs(one_loss - split_loss)),
@@ -121,6 +121,7 @@ def compare(
 
 
 def largest_difference(a: Any, b: Any) -> float:
+    """The largest absolute difference of two arrays, on the host."""
     return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
 
 

@@ -46,7 +46,7 @@ ARGS = {
     "training/lr": 3e-3,
     "training/log_interval": 1,
     "training/eval_batches": 0,
-    "training/checkpoint_interval": 3,
+    "training/checkpoint_interval": 3,  # the step the resume reads (and the end's)
     "training/async_checkpoints": False,
     "training/progress": False,
     "training/compilation_cache": False,
