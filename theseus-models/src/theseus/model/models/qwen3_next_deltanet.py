@@ -258,13 +258,20 @@ class GatedDeltaNet(Module):
         return self._width() * (2 * keys + 3 * values + 2 * self.value_heads)
 
     def flops(self, seq: int, layer: int | None = None) -> int:
-        """Forward + backward FLOPs: the projections ``6 * seq * matmul_params`` plus the delta rule's
-        state reads and writes and its within-chunk products, about ``6 * seq * value_heads *
-        (2 * key_dim * value_dim + chunk_size * (key_dim + value_dim))`` (the convolution, norms and
-        gates are elementwise and not counted; ``layer`` is accepted as attention layers take it)."""
-        dk, dv = self.key_dim, self.value_dim
-        per_token = self.value_heads * (2 * dk * dv + self.chunk_size * (dk + dv))
-        return 6 * seq * self.matmul_params() + 6 * seq * per_token
+        """Forward + backward FLOPs: the projections ``6 * seq * matmul_params`` plus the matrix products
+        of :func:`chunk_gated_delta_rule` on ``seq`` positions padded to whole chunks. Per value head and
+        position, with ``C = chunk_size``: ``C * (6 * key_dim + 4 * value_dim) + 6 * key_dim * value_dim``
+        forward (the chunk's key and query products, its values and state reads through the inverse, the
+        state's reads and write), three times that with the backward, and the unit lower-triangular
+        inverse, ``4 * C * C`` for each of its ``log2 C`` doubling steps and once more backward. The
+        convolution, norms and gates are elementwise and not counted; ``layer`` is accepted as attention
+        layers take it."""
+        dk, dv, chunk = self.key_dim, self.value_dim, self.chunk_size
+        padded = -(-seq // chunk) * chunk
+        products = chunk * (6 * dk + 4 * dv) + 6 * dk * dv
+        doublings = (chunk - 1).bit_length()
+        per_position = 3 * products + 4 * chunk * chunk * (doublings + 1)
+        return 6 * seq * self.matmul_params() + padded * self.value_heads * per_position
 
     def _adapted(self, name: str) -> bool:
         target = self.LORA_TARGETS.get(name)
