@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.finetune.conftest import TINY_SFT, prepare_chat
+from tests.models.conftest import forward
 from tests.reliability.conftest import call_cli
 from theseus.config import configuration
 from theseus.model.finetune import SFTTrainer
@@ -159,7 +160,7 @@ def test_qlora_fine_tune_learns_and_its_adapter_loads_in_peft(root: Path, tmp_pa
     for job, out in (("hf/export-adapter", "adapter"), ("hf/export", "merged")):
         assert call_cli(["run", job, "--root", str(root), "hf/run=qlora", f"hf/out={tmp_path / out}"]) == 0
     x = np.random.default_rng(3).integers(0, 257, size=(2, 24)).astype(np.int32)
-    ours = np.asarray(jax.jit(lambda p: made.model.apply({"params": p}, x, deterministic=True)[0])(made.state.params))
+    ours = forward(made.model, made.state.params, x)
     with torch.no_grad():
         base = AutoModelForCausalLM.from_pretrained(root / "hf-llama", attn_implementation="eager")
         peft_model = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()

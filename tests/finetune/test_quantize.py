@@ -124,7 +124,7 @@ def test_a_quantized_model_computes_with_its_dequantized_kernels(method: str, sc
     dequantized kernels (what the merged export writes), in either layer layout."""
     import flax.linen as nn
 
-    from tests.models.conftest import build
+    from tests.models.conftest import build, forward
     from theseus.model.finetune.loading import plain_shapes
     from theseus.model.models import Llama
 
@@ -140,9 +140,7 @@ def test_a_quantized_model_computes_with_its_dequantized_kernels(method: str, sc
     assert len(kernels) == (1 if scan else model.architecture.n_layers) * 7
     plain = build(Llama, **values)
     dequantized = quantization.dequantize_params(params, plain_shapes(model))
-    ours = jax.jit(lambda p: model.apply({"params": p}, x, deterministic=True)[0])(params)
-    theirs = jax.jit(lambda p: plain.apply({"params": p}, x, deterministic=True)[0])(dequantized)
-    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(forward(model, params, x), forward(plain, dequantized, x), atol=1e-5, rtol=0)
 
 
 def test_a_trainer_of_every_parameter_refuses_a_quantized_base() -> None:
