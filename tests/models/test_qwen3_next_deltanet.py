@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.models.conftest import jitted
+from theseus.config import configuration, configure
 from theseus.model.models.qwen3_next_deltanet import (
     GatedDeltaNet,
     _doubling_inverse,
@@ -19,6 +20,7 @@ from theseus.model.models.qwen3_next_deltanet import (
     recurrent_gated_delta_rule,
     unit_lower_inverse,
 )
+from theseus.plan.hlo import analyse
 
 
 def random_inputs(steps: int, seed: int = 0) -> tuple[np.ndarray, ...]:
@@ -112,9 +114,6 @@ def test_layer_flops_count_the_compiled_program(sizes: dict[str, int], steps: in
     """``GatedDeltaNet.flops`` against the FLOPs of its compiled forward and backward (every loop
     iteration counted, as ``theseus plan`` counts them): the chunked rule's products and the doubling
     inverse are counted (before, a tiny Qwen3-Next's H100 step compiled 2.16 times what it counted)."""
-    from theseus.config import configuration, configure
-    from theseus.plan.hlo import analyse
-
     with configuration({}):
         layer = configure(GatedDeltaNet, key_heads=2, value_heads=4, n_embd=32, **sizes)
     x = jnp.zeros((1, steps, 32), jnp.float32)
