@@ -25,6 +25,7 @@ from theseus.model.layers import (
     attention_mask,
     dot_product_attention,
 )
+from theseus.model.models import GPT
 
 
 def test_mlp_variants_parameters_and_flops() -> None:
@@ -45,6 +46,33 @@ def test_mlp_variants_parameters_and_flops() -> None:
     assert configure(MLP).sharding == ShardingPlan(embed=MeshAxis.DATA, mlp=MeshAxis.MODEL)
     with pytest.raises(ConfigError, match="architecture/n_embd"):
         configure(MLP).flops(3)
+
+
+@pytest.mark.parametrize(
+    ("layer", "values", "message"),
+    [
+        (
+            CausalSelfAttention,
+            {"architecture/dropout": 1.5},
+            "architecture/dropout=1.5 is out of range; it must be >= 0 and < 1",
+        ),
+        (
+            MLP,
+            {"architecture/activation": "swish"},
+            "architecture/activation='swish' is not accepted; use one of: gelu,",
+        ),
+        (RMSNorm, {"architecture/norm_eps": 0.0}, "architecture/norm_eps=0.0 is out of range; it must be > 0"),
+    ],
+)
+def test_a_layer_alone_refuses_what_the_model_refuses(layer: type, values: dict, message: str) -> None:
+    """The architecture keys that layers share with the models are declared once, bounds included: a layer
+    configured on its own refuses a value as the model around it does, and every declaration is the same."""
+    with configuration(values), pytest.raises(ConfigError) as refused:
+        configure(layer)
+    assert str(refused.value).startswith(message)
+    key = next(iter(values))
+    shared = [s for cls in (layer, GPT) for s in Schema.build(cls.gather()) if s.key == key]
+    assert len(shared) == 2 and len({(s.default, s.constraints, s.help) for s in shared}) == 1
 
 
 def test_mlp_computes_gelu_mlp() -> None:

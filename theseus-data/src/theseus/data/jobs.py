@@ -13,7 +13,7 @@ from theseus.config import field
 from theseus.data.datasets.base import TRAIN, dataset_classes
 from theseus.data.format import HEADER_FILE, Prepared, data_folder
 from theseus.data.prepare import as_dataset, check_existing, prepare
-from theseus.data.tokenizers.spec import load_tokenizer
+from theseus.data.tokenizers.spec import load_tokenizer, tokenizer_field
 
 
 @dataclass
@@ -21,9 +21,7 @@ class TokenizeConfig:
     """What ``data/tokenize`` prepares, with which tokenizer, and where."""
 
     dataset: str = field("data/dataset", default="python-stdlib", help="registered dataset name")
-    tokenizer: str = field(
-        "data/tokenizer", default="byte", path="spec", help="byte, hf:PATH/tokenizer.json or tiktoken:ENCODING"
-    )
+    tokenizer: str = tokenizer_field()
     name: str = field("data/name", default="", help="prepared folder <root>/data/<name> (default: dataset name)")
     force: bool = field("data/force", default=False, help="re-prepare even if the data already exists")
     workers: int = field("data/workers", default=0, help="tokenizer processes (0: automatic)")

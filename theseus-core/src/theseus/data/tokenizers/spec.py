@@ -11,9 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from theseus.config import field
 from theseus.data.tokenizers.base import Tokenizer
 from theseus.data.tokenizers.byte import ByteTokenizer
 from theseus.errors import DataError
+
+
+def tokenizer_field() -> Any:
+    """``data/tokenizer``, the spec data is prepared with, as every class that reads it declares it."""
+    return field(
+        "data/tokenizer", default="byte", path="spec", help="byte, hf:PATH/tokenizer.json or tiktoken:ENCODING"
+    )
 
 
 def parse_spec(value: str | Mapping[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from theseus.config import field
 from theseus.data.chat import ChatTemplate, check_messages
 from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files
+from theseus.data.tokenizers.spec import tokenizer_field
 from theseus.errors import DataError
 
 
@@ -38,9 +39,7 @@ class Chat(Dataset):
         default="auto",
         help="auto | chatml | plain | phi3 | a tokenizer_config.json or .jinja file",
     )
-    tokenizer: str = field(
-        "data/tokenizer", default="byte", path="spec", help="byte, hf:PATH/tokenizer.json or tiktoken:ENCODING"
-    )
+    tokenizer: str = tokenizer_field()
 
     def chat_template(self) -> ChatTemplate:
         """The template conversations are rendered with."""

@@ -24,6 +24,7 @@ from theseus.config import field
 from theseus.data.chat import ChatTemplate, check_messages
 from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files
+from theseus.data.tokenizers.spec import tokenizer_field
 from theseus.errors import DataError
 
 FIELDS = ("prompt", "chosen", "rejected")
@@ -49,9 +50,7 @@ class Preference(Dataset):
         default="auto",
         help="chat template of conversational rows: auto | chatml | plain | phi3 | a tokenizer_config.json or .jinja",
     )
-    tokenizer: str = field(
-        "data/tokenizer", default="byte", path="spec", help="byte, hf:PATH/tokenizer.json or tiktoken:ENCODING"
-    )
+    tokenizer: str = tokenizer_field()
 
     def chat_template(self) -> ChatTemplate:
         """The template conversational rows are rendered with."""

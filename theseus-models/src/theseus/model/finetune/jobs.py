@@ -8,15 +8,13 @@ import click
 
 from theseus.base.job import Job
 from theseus.config import field
+from theseus.model.huggingface.jobs import ExportTarget
 
 
 @dataclass
-class AdapterExportConfig:
+class AdapterExportConfig(ExportTarget):
     """Which run and checkpoint, where to write, and the base model the adapter names."""
 
-    run: str = field("hf/run", default="", help="run name under <root>/runs (empty: the only run there is)")
-    step: int = field("hf/step", default=-1, help="checkpoint step to export (-1 = the latest)")
-    out: str = field("hf/out", default="", path="file", help="output folder (created; must be empty if it exists)")
     base: str = field(
         "hf/base", default="", help="base_model_name_or_path written in adapter_config.json (empty: training/init_from)"
     )

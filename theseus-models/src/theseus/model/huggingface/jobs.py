@@ -51,12 +51,19 @@ class HFImport(Job):
 
 
 @dataclass
-class ExportConfig:
-    """Which run and checkpoint to export, where, and in which dtype."""
+class ExportTarget:
+    """Which run and checkpoint an export reads, and the folder it writes (``hf/export`` and
+    ``hf/export-adapter``)."""
 
     run: str = field("hf/run", default="", help="run name under <root>/runs (empty: the only run there is)")
     step: int = field("hf/step", default=-1, help="checkpoint step to export (-1 = the latest)")
     out: str = field("hf/out", default="", path="file", help="output folder (created; must be empty if it exists)")
+
+
+@dataclass
+class ExportConfig(ExportTarget):
+    """Which run and checkpoint to export, where, and in which dtype."""
+
     dtype: str = field("hf/dtype", default="float32", help="float32 | bfloat16")
     shard_size: str = field(
         "hf/shard_size", default="5GB", help="largest safetensors file before sharding (e.g. 5GB, 500MB)"

@@ -23,9 +23,31 @@ INIT_STD = 0.02
 ACTIVATION_AXES = (Axis.BATCH, Axis.SEQUENCE, Axis.EMBED)
 
 
-def width_field() -> Any:
-    """``architecture/n_embd``, the model width, as every layer that reads it declares it."""
-    return field("architecture/n_embd", default=None, help="model width (None: from the preset)")
+#: The ``architecture/`` keys that both layers and the models built from them read, each with its one
+#: default, bounds and help (:func:`architecture_field` declares them).
+ARCHITECTURE_KEYS: dict[str, dict[str, Any]] = {
+    "vocab_size": {"default": 257, "help": "vocabulary size (257 = bytes + end-of-text)"},
+    "block_size": {"default": 256, "help": "maximum sequence length"},
+    "n_embd": {"default": None, "help": "model width (None: from the preset)"},
+    "n_heads": {"default": None, "help": "attention heads (None: from the preset)"},
+    "n_kv_heads": {"default": None, "help": "key/value heads for grouped-query attention (None: preset)"},
+    "d_ff": {"default": None, "help": "MLP hidden width (None: mlp_ratio * n_embd, or the preset's)"},
+    "mlp_ratio": {"default": None, "help": "MLP hidden width / n_embd when d_ff is None (None: preset)"},
+    "activation": {
+        "default": None,
+        "choices": ("gelu", "gelu_exact", "relu", "silu", "swiglu", "geglu"),
+        "help": "gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
+    },
+    "dropout": {"default": 0.0, "min": 0.0, "below": 1.0, "help": "dropout rate of residual branches"},
+    "norm_eps": {"default": 1e-5, "above": 0.0, "help": "epsilon of the normalisation layers"},
+    "attention_impl": {"default": "auto", "help": "auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"},
+}
+
+
+def architecture_field(name: str) -> Any:
+    """The field of ``architecture/<name>`` (one of :data:`ARCHITECTURE_KEYS`), as every class that reads it
+    declares it: a layer used alone checks the same bounds as the model around it."""
+    return field(f"architecture/{name}", **ARCHITECTURE_KEYS[name])
 
 
 def layer_width(layer: Any, read: Callable[[Any], Any]) -> int:

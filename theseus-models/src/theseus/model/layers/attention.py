@@ -11,11 +11,11 @@ import jax.numpy as jnp
 
 from theseus.base.accelerator import accelerator
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
-from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora, quantization
 from theseus.model.layers._common import (
     INIT_STD,
+    architecture_field,
     cast,
     child,
     constrain,
@@ -23,7 +23,6 @@ from theseus.model.layers._common import (
     normal,
     param,
     require,
-    width_field,
 )
 from theseus.model.layers.context_parallel import context_parallel_attention, context_size, refuse
 from theseus.model.layers.matmul import project
@@ -507,15 +506,11 @@ class CausalSelfAttention(Module):
     one shape (repeating ones scan whole periods, each layer static: ``theseus.model.models.stacks``).
     """
 
-    n_embd: int | None = width_field()
-    n_heads: int | None = field("architecture/n_heads", default=None, help="attention heads (None: from the preset)")
-    n_kv_heads: int | None = field(
-        "architecture/n_kv_heads", default=None, help="key/value heads for grouped-query attention (None: preset)"
-    )
-    dropout: float = field("architecture/dropout", default=0.0, help="dropout rate of residual branches")
-    attention_impl: str = field(
-        "architecture/attention_impl", default="auto", help="auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"
-    )
+    n_embd: int | None = architecture_field("n_embd")
+    n_heads: int | None = architecture_field("n_heads")
+    n_kv_heads: int | None = architecture_field("n_kv_heads")
+    dropout: float = architecture_field("dropout")
+    attention_impl: str = architecture_field("attention_impl")
     lora_rank: int = lora.rank_field()
     lora_alpha: float = lora.alpha_field()
     lora_dropout: float = lora.dropout_field()

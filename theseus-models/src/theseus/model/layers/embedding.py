@@ -7,8 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
-from theseus.config import field
-from theseus.model.layers._common import INIT_STD, cast, normal, param, require, width_field
+from theseus.model.layers._common import INIT_STD, architecture_field, cast, normal, param, require
 from theseus.model.module import Module
 
 
@@ -20,8 +19,8 @@ class TokenEmbedding(Module):
     ``2 * n_embd * vocab_size`` per token is counted by the model that calls ``attend``.
     """
 
-    vocab_size: int = field("architecture/vocab_size", default=257, help="vocabulary size (257 = bytes + end-of-text)")
-    n_embd: int | None = width_field()
+    vocab_size: int = architecture_field("vocab_size")
+    n_embd: int | None = architecture_field("n_embd")
     init_std: float = INIT_STD
 
     @property
@@ -53,8 +52,8 @@ class PositionEmbedding(Module):
     ``architecture/n_embd``. Parameter ``embedding`` ``[position, embed]``.
     """
 
-    block_size: int = field("architecture/block_size", default=256, help="maximum sequence length")
-    n_embd: int | None = width_field()
+    block_size: int = architecture_field("block_size")
+    n_embd: int | None = architecture_field("n_embd")
     init_std: float = INIT_STD
 
     @property

@@ -34,7 +34,7 @@ from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora
-from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param, require, width_field
+from theseus.model.layers._common import INIT_STD, architecture_field, cast, child, constrain, normal, param, require
 from theseus.model.layers.attention import (
     ATTENTION_IMPLEMENTATIONS,
     append_to_cache,
@@ -187,12 +187,10 @@ class LatentAttention(MLAKeys):
     :meth:`MLASpec.score_scale`).
     """
 
-    n_embd: int | None = width_field()
-    n_heads: int | None = field("architecture/n_heads", default=None, help="attention heads (None: from the preset)")
-    dropout: float = field("architecture/dropout", default=0.0, help="dropout rate of residual branches")
-    attention_impl: str = field(
-        "architecture/attention_impl", default="auto", help="auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"
-    )
+    n_embd: int | None = architecture_field("n_embd")
+    n_heads: int | None = architecture_field("n_heads")
+    dropout: float = architecture_field("dropout")
+    attention_impl: str = architecture_field("attention_impl")
     lora_rank: int = lora.rank_field()
     position: PositionSpec = PositionSpec()
     init_std: float = INIT_STD

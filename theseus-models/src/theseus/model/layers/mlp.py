@@ -10,19 +10,18 @@ import flax.linen as nn
 import jax
 
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
-from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora, quantization
 from theseus.model.layers._common import (
     ACTIVATIONS,
     GATED,
     INIT_STD,
+    architecture_field,
     cast,
     check_activation,
     child,
     constrain,
     layer_width,
-    width_field,
 )
 from theseus.model.layers.dense import Dense
 from theseus.model.module import Module
@@ -80,19 +79,11 @@ class MLP(Module):
     biases ``[mlp]`` / ``[embed]`` when ``use_bias``.
     """
 
-    n_embd: int | None = width_field()
-    d_ff: int | None = field(
-        "architecture/d_ff", default=None, help="MLP hidden width (None: mlp_ratio * n_embd, or the preset's)"
-    )
-    mlp_ratio: float | None = field(
-        "architecture/mlp_ratio", default=None, help="MLP hidden width / n_embd when d_ff is None (None: preset)"
-    )
-    activation: str | None = field(
-        "architecture/activation",
-        default=None,
-        help="gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
-    )
-    dropout: float = field("architecture/dropout", default=0.0, help="dropout rate of residual branches")
+    n_embd: int | None = architecture_field("n_embd")
+    d_ff: int | None = architecture_field("d_ff")
+    mlp_ratio: float | None = architecture_field("mlp_ratio")
+    activation: str | None = architecture_field("activation")
+    dropout: float = architecture_field("dropout")
     lora_rank: int = lora.rank_field()
     lora_alpha: float = lora.alpha_field()
     lora_dropout: float = lora.dropout_field()

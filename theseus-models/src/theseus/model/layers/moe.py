@@ -57,6 +57,7 @@ from theseus.model.layers._common import (
     ACTIVATIONS,
     GATED,
     INIT_STD,
+    architecture_field,
     cast,
     check_activation,
     child,
@@ -64,7 +65,6 @@ from theseus.model.layers._common import (
     layer_width,
     normal,
     param,
-    width_field,
 )
 from theseus.model.layers.expert_parallel import (
     data_parallel_size,
@@ -365,15 +365,9 @@ class MoE(MoEKeys):
     attention projections).
     """
 
-    n_embd: int | None = width_field()
-    d_ff: int | None = field(
-        "architecture/d_ff", default=None, help="MLP hidden width (None: mlp_ratio * n_embd, or the preset's)"
-    )
-    activation: str | None = field(
-        "architecture/activation",
-        default=None,
-        help="gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
-    )
+    n_embd: int | None = architecture_field("n_embd")
+    d_ff: int | None = architecture_field("d_ff")
+    activation: str | None = architecture_field("activation")
     lora_rank: int = lora.rank_field()
     lora_targets: tuple[str, ...] = lora.targets_field()
     init_std: float = INIT_STD

@@ -9,9 +9,8 @@ import jax
 import jax.numpy as jnp
 
 from theseus.base.axis import Axis
-from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers._common import param
+from theseus.model.layers._common import architecture_field, param
 from theseus.model.module import Module
 
 #: ``NormSpec.kind`` values.
@@ -50,7 +49,7 @@ class LayerNorm(Module):
     activation dtype.
     """
 
-    eps: float = field("architecture/norm_eps", default=1e-5, help="epsilon of the normalisation layers")
+    eps: float = architecture_field("norm_eps")
     use_bias: bool = True
 
     @nn.compact
@@ -75,7 +74,7 @@ class RMSNorm(Module):
     multiplies as ``1 + scale`` (Gemma's norms; the checkpoint's weight is stored as it is).
     """
 
-    eps: float = field("architecture/norm_eps", default=1e-5, help="epsilon of the normalisation layers")
+    eps: float = architecture_field("norm_eps")
     zero_centred: bool = False
 
     @nn.compact

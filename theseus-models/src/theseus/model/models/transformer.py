@@ -14,7 +14,16 @@ from theseus.base.logprobs import cross_entropy, token_logps
 from theseus.checkpoint.layers import LayerRun, StackEntry
 from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param, width_field
+from theseus.model.layers._common import (
+    ACTIVATION_AXES,
+    INIT_STD,
+    architecture_field,
+    cast,
+    child,
+    constrain,
+    normal,
+    param,
+)
 from theseus.model.layers.attention import is_segment_ids, missing_cache_error
 from theseus.model.layers.context_parallel import balanced_order, context_size, from_balanced, to_balanced
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
@@ -176,26 +185,15 @@ class TransformerLM(Module):
     BLOCK: ClassVar[type[Block]] = Block
 
     preset: str = field("architecture/preset", default="tiny", help="named model size (see the model's PRESETS)")
-    vocab_size: int = field("architecture/vocab_size", default=257, help="vocabulary size (257 = bytes + end-of-text)")
-    block_size: int = field("architecture/block_size", default=256, help="maximum sequence length")
+    vocab_size: int = architecture_field("vocab_size")
+    block_size: int = architecture_field("block_size")
     n_layers: int | None = field("architecture/n_layers", default=None, help="transformer layers (None: preset)")
-    n_heads: int | None = field("architecture/n_heads", default=None, help="attention heads (None: from the preset)")
-    n_kv_heads: int | None = field(
-        "architecture/n_kv_heads", default=None, help="key/value heads for grouped-query attention (None: preset)"
-    )
-    n_embd: int | None = width_field()
-    d_ff: int | None = field(
-        "architecture/d_ff", default=None, help="MLP hidden width (None: mlp_ratio * n_embd, or the preset's)"
-    )
-    mlp_ratio: float | None = field(
-        "architecture/mlp_ratio", default=None, help="MLP hidden width / n_embd when d_ff is None (None: preset)"
-    )
-    activation: str | None = field(
-        "architecture/activation",
-        default=None,
-        choices=("gelu", "gelu_exact", "relu", "silu", "swiglu", "geglu"),
-        help="gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
-    )
+    n_heads: int | None = architecture_field("n_heads")
+    n_kv_heads: int | None = architecture_field("n_kv_heads")
+    n_embd: int | None = architecture_field("n_embd")
+    d_ff: int | None = architecture_field("d_ff")
+    mlp_ratio: float | None = architecture_field("mlp_ratio")
+    activation: str | None = architecture_field("activation")
     head_dim: int | None = field(
         "architecture/head_dim", default=None, help="width of one attention head (None: n_embd / n_heads)"
     )
@@ -215,15 +213,9 @@ class TransformerLM(Module):
         default=None,
         help="output head shares the token embedding table (None: the family's own)",
     )
-    dropout: float = field(
-        "architecture/dropout", default=0.0, min=0.0, below=1.0, help="dropout rate of residual branches"
-    )
-    norm_eps: float = field(
-        "architecture/norm_eps", default=1e-5, above=0.0, help="epsilon of the normalisation layers"
-    )
-    attention_impl: str = field(
-        "architecture/attention_impl", default="auto", help="auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"
-    )
+    dropout: float = architecture_field("dropout")
+    norm_eps: float = architecture_field("norm_eps")
+    attention_impl: str = architecture_field("attention_impl")
     vocab_multiple: int = field(
         "architecture/vocab_multiple",
         default=128,
