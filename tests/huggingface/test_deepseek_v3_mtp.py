@@ -183,14 +183,15 @@ def test_depth_zero_is_the_model_without_mtp_and_decoding_skips_it() -> None:
     deep_params = jitted(deep.init, jax.random.key(0), x)["params"]
     assert set(deep_params) == {*params, "mtp_0", "mtp_1"}
     assert jax.tree.all(jax.tree.map(np.array_equal, params, {k: deep_params[k] for k in params}))
-    (_, loss), sown = plain.apply({"params": params}, x, y, deterministic=True, mutable=list(AUX_COLLECTIONS))
-    (_, deep_loss), deep_sown = deep.apply(
-        {"params": deep_params}, x, y, deterministic=True, mutable=list(AUX_COLLECTIONS)
+    sown_collections = tuple(AUX_COLLECTIONS)
+    (_, loss), sown = jitted(plain.apply, {"params": params}, x, y, deterministic=True, mutable=sown_collections)
+    (_, deep_loss), deep_sown = jitted(
+        deep.apply, {"params": deep_params}, x, y, deterministic=True, mutable=sown_collections
     )
     assert float(loss) == float(deep_loss)  # the main loss is the main model's
     assert "mtp" not in sown[AUX_LOSSES] and "mtp_loss" not in sown[AUX_METRICS]
     assert "mtp" in deep_sown[AUX_LOSSES] and deep.flops(8) > plain.flops(8)
-    _, no_targets = deep.apply({"params": deep_params}, x, deterministic=True, mutable=list(AUX_COLLECTIONS))
+    _, no_targets = jitted(deep.apply, {"params": deep_params}, x, deterministic=True, mutable=sown_collections)
     assert "mtp" not in no_targets[AUX_LOSSES]
     assert not any(k.startswith("mtp") for k in init_cache(deep, 2, 8))
 

@@ -65,12 +65,13 @@ def test_dispatch_equals_a_loop_over_experts_forward_and_gradients(
 ) -> None:
     spec = MoESpec(n_experts=E, top_k=K, expert_hidden=F, capacity_factor=capacity_factor)
     tokens, router, kernels = arrays()
-    got = layer_output(dispatch, spec, tokens, router, kernels)
-    expected = layer_output("loop", spec, tokens, router, kernels)
+    output = jax.jit(layer_output, static_argnums=(0, 1))  # each a program: eagerly, every operation is one
+    got = output(dispatch, spec, tokens, router, kernels)
+    expected = output("loop", spec, tokens, router, kernels)
     assert float(jnp.max(jnp.abs(got - expected))) <= 1e-5
 
     def loss(which: str) -> Any:
-        return jax.grad(lambda *a: jnp.sum(jnp.sin(layer_output(which, spec, *a))), argnums=(0, 1, 2))
+        return jax.jit(jax.grad(lambda *a: jnp.sum(jnp.sin(layer_output(which, spec, *a))), argnums=(0, 1, 2)))
 
     grads, reference = loss(dispatch)(tokens, router, kernels), loss("loop")(tokens, router, kernels)
     for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(reference), strict=True):
@@ -297,8 +298,8 @@ def test_the_train_step_loss_adds_the_sown_losses_and_validation_does_not() -> N
     state = TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(0.1), model=model)
     batch = {"x": x, "y": x}
     _, plain = jitted(model.apply, {"params": params}, x, y=x, deterministic=True)
-    _, trained, meta = steps.forward(state, params, batch, deterministic=False)
-    _, validated, val_meta = steps.forward(state, params, batch, deterministic=True)
+    _, trained, meta = jax.jit(lambda p: steps.forward(state, p, batch, deterministic=False))(params)
+    _, validated, val_meta = jax.jit(lambda p: steps.forward(state, p, batch, deterministic=True))(params)
     assert float(trained) == pytest.approx(float(plain) + float(meta["aux_loss"]), rel=1e-6)
     assert float(validated) == pytest.approx(float(plain), rel=1e-6) and val_meta["aux_loss"] > 0
     # 2 layers x (0.01 x load balancing + 0.001 x z-loss), averaged over the layers
