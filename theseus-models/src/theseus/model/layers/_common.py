@@ -23,33 +23,6 @@ INIT_STD = 0.02
 ACTIVATION_AXES = (Axis.BATCH, Axis.SEQUENCE, Axis.EMBED)
 
 
-#: The ``architecture/`` keys that both layers and the models built from them read, each with its one
-#: default, bounds and help (:func:`architecture_field` declares them).
-ARCHITECTURE_KEYS: dict[str, dict[str, Any]] = {
-    "vocab_size": {"default": 257, "help": "vocabulary size (257 = bytes + end-of-text)"},
-    "block_size": {"default": 256, "help": "maximum sequence length"},
-    "n_embd": {"default": None, "help": "model width (None: from the preset)"},
-    "n_heads": {"default": None, "help": "attention heads (None: from the preset)"},
-    "n_kv_heads": {"default": None, "help": "key/value heads for grouped-query attention (None: preset)"},
-    "d_ff": {"default": None, "help": "MLP hidden width (None: mlp_ratio * n_embd, or the preset's)"},
-    "mlp_ratio": {"default": None, "help": "MLP hidden width / n_embd when d_ff is None (None: preset)"},
-    "activation": {
-        "default": None,
-        "choices": ("gelu", "gelu_exact", "relu", "silu", "swiglu", "geglu"),
-        "help": "gelu | gelu_exact | relu | silu | swiglu | geglu (None: the model family's own)",
-    },
-    "dropout": {"default": 0.0, "min": 0.0, "below": 1.0, "help": "dropout rate of residual branches"},
-    "norm_eps": {"default": 1e-5, "above": 0.0, "help": "epsilon of the normalisation layers"},
-    "attention_impl": {"default": "auto", "help": "auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"},
-}
-
-
-def architecture_field(name: str) -> Any:
-    """The field of ``architecture/<name>`` (one of :data:`ARCHITECTURE_KEYS`), as every class that reads it
-    declares it: a layer used alone checks the same bounds as the model around it."""
-    return field(f"architecture/{name}", **ARCHITECTURE_KEYS[name])
-
-
 def layer_width(layer: Any, read: Callable[[Any], Any]) -> int:
     """The model width ``layer`` counts its FLOPs at: its ``n_embd``, else ``read(params)`` of a bound
     layer (a parameter's width, or None); one line naming the key when neither is there."""
@@ -117,6 +90,33 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 #: Activations whose MLP has a gate projection (``act(x W_gate) * (x W_up)``).
 GATED = frozenset({"swiglu", "geglu"})
+
+
+#: The ``architecture/`` keys that both layers and the models built from them read, each with its one
+#: default, bounds and help (:func:`architecture_field` declares them).
+ARCHITECTURE_KEYS: dict[str, dict[str, Any]] = {
+    "vocab_size": {"default": 257, "help": "vocabulary size (257 = bytes + end-of-text)"},
+    "block_size": {"default": 256, "help": "maximum sequence length"},
+    "n_embd": {"default": None, "help": "model width (None: from the preset)"},
+    "n_heads": {"default": None, "help": "attention heads (None: from the preset)"},
+    "n_kv_heads": {"default": None, "help": "key/value heads for grouped-query attention (None: preset)"},
+    "d_ff": {"default": None, "help": "MLP hidden width (None: mlp_ratio * n_embd, or the preset's)"},
+    "mlp_ratio": {"default": None, "help": "MLP hidden width / n_embd when d_ff is None (None: preset)"},
+    "activation": {
+        "default": None,
+        "choices": tuple(ACTIVATIONS),
+        "help": f"{' | '.join(ACTIVATIONS)} (None: the model family's own)",
+    },
+    "dropout": {"default": 0.0, "min": 0.0, "below": 1.0, "help": "dropout rate of residual branches"},
+    "norm_eps": {"default": 1e-5, "above": 0.0, "help": "epsilon of the normalisation layers"},
+    "attention_impl": {"default": "auto", "help": "auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"},
+}
+
+
+def architecture_field(name: str) -> Any:
+    """The field of ``architecture/<name>`` (one of :data:`ARCHITECTURE_KEYS`), as every class that reads it
+    declares it: a layer used alone checks the same bounds as the model around it."""
+    return field(f"architecture/{name}", **ARCHITECTURE_KEYS[name])
 
 
 def check_activation(name: str) -> str:
