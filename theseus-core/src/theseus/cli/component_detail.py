@@ -87,7 +87,7 @@ class SourceIndex:
                 return module, node.value
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == head:
                 return (module, node.value) if node.value is not None else None
-        for node in tree.body:
+        for node in _imports_of(tree):
             if isinstance(node, ast.ImportFrom):
                 source = self._absolute(module, node)
                 for alias in node.names:
@@ -107,6 +107,16 @@ class SourceIndex:
         base = parts if self.is_package(module) else parts[:-1]
         base = base[: len(base) - (node.level - 1)]
         return ".".join([*base, node.module] if node.module else base)
+
+
+def _imports_of(tree: ast.Module) -> list[ast.stmt]:
+    """The module's top-level statements and those under ``if TYPE_CHECKING:``, where a package that
+    imports its names lazily (a module ``__getattr__``) says where each comes from."""
+    statements = list(tree.body)
+    for node in tree.body:
+        if isinstance(node, ast.If) and _dotted(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            statements += node.body
+    return statements
 
 
 def _dotted(node: ast.AST) -> str | None:
