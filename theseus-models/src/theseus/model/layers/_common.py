@@ -109,7 +109,10 @@ ARCHITECTURE_KEYS: dict[str, dict[str, Any]] = {
     },
     "dropout": {"default": 0.0, "min": 0.0, "below": 1.0, "help": "dropout rate of residual branches"},
     "norm_eps": {"default": 1e-5, "above": 0.0, "help": "epsilon of the normalisation layers"},
-    "attention_impl": {"default": "auto", "help": "auto | xla | cudnn (auto: cuDNN on GPU in bf16/f16)"},
+    "attention_impl": {
+        "default": "auto",
+        "help": "auto | xla | cudnn | splash (auto: splash on TPU, cuDNN on GPU in bf16/f16)",
+    },
 }
 
 

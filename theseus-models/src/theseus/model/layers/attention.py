@@ -28,9 +28,10 @@ from theseus.model.layers.context_parallel import context_parallel_attention, co
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
 from theseus.model.layers.rotary import PositionSpec, RotaryEmbedding, rotate
+from theseus.model.layers.splash import notice_fallback, splash_attention, unsupported
 from theseus.model.module import Module
 
-ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash")
 
 #: The entries of a per-layer ``layer_types`` list (transformers' names).
 SLIDING_ATTENTION, FULL_ATTENTION = "sliding_attention", "full_attention"
@@ -53,7 +54,7 @@ class AttentionSpec:
     before RoPE, or of the whole projections with ``qk_norm_span="projection"``.
     ``query_pre_attn_scalar``: scores scaled by its ``** -0.5`` instead of ``head_dim ** -0.5``;
     ``softcap``: scores capped as ``tanh(s / c) * c``; ``sliding_window``: a token attends to itself
-    and the ``sliding_window - 1`` tokens before it; ``implementation``: auto | xla | cudnn.
+    and the ``sliding_window - 1`` tokens before it; ``implementation``: auto | xla | cudnn | splash.
     """
 
     n_heads: int
@@ -313,6 +314,22 @@ def blocked_causal_attention(
     return jnp.concatenate(outputs, axis=1)
 
 
+def attention_backend(implementation: str, q: jax.Array, v: jax.Array) -> str:
+    """The kernel ``implementation`` resolves to for these heads: ``splash`` (Pallas, TPUs), ``cudnn``
+    (NVIDIA GPUs) or ``xla``. ``auto`` picks by the accelerator the program targets (the mesh's devices):
+    splash on TPUs, cuDNN where eligible (:func:`_cudnn_eligible`), XLA elsewhere."""
+    if implementation not in ATTENTION_IMPLEMENTATIONS:
+        raise ConfigError(
+            f"unknown architecture/attention_impl {implementation!r}; "
+            f"choose one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
+        )
+    if implementation != "auto":
+        return implementation
+    if accelerator().platform == "tpu":
+        return "splash"
+    return "cudnn" if _cudnn_eligible(q, v) else "xla"
+
+
 def dot_product_attention(
     q: jax.Array,
     k: jax.Array,
@@ -325,37 +342,82 @@ def dot_product_attention(
     scale: float | None = None,
     softcap: float | None = None,
     sinks: jax.Array | None = None,
+    padding_mask: jax.Array | None = None,
+    chunk: int | None = None,
 ) -> jax.Array:
-    """``jax.nn.dot_product_attention`` with a backend choice.
+    """Grouped-query attention ``[B, T, heads, head_dim]`` of ``q`` and ``k``/``v`` ``[B, S, kv_heads, head_dim]``
+    with a backend choice (:func:`attention_backend`).
 
-    ``mask``: bool, broadcastable to ``[B, 1, T, S]`` (a key mask ``[B, 1, 1, S]``, or a mask per
-    query such as the segment mask of packed rows). ``window`` (causal self-attention only): each
-    query sees itself and the ``window - 1`` keys before it (:func:`window_mask`). ``"xla"`` works
-    everywhere (the only option on CPU); causal sequences of 256 or more are computed in query
-    blocks (:func:`blocked_causal_attention`), which skip the keys outside a window.
-    ``"cudnn"`` is the fused flash kernel on NVIDIA GPUs (bf16/f16). ``"auto"`` uses cuDNN when
-    eligible (the mesh's devices are NVIDIA GPUs, half precision, equal query and value head widths
-    that are a multiple of 8 and at most 128) and falls back to XLA if cuDNN rejects the call while
-    tracing. A key padding mask reaches cuDNN as sequence lengths (:func:`_cudnn_attention`).
-    ``scale`` multiplies the scores (default ``head_dim ** -0.5``); ``softcap`` caps them
-    (:func:`softcapped_attention`, XLA only), and so do ``sinks`` and a traced ``window``.
+    ``padding_mask``: the rows' bool ``[B, S]`` padding mask (True = real token) or int segment ids of
+    packed rows (:func:`attention_mask`); ``mask``: any further bool mask, broadcastable to ``[B, 1, T, S]``.
+    ``window`` (causal self-attention only): each query sees itself and the ``window - 1`` keys before
+    it (:func:`window_mask`); ``chunk``: only the keys of its own chunk of ``chunk`` positions (Llama 4's
+    local layers). ``scale`` multiplies the scores (default ``head_dim ** -0.5``); ``softcap`` caps them
+    (:func:`softcapped_attention`); ``sinks`` ``[heads]`` join each row's softmax.
+
+    ``"splash"`` is the Pallas flash kernel for TPUs (:mod:`~theseus.model.layers.splash`; interpreted
+    elsewhere, which is slow and meant for tests): every mask above, memory linear in the sequence. A call
+    it cannot take (a further ``mask``, a traced ``window``, different head widths) says so in one line on
+    stderr and uses XLA. ``"cudnn"`` is the fused flash kernel on NVIDIA GPUs (bf16/f16; no softcap, sinks
+    or traced window); ``auto`` falls back to XLA if cuDNN rejects the call while tracing. A key padding
+    mask reaches cuDNN as sequence lengths (:func:`_cudnn_attention`). ``"xla"`` works everywhere; causal
+    sequences of 256 or more are computed in query blocks (:func:`blocked_causal_attention`), which skip
+    the keys outside a window.
     """
-    if implementation not in ATTENTION_IMPLEMENTATIONS:
-        raise ConfigError(
-            f"unknown architecture/attention_impl {implementation!r}; "
-            f"choose one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
-        )
     if window is not None and not is_causal:
         raise ValueError("a sliding window applies to causal self-attention only")
+    backend = attention_backend(implementation, q, v)
+    if backend == "splash":
+        reason = unsupported(q, k, v, mask, is_causal)
+        if reason is None and isinstance(window, jax.Array):
+            reason = "a window chosen per layer at run time"
+        if reason is None and chunk is not None and padding_mask is not None and is_segment_ids(padding_mask):
+            reason = "chunked attention over packed rows"
+        if reason is None:
+            fixed_window = window if isinstance(window, int) else None
+            return splash_attention(
+                q, k, v, padding_mask, window=fixed_window, chunk=chunk, scale=scale, softcap=softcap, sinks=sinks
+            )
+        notice_fallback(reason)
+    if chunk is not None:
+        mask = _and(mask, _chunk_mask(q.shape[0], k.shape[1], chunk))
+    mask = _and(mask, attention_mask(padding_mask))
     fusable = softcap is None and sinks is None and (window is None or isinstance(window, int))
-    use_cudnn = fusable and (implementation == "cudnn" or (implementation == "auto" and _cudnn_eligible(q, v)))
-    if use_cudnn:
+    if backend == "cudnn" and fusable:
         try:
             fixed_window = window if isinstance(window, int) else None
             return _cudnn_attention(q, k, v, mask, is_causal=is_causal, window=fixed_window, scale=scale)
         except Exception:
             if implementation == "cudnn":
                 raise
+    return _xla_attention(q, k, v, mask, is_causal, window, scale, softcap, sinks)
+
+
+def _and(mask: jax.Array | None, other: jax.Array | None) -> jax.Array | None:
+    if mask is None or other is None:
+        return other if mask is None else mask
+    return mask & other
+
+
+def _chunk_mask(batch: int, steps: int, chunk: int) -> jax.Array:
+    """``[B, 1, T, T]``: query and key lie in one chunk of ``chunk`` positions."""
+    blocks = jnp.arange(steps) // chunk
+    return jnp.broadcast_to((blocks[:, None] == blocks[None, :])[None, None], (batch, 1, steps, steps))
+
+
+def _xla_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array | None,
+    is_causal: bool,
+    window: int | jax.Array | None,
+    scale: float | None,
+    softcap: float | None,
+    sinks: jax.Array | None,
+) -> jax.Array:
+    """XLA's attention: long causal sequences in query blocks (:func:`blocked_causal_attention`), caps and
+    sinks through :func:`softcapped_attention`, else ``jax.nn.dot_product_attention``."""
     steps = q.shape[1]
     if is_causal and steps >= 2 * MIN_CAUSAL_BLOCK and k.shape[1] == steps:
         block = max(MIN_CAUSAL_BLOCK, -(-steps // MAX_CAUSAL_BLOCKS))
@@ -466,7 +528,7 @@ class CausalSelfAttention(Module):
     ``architecture/n_kv_heads`` (key/value heads; ``None`` = ``n_heads``; must divide ``n_heads``),
     ``architecture/n_embd`` (``None``: the input width), ``architecture/dropout`` (on the output,
     training only; attention probabilities are not dropped: the fused kernel has no dropout),
-    ``architecture/attention_impl`` (auto | xla | cudnn, see :func:`dot_product_attention`), and the
+    ``architecture/attention_impl`` (auto | xla | cudnn | splash, see :func:`dot_product_attention`), and the
     LoRA keys ``model/lora/*`` (adapters ``<name>_lora_a`` / ``<name>_lora_b`` on the projections
     named in ``model/lora/targets``; see :mod:`theseus.model.layers.lora`), and ``model/quantize``
     (the frozen projection kernels stored as nf4 / int8, with LoRA only; see
@@ -736,18 +798,28 @@ class CausalSelfAttention(Module):
         if cached is not None:
             keys, values, mask = cached
             return cached_attention(q, keys, values, mask, scale=scale, softcap=softcap, sinks=sinks)
-        return dot_product_attention(
-            q,
-            k,
-            v,
-            mask=attention_mask(padding_mask),
-            is_causal=True,
-            implementation=self.attention_spec.implementation,
-            window=window,
-            scale=scale,
-            softcap=softcap,
-            sinks=sinks,
-        )
+        implementation = self.attention_spec.implementation
+
+        def attend(window: int | jax.Array | None) -> jax.Array:
+            return dot_product_attention(
+                q,
+                k,
+                v,
+                mask=None,
+                padding_mask=padding_mask,
+                is_causal=True,
+                implementation=implementation,
+                window=window,
+                scale=scale,
+                softcap=softcap,
+                sinks=sinks,
+            )
+
+        if isinstance(window, jax.Array) and attention_backend(implementation, q, v) == "splash":
+            # a window chosen per layer at run time (scanned layer types): one kernel per kind of layer
+            fixed = self.attention_spec.sliding_window
+            return jax.lax.cond(window < NO_WINDOW, lambda: attend(fixed), lambda: attend(None))
+        return attend(window)
 
     def _gate_output(self, x: jax.Array, y: jax.Array, n_heads: int, head_dim: int, deterministic: bool) -> jax.Array:
         """The heads' outputs ``y`` ``[B, T, heads, head_dim]`` before the output projection, of input ``x``:

@@ -38,7 +38,6 @@ from theseus.model.layers._common import INIT_STD, architecture_field, cast, chi
 from theseus.model.layers.attention import (
     ATTENTION_IMPLEMENTATIONS,
     append_to_cache,
-    attention_mask,
     dot_product_attention,
 )
 from theseus.model.layers.context_parallel import refuse
@@ -277,7 +276,8 @@ class LatentAttention(MLAKeys):
             pad(q),
             pad(k),
             pad(v),
-            mask=attention_mask(padding_mask),
+            mask=None,
+            padding_mask=padding_mask,
             is_causal=True,
             implementation=self.attention_impl,
             scale=scale,

@@ -27,10 +27,11 @@ from theseus.model.layers.attention import (
     NO_WINDOW,
     CausalSelfAttention,
     append_to_cache,
-    attention_mask,
+    attention_backend,
     cached_attention,
     dot_product_attention,
     heads_major,
+    is_segment_ids,
 )
 from theseus.model.layers.context_parallel import refuse
 from theseus.model.layers.experts import Kernels, Routing
@@ -153,7 +154,9 @@ class Llama4Attention(CausalSelfAttention):
       sequence index ``i`` is scaled by ``log(floor((i + 1) / floor_scale) + 1) * attn_scale + 1``.
 
     Positions are theseus' (real tokens before, :func:`token_positions`), so a left-padded row's chunks
-    start at its first real token; the temperature reads the sequence index (padding included), as
+    start at its first real token (the splash kernel on TPUs counts chunks from a row's first slot: a
+    training or evaluation row holds its real tokens first, and decoding attends through the KV cache,
+    which keeps positions); the temperature reads the sequence index (padding included), as
     transformers does. The window given to :meth:`_attend` is the layer's chunk (:data:`NO_WINDOW`
     without chunks) on local layers and 0 on global ones.
     """
@@ -263,15 +266,17 @@ class Llama4Attention(CausalSelfAttention):
                 return cached_attention(
                     q, keys, values, visible, scale=self._scale(), softcap=self.attention_spec.softcap
                 )
-        mask = attention_mask(padding_mask)
-        chunks = same_chunk(positions)
-        if chunks is not None:
-            mask = chunks if mask is None else mask & chunks
+        # the kernel counts chunks from each row's first slot: a training row holds its real tokens first
+        packed = padding_mask is not None and is_segment_ids(padding_mask)
+        kernel = attention_backend(self.attention_spec.implementation, q, v) == "splash"
+        chunk = window if kernel and isinstance(window, int) and 0 < window < NO_WINDOW and not packed else None
         return dot_product_attention(
             q,
             k,
             v,
-            mask=mask,
+            mask=None if chunk is not None else same_chunk(positions),
+            padding_mask=padding_mask,
+            chunk=chunk,
             is_causal=True,
             implementation=self.attention_spec.implementation,
             scale=self._scale(),
