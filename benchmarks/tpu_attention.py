@@ -40,9 +40,10 @@ class Setting:
     tokens: int  # per timed call
     lengths: tuple[int, ...]
     repeats: int
+    blocks: tuple[int, ...] = (512,)  # splash block sizes timed
 
 
-CHIP = Setting(2, 1024, 8, 4, 128, 16384, (1024, 2048, 4096, 8192, 16384, 32768), 5)
+CHIP = Setting(2, 1024, 8, 4, 128, 16384, (1024, 2048, 4096, 8192, 16384, 32768), 5, (256, 512, 1024))
 CPU_SMOKE = Setting(2, 256, 4, 2, 32, 512, (256,), 1)
 
 
@@ -139,42 +140,53 @@ def parity_rows(setting: Setting) -> list[Row]:
 
 
 def speed_rows(setting: Setting) -> list[Row]:
-    """Forward + backward milliseconds of XLA and splash attention per sequence length."""
+    """Forward + backward milliseconds of XLA and splash attention (each block size) per sequence length."""
+    import jax
+    import jax.numpy as jnp
+
+    from theseus.model.layers import splash
+
+    rows = []
+    default_block = splash.BLOCK
+    for steps in setting.lengths:
+        batch = max(1, setting.tokens // steps)
+        keys = jax.random.split(jax.random.key(1), 3)
+        q, k, v = (jax.random.normal(key, (batch, steps, 16, 64), jnp.bfloat16) for key in keys)
+        seconds: dict[str, float] = {}
+        notes = []
+        for label, block in [("xla", None)] + [(f"splash/{b}", b) for b in setting.blocks]:
+            splash.BLOCK = block or default_block
+            try:
+                took, peak = _time_attention("xla" if block is None else "splash", q, k, v, setting.repeats)
+                seconds[label] = took
+                notes.append(f"{label} {took * 1e3:.1f} ms {peak / 1e9:.2f} GB")
+            except Exception as error:  # out of memory: reported, the next variant still runs
+                notes.append(f"{label} failed: {str(error).splitlines()[0][:60]}")
+        splash.BLOCK = default_block
+        kernels = {label: t for label, t in seconds.items() if label != "xla"}
+        best = min(kernels, key=kernels.__getitem__) if kernels else None
+        ratio = seconds["xla"] / kernels[best] if best and "xla" in seconds else None
+        note = f"{batch}x{steps}, best {best}: " + "; ".join(notes)
+        rows.append(Row(f"splash speed-up, T={steps}", ratio, "x", note=note, fmt="{:.2f}"))
+    return rows
+
+
+def _time_attention(impl: str, q: Any, k: Any, v: Any, repeats: int) -> tuple[float, float]:
+    """(median seconds, compiled argument + temporary bytes) of causal attention's forward and backward."""
     import jax
     import jax.numpy as jnp
 
     from theseus.model.layers.attention import dot_product_attention
 
-    rows = []
-    for steps in setting.lengths:
-        batch = max(1, setting.tokens // steps)
-        shape = (batch, steps, 16, 64)
-        keys = jax.random.split(jax.random.key(1), 3)
-        q, k, v = (jax.random.normal(key, shape, jnp.bfloat16) for key in keys)
-        timings: dict[str, str] = {}
-        for impl in ("xla", "splash"):
+    def loss(q: Any, k: Any, v: Any) -> Any:
+        out = dot_product_attention(q, k, v, mask=None, is_causal=True, implementation=impl)
+        return jnp.sum(out.astype(jnp.float32))
 
-            def loss(q: Any, k: Any, v: Any, impl: str = impl) -> Any:
-                out = dot_product_attention(q, k, v, mask=None, is_causal=True, implementation=impl)
-                return jnp.sum(out.astype(jnp.float32))
-
-            step = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
-            try:
-                compiled = step.lower(q, k, v).compile()
-                memory = compiled.memory_analysis()
-                peak = getattr(memory, "temp_size_in_bytes", 0) + getattr(memory, "argument_size_in_bytes", 0)
-                call = functools.partial(compiled, q, k, v)
-                seconds = median_seconds(functools.partial(_ready, call), repeats=setting.repeats)
-                timings[impl] = f"{seconds * 1e3:.1f} ms, {peak / 1e9:.2f} GB"
-                timings[impl + "_s"] = str(seconds)
-            except Exception as error:  # out of memory: reported, the next length still runs
-                timings[impl] = f"failed: {str(error).splitlines()[0][:80]}"
-        ratio = None
-        if "xla_s" in timings and "splash_s" in timings:
-            ratio = float(timings["xla_s"]) / float(timings["splash_s"])
-        note = f"{batch}x{steps}: xla {timings['xla']}; splash {timings['splash']}"
-        rows.append(Row(f"splash speed-up, T={steps}", ratio, "x", note=note, fmt="{:.2f}"))
-    return rows
+    compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(q, k, v).compile()
+    memory = compiled.memory_analysis()
+    peak = getattr(memory, "temp_size_in_bytes", 0) + getattr(memory, "argument_size_in_bytes", 0)
+    call = functools.partial(compiled, q, k, v)
+    return median_seconds(functools.partial(_ready, call), repeats=repeats), peak
 
 
 def _ready(call: Any) -> Any:
@@ -187,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on CPU, Pallas interpreted")
     parser.add_argument("--parts", default="parity,speed", help="comma-separated: parity, speed")
+    parser.add_argument("--lengths", help="comma-separated sequence lengths to time (default: all)")
     parser.add_argument("--output", type=Path, help="also write the table to this file")
     args = parser.parse_args(argv)
     import jax
@@ -195,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no TPU visible to jax (backend {jax.default_backend()!r}); use --cpu-smoke on CPU")
         return 2
     setting = CPU_SMOKE if args.cpu_smoke else CHIP
+    if args.lengths:
+        setting = dataclasses.replace(setting, lengths=tuple(int(n) for n in args.lengths.split(",")))
     parts = set(args.parts.split(","))
     started = time.perf_counter()
     rows: list[Row] = [Row("Device", None, note=str(jax.devices()[0].device_kind))]

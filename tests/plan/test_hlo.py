@@ -87,6 +87,33 @@ def test_loop_bodies_count_once_per_trip_and_custom_calls_count() -> None:
     assert cost.custom_calls == {"__cudnn$fmhaSoftmax": 1}
 
 
+SPLASH = """
+HloModule splash
+
+ENTRY %main (m: s8[1,1,1], q: bf16[2,4,1024,64], k: bf16[2,2,1024,64], v: bf16[2,2,1024,64]) -> f32[2,4,1024,64] {
+  %m = s8[1,1,1]{2,1,0} parameter(0)
+  %q = bf16[2,4,1024,64]{3,2,1,0} parameter(1)
+  %k = bf16[2,2,1024,64]{3,2,1,0} parameter(2)
+  %v = bf16[2,2,1024,64]{3,2,1,0} parameter(3)
+  %splash_mha_fwd_residuals.1 = (bf16[2,4,1024,64]{3,2,1,0}, f32[2,4,1024,128]{3,2,1,0}) custom-call(%m, %m, %q, %k, %v), custom_call_target="tpu_custom_call"
+  %splash_mha_dq_no_residuals.1 = bf16[2,4,1024,64]{3,2,1,0} custom-call(%m, %m, %q, %k, %v), custom_call_target="tpu_custom_call"
+  %splash_mha_dkv_no_residuals.1 = (bf16[2,2,1024,64]{3,2,1,0}, bf16[2,2,1024,64]{3,2,1,0}) custom-call(%m, %m, %q, %k, %v), custom_call_target="tpu_custom_call"
+  %other = f32[8]{0} custom-call(%m), custom_call_target="tpu_custom_call"
+  ROOT %out = f32[2,4,1024,64]{3,2,1,0} convert(%splash_mha_dq_no_residuals.1)
+}
+"""
+
+
+def test_splash_attention_kernels_count_their_matmuls_in_bf16() -> None:
+    """The forward (2 matmuls), query gradient (3) and key/value gradient (4) of a causal splash kernel
+    over 2 rows of 4 query heads of 64, 1024 tokens; a TPU kernel of another kind counts nothing."""
+    cost = hlo.analyse(SPLASH, devices=1)
+    square = 2 * 2 * 4 * 1024 * 1024 * 64 * 0.5
+    assert cost.flops == pytest.approx((2 + 3 + 4) * square)
+    assert cost.flops_by_dtype() == {"bf16": pytest.approx((2 + 3 + 4) * square)}
+    assert cost.custom_calls == {"tpu_custom_call": 4}
+
+
 def test_sliced_and_in_place_operands_move_only_their_slices() -> None:
     cost = hlo.analyse(PROGRAM, devices=8)
     by_name = {kernel.name: kernel for kernel in cost.kernels}
@@ -135,6 +162,13 @@ def test_targets_parse_and_refuse_in_one_line() -> None:
     assert (multi.hosts, multi.per_host, multi.topology) == (4, 8, "4x1x8")
     tpu = parse_target("v5e:16x16")
     assert (tpu.devices, tpu.platform, tpu.hosts) == (256, "tpu", 32)
+    # one chip (Colab, Kaggle): v5e:1 is v5e:1x1, a v5p chip 1x1x1
+    for spec, topology in (("v5e:1", "1x1"), ("v5e:1x1", "1x1"), ("v6e:1", "1x1"), ("v5p:1", "1x1x1")):
+        one = parse_target(spec)
+        assert (one.devices, one.hosts, one.topology) == (1, 1, topology)
+    assert parse_target("v5e:1").describe() == "1 x TPU v5e (v5e:1x1)"
+    with pytest.raises(ConfigError, match=r"^--target 'v5e:4': name a TPU slice by its topology, for example v5e:2x4"):
+        parse_target("v5e:4")
     for bad in ("h100x9", "h100", "v9z:2x2", "b300x8"):
         with pytest.raises(ConfigError) as error:
             parse_target(bad)

@@ -5,7 +5,8 @@ scanned layer stack or a fused attention kernel would vanish from it. Here every
 costed once and multiplied by how often it runs: a ``while`` by its known trip count, a fusion or
 call by one. Per device, it gives:
 
-- matmul FLOPs (``dot``, GEMM custom calls, cuDNN attention forward and backward);
+- matmul FLOPs (``dot``, GEMM custom calls, cuDNN attention forward and backward, the splash attention
+  kernels of TPUs);
 - the kernels' bytes read and written (a fusion reads its operands and writes its result once);
 - each collective's count, bytes and group size, which the estimate prices by the links it crosses.
 """
@@ -308,9 +309,28 @@ def custom_call_target(instruction: Instruction) -> str:
     return target.group(1) if target else ""
 
 
+#: Matmuls of each splash attention kernel (TPUs), by phase: the forward's scores and values; the query
+#: gradient recomputes the scores and forms dP and dQ; the key/value gradient recomputes the scores and
+#: forms dP, dV and dK.
+_SPLASH_MATMULS = {"fwd": 2, "dq": 3, "dkv": 4}
+
+
+def splash_flops(instruction: Instruction, symbols: dict[str, str]) -> float:
+    """Matmul FLOPs of a splash attention kernel (``splash_mha_<phase>...``), causal: half the square (a
+    window or chunks skip more blocks; the count stays at the causal half)."""
+    phase = re.search(r"splash_m[hq]a_(fwd|dq|dkv)", instruction.name)
+    heads_major = [shape for op in instruction.operands for _, shape in shapes(symbols.get(op, "")) if len(shape) == 4]
+    if phase is None or len(heads_major) < 2:
+        return 0.0
+    (batch, heads, steps, width), keys = heads_major[0], heads_major[1][2]
+    return 2.0 * _SPLASH_MATMULS[phase.group(1)] * batch * heads * steps * keys * width * 0.5
+
+
 def custom_call_flops(instruction: Instruction, symbols: dict[str, str]) -> float:
-    """Matmul FLOPs of a cuBLAS GEMM or cuDNN attention custom call (0 for others)."""
+    """Matmul FLOPs of a cuBLAS GEMM, cuDNN attention or splash attention custom call (0 for others)."""
     name = custom_call_target(instruction)
+    if name == "tpu_custom_call":
+        return splash_flops(instruction, symbols)
     operand_shapes = [shapes(symbols.get(op, "")) for op in instruction.operands]
     if "gemm" in name or "matmul" in name:
         config = _backend_config(instruction)
@@ -488,7 +508,10 @@ def _matmul_dtype(instruction: Instruction, symbols: dict[str, str], computation
         if dots:
             inner, inner_symbols = dots[0], {i.name: i.type for i in body}
             break
-    found = shapes(inner_symbols.get(inner.operands[0], "")) if inner.operands else []
+    operands = inner.operands
+    if "splash_m" in inner.name:  # a splash kernel's first operands are its mask tables; the queries come next
+        operands = [op for op in operands if any(len(shape) == 4 for _, shape in shapes(inner_symbols.get(op, "")))]
+    found = shapes(inner_symbols.get(operands[0], "")) if operands else []
     return found[0][0] if found else ""
 
 
