@@ -393,7 +393,7 @@ def _local_attention(spec_key: tuple, form: str) -> Any:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _spec_of(shape: tuple[int, ...], *logical: str) -> PartitionSpec:
+def spec_of(shape: tuple[int, ...], *logical: str) -> PartitionSpec:
     """The mesh axes the current rules give ``logical``, less those a dimension of ``shape`` does not divide
     over (a model initialised on one row)."""
     mapped = nn.logical_to_mesh_axes(logical)
@@ -450,8 +450,8 @@ def context_parallel_attention(
         per_query,
     )
     attend = _local_attention(spec_key, form)
-    q_spec = _spec_of(q.shape, Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM)
-    kv_spec = _spec_of(k.shape, Axis.BATCH, Axis.SEQUENCE, Axis.KV_HEADS, Axis.HEAD_DIM)
+    q_spec = spec_of(q.shape, Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM)
+    kv_spec = spec_of(k.shape, Axis.BATCH, Axis.SEQUENCE, Axis.KV_HEADS, Axis.HEAD_DIM)
     seg_spec = PartitionSpec(*tuple(q_spec)[:2])
     heads_axis = tuple(q_spec)[2] if len(tuple(q_spec)) > 2 else None
     manual = _axes(q_spec) | _axes(kv_spec) | {MeshAxis.CONTEXT}
