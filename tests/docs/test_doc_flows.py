@@ -30,7 +30,7 @@ from tests.docs.doc_flows import Step, commands, page_flows, shell_pages, strip_
 #: The flows the ``test_flow_*`` modules run, by page; ``test_every_flow_runs_and_every_page_is_considered`` checks
 #: that they are exactly the flows marked in the docs.
 RUN = {
-    "docs/accelerators.md": {"plan"},
+    "docs/accelerators.md": {"plan", "one-chip"},
     "docs/adding-a-model-family.md": {"olmo3"},
     "docs/evaluation.md": {"harness"},
     "docs/fine-tuning.md": {"gpt2", "llama", "preference"},

@@ -1,5 +1,6 @@
-"""docs/accelerators.md's plan flow, as written: an 8B Llama-shaped model planned for 8 x H100 without
-a GPU. The memory model is checked against the analytic count, and the layouts against each other."""
+"""docs/accelerators.md's plan flows, as written: an 8B Llama-shaped model planned for 8 x H100 without
+a GPU, and GPT-2 large for one TPU v5e chip without a TPU. The memory model is checked against the
+analytic count, and the layouts against each other."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from tests.plan.conftest import compilers
 #: Llama 3 8B: 32 layers (4096 wide, 8 of 32 heads for keys and values, SwiGLU 14336), vocabulary
 #: 128256 in the embedding and an untied head, two RMSNorm scales per layer and a final one.
 LLAMA3_8B = 2 * 128256 * 4096 + 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096) + 4096
+#: GPT-2 large: 36 layers 1280 wide (4x MLP, biases, two LayerNorms each), 50,304 padded token rows (tied
+#: head), 1024 positions, a final LayerNorm.
+GPT2_LARGE = 50304 * 1280 + 1024 * 1280 + 36 * (12 * 1280 * 1280 + 13 * 1280) + 2 * 1280
 
 
 def gigabytes(text: str, label: str) -> float:
@@ -47,3 +51,26 @@ def test_accelerators_plan_flow(tmp_path: Path) -> None:
     assert replicated["memory"]["fits"] is False
     assert replicated["memory"]["parameters"] == pytest.approx(LLAMA3_8B * 4, rel=0.02)
     assert replicated["memory"]["total"] > 2 * replicated["memory"]["device"]
+
+
+@pytest.mark.slow
+def test_accelerators_one_chip_flow(tmp_path: Path) -> None:
+    """One v5e chip: the compiler refuses the 8 rows asked for, naming what they need, and --max-batch goes
+    down to what fits in the 16.91 GB a program may use there."""
+    shell = Shell.create(tmp_path / "work", PYTHONPATH=str(compilers()))
+    (result,) = shell.run(flows("docs/accelerators.md")["one-chip"])
+    assert "--target v5e:1 " in result.step.text and result.step.text.endswith("--max-batch")
+    text = result.stdout
+    refused = re.match(
+        r"train/pretrain on 1 x TPU v5e \(v5e:1x1\): 8 x 256 tokens do not fit \(the compiler needs ([\d.]+) GB "
+        r"of 16\.91 GB\)\n",
+        text,
+    )
+    assert refused and float(refused.group(1)) > 16.91, text
+    # float32 parameters and AdamW's two moments (analytic +-2%): 9.3 GB of the chip before the step runs
+    assert gigabytes(text, "parameters") == pytest.approx(GPT2_LARGE * 4 / 1e9, rel=0.02)
+    assert gigabytes(text, "optimizer state") == pytest.approx(GPT2_LARGE * 8 / 1e9, rel=0.02)
+    found = re.search(r"largest batch that fits: (\d+) x 256 tokens \(([\d.]+) GB per device", text)
+    assert found and 1 <= int(found.group(1)) < 8 and float(found.group(2)) <= 16.91, text
+    assert re.search(rf"batch {found.group(1)} x 256 tokens\n", text), text  # the plan shown is the batch that fits
+    assert re.search(r"total\s+[\d.]+ GB of 16\.91 GB: fits", text), text

@@ -1,7 +1,9 @@
 """Beyond pretraining: the SFT and DPO steps and generation compile for 8 x H100; what each fix of the
-accelerator compile changed is checked in the compiled program; TPU slices compile too."""
+accelerator compile changed is checked in the compiled program; TPU slices and single chips compile too."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -23,6 +25,8 @@ TPU_CASES = {
     "tpu gemma3": ("gemma3", "fsdp"),
     "tpu qwen3_moe": ("qwen3_moe", "fsdp+ep"),
 }
+#: One chip, as on Colab or Kaggle: its device kind and the bytes a program may use on it.
+ONE_CHIP = {"v5e:1": ("TPU v5 lite", 16_909_336_576), "v6e:1": ("TPU v6 lite", 33_550_237_696)}
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +71,8 @@ def h100() -> dict[str, dict]:
         "float32": tiny("llama", "fsdp", "model/activation_dtype=float32"),
         "mla": tiny("deepseek_v3", "fsdp", *(f"architecture/mla/{k}_head_dim={w}" for k, w in MLA_WIDTHS)),
         **{name: {**tiny(model, layout), "target": TPU} for name, (model, layout) in TPU_CASES.items()},
+        **{f"one chip {target}": {**tiny("llama", "dp"), "target": target} for target in ONE_CHIP},
+        "one chip too large": {**tiny("llama", "dp", "training/batch_size=65536"), "target": "v5e:1"},
     }
     return dict(zip(named, compile_cases("h100x8", list(named.values())), strict=True))
 
@@ -134,6 +140,30 @@ def test_tpu_slices_compile(h100: dict) -> None:
         assert plan["device"] == "TPU v5 lite"
         assert plan["activation_dtype"] == "bfloat16"
         assert plan["memory"]["aliased"] >= plan["state_bytes"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", sorted(ONE_CHIP))
+def test_one_chip_compiles_against_the_memory_a_program_may_use(h100: dict, target: str) -> None:
+    plan = _plan(h100[f"one chip {target}"])
+    kind, usable = ONE_CHIP[target]
+    assert (plan["devices"], plan["device"], plan["memory"]["device"]) == (1, kind, usable)
+    assert plan["memory"]["fits"] and plan["collectives"] == {}
+
+
+@pytest.mark.slow
+def test_a_step_larger_than_the_chip_is_one_line_naming_what_to_lower(h100: dict) -> None:
+    """XLA's TPU compiler refuses a program larger than the chip; the plan says what it needed and what
+    needs less without changing the model."""
+    error = h100["one chip too large"].get("error", "")
+    found = re.fullmatch(
+        r"StepTooLarge: the training step of 65536 x 64 tokens does not fit in the device's memory \(the "
+        r"compiler needs ([\d,.]+) GB of 16\.91 GB\); use less memory per step with training/batch_size=32768, "
+        r"training/micro_batch_size=32768 \(the same batch in 2 passes\), model/remat=full or "
+        r"training/sequence_length=32",
+        error,
+    )
+    assert found and float(found.group(1).replace(",", "")) > 16.91, error
 
 
 @pytest.mark.slow

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -34,6 +36,26 @@ def test_missing_compilers_and_bad_targets_are_one_line() -> None:
     )
     line = one_line(run_cli(["plan", "train/pretrain", "--target", "tpu8"], env=env))
     assert line.startswith("error: unknown --target 'tpu8'; use a GPU count or a TPU slice, for example h100x8")
+
+
+def test_max_batch_goes_down_from_a_refused_batch_without_compiling_one_twice() -> None:
+    """XLA's TPU compiler refuses a step larger than the chip, so the search can start from a batch that
+    has no plan (the one-chip flow of docs/accelerators.md runs it through the command)."""
+    from theseus.plan.report import largest_batch
+
+    tried: list[int] = []
+
+    def fits_up_to(most: int) -> Any:
+        def plan_of(batch: int) -> Any:
+            tried.append(batch)
+            return SimpleNamespace(fits=True) if batch <= most else None
+
+        return plan_of
+
+    best, plan, compiles = largest_batch(fits_up_to(5), None, 16, 1)
+    assert (best, plan is not None, compiles, tried) == (5, True, 4, [8, 4, 6, 5])
+    tried.clear()
+    assert largest_batch(fits_up_to(0), None, 4, 1) == (0, None, 2) and tried == [2, 1]
 
 
 @pytest.mark.slow

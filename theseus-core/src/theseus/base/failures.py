@@ -3,9 +3,9 @@
 ``theseus run`` runs every job inside :func:`one_line_failures`. An ``OSError`` with ``EROFS``,
 ``EACCES``, ``EPERM``, ``ENOSPC`` or ``EDQUOT``, a ``MemoryError`` or an XLA out-of-memory error
 that escapes the job becomes a :class:`~theseus.errors.ResourceError` naming the path (or the
-configuration keys that set the size) and the fix. Errors the job already reported as a
-:class:`~theseus.errors.TheseusError` (a checkpoint save that ran out of space, data preparation on
-a full disk) pass through unchanged; anything else keeps its traceback.
+settings that need less memory without changing the model) and the fix. Errors the job already
+reported as a :class:`~theseus.errors.TheseusError` (a checkpoint save that ran out of space, data
+preparation on a full disk) pass through unchanged; anything else keeps its traceback.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeGuard
 
 from theseus.errors import ResourceError
 
@@ -32,21 +32,12 @@ REFUSED = {
 }
 FULL = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded"}
 
-#: Last parts of configuration keys whose values set how much memory a job needs, most direct first.
-MEMORY_KEYS = (
-    "batch_size",
-    "micro_batch_size",
-    "block_size",
-    "sequence_length",
-    "n_layers",
-    "n_embd",
-    "width",
-    "d_ff",
-    "n_heads",
-    "head_dim",
-    "vocab_size",
-    "n_experts",
-)
+#: The keys that take less memory per step without changing the model: the batch, its rows per pass
+#: (micro-batches accumulate to the same batch), recomputation in the backward pass, the row length.
+BATCH_KEY = "training/batch_size"
+MICRO_KEY = "training/micro_batch_size"
+REMAT_KEY = "model/remat"
+SEQUENCE_KEY = "training/sequence_length"
 
 
 @contextmanager
@@ -169,40 +160,49 @@ def out_of_memory(exc: BaseException) -> bool:
 
 
 def memory_error(exc: BaseException, name: str, config: Mapping[str, Any], schema: Any) -> ResourceError:
-    """Out of memory, naming what ran out and the keys to lower."""
+    """Out of memory, naming what ran out and the settings that need less."""
     detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if len(detail) > 160:
         detail = detail[:157] + "..."
-    keys = memory_keys(config, schema)
-    lower = f"lower {' or '.join(keys)}" if keys else "use a smaller configuration"
-    return ResourceError(f"out of memory running {name} ({type(exc).__name__}: {detail}); {lower}")
+    return ResourceError(f"out of memory running {name} ({type(exc).__name__}: {detail}); {memory_advice(config)}")
 
 
-def memory_keys(config: Mapping[str, Any], schema: Any, most: int = 3) -> list[str]:
-    """``key=value`` of the size keys raised above their defaults, largest factor first; else the batch
-    and block sizes as configured."""
-    defaults = schema.defaults() if schema is not None else {}
-    sized = [key for key in config if _last(key) in MEMORY_KEYS and _number(config[key])]
-    raised = [key for key in sized if key in defaults and config[key] != defaults[key]]
-    raised = [key for key in raised if _factor(config[key], defaults[key]) >= 1.0]
-    if raised:
-        raised.sort(key=lambda key: -_factor(config[key], defaults[key]))
-    else:
-        raised = [key for key in sized if _last(key) in ("batch_size", "block_size", "sequence_length")]
-        raised.sort(key=lambda key: MEMORY_KEYS.index(_last(key)))
-    return [f"{key}={config[key]}" for key in raised[:most]]
+def memory_advice(config: Mapping[str, Any]) -> str:
+    """What to set for a step that needs less memory (:func:`memory_settings`), as the end of a line."""
+    settings = memory_settings(config)
+    if not settings:
+        return "use a smaller configuration"
+    listed = settings[0] if len(settings) == 1 else f"{', '.join(settings[:-1])} or {settings[-1]}"
+    return f"use less memory per step with {listed}"
 
 
-def _last(key: str) -> str:
-    return key.rsplit("/", 1)[-1]
+def memory_settings(config: Mapping[str, Any]) -> list[str]:
+    """``key=value`` settings of the configuration's keys that halve what a step holds without changing
+    the model: the batch, the rows per pass (the same batch in more passes), full remat, the row length."""
+    settings = []
+    batch = config.get(BATCH_KEY)
+    if _number(batch) and batch > 1:
+        settings.append(f"{BATCH_KEY}={batch // 2}")
+    rows = config.get(MICRO_KEY) or batch
+    if MICRO_KEY in config and _number(batch) and _number(rows) and rows % 2 == 0 and batch % (rows // 2) == 0:
+        settings.append(f"{MICRO_KEY}={rows // 2} (the same batch in {batch // (rows // 2)} passes)")
+    if REMAT_KEY in config and config[REMAT_KEY] not in ("full", "auto", True):
+        settings.append(f"{REMAT_KEY}=full")
+    length = config.get(SEQUENCE_KEY) or config.get("architecture/block_size")
+    if SEQUENCE_KEY in config and _number(length) and length > 1:
+        settings.append(f"{SEQUENCE_KEY}={length // 2}")
+    return settings
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _factor(value: int, default: Any) -> float:
-    return value / default if _number(default) else 1.0
-
-
-__all__ = ["MEMORY_KEYS", "memory_keys", "one_line_failures", "out_of_memory", "resource_error", "written_path"]
+__all__ = [
+    "memory_advice",
+    "memory_settings",
+    "one_line_failures",
+    "out_of_memory",
+    "resource_error",
+    "written_path",
+]

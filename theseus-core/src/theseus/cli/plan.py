@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,6 +13,11 @@ from theseus.cli.options import config_option, root_option
 from theseus.errors import TheseusError
 from theseus.plan.estimate import DEFAULT_OVERLAP
 from theseus.plan.targets import EXAMPLES
+
+if TYPE_CHECKING:
+    from theseus.plan.build import StepTooLarge
+    from theseus.plan.report import Plan
+    from theseus.plan.targets import Target
 
 
 def plural(count: int, noun: str) -> str:
@@ -47,41 +54,77 @@ def plan(
     from theseus.plan.devices import require_compiler, start_cpu_backend, startup_log
     from theseus.plan.targets import parse_target
 
-    require_compiler(parse_target(target_spec).platform)  # one line before anything heavy is imported
+    target = parse_target(target_spec)
+    require_compiler(target.platform)  # one line before anything heavy is imported
     start_cpu_backend()
     from theseus.base.job import default_root
     from theseus.config.paths import absolute
-    from theseus.plan.report import as_dict, largest_batch, make_plan, render, with_batch
+    from theseus.plan.build import StepTooLarge
+    from theseus.plan.report import as_dict, make_plan, render, with_batch
     from theseus.registry import get_registry
 
     cls = get_registry().load_job(job)
-    root = absolute(root or default_root())
+    planned_root = absolute(root or default_root())
+
+    def plan_of(settings: Sequence[str], notice: Callable[[str], None] | None = None) -> Plan:
+        return make_plan(
+            job, cls, target_spec, settings, planned_root, config_file=config_file, overlap=overlap, notice=notice
+        )
+
     notice = None if as_json else (lambda line: click.echo(line, err=True))
-    result = make_plan(job, cls, target_spec, overrides, root, config_file=config_file, overlap=overlap, notice=notice)
+    try:
+        start: Plan | StepTooLarge = plan_of(overrides, notice)
+    except StepTooLarge as refusal:  # a TPU compiler refuses a step larger than the chip
+        if not max_batch:
+            raise
+        start = refusal
     if ctx.obj and ctx.obj.get("verbose") and startup_log:
         click.echo("\n".join(startup_log), err=True)
-    report = as_dict(result)
-    lines = render(result)
-    if max_batch:
 
-        def plan_of(batch: int) -> object:
-            if not as_json:
-                click.echo(f"  trying batch {batch} ...", err=True)
-            try:
-                return make_plan(
-                    job, cls, target_spec, with_batch(overrides, batch), root, config_file=config_file, overlap=overlap
-                )
-            except TheseusError:  # a batch the layout cannot split or the compiler refuses counts as not fitting
-                return None
+    def batch_plan(batch: int) -> Plan | None:
+        if not as_json:
+            click.echo(f"  trying batch {batch} ...", err=True)
+        try:
+            return plan_of(with_batch(overrides, batch))
+        except TheseusError:  # a batch the layout cannot split or the compiler refuses counts as not fitting
+            return None
 
-        best, best_plan, compiles = largest_batch(plan_of, result)  # type: ignore[arg-type]
-        report["max_batch"] = {"batch_size": best, "compiles": compiles}
-        if best_plan is not None:
-            report["max_batch"]["total_bytes"] = best_plan.step.total_bytes
-            lines.append(
-                f"  largest batch that fits: {best} x {result.sequence_length} tokens "
-                f"({best_plan.step.total_bytes / 1e9:,.2f} GB per device; {plural(compiles, 'more compile')})"
-            )
-        else:
-            lines.append(f"  no batch fits on {result.target.describe()} ({plural(compiles, 'more compile')})")
+    if max_batch or isinstance(start, StepTooLarge):  # (refused only with --max-batch)
+        report, lines = largest_batch_report(job, target, start, batch_plan)
+    else:
+        report, lines = as_dict(start), render(start)
     click.echo(json.dumps(report, indent=2) if as_json else "\n".join(lines))
+
+
+def largest_batch_report(
+    job: str, target: Target, start: Plan | StepTooLarge, plan_of: Callable[[int], Plan | None]
+) -> tuple[dict[str, Any], list[str]]:
+    """The plan at the requested batch, or the compiler's refusal of it followed by the plan of the largest
+    batch that fits, and that batch: as JSON and as lines."""
+    from theseus.plan.build import StepTooLarge
+    from theseus.plan.report import as_dict, largest_batch, render
+
+    if isinstance(start, StepTooLarge):
+        best, best_plan, compiles = largest_batch(plan_of, None, start.batch_size, start.unit)
+        requested = {"batch_size": start.batch_size, "fits": False, "needed_bytes": start.needed_bytes}
+        refused = f"{start.batch_size} x {start.sequence_length} tokens do not fit (the compiler {start.amount()})"
+        lines = [f"{job} on {target.describe()}: {refused}"]
+        report: dict[str, Any] = {"job": job, "target": target.spec, "devices": target.devices}
+        if best_plan is not None:
+            lines += render(best_plan)
+            report = as_dict(best_plan)
+        report["requested"] = requested
+    else:
+        unit = start.step.trainer.sharding.data_size
+        best, best_plan, compiles = largest_batch(plan_of, start, start.batch_size, unit)
+        report, lines = as_dict(start), render(start)
+    report["max_batch"] = {"batch_size": best, "compiles": compiles}
+    if best_plan is None:
+        lines.append(f"  no batch fits on {target.describe()} ({plural(compiles, 'more compile')})")
+        return report, lines
+    report["max_batch"]["total_bytes"] = best_plan.step.total_bytes
+    lines.append(
+        f"  largest batch that fits: {best} x {best_plan.sequence_length} tokens "
+        f"({best_plan.step.total_bytes / 1e9:,.2f} GB per device; {plural(compiles, 'more compile')})"
+    )
+    return report, lines

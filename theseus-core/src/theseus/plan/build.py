@@ -9,12 +9,41 @@ are shapes with shardings, so nothing is allocated.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from theseus.errors import ConfigError, DataError, TheseusError
+from theseus.errors import ConfigError, DataError, ResourceError, TheseusError
+
+#: A size as XLA's TPU compiler writes it in an out-of-memory refusal (``15.75G``: binary units).
+_COMPILER_SIZE = re.compile(r"(\d+(?:\.\d+)?)([KMGT])(?:i?B)?\b")
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+class StepTooLarge(ResourceError):
+    """The compiler refused the step for want of device memory (XLA's TPU compiler checks the chip's
+    memory itself): what it said it needs and has, when it said, and the batch that was tried."""
+
+    def __init__(self, needed_bytes: int | None, available_bytes: int | None, trainer: Any) -> None:
+        from theseus.base.failures import memory_advice
+
+        self.needed_bytes = needed_bytes
+        self.available_bytes = available_bytes
+        self.batch_size = int(trainer.args.batch_size)
+        self.sequence_length = int(trainer.sequence_length)
+        self.unit = int(trainer.sharding.data_size)  # batches are tried in multiples of the data-parallel size
+        super().__init__(
+            f"the training step of {self.batch_size} x {self.sequence_length} tokens does not fit in the device's "
+            f"memory (the compiler {self.amount()}); {memory_advice(trainer.context.config)}"
+        )
+
+    def amount(self) -> str:
+        """``needs 21.67 GB of 16.91 GB`` (decimal units, as the plan's), or ``ran out`` without figures."""
+        if self.needed_bytes and self.available_bytes:
+            return f"needs {self.needed_bytes / 1e9:,.2f} GB of {self.available_bytes / 1e9:,.2f} GB"
+        return "ran out"
 
 
 @dataclass
@@ -108,6 +137,10 @@ def compile_train_step(trainer: Any) -> CompiledStep:
         except TheseusError:
             raise
         except Exception as exc:  # the compiler's refusal of this program, not a user mistake to hide
+            from theseus.base.failures import out_of_memory
+
+            if out_of_memory(exc):
+                raise too_large(trainer, _first_line(exc)) from exc
             raise ConfigError(f"the training step does not compile for this target: {_first_line(exc)}") from exc
     seconds = time.perf_counter() - started
     memory = compiled.memory_analysis()
@@ -130,9 +163,24 @@ def compile_train_step(trainer: Any) -> CompiledStep:
     )
 
 
+def too_large(trainer: Any, refusal: str) -> StepTooLarge:
+    """The error for a step the compiler refused for memory, with the sizes its ``refusal`` names."""
+    sizes = [float(value) * _BINARY[unit] for value, unit in _COMPILER_SIZE.findall(refusal)]
+    needed, available = (int(sizes[0]), int(sizes[1])) if len(sizes) >= 2 else (None, None)
+    return StepTooLarge(needed, available, trainer)
+
+
 def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
 
 
-__all__ = ["CompiledStep", "build_trainer", "compile_train_step", "held_bytes", "planning_trainer", "shard_bytes"]
+__all__ = [
+    "CompiledStep",
+    "StepTooLarge",
+    "build_trainer",
+    "compile_train_step",
+    "held_bytes",
+    "planning_trainer",
+    "shard_bytes",
+]

@@ -81,6 +81,12 @@ def captured_stderr() -> Iterator[list[str]]:
             lines.extend(sink.read().decode("utf-8", "replace").splitlines())
 
 
+def tpu_options(target: Target) -> dict[str, Any]:
+    """What libtpu needs besides the topology's name: one chip is a host of one (its default host of
+    2x2x1 chips divides no smaller slice)."""
+    return {"chips_per_host_bounds": [1, 1, 1]} if target.devices == 1 else {}
+
+
 @functools.cache
 def target_devices(target: Target) -> tuple[Any, ...]:
     """The devices of ``target``, one per chip, ordered as the topology numbers them."""
@@ -103,7 +109,7 @@ def target_devices(target: Target) -> tuple[Any, ...]:
                 )
             else:
                 description = topologies.get_topology_desc(
-                    topology_name=f"{target.kind}:{target.topology}", platform="tpu"
+                    topology_name=f"{target.kind}:{target.topology}", platform="tpu", **tpu_options(target)
                 )
         except Exception as exc:  # the plugin's refusal, in one line
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -117,4 +123,4 @@ def target_devices(target: Target) -> tuple[Any, ...]:
     return devices
 
 
-__all__ = ["EXTRAS", "captured_stderr", "require_compiler", "start_cpu_backend", "target_devices"]
+__all__ = ["EXTRAS", "captured_stderr", "require_compiler", "start_cpu_backend", "target_devices", "tpu_options"]

@@ -99,15 +99,15 @@ def with_batch(overrides: Sequence[str], batch_size: int) -> list[str]:
 
 
 def largest_batch(
-    plan_of: Callable[[int], Plan | None], start: Plan, *, limit: int = 1 << 16
+    plan_of: Callable[[int], Plan | None], start: Plan | None, batch_size: int, unit: int, *, limit: int = 1 << 16
 ) -> tuple[int, Plan | None, int]:
-    """The largest global batch (a multiple of the data-parallel size) whose step fits, by doubling then
-    bisection over compiles; ``(batch, its plan or None, compiles)``. ``plan_of(batch)`` gives None when
-    the batch cannot be compiled (too large to split, or refused)."""
-    unit = start.step.trainer.sharding.data_size
+    """The largest global batch (a multiple of the data-parallel size ``unit``) whose step fits, by doubling
+    then bisection over compiles, from ``start``, the plan at ``batch_size`` (None: that batch does not fit);
+    ``(batch, its plan or None, compiles)``. ``plan_of(batch)`` gives None when the batch cannot be compiled
+    (too large to split, or refused)."""
     compiles = 0
-    if start.fits:
-        good, good_plan = start.batch_size, start
+    if start is not None and start.fits:
+        good, good_plan = batch_size, start
         bad = None
         while bad is None and good * 2 <= limit:
             compiles += 1
@@ -119,7 +119,7 @@ def largest_batch(
         if bad is None:
             return good, good_plan, compiles
     else:
-        good, good_plan, bad = 0, None, start.batch_size
+        good, good_plan, bad = 0, None, batch_size
     while bad - good > unit:
         middle = (good + bad) // 2 // unit * unit
         if middle <= good:
@@ -130,7 +130,7 @@ def largest_batch(
             good, good_plan = middle, candidate
         else:
             bad = middle
-    if good == 0:  # not even the smallest batch fits: check it
+    if good == 0 and bad > unit:  # the smallest batch was not tried: try it
         compiles += 1
         candidate = plan_of(unit)
         if candidate is not None and candidate.fits:

@@ -93,10 +93,14 @@ CHIPS: dict[str, Chip] = {
         shared_memory_per_block_optin=166_912,
         description="A100 SXM 80 GB",
     ),
+    # TPU memory: what one program may use ("usable"), not the nominal HBM beside it. Each is the largest
+    # program libtpu compiles for a chip of the kind, alone or in a slice (its refusal names the same
+    # figure: "available HBM (15.75G)", in GiB), found by bisection to within 8 KiB; v5e's is also the
+    # memory_stats()["bytes_limit"] jax reports on a real "TPU v5 lite".
     "v5e": Chip(
         name="TPU v5 lite",
         platform="tpu",
-        memory_bytes=16 * 2**30,
+        memory_bytes=16_909_336_576,  # usable 15.75 GiB (16,126 MiB) of nominal 16 GiB
         bf16_flops=197e12,
         fp8_flops=0.0,
         hbm_bandwidth=819e9,
@@ -104,9 +108,9 @@ CHIPS: dict[str, Chip] = {
         description="TPU v5e",
     ),
     "v5p": Chip(
-        name="TPU v5p",
+        name="TPU v5",  # the device kind jax reports for a v5p
         platform="tpu",
-        memory_bytes=95 * 2**30,
+        memory_bytes=102_803_432_448,  # usable 95.74 GiB; published HBM 95 GB
         bf16_flops=459e12,
         fp8_flops=0.0,
         hbm_bandwidth=2765e9,
@@ -116,7 +120,7 @@ CHIPS: dict[str, Chip] = {
     "v6e": Chip(
         name="TPU v6 lite",
         platform="tpu",
-        memory_bytes=32 * 2**30,
+        memory_bytes=33_550_237_696,  # usable 31.25 GiB (31,996 MiB) of nominal 32 GiB
         bf16_flops=918e12,
         fp8_flops=0.0,
         hbm_bandwidth=1640e9,
@@ -127,7 +131,7 @@ CHIPS: dict[str, Chip] = {
 
 GPU_KINDS = tuple(name for name, chip in CHIPS.items() if chip.platform == "cuda")
 TPU_KINDS = tuple(name for name, chip in CHIPS.items() if chip.platform == "tpu")
-EXAMPLES = "h100x8, h200x8, a100x8, h100x8x4 (4 hosts of 8), v5e:2x4, v5p:2x2x2, v6e:2x4"
+EXAMPLES = "h100x8, h200x8, a100x8, h100x8x4 (4 hosts of 8), v5e:1 (one chip), v5e:2x4, v5p:2x2x2, v6e:2x4"
 
 
 @dataclass(frozen=True)
@@ -160,22 +164,38 @@ class Target:
 
 
 _GPU = re.compile(r"^(?P<kind>[a-z]+\d+)x(?P<per_host>\d+)(?:x(?P<hosts>\d+))?$")
-_TPU = re.compile(r"^(?P<kind>v\d+[a-z]?):(?P<topology>\d+(?:x\d+){1,2})$")
+_TPU = re.compile(r"^(?P<kind>v\d+[a-z]?):(?P<topology>\d+(?:x\d+){0,2})$")
 #: Chips per TPU host (a v5e/v6e host holds 8 chips at most, a v5p host 4).
 _TPU_HOST_CHIPS = {"v5e": 8, "v6e": 8, "v5p": 4}
+#: Dimensions of each kind's topology: v5e and v6e slices are 2-D, v5p slices 3-D.
+_TPU_DIMENSIONS = {"v5e": 2, "v6e": 2, "v5p": 3}
+
+
+def tpu_topology(kind: str, topology: str, spec: str) -> str:
+    """``topology`` as the TPU compiler names it: ``1`` (one chip, as on Colab or Kaggle) is ``1x1``
+    (``1x1x1`` for v5p); another bare count names no slice shape."""
+    if "x" in topology:
+        return topology
+    if topology != "1":
+        raise ConfigError(
+            f"--target {spec!r}: name a TPU slice by its topology, for example {kind}:2x4; a bare count "
+            f"is only {kind}:1 (one chip)"
+        )
+    return "x".join(["1"] * _TPU_DIMENSIONS[kind])
 
 
 def parse_target(spec: str) -> Target:
-    """The target named ``spec`` (``h100x8``, ``h100x8x4``, ``v5e:2x4``); ConfigError naming the forms."""
+    """The target named ``spec`` (``h100x8``, ``h100x8x4``, ``v5e:1``, ``v5e:2x4``); ConfigError naming the forms."""
     text = spec.strip().lower()
     tpu = _TPU.match(text)
     if tpu:
         kind = tpu["kind"]
         if kind not in TPU_KINDS:
             raise ConfigError(f"unknown TPU kind {kind!r} in --target {spec!r}; choose one of {', '.join(TPU_KINDS)}")
-        chips = math.prod(int(n) for n in tpu["topology"].split("x"))
+        topology = tpu_topology(kind, tpu["topology"], spec)
+        chips = math.prod(int(n) for n in topology.split("x"))
         per_host = min(chips, _TPU_HOST_CHIPS[kind])
-        return Target(spec, kind, chips // per_host, per_host, tpu["topology"])
+        return Target(spec, kind, chips // per_host, per_host, topology)
     gpu = _GPU.match(text)
     if gpu and gpu["kind"] in GPU_KINDS:
         per_host, hosts = int(gpu["per_host"]), int(gpu["hosts"] or 1)
