@@ -1,5 +1,6 @@
 """The mixture-of-experts layer against a loop over experts, its losses by hand, bias balancing, the
-mixture models' published sizes and active-parameter FLOPs, and bad input in one line."""
+mixture models' published sizes and active-parameter FLOPs, bad input in one line, and a scanned
+mixture's training memory per layer."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import math
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -339,3 +341,38 @@ def test_exports_refuse_what_the_checkpoints_cannot_express_in_one_line() -> Non
         with pytest.raises(ConfigError) as error:
             family.config(model_of(cls, **keys).architecture, {})
         assert what in str(error.value) and "cannot be exported" in str(error.value), str(error.value)
+
+
+def gradient_temporaries(cls: type, n_layers: int, d_ff: int, **keys: Any) -> int:
+    """Temporary bytes of the compiled gradient of a scanned ``cls``'s loss (shapes only: nothing allocated)."""
+    shape = {
+        "architecture/n_layers": n_layers,
+        "architecture/n_embd": 128,
+        "architecture/n_heads": 2,
+        "architecture/n_kv_heads": 2,
+        "architecture/d_ff": d_ff,
+        "architecture/vocab_size": 64,
+        "architecture/vocab_multiple": 64,
+        "architecture/block_size": 16,
+        "model/scan_layers": True,
+    }
+    model = model_of(cls, **shape, **keys)
+    x = jax.ShapeDtypeStruct((2, 16), jnp.int32)
+    params = jax.eval_shape(lambda: nn.unbox(model.init(jax.random.key(0), jnp.zeros((2, 16), jnp.int32))["params"]))
+
+    def loss(p: Any, x: jax.Array) -> jax.Array:
+        return model.apply({"params": p}, x, y=x, deterministic=True)[1]
+
+    return int(jax.jit(jax.grad(loss)).lower(params, x).compile().memory_analysis().temp_size_in_bytes)
+
+
+def test_a_scanned_mixture_keeps_no_more_per_layer_than_a_dense_model_of_its_size() -> None:
+    """What the backward pass keeps per layer: the experts' activations (about ``top_k / n_experts`` of
+    a dense MLP's of the same parameters) and never the weights as the blocks read them (one expert's
+    slice per block, kept per layer: over four times the dense model's growth here)."""
+    from theseus.model.models import Llama, Mixtral
+
+    moe = {"architecture/moe/n_experts": 8, "architecture/moe/top_k": 2, "architecture/moe/dispatch": "blocks"}
+    mixture = [gradient_temporaries(Mixtral, n, 256, **moe) for n in (2, 3)]
+    dense = [gradient_temporaries(Llama, n, 8 * 256) for n in (2, 3)]
+    assert mixture[1] - mixture[0] <= dense[1] - dense[0], (mixture, dense)

@@ -3,7 +3,9 @@ gated feed-forward experts (``gate`` / ``up`` ``[E, D, F]``, ``down`` ``[E, F, D
 
 :func:`grouped_ffn` is the core every dropless path shares: rows tagged with an expert (or padding),
 sorted by expert and run as grouped matmuls (``jax.lax.ragged_dot``) or, on CPU, one matmul per block
-of one expert's rows (XLA's CPU ``ragged_dot`` computes every group over all rows). On top of it:
+of one expert's rows (XLA's CPU ``ragged_dot`` computes every group over all rows). The blocked
+path's backward pass slices each block's weights again rather than keeping the slices
+(:func:`recomputed`). On top of it:
 :func:`dropless_experts` (every copy kept), :func:`capacity_experts` (per-expert buffers, overflow
 dropped), and the references :func:`loop_over_experts` and :func:`dense_experts` that the tests and
 ``benchmarks/moe_layer.py`` compare against. :mod:`theseus.model.layers.expert_parallel` runs the same
@@ -13,7 +15,7 @@ functions with the experts split over devices.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -105,6 +107,29 @@ def _permute_backward(back: jax.Array, g: jax.Array) -> tuple[jax.Array, None, N
 permute_rows.defvjp(_permute_forward, _permute_backward)
 
 
+#: What the backward pass of an expert computation keeps from its forward pass (:func:`recomputed`): the
+#: products (matmuls, grouped matmuls) and what the devices exchanged. The rest is redone: the cheap
+#: elementwise and row-placement steps between the products, and the experts' weights as the products
+#: read them (gathered to whole width, cast per device, sliced per block, FP8-quantized). Kept, the
+#: weights sliced per block grew a scanned model by 28 GB a layer (Mixtral-8x7B, 8 x 4,096 tokens on 8
+#: H100s under FSDP; a dense Llama layer of its width keeps 1.4 GB).
+KEPT = frozenset(
+    {"dot_general", "ragged_dot_general", "all_to_all", "ragged_all_to_all", "all_gather", "reduce_scatter", "psum"}
+)
+
+
+def keep_products(primitive: Any, *_: Any, **__: Any) -> bool:
+    """Checkpoint policy of the expert computations: save the results of :data:`KEPT` only."""
+    return primitive.name in KEPT
+
+
+def recomputed(fn: Callable[..., Any], prevent_cse: bool = True) -> Callable[..., Any]:
+    """``fn`` whose backward pass keeps only its products and exchanges (:data:`KEPT`); the same
+    policy on a loop's body (``prevent_cse=False``) redoes its weights' reads in each backward iteration
+    instead of stacking them over the iterations."""
+    return jax.checkpoint(fn, policy=keep_products, prevent_cse=prevent_cse)
+
+
 def _ragged_rows(rows: jax.Array, sizes: jax.Array, kernels: Kernels, act: Activation) -> jax.Array:
     """Rows sorted by expert (``sizes`` per expert; rows past their sum are padding) as grouped matmuls."""
     gate, up, down = kernels
@@ -156,7 +181,8 @@ def _blocked_rows(
             hidden = ffn(h_gate, project("md,df->mf", x, up[e], dtype), act)
             return project("mf,fd->md", hidden, down[e], dtype)
 
-        return jax.lax.cond(used, compute, jnp.zeros_like, x) if skip_empty else compute(x)
+        checkpointed = recomputed(compute, prevent_cse=False)  # one block's weights are sliced again
+        return jax.lax.cond(used, checkpointed, jnp.zeros_like, x) if skip_empty else checkpointed(x)
 
     used = starts < padded_ends[-1]
     out = jax.lax.map(block, (buffer.reshape(n_blocks, size, -1), owner, used)).reshape(trash, -1)
@@ -283,6 +309,8 @@ __all__ = [
     "dropless_experts",
     "ffn",
     "grouped_ffn",
+    "keep_products",
     "loop_over_experts",
     "permute_rows",
+    "recomputed",
 ]

@@ -23,7 +23,10 @@ GPU (XLA's ``ragged_dot`` there does every group's work over all rows) as one ma
 expert's copies (:func:`blocked_experts`). Under data parallelism each device dispatches its own
 rows with the experts' weights gathered once per layer; with a capacity factor each expert takes
 at most ``ceil(capacity_factor * tokens * top_k / n_experts)`` copies (first choices before second
-ones, then in token order) and the rest are dropped (their share of the output is zero).
+ones, then in token order) and the rest are dropped (their share of the output is zero). The backward
+pass keeps the dispatch's products and exchanges and redoes the rest, the weights' gathers and
+slices among them (:func:`~theseus.model.layers.experts.recomputed`): what a scanned model keeps per
+mixture layer is its experts' activations, as a dense layer's.
 
 The layer sows into the trainer's collections: the load-balancing loss (Switch Transformer /
 Mixtral form, ``n_experts * sum_e f_e * P_e`` with ``f_e`` the fraction of tokens that chose expert
@@ -37,6 +40,7 @@ the metrics ``moe_tokens_max`` / ``moe_tokens_mean`` (token copies per expert), 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 from collections.abc import Mapping
@@ -83,6 +87,7 @@ from theseus.model.layers.experts import (
     dense_experts,
     dropless_experts,
     loop_over_experts,
+    recomputed,
 )
 from theseus.model.layers.mlp import MLP
 from theseus.model.module import Module
@@ -254,6 +259,27 @@ def load_balancing_loss(routing: Routing, n_experts: int) -> jax.Array:
 def router_z_loss(logits: jax.Array) -> jax.Array:
     """Mean over tokens of ``logsumexp(logits)^2`` (ST-MoE)."""
     return jnp.mean(jnp.square(jax.nn.logsumexp(logits, axis=-1)))
+
+
+def _dispatch(
+    tokens: jax.Array, routing: Routing, kernels: Kernels, *, act: Any, spec: MoESpec, ep: int
+) -> tuple[jax.Array, jax.Array | None]:
+    """The routed experts' output ``[N, D]`` and, with a capacity, which copies were kept, by the path
+    ``spec`` and the mesh choose (``ep``: devices on the ``expert`` axis)."""
+    if ep > 1:
+        kernels = whole_width(kernels)
+    if spec.capacity_factor is not None:
+        capacity = expert_capacity(tokens.shape[0], spec)
+        if ep > 1:
+            return parallel_capacity_experts(tokens, routing, kernels, act, capacity, ep)
+        return capacity_experts(tokens, routing, kernels, act, capacity)
+    blocked = spec.dispatch == "blocks" or (spec.dispatch == "auto" and auto_blocks())
+    if ep > 1:
+        return parallel_dropless_experts(tokens, routing, kernels, act, ep, blocked), None
+    split = data_parallel_size() > 1 or hidden_axis() is not None
+    if split and tokens.shape[0] % data_parallel_size() == 0:
+        return local_dropless_experts(tokens, routing, whole_width(kernels), act, blocked), None
+    return dropless_experts(tokens, routing, kernels, act, blocked), None
 
 
 def _sow_scalar(module: nn.Module, collection: str, name: str, value: jax.Array) -> None:
@@ -489,20 +515,10 @@ class MoE(MoEKeys):
                 f"{tokens.shape[0]} token rows cannot be split over mesh/expert={ep}; "
                 f"make the batch a multiple of {ep} rows"
             )
-        if ep > 1:
-            kernels = whole_width(kernels)
-        if spec.capacity_factor is not None:
-            capacity = expert_capacity(tokens.shape[0], spec)
-            if ep > 1:
-                return parallel_capacity_experts(tokens, routing, kernels, act, capacity, ep)
-            return capacity_experts(tokens, routing, kernels, act, capacity)
-        blocked = spec.dispatch == "blocks" or (spec.dispatch == "auto" and auto_blocks())
-        if ep > 1:
-            return parallel_dropless_experts(tokens, routing, kernels, act, ep, blocked), None
-        split = data_parallel_size() > 1 or hidden_axis() is not None
-        if split and tokens.shape[0] % data_parallel_size() == 0:
-            return local_dropless_experts(tokens, routing, whole_width(kernels), act, blocked), None
-        return dropless_experts(tokens, routing, kernels, act, blocked), None
+        # the backward pass gathers the weights again (as FSDP does a dense layer's) rather than keeping
+        # them, or their per-block slices, for every layer of a scanned stack
+        dispatch = functools.partial(_dispatch, act=act, spec=spec, ep=ep)
+        return recomputed(dispatch)(tokens, routing, kernels)
 
     def _record(
         self,
