@@ -40,6 +40,7 @@ SMALL = {
     "architecture/vocab_size": 128,
     "architecture/block_size": STEPS,
     "model/activation_dtype": "float32",
+    "model/loss_chunk": 128,  # tokens per device: the loss by chunks of strided positions, split over devices too
 }
 FAMILIES: dict[str, tuple[type, dict[str, Any]]] = {
     "gpt": (GPT, {}),

@@ -41,6 +41,7 @@ ARGS = {
     "architecture/block_size": STEPS,
     "model/scan_layers": True,
     "model/activation_dtype": "float32",
+    "model/loss_chunk": 16,  # tokens per device: the loss by chunks of a few positions, in every schedule
     "training/batch_size": ROWS,
     "training/steps": 5,
     "training/lr": 3e-3,

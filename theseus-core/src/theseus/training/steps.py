@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from theseus.base.logprobs import token_entropy, token_logps
 from theseus.base.sown import AUX_COLLECTIONS, AUX_LOSSES, AUX_METRICS, PARAM_UPDATES
 from theseus.training import adapters
 from theseus.training.sharding import TrainerSharding
@@ -32,27 +33,64 @@ def forward(
     training, reported only with ``deterministic``), each metric under its own name (the mean over
     the places that sowed it) and the parameter updates as ``param_updates`` (applied by
     :func:`train_step`). A model that sows nothing returns its loss and no metadata."""
-    kwargs: dict[str, Any] = {
-        "y": batch.get("y"),
-        "padding_mask": batch.get("padding_mask"),
-        "deterministic": deterministic,
-        "rngs": {"dropout": key} if key is not None else {},
-    }
-    variables = {"params": params}
+    inputs = {"y": batch.get("y"), "padding_mask": batch.get("padding_mask")}
+    (logits, loss), meta = _call(state, params, batch["x"], inputs, key, deterministic, intermediates)
+    if "aux_loss" in meta and loss is not None and not deterministic:
+        loss = loss + meta["aux_loss"]
+    return logits, loss, meta
+
+
+def target_scores(
+    state: TrainState,
+    params: Any,
+    batch: Batch,
+    key: jax.Array | None = None,
+    deterministic: bool = False,
+    intermediates: bool = False,
+    entropy: bool = False,
+) -> tuple[jax.Array, jax.Array, jax.Array | None, dict[str, Any]]:
+    """``(logits, log p(y), entropy or None, metadata)`` of ``batch`` (``x``, ``y``, ``padding_mask``):
+    per position ``[B, T]`` (float32) the target's log-probability (0 where ``y == -1`` or padding) and,
+    with ``entropy``, the entropy of the next-token distribution; the metadata as :func:`forward`'s.
+
+    A model with a ``target_scores`` method (every ``TransformerLM``) computes them a chunk of logits at a
+    time (``model/loss_chunk``); for any other model they come from the logits of :func:`forward`. Logits
+    that nothing reads are dropped from the compiled program."""
+    mask = batch.get("padding_mask")
+    if callable(getattr(state.model, "target_scores", None)):
+        inputs = {"y": batch["y"], "padding_mask": mask, "entropy": entropy, "method": "target_scores"}
+        (logits, logps, entropies), meta = _call(state, params, batch["x"], inputs, key, deterministic, intermediates)
+        return logits, logps, entropies, meta
+    inputs = {"x": batch["x"], "padding_mask": mask}
+    logits, _loss, meta = forward(state, params, inputs, key, deterministic, intermediates)
+    return logits, token_logps(logits, batch["y"], mask), token_entropy(logits) if entropy else None, meta
+
+
+def _call(
+    state: TrainState,
+    params: Any,
+    x: jax.Array,
+    inputs: Mapping[str, Any],
+    key: jax.Array | None,
+    deterministic: bool,
+    intermediates: bool,
+) -> tuple[Any, dict[str, Any]]:
+    """``state.apply_fn`` on ``x`` and ``inputs`` (keyword arguments): what the model returns and the
+    metadata of what it sowed (:func:`forward`)."""
+    rngs = {"dropout": key} if key is not None else {}
     mutable = [*AUX_COLLECTIONS, "intermediates"] if intermediates else list(AUX_COLLECTIONS)
     extra = {"capture_intermediates": True} if intermediates else {}
-    (logits, loss), mutated = state.apply_fn(variables, batch["x"], mutable=mutable, **extra, **kwargs)
+    out, mutated = state.apply_fn(
+        {"params": params}, x, mutable=mutable, deterministic=deterministic, rngs=rngs, **extra, **inputs
+    )
     meta: dict[str, Any] = {"intermediates": mutated.get("intermediates", {})} if intermediates else {}
     losses = jax.tree.leaves(mutated.get(AUX_LOSSES, {}))
     if losses:
-        aux = sum(jnp.sum(jnp.asarray(term, jnp.float32)) for term in losses)
-        meta["aux_loss"] = aux
-        if loss is not None and not deterministic:
-            loss = loss + aux
+        meta["aux_loss"] = sum(jnp.sum(jnp.asarray(term, jnp.float32)) for term in losses)
     meta.update(aux_metrics(mutated.get(AUX_METRICS, {})))
     if mutated.get(PARAM_UPDATES):
         meta[PARAM_UPDATES] = mutated[PARAM_UPDATES]
-    return logits, loss, meta
+    return out, meta
 
 
 def aux_metrics(sown: Any) -> dict[str, jax.Array]:

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from theseus.base.logprobs import sequence_logps
+from theseus.base.logprobs import scored_positions
 from theseus.config import field
 from theseus.errors import ConfigError, DataError
 from theseus.model.finetune import frozen
@@ -85,16 +85,17 @@ class PreferenceStep:
         deterministic: bool = False,
         intermediates: bool = False,
     ) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]:
-        inputs = {"x": batch["x"], "padding_mask": batch.get("padding_mask")}
-        logits, _, meta = steps.forward(
+        inputs = {"x": batch["x"], "y": batch["y"], "padding_mask": batch.get("padding_mask")}
+        logits, token_logps, _, meta = steps.target_scores(
             state, params, inputs, key=key, deterministic=deterministic, intermediates=intermediates
         )
-        logps, counts = sequence_logps(logits, batch["y"])
+        logps = jnp.sum(token_logps, axis=-1)
+        counts = jnp.sum(scored_positions(inputs["y"], inputs["padding_mask"]), axis=-1).astype(jnp.float32)
         reference = None
         if self.objective.reference == "adapters":
             base = adapters.switched_off(params)
-            ref_logits, _, _ = steps.forward(state, base, inputs, deterministic=True)
-            reference = jax.lax.stop_gradient(sequence_logps(ref_logits, batch["y"])[0])
+            ref_logps = steps.target_scores(state, base, inputs, deterministic=True)[1]
+            reference = jax.lax.stop_gradient(jnp.sum(ref_logps, axis=-1))
         elif self.objective.reference == "batch":
             reference = batch["reference_logps"]
         loss, metrics = preference_loss(self.objective, logps, counts, reference)

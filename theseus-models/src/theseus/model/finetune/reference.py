@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from theseus.base.logprobs import sequence_logps
@@ -29,11 +30,13 @@ def reference_fn(model: Any, sharding: TrainerSharding, *, leading: bool) -> Any
     """
 
     def one(params: Any, micro: Mapping[str, Any]) -> jax.Array:
+        mask = micro.get("padding_mask")
         with sharding.context():
-            logits, _ = model.apply(
-                {"params": params}, micro["x"], padding_mask=micro.get("padding_mask"), deterministic=True
-            )
-        return sequence_logps(logits, micro["y"])[0]
+            if callable(getattr(model, "target_scores", None)):  # a chunk of logits at a time
+                logps = model.apply({"params": params}, micro["x"], micro["y"], mask, True, method="target_scores")[1]
+                return jnp.sum(logps, axis=-1)
+            logits, _ = model.apply({"params": params}, micro["x"], padding_mask=mask, deterministic=True)
+        return sequence_logps(logits, micro["y"], mask)[0]
 
     def logps(params: Any, batch: Mapping[str, Any]) -> jax.Array:
         inputs = {k: batch[k] for k in MODEL_KEYS if k in batch}

@@ -200,7 +200,7 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
         decode: bool = False,
     ) -> tuple[jax.Array, jax.Array | None]:
         h, _mask, positions = self.hidden(x, padding_mask, deterministic, decode)
-        logits, loss = self.logits_and_loss(self.head(self.final_norm(h)), y, padding_mask)
+        logits, loss = self.logits_and_loss(self.final_norm(h), y, padding_mask)
         if mtp_depth(self.architecture) and not decode and (y is not None or self.is_initializing()):
             multi_token_prediction(self, self.mtp, h, x, y, padding_mask, positions, deterministic, self.mtp_weight)
         return logits, loss

@@ -31,7 +31,6 @@ import jax
 import jax.numpy as jnp
 
 from theseus.base.axis import Axis
-from theseus.base.logprobs import cross_entropy
 from theseus.base.sown import AUX_LOSSES, AUX_METRICS
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
 from theseus.model.layers.attention import is_segment_ids
@@ -175,9 +174,8 @@ def multi_token_prediction(
         h, normed = module(h, embedded, padding_mask, positions, deterministic)
         if y is None:
             continue
-        logits = model.scored_logits(model.head(normed))
         targets, scored = mtp_scored(y, padding_mask, k)
-        losses.append(cross_entropy(logits, targets, scored))
+        losses.append(model.cross_entropy(normed, targets, scored))
     if losses:
         total = sum(losses[1:], losses[0])
         model.sow(AUX_LOSSES, MTP_AUX_LOSS, weight / len(losses) * total, init_fn=lambda: 0.0, reduce_fn=operator.add)

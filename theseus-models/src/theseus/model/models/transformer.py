@@ -9,8 +9,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from theseus.base.axis import Axis, ShardingPlan
-from theseus.base.logprobs import cross_entropy, token_logps
+from theseus.base.axis import Axis, MeshAxis, ShardingPlan
+from theseus.base.logprobs import chunked_cross_entropy, chunked_nll, chunked_token_logps
+from theseus.base.logprobs import cross_entropy as cross_entropy  # theseus.model.models.cross_entropy
 from theseus.checkpoint.layers import LayerRun, StackEntry
 from theseus.config import field
 from theseus.errors import ConfigError
@@ -139,8 +140,11 @@ class TransformerLM(Module):
     ``padding_mask`` bool ``[B, T]`` (True = real token); logits float32 ``[B, T, vocab]``;
     ``loss`` = mean cross-entropy over positions where ``y != -1`` and the mask is True
     (float32), ``None`` without ``y``. Token positions count real tokens only (see
-    :func:`token_positions`). ``decode=True`` runs incrementally against a KV cache (see
-    :mod:`theseus.model.models.decoding`).
+    :func:`token_positions`). The loss reads the normalised hidden states, not the returned logits:
+    the logits of ``model/loss_chunk`` tokens per device (default 2048) at a time, each chunk's gradient
+    taken while its logits exist, so a step that uses only the loss never holds ``[B, T, vocab]`` logits
+    (XLA drops the unused ones); :meth:`target_scores` gives the targets' log-probabilities the same way.
+    ``decode=True`` runs incrementally against a KV cache (see :mod:`theseus.model.models.decoding`).
 
     **Custom layers.** ``BLOCK`` is the layer class the model repeats; a subclass that sets it to a
     ``Block`` subclass (same call signature, extra children declared in its ``components()``)
@@ -234,11 +238,18 @@ class TransformerLM(Module):
         min=1,
         help="layers per scan iteration: 1 = smallest program; n_layers = no loop (stacked parameters only)",
     )
+    loss_chunk: int | None = field(
+        "model/loss_chunk",
+        default=2048,
+        min=0,
+        help="tokens per device whose logits the loss computes at a time (the full logits never exist at "
+        "once); 0 or null: all at once",
+    )
     remat: str | bool = field(
         "model/remat",
         default="none",
-        help="recompute in the backward pass: none | full (whole layers) | dots (keep matmul outputs); "
-        "true = full, false = none",
+        help="recompute in the backward pass: none | full (whole layers) | dots (keep matmul outputs) | auto (the "
+        "trainer compiles its step and picks the fastest that fits, micro-batches too); true = full, false = none",
     )
 
     @classmethod
@@ -407,12 +418,18 @@ class TransformerLM(Module):
 
     @property
     def remat_policy(self) -> str:
-        """``model/remat`` as one of :data:`REMAT_POLICIES` (booleans read as full / none)."""
+        """``model/remat`` as one of :data:`REMAT_POLICIES` (booleans read as full / none). ``auto`` is
+        resolved by the trainer before it builds the model it trains (:mod:`theseus.training.memory`); a
+        model built with it anywhere else (generation, a forward pass) keeps everything, as ``none``."""
         value = self.remat
         if isinstance(value, bool):
             return "full" if value else "none"
+        if value == "auto":
+            return "none"
         if value not in REMAT_POLICIES:
-            raise ConfigError(f"model/remat={value!r} is not one of {', '.join(REMAT_POLICIES)}; pick one of them")
+            raise ConfigError(
+                f"model/remat={value!r} is not one of {', '.join(REMAT_POLICIES)}, auto; pick one of them"
+            )
         return value
 
     def flops(self, seq: int) -> int:
@@ -500,7 +517,26 @@ class TransformerLM(Module):
         if y is not None and one_f_one_b.loss_in_pipeline(self, decode):
             return self._pipelined_loss(x, y, padding_mask, deterministic)
         h, _mask, _positions = self.hidden(x, padding_mask, deterministic, decode)
-        return self.logits_and_loss(self.head(self.final_norm(h)), y, padding_mask)
+        return self.logits_and_loss(self.final_norm(h), y, padding_mask)
+
+    def target_scores(
+        self,
+        x: jax.Array,
+        y: jax.Array,
+        padding_mask: jax.Array | None = None,
+        deterministic: bool = False,
+        entropy: bool = False,
+    ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+        """``(logits, log p(y), entropy or None)``: the logits as :meth:`__call__` returns them, and per
+        position ``[B, T]`` (float32) the target's log-probability (0 where ``y == -1`` or the mask is
+        False) and, with ``entropy``, the entropy of the next-token distribution, both computed
+        ``model/loss_chunk`` tokens per device at a time (:func:`~theseus.base.logprobs.chunked_token_logps`)."""
+        normed = self.final_norm(self.hidden(x, padding_mask, deterministic, False)[0])
+        weights, chunk = self.gathered_head_weights(), self.loss_chunk_tokens()
+        logps, entropies = chunked_token_logps(
+            self.scored_head, weights, normed, y, padding_mask, chunk_tokens=chunk, entropy=entropy
+        )
+        return self.logits(normed), logps, entropies
 
     def _pipelined_loss(
         self, x: jax.Array, y: jax.Array, padding_mask: jax.Array | None, deterministic: bool
@@ -509,9 +545,9 @@ class TransformerLM(Module):
         runs the head and the loss inside the pipeline; the logits from the plain pipelined forward (dropped
         from a training step that only needs the loss)."""
         h, mask, positions, _order, _given = self._embedded(x, padding_mask, deterministic, False)
-        logits = self.head(self.final_norm(self._layers(h, mask, positions, deterministic, False)))
+        logits = self.logits(self.final_norm(self._layers(h, mask, positions, deterministic, False)))
         loss = one_f_one_b.loss(self, h, y, mask, positions, deterministic)
-        return self.logits_and_loss(logits, None, padding_mask)[0], loss
+        return logits, loss
 
     def hidden(
         self, x: jax.Array, padding_mask: jax.Array | None, deterministic: bool, decode: bool
@@ -603,22 +639,60 @@ class TransformerLM(Module):
     def head(self, h: jax.Array) -> jax.Array:
         """Logits ``[B, T, padded vocab]`` (float32) of normalised hidden states: the output head (or the
         tied embedding) and the final softcap."""
+        return self.project(self.head_weights(), h)
+
+    def head_weights(self) -> jax.Array:
+        """The output head in the activation dtype: the token embedding ``[padded vocab, n_embd]`` when
+        tied, else ``lm_head`` ``[n_embd, padded vocab]``."""
+        table = self.token_embedding.embedding if self.architecture.tied_embeddings else self.lm_head
+        return cast(table, self._activation_dtype)
+
+    def gathered_head_weights(self) -> jax.Array:
+        """:meth:`head_weights` split over the vocabulary alone (gathered over ``n_embd``, which fsdp
+        splits): the loss's chunks then share one gather, and one reduction of the head's gradient."""
+        tied = self.architecture.tied_embeddings
+        return constrain(self.head_weights(), (Axis.VOCAB, None) if tied else (None, Axis.VOCAB))
+
+    def loss_chunk_tokens(self) -> int | None:
+        """``model/loss_chunk`` as tokens of the whole micro-batch: times the devices its rows and its
+        sequence are split over (the mesh's ``expert``, ``data`` and ``context`` axes); None when off."""
+        if not self.loss_chunk:
+            return None
+        mesh = jax.sharding.get_abstract_mesh()
+        shape = {} if mesh.empty else dict(mesh.shape)
+        axes = (MeshAxis.EXPERT, MeshAxis.DATA, MeshAxis.CONTEXT)
+        return self.loss_chunk * math.prod(int(shape.get(axis, 1)) for axis in axes)
+
+    def project(self, weights: jax.Array, h: jax.Array) -> jax.Array:
+        """:meth:`head` with the head's ``weights`` given (:meth:`head_weights`): a pure function of its
+        arguments, which the loss applies to one chunk of positions at a time."""
         arch = self.architecture
-        if arch.tied_embeddings:
-            logits = self.token_embedding.attend(h)
-        else:
-            dtype = self._activation_dtype
-            logits = jnp.einsum("bte,ev->btv", h, cast(self.lm_head, dtype), preferred_element_type=jnp.float32)
+        spec = "bte,ve->btv" if arch.tied_embeddings else "bte,ev->btv"
+        logits = jnp.einsum(spec, cast(h, weights.dtype), weights, preferred_element_type=jnp.float32)
         if arch.final_softcap is not None:
             logits = jnp.tanh(logits / arch.final_softcap) * arch.final_softcap
         return constrain(logits, (Axis.BATCH, Axis.SEQUENCE, Axis.VOCAB))
 
+    def scored_head(self, weights: jax.Array, h: jax.Array) -> jax.Array:
+        """:meth:`project` as a loss reads it (:meth:`scored_logits`)."""
+        return self.scored_logits(self.project(weights, h))
+
+    def logits(self, normed: jax.Array) -> jax.Array:
+        """The logits a call returns: the head's, cut to ``vocab_size``."""
+        return self.head(normed)[..., : self.architecture.vocab_size]
+
     def logits_and_loss(
-        self, logits: jax.Array, y: jax.Array | None, padding_mask: jax.Array | None
+        self, normed: jax.Array, y: jax.Array | None, padding_mask: jax.Array | None
     ) -> tuple[jax.Array, jax.Array | None]:
-        """``(logits cut to vocab_size, cross-entropy or None without y)`` of the head's padded logits."""
-        loss = None if y is None else cross_entropy(self.scored_logits(logits), y, padding_mask)
-        return logits[..., : self.architecture.vocab_size], loss
+        """``(logits cut to vocab_size, cross-entropy or None without y)`` of normalised hidden states
+        ``[B, T, n_embd]``; the loss by chunks (:meth:`cross_entropy`)."""
+        return self.logits(normed), None if y is None else self.cross_entropy(normed, y, padding_mask)
+
+    def cross_entropy(self, normed: jax.Array, y: jax.Array, mask: jax.Array | None) -> jax.Array:
+        """The mean ``-log p(y)`` over the scored positions of normalised hidden states, computed
+        ``model/loss_chunk`` tokens per device at a time (:func:`~theseus.base.logprobs.chunked_cross_entropy`)."""
+        weights, chunk = self.gathered_head_weights(), self.loss_chunk_tokens()
+        return chunked_cross_entropy(self.scored_head, weights, normed, y, mask, chunk_tokens=chunk)
 
     def scored_logits(self, logits: jax.Array) -> jax.Array:
         """The head's padded logits as a loss reads them: the ids past ``vocab_size`` masked out
@@ -634,5 +708,5 @@ class TransformerLM(Module):
     def summed_loss(self, h: jax.Array, y: jax.Array, padding_mask: jax.Array | None) -> jax.Array:
         """The sum of ``-log p(target)`` over the scored positions of the last layer's output ``h``: the final
         norm, the head and the loss of one pipeline micro-batch (the mean loss is this over the batch's count)."""
-        logits = self.scored_logits(self.head(self.final_norm(h)))
-        return -jnp.sum(token_logps(logits, y, padding_mask))
+        weights, chunk = self.gathered_head_weights(), self.loss_chunk_tokens()
+        return chunked_nll(self.scored_head, weights, self.final_norm(h), y, padding_mask, chunk_tokens=chunk)

@@ -37,7 +37,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from theseus.base.logprobs import token_logps
 from theseus.config import configuration, configure, field
 from theseus.data.chat import ChatTemplate
 from theseus.errors import ConfigError
@@ -197,10 +196,8 @@ def reward_means(done: Rollouts) -> dict[str, float]:
     return result
 
 
-def completion_entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
-    """The mean entropy (nats) of the policy's next-token distributions over the masked positions."""
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+def completion_entropy(entropy: jax.Array, mask: jax.Array) -> jax.Array:
+    """The mean over the masked positions of the policy's per-position entropies (nats)."""
     return jnp.sum(entropy * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
@@ -210,9 +207,7 @@ def sampling_logps(state: TrainState, batch: Batch, sharding: TrainerSharding) -
     taken on them (the first update's ratio is 1 when the model has no dropout)."""
 
     def one(micro: Batch) -> jax.Array:
-        inputs = {"x": micro["x"], "padding_mask": micro["padding_mask"]}
-        logits, _, _ = steps.forward(state, state.params, inputs, deterministic=True)
-        return token_logps(logits, micro["y"])
+        return steps.target_scores(state, state.params, micro, deterministic=True)[1]
 
     with sharding.context():
         return jax.lax.stop_gradient(jax.lax.map(one, {k: batch[k] for k in ("x", "y", "padding_mask")}))
@@ -234,13 +229,15 @@ class PolicyStep:
         intermediates: bool = False,
     ) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
         o = self.objective
-        inputs = {"x": batch["x"], "padding_mask": batch["padding_mask"]}
-        logits, _, meta = steps.forward(state, params, inputs, key=key, deterministic=deterministic)
-        logps = token_logps(logits, batch["y"])
+        inputs = {"x": batch["x"], "y": batch["y"], "padding_mask": batch["padding_mask"]}
+        logits, logps, entropy, meta = steps.target_scores(
+            state, params, inputs, key=key, deterministic=deterministic, entropy=True
+        )
+        assert entropy is not None
         reference = None
         if o.beta > 0:
-            ref_logits, _, _ = steps.forward(state, adapters.switched_off(params), inputs, deterministic=True)
-            reference = jax.lax.stop_gradient(token_logps(ref_logits, batch["y"]))
+            ref_logps = steps.target_scores(state, adapters.switched_off(params), inputs, deterministic=True)[1]
+            reference = jax.lax.stop_gradient(ref_logps)
         mask = batch["completion_mask"].astype(jnp.float32)
         # with one update per rollout the sampling policy is the one being updated
         old = batch["old_logps"] if "old_logps" in batch else jax.lax.stop_gradient(logps)
@@ -260,7 +257,7 @@ class PolicyStep:
         )
         logged = rollout_metrics(batch)
         logged["reward_std"] = jnp.std(batch["reward"])
-        logged["entropy"] = completion_entropy(jax.lax.stop_gradient(logits), mask)
+        logged["entropy"] = completion_entropy(jax.lax.stop_gradient(entropy), mask)
         return logits, loss, {**meta, **metrics, **logged}
 
     @staticmethod
