@@ -82,6 +82,8 @@ class BaseTrainer(Job):
         self.state: TrainState | None = None
         self.init_source: Any = None  # training/init_from, opened by setup()
         self.trains_adapters = False  # the model holds adapters (LoRA): they alone train, set by setup()
+        #: What ``model/remat=auto`` chose (``theseus.training.memory.Choice``), once ``fit_memory()`` ran.
+        self.memory_choice: Any = None
         if getattr(self.args, "run_name", ""):  # a bad name fails before anything is prepared or written
             check_run_name(self.args.run_name)
 
@@ -292,6 +294,29 @@ class BaseTrainer(Job):
                 enable_compilation_cache(self.context.root / "cache" / "jax")
         self._ready = True
 
+    def reconfigure(self, values: Mapping[str, Any]) -> None:
+        """Set the trainer up again with some configuration values changed (a ``model/remat`` policy, a
+        micro batch): ``args``, the model, the batch geometry, the data and the abstract state follow them,
+        and the compiled functions are dropped."""
+        self.close()
+        self.context.config = self.context.config.with_values(values)
+        with configuration(self.context.config):
+            self.args = configure(self.CONFIG)
+        self._compiled.clear()
+        self._ready = False
+        self.setup()
+
+    def fit_memory(self) -> Any:
+        """With ``model/remat=auto``: configure the fastest remat policy and micro batch whose compiled step
+        fits the device, and return the choice (``theseus.training.memory``); the configuration then holds
+        the chosen values and the compiled step is kept for the run. None without ``auto``."""
+        from theseus.training import memory
+
+        self.setup()
+        if self.memory_choice is None and memory.requested(self.context.config):
+            self.memory_choice = memory.fit(self)
+        return self.memory_choice
+
     def _restrict_optimizer(self, tx: optax.GradientTransformation, params: Any) -> optax.GradientTransformation:
         """The optimizer the run trains with, given the full one and the abstract parameters; a
         subclass that trains part of the parameters narrows it here, before the optimizer state is
@@ -421,8 +446,14 @@ class BaseTrainer(Job):
         return self.sharding.put_batch(host)
 
     def step_key(self, step: int) -> jax.Array:
-        """The dropout key of update ``step``: a pure function of (seed, step)."""
-        return keys.step_key(self.dropout_key, step)
+        """The dropout key of update ``step``: a pure function of (seed, step), replicated over the mesh as
+        the step is compiled ahead of time (``theseus plan``, ``model/remat=auto``), so the run calls that
+        very program."""
+        key = keys.step_key(self.dropout_key, step)
+        if not _typed_keys(key):
+            return self.sharding.put_replicated(np.asarray(key))
+        placed = self.sharding.put_replicated(np.asarray(jax.random.key_data(key)))
+        return jax.random.wrap_key_data(placed, impl=jax.random.key_impl(key))
 
     # -- state -----------------------------------------------------------------------------
     def init_state(self) -> TrainState:

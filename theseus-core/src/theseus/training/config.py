@@ -26,6 +26,13 @@ class BaseTrainerConfig:
         help="global rows per forward/backward pass; batch_size/micro_batch_size micro-batches are accumulated "
         "(0 = batch_size)",
     )
+    memory_limit_gb: float = field(
+        "training/memory_limit_gb",
+        default=0.0,
+        min=0.0,
+        help="device memory in GB that model/remat=auto fits the step into, 90% of it used "
+        "(0 = what the device reports; a CPU reports none, and auto then keeps remat none)",
+    )
     sequence_length: int = field(
         "training/sequence_length", default=0, min=0, help="tokens per row (0 = the model's architecture/block_size)"
     )

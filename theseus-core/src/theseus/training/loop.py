@@ -144,6 +144,9 @@ class TrainingLoop:
                     "run without training/stop_after (or with a later one) to continue"
                 )
                 return
+            choice = t.fit_memory()  # model/remat=auto: compiles the step for its candidates
+            if choice is not None:
+                self.display.message(choice.line())
             # Restore before writing anything: a checkpoint that does not fit leaves the run directory as it was.
             resumed = None
             if latest is not None:

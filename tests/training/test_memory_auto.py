@@ -1,0 +1,107 @@
+"""``model/remat=auto`` through ``theseus run`` on CPU, where ``training/memory_limit_gb`` stands in for the
+device's memory: the fastest setting that fits is chosen, said in one line, recorded and trained with, its
+compiled step reused; a limit nothing fits is one error line and exit code 2."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import jax
+import pytest
+import yaml
+
+from tests.reliability.conftest import call_cli, error_line
+
+JOB_FILE = Path(__file__).with_name("memory_job.py")
+#: A two-layer scanned GPT on 32-token rows. Its compiled step's peak per device on CPU: remat none 4.0 MB,
+#: dots 1.9 MB, full 1.8 MB at 8 rows; full at 4 rows 1.3 MB, at 3 rows 1.1 MB; the state alone 0.37 MB.
+SMALL = [
+    "architecture/n_layers=2",
+    "model/scan_layers=true",
+    "architecture/n_embd=32",
+    "architecture/n_heads=2",
+    "architecture/block_size=32",
+    "architecture/vocab_size=64",
+    "training/steps=2",
+    "training/eval_batches=0",
+    "training/progress=false",
+    "training/log_interval=1",
+    "training/peak_flops=1e12",
+    "model/remat=auto",
+]
+SIZE = r"([\d.]+) (GB|MB|kB)"
+UNITS = {"GB": 1e9, "MB": 1e6, "kB": 1e3}
+
+
+def auto_run(root: Path, *overrides: str) -> list[str]:
+    return ["--load", str(JOB_FILE), "run", "test/memory/gpt", "--root", str(root), *SMALL, *overrides]
+
+
+def megabytes(number: str, unit: str) -> float:
+    return float(number) * UNITS[unit] / 1e6
+
+
+def test_auto_trains_with_the_fastest_setting_that_fits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        code = call_cli(auto_run(tmp_path, "training/batch_size=8", "training/memory_limit_gb=0.00172"))
+    err = capsys.readouterr().err
+    assert code == 0, err
+    [line] = [text for text in err.splitlines() if text.startswith("model/remat=auto")]
+    head, *tried = line.split("; ")
+    chosen = re.fullmatch(
+        rf"model/remat=auto: chose remat=full, micro_batch_size=4: peak {SIZE} of {SIZE} usable "
+        r"\(90% of training/memory_limit_gb=0.00172\)",
+        head,
+    )
+    assert chosen, line
+    peak, usable = megabytes(*chosen.group(1, 2)), megabytes(*chosen.group(3, 4))
+    assert usable == 1.55 and peak <= usable
+    # every faster setting was compiled and needs more than the limit leaves
+    assert [re.sub(SIZE, "", text) for text in tried] == [f"{p} at 8 rows needs " for p in ("none", "dots", "full")]
+    needs = [megabytes(*re.search(SIZE, text).group(1, 2)) for text in tried]  # type: ignore[union-attr]
+    assert min(needs) > usable and needs[0] > 2 * usable  # without remat, more than twice the memory
+    # four candidates compiled, the last of them the very program the run called
+    compiles = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Compiling jit(step)")]
+    assert len(compiles) == 4
+    run = tmp_path / "runs" / "test-memory-gpt"
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert (saved["model"]["remat"], saved["training"]["micro_batch_size"]) == ("full", 4)
+    assert "8x32 tokens/step (2 micro-batches)" in err
+    assert "trained 'test-memory-gpt' to step 2/2" in err
+
+
+def test_auto_with_nothing_that_fits_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = call_cli(auto_run(tmp_path, "training/batch_size=6", "training/memory_limit_gb=0.0007"))
+    assert code == 2
+    line = error_line(capsys.readouterr().err)
+    assert re.fullmatch(
+        rf"error: model/remat=auto: no setting fits in 630 kB usable \(90% of training/memory_limit_gb=0.0007\): "
+        rf"the smallest \(remat=full, micro_batch_size=3\) needs {SIZE}; lower training/sequence_length=32 or "
+        r"training/batch_size=6 \(its micro batches of 3 rows do not halve\), or train a smaller model",
+        line,
+    ), line
+    assert not (tmp_path / "runs" / "test-memory-gpt" / "config.yaml").exists()
+
+
+def test_the_device_limit_and_the_tpu_compilers_refusal_are_read() -> None:
+    """What CPU runs cannot show: the limit a GPU or TPU reports, and the amount a TPU compile that ran out
+    of memory names."""
+    from theseus.training import memory
+
+    class Device:
+        platform = "tpu"
+
+        def memory_stats(self) -> dict[str, int]:
+            return {"bytes_in_use": 0, "bytes_limit": 16_909_336_576}
+
+    room = memory.budget(0.0, Device())
+    assert room.bytes == 15_218_402_918 and str(room) == "15.2 GB usable (90% of the device's 16.9 GB)"
+    assert str(memory.budget(2.5, Device())) == "2.25 GB usable (90% of training/memory_limit_gb=2.5)"
+    refusal = "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
+    assert memory.compiler_use(refusal + "Used 26.20G of 15.48G hbm. Exceeded hbm capacity by 10.72G.") == int(
+        26.2 * 2**30
+    )
