@@ -91,6 +91,7 @@ def test_the_device_limit_and_the_tpu_compilers_refusal_are_read() -> None:
     """What CPU runs cannot show: the limit a GPU or TPU reports, and the amount a TPU compile that ran out
     of memory names."""
     from theseus.training import memory
+    from theseus.training.compiled import refused_sizes
 
     class Device:
         platform = "tpu"
@@ -102,6 +103,7 @@ def test_the_device_limit_and_the_tpu_compilers_refusal_are_read() -> None:
     assert room.bytes == 15_218_402_918 and str(room) == "15.2 GB usable (90% of the device's 16.9 GB)"
     assert str(memory.budget(2.5, Device())) == "2.25 GB usable (90% of training/memory_limit_gb=2.5)"
     refusal = "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
-    assert memory.compiler_use(refusal + "Used 26.20G of 15.48G hbm. Exceeded hbm capacity by 10.72G.") == int(
-        26.2 * 2**30
+    assert refused_sizes(refusal + "Used 26.20G of 15.48G hbm. Exceeded hbm capacity by 10.72G.") == (
+        int(26.2 * 2**30),
+        int(15.48 * 2**30),
     )

@@ -5,7 +5,7 @@ configuring the trainer with the candidate's values (the model reads ``model/rem
 remat ``none``, ``dots`` and ``full`` at the configured micro batch, then ``full`` with the micro batch
 halved while it still splits over the data-parallel devices. A candidate fits when its compiled peak per
 device (arguments, outputs not aliased to them, and temporaries: the plan's
-:attr:`~theseus.plan.build.CompiledStep.total_bytes`) is at most :data:`USABLE` of the device's memory,
+:attr:`~theseus.training.compiled.CompiledStep.total_bytes`) is at most :data:`USABLE` of the device's memory,
 ``training/memory_limit_gb`` or else the ``bytes_limit`` the device reports. A device that reports none
 (a CPU) keeps ``none``. The first candidate that fits is kept and its compiled step is the one the run
 calls; when none fits, one :class:`~theseus.errors.ResourceError` names what to lower.
@@ -13,12 +13,11 @@ calls; when none fits, one :class:`~theseus.errors.ResourceError` names what to 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from theseus.errors import ConfigError, ResourceError, TheseusError
+from theseus.errors import ConfigError, ResourceError
 
 if TYPE_CHECKING:
     from theseus.training.base import BaseTrainer
@@ -33,9 +32,6 @@ REMAT_LADDER = ("none", "dots", "full")
 #: step (the next batch, validation, the runtime's own buffers) and for fragmentation.
 USABLE = 0.9
 GB = 1e9
-#: What XLA's TPU compiler says when a program does not fit: ``Used 26.20G of 15.48G hbm``.
-_COMPILER_USE = re.compile(r"Used ([\d.]+)([KMGT])i?B? of ([\d.]+)([KMGT])i?B? hbm")
-_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 @dataclass(frozen=True)
@@ -144,30 +140,21 @@ def budget(limit_gb: float, device: Any) -> Budget:
     return Budget(int(limit * USABLE), f"the device's {size(limit)}")
 
 
-def compiler_use(text: str) -> int | None:
-    """The bytes an out-of-memory compile error says the program needed, when it says."""
-    found = _COMPILER_USE.search(text)
-    return None if found is None else int(float(found.group(1)) * _UNITS[found.group(2)])
-
-
 def measure(trainer: BaseTrainer, candidate: Candidate) -> Trial:
-    """Compile the trainer's step as it is configured now (the compiled program stays cached for the run)."""
-    from theseus.base.failures import out_of_memory
-    from theseus.plan.build import compile_train_step
+    """Compile the trainer's step as it is configured now (the compiled program stays cached for the run);
+    a step the compiler refuses for memory is a trial that did not fit, with the bytes it said it needed."""
+    from theseus.training.compiled import StepTooLarge, compile_train_step
 
     try:
         step = compile_train_step(trainer)
-    except TheseusError as exc:  # the compiler's refusal, reported with its own error as the cause
-        cause = exc.__cause__ or exc
-        if not (isinstance(exc, ResourceError) or out_of_memory(cause)):
-            raise
-        return Trial(candidate, compiler_use(str(cause)), refused=True)
+    except StepTooLarge as refused:
+        return Trial(candidate, refused.needed_bytes, refused=True)
     return Trial(candidate, step.total_bytes)
 
 
 def state_bytes(trainer: BaseTrainer) -> int:
     """Bytes per device of the parameters and optimizer state, from shapes and shardings alone."""
-    from theseus.plan.build import held_bytes
+    from theseus.training.compiled import held_bytes
 
     abstract, shardings = trainer.abstract_state, trainer.state_shardings
     return held_bytes(abstract.params, shardings.params) + held_bytes(abstract.opt_state, shardings.opt_state)
