@@ -25,26 +25,9 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import Row, Timing, markdown_table, paired_ratio, percent
+from theseus.base.chips import published_peak
 
 MFU_GOAL = 0.45
-
-#: Published dense bf16 peak FLOP/s per device, matched against ``device_kind`` (lower case),
-#: most specific first. H100/H200 SXM: 989 TFLOP/s; the PCIe and NVL cards are clocked lower.
-PUBLISHED_BF16_PEAKS: tuple[tuple[str, float], ...] = (
-    ("h100 pcie", 756e12),
-    ("h100 nvl", 835e12),
-    ("h200 nvl", 835e12),
-    ("gh200", 989e12),
-    ("h200", 989e12),
-    ("h100", 989e12),
-    ("a100", 312e12),
-)
-
-
-def published_peak(device_kind: str) -> float | None:
-    """The published dense bf16 peak of a device kind such as ``"NVIDIA H200"``, or None if unknown."""
-    kind = device_kind.lower()
-    return next((peak for name, peak in PUBLISHED_BF16_PEAKS if name in kind), None)
 
 
 @dataclasses.dataclass(frozen=True)

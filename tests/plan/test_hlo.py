@@ -1,14 +1,17 @@
 # ruff: noqa: E501  (HLO text has long lines)
-"""The compiled-program analysis behind ``theseus plan``: FLOPs, bytes and collectives of HLO text."""
+"""The compiled-program analysis behind ``theseus plan``: FLOPs, bytes and collectives of HLO text, and
+the chip table (``theseus.base.chips``) it prices them with, which the trainer's MFU reads too."""
 
 from __future__ import annotations
 
 import pytest
 
+from theseus.base.chips import CHIPS, chip_of, published_peak
 from theseus.errors import ConfigError
 from theseus.plan import hlo
 from theseus.plan.estimate import estimate
 from theseus.plan.targets import gpu_target_config, parse_target
+from theseus.training.throughput import known_peak_flops
 
 #: A scanned stack in miniature: a 12-trip loop whose body runs a matmul fusion, reads one layer of a
 #: stacked weight, updates a stacked buffer in place and all-gathers; cuDNN attention in the entry.
@@ -174,6 +177,41 @@ def test_targets_parse_and_refuse_in_one_line() -> None:
             parse_target(bad)
         assert "\n" not in str(error.value) and "--target" in str(error.value)
     assert "cuda_compute_capability { major: 9 minor: 0 }" in gpu_target_config(parse_target("h100x8").chip)
+
+
+@pytest.mark.parametrize(
+    ("device_kind", "kind", "peak"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100", 989e12),
+        ("NVIDIA H100 PCIe", "h100-pcie", 756e12),
+        ("NVIDIA H100 NVL", "h100-nvl", 835e12),
+        ("NVIDIA H200", "h200", 989e12),
+        ("NVIDIA H200 NVL", "h200-nvl", 835e12),
+        ("NVIDIA GH200 480GB", "gh200", 989e12),
+        ("NVIDIA A100-SXM4-40GB", "a100", 312e12),
+        ("NVIDIA L40S", "l40s", 362e12),
+        ("TPU v5 lite", "v5e", 197e12),
+        ("TPU v5", "v5p", 459e12),
+        ("TPU v6 lite", "v6e", 918e12),
+        ("TPU v4", "v4", 275e12),
+    ],
+)
+def test_device_kinds_as_jax_reports_them_find_their_chip_and_peak(device_kind: str, kind: str, peak: float) -> None:
+    """One table: the plan's target, the trainer's MFU and the benchmarks read the same chip."""
+    assert chip_of(device_kind) is CHIPS[kind]
+    assert published_peak(device_kind) == peak
+    device = type("Device", (), {"device_kind": device_kind, "platform": CHIPS[kind].platform})()
+    assert known_peak_flops(device) == (peak, f"published bf16 peak of {CHIPS[kind].description}")
+    assert known_peak_flops(device, configured=1e12) == (1e12, "configured")
+
+
+def test_unknown_device_kinds_have_no_published_peak() -> None:
+    # A word stands alone: an L40 is not an L4, an H20 not an H200, an H800 not an H100.
+    for device_kind in ("cpu", "NVIDIA L40", "NVIDIA H20", "NVIDIA H800", "TPU v7", ""):
+        assert chip_of(device_kind) is None and published_peak(device_kind) is None
+    assert known_peak_flops(type("Device", (), {"device_kind": "cpu"})()) is None
+    for spec, kind in (("h100x8", "h100"), ("h200x8", "h200"), ("v5e:2x4", "v5e"), ("v5p:2x2x2", "v5p")):
+        assert parse_target(spec).chip is chip_of(CHIPS[kind].name)
 
 
 def test_estimate_prices_collectives_by_the_links_they_cross() -> None:

@@ -1,9 +1,9 @@
 """Compile targets: the accelerators ``theseus plan`` compiles for, by name, with their published facts.
 
 A target is a GPU kind times a device count (``h100x8``; ``h100x8x4`` = 4 hosts of 8) or a TPU slice by
-its topology name (``v5e:2x4``). The facts (memory, peak FLOP/s, HBM and link bandwidth, and for GPUs
-what XLA's GPU compiler needs to know about the device) are published figures, kept here as data and
-matched to the pinned jax: its XLA refuses fields it does not know. No import of jax here.
+its topology name (``v5e:2x4``). The facts of each kind (memory, peak FLOP/s, HBM and link bandwidth, and
+for GPUs what XLA's GPU compiler needs to know about the device) are the published figures of
+:mod:`theseus.base.chips`, the table the trainer's MFU reads too. No import of jax here.
 """
 
 from __future__ import annotations
@@ -12,125 +12,13 @@ import math
 import re
 from dataclasses import dataclass
 
+from theseus.base.chips import CHIPS, Chip
 from theseus.errors import ConfigError
 
-GB = 10**9
-
-
-@dataclass(frozen=True)
-class Chip:
-    """One accelerator kind: what the roofline estimate and the compiler need to know."""
-
-    name: str
-    platform: str  # "cuda" | "tpu"
-    memory_bytes: int
-    bf16_flops: float  # dense peak FLOP/s
-    fp8_flops: float  # dense peak FLOP/s (0: no FP8 units)
-    hbm_bandwidth: float  # bytes/s
-    link_bandwidth: float  # bytes/s per chip and direction inside a host (NVLink) or slice (ICI)
-    host_link_bandwidth: float = 0.0  # bytes/s per chip and direction between hosts (GPUs: InfiniBand)
-    #: GPU only: the device description XLA's GPU compiler reads (compute capability, SMs, caches).
-    compute_capability: tuple[int, int] = (0, 0)
-    core_count: int = 0
-    clock_ghz: float = 0.0
-    l2_cache_bytes: int = 0
-    shared_memory_per_core: int = 0
-    shared_memory_per_block_optin: int = 0
-    description: str = ""
-
-
-#: Published figures (dense, no sparsity). NVLink: 900 GB/s (H100/H200) and 600 GB/s (A100) in
-#: both directions together; between hosts one 400 Gb/s InfiniBand port per GPU.
-CHIPS: dict[str, Chip] = {
-    "h100": Chip(
-        name="NVIDIA H100 80GB HBM3",
-        platform="cuda",
-        memory_bytes=84_942_979_072,
-        bf16_flops=989.4e12,
-        fp8_flops=1978.9e12,
-        hbm_bandwidth=3.35e12,
-        link_bandwidth=450e9,
-        host_link_bandwidth=50e9,
-        compute_capability=(9, 0),
-        core_count=132,
-        clock_ghz=1.98,
-        l2_cache_bytes=50 * 2**20,
-        shared_memory_per_core=233_472,
-        shared_memory_per_block_optin=232_448,
-        description="H100 SXM",
-    ),
-    "h200": Chip(
-        name="NVIDIA H200",
-        platform="cuda",
-        memory_bytes=150_754_820_096,
-        bf16_flops=989.4e12,
-        fp8_flops=1978.9e12,
-        hbm_bandwidth=4.8e12,
-        link_bandwidth=450e9,
-        host_link_bandwidth=50e9,
-        compute_capability=(9, 0),
-        core_count=132,
-        clock_ghz=1.98,
-        l2_cache_bytes=50 * 2**20,
-        shared_memory_per_core=233_472,
-        shared_memory_per_block_optin=232_448,
-        description="H200 SXM",
-    ),
-    "a100": Chip(
-        name="NVIDIA A100-SXM4-80GB",
-        platform="cuda",
-        memory_bytes=85_899_345_920,
-        bf16_flops=312e12,
-        fp8_flops=0.0,
-        hbm_bandwidth=2.039e12,
-        link_bandwidth=300e9,
-        host_link_bandwidth=25e9,
-        compute_capability=(8, 0),
-        core_count=108,
-        clock_ghz=1.41,
-        l2_cache_bytes=40 * 2**20,
-        shared_memory_per_core=167_936,
-        shared_memory_per_block_optin=166_912,
-        description="A100 SXM 80 GB",
-    ),
-    # TPU memory: what one program may use ("usable"), not the nominal HBM beside it. Each is the largest
-    # program libtpu compiles for a chip of the kind, alone or in a slice (its refusal names the same
-    # figure: "available HBM (15.75G)", in GiB), found by bisection to within 8 KiB; v5e's is also the
-    # memory_stats()["bytes_limit"] jax reports on a real "TPU v5 lite".
-    "v5e": Chip(
-        name="TPU v5 lite",
-        platform="tpu",
-        memory_bytes=16_909_336_576,  # usable 15.75 GiB (16,126 MiB) of nominal 16 GiB
-        bf16_flops=197e12,
-        fp8_flops=0.0,
-        hbm_bandwidth=819e9,
-        link_bandwidth=100e9,
-        description="TPU v5e",
-    ),
-    "v5p": Chip(
-        name="TPU v5",  # the device kind jax reports for a v5p
-        platform="tpu",
-        memory_bytes=102_803_432_448,  # usable 95.74 GiB; published HBM 95 GB
-        bf16_flops=459e12,
-        fp8_flops=0.0,
-        hbm_bandwidth=2765e9,
-        link_bandwidth=300e9,
-        description="TPU v5p",
-    ),
-    "v6e": Chip(
-        name="TPU v6 lite",
-        platform="tpu",
-        memory_bytes=33_550_237_696,  # usable 31.25 GiB (31,996 MiB) of nominal 32 GiB
-        bf16_flops=918e12,
-        fp8_flops=0.0,
-        hbm_bandwidth=1640e9,
-        link_bandwidth=224e9,
-        description="TPU v6e (Trillium)",
-    ),
-}
-
-GPU_KINDS = tuple(name for name, chip in CHIPS.items() if chip.platform == "cuda")
-TPU_KINDS = tuple(name for name, chip in CHIPS.items() if chip.platform == "tpu")
+#: The kinds ``--target`` names: GPUs whose compiler description the table holds, TPUs whose slices
+#: are described below.
+GPU_KINDS = ("h100", "h200", "a100")
+TPU_KINDS = ("v5e", "v5p", "v6e")
 EXAMPLES = "h100x8, h200x8, a100x8, h100x8x4 (4 hosts of 8), v5e:1 (one chip), v5e:2x4, v5p:2x2x2, v6e:2x4"
 
 

@@ -1,4 +1,4 @@
-"""Peak FLOP/s per device (published figures, or measured on CPU) for MFU."""
+"""Peak FLOP/s per device (published figures of :mod:`theseus.base.chips`, or measured on CPU) for MFU."""
 
 from __future__ import annotations
 
@@ -6,24 +6,7 @@ import functools
 import time
 from typing import Any
 
-#: Dense bf16 peak FLOP/s by device-kind substring (lower case), most specific first.
-PUBLISHED_PEAKS: tuple[tuple[str, float], ...] = (
-    ("h200", 989e12),
-    ("h100", 989e12),
-    ("gh200", 989e12),
-    ("a100", 312e12),
-    ("l40s", 362e12),
-    ("a10g", 125e12),
-    ("l4", 121e12),
-    ("v100", 125e12),
-    ("rtx 4090", 165e12),
-    ("tpu v6", 918e12),
-    ("tpu v5p", 459e12),
-    ("tpu v5 lite", 197e12),
-    ("tpu v5e", 197e12),
-    ("tpu v4", 275e12),
-    ("tpu v3", 123e12),
-)
+from theseus.base.chips import chip_of
 
 
 @functools.cache
@@ -48,10 +31,9 @@ def known_peak_flops(device: Any, configured: float = 0.0) -> tuple[float, str] 
     published; None when only a measurement (``measured_peak``) can tell."""
     if configured > 0:
         return configured, "configured"
-    kind = str(getattr(device, "device_kind", "")).lower()
-    for name, value in PUBLISHED_PEAKS:
-        if name in kind:
-            return value, f"published bf16 peak of {kind}"
+    chip = chip_of(str(getattr(device, "device_kind", "")))
+    if chip is not None:
+        return chip.bf16_flops, f"published bf16 peak of {chip.description}"
     return None
 
 
