@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -236,7 +237,14 @@ def _settle() -> None:
 
 
 def measure_trainer_loop(
-    work: Workload, others: Sequence[Loop] = (), *, steps: int = 5, repeats: int = 3, warmup: int = 2
+    work: Workload,
+    others: Sequence[Loop] = (),
+    *,
+    steps: int = 5,
+    repeats: int = 3,
+    warmup: int = 2,
+    extra: Mapping[str, Any] | None = None,
+    keep: Path | None = None,
 ) -> dict[str, Timing]:
     """Our whole training loop (``trainer.run()``: data, dispatch, metrics, logging) at steady state,
     interleaved round by round with ``others`` (e.g. the bare loop and the PyTorch loop).
@@ -247,7 +255,9 @@ def measure_trainer_loop(
     waited for and each of ``others`` runs one timed window of ``steps`` steps; the trainer's window is
     then the ``steps`` intervals starting two calls later (back at steady state) and ending at the next
     boundary. The run is ended from ``batch()`` after the last round (no checkpoint is written).
-    ``first_step_seconds`` of the run loop spans ``run()`` to the completion of its first update.
+    ``first_step_seconds`` of the run loop spans ``run()`` to the completion of its first update. ``extra``:
+    further trainer keys (``training/profile``); ``keep``: a folder that receives the run's root before it is
+    removed.
     """
     firsts = {loop.name: loop.prepare(warmup) for loop in others}
     windows: dict[str, list[float]] = {loop.name: [] for loop in others}
@@ -269,10 +279,12 @@ def measure_trainer_loop(
             return super().batch(slice)
 
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = TimedTrainer.create(tmp, trainer_overrides(work))
+        trainer = TimedTrainer.create(tmp, trainer_overrides(work, **(extra or {})))
         start = time.perf_counter()
         with contextlib.suppress(_WindowDone):
             trainer.run()
+        if keep is not None:  # e.g. the run's profile/ folder (training/profile), kept past the temporary root
+            shutil.copytree(Path(tmp), keep, dirs_exist_ok=True)
     if len(seen) <= boundaries[-1]:
         raise RuntimeError(f"the training loop stopped after {len(seen)} batches; expected {boundaries[-1] + 1}")
     timings = {
