@@ -48,6 +48,9 @@ MIXTRAL_SHAPE = {
 }
 
 
+DENSE_SHAPE = {key: value for key, value in MIXTRAL_SHAPE.items() if not key.startswith("architecture/moe/")}
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     model: str
@@ -67,7 +70,7 @@ CASES: dict[str, Case] = {
     "llama-350m-32k": Case("llama", "tiny", 1, 32768, 32000, {**LLAMA_350M, "model/remat": "full"}),
     "mixtral-8x768": Case("mixtral", "tiny", 16, 1024, 32000, MIXTRAL_SHAPE),
     # dense with the Mixtral shape's active parameters: two experts' width in one MLP
-    "dense-8x768": Case("llama", "tiny", 16, 1024, 32000, {**MIXTRAL_SHAPE, "architecture/mlp_ratio": 7.0}),
+    "dense-8x768": Case("llama", "tiny", 16, 1024, 32000, {**DENSE_SHAPE, "architecture/mlp_ratio": 7.0}),
 }
 CPU_CASES: dict[str, Case] = {
     "tiny": Case("gpt", "tiny", 2, 64, 256, bare=True),
