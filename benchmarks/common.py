@@ -176,6 +176,14 @@ def markdown_table(rows: Sequence[Row], *, title: str = "theseus performance", e
     return "\n".join(lines)
 
 
+def publish_table(rows: Sequence[Row], output: Path | None, *, title: str, extra: str = "") -> None:
+    """Print the Markdown table of ``rows`` and, given ``output``, write it there too."""
+    table = markdown_table(rows, title=title, extra=extra)
+    print(table)
+    if output:
+        output.write_text(table + "\n")
+
+
 class Loop:
     """A training loop that can be timed in windows, so several loops can be measured interleaved.
 

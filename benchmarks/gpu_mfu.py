@@ -24,7 +24,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Row, Timing, markdown_table, paired_ratio, percent
+from benchmarks.common import Row, Timing, paired_ratio, percent, publish_table
 from theseus.base.chips import published_peak
 
 MFU_GOAL = 0.45
@@ -163,14 +163,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     started = time.perf_counter()
     rows = measure(setting, log=lambda text: print(text, file=sys.stderr, flush=True))
-    table = markdown_table(
-        rows,
-        title="theseus GPU MFU",
-        extra=f"mode: {'cpu-smoke' if args.cpu_smoke else 'gpu'}, {time.perf_counter() - started:.0f} s",
+    mode = "cpu-smoke" if args.cpu_smoke else "gpu"
+    publish_table(
+        rows, args.output, title="theseus GPU MFU", extra=f"mode: {mode}, {time.perf_counter() - started:.0f} s"
     )
-    print(table)
-    if args.output:
-        args.output.write_text(table + "\n")
     return 0
 
 

@@ -27,7 +27,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Row, markdown_table, median_seconds
+from benchmarks.common import Row, median_seconds, publish_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,10 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += parity_rows(setting)
     if "speed" in parts:
         rows += speed_rows(setting)
-    table = markdown_table(rows, title="splash attention", extra=f"{time.perf_counter() - started:.0f} s")
-    print(table)
-    if args.output:
-        args.output.write_text(table + "\n")
+    publish_table(rows, args.output, title="splash attention", extra=f"{time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -28,7 +28,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Row, markdown_table, paired_ratio, percent
+from benchmarks.common import Row, paired_ratio, percent, publish_table
 from theseus.base.chips import published_peak
 
 LLAMA_350M = {
@@ -200,10 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.perf_counter()
     rows = run_in_processes(names, args.set, args)
-    table = markdown_table(rows, title="theseus on one TPU chip", extra=f"{time.perf_counter() - started:.0f} s")
-    print(table)
-    if args.output:
-        args.output.write_text(table + "\n")
+    publish_table(rows, args.output, title="theseus on one TPU chip", extra=f"{time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -146,3 +146,27 @@ def test_published_peaks_match_hopper_device_kinds() -> None:
     assert gpu_mfu.published_peak("NVIDIA H100 80GB HBM3") == 989e12
     assert gpu_mfu.published_peak("NVIDIA H100 PCIe") == 756e12
     assert gpu_mfu.published_peak("cpu") is None
+
+
+def test_every_tpu_case_is_a_configuration_the_models_accept() -> None:
+    """Each case of the one-chip table resolves (keys, values, model) without building its model, and its
+    dense case has the mixture's active width: a case with a wrong key would spend a chip visit failing."""
+    from benchmarks import tpu_mfu
+    from benchmarks.workload import Workload
+
+    for name, case in tpu_mfu.CASES.items():
+        work = Workload.create(
+            case.preset,
+            batch=case.batch,
+            seq=case.seq,
+            vocab_size=case.vocab,
+            activation_dtype="bfloat16",
+            overrides=case.overrides,
+            model=case.model,
+            build=False,
+        )
+        assert work.config["architecture/block_size"] == case.seq, name
+    mixture, dense = tpu_mfu.CASES["mixtral-8x768"].overrides, tpu_mfu.CASES["dense-8x768"].overrides
+    top_k = mixture["architecture/moe/top_k"]
+    assert dense["architecture/mlp_ratio"] == top_k * mixture["architecture/mlp_ratio"]
+    assert tpu_mfu.published_peak("TPU v5 lite") == 197e12
