@@ -15,6 +15,7 @@ import pytest
 from tests.models.conftest import build, logits_loss_grads, random_params
 from tests.models.test_models import batch
 from theseus.base.accelerator import Accelerator, targeting
+from theseus.errors import ConfigError
 from theseus.model.layers import splash
 from theseus.model.layers.attention import attention_backend, dot_product_attention
 
@@ -117,6 +118,25 @@ def test_families_give_the_same_logits_and_gradients_with_splash(
     for got, want in zip(jax.tree.leaves(grads_s), jax.tree.leaves(grads_x), strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5, rtol=1e-4)
     assert "notice" not in capsys.readouterr().err  # every layer ran the kernel: none fell back
+
+
+def test_a_sequence_that_no_block_of_1024_divides_runs_in_smaller_blocks() -> None:
+    """1,500 tokens are padded to 1,536, which blocks of 512 divide (a block of 1,024 would not)."""
+    keys = jax.random.split(jax.random.key(3), 3)
+    q = jax.random.normal(keys[0], (1, 1500, 2, 8))
+    k, v = (jax.random.normal(key, (1, 1500, 1, 8)) for key in keys[1:])
+
+    def attend(impl: str) -> jax.Array:
+        return dot_product_attention(q, k, v, mask=None, is_causal=True, implementation=impl, window=700)
+
+    with jax.default_matmul_precision("highest"):
+        np.testing.assert_allclose(np.asarray(attend("splash")), np.asarray(attend("xla")), atol=2e-6, rtol=0)
+
+
+def test_splash_refuses_gpus_in_one_line() -> None:
+    q = jnp.zeros((1, 8, 4, 64), jnp.bfloat16)
+    with targeting(Accelerator("gpu", "NVIDIA H100 80GB HBM3")), pytest.raises(ConfigError, match="TPU kernel"):
+        attention_backend("splash", q, q)
 
 
 def test_auto_chooses_splash_for_tpus_cudnn_for_gpus_and_xla_on_cpus() -> None:

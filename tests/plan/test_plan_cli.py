@@ -79,6 +79,8 @@ def test_plan_json_for_a_plugin_job_and_one_line_mistakes(tmp_path: Path) -> Non
     assert line == "error: 'generate' is not a training job; theseus plan compiles a trainer's step"
     line = one_line(run_cli(["plan", "train/pretrain", "--target", "h100x8", *TINY, "mesh/model=3"], env=env))
     assert "mesh/model" in line
+    line = one_line(run_cli(["plan", "train/pretrain", "--target", "v5e:1", *TINY, "model/remat=auto"], env=env))
+    assert line.startswith("error: theseus plan compiles one setting, and model/remat=auto chooses on the device")
 
 
 @pytest.mark.slow

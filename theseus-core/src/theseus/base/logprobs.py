@@ -118,9 +118,17 @@ def chunked_token_logps(
     if layout is None:
         found = scores(weights, hidden, targets)
     else:
-        body = jax.checkpoint(scores, prevent_cse=False)
+        # the weights enter the loop in float32 and are cast back inside each chunk, so the loop sums the
+        # chunks' weight gradients in float32 (a bf16 head's gradient is rounded once, not once per chunk)
+        dtypes = jax.tree.map(lambda w: w.dtype, weights)
+        wide = jax.tree.map(lambda w: w.astype(jnp.float32) if jnp.issubdtype(w.dtype, jnp.floating) else w, weights)
+
+        def chunk(w: Any, h: jax.Array, t: jax.Array) -> tuple[jax.Array, ...]:
+            return scores(jax.tree.map(lambda a, dtype: a.astype(dtype), w, dtypes), h, t)
+
+        body = jax.checkpoint(chunk, prevent_cse=False)
         chunked = (_to_chunks(hidden, layout, 0), _to_chunks(targets, layout, IGNORED))
-        found = tuple(_from_chunks(x, hidden.shape[1]) for x in jax.lax.map(lambda c: body(weights, *c), chunked))
+        found = tuple(_from_chunks(x, hidden.shape[1]) for x in jax.lax.map(lambda c: body(wide, *c), chunked))
     return found[0], (found[1] if entropy else None)
 
 

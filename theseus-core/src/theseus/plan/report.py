@@ -72,6 +72,11 @@ def make_plan(
     devices = target_devices(target)
     with rare_collections():  # tracing allocates millions of short-lived objects, as in a run
         trainer = build_trainer(job, devices, overrides, root, config_file)
+        if trainer.context.config.get("model/remat") == "auto":
+            raise ConfigError(
+                "theseus plan compiles one setting, and model/remat=auto chooses on the device at run time; "
+                "plan model/remat=none, dots or full to see which fits"
+            )
         if notice is not None:  # once the configuration is known to be sound
             notice(f"compiling {job_name} for {target.describe()} (mesh {dict(trainer.sharding.mesh.shape)}) ...")
         with captured_stderr() as compiler_log:  # XLA's warnings (rematerialisation, scheduling): --verbose

@@ -160,6 +160,15 @@ def state_bytes(trainer: BaseTrainer) -> int:
     return held_bytes(abstract.params, shardings.params) + held_bytes(abstract.opt_state, shardings.opt_state)
 
 
+def _local_device(trainer: BaseTrainer) -> Any:
+    """A device of the mesh that this process drives (another host's reports no memory here)."""
+    import jax
+
+    devices = list(trainer.sharding.mesh.devices.flat)
+    here = jax.process_index()
+    return next((device for device in devices if device.process_index == here), devices[0])
+
+
 def fit(trainer: BaseTrainer) -> Choice:
     """Configure ``trainer`` with the first candidate whose step fits, compiling each in turn."""
     from theseus.training.assembly import batch_geometry
@@ -174,7 +183,7 @@ def fit(trainer: BaseTrainer) -> Choice:
         return True
 
     limit_gb = float(trainer.context.config.get(LIMIT_KEY, 0.0) or 0.0)
-    room = budget(limit_gb, trainer.sharding.mesh.devices.flat[0])
+    room = budget(limit_gb, _local_device(trainer))
     ladder = candidates(batch, int(trainer.args.micro_batch_size or 0), splits)
     if room.bytes is None:
         trainer.reconfigure(ladder[0].values())

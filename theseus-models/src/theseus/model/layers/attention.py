@@ -323,6 +323,11 @@ def attention_backend(implementation: str, q: jax.Array, v: jax.Array) -> str:
             f"unknown architecture/attention_impl {implementation!r}; "
             f"choose one of {', '.join(ATTENTION_IMPLEMENTATIONS)}"
         )
+    if implementation == "splash" and accelerator().platform == "gpu":
+        raise ConfigError(
+            "architecture/attention_impl=splash is the TPU kernel (interpreted elsewhere, for tests); "
+            "on GPUs use auto or cudnn"
+        )
     if implementation != "auto":
         return implementation
     if accelerator().platform == "tpu":

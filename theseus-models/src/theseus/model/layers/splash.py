@@ -19,6 +19,7 @@ XLA attention and prints that line once: :func:`notice_fallback`).
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from typing import Any
 
@@ -30,8 +31,9 @@ from theseus.base.accelerator import accelerator
 from theseus.base.axis import Axis
 from theseus.model.layers.context_parallel import spec_of
 
-#: Queries and keys per kernel block (forward and backward). Sequences are padded to a multiple of
-#: :data:`MIN_BLOCK` and blocks shrink to fit shorter ones. On a v5e, 16 heads of 64, forward and
+#: Queries and keys per kernel block (forward and backward), a power of two. Sequences are padded to a
+#: multiple of :data:`MIN_BLOCK`; a block is the largest power of two up to this that divides the padded
+#: sequence. On a v5e, 16 heads of 64, forward and
 #: backward of 16k tokens: blocks of 1024 took 9.3 ms at T=2048 and 20.9 ms at 8192, of 512 9.8 and
 #: 24.7 ms, of 256 16.6 and 52.1 ms (benchmarks/tpu_attention.py).
 BLOCK = 1024
@@ -47,7 +49,7 @@ def unsupported(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None
     if not is_causal:
         return "non-causal attention"
     if mask is not None:
-        return "a mask per query that is not packed rows' segments"
+        return "a mask per query beyond padding and packed rows (Llama 4's chunks chosen per layer at run time)"
     if k.shape[1] != q.shape[1]:
         return "queries and keys of different lengths"
     if q.shape[-1] != v.shape[-1] or k.shape[-1] != q.shape[-1]:
@@ -141,7 +143,7 @@ def _kernel(key: _KernelKey, local_heads: int) -> Any:
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
     steps, _, _, window, chunk, softcap, interpret = key
-    block = min(BLOCK, steps)
+    block = math.gcd(steps, BLOCK)  # blocks must divide the (padded) sequence: 1536 tokens run in blocks of 512
     sizes = splash.BlockSizes(
         block_q=block,
         block_kv=block,
