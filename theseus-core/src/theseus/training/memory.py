@@ -17,14 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from theseus.base.failures import MICRO_KEY, REMAT_KEY
 from theseus.errors import ConfigError, ResourceError
 
 if TYPE_CHECKING:
     from theseus.training.base import BaseTrainer
 
 AUTO = "auto"
-REMAT_KEY = "model/remat"
-MICRO_KEY = "training/micro_batch_size"
 LIMIT_KEY = "training/memory_limit_gb"
 #: Remat policies tried at the configured micro batch, fastest first; the last is then tried with fewer rows.
 REMAT_LADDER = ("none", "dots", "full")
