@@ -2,7 +2,7 @@
 
 ``python -m tests.models.splash_layouts_run ROOT OUT.json`` trains a tiny Llama (4 query heads sharing 2
 key/value heads, a sliding window) 3 steps with ``architecture/attention_impl`` ``xla`` and ``splash``
-(interpreted on CPU) on one device, under fsdp over 4 devices, fsdp+tp (2 x 2: each device holds two query
+(interpreted on CPU) under fsdp over 4 devices, fsdp+tp (2 x 2: each device holds two query
 heads and one key/value head) and a 2-stage pipeline, and records each run's training losses.
 """
 
@@ -46,7 +46,6 @@ ARGS = {
     "training/peak_flops": 1e12,
 }
 LAYOUTS: dict[str, tuple[int, dict[str, Any]]] = {
-    "single": (1, {}),
     "fsdp": (4, {"mesh/layout": "fsdp", "mesh/data": 4}),
     "fsdp+tp": (4, {"mesh/layout": "fsdp+tp", "mesh/data": 2, "mesh/model": 2}),
     "pipeline": (2, {"mesh/pipeline": 2, "mesh/pipeline_microbatches": 2}),

@@ -37,12 +37,10 @@ def _inputs() -> dict[str, Any]:
 
 
 CASES: dict[str, dict[str, Any]] = {
-    "causal": {},
     "key padding": {"padding_mask": "padding"},
-    "packed rows": {"padding_mask": "segments"},
+    "packed rows, soft cap": {"padding_mask": "segments", "softcap": 3.0, "scale": 0.3},
     "sliding window": {"window": 45, "padding_mask": "padding"},
     "chunks": {"chunk": 64},
-    "soft cap": {"softcap": 3.0, "scale": 0.3},
     "sinks and window": {"sinks": "sinks", "window": 100},
 }
 
@@ -87,10 +85,8 @@ FAMILIES = {
             "model__scan_layers": True,
         },
     ),
-    "gemma2 softcap": ("Gemma2", {"architecture__attn_softcap": 2.0, "architecture__n_kv_heads": 2}),
     "gpt-oss sinks": ("GptOss", {}),
     "llama4 chunks": ("Llama4", {"architecture__attention_chunk_size": 4}),
-    "deepseek-v3 latent": ("DeepseekV3", {}),
 }
 
 

@@ -1,6 +1,6 @@
 """Splash attention under the trainer's layouts (one subprocess on 4 simulated devices, see
-``splash_layouts_run.py``): one device, fsdp, fsdp+tp and a 2-stage pipeline train on XLA attention's
-losses; inside pipeline stages the layers say in one line that they use XLA attention."""
+``splash_layouts_run.py``): fsdp, fsdp+tp and a 2-stage pipeline train on XLA attention's losses; inside
+pipeline stages the layers say in one line that they use XLA attention."""
 
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ def done(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]
 
 def test_every_layout_trains_on_the_losses_of_xla_attention(done: tuple[dict[str, Any], str]) -> None:
     losses, _ = done
-    for layout in ("single", "fsdp", "fsdp+tp", "pipeline"):
+    for layout in ("fsdp", "fsdp+tp", "pipeline"):
         xla, kernel = losses[f"{layout}-xla"], losses[f"{layout}-splash"]
         assert len(kernel) == 3
         np.testing.assert_allclose(kernel, xla, atol=1e-5, rtol=0, err_msg=layout)
-    assert losses["single-splash"][-1] < losses["single-splash"][0]
+    assert losses["fsdp-splash"][-1] < losses["fsdp-splash"][0]
 
 
 def test_pipeline_stages_say_once_that_they_use_xla_attention(done: tuple[dict[str, Any], str]) -> None:

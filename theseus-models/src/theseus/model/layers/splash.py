@@ -33,9 +33,8 @@ from theseus.model.layers.context_parallel import spec_of
 
 #: Queries and keys per kernel block (forward and backward), a power of two. Sequences are padded to a
 #: multiple of :data:`MIN_BLOCK`; a block is the largest power of two up to this that divides the padded
-#: sequence. On a v5e, 16 heads of 64, forward and
-#: backward of 16k tokens: blocks of 1024 took 9.3 ms at T=2048 and 20.9 ms at 8192, of 512 9.8 and
-#: 24.7 ms, of 256 16.6 and 52.1 ms (benchmarks/tpu_attention.py).
+#: sequence. On a v5e, 16 heads of 64, forward and backward of 16k tokens: blocks of 1024 took 9.3 ms at
+#: T=2048 and 20.9 ms at 8192, of 512 9.8 and 24.7 ms, of 256 16.6 and 52.1 ms (benchmarks/tpu_attention.py).
 BLOCK = 1024
 MIN_BLOCK = 128
 
@@ -84,7 +83,7 @@ def splash_attention(
 ) -> jax.Array:
     """Causal grouped-query attention ``[B, T, heads, head_dim]`` by the splash kernel.
 
-    ``padding_mask``: bool ``[B, T]`` (True = real token; real tokens first in each row) or int segment
+    ``padding_mask``: bool ``[B, T]`` (True = real token, anywhere in the row) or int segment
     ids (0 = padding, ``k > 0`` = the k-th example packed into the row). ``window``: a query sees itself
     and the ``window - 1`` keys before it; ``chunk``: only keys of its own chunk of ``chunk`` positions
     (Llama 4's local layers). ``scale`` multiplies the scores (default ``head_dim ** -0.5``), ``softcap``
