@@ -373,11 +373,8 @@ def dot_product_attention(
         raise ValueError("a sliding window applies to causal self-attention only")
     backend = attention_backend(implementation, q, v)
     if backend == "splash":
-        reason = unsupported(q, k, v, mask, is_causal)
-        if reason is None and isinstance(window, jax.Array):
-            reason = "a window chosen per layer at run time"
-        if reason is None and chunk is not None and padding_mask is not None and is_segment_ids(padding_mask):
-            reason = "chunked attention over packed rows"
+        packed = padding_mask is not None and is_segment_ids(padding_mask)
+        reason = unsupported(q, k, v, mask, is_causal, window=window, chunk=chunk, packed=packed)
         if reason is None:
             fixed_window = window if isinstance(window, int) else None
             return splash_attention(

@@ -41,10 +41,21 @@ MIN_BLOCK = 128
 _NOTICED: set[str] = set()
 
 
-def unsupported(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None, is_causal: bool) -> str | None:
-    """Why splash attention cannot take this call (None: it can). ``mask`` is the dense mask the XLA
-    path would get; splash takes key padding and segment ids separately (:func:`splash_attention`), so
-    a caller passes here only a mask it could not express otherwise."""
+def unsupported(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array | None,
+    is_causal: bool,
+    *,
+    window: int | jax.Array | None = None,
+    chunk: int | None = None,
+    packed: bool = False,
+) -> str | None:
+    """Why splash attention cannot take this call (None: it can). ``mask`` is a further dense mask beside
+    the padding: splash takes key padding and segment ids separately (:func:`splash_attention`), so a
+    caller passes here only a mask it could not express otherwise. ``window`` must be a Python int, and
+    ``chunk`` counts from each row's first slot, so it cannot apply to ``packed`` rows (segment ids)."""
     if not is_causal:
         return "non-causal attention"
     if mask is not None:
@@ -57,6 +68,10 @@ def unsupported(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None
         return "query heads that are not a multiple of the key heads"
     if jax.sharding.get_abstract_mesh().manual_axes:  # a Pallas call carries no per-axis variance there
         return "attention inside a pipeline stage"
+    if isinstance(window, jax.Array):
+        return "a window chosen per layer at run time"
+    if chunk is not None and packed:
+        return "chunked attention over packed rows"
     return None
 
 
