@@ -64,7 +64,9 @@ class Case:
 
 
 CASES: dict[str, Case] = {
-    "gpt2-124m": Case("gpt", "gpt2-124m", 16, 1024, 50304, bare=True, goal=0.45),
+    "gpt2-124m": Case("gpt", "gpt2-124m", 16, 1024, 50304, goal=0.45),
+    # our loop against the bare loop and a matmul, interleaved: three states resident, so a batch that leaves room
+    "gpt2-124m-pair": Case("gpt", "gpt2-124m", 8, 1024, 50304, bare=True),
     "llama-350m-2k": Case("llama", "tiny", 8, 2048, 32000, {**LLAMA_350M, "model/remat": "full"}),
     "llama-350m-8k": Case("llama", "tiny", 2, 8192, 32000, {**LLAMA_350M, "model/remat": "full"}),
     "llama-350m-32k": Case("llama", "tiny", 1, 32768, 32000, {**LLAMA_350M, "model/remat": "full"}),
@@ -79,7 +81,13 @@ CPU_CASES: dict[str, Case] = {
 
 
 def measure_case(
-    name: str, case: Case, extra: dict[str, Any], steps: int, repeats: int, profile: Path | None = None
+    name: str,
+    case: Case,
+    extra: dict[str, Any],
+    steps: int,
+    repeats: int,
+    profile: Path | None = None,
+    memory: bool = False,
 ) -> list[dict[str, Any]]:
     """The rows of one case, as dicts (this process runs only this case)."""
     import jax
@@ -101,6 +109,8 @@ def measure_case(
         overrides={**case.overrides, **extra},
         model=case.model,
     )
+    where = f"{name} ({case.model}, {case.batch}x{case.seq}{_keys(extra)})"
+    compiled = [compiled_memory(work, where)] if memory else []
     others: list[Loop] = []
     if case.bare:
         others = [PeakLoop(8192 if device.platform == "tpu" else 128, "bfloat16", chain=8), BareLoop(work)]
@@ -112,8 +122,8 @@ def measure_case(
             loop.close()
     ours = timings[RUN_LOOP]
     stats = device.memory_stats() or {}
-    where = f"{name} ({case.model}, {case.batch}x{case.seq}{_keys(extra)})"
     rows = [
+        *compiled,
         Row(
             f"{where}: tokens/s",
             ours.tokens_per_s,
@@ -135,6 +145,43 @@ def measure_case(
     return [dataclasses.asdict(row) for row in rows]
 
 
+def compiled_memory(work: Any, where: str) -> Row:
+    """The bytes per device of the trainer's step as this device's compiler lays it out (arguments, outputs
+    not aliased to them, temporaries: what ``theseus plan`` reports as the total), compiled before any run."""
+    import tempfile
+
+    from benchmarks.bare_loop import trainer_class, trainer_overrides
+    from theseus.training.compiled import compile_train_step
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = trainer_class(work).create(tmp, trainer_overrides(work))
+        trainer.setup()
+        trainer.fit_memory()  # model/remat=auto: the setting the run would choose
+        step = compile_train_step(trainer)
+    note = (
+        f"state and batch {step.argument_bytes / 1e9:.2f} GB, temporaries {step.temporary_bytes / 1e9:.2f} GB; "
+        f"compiled in {step.compile_seconds:.0f} s"
+    )
+    return Row(f"{where}: compiled step", step.total_bytes / 1e9, "GB", note=note, fmt="{:.2f}")
+
+
+def plan_command(case: Case, extra: dict[str, Any], target: str = "v5e:1") -> str:
+    """The ``theseus plan`` line that compiles the case's step for ``target`` (the pretraining job, same keys)."""
+    keys = {
+        "model": case.model,
+        "architecture/preset": case.preset,
+        "architecture/vocab_size": case.vocab,
+        "architecture/block_size": case.seq,
+        "architecture/dropout": 0.0,
+        "model/activation_dtype": "bfloat16",
+        **case.overrides,
+        **extra,
+        "training/batch_size": case.batch,
+        "training/sequence_length": case.seq,
+    }
+    return f"theseus plan train/pretrain --target {target} " + " ".join(f"{k}={v}" for k, v in keys.items())
+
+
 def _keys(extra: dict[str, Any]) -> str:
     return "".join(f", {key}={value}" for key, value in extra.items())
 
@@ -148,9 +195,13 @@ def run_in_processes(names: list[str], extra: list[str], args: argparse.Namespac
         command += ["--repeats", str(args.repeats)] + [f"--set={item}" for item in extra]
         command += ["--cpu-smoke"] if args.cpu_smoke else []
         command += [f"--profile={args.profile}"] if args.profile else []
+        command += ["--memory"] if args.memory else []
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True)
         print(f"{name}: exit {done.returncode} in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+        for line in (done.stdout + done.stderr).splitlines():  # what the run chose or fell back to
+            if line.startswith("notice:") or "model/remat=auto" in line:
+                print(f"  {line}", file=sys.stderr, flush=True)
         if done.returncode == 0 and out.exists():
             rows += [Row(**row) for row in json.loads(out.read_text())]
         else:
@@ -182,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", type=Path, help="trace one update of each case (training/profile) into DIR/CASE")
+    parser.add_argument("--memory", action="store_true", help="also compile each case's step on the device first")
+    parser.add_argument("--plan-commands", action="store_true", help="print the theseus plan line of each case")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--output", type=Path, help="also write the table to this file")
@@ -189,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = CPU_CASES if args.cpu_smoke else CASES
     if args.one:
         where = None if args.profile is None else args.profile / args.one
-        found = measure_case(args.one, cases[args.one], parse_sets(args.set), args.steps, args.repeats, where)
+        sets = parse_sets(args.set)
+        found = measure_case(args.one, cases[args.one], sets, args.steps, args.repeats, where, args.memory)
         if args.json:
             args.json.write_text(json.dumps(found))
         return 0
@@ -198,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown case {unknown[0]!r}; choose from {', '.join(cases)}")
         return 2
+    if args.plan_commands:
+        for name in names:
+            print(plan_command(cases[name], parse_sets(args.set)))
+        return 0
     started = time.perf_counter()
     rows = run_in_processes(names, args.set, args)
     publish_table(rows, args.output, title="theseus on one TPU chip", extra=f"{time.perf_counter() - started:.0f} s")

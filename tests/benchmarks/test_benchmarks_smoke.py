@@ -170,3 +170,40 @@ def test_every_tpu_case_is_a_configuration_the_models_accept() -> None:
     top_k = mixture["architecture/moe/top_k"]
     assert dense["architecture/mlp_ratio"] == top_k * mixture["architecture/mlp_ratio"]
     assert tpu_mfu.published_peak("TPU v5 lite") == 197e12
+
+
+def test_trace_ops_reads_self_time_of_one_step(tmp_path):
+    """Ops nested in a loop count once, only one whole execution of the step counts, and the top op and
+    the split by HLO category are what a Perfetto trace of the chip says."""
+    import gzip
+    import json
+
+    from benchmarks import trace_ops
+
+    def meta(kind, pid, name, tid=0):
+        return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name": name}}
+
+    def op(name, ts, dur, category, tid=2):
+        return {"ph": "X", "pid": 1, "tid": tid, "ts": ts, "dur": dur, "name": name, "args": {"hlo_category": category}}
+
+    events = [
+        meta("process_name", 1, "/device:TPU:0"),
+        meta("thread_name", 1, "XLA Modules", tid=1),
+        meta("thread_name", 1, "XLA Ops", tid=2),
+        {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 50, "name": "jit_step(1)"},  # a partial step before
+        {"ph": "X", "pid": 1, "tid": 1, "ts": 100, "dur": 100, "name": "jit_step(1)"},
+        op("fusion.1", 10, 40, "convolution fusion"),  # outside the whole step: not counted
+        op("while.3", 100, 80, "while"),
+        op("fusion.2", 110, 30, "convolution fusion"),
+        op("splash_mha_fwd.4", 150, 20, "custom-call"),
+        op("add_fusion.5", 185, 10, "loop fusion"),
+    ]
+    folder = tmp_path / "profile" / "plugins"
+    folder.mkdir(parents=True)
+    (folder / "perfetto_trace.json.gz").write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+
+    tracks, times = trace_ops.op_times(events)
+    assert tracks == "/device:TPU:0 XLA Ops"
+    assert times == {"while.3": 30, "fusion.2": 30, "splash_mha_fwd.4": 20, "add_fusion.5": 10}
+    assert trace_ops.op_times(events, "hlo_category")[1]["convolution fusion"] == 30
+    assert trace_ops.main([str(tmp_path)]) == 0
