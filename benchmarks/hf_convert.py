@@ -58,7 +58,7 @@ def write_source(folder: Path, params: float) -> int:
 
     from theseus.model.huggingface.names import llama_maps
     from theseus.model.huggingface.safetensors_io import PlannedTensor, write_checkpoint
-    from theseus.model.models.architecture import Architecture
+    from theseus.model.stack.architecture import Architecture
 
     shape = llama_shape(params)
     config = {

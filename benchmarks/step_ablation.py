@@ -141,7 +141,7 @@ class ForwardVariant(Variant):
 
 def variants(preset: str, batch: int, seq: int) -> list[Loop]:
     from theseus.model.layers import attention
-    from theseus.model.models import transformer
+    from theseus.model.stack import transformer
 
     work = Workload.create(preset, batch=batch, seq=seq)
     loops: list[Loop] = [

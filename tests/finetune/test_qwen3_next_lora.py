@@ -17,7 +17,7 @@ from tests.finetune.conftest import TINY_SFT
 from tests.finetune.test_sft import leaves, read_checkpoint
 from tests.models.conftest import build, forward, jitted, random_params
 from theseus.model.layers import lora
-from theseus.model.models.qwen3_next import Qwen3Next
+from theseus.model.models.qwen3_next.model import Qwen3Next
 
 ATTENTION = ["query", "key", "value", "out"]
 #: The adapted projections of a Gated DeltaNet layer under ATTENTION (``z`` follows ``value``).
@@ -50,7 +50,7 @@ def test_fresh_adapters_change_nothing_and_merge_into_the_same_model() -> None:
 
 def test_a_gated_deltanet_layer_starts_with_zero_adapters_that_change_nothing() -> None:
     from theseus.config import configuration, configure
-    from theseus.model.models.qwen3_next_deltanet import GatedDeltaNet
+    from theseus.model.models.qwen3_next.deltanet import GatedDeltaNet
 
     shape = {"key_heads": 2, "value_heads": 4, "key_dim": 8, "value_dim": 6, "chunk_size": 4}
     with configuration({"model/lora/rank": 2, "model/lora/targets": ATTENTION}):

@@ -174,7 +174,7 @@ def test_fields_config_json_omits_take_transformers_defaults(
 
     from transformers import AutoModelForCausalLM
 
-    from theseus.model.models.deepseek_v3_hf import DeepseekV3Family
+    from theseus.model.models.deepseek_v3.hf import DeepseekV3Family
 
     folder = tmp_path / "sparse"
     shutil.copytree(saved["query_lora"][0], folder)

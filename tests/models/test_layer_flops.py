@@ -13,8 +13,8 @@ from theseus.model.layers import MLP, AttentionSpec, CausalSelfAttention
 from theseus.model.layers.latent_attention import LatentAttention
 from theseus.model.layers.moe import MoE
 from theseus.model.models import DeepseekV3, Gemma3, Mixtral, TransformerLM
-from theseus.model.models.deepseek_v3 import DeepseekV3Block
-from theseus.model.models.windows import pattern_layer_types
+from theseus.model.models.deepseek_v3.model import DeepseekV3Block
+from theseus.model.stack.windows import pattern_layer_types
 
 
 def head_flops(model: TransformerLM, seq: int) -> int:

@@ -22,9 +22,9 @@ from theseus.checkpoint import CheckpointStore
 from theseus.checkpoint.layers import LayerRun, layout_changes, per_layer, stacked
 from theseus.errors import ConfigError
 from theseus.model.models import DeepseekV3, TransformerLM
-from theseus.model.models.llama4 import Llama4
-from theseus.model.models.qwen3_next import Qwen3Next
-from theseus.model.models.transformer import SCAN_FROM_LAYERS
+from theseus.model.models.llama4.model import Llama4
+from theseus.model.models.qwen3_next.model import Qwen3Next
+from theseus.model.stack.transformer import SCAN_FROM_LAYERS
 
 #: Two dense layers, then two mixture layers.
 RUNS = {"architecture__n_layers": 4, "architecture__moe__first_k_dense": 2}

@@ -16,7 +16,7 @@ from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import Schema, configuration, configure
 from theseus.errors import ConfigError
 from theseus.model.models import GPT, Llama, OLMo2, Phi3, Qwen3, TransformerLM, cross_entropy
-from theseus.model.models.architecture import Architecture
+from theseus.model.stack.architecture import Architecture
 from theseus.registry import get_registry
 
 B, T = 3, 12
@@ -288,7 +288,7 @@ def test_the_olmo3_preset_has_the_published_shape_and_count() -> None:
     import torch
     from transformers import AutoModelForCausalLM, Olmo3Config
 
-    from theseus.model.models.olmo3 import OLMo3
+    from theseus.model.models.olmo3.model import OLMo3
 
     values = {"architecture/preset": "olmo3-7b", "architecture/vocab_size": 100352, "architecture/block_size": 8192}
     with configuration(values):
@@ -550,7 +550,7 @@ def test_the_gpt_oss_preset_has_the_published_shape_and_count() -> None:
     import torch
     from transformers import AutoModelForCausalLM, GptOssConfig
 
-    from theseus.model.models.gpt_oss import GptOss
+    from theseus.model.models.gpt_oss.model import GptOss
 
     values = {"architecture/preset": "gpt-oss-20b", "architecture/vocab_size": 201088, "architecture/block_size": 4096}
     with configuration(values):
@@ -597,7 +597,7 @@ def test_the_llama4_scout_preset_has_the_published_shape_and_count() -> None:
     import torch
     from transformers import AutoModelForCausalLM, Llama4TextConfig
 
-    from theseus.model.models.llama4 import Llama4
+    from theseus.model.models.llama4.model import Llama4
 
     values = {
         "architecture/preset": "llama4-scout",
@@ -645,7 +645,7 @@ def test_llama4_interleaved_dense_and_mixture_layers_scan_one_unit_per_step() ->
     of four, one per scan step, each position held apart; four layers do not repeat and refuse a scan in
     one line."""
     from theseus.checkpoint.layers import LayerRun
-    from theseus.model.models.llama4 import Llama4
+    from theseus.model.models.llama4.model import Llama4
 
     with configuration({"architecture/preset": "tiny", "architecture/n_layers": 8}):
         model = configure(Llama4)
@@ -666,7 +666,7 @@ def test_the_qwen3_next_preset_has_the_published_shape_and_count() -> None:
     import torch
     from transformers import AutoModelForCausalLM, Qwen3NextConfig
 
-    from theseus.model.models.qwen3_next import Qwen3Next
+    from theseus.model.models.qwen3_next.model import Qwen3Next
 
     values = {
         "architecture/preset": "qwen3-next-80b-a3b",
@@ -706,7 +706,7 @@ def test_qwen3_next_scans_its_layers_as_runs_or_units() -> None:
     """Three linear-attention layers then a full one scan as two runs; eight layers repeat a unit of four,
     one per scan step; leading dense layers that break the period refuse a scan in one line."""
     from theseus.checkpoint.layers import LayerRun
-    from theseus.model.models.qwen3_next import Qwen3Next
+    from theseus.model.models.qwen3_next.model import Qwen3Next
 
     with configuration({"architecture/preset": "tiny", "model/scan_layers": True}):
         model = configure(Qwen3Next)

@@ -328,8 +328,8 @@ def test_shared_experts_add_a_dense_mlp_every_token_passes_through() -> None:
 
 def test_exports_refuse_what_the_checkpoints_cannot_express_in_one_line() -> None:
     from theseus.model.models import Mixtral, Qwen3MoE
-    from theseus.model.models.mixtral_hf import MixtralFamily
-    from theseus.model.models.qwen3_moe_hf import Qwen3MoEFamily
+    from theseus.model.models.mixtral.hf import MixtralFamily
+    from theseus.model.models.qwen3_moe.hf import Qwen3MoEFamily
 
     cases = [
         (MixtralFamily(), Mixtral, {"architecture/moe/first_k_dense": 1}, "first_k_dense=1 (dense layers)"),

@@ -120,4 +120,5 @@ def test_a_run_record_cannot_choose_code_to_import() -> None:
         with pytest.raises(ConfigError, match="'this:s', which is neither loaded nor a registered model or job"):
             model_class(record, "evil")
     assert "this" not in sys.modules
-    assert model_class({"model": "theseus.model.models.gpt:GPT"}, "good") is GPT
+    assert model_class({"model": "theseus.model.models.gpt.model:GPT"}, "good") is GPT
+    assert model_class({"model": "theseus.model.models.gpt:GPT"}, "recorded before families were folders") is GPT

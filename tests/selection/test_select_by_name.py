@@ -123,7 +123,7 @@ def test_every_builtin_optimizer_and_schedule_selected_from_the_cli(
 
 def test_llama_on_a_gpt_job_with_a_data_mixture(capsys: pytest.CaptureFixture[str], root: Path) -> None:
     run = train(capsys, root, "llama-mix", "model=llama", "dataset=python-stdlib:0.75,local:0.25:padded")
-    assert run["provenance"]["model"] == "theseus.model.models.llama:Llama"
+    assert run["provenance"]["model"] == "theseus.model.models.llama.model:Llama"
     assert run["provenance"]["selection"]["dataset"] == "python-stdlib:0.75,local:0.25:padded"
     assert "rope_theta" in run["config"] and "model: llama" in run["config"]
     assert len(run["loss"]) == 3

@@ -23,7 +23,7 @@ import theseus.checkpoint.shapes, theseus.cli.running, theseus.training.base, th
 import theseus.training.pretrain
 from theseus.model.models import GPT
 print(sorted({{m.split('.')[0] for m in sys.modules}} & set({LATE!r})))
-families = {{m.rpartition('.')[2] for m in sys.modules if m.startswith('theseus.model.models.')}}
+families = {{m.split('.')[3] for m in sys.modules if m.startswith('theseus.model.models.')}}
 print(sorted(families & set({OTHER_FAMILIES!r})))
 """
 

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 from theseus.model.huggingface.family import require
 from theseus.model.huggingface.names import TensorMap, same
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.gpt_hf import GPT2Family
+from theseus.model.models.gpt.hf import GPT2Family
+from theseus.model.stack.architecture import Architecture
 
 
 class ScaledGPTFamily(GPT2Family):

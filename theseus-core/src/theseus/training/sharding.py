@@ -10,7 +10,7 @@ are laid out as the layout says, and attention meets the other devices' keys in 
 ``context_attention`` names (:mod:`theseus.model.layers.context_parallel`).
 With ``mesh/pipeline`` above 1 the mesh has a ``pipeline`` axis first: the layer axis of a scanned
 stack (logical ``layers``) is split over it, each device holding consecutive layers, and the stack runs
-as the ``pipelining`` schedule says (:mod:`theseus.model.models.pipeline`); batch rows are not split over it
+as the ``pipelining`` schedule says (:mod:`theseus.model.stack.pipeline`); batch rows are not split over it
 (with ``1f1b`` the vocabulary rows of the embeddings and the head are: :attr:`TrainerSharding.storage_rules`).
 The same object is handed to ``train_step`` / ``val_step`` / ``trace`` for every layout:
 ``.mesh`` is a ``jax.sharding.Mesh`` with Auto axis types and ``.parameter_fwdbwd_mapping`` is

@@ -19,8 +19,8 @@ import numpy as np
 
 from theseus.errors import ConfigError
 from theseus.model.generation.sampling import SamplingParams, sample_logits
-from theseus.model.models.decoding import init_cache
-from theseus.model.models.transformer import TransformerLM
+from theseus.model.stack.decoding import cached_step, init_cache
+from theseus.model.stack.transformer import TransformerLM
 
 if TYPE_CHECKING:
     from theseus.training.sharding import TrainerSharding
@@ -92,15 +92,8 @@ def _sample(
     fill = jnp.maximum(eot, 0).astype(jnp.int32)
 
     def run(tokens: jax.Array, step_mask: jax.Array | None, cache: Any) -> tuple[jax.Array, Any]:
-        (logits, _), mutated = model.apply(
-            {"params": params, "cache": cache},
-            tokens,
-            padding_mask=step_mask,
-            deterministic=True,
-            decode=True,
-            mutable=["cache"],
-        )
-        return logits[:, -1].astype(jnp.float32), mutated["cache"]
+        logits, cache = cached_step(model, params, cache, tokens, step_mask)
+        return logits[:, -1].astype(jnp.float32), cache
 
     cache = init_cache(model, batch, prompt_length + max_new_tokens - 1)
     logits, cache = run(ids, mask, cache)

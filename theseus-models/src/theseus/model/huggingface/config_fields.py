@@ -11,10 +11,10 @@ from theseus.errors import ConfigError
 from theseus.model.huggingface.family import require, unsupported
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.layers.rotary import yarn_mscale
-from theseus.model.models.windows import pattern_layer_types
+from theseus.model.stack.windows import pattern_layer_types
 
 if TYPE_CHECKING:
-    from theseus.model.models.architecture import Architecture
+    from theseus.model.stack.architecture import Architecture
 
 
 # ----------------------------------------------------------------- RoPE

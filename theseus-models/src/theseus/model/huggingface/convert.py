@@ -24,7 +24,7 @@ from theseus.model.huggingface.safetensors_io import PlannedTensor, TensorInfo, 
 from theseus.model.huggingface.source import read_config
 
 if TYPE_CHECKING:
-    from theseus.model.models.architecture import Architecture
+    from theseus.model.stack.architecture import Architecture
 
 ParamPath = tuple[str, ...]
 Place = Callable[[ParamPath, np.ndarray], Any]

@@ -4,7 +4,7 @@ checkpoint's tensor names <-> the theseus parameters, both ways.
 Families register under ``theseus.components`` as ``hf/<model_type>`` (``hf/gpt2``, ``hf/llama``);
 ``hf/import``, ``hf/export``, ``training/init_from=hf:`` and ``hf/export-adapter`` find them by
 ``model_type`` through the registry, so a plugin model imports and exports checkpoints the same way
-the built-in ones do. Each family lives beside its model (``theseus.model.models.gpt_hf``).
+the built-in ones do. Each family lives in its model's folder (``theseus.model.models.gpt.hf``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from theseus.errors import ConfigError
 
 if TYPE_CHECKING:
     from theseus.model.huggingface.names import TensorMap
-    from theseus.model.models.architecture import Architecture
+    from theseus.model.stack.architecture import Architecture
 
 #: The component kind families register under.
 KIND = "hf"

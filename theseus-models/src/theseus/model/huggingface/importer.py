@@ -21,7 +21,7 @@ from theseus.model.huggingface.source import CONFIG_FILE
 from theseus.model.huggingface.tokenizer_files import TOKENIZER_FILES, tokenizer_spec
 
 if TYPE_CHECKING:
-    from theseus.model.models.transformer import TransformerLM
+    from theseus.model.stack.transformer import TransformerLM
 
 TOKENIZER_DIR = "tokenizer"
 #: The middle of the hidden staging folder's name, ``.<run name>.importing-<random>``.

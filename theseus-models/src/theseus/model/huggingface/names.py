@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from theseus.model.models.architecture import Architecture
+    from theseus.model.stack.architecture import Architecture
 
 
 Path = tuple[str, ...]

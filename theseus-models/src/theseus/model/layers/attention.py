@@ -567,7 +567,7 @@ class CausalSelfAttention(Module):
     instead (``key``/``value`` ``[B, kv_heads, window, head_dim]``, plus ``slots`` ``[window]``: the
     sequence index each slot holds); a window chosen per layer at run time (a scanned model whose
     ``layer_types`` do not repeat) keeps the whole length, masked to the window, as stacked caches share
-    one shape (repeating ones scan whole periods, each layer static: ``theseus.model.models.stacks``).
+    one shape (repeating ones scan whole periods, each layer static: ``theseus.model.stack.scan``).
     """
 
     n_embd: int | None = architecture_field("n_embd")

@@ -10,7 +10,7 @@ The standard layers read ``model/lora/rank`` (0: no adapters), ``model/lora/alph
 ``model/lora/dropout`` and ``model/lora/targets`` (``query``, ``key``, ``value``, ``out`` of the
 attention; ``up``, ``gate``, ``down`` of the MLP), so GPT, Llama and plugin models built from
 them all take adapters; Qwen3-Next's Gated DeltaNet reads them too
-(:class:`theseus.model.models.qwen3_next_deltanet.GatedDeltaNet`).
+(:class:`theseus.model.models.qwen3_next.deltanet.GatedDeltaNet`).
 """
 
 from __future__ import annotations

@@ -355,7 +355,7 @@ class MoEKeys(Module):
 
     def moe_spec(self, d_ff: int | None, preset: Mapping[str, Any] | None = None) -> MoESpec:
         """The keys as a validated :class:`MoESpec`. A key of :data:`PRESET_KEYS` left None takes the
-        ``preset``'s value (a mixture family's :class:`~theseus.model.models.mixture.MoEPreset`), else
+        ``preset``'s value (a mixture family's :class:`~theseus.model.stack.mixture.MoEPreset`), else
         :class:`MoESpec`'s default; ``d_ff`` is the expert width when neither sets ``expert_hidden``."""
         given = preset or {}
         values: dict[str, Any] = {}

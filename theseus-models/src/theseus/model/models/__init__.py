@@ -2,7 +2,11 @@
 ``Gemma3`` and the mixtures ``Mixtral``, ``Qwen3MoE``, ``DeepseekV3``, ``GptOss`` and ``Llama4``, plus KV-cache
 decoding.
 
-Both follow the trainer's call contract::
+Each family is a folder, ``models/<family>/``: ``model.py`` (the model class, its layers and presets),
+``hf.py`` (its Hugging Face families) and an ``__init__.py`` naming the model and presets. What the families
+share (``TransformerLM``, blocks, scanned and pipelined stacks, decoding) is :mod:`theseus.model.stack`.
+
+All follow the trainer's call contract::
 
     logits, loss = model.apply(variables, x, y=None, padding_mask=None, deterministic=False,
                                rngs={"dropout": key})
@@ -10,7 +14,7 @@ Both follow the trainer's call contract::
 and size themselves from ``architecture/preset`` plus explicit ``architecture/*`` keys (see
 :class:`TransformerLM`). ``model.flops(seq)`` and ``model.architecture`` work on an unbound model.
 
-The KV cache (:mod:`theseus.model.models.decoding`)::
+The KV cache (:mod:`theseus.model.stack.decoding`)::
 
     from theseus.model.models import GPT, decode_step, init_cache
 
@@ -29,66 +33,66 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from theseus.model.models.architecture import Architecture, Preset
-    from theseus.model.models.block import Block
-    from theseus.model.models.decoding import decode_step, init_cache
-    from theseus.model.models.deepseek_v3 import DEEPSEEK_V3_PRESETS, DeepseekV3
-    from theseus.model.models.gemma import GEMMA2_PRESETS, GEMMA3_PRESETS, Gemma2, Gemma3
-    from theseus.model.models.gpt import GPT, GPT_PRESETS
-    from theseus.model.models.gpt_oss import GPT_OSS_PRESETS, GptOss
-    from theseus.model.models.llama import LLAMA_PRESETS, Llama
-    from theseus.model.models.llama4 import LLAMA4_PRESETS, Llama4
-    from theseus.model.models.mixtral import MIXTRAL_PRESETS, Mixtral
-    from theseus.model.models.mixture import MoEBlock
-    from theseus.model.models.olmo2 import OLMO2_PRESETS, OLMo2
-    from theseus.model.models.olmo3 import OLMO3_PRESETS, OLMo3
-    from theseus.model.models.phi3 import PHI3_PRESETS, Phi3
-    from theseus.model.models.qwen3 import QWEN3_PRESETS, Qwen3
-    from theseus.model.models.qwen3_moe import QWEN3_MOE_PRESETS, Qwen3MoE
-    from theseus.model.models.qwen3_next import QWEN3_NEXT_PRESETS, Qwen3Next
-    from theseus.model.models.transformer import TransformerLM, cross_entropy, token_positions
+    from theseus.model.models.deepseek_v3.model import DEEPSEEK_V3_PRESETS, DeepseekV3
+    from theseus.model.models.gemma.model import GEMMA2_PRESETS, GEMMA3_PRESETS, Gemma2, Gemma3
+    from theseus.model.models.gpt.model import GPT, GPT_PRESETS
+    from theseus.model.models.gpt_oss.model import GPT_OSS_PRESETS, GptOss
+    from theseus.model.models.llama.model import LLAMA_PRESETS, Llama
+    from theseus.model.models.llama4.model import LLAMA4_PRESETS, Llama4
+    from theseus.model.models.mixtral.model import MIXTRAL_PRESETS, Mixtral
+    from theseus.model.models.olmo2.model import OLMO2_PRESETS, OLMo2
+    from theseus.model.models.olmo3.model import OLMO3_PRESETS, OLMo3
+    from theseus.model.models.phi3.model import PHI3_PRESETS, Phi3
+    from theseus.model.models.qwen3.model import QWEN3_PRESETS, Qwen3
+    from theseus.model.models.qwen3_moe.model import QWEN3_MOE_PRESETS, Qwen3MoE
+    from theseus.model.models.qwen3_next.model import QWEN3_NEXT_PRESETS, Qwen3Next
+    from theseus.model.stack.architecture import Architecture, Preset
+    from theseus.model.stack.block import Block
+    from theseus.model.stack.decoding import decode_step, init_cache
+    from theseus.model.stack.mixture import MoEBlock
+    from theseus.model.stack.transformer import TransformerLM, cross_entropy, token_positions
 
 #: The module of each public name. A name is imported when first read (``from theseus.model.models import
 #: GPT``, or an entry point ``theseus.model.models:GPT``), so a run of one family does not define every
 #: family's Flax modules (about a tenth of the CPU time of importing one model).
 _HOMES = {
-    "Architecture": "architecture",
-    "Preset": "architecture",
-    "Block": "block",
-    "decode_step": "decoding",
-    "init_cache": "decoding",
-    "DEEPSEEK_V3_PRESETS": "deepseek_v3",
-    "DeepseekV3": "deepseek_v3",
-    "GEMMA2_PRESETS": "gemma",
-    "GEMMA3_PRESETS": "gemma",
-    "Gemma2": "gemma",
-    "Gemma3": "gemma",
-    "GPT": "gpt",
-    "GPT_PRESETS": "gpt",
-    "GPT_OSS_PRESETS": "gpt_oss",
-    "GptOss": "gpt_oss",
-    "LLAMA_PRESETS": "llama",
-    "Llama": "llama",
-    "LLAMA4_PRESETS": "llama4",
-    "Llama4": "llama4",
-    "MIXTRAL_PRESETS": "mixtral",
-    "Mixtral": "mixtral",
-    "MoEBlock": "mixture",
-    "OLMO2_PRESETS": "olmo2",
-    "OLMo2": "olmo2",
-    "OLMO3_PRESETS": "olmo3",
-    "OLMo3": "olmo3",
-    "PHI3_PRESETS": "phi3",
-    "Phi3": "phi3",
-    "QWEN3_PRESETS": "qwen3",
-    "Qwen3": "qwen3",
-    "QWEN3_MOE_PRESETS": "qwen3_moe",
-    "Qwen3MoE": "qwen3_moe",
-    "QWEN3_NEXT_PRESETS": "qwen3_next",
-    "Qwen3Next": "qwen3_next",
-    "TransformerLM": "transformer",
-    "cross_entropy": "transformer",
-    "token_positions": "transformer",
+    "Architecture": "theseus.model.stack.architecture",
+    "Preset": "theseus.model.stack.architecture",
+    "Block": "theseus.model.stack.block",
+    "decode_step": "theseus.model.stack.decoding",
+    "init_cache": "theseus.model.stack.decoding",
+    "MoEBlock": "theseus.model.stack.mixture",
+    "TransformerLM": "theseus.model.stack.transformer",
+    "cross_entropy": "theseus.model.stack.transformer",
+    "token_positions": "theseus.model.stack.transformer",
+    "DEEPSEEK_V3_PRESETS": "theseus.model.models.deepseek_v3.model",
+    "DeepseekV3": "theseus.model.models.deepseek_v3.model",
+    "GEMMA2_PRESETS": "theseus.model.models.gemma.model",
+    "GEMMA3_PRESETS": "theseus.model.models.gemma.model",
+    "Gemma2": "theseus.model.models.gemma.model",
+    "Gemma3": "theseus.model.models.gemma.model",
+    "GPT": "theseus.model.models.gpt.model",
+    "GPT_PRESETS": "theseus.model.models.gpt.model",
+    "GPT_OSS_PRESETS": "theseus.model.models.gpt_oss.model",
+    "GptOss": "theseus.model.models.gpt_oss.model",
+    "LLAMA_PRESETS": "theseus.model.models.llama.model",
+    "Llama": "theseus.model.models.llama.model",
+    "LLAMA4_PRESETS": "theseus.model.models.llama4.model",
+    "Llama4": "theseus.model.models.llama4.model",
+    "MIXTRAL_PRESETS": "theseus.model.models.mixtral.model",
+    "Mixtral": "theseus.model.models.mixtral.model",
+    "OLMO2_PRESETS": "theseus.model.models.olmo2.model",
+    "OLMo2": "theseus.model.models.olmo2.model",
+    "OLMO3_PRESETS": "theseus.model.models.olmo3.model",
+    "OLMo3": "theseus.model.models.olmo3.model",
+    "PHI3_PRESETS": "theseus.model.models.phi3.model",
+    "Phi3": "theseus.model.models.phi3.model",
+    "QWEN3_PRESETS": "theseus.model.models.qwen3.model",
+    "Qwen3": "theseus.model.models.qwen3.model",
+    "QWEN3_MOE_PRESETS": "theseus.model.models.qwen3_moe.model",
+    "Qwen3MoE": "theseus.model.models.qwen3_moe.model",
+    "QWEN3_NEXT_PRESETS": "theseus.model.models.qwen3_next.model",
+    "Qwen3Next": "theseus.model.models.qwen3_next.model",
 }
 
 
@@ -96,7 +100,7 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value
 

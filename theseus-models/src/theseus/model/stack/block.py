@@ -1,10 +1,11 @@
 """``Block``: one transformer layer (attention + MLP, each on a residual branch, normalised before
-or after the branch)."""
+or after the branch), and ``LayerCall``: what a layer is called with besides its input."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import jax
 
@@ -15,10 +16,35 @@ from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, child, const
 from theseus.model.layers.attention import CausalSelfAttention
 from theseus.model.layers.mlp import MLP
 from theseus.model.layers.norms import LayerNorm, NormSpec, RMSNorm
-from theseus.model.models.architecture import Architecture
 from theseus.model.module import Module
+from theseus.model.stack.architecture import Architecture
 
 M = TypeVar("M", bound=Module)
+
+
+class LayerCall(NamedTuple):
+    """What every layer of one forward pass is called with after its input, in this order: ``layer(x, *call)``,
+    or ``layer(x, *call, index)`` for a layer told its index (its window, RoPE base and cache shape). A layer's
+    ``__call__`` takes them as positional parameters of these names, then ``layer`` (:class:`Block`, the
+    attention layers); ``nn.remat`` and ``nn.scan`` address them by position (:data:`STATIC_ARGNUMS`)."""
+
+    padding_mask: jax.Array | None = None
+    positions: jax.Array | None = None
+    deterministic: bool = False
+    decode: bool = False
+
+    @classmethod
+    def split(cls, args: Sequence[Any]) -> tuple[LayerCall, tuple[Any, ...]]:
+        """A layer's positional arguments after its input: this call, and what follows it (an index)."""
+        count = len(cls._fields)
+        return cls(*args[:count]), tuple(args[count:])
+
+
+#: Positions of ``deterministic`` and ``decode`` in a layer's call, the module being 0 and the input 1: the
+#: Python values ``nn.remat`` keeps static (they choose the code path).
+STATIC_ARGNUMS = tuple(2 + LayerCall._fields.index(name) for name in ("deterministic", "decode"))
+#: Position of the layer index that follows a :class:`LayerCall`.
+INDEX_ARGNUM = 2 + len(LayerCall._fields)
 
 
 def detached_child(parent: Module, cls: type[M], **overrides: Any) -> M:
@@ -58,8 +84,9 @@ class Block(Module):
     """``x + attn(attn_norm(x))`` then ``x + mlp(mlp_norm(x))``; with the architecture's
     ``norm_placement="post"``: ``x + attn_norm(attn(x))`` then ``x + mlp_norm(mlp(x))``; with
     ``"sandwich"``: ``x + attn_out_norm(attn(attn_norm(x)))`` then ``x + mlp_out_norm(mlp(mlp_norm(x)))``
-    (Gemma 2 and 3). ``layer`` (the layer's index, passed by the model only when the architecture has
-    ``layer_types``) tells the attention which window and RoPE base it uses.
+    (Gemma 2 and 3). Called as ``block(x, *call, layer)`` with a :class:`LayerCall`; ``layer`` (the layer's
+    index, passed by the model only when the architecture has ``layer_types``) tells the attention which
+    window and RoPE base it uses.
 
     Takes its sizes from ``architecture`` (the model resolves presets and keys once) and
     passes them to its children; ``out_std`` initialises the residual output projections.
@@ -149,8 +176,10 @@ class Block(Module):
         decode: bool = False,
         layer: int | jax.Array | None = None,
     ) -> jax.Array:
+        call = LayerCall(padding_mask, positions, deterministic, decode)
+
         def attend(h: jax.Array) -> jax.Array:
-            return self.attn(h, padding_mask, positions, deterministic, decode, layer)
+            return self.attn(h, *call, layer)
 
         placement = self.arch.norm.placement
         if placement == "sandwich":

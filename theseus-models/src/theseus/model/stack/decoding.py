@@ -1,4 +1,4 @@
-"""Incremental decoding with a KV cache, for GPT and Llama.
+"""Incremental decoding with a KV cache, for every ``TransformerLM``.
 
 The cache is Flax's ``cache`` collection: per layer ``key``/``value`` ``[B, kv_heads, L, head_dim]``
 (activation dtype; heads-major, so a step's attention reads it without a transposed copy), ``mask``
@@ -17,13 +17,12 @@ are padded on the LEFT with ``padding_mask`` False there, so every row's last co
 real token; padded slots are never attended to and do not advance positions. Each call writes its
 tokens at the next ``T`` slots; writing past ``max_len`` is not checked inside the jitted step
 (``theseus.model.generation.decode.generate_tokens``, the decoder, checks it). ``decode_step``
-donates the cache it is given: use the returned one.
+donates the cache it is given: use the returned one. The decoder's jitted loop runs the same step
+unjitted (:func:`cached_step`).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -31,10 +30,9 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from theseus.errors import ConfigError
-from theseus.model.models.transformer import TransformerLM
+from theseus.model.stack.transformer import TransformerLM
 
 Cache = Any
-Sampler = Callable[[jax.Array, jax.Array], jax.Array]
 
 
 def init_cache(model: TransformerLM, batch_size: int, max_len: int) -> Cache:
@@ -50,10 +48,11 @@ def init_cache(model: TransformerLM, batch_size: int, max_len: int) -> Cache:
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
-def _step(
-    model: TransformerLM, params: Any, cache: Cache, tokens: jax.Array, padding_mask: jax.Array | None
+def cached_step(
+    model: TransformerLM, params: Any, cache: Cache, tokens: jax.Array, padding_mask: jax.Array | None = None
 ) -> tuple[jax.Array, Cache]:
+    """The KV-cache step of :func:`decode_step`, not jitted: for a caller's own jitted loop (the decoder's,
+    :func:`theseus.model.generation.decode.generate_tokens`)."""
     (logits, _), mutated = model.apply(
         {"params": params, "cache": cache},
         tokens,
@@ -63,6 +62,9 @@ def _step(
         mutable=["cache"],
     )
     return logits, mutated["cache"]
+
+
+_jitted_step = jax.jit(cached_step, static_argnums=(0,), donate_argnums=(2,))
 
 
 def decode_step(
@@ -76,4 +78,4 @@ def decode_step(
     ``[B, T, vocab]`` and the updated cache (jitted; compiled once per ``T``)."""
     ids = jnp.asarray(tokens, jnp.int32)
     mask = None if padding_mask is None else jnp.asarray(padding_mask, jnp.bool_)
-    return _step(model, params, cache, ids, mask)
+    return _jitted_step(model, params, cache, ids, mask)

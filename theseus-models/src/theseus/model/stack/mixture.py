@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 from theseus.base.axis import ShardingPlan
 from theseus.model.layers._common import child
 from theseus.model.layers.moe import PRESET_KEYS, MoE, MoEKeys, MoESpec
-from theseus.model.models.architecture import Architecture, Preset, lookup_preset
-from theseus.model.models.block import Block
 from theseus.model.module import Module
+from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
+from theseus.model.stack.block import Block
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class MixtureLM(MoEKeys):
     experts, shared experts and router), and :meth:`inactive_parameter_count` the experts a token
     skips (the start-up line prints total and active counts). With ``model/scan_layers`` the leading
     dense layers scan as their own run, ``dense_blocks``, and the mixture layers as ``blocks``
-    (:attr:`~theseus.model.models.transformer.TransformerLM.layer_runs`).
+    (:attr:`~theseus.model.stack.transformer.TransformerLM.layer_runs`).
     """
 
     BLOCK: ClassVar[type[Block]] = MoEBlock

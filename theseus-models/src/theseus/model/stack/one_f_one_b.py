@@ -31,11 +31,13 @@ from jax.sharding import PartitionSpec
 
 from theseus.base.axis import MeshAxis, pipelining_of
 from theseus.base.logprobs import scored_positions
-from theseus.model.models.pipeline import (
+from theseus.model.stack.block import LayerCall
+from theseus.model.stack.pipeline import (
     check_model,
     check_rows,
     forward_of,
     microbatched,
+    per_row,
     pipeline_size,
     regrouped,
     stage_of,
@@ -205,22 +207,16 @@ def loss_in_pipeline(model: Any, decode: bool) -> bool:
     return not decode and pipeline_size() > 1 and pipelining_of().schedule == "1f1b" and not model.is_initializing()
 
 
-def loss(
-    model: Any,
-    h: jax.Array,
-    targets: jax.Array,
-    mask: jax.Array | None,
-    positions: jax.Array | None,
-    deterministic: bool,
-) -> jax.Array:
-    """The batch's mean loss of the embedded tokens ``h`` through ``model``'s stack, its final norm and
-    head, with the 1F1B schedule (:mod:`~theseus.model.models.one_f_one_b`) as its gradient: the head and
-    the loss of each micro-batch run on the last stage as soon as it leaves the stack."""
+def loss(model: Any, h: jax.Array, targets: jax.Array, call: LayerCall) -> jax.Array:
+    """The batch's mean loss of the embedded tokens ``h`` through ``model``'s stack (each layer called with
+    ``call``, whose padding mask also masks the loss), its final norm and head, with the 1F1B schedule
+    (:mod:`~theseus.model.stack.one_f_one_b`) as its gradient: the head and the loss of each micro-batch run
+    on the last stage as soon as it leaves the stack."""
     stages, plan = pipeline_size(), pipelining_of()
     check_model(model, stages, plan)
     microbatches = plan.microbatches_for(stages)
     check_rows(h.shape[0], microbatches)
-    stage_fn, params, key = stage_of(model, stages, plan, deterministic)
+    stage_fn, params, key = stage_of(model, stages, plan, call.deterministic)
     head = model.clone(parent=None)  # unbound: applied to the head's parameters
     every = model.variables["params"]
     head_params = {name: every[name] for name in model.head_parameters()}
@@ -228,7 +224,7 @@ def loss(
     def tail(p: Tree, out: jax.Array, y: jax.Array, m: jax.Array | None) -> jax.Array:
         return head.apply({"params": p}, out, y, m, method="summed_loss")
 
-    count = jnp.maximum(jnp.sum(scored_positions(targets, mask)), 1).astype(jnp.float32)
+    count = jnp.maximum(jnp.sum(scored_positions(targets, call.padding_mask)), 1).astype(jnp.float32)
     forward = forward_of(stage_fn, stages, plan, model.remat_policy == "full")
     pipelined = pipelined_loss(stage_fn, tail, forward, stages=stages, microbatches=microbatches)
-    return pipelined(params, head_params, h, (mask, positions), targets, mask, key, count)
+    return pipelined(params, head_params, h, per_row(call), targets, call.padding_mask, key, count)

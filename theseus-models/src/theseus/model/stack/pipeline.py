@@ -22,7 +22,7 @@ lap, which needs ``M >= S``); ``M V + S - 1`` ticks of ``1 / V`` the work each, 
 parameters, and of their gradients). Each tick reads its piece of the stack inside the piece's own
 computation, and with ``model/remat=full`` keeps only what it received, running the piece again in the
 backward pass. ``1f1b`` runs the head and the loss inside the pipeline as well
-(:mod:`~theseus.model.models.one_f_one_b`, built on the helpers here).
+(:mod:`~theseus.model.stack.one_f_one_b`, built on the helpers here).
 
 **Refused.** Stacks that are not one plain scan (unrolled layers, several layer runs, repeating
 ``layer_types``), layers that sow auxiliary losses or metrics (mixture layers) and a pipeline beside
@@ -42,7 +42,8 @@ from jax.sharding import PartitionSpec
 from theseus.base.axis import MeshAxis, Pipelining, pipelining_of
 from theseus.base.sown import AUX_COLLECTIONS
 from theseus.errors import ConfigError
-from theseus.model.models.stacks import LAYERS, run_stack
+from theseus.model.stack.block import LayerCall
+from theseus.model.stack.scan import LAYERS, run_stack
 
 Tree = Any
 
@@ -228,7 +229,8 @@ def _fields(module: Any) -> dict[str, Any]:
 
 def stage_of(model: Any, stages: int, plan: Pipelining, deterministic: bool) -> tuple[Any, Tree, jax.Array | None]:
     """``(stage_fn, stacked parameters, dropout key or None)`` of ``model``'s stack cut into pieces of
-    ``plan``: ``stage_fn(piece_params, h, (mask, positions), key)`` runs one piece on one micro-batch."""
+    ``plan``: ``stage_fn(piece_params, h, (mask, positions), key)`` runs one piece on one micro-batch
+    (:func:`per_row` gives a :class:`LayerCall`'s per-row arrays)."""
     per_piece = model.architecture.n_layers // (stages * plan.pieces)
     stack = getattr(model, LAYERS)
     unit = model.layer_runs[0].unit  # one layer, every one alike (check_model)
@@ -241,9 +243,9 @@ def stage_of(model: Any, stages: int, plan: Pipelining, deterministic: bool) -> 
 
     def stage_fn(p: Tree, x: jax.Array, extras: tuple[jax.Array | None, ...], k: jax.Array | None) -> jax.Array:
         rngs = {"dropout": k} if k is not None else {}
-        (out, _), sown = piece.apply(
-            {"params": p}, x, *extras, deterministic, False, rngs=rngs, mutable=list(AUX_COLLECTIONS)
-        )
+        mask, positions = extras  # per_row(call)
+        call = LayerCall(mask, positions, deterministic)
+        (out, _), sown = piece.apply({"params": p}, x, *call, rngs=rngs, mutable=list(AUX_COLLECTIONS))
         if jax.tree.leaves(sown):
             raise ConfigError(
                 f"{type(model).__name__}'s layers record auxiliary losses or metrics, which the pipeline does not "
@@ -273,11 +275,16 @@ def forward_of(stage_fn: Any, stages: int, plan: Pipelining, remat: bool) -> Any
     return forward
 
 
-def run(
-    model: Any, h: jax.Array, mask: jax.Array | None, positions: jax.Array | None, deterministic: bool
-) -> jax.Array | None:
-    """``h`` through ``model``'s stack as a pipeline over the mesh's ``pipeline`` axis, or None when the
-    mesh has none (or while parameters are created: the plain stack lays them out)."""
+def per_row(call: LayerCall) -> tuple[jax.Array | None, jax.Array | None]:
+    """The per-row arrays of a layer call, cut into micro-batches with the rows (the stage's function
+    rebuilds the call from them)."""
+    return call.padding_mask, call.positions
+
+
+def run(model: Any, h: jax.Array, call: LayerCall) -> jax.Array | None:
+    """``h`` through ``model``'s stack, each layer called with ``call``, as a pipeline over the mesh's
+    ``pipeline`` axis, or None when the mesh has none (or while parameters are created: the plain stack
+    lays them out)."""
     stages = pipeline_size()
     if stages == 1:
         return None
@@ -285,5 +292,5 @@ def run(
     check_model(model, stages, plan)
     if model.is_initializing():
         return None
-    stage_fn, params, key = stage_of(model, stages, plan, deterministic)
-    return forward_of(stage_fn, stages, plan, model.remat_policy == "full")(params, h, (mask, positions), key)
+    stage_fn, params, key = stage_of(model, stages, plan, call.deterministic)
+    return forward_of(stage_fn, stages, plan, model.remat_policy == "full")(params, h, per_row(call), key)

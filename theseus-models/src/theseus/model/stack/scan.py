@@ -18,9 +18,9 @@ import jax.numpy as jnp
 from theseus.base.axis import Axis
 from theseus.base.sown import AUX_COLLECTIONS
 from theseus.model.layers._common import INIT_STD, child
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.block import Block
 from theseus.model.module import Module
+from theseus.model.stack.architecture import Architecture
+from theseus.model.stack.block import INDEX_ARGNUM, STATIC_ARGNUMS, Block, LayerCall
 
 #: The entry of the stacked layers of a scanned model (``blocks_<i>`` per layer otherwise).
 LAYERS = "blocks"
@@ -39,6 +39,9 @@ SCANNED_AXES: dict[Any, int] = {"params": 0, "cache": 0, "intermediates": 0, **d
 #: whose shapes differ between positions).
 PER_LAYER = nn.DenyList("cache")
 
+#: ``nn.scan``'s ``in_axes`` for a :class:`LayerCall`: the same for every layer.
+BROADCAST_CALL = (nn.broadcast,) * len(LayerCall._fields)
+
 
 class Position(NamedTuple):
     """One layer of a run's unit: its extra ``BLOCK`` fields and the static index its call's ``layer``
@@ -56,7 +59,7 @@ def with_remat(block: type[Block], policy: str, *, prevent_cse: bool, static_lay
         return block
     lifted: type[Block] = nn.remat(  # deterministic and decode (and a static layer index) are Python values
         block,
-        static_argnums=(4, 5, 6) if static_layer else (4, 5),
+        static_argnums=(*STATIC_ARGNUMS, INDEX_ARGNUM) if static_layer else STATIC_ARGNUMS,
         policy=REMAT_POLICIES[policy],
         prevent_cse=prevent_cse,
     )
@@ -64,24 +67,14 @@ def with_remat(block: type[Block], policy: str, *, prevent_cse: bool, static_lay
 
 
 @functools.cache
-def _scan_body(block: Any, indexed: bool = False) -> type[Block]:
-    """``block`` with the call shape ``nn.scan`` expects: ``(carry, ...) -> (carry, None)``; ``indexed``:
-    the layer's index comes in as the scanned input ``layer``."""
+def _scan_body(block: Any) -> type[Block]:
+    """``block`` with the call shape ``nn.scan`` expects: ``(carry, *call) -> (carry, None)``, the
+    :class:`LayerCall` then, for an indexed stack, the layer's index (the scanned input)."""
 
     class Layer(block):  # type: ignore[valid-type,misc]
         @nn.nowrap  # only the layer's own call is a module method: recorded outputs stay as unrolled
-        def __call__(  # type: ignore[override]
-            self,
-            x: jax.Array,
-            padding_mask: jax.Array | None = None,
-            positions: jax.Array | None = None,
-            deterministic: bool = False,
-            decode: bool = False,
-            layer: jax.Array | None = None,
-        ) -> tuple[jax.Array, None]:
-            if indexed:
-                return super().__call__(x, padding_mask, positions, deterministic, decode, layer), None
-            return super().__call__(x, padding_mask, positions, deterministic, decode), None
+        def __call__(self, x: jax.Array, *call: Any) -> tuple[jax.Array, None]:  # type: ignore[override]
+            return super().__call__(x, *call), None
 
     Layer.__name__ = Layer.__qualname__ = f"Scanned{block.__name__}"
     return Layer
@@ -93,13 +86,12 @@ def layer_stack(block: Any, n_layers: int, remat: str, unroll: int = 1, indexed:
     (logical axis ``layers``, never sharded), dropout and initialisation a key per layer; ``remat``
     applies per layer; each loop iteration runs ``unroll`` layers. ``indexed``: the stack is called with
     the layer indices ``[n_layers]`` as a scanned input (each layer picks its window at run time)."""
-    body = with_remat(_scan_body(block, indexed), remat, prevent_cse=False)
-    broadcast = (nn.broadcast,) * 4
+    body = with_remat(_scan_body(block), remat, prevent_cse=False)
     stack: type[Block] = nn.scan(
         body,
         variable_axes=SCANNED_AXES,
         split_rngs={"params": True, "dropout": True},
-        in_axes=(*broadcast, 0) if indexed else broadcast,
+        in_axes=(*BROADCAST_CALL, 0) if indexed else BROADCAST_CALL,
         length=n_layers,
         unroll=unroll,
         metadata_params={nn.PARTITION_NAME: Axis.LAYERS},
@@ -243,25 +235,19 @@ class Unit(Module):
         self.layers = [child(self, block, architecture=arch, out_std=out_std, **dict(p.options)) for p in self.UNIT]
 
     @nn.nowrap
-    def _run(self, x: jax.Array, *args: Any) -> jax.Array:
+    def _run(self, x: jax.Array, call: LayerCall) -> jax.Array:
         layer: Any
         for layer, position in zip(self.layers, self.UNIT, strict=True):
-            x = layer(x, *args, position.layer)
+            x = layer(x, *call, position.layer)
         return x
 
     @nn.nowrap  # only the layers' calls are module methods: recorded outputs stay as in a plain stack
-    def __call__(
-        self,
-        x: jax.Array,
-        padding_mask: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        deterministic: bool = False,
-        decode: bool = False,
-        first: jax.Array | None = None,
-    ) -> tuple[jax.Array, None]:
-        args = (padding_mask, positions, deterministic, decode)
+    def __call__(self, x: jax.Array, *args: Any) -> tuple[jax.Array, None]:
+        """``args``: the :class:`LayerCall`, then (parameters read in place) ``first``, the unit's first layer."""
+        call, rest = LayerCall.split(args)
+        first = rest[0] if rest else None
         if first is None:
-            return self._run(x, *args), None
+            return self._run(x, call), None
         period = len(self.UNIT)
         run = nn.map_variables(
             type(self)._run,
@@ -270,7 +256,7 @@ class Unit(Module):
             trans_out_fn=_collections(functools.partial(_join_positions, period=period)),
             mutable=True,
         )
-        return run(self, x, *args), None
+        return run(self, x, call), None
 
 
 def _unit_scan(unit: type[Unit], n_layers: int, unroll: int, same: bool, in_place: bool) -> Any:
@@ -280,19 +266,18 @@ def _unit_scan(unit: type[Unit], n_layers: int, unroll: int, same: bool, in_plac
     place, each step told its first layer); otherwise every variable per position (``layers_<i>``)."""
     period = len(unit.UNIT)
     scanned = n_layers - n_layers % period
-    broadcast = (nn.broadcast,) * 4
     options: dict[str, Any] = {"length": scanned // period, "unroll": unroll}
     options |= {"metadata_params": {nn.PARTITION_NAME: Axis.LAYERS}, "split_rngs": {"dropout": True}}
     if in_place:  # remat only to read the parameters again in the backward pass (static: deterministic, decode)
-        body = nn.remat(unit, policy=_recompute_stack_reads, prevent_cse=False, static_argnums=(4, 5))
+        body = nn.remat(unit, policy=_recompute_stack_reads, prevent_cse=False, static_argnums=STATIC_ARGNUMS)
         axes = {name: axis for name, axis in SCANNED_AXES.items() if name != "params"}
-        scan = nn.scan(body, variable_axes=axes, variable_broadcast="params", in_axes=(*broadcast, 0), **options)
+        scan = nn.scan(body, variable_axes=axes, variable_broadcast="params", in_axes=(*BROADCAST_CALL, 0), **options)
         folded: Any = nn.DenyList(("cache", "params"))
     else:
         split = functools.partial(_split_positions, period=period)
         body = _remapped(unit, PER_LAYER, split, functools.partial(_join_positions, period=period)) if same else unit
         options["split_rngs"] = {"params": True, "dropout": True}
-        scan = nn.scan(body, variable_axes=SCANNED_AXES, in_axes=broadcast, **options)
+        scan = nn.scan(body, variable_axes=SCANNED_AXES, in_axes=BROADCAST_CALL, **options)
         folded = PER_LAYER
     return _remapped(scan, folded, _fold(period, scanned), _unfold) if same else scan
 
@@ -326,19 +311,14 @@ class UnitLayers(Module):
         self.rest = [child(self, block, architecture=arch, out_std=out_std, **dict(p.options)) for p in left]
 
     @nn.nowrap
-    def __call__(
-        self,
-        x: jax.Array,
-        padding_mask: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        deterministic: bool = False,
-        decode: bool = False,
-    ) -> tuple[jax.Array, None]:
+    def __call__(self, x: jax.Array, *args: Any) -> tuple[jax.Array, None]:
+        """``args``: the :class:`LayerCall`."""
+        call = LayerCall(*args)
         period = len(self.UNIT)
         firsts = (jnp.arange(0, self.N_LAYERS - len(self.rest), period),) if self._in_place() else ()
-        x, _ = self.periods(x, padding_mask, positions, deterministic, decode, *firsts)
+        x, _ = self.periods(x, *call, *firsts)
         for layer, position in zip(self.rest, self.UNIT, strict=False):
-            x = layer(x, padding_mask, positions, deterministic, decode, position.layer)
+            x = layer(x, *call, position.layer)
         return x, None
 
 

@@ -29,11 +29,11 @@ from theseus.model.layers.attention import is_segment_ids, missing_cache_error
 from theseus.model.layers.context_parallel import balanced_order, context_size, from_balanced, to_balanced
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
 from theseus.model.layers.rotary import RopeScaling
-from theseus.model.models import one_f_one_b, pipeline
-from theseus.model.models.architecture import Architecture, Preset, lookup_preset, preset_d_ff
-from theseus.model.models.block import Block, counting_child, make_norm
-from theseus.model.models.stacks import LAYERS, REMAT_POLICIES, Position, alike, run_stack, with_remat
 from theseus.model.module import Module
+from theseus.model.stack import one_f_one_b, pipeline
+from theseus.model.stack.architecture import Architecture, Preset, lookup_preset, preset_d_ff
+from theseus.model.stack.block import Block, LayerCall, counting_child, make_norm
+from theseus.model.stack.scan import LAYERS, REMAT_POLICIES, Position, alike, run_stack, with_remat
 
 
 def mask_padded_vocab(logits: jax.Array, vocab_size: int) -> jax.Array:
@@ -80,7 +80,7 @@ class DecodePositions(nn.Module):
 
 class Run(NamedTuple):
     """Layers ``first`` ... ``first + length - 1``, scanned as one stack under entry ``name``: ``unit``
-    repeated (:func:`~theseus.model.models.stacks.run_stack`), the ``BLOCK`` fields ``options`` shared by
+    repeated (:func:`~theseus.model.stack.scan.run_stack`), the ``BLOCK`` fields ``options`` shared by
     all of them (a unit of one position without a static index: every layer alike)."""
 
     name: str
@@ -144,7 +144,7 @@ class TransformerLM(Module):
     the logits of ``model/loss_chunk`` tokens per device (default 2048) at a time, each chunk's gradient
     taken while its logits exist, so a step that uses only the loss never holds ``[B, T, vocab]`` logits
     (XLA drops the unused ones); :meth:`target_scores` gives the targets' log-probabilities the same way.
-    ``decode=True`` runs incrementally against a KV cache (see :mod:`theseus.model.models.decoding`).
+    ``decode=True`` runs incrementally against a KV cache (see :mod:`theseus.model.stack.decoding`).
 
     **Custom layers.** ``BLOCK`` is the layer class the model repeats; a subclass that sets it to a
     ``Block`` subclass (same call signature, extra children declared in its ``components()``)
@@ -153,7 +153,7 @@ class TransformerLM(Module):
     **Layer layout.** With ``model/scan_layers`` (default: from ``SCAN_FROM_LAYERS`` = 8 layers on, when
     the layers scan) the layers run as a list of runs (:attr:`layer_runs`), each repeating a unit of
     layer specs (the ``BLOCK`` fields of :meth:`_layer_options` and the ``layer_types`` entry) under one
-    ``nn.scan``, one unit per step (:func:`~theseus.model.models.stacks.run_stack`): compile time does
+    ``nn.scan``, one unit per step (:func:`~theseus.model.stack.scan.run_stack`): compile time does
     not grow with depth. Alike layers form a unit of one, and every layer variable (parameters, KV cache,
     recorded outputs) is stacked under ``blocks`` with a leading ``[n_layers]`` axis; otherwise the layers
     are unrolled as ``blocks_0``, ``blocks_1``, ... (:attr:`stacked_layers` says which). Specs that repeat
@@ -343,7 +343,7 @@ class TransformerLM(Module):
     def sharding(self) -> ShardingPlan:
         """embed -> data (FSDP); mlp, heads, kv_heads, vocab -> model (tensor parallel): the union of
         the layers' plans; the stacked layer axis of a scanned model is split only into pipeline stages
-        (``mesh/pipeline``, :mod:`theseus.model.models.pipeline`)."""
+        (``mesh/pipeline``, :mod:`theseus.model.stack.pipeline`)."""
         return ShardingPlan.union(TokenEmbedding().sharding, self.BLOCK().sharding, ShardingPlan({Axis.LAYERS: None}))
 
     @property
@@ -447,7 +447,7 @@ class TransformerLM(Module):
         """Each layer's :meth:`Block.flops` for ``seq`` tokens, the layer as the model builds it: its
         ``BLOCK`` with :meth:`_layer_options` (a dense or a mixture layer, ...) and, with ``layer_types``,
         its index (the window it attends within). Works unbound: one block per distinct options is built
-        apart from the model (:func:`~theseus.model.models.block.counting_child`)."""
+        apart from the model (:func:`~theseus.model.stack.block.counting_child`)."""
         arch = self.architecture
         indexed = arch.layer_types is not None
         blocks: dict[str, Block] = {}
@@ -544,9 +544,9 @@ class TransformerLM(Module):
         """``__call__`` with ``mesh/pipeline_schedule=1f1b``: the loss and its gradient from the schedule that
         runs the head and the loss inside the pipeline; the logits from the plain pipelined forward (dropped
         from a training step that only needs the loss)."""
-        h, mask, positions, _order, _given = self._embedded(x, padding_mask, deterministic, False)
-        logits = self.logits(self.final_norm(self._layers(h, mask, positions, deterministic, False)))
-        loss = one_f_one_b.loss(self, h, y, mask, positions, deterministic)
+        h, call, _order, _given = self._embedded(x, padding_mask, deterministic, False)
+        logits = self.logits(self.final_norm(self._layers(h, call)))
+        loss = one_f_one_b.loss(self, h, y, call)
         return logits, loss
 
     def hidden(
@@ -554,17 +554,18 @@ class TransformerLM(Module):
     ) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
         """The last layer's output before the final norm ``[B, T, n_embd]``, with the padding mask and
         the token positions the layers saw (None: ``0..T-1``); the first half of :meth:`__call__`."""
-        h, mask, positions, order, given = self._embedded(x, padding_mask, deterministic, decode)
-        h = self._layers(h, mask, positions, deterministic, decode)
+        h, call, order, given = self._embedded(x, padding_mask, deterministic, decode)
+        h = self._layers(h, call)
         if order is not None:
             return from_balanced(h, order), *given
-        return h, mask, positions
+        return h, call.padding_mask, call.positions
 
     def _embedded(
         self, x: jax.Array, padding_mask: jax.Array | None, deterministic: bool, decode: bool
-    ) -> tuple[jax.Array, jax.Array | None, jax.Array | None, Any, tuple[jax.Array | None, jax.Array | None]]:
-        """``(h, mask, positions, order, given)``: the embedded tokens with the mask and positions as the
-        layers see them, the context axis's balanced order (or None) and the mask and positions as given."""
+    ) -> tuple[jax.Array, LayerCall, Any, tuple[jax.Array | None, jax.Array | None]]:
+        """``(h, call, order, given)``: the embedded tokens and the :class:`LayerCall` of the layers (the mask
+        and positions as they see them), the context axis's balanced order (or None) and the mask and
+        positions as given."""
         arch = self.architecture
         x = jnp.asarray(x)
         if x.ndim != 2:
@@ -583,7 +584,8 @@ class TransformerLM(Module):
             h = h + self.position_embedding(steps if positions is None else positions)
         if arch.dropout > 0.0 and not deterministic:
             h = self.embedding_dropout(h, deterministic=False)
-        return constrain(cast(h, self._activation_dtype), ACTIVATION_AXES), mask, positions, order, given
+        call = LayerCall(mask, positions, deterministic, decode)
+        return constrain(cast(h, self._activation_dtype), ACTIVATION_AXES), call, order, given
 
     def embed_tokens(self, x: jax.Array) -> jax.Array:
         """The token embeddings of ids ``x``, times ``sqrt(n_embd)`` with ``scale_embeddings`` (the
@@ -592,27 +594,21 @@ class TransformerLM(Module):
         arch = self.architecture
         return h * jnp.asarray(math.sqrt(arch.n_embd), h.dtype) if arch.scale_embeddings else h
 
-    def _layers(
-        self, h: jax.Array, mask: jax.Array | None, positions: jax.Array | None, deterministic: bool, decode: bool
-    ) -> jax.Array:
-        """``h`` through every layer: pipelined, scanned (one stack per run, or per period of ``layer_types``)
-        or unrolled."""
+    def _layers(self, h: jax.Array, call: LayerCall) -> jax.Array:
+        """``h`` through every layer, each called with ``call``: pipelined, scanned (one stack per run, or per
+        period of ``layer_types``) or unrolled."""
         indexed = self.architecture.layer_types is not None  # each layer is told its index: its window and base
-        piped = None if decode else pipeline.run(self, h, mask, positions, deterministic)  # mesh/pipeline
+        piped = None if call.decode else pipeline.run(self, h, call)  # mesh/pipeline
         if piped is not None:
             return piped
         if self.scans_layers:
             for run in self.layer_runs:
                 dynamic = indexed and not run.per_position  # a unit of one told each layer's index
                 layers = (jnp.arange(run.first, run.first + run.length),) if dynamic else ()
-                h, _ = getattr(self, run.name)(h, mask, positions, deterministic, decode, *layers)
+                h, _ = getattr(self, run.name)(h, *call, *layers)
         else:
             for i, block in enumerate(self.blocks):
-                h = (
-                    block(h, mask, positions, deterministic, decode, i)
-                    if indexed
-                    else block(h, mask, positions, deterministic, decode)
-                )
+                h = block(h, *call, i) if indexed else block(h, *call)
         return h
 
     @staticmethod

@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 
 from theseus.config import field
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
-from theseus.model.models.architecture import lookup_preset
-from theseus.model.models.transformer import TransformerLM
+from theseus.model.stack.architecture import lookup_preset
+from theseus.model.stack.transformer import TransformerLM
 
 
 def pattern_layer_types(n_layers: int, every: int) -> tuple[str, ...]:

@@ -44,11 +44,11 @@ from theseus.model.huggingface.names import (
     vocab_head,
 )
 from theseus.model.layers.latent_attention import MLASpec
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.deepseek_v3_mtp import latent, mtp_depth
-from theseus.model.models.mixtral_hf import expert_maps, mixture
+from theseus.model.models.deepseek_v3.mtp import latent, mtp_depth
+from theseus.model.models.mixtral.hf import expert_maps, mixture
+from theseus.model.stack.architecture import Architecture
 
-DEEPSEEK_V3_CLASS = "theseus.model.models.deepseek_v3:DeepseekV3"
+DEEPSEEK_V3_CLASS = "theseus.model.models.deepseek_v3.model:DeepseekV3"
 
 
 def latent_of(arch: Architecture) -> MLASpec:

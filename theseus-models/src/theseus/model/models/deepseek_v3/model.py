@@ -14,18 +14,18 @@ from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import INIT_STD, child
 from theseus.model.layers.latent_attention import LatentAttention, MLAKeys
-from theseus.model.models.architecture import Architecture, Preset, lookup_preset
-from theseus.model.models.block import detached_child
-from theseus.model.models.deepseek_v3_mtp import (
+from theseus.model.models.deepseek_v3.mtp import (
     MTPModule,
     deepseek_architecture,
     latent,
     mtp_depth,
     multi_token_prediction,
 )
-from theseus.model.models.llama import Llama
-from theseus.model.models.mixture import MixtureLM, MoEBlock, MoEPreset
+from theseus.model.models.llama.model import Llama
 from theseus.model.module import Module
+from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
+from theseus.model.stack.block import LayerCall, detached_child
+from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
     per token, at ``architecture/vocab_size=129280``). ``hf/import`` of a ``model_type: deepseek_v3``
     checkpoint builds this model.
 
-    **Multi-token prediction** (:mod:`theseus.model.models.deepseek_v3_mtp`): ``architecture/mtp_depth``
+    **Multi-token prediction** (:mod:`theseus.model.models.deepseek_v3.mtp`): ``architecture/mtp_depth``
     modules (``mtp_0``, ``mtp_1``, ...; default 0: none; the releases have 1) each predict one token
     further ahead from the previous depth's hidden state and the next token's embedding, through one
     mixture layer and the shared head. In training ``model/mtp_weight`` (default 0.3, the report's
@@ -177,7 +177,7 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
 
     def flops(self, seq: int) -> int:
         """The main model's FLOPs (head and layers) plus each multi-token-prediction depth's own
-        (:meth:`~theseus.model.models.deepseek_v3_mtp.MTPModule.flops`). Works unbound."""
+        (:meth:`~theseus.model.models.deepseek_v3.mtp.MTPModule.flops`). Works unbound."""
         arch = self.architecture
         depth = mtp_depth(arch)
         extra = depth * detached_child(self, DeepseekV3MTP, architecture=arch).flops(seq) if depth else 0
@@ -202,7 +202,8 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
         h, _mask, positions = self.hidden(x, padding_mask, deterministic, decode)
         logits, loss = self.logits_and_loss(self.final_norm(h), y, padding_mask)
         if mtp_depth(self.architecture) and not decode and (y is not None or self.is_initializing()):
-            multi_token_prediction(self, self.mtp, h, x, y, padding_mask, positions, deterministic, self.mtp_weight)
+            call = LayerCall(padding_mask, positions, deterministic)
+            multi_token_prediction(self, self.mtp, h, x, y, call, self.mtp_weight)
         return logits, loss
 
     def resolve_architecture(self) -> Architecture:

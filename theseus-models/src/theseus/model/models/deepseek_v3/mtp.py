@@ -35,12 +35,12 @@ from theseus.base.sown import AUX_LOSSES, AUX_METRICS
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, cast, child, constrain, normal, param
 from theseus.model.layers.attention import is_segment_ids
 from theseus.model.layers.latent_attention import MLASpec
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.block import counting_child, make_norm
 from theseus.model.module import Module
+from theseus.model.stack.architecture import Architecture
+from theseus.model.stack.block import LayerCall, counting_child, make_norm
 
 if TYPE_CHECKING:
-    from theseus.model.models.transformer import TransformerLM
+    from theseus.model.stack.transformer import TransformerLM
 
 #: The name of the sown auxiliary loss and of the logged metric (the mean cross-entropy over depths).
 MTP_AUX_LOSS = "mtp"
@@ -83,9 +83,10 @@ def mtp_depth(arch: Architecture) -> int:
 class MTPModule(Module):
     """One multi-token-prediction depth: ``enorm`` / ``hnorm`` (RMSNorms), ``eh_proj`` (kernel
     ``[2 * n_embd, n_embd]``), ``block`` (a ``BLOCK`` mixture layer: DeepSeek-V3's, set by its model)
-    and ``head_norm``. ``__call__(h, embedded, ...)`` -> ``(h^k, head_norm(h^k))``."""
+    and ``head_norm``. ``__call__(h, embedded, call)`` -> ``(h^k, head_norm(h^k))``, ``block`` called with
+    ``call`` (a :class:`~theseus.model.stack.block.LayerCall`)."""
 
-    #: The layer of each depth, a :class:`~theseus.model.models.mixture.MoEBlock` (built with ``dense=False``).
+    #: The layer of each depth, a :class:`~theseus.model.stack.mixture.MoEBlock` (built with ``dense=False``).
     BLOCK: ClassVar[type[Module]] = Module
 
     architecture: Architecture | None = None
@@ -114,18 +115,11 @@ class MTPModule(Module):
         projections = 2 * arch.n_embd * arch.n_embd + arch.n_embd * arch.padded_vocab_size
         return 6 * seq * projections + int(block.flops(seq))
 
-    def __call__(
-        self,
-        h: jax.Array,
-        embedded: jax.Array,
-        padding_mask: jax.Array | None,
-        positions: jax.Array | None,
-        deterministic: bool,
-    ) -> tuple[jax.Array, jax.Array]:
+    def __call__(self, h: jax.Array, embedded: jax.Array, call: LayerCall) -> tuple[jax.Array, jax.Array]:
         dtype = self._activation_dtype
         joined = jnp.concatenate([self.enorm(cast(embedded, dtype)), self.hnorm(cast(h, dtype))], axis=-1)
         h = constrain(jnp.einsum("bti,io->bto", joined, cast(self.eh_proj, dtype)), ACTIVATION_AXES)
-        h = self.block(h, padding_mask, positions, deterministic, False)
+        h = self.block(h, *call)
         return h, self.head_norm(h)
 
 
@@ -159,22 +153,20 @@ def multi_token_prediction(
     h: jax.Array,
     x: jax.Array,
     y: jax.Array | None,
-    padding_mask: jax.Array | None,
-    positions: jax.Array | None,
-    deterministic: bool,
+    call: LayerCall,
     weight: float,
 ) -> list[jax.Array]:
     """Run the ``modules`` (depth 1, 2, ...) of the bound ``model`` on the main model's last hidden
-    state ``h``; with targets ``y``, sow ``weight / D * sum_k CE_k`` and the mean ``CE_k``. Returns the
-    ``CE_k`` ([] without ``y``)."""
+    state ``h``, their layers called with ``call`` (whose padding mask also masks the targets); with targets
+    ``y``, sow ``weight / D * sum_k CE_k`` and the mean ``CE_k``. Returns the ``CE_k`` ([] without ``y``)."""
     x = jnp.asarray(x)
     losses = []
     for k, module in enumerate(modules, start=1):
         embedded = model.embed_tokens(shift_left(x, k, 0))
-        h, normed = module(h, embedded, padding_mask, positions, deterministic)
+        h, normed = module(h, embedded, call)
         if y is None:
             continue
-        targets, scored = mtp_scored(y, padding_mask, k)
+        targets, scored = mtp_scored(y, call.padding_mask, k)
         losses.append(model.cross_entropy(normed, targets, scored))
     if losses:
         total = sum(losses[1:], losses[0])

@@ -18,12 +18,12 @@ from theseus.model.huggingface.config_fields import decoder_shape, plain_rope_th
 from theseus.model.huggingface.family import cannot, require, unsupported
 from theseus.model.huggingface.names import TensorMap, same
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.llama_hf import AttentionBiasFamily
-from theseus.model.models.windows import pattern_layer_types
+from theseus.model.models.llama.hf import AttentionBiasFamily
+from theseus.model.stack.architecture import Architecture
+from theseus.model.stack.windows import pattern_layer_types
 
-GEMMA2_CLASS = "theseus.model.models.gemma:Gemma2"
-GEMMA3_CLASS = "theseus.model.models.gemma:Gemma3"
+GEMMA2_CLASS = "theseus.model.models.gemma.model:Gemma2"
+GEMMA3_CLASS = "theseus.model.models.gemma.model:Gemma3"
 
 #: transformers' names of the tanh-approximate GELU.
 TANH_GELU = ("gelu_pytorch_tanh",)

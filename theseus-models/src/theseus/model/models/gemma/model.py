@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from theseus.config import field
-from theseus.model.models.architecture import Preset
-from theseus.model.models.llama import Llama
-from theseus.model.models.windows import InterleavedWindows
+from theseus.model.models.llama.model import Llama
+from theseus.model.stack.architecture import Preset
+from theseus.model.stack.windows import InterleavedWindows
 
 GEMMA2_PRESETS: dict[str, Preset] = {
     "tiny": Preset(

@@ -12,7 +12,7 @@ import numpy as np
 
 from theseus.model.huggingface.family import HFFamily, cannot, expect, require, unsupported
 from theseus.model.huggingface.names import Path, TensorMap, same, vocab_embedding, vocab_head
-from theseus.model.models.architecture import Architecture
+from theseus.model.stack.architecture import Architecture
 
 #: config.json's ``activation_function`` <-> ``architecture/activation``.
 ACTIVATIONS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_exact", "relu": "relu"}
@@ -78,7 +78,7 @@ class GPT2Family(HFFamily):
 
     model_type: ClassVar[str] = "gpt2"
     hf_class: ClassVar[str] = "GPT2LMHeadModel"
-    model_class: ClassVar[str] = "theseus.model.models.gpt:GPT"
+    model_class: ClassVar[str] = "theseus.model.models.gpt.model:GPT"
     fallback: ClassVar[bool] = True
     peft_modules: ClassVar[Mapping[str, str]] = {"out": "attn.c_proj", "up": "mlp.c_fc", "down": "mlp.c_proj"}
     peft_fused_qkv: ClassVar[str | None] = "attn.c_attn"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from theseus.model.models.architecture import Preset
-from theseus.model.models.transformer import TransformerLM
+from theseus.model.stack.architecture import Preset
+from theseus.model.stack.transformer import TransformerLM
 
 GPT_PRESETS: dict[str, Preset] = {
     "tiny": Preset(

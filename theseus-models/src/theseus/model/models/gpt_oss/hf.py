@@ -21,12 +21,12 @@ from theseus.model.huggingface.config_fields import interleaved_layer_types, rop
 from theseus.model.huggingface.family import cannot, require
 from theseus.model.huggingface.names import TensorMap, same, transposed
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.gpt_oss import DEFAULT_ALPHA, DEFAULT_LIMIT
-from theseus.model.models.llama_hf import LlamaFamily
-from theseus.model.models.mixtral_hf import ATTENTION_PEFT_MODULES, check_routing, mixture, without_dense_mlp
+from theseus.model.models.gpt_oss.model import DEFAULT_ALPHA, DEFAULT_LIMIT
+from theseus.model.models.llama.hf import LlamaFamily
+from theseus.model.models.mixtral.hf import ATTENTION_PEFT_MODULES, check_routing, mixture, without_dense_mlp
+from theseus.model.stack.architecture import Architecture
 
-GPT_OSS_CLASS = "theseus.model.models.gpt_oss:GptOss"
+GPT_OSS_CLASS = "theseus.model.models.gpt_oss.model:GptOss"
 
 #: transformers' ``rope_theta`` and ``sliding_window`` when ``config.json`` has none.
 DEFAULT_THETA, DEFAULT_WINDOW = 150000.0, 128

@@ -27,10 +27,10 @@ from theseus.model.layers.attention import (
 from theseus.model.layers.experts import GatedActivation, Kernels, Routing
 from theseus.model.layers.moe import MoE, MoESpec
 from theseus.model.layers.rotary import rotate
-from theseus.model.models.architecture import Preset
-from theseus.model.models.llama import Llama
-from theseus.model.models.mixture import MixtureLM, MoEBlock, MoEPreset
-from theseus.model.models.windows import InterleavedWindows
+from theseus.model.models.llama.model import Llama
+from theseus.model.stack.architecture import Preset
+from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
+from theseus.model.stack.windows import InterleavedWindows
 
 GPT_OSS_PRESETS: dict[str, Preset] = {
     "tiny": MoEPreset(
@@ -164,7 +164,7 @@ class GptOss(InterleavedWindows, MixtureLM, Llama):
     Presets (``architecture/preset``): ``tiny`` (2 layers, 4 experts, top 2) and ``gpt-oss-20b``
     (the published shape; 20.9B parameters at ``architecture/vocab_size=201088``). ``hf/import`` of a
     ``model_type: gpt_oss`` checkpoint (unquantized: the MXFP4 releases need dequantizing) builds
-    this model. See :class:`Llama` and :class:`~theseus.model.models.mixtral.Mixtral` for the other keys.
+    this model. See :class:`Llama` and :class:`~theseus.model.models.mixtral.model.Mixtral` for the other keys.
     """
 
     PRESETS: ClassVar[dict[str, Preset]] = GPT_OSS_PRESETS

@@ -3,7 +3,7 @@ the ``hf/llama``, ``hf/mistral`` and ``hf/qwen2`` families.
 
 The three share the tensor layout and most of ``config.json``; they differ in biases and the
 sliding window. transformers and theseus use the same half-split RoPE layout, so no query/key
-permutation is needed. Qwen3 (``qwen3_hf``), OLMo 2/3, Gemma, Phi-3 and Mixtral build on these families;
+permutation is needed. Qwen3, OLMo 2/3, Gemma, Phi-3 and Mixtral build on these families;
 the ``config.json`` fields several families share are in :mod:`theseus.model.huggingface.config_fields`.
 """
 
@@ -31,9 +31,9 @@ from theseus.model.huggingface.names import (
     vocab_embedding,
     vocab_head,
 )
-from theseus.model.models.architecture import Architecture
+from theseus.model.stack.architecture import Architecture
 
-LLAMA_CLASS = "theseus.model.models.llama:Llama"
+LLAMA_CLASS = "theseus.model.models.llama.model:Llama"
 
 
 def projection_maps(arch: Architecture, layer: int) -> list[TensorMap]:

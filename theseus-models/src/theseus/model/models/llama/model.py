@@ -6,8 +6,8 @@ from typing import ClassVar
 
 from theseus.config import field
 from theseus.model.layers.rotary import RopeScaling
-from theseus.model.models.architecture import Preset
-from theseus.model.models.transformer import TransformerLM
+from theseus.model.stack.architecture import Preset
+from theseus.model.stack.transformer import TransformerLM
 
 _SWIGLU = 8.0 / 3.0
 

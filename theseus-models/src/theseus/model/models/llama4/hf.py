@@ -31,13 +31,13 @@ from theseus.model.huggingface.names import (
     vocab_head,
 )
 from theseus.model.layers.attention import CHUNKED_ATTENTION, FULL_ATTENTION
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.gpt_oss_hf import setting
-from theseus.model.models.llama4 import NOPE_EVERY, mixture_layers
-from theseus.model.models.llama_hf import LlamaFamily
-from theseus.model.models.mixtral_hf import ATTENTION_PEFT_MODULES, mixture
+from theseus.model.models.gpt_oss.hf import setting
+from theseus.model.models.llama.hf import LlamaFamily
+from theseus.model.models.llama4.model import NOPE_EVERY, mixture_layers
+from theseus.model.models.mixtral.hf import ATTENTION_PEFT_MODULES, mixture
+from theseus.model.stack.architecture import Architecture
 
-LLAMA4_CLASS = "theseus.model.models.llama4:Llama4"
+LLAMA4_CLASS = "theseus.model.models.llama4.model:Llama4"
 
 #: transformers' ``Llama4TextConfig`` defaults of the fields a ``config.json`` may leave out.
 DEFAULT_THETA, DEFAULT_CHUNK, DEFAULT_FLOOR_SCALE, DEFAULT_ATTN_SCALE = 500000.0, 8192, 8192, 0.1

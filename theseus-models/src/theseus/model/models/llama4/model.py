@@ -37,10 +37,10 @@ from theseus.model.layers.context_parallel import refuse
 from theseus.model.layers.experts import Kernels, Routing
 from theseus.model.layers.moe import MoE, MoESpec
 from theseus.model.layers.rotary import RopeScaling, rotary_angles
-from theseus.model.models.architecture import Architecture, Preset, lookup_preset
-from theseus.model.models.llama import Llama
-from theseus.model.models.mixture import MixtureLM, MoEBlock, MoEPreset
-from theseus.model.models.transformer import token_positions
+from theseus.model.models.llama.model import Llama
+from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
+from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
+from theseus.model.stack.transformer import token_positions
 
 
 @dataclass(frozen=True)

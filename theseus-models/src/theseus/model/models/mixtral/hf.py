@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 from theseus.model.huggingface.family import cannot, expect, require
 from theseus.model.huggingface.names import TensorMap, stacked_slice, transposed
 from theseus.model.layers.moe import MoESpec
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.llama_hf import LlamaFamily
+from theseus.model.models.llama.hf import LlamaFamily
+from theseus.model.stack.architecture import Architecture
 
-MIXTRAL_CLASS = "theseus.model.models.mixtral:Mixtral"
+MIXTRAL_CLASS = "theseus.model.models.mixtral.model:Mixtral"
 
 #: Attention projections only: LoRA on a mixture's experts is refused.
 ATTENTION_PEFT_MODULES = {

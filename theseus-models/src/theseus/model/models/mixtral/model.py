@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from theseus.model.models.architecture import Preset
-from theseus.model.models.llama import Llama
-from theseus.model.models.mixture import MixtureLM, MoEPreset
+from theseus.model.models.llama.model import Llama
+from theseus.model.stack.architecture import Preset
+from theseus.model.stack.mixture import MixtureLM, MoEPreset
 
 MIXTRAL_PRESETS: dict[str, Preset] = {
     "tiny": MoEPreset(

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import ClassVar
 
 from theseus.model.huggingface.names import TensorMap, same
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.llama_hf import AttentionBiasFamily
+from theseus.model.models.llama.hf import AttentionBiasFamily
+from theseus.model.stack.architecture import Architecture
 
-OLMO2_CLASS = "theseus.model.models.olmo2:OLMo2"
+OLMO2_CLASS = "theseus.model.models.olmo2.model:OLMo2"
 
 
 class OLMo2Family(AttentionBiasFamily):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from theseus.model.models.architecture import Preset
-from theseus.model.models.llama import Llama
+from theseus.model.models.llama.model import Llama
+from theseus.model.stack.architecture import Preset
 
 OLMO2_PRESETS: dict[str, Preset] = {
     "tiny": Preset(

@@ -21,10 +21,10 @@ from theseus.model.huggingface.config_fields import (
 )
 from theseus.model.huggingface.family import cannot
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.olmo2_hf import OLMo2Family
+from theseus.model.models.olmo2.hf import OLMo2Family
+from theseus.model.stack.architecture import Architecture
 
-OLMO3_CLASS = "theseus.model.models.olmo3:OLMo3"
+OLMO3_CLASS = "theseus.model.models.olmo3.model:OLMo3"
 
 #: transformers' ``rope_theta`` and ``sliding_window`` when ``config.json`` has none.
 DEFAULT_THETA, DEFAULT_WINDOW = 500000.0, 4096

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from theseus.config import field
-from theseus.model.models.architecture import Preset
-from theseus.model.models.olmo2 import OLMo2
-from theseus.model.models.windows import InterleavedWindows
+from theseus.model.models.olmo2.model import OLMo2
+from theseus.model.stack.architecture import Preset
+from theseus.model.stack.windows import InterleavedWindows
 
 OLMO3_PRESETS: dict[str, Preset] = {
     "tiny": Preset(

@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 
 from theseus.model.huggingface.family import cannot, require, unsupported
 from theseus.model.huggingface.names import TensorMap, fused
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.llama_hf import LlamaFamily
+from theseus.model.models.llama.hf import LlamaFamily
+from theseus.model.stack.architecture import Architecture
 
-PHI3_CLASS = "theseus.model.models.phi3:Phi3"
+PHI3_CLASS = "theseus.model.models.phi3.model:Phi3"
 
 #: Fused checkpoint tensor (below ``model.layers.<i>.``) <- its parts, in the order of their rows.
 FUSED: dict[str, tuple[str, ...]] = {

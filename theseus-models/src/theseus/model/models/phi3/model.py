@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from theseus.model.models.architecture import Preset
-from theseus.model.models.llama import Llama
+from theseus.model.models.llama.model import Llama
+from theseus.model.stack.architecture import Preset
 
 PHI3_PRESETS: dict[str, Preset] = {
     "tiny": Preset(

@@ -11,10 +11,10 @@ from typing import Any, ClassVar
 
 from theseus.model.huggingface.config_fields import qwen_window, window_config
 from theseus.model.huggingface.names import TensorMap, same
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.llama_hf import AttentionBiasFamily
+from theseus.model.models.llama.hf import AttentionBiasFamily
+from theseus.model.stack.architecture import Architecture
 
-QWEN3_CLASS = "theseus.model.models.qwen3:Qwen3"
+QWEN3_CLASS = "theseus.model.models.qwen3.model:Qwen3"
 
 
 class Qwen3Family(AttentionBiasFamily):

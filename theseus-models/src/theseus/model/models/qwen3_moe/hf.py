@@ -13,17 +13,17 @@ from typing import Any, ClassVar
 
 from theseus.model.huggingface.family import require, unsupported
 from theseus.model.huggingface.names import TensorMap
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.mixtral_hf import (
+from theseus.model.models.mixtral.hf import (
     ATTENTION_PEFT_MODULES,
     check_routing,
     expert_maps,
     mixture,
     without_dense_mlp,
 )
-from theseus.model.models.qwen3_hf import Qwen3Family
+from theseus.model.models.qwen3.hf import Qwen3Family
+from theseus.model.stack.architecture import Architecture
 
-QWEN3_MOE_CLASS = "theseus.model.models.qwen3_moe:Qwen3MoE"
+QWEN3_MOE_CLASS = "theseus.model.models.qwen3_moe.model:Qwen3MoE"
 
 
 def first_dense_layers(config: Mapping[str, Any]) -> int:

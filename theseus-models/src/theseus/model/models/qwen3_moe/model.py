@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from theseus.model.models.architecture import Preset
-from theseus.model.models.mixture import MixtureLM, MoEPreset
-from theseus.model.models.qwen3 import Qwen3
+from theseus.model.models.qwen3.model import Qwen3
+from theseus.model.stack.architecture import Preset
+from theseus.model.stack.mixture import MixtureLM, MoEPreset
 
 QWEN3_MOE_PRESETS: dict[str, Preset] = {
     "tiny": MoEPreset(

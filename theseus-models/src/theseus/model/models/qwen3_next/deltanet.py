@@ -196,8 +196,8 @@ def causal_conv(x: jax.Array, kernel: jax.Array, history: jax.Array | None = Non
 
 
 class GatedDeltaNet(Module):
-    """Qwen3-Next's ``linear_attention`` layer, called as an attention layer
-    (``(x, padding_mask, positions, deterministic, decode, layer) -> [B, T, E]``; positions and layer unused).
+    """Qwen3-Next's ``linear_attention`` layer, called as an attention layer: ``(x, *call, layer) -> [B, T, E]``
+    with a :class:`~theseus.model.stack.block.LayerCall` (its positions and ``layer`` unused).
 
     Parameters: ``query`` / ``key`` ``[embed, key_heads, key_dim]``, ``value`` / ``z`` (the output gate)
     ``[embed, value_heads, value_dim]``, ``b`` / ``a`` ``[embed, value_heads]`` (the write strength

@@ -24,13 +24,13 @@ from theseus.model.huggingface.config_fields import rope_keys
 from theseus.model.huggingface.family import PeftLayout, cannot, require, unsupported
 from theseus.model.huggingface.names import TensorMap, heads_in, heads_out, same, vocab_embedding, vocab_head
 from theseus.model.layers.attention import FULL_ATTENTION, LINEAR_ATTENTION
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.gpt_oss_hf import setting
-from theseus.model.models.llama4_hf import swiglu_maps
-from theseus.model.models.mixtral_hf import expert_maps, mixture
-from theseus.model.models.qwen3_moe_hf import Qwen3MoEFamily
+from theseus.model.models.gpt_oss.hf import setting
+from theseus.model.models.llama4.hf import swiglu_maps
+from theseus.model.models.mixtral.hf import expert_maps, mixture
+from theseus.model.models.qwen3_moe.hf import Qwen3MoEFamily
+from theseus.model.stack.architecture import Architecture
 
-QWEN3_NEXT_CLASS = "theseus.model.models.qwen3_next:Qwen3Next"
+QWEN3_NEXT_CLASS = "theseus.model.models.qwen3_next.model:Qwen3Next"
 ROTARY_KEY = "architecture/partial_rotary_factor"
 #: The Gated DeltaNet projections ``in_proj_qkvz`` holds, in the order of each key head's rows.
 LINEAR_QKVZ = ("query", "key", "value", "z")
@@ -136,7 +136,7 @@ class Qwen3NextFamily(Qwen3MoEFamily):
 
     # -- both ways ---------------------------------------------------------------------------------
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
-        from theseus.model.models.qwen3_next import Qwen3NextArchitecture
+        from theseus.model.models.qwen3_next.model import Qwen3NextArchitecture
 
         if not isinstance(arch, Qwen3NextArchitecture):
             raise cannot(self.model_type, "a model other than Qwen3Next")
@@ -213,7 +213,7 @@ class Qwen3NextFamily(Qwen3MoEFamily):
 
     # -- export ------------------------------------------------------------------------------------
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
-        from theseus.model.models.qwen3_next import Qwen3NextArchitecture
+        from theseus.model.models.qwen3_next.model import Qwen3NextArchitecture
 
         if not isinstance(arch, Qwen3NextArchitecture):
             raise cannot(self.model_type, "a model other than Qwen3Next")

@@ -2,11 +2,11 @@
 with gated full-attention layers, zero-centred RMSNorms and a mixture of experts with a gated shared
 expert.
 
-The mechanisms only this family has live here and in :mod:`theseus.model.models.qwen3_next_deltanet`:
+The mechanisms only this family has live here and in :mod:`theseus.model.models.qwen3_next.deltanet`:
 :class:`Qwen3NextAttention` (the full-attention layers: an output gate, ``sigmoid`` of a projection of the
 input, on each head's output; partial RoPE), :class:`Qwen3NextMoE` (the shared expert scaled by
 ``sigmoid(x . shared_gate)``) and :class:`Qwen3NextBlock`, which builds a
-:class:`~theseus.model.models.qwen3_next_deltanet.GatedDeltaNet` on the ``linear_attention`` layers.
+:class:`~theseus.model.models.qwen3_next.deltanet.GatedDeltaNet` on the ``linear_attention`` layers.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from theseus.model.layers.attention import FULL_ATTENTION, LINEAR_ATTENTION, Cau
 from theseus.model.layers.mlp import MLP
 from theseus.model.layers.moe import MoE
 from theseus.model.layers.rotary import rotate
-from theseus.model.models.architecture import Architecture, Preset, lookup_preset
-from theseus.model.models.mixture import MixtureLM, MoEBlock, MoEPreset
-from theseus.model.models.qwen3 import Qwen3
-from theseus.model.models.qwen3_next_deltanet import CHUNK, GatedDeltaNet
+from theseus.model.models.qwen3.model import Qwen3
+from theseus.model.models.qwen3_next.deltanet import CHUNK, GatedDeltaNet
 from theseus.model.module import Module
+from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
+from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
 
 
 @dataclass(frozen=True)
