@@ -117,6 +117,15 @@ def test_generate_errors_are_one_line(trained_runs: dict[str, TrainedRun], capsy
         load_run(root, "")
     with pytest.raises(CheckpointError, match="no checkpoint at step 2; available steps: 3"):
         load_run(root, "tiny-gpt", step=2)
+    with pytest.raises(CheckpointError, match="no checkpoint at step 2; available steps: 3"):
+        load_run(root, "tiny-gpt@2")
+    assert load_run(root, "tiny-gpt@3").step == 3
+    with pytest.raises(SystemExit):  # the step given twice, differently
+        main(["run", "generate", "--root", str(root), "generate/run=tiny-gpt@3", "generate/step=2"])
+    assert capsys.readouterr().err == (
+        "error: generate/run=tiny-gpt@3 and generate/step=2 name different checkpoints; "
+        "give the step once: generate/run=tiny-gpt@STEP\n"
+    )
 
 
 def test_a_run_without_checkpoint_is_one_clear_line(

@@ -14,17 +14,21 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from theseus.config import Configuration, read_yaml
-from theseus.errors import CheckpointError, ConfigError, DataError, TheseusError
-
-if TYPE_CHECKING:
-    from theseus.training.base import BaseTrainer
-    from theseus.training.state import TrainState
+from theseus.config import Configuration, configuration, read_yaml
+from theseus.errors import ConfigError, DataError, TheseusError
+from theseus.runs.layout import CONFIG_FILE
+from theseus.runs.params import restore_params
+from theseus.runs.records import read_provenance
+from theseus.runs.ref import RunRef
+from theseus.training import adapters
+from theseus.training.protocol import Trainer
+from theseus.training.sources import INIT_FROM, parse_source
+from theseus.training.state import TrainState, create_state
 
 ParamPath = tuple[str, ...]
 #: ``load(model, abstract_params, param_shardings) -> params`` (trees shaped like the model's params).
@@ -42,82 +46,36 @@ class InitSource:
     load: Loader
 
 
-def parse_source(spec: str) -> tuple[str, str, int | None]:
-    """``training/init_from`` as ``(kind, target, step)``: ``("run", name, step or None)`` or
-    ``("hf", folder or hub id, None)``; ConfigError (one line) for anything else."""
-    kind, sep, target = spec.partition(":")
-    if not sep or not target or kind not in ("run", "hf"):
-        raise ConfigError(
-            f"training/init_from={spec!r} is not a source; use run:<name>[@step] or hf:<folder or hub id>"
-        )
-    if kind == "hf":
-        return kind, target, None
-    name, _, step = target.partition("@")
-    if step and not step.isdigit():
-        raise ConfigError(f"training/init_from={spec!r}: the step after '@' must be a number")
-    return kind, name, int(step) if step else None
-
-
 def open_source(spec: str, root: Path) -> InitSource:
     """Parse ``training/init_from`` and read the source's description (no weights yet)."""
-    kind, target, step = parse_source(spec)
-    if kind == "run":
-        return run_source(root, target, step, spec)
+    source = parse_source(spec, root)
+    if isinstance(source, RunRef):
+        return run_source(source, spec)
     try:
         module = importlib.import_module("theseus.model.huggingface.init_source")
     except ImportError as exc:
         raise ConfigError(
-            f"training/init_from={spec!r} reads Hugging Face checkpoints, which needs theseus-models: "
+            f"{INIT_FROM}={spec!r} reads Hugging Face checkpoints, which needs theseus-models: "
             "pip install theseus-models"
         ) from exc
-    source: InitSource = module.hf_source(target, spec)
-    return source
-
-
-def source_model_class(spec: str, root: Path) -> str | None:
-    """The model class (``module:Name``) the source holds, read without its weights: the model a run
-    trains when it selects none (``model=``). None when the source does not say or cannot be read
-    here; opening it later reports why."""
-    try:
-        kind, target, _step = parse_source(spec)
-        if kind == "run":
-            from theseus.runs.layout import run_path
-            from theseus.runs.records import read_provenance
-
-            model = read_provenance(run_path(root, target)).get("model")
-            return model if isinstance(model, str) else None
-        module = importlib.import_module("theseus.model.huggingface.init_source")
-        found: str | None = module.hf_model_class(target)
-        return found
-    except (TheseusError, ImportError, OSError):
-        return None
+    found: InitSource = module.hf_source(source, spec)
+    return found
 
 
 # -- a theseus run -----------------------------------------------------------------------------------
-def run_source(root: Path, name: str, step: int | None, spec: str) -> InitSource:
-    from theseus.runs.layout import CONFIG_FILE, checkpoint_steps, run_path, runs_dir, state_path
-    from theseus.runs.params import restore_params
-    from theseus.runs.records import read_provenance
-
-    folder = run_path(root, name)
-    if not (folder / CONFIG_FILE).is_file():
-        raise ConfigError(f"training/init_from={spec!r}: there is no run {name!r} under {runs_dir(root)}")
-    steps = checkpoint_steps(folder)
-    if not steps:
-        raise CheckpointError(f"training/init_from={spec!r}: run {name!r} has no checkpoint yet")
-    if step is not None and step not in steps:
-        raise CheckpointError(
-            f"training/init_from={spec!r}: run {name!r} has no checkpoint at step {step}; "
-            f"available: {', '.join(map(str, steps))}"
-        )
-    chosen = steps[-1] if step is None else step
-    values = read_yaml(folder / CONFIG_FILE)
+def run_source(ref: RunRef, spec: str) -> InitSource:
+    """The run ``ref`` names (its checkpoint chosen and checked; no weights read yet)."""
+    try:
+        ref = ref.resolve()
+    except TheseusError as exc:
+        raise type(exc)(f"{INIT_FROM}={spec!r}: {exc}") from exc
+    values = read_yaml(ref.path / CONFIG_FILE)
     keys = {k: v for k, v in values.items() if k.startswith("architecture/")}
-    record = read_provenance(folder)
-    path = state_path(folder, chosen)
+    record = read_provenance(ref.path)
+    path = ref.state
 
     def load(model: Any, abstract: Any, shardings: Any) -> Any:
-        what = f"training/init_from={spec!r} (checkpoint {chosen} of run {name!r})"
+        what = f"{INIT_FROM}={spec!r} (checkpoint {ref.step} of run {ref.name!r})"
         return restore_params(path, abstract, shardings, what=what, fix="start from a run of the same architecture")
 
     return InitSource(spec, keys, record.get("model"), record.get("tokenizer"), load)
@@ -133,7 +91,7 @@ def apply_architecture(config: Configuration, schema: Any, source: InitSource) -
         current, default = config.get(key), schema[key].default
         if current != default and current != value:
             raise ConfigError(
-                f"{key}={current!r} contradicts {value!r} of training/init_from={source.spec!r}; "
+                f"{key}={current!r} contradicts {value!r} of {INIT_FROM}={source.spec!r}; "
                 f"drop the override (the source decides the architecture)"
             )
         updates[key] = value
@@ -152,7 +110,7 @@ def check_model_class(model_cls: type, source: InitSource) -> None:
         return
     if not (isinstance(model_cls, type) and issubclass(model_cls, source_cls)):
         raise ConfigError(
-            f"training/init_from={source.spec!r} holds a {source_cls.__name__} model but this trainer trains "
+            f"{INIT_FROM}={source.spec!r} holds a {source_cls.__name__} model but this trainer trains "
             f"{getattr(model_cls, '__name__', model_cls)}; leave model= unset (and select/model out of a config "
             f"file) to train the model the source holds, or use a trainer whose MODEL is {source_cls.__name__}"
         )
@@ -172,7 +130,7 @@ def check_tokenizer(data_spec: Mapping[str, Any] | None, source: InitSource) -> 
     argument = f"hf:{wanted['path']}" if wanted.get("kind") == "hf" else str(wanted.get("kind"))
     raise DataError(
         f"the training data was tokenized with {data_spec.get('kind')} "
-        f"({data_spec.get('path', '') or 'built in'}), but training/init_from={source.spec!r} uses "
+        f"({data_spec.get('path', '') or 'built in'}), but {INIT_FROM}={source.spec!r} uses "
         f"{argument}; tokenize the data with the model's tokenizer: "
         f"theseus run data/tokenize data/dataset=<dataset> data/tokenizer={argument} data/name=<new name>"
     )
@@ -194,13 +152,9 @@ def check_data(flywheel: Any, source: InitSource) -> None:
         check_tokenizer(flywheel.tokenizer_spec, source)
 
 
-def initial_state(trainer: BaseTrainer, source: InitSource) -> TrainState:
+def initial_state(trainer: Trainer, source: InitSource) -> TrainState:
     """The source's parameters on the trainer's shardings, a fresh optimizer state, step 0. Adapters
     (LoRA), which no source holds, start fresh over the base the source gives, whatever the source."""
-    from theseus.config import configuration
-    from theseus.training import adapters
-    from theseus.training.state import create_state
-
     abstract, shardings = trainer.abstract_state, trainer.state_shardings
     with configuration(trainer.context.config):
         if adapters.has_adapters(abstract.params):

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import numpy as np
@@ -34,11 +34,8 @@ from theseus.training.divergence import LossWatch, non_finite, too_many_skipped
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
 from theseus.training.preemption import PreemptionGuard
 from theseus.training.profiling import ProfileWindow, parse_window
+from theseus.training.protocol import Trainer
 from theseus.training.throughput import known_peak_flops, measured_peak, mfu
-
-if TYPE_CHECKING:
-    from theseus.training.base import BaseTrainer
-
 
 MEASURED_LATER = "peak FLOP/s measured after the first update (float32 matmul)"
 
@@ -91,7 +88,7 @@ def progress_stats(
 class TrainingLoop:
     """Runs a trainer's job: run directory, resume, the updates, and the callbacks around them."""
 
-    def __init__(self, trainer: BaseTrainer) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self.args = trainer.args
 
@@ -101,13 +98,52 @@ class TrainingLoop:
             self._run()
 
     def _run(self) -> None:
+        """Check what can be checked, open the run directory, resume or start, train; always clean up."""
+        added, window = self._check_before_writing()
+        store = self._open_run_dir(window)
+        logger: MetricsLogger | None = None
+        # one writer per run: a second process on the same run stops here, before it reads or cuts anything
+        lock = RunLock(self.run_dir.path).acquire() if self.main else None
+        try:
+            latest, rollback = self._resume_point(store)
+            if latest is not None and self._already_done(latest):
+                return
+            self._fit_memory()
+            # Restore before writing anything: a checkpoint that does not fit leaves the run directory as it was.
+            resumed = self._restore(store, latest, rollback)
+            changed = self._write_records(resumed)
+            state, start = self._starting_state(resumed, changed)
+            logger = self._open_tracking(start)
+            self.display = self._live_display(start)
+            self._announce(start)
+            self.guard = PreemptionGuard().install()
+            self.trainer.state = self._train(state, start, store, logger, added)
+            if self.status is not None:
+                self.status.finished()
+        except BaseException as exc:
+            if self.status is not None:
+                self.status.failed(exc)
+            raise
+        finally:
+            self._release(lock, logger, store)
+
+    # -- the steps of a run ----------------------------------------------------------------------
+    def _check_before_writing(self) -> tuple[list[Any], Any]:
+        """What fails before anything is written: ``training/steps``, an unknown or uninstalled tracker, the
+        trainer's setup, a bad callback, a malformed profile window. Returns the added callbacks and the
+        profile window."""
         t, args = self.trainer, self.args
         if args.steps <= 0:
             raise ConfigError(f"training/steps must be positive, got {args.steps}; set training/steps=<updates>")
-        selected_sinks(t.context.config)  # an unknown or uninstalled tracker fails before anything is written
+        selected_sinks(t.context.config)
         t.setup()
-        added = self._added_callbacks()  # a bad callback fails before anything is written too
-        window = parse_window(args.profile)  # and so does a malformed profile window
+        added = self._added_callbacks()
+        return added, parse_window(args.profile)
+
+    def _open_run_dir(self, window: Any) -> LazyCheckpointStore:
+        """Create the run directory, with its plotters, profile window and (quiet) display; returns the
+        checkpoint store, which imports orbax at the first save (or to resume)."""
+        t, args = self.trainer, self.args
         #: Only process 0 writes the run directory's files (metrics, plots, records); all write checkpoints.
         self.main = jax.process_index() == 0
         self.run_dir = RunDirectory(t.context.root, t.run_name)
@@ -117,116 +153,141 @@ class TrainingLoop:
         self.plotters = {"loss": CurvePlotter(self.run_dir.loss_plot, t.run_name)}
         for name in t.PLOTTED:
             self.plotters[name] = CurvePlotter(self.run_dir.plot(name), t.run_name, ylabel=name)
-        store = LazyCheckpointStore(  # orbax is imported at the first save (or to resume)
+        store = LazyCheckpointStore(
             self.run_dir.checkpoints,
             keep=args.keep_checkpoints,
             async_save=args.async_checkpoints,
             verbose=t.context.verbose,
         )
         self.display = ProgressDisplay(args.steps, 0, enabled=False, quiet=not self.main)
-        logger: MetricsLogger | None = None
         self.status: StatusRecorder | None = None
-        # one writer per run: a second process on the same run stops here, before it reads or cuts anything
-        lock = RunLock(self.run_dir.path).acquire() if self.main else None
-        try:
-            latest = store.latest_step()
-            rollback = self._rollback_step(store, latest)
-            latest = latest if rollback is None else rollback
-            if latest is not None and latest >= args.steps:
-                self.display.message(
-                    f"run {t.run_name!r} already completed ({latest}/{args.steps} steps); "
-                    f"results in {self.run_dir.path}"
-                )
-                return
-            if latest is not None and latest >= self.stop:
-                self.display.message(
-                    f"run {t.run_name!r} is at step {latest}, where training/stop_after={args.stop_after} stops it; "
-                    "run without training/stop_after (or with a later one) to continue"
-                )
-                return
-            choice = t.fit_memory()  # model/remat=auto: compiles the step for its candidates
-            if choice is not None:
-                self.display.message(choice.line())
-            # Restore before writing anything: a checkpoint that does not fit leaves the run directory as it was.
-            resumed = None
-            if latest is not None:
-                selection.check_resume(self.run_dir.previous_config(), t.context.config, t.run_name)
-                self._check_data()
-                if rollback is not None:  # only once every check passed: a refused resume moves nothing
-                    self._roll_back(store, rollback)
-                resumed = store.restore_latest(t.abstract_checkpoint_tree(), warn=self.display.message)
-            changed: list[str] = []
-            if self.main:
-                changed = self.run_dir.write_config(t.context.config)
-                if t.flywheel is not None:
-                    datacheck.write_record(self.run_dir.path, t.flywheel.data_identity)
-                self.run_dir.write_provenance(
-                    provenance(
-                        t.context.name,
-                        type(t),
-                        resumed_from=resumed[0] if resumed is not None else None,
-                        model=type(t.model),
-                        tokenizer=self.run_dir.keep_tokenizer(
-                            t.flywheel.tokenizer_spec if t.flywheel is not None else t.tokenizer().spec
-                        ),
-                        selection=selection.of_configuration(t.context.config),
-                    )
-                )
-            self.skipped = 0
-            if resumed is not None:
-                start, tree, meta = resumed
-                state = t.state_from_checkpoint(tree)
-                self.skipped = int(meta.get("skipped_steps", 0))
-                note = f" (changed: {', '.join(changed)})" if changed else ""
-                self.display.message(f"resuming run {t.run_name!r} from step {start}{note}")
-            else:
-                state = t.init_state()
-                start = 0
-            if self.main:
-                self.status = StatusRecorder(
-                    self.run_dir.path,
-                    run=t.run_name,
-                    job=t.context.name,
-                    total_steps=args.steps,
-                    stop_step=self.stop,
-                    tokens_per_step=t.tokens_per_step,
-                    start_step=start,
-                )
-            sinks = (
-                open_sinks(self.run_dir.path, t, start=start, plugin_sinks=self._sinks(), warn=self.display.message)
-                if self.main
-                else []
+        return store
+
+    def _resume_point(self, store: LazyCheckpointStore) -> tuple[int | None, int | None]:
+        """The checkpoint the run resumes from (None: it starts afresh), and the ``training/resume_step``
+        to roll back to first (None: none)."""
+        latest = store.latest_step()
+        rollback = self._rollback_step(store, latest)
+        return (latest if rollback is None else rollback), rollback
+
+    def _already_done(self, latest: int) -> bool:
+        """Whether checkpoint ``latest`` already reached ``training/steps`` or ``training/stop_after`` (said so)."""
+        t, args = self.trainer, self.args
+        if latest >= args.steps:
+            self.display.message(
+                f"run {t.run_name!r} already completed ({latest}/{args.steps} steps); results in {self.run_dir.path}"
             )
-            logger = MetricsLogger(
-                self.run_dir.metrics_file, sinks, resume_step=start, enabled=self.main, plotted=t.PLOTTED
+            return True
+        if latest >= self.stop:
+            self.display.message(
+                f"run {t.run_name!r} is at step {latest}, where training/stop_after={args.stop_after} stops it; "
+                "run without training/stop_after (or with a later one) to continue"
             )
-            self.display = ProgressDisplay(
-                args.steps, start, enabled=args.progress and self.main, description=t.run_name, quiet=not self.main
+            return True
+        return False
+
+    def _fit_memory(self) -> None:
+        """``model/remat=auto``: compile the step for its candidates and say which one fits."""
+        choice = self.trainer.fit_memory()
+        if choice is not None:
+            self.display.message(choice.line())
+
+    def _restore(
+        self, store: LazyCheckpointStore, latest: int | None, rollback: int | None
+    ) -> tuple[int, dict[str, Any], dict[str, Any]] | None:
+        """``(step, tree, meta)`` of the checkpoint resumed from (None: none), once the configuration and
+        the data were checked against the run's records; ``rollback`` is applied only then, so a refused
+        resume moves nothing."""
+        if latest is None:
+            return None
+        t = self.trainer
+        selection.check_resume(self.run_dir.previous_config(), t.context.config, t.run_name)
+        self._check_data()
+        if rollback is not None:
+            self._roll_back(store, rollback)
+        return store.restore_latest(t.abstract_checkpoint_tree(), warn=self.display.message)
+
+    def _write_records(self, resumed: tuple[int, Any, Any] | None) -> list[str]:
+        """Process 0 writes the configuration, the data record and the provenance; returns the keys that
+        changed since the run's previous invocation."""
+        if not self.main:
+            return []
+        t = self.trainer
+        changed = self.run_dir.write_config(t.context.config)
+        if t.flywheel is not None:
+            datacheck.write_record(self.run_dir.path, t.flywheel.data_identity)
+        tokenizer = t.flywheel.tokenizer_spec if t.flywheel is not None else t.tokenizer().spec
+        self.run_dir.write_provenance(
+            provenance(
+                t.context.name,
+                type(t),
+                resumed_from=resumed[0] if resumed is not None else None,
+                model=type(t.model),
+                tokenizer=self.run_dir.keep_tokenizer(tokenizer),
+                selection=selection.of_configuration(t.context.config),
             )
-            self._announce(start)
-            self.guard = PreemptionGuard().install()
-            t.state = self._train(state, start, store, logger, added)
-            if self.status is not None:
-                self.status.finished()
-        except BaseException as exc:
-            if self.status is not None:
-                self.status.failed(exc)
-            raise
-        finally:
-            if hasattr(self, "profile"):
-                self.profile.close()
-            if lock is not None:
-                lock.release()
-            if hasattr(self, "guard"):
-                self.guard.restore()
-            for plotter in getattr(self, "plotters", {}).values():
-                with contextlib.suppress(Exception):  # after a failure: let a plot being drawn finish
-                    plotter.wait()
-            self.display.close()
-            if logger is not None:
-                logger.close()
-            store.close()
-            t.close()
+        )
+        return changed
+
+    def _starting_state(self, resumed: tuple[int, Any, Any] | None, changed: list[str]) -> tuple[Any, int]:
+        """The state and step training starts from: the restored checkpoint's, else a fresh one at 0."""
+        t = self.trainer
+        self.skipped = 0
+        if resumed is None:
+            return t.init_state(), 0
+        start, tree, meta = resumed
+        state = t.state_from_checkpoint(tree)
+        self.skipped = int(meta.get("skipped_steps", 0))
+        note = f" (changed: {', '.join(changed)})" if changed else ""
+        self.display.message(f"resuming run {t.run_name!r} from step {start}{note}")
+        return state, start
+
+    def _open_tracking(self, start: int) -> MetricsLogger:
+        """The status record and the metrics logger with its sinks (process 0 writes them), from ``start``."""
+        t, args = self.trainer, self.args
+        if self.main:
+            self.status = StatusRecorder(
+                self.run_dir.path,
+                run=t.run_name,
+                job=t.context.name,
+                total_steps=args.steps,
+                stop_step=self.stop,
+                tokens_per_step=t.tokens_per_step,
+                start_step=start,
+            )
+        sinks = (
+            open_sinks(self.run_dir.path, t, start=start, plugin_sinks=self._sinks(), warn=self.display.message)
+            if self.main
+            else []
+        )
+        return MetricsLogger(self.run_dir.metrics_file, sinks, resume_step=start, enabled=self.main, plotted=t.PLOTTED)
+
+    def _live_display(self, start: int) -> ProgressDisplay:
+        """The progress display of the updates from ``start`` (a live bar with ``training/progress``)."""
+        args = self.args
+        return ProgressDisplay(
+            args.steps,
+            start,
+            enabled=args.progress and self.main,
+            description=self.trainer.run_name,
+            quiet=not self.main,
+        )
+
+    def _release(self, lock: RunLock | None, logger: MetricsLogger | None, store: LazyCheckpointStore) -> None:
+        """Close what the run opened, whether it completed, stopped or failed."""
+        self.profile.close()
+        if lock is not None:
+            lock.release()
+        if hasattr(self, "guard"):
+            self.guard.restore()
+        for plotter in self.plotters.values():
+            with contextlib.suppress(Exception):  # after a failure: let a plot being drawn finish
+                plotter.wait()
+        self.display.close()
+        if logger is not None:
+            logger.close()
+        store.close()
+        self.trainer.close()
 
     def _check_data(self) -> None:
         """A resumed run reads the data it recorded (``theseus.training.datacheck``): refuse, or warn

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from theseus.base.failures import MICRO_KEY, REMAT_KEY
 from theseus.errors import ConfigError, ResourceError
-
-if TYPE_CHECKING:
-    from theseus.training.base import BaseTrainer
+from theseus.training.protocol import Trainer
 
 AUTO = "auto"
 LIMIT_KEY = "training/memory_limit_gb"
@@ -139,7 +137,7 @@ def budget(limit_gb: float, device: Any) -> Budget:
     return Budget(int(limit * USABLE), f"the device's {size(limit)}")
 
 
-def measure(trainer: BaseTrainer, candidate: Candidate) -> Trial:
+def measure(trainer: Trainer, candidate: Candidate) -> Trial:
     """Compile the trainer's step as it is configured now (the compiled program stays cached for the run);
     a step the compiler refuses for memory is a trial that did not fit, with the bytes it said it needed."""
     from theseus.training.compiled import StepTooLarge, compile_train_step
@@ -151,7 +149,7 @@ def measure(trainer: BaseTrainer, candidate: Candidate) -> Trial:
     return Trial(candidate, step.total_bytes)
 
 
-def state_bytes(trainer: BaseTrainer) -> int:
+def state_bytes(trainer: Trainer) -> int:
     """Bytes per device of the parameters and optimizer state, from shapes and shardings alone."""
     from theseus.training.compiled import held_bytes
 
@@ -159,7 +157,7 @@ def state_bytes(trainer: BaseTrainer) -> int:
     return held_bytes(abstract.params, shardings.params) + held_bytes(abstract.opt_state, shardings.opt_state)
 
 
-def _local_device(trainer: BaseTrainer) -> Any:
+def _local_device(trainer: Trainer) -> Any:
     """A device of the mesh that this process drives (another host's reports no memory here)."""
     import jax
 
@@ -168,7 +166,7 @@ def _local_device(trainer: BaseTrainer) -> Any:
     return next((device for device in devices if device.process_index == here), devices[0])
 
 
-def fit(trainer: BaseTrainer) -> Choice:
+def fit(trainer: Trainer) -> Choice:
     """Configure ``trainer`` with the first candidate whose step fits, compiling each in turn."""
     from theseus.training.assembly import batch_geometry
 
@@ -203,7 +201,7 @@ def fit(trainer: BaseTrainer) -> Choice:
     raise ResourceError(nothing_fits(trials[-1], room, trainer))
 
 
-def nothing_fits(smallest: Trial, room: Budget, trainer: BaseTrainer) -> str:
+def nothing_fits(smallest: Trial, room: Budget, trainer: Trainer) -> str:
     """The one line for a run whose smallest candidate does not fit either: the row length is left to lower,
     and the batch when its micro batches could not be halved down to one row per device."""
     needs = "more than the compiler had" if smallest.peak_bytes is None else size(smallest.peak_bytes)

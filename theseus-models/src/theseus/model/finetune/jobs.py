@@ -29,7 +29,5 @@ class AdapterExport(Job):
         from theseus.model.finetune.peft_export import export_adapter
 
         args: AdapterExportConfig = self.args
-        out = export_adapter(
-            self.context.root, args.run, args.out, step=None if args.step < 0 else args.step, base=args.base
-        )
+        out = export_adapter(self.context.root, args.run_ref(self.context.root), args.out, base=args.base)
         click.echo(f"exported the adapters to {out}", err=True)

@@ -26,8 +26,9 @@ import numpy as np
 from theseus.checkpoint.layers import StackEntry
 from theseus.errors import ConfigError
 from theseus.model.huggingface.family import HFFamily, PeftLayout
-from theseus.model.models.architecture import Architecture
-from theseus.model.models.transformer import LAYERS
+from theseus.model.stack.architecture import Architecture
+from theseus.model.stack.transformer import LAYERS
+from theseus.runs.ref import RunRef
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -184,14 +185,15 @@ def write_adapter(folder: Path, config: Mapping[str, Any], tensors: Mapping[str,
     _write_file(folder / ADAPTER_WEIGHTS, planned, {"format": "pt"})
 
 
-def export_adapter(root: Path, run: str, out: str, *, step: int | None = None, base: str = "") -> Path:
-    """Write run ``run``'s adapters (checkpoint ``step``, default latest) as a PEFT adapter in ``out``."""
+def export_adapter(root: Path, run: str | RunRef, out: str, *, step: int | None = None, base: str = "") -> Path:
+    """Write the adapters of run ``run`` (``NAME``, ``NAME@STEP`` or a reference; ``step`` names the
+    checkpoint too, default: the latest) as a PEFT adapter in ``out``."""
     from theseus.model.generation.runs import load_run
     from theseus.model.huggingface.exporter import output_folder, staged_folder
     from theseus.model.huggingface.family import export_family
 
     folder = output_folder(out)
-    loaded = load_run(root, run, step=step, tokenizer=None)
+    loaded = load_run(root, RunRef.of(run, root, key="hf/run", step=step), tokenizer=None)
     rank = int(loaded.config.get("model/lora/rank") or 0)
     if rank <= 0:
         raise ConfigError(f"run {loaded.name!r} has no LoRA adapters (model/lora/rank=0); export it with hf/export")

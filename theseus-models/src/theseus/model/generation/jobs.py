@@ -14,13 +14,18 @@ import click
 from theseus.base.job import Job
 from theseus.config import field
 from theseus.errors import ConfigError
+from theseus.runs.ref import RunRef
 
 
 @dataclass
 class GenerateConfig:
     """Which run and checkpoint to sample from, the prompt, and how to draw tokens."""
 
-    run: str = field("generate/run", default="", help="run name under <root>/runs (empty: the only run there is)")
+    run: str = field(
+        "generate/run",
+        default="",
+        help="run NAME or NAME@STEP under <root>/runs (empty: the only run; no @STEP: the latest checkpoint)",
+    )
     prompt: str = field("generate/prompt", default="", help="text to continue; '-' reads it from stdin")
     max_new_tokens: int = field("generate/max_new_tokens", default=200, help="most tokens generated per sample")
     temperature: float = field("generate/temperature", default=1.0, help="softmax temperature (0 = greedy)")
@@ -28,7 +33,9 @@ class GenerateConfig:
     top_p: float = field("generate/top_p", default=0.9, help="nucleus sampling probability mass (1 = off)")
     seed: int = field("generate/seed", default=0, help="random seed; the same seed gives the same text")
     samples: int = field("generate/samples", default=1, help="independent samples of the prompt (one batch)")
-    step: int = field("generate/step", default=-1, help="checkpoint step to load (-1 = the latest)")
+    step: int = field(
+        "generate/step", default=-1, help="checkpoint step to load, as generate/run=NAME@STEP (-1: the latest)"
+    )
     stop_at_eot: bool = field("generate/stop_at_eot", default=True, help="end a sample at the end-of-text token")
     start_with_eot: bool = field(
         "generate/start_with_eot", default=True, help="put end-of-text before the prompt, where documents begin"
@@ -54,9 +61,8 @@ class Generate(Job):
             raise ConfigError(f"generate/samples must be at least 1, got {args.samples}")
         sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
         prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
-        run = load_run(
-            self.context.root, args.run, step=None if args.step < 0 else args.step, tokenizer=args.tokenizer or None
-        )
+        ref = RunRef.parse(args.run, self.context.root, key="generate/run").at(args.step, step_key="generate/step")
+        run = load_run(self.context.root, ref, tokenizer=args.tokenizer or None)
 
         def note(text: str) -> None:
             click.echo(text, err=True)

@@ -22,11 +22,12 @@ from theseus.config import Configuration, configuration, configure, read_yaml
 from theseus.data.tokenizers.base import Tokenizer
 from theseus.data.tokenizers.byte import ByteTokenizer
 from theseus.data.tokenizers.spec import load_tokenizer
-from theseus.errors import CheckpointError, ConfigError
-from theseus.model.models.transformer import TransformerLM
-from theseus.runs.layout import CONFIG_FILE, PROVENANCE_FILE, checkpoint_steps, run_names, runs_dir, state_path
+from theseus.errors import ConfigError
+from theseus.model.stack.transformer import TransformerLM
+from theseus.runs.layout import CONFIG_FILE, PROVENANCE_FILE, run_names, state_path
 from theseus.runs.params import restore_params
 from theseus.runs.records import read_provenance
+from theseus.runs.ref import RunRef
 
 if TYPE_CHECKING:
     from theseus.training.sharding import TrainerSharding
@@ -67,28 +68,13 @@ class LoadedRun:
         return sum(int(leaf.size) for leaf in jax.tree.leaves(self.params))
 
 
+#: The setting that names the run ``generate`` samples from (named in errors).
+RUN_KEY = "generate/run"
+
+
 def available_runs(root: str | Path) -> list[str]:
     """Names of the runs under ``<root>/runs`` (folders holding a ``config.yaml``), sorted."""
     return run_names(root)
-
-
-def run_folder(root: str | Path, name: str) -> Path:
-    """``<root>/runs/<name>``; ConfigError naming the available runs when it is not a run.
-
-    An empty ``name`` picks the only run there is.
-    """
-    runs = available_runs(root)
-    where = runs_dir(root)
-    if not name:
-        if len(runs) == 1:
-            return where / runs[0]
-        if not runs:
-            raise ConfigError(f"no training runs under {where}; train one first (e.g. 'theseus run demo/gpt')")
-        raise ConfigError(f"several runs under {where}; choose one with generate/run=<name> ({', '.join(runs)})")
-    if name not in runs:
-        listed = f"available: {', '.join(runs)}" if runs else "there are no runs yet; train one first"
-        raise ConfigError(f"no run {name!r} under {where} ({listed})")
-    return where / name
 
 
 def _known_code(target: str) -> bool:
@@ -158,22 +144,6 @@ def run_tokenizer(provenance: dict[str, Any], model: TransformerLM, spec: str | 
     )
 
 
-def checkpoint_step(run_dir: Path, step: int | None, run: str) -> int:
-    """``step`` if that checkpoint exists, else (``None``) the latest; CheckpointError when there is none."""
-    steps = checkpoint_steps(run_dir)
-    if not steps:
-        raise CheckpointError(
-            f"run {run!r} has no checkpoint yet in {run_dir / 'checkpoints'}; let its training reach a checkpoint first"
-        )
-    if step is None:
-        return steps[-1]
-    if step not in steps:
-        raise CheckpointError(
-            f"run {run!r} has no checkpoint at step {step}; available steps: {', '.join(map(str, steps))}"
-        )
-    return step
-
-
 def abstract_params(model: TransformerLM) -> Any:
     """Shapes and dtypes of the model's parameters (nothing is allocated)."""
     import flax.linen as nn
@@ -233,21 +203,21 @@ def run_params(
 
 def load_run(
     root: str | Path,
-    name: str = "",
+    name: str | RunRef = "",
     *,
     step: int | None = None,
     tokenizer: str | None = None,
     mesh: Callable[[TransformerLM], TrainerSharding] | None = None,
 ) -> LoadedRun:
-    """Rebuild run ``name``'s model from its saved configuration and load checkpoint ``step`` (default: latest).
+    """Rebuild a run's model from its saved configuration and load one of its checkpoints.
 
-    ``tokenizer`` (a spec such as ``"byte"``) replaces the tokenizer recorded with the run;
-    ``mesh(model)`` gives the mesh and layout to place the parameters on (default: the default
-    device; the run's :attr:`LoadedRun.sharding`).
+    ``name`` is ``NAME``, ``NAME@STEP`` or a :class:`~theseus.runs.ref.RunRef` (empty: the only run);
+    ``step`` names the checkpoint too (default: the latest). ``tokenizer`` (a spec such as ``"byte"``)
+    replaces the tokenizer recorded with the run; ``mesh(model)`` gives the mesh and layout to place the
+    parameters on (default: the default device; the run's :attr:`LoadedRun.sharding`).
     """
-    path = run_folder(root, name).absolute()
-    name = path.name
-    chosen = checkpoint_step(path, step, name)
+    ref = RunRef.of(name, root, key=RUN_KEY, step=step).resolve()
+    path, name, chosen = ref.path, ref.name, ref.checkpoint
     config, provenance, model = run_model(path)
     sharding = None if mesh is None else mesh(model)
     shardings = None if sharding is None else param_shardings(model, sharding)

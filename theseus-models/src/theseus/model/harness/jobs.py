@@ -17,7 +17,7 @@ import click
 
 from theseus.base.job import Job
 from theseus.config import field
-from theseus.errors import ConfigError
+from theseus.runs.ref import RunRef
 
 if TYPE_CHECKING:
     from theseus.config import Configuration
@@ -57,34 +57,10 @@ class HarnessConfig:
     )
 
 
-def parse_run(root: Path, spec: str) -> tuple[str, int]:
-    """``(run name, checkpoint step)`` of ``NAME``, ``NAME@STEP`` or empty (the only run; without a
-    step its latest checkpoint), checked to exist; one-line errors naming what is there otherwise.
-
-    Only the run folders are read (nothing imports jax), so a mistake is reported at once.
-    """
-    from theseus.errors import CheckpointError
-    from theseus.runs.layout import checkpoint_steps, run_names, runs_dir
-
-    name, at, step_text = spec.strip().partition("@")
-    if at and not step_text.isdigit():
-        raise ConfigError(f"eval/run={spec}: after '@' comes a checkpoint step, e.g. {name or 'NAME'}@1000")
-    runs, where = run_names(root), runs_dir(root)
-    if not runs:
-        raise ConfigError(f"no training runs under {where}; train one first (e.g. 'theseus run train/pretrain')")
-    if not name and len(runs) > 1:
-        raise ConfigError(f"several runs under {where}; choose one with eval/run=<name> ({', '.join(runs)})")
-    name = name or runs[0]
-    if name not in runs:
-        raise ConfigError(f"no run {name!r} under {where} (available: {', '.join(runs)})")
-    steps = checkpoint_steps(where / name)
-    if not steps:
-        raise CheckpointError(f"run {name!r} has no checkpoint yet; let its training reach a checkpoint first")
-    if at and int(step_text) not in steps:
-        raise CheckpointError(
-            f"run {name!r} has no checkpoint at step {int(step_text)}; available steps: {', '.join(map(str, steps))}"
-        )
-    return name, int(step_text) if at else steps[-1]
+def parse_run(root: Path, spec: str) -> RunRef:
+    """The run and checkpoint ``eval/run`` names (``NAME``, ``NAME@STEP`` or empty: the only run; without
+    a step its latest checkpoint), checked to exist before jax and the model load."""
+    return RunRef.parse(spec, root, key="eval/run").resolve()
 
 
 class HarnessEval(Job):
@@ -100,7 +76,7 @@ class HarnessEval(Job):
 
         args: HarnessConfig = self.args
         root = self.context.root
-        name, step = parse_run(root, args.run)
+        ref = parse_run(root, args.run)
         selection = tasks.choose(args.tasks, args.include_path, key="eval/tasks", include_key="eval/include_path")
         tasks.load(selection)  # the data and what each task asks for, checked before jax and the model load
         from theseus.config import Configuration, read_yaml
@@ -110,10 +86,10 @@ class HarnessEval(Job):
         from theseus.model.harness.lockstep import Lockstep
         from theseus.model.harness.model import TheseusLM
         from theseus.model.harness.scoring import score_function
-        from theseus.runs.layout import CONFIG_FILE, runs_dir
+        from theseus.runs.layout import CONFIG_FILE
 
-        trained = Configuration(read_yaml(runs_dir(root) / name / CONFIG_FILE))
-        run = load_run(root, name, step=step, mesh=lambda model: mesh_for(model, trained, args.layout, args.mesh_model))
+        trained = Configuration(read_yaml(ref.path / CONFIG_FILE))
+        run = load_run(root, ref, mesh=lambda model: mesh_for(model, trained, args.layout, args.mesh_model))
         lockstep = Lockstep(Devices(run.model, run.params, score_function(run.model), run.sharding))
         if lockstep.leads:
             click.echo(

@@ -16,6 +16,7 @@ from theseus.model.huggingface.convert import export_plan
 from theseus.model.huggingface.family import export_family
 from theseus.model.huggingface.safetensors_io import write_checkpoint
 from theseus.model.huggingface.tokenizer_files import BYTE_END_OF_TEXT, byte_tokenizer_json, token_id
+from theseus.runs.ref import RunRef
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16"}
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
@@ -144,20 +145,26 @@ def merged_params(loaded: Any) -> Any:
 
 
 def export_run(
-    root: Path, run: str, out: str, *, step: int | None = None, dtype: str = "float32", shard_size: str = "5GB"
+    root: Path,
+    run: str | RunRef,
+    out: str,
+    *,
+    step: int | None = None,
+    dtype: str = "float32",
+    shard_size: str = "5GB",
 ) -> Path:
-    """Export checkpoint ``step`` (default: latest) of run ``run`` to ``out``; returns the folder."""
+    """Export a checkpoint of run ``run`` (``NAME``, ``NAME@STEP`` or a reference; ``step`` names the
+    checkpoint too, default: the latest) to ``out``; returns the folder."""
     from theseus.model.generation.runs import load_run
 
     target_dtype = numpy_dtype(dtype)
     shard_bytes = parse_size(shard_size)
     folder = output_folder(out)
-    from theseus.model.generation.runs import run_folder
-
-    record_file = run_folder(root, run) / "provenance.json"
+    ref = RunRef.of(run, root, key="hf/run", step=step).resolve()
+    record_file = ref.path / "provenance.json"
     record = json.loads(record_file.read_text()) if record_file.is_file() else {}
     # a run without a recorded tokenizer (e.g. imported without tokenizer.json) exports weights only
-    loaded = load_run(root, run, step=step, tokenizer=None if record.get("tokenizer") else "byte")
+    loaded = load_run(root, ref, tokenizer=None if record.get("tokenizer") else "byte")
     model_class = f"{type(loaded.model).__module__}:{type(loaded.model).__qualname__}"
     arch = loaded.model.architecture
     family = export_family(model_class, arch, (record.get("huggingface") or {}).get("model_type"))

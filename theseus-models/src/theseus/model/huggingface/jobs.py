@@ -7,12 +7,14 @@ theseus run hf/export hf/run=gpt2 hf/out=./gpt2-export hf/dtype=bfloat16
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 
 from theseus.base.job import Job
 from theseus.config import field
 from theseus.errors import ConfigError
+from theseus.runs.ref import RunRef
 
 
 @dataclass
@@ -55,9 +57,17 @@ class ExportTarget:
     """Which run and checkpoint an export reads, and the folder it writes (``hf/export`` and
     ``hf/export-adapter``)."""
 
-    run: str = field("hf/run", default="", help="run name under <root>/runs (empty: the only run there is)")
-    step: int = field("hf/step", default=-1, help="checkpoint step to export (-1 = the latest)")
+    run: str = field(
+        "hf/run",
+        default="",
+        help="run NAME or NAME@STEP under <root>/runs (empty: the only run; no @STEP: the latest checkpoint)",
+    )
+    step: int = field("hf/step", default=-1, help="checkpoint step to export, as hf/run=NAME@STEP (-1: the latest)")
     out: str = field("hf/out", default="", path="file", help="output folder (created; must be empty if it exists)")
+
+    def run_ref(self, root: Path) -> RunRef:
+        """The run and checkpoint ``hf/run`` (and ``hf/step``) name, not yet resolved."""
+        return RunRef.parse(self.run, root, key="hf/run").at(self.step, step_key="hf/step")
 
 
 @dataclass
@@ -80,11 +90,6 @@ class HFExport(Job):
 
         args: ExportConfig = self.args
         out = export_run(
-            self.context.root,
-            args.run,
-            args.out,
-            step=None if args.step < 0 else args.step,
-            dtype=args.dtype,
-            shard_size=args.shard_size,
+            self.context.root, args.run_ref(self.context.root), args.out, dtype=args.dtype, shard_size=args.shard_size
         )
         click.echo(f"exported to {out}", err=True)

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from theseus.errors import ConfigError, TheseusError
-from theseus.model.models.transformer import TransformerLM
+from theseus.model.stack.transformer import TransformerLM
+from theseus.runs.ref import RunRef
 from theseus.training.sharding import TrainerSharding
+from theseus.training.sources import parse_source
 
 #: The key that names the teacher.
 TEACHER_KEY = "distill/teacher"
@@ -60,31 +62,25 @@ def open_teacher(spec: str, root: Path, student_run: str = "") -> Teacher:
     empty, malformed or missing teacher, or for the student's own run."""
     if not spec:
         raise ConfigError(f"{TEACHER_KEY} is empty; name the teacher: {TEACHER_KEY}={FORMS}")
-    kind, sep, target = spec.partition(":")
-    if not sep or not target or kind not in ("run", "hf"):
-        raise ConfigError(f"{TEACHER_KEY}={spec!r} is not a teacher; use {FORMS}")
+    source = parse_source(spec, root, key=TEACHER_KEY, what="a teacher", forms=FORMS)
     try:
-        if kind == "hf":
-            return _hf_teacher(spec, target)
-        name, _, step = target.partition("@")
-        if step and not step.isdigit():
-            raise ConfigError("the step after '@' must be a number")
-        if name == student_run:
+        if not isinstance(source, RunRef):
+            return _hf_teacher(spec, source)
+        if source.name == student_run:
             raise ConfigError("that is the student's own run; name another run (the teacher) or set run/name")
-        return _run_teacher(spec, root, name, int(step) if step else None)
+        return _run_teacher(spec, source)
     except TheseusError as exc:
         raise type(exc)(f"{TEACHER_KEY}={spec}: {exc}") from exc
 
 
-def _run_teacher(spec: str, root: Path, name: str, step: int | None) -> Teacher:
-    from theseus.model.generation.runs import checkpoint_step, run_folder, run_model, run_params
+def _run_teacher(spec: str, ref: RunRef) -> Teacher:
+    from theseus.model.generation.runs import run_model, run_params
 
-    path = run_folder(root, name).absolute()
-    chosen = checkpoint_step(path, step, name)
-    config, provenance, model = run_model(path)
+    ref = ref.resolve()
+    config, provenance, model = run_model(ref.path)
 
     def read(shardings: Any) -> Any:
-        return run_params(root, path, config, model, chosen, shardings)
+        return run_params(ref.root, ref.path, config, model, ref.checkpoint, shardings)
 
     return Teacher(spec, model, provenance.get("tokenizer"), read)
 

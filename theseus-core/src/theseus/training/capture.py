@@ -7,17 +7,17 @@ static (found while tracing) and kept for calls that reuse the compiled function
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 
-if TYPE_CHECKING:
-    from theseus.training.base import BaseTrainer, Batch
-    from theseus.training.state import TrainState
+from theseus.checkpoint.layers import layer_names, per_layer
+from theseus.training.protocol import Batch, Trainer
+from theseus.training.state import TrainState
 
 
 def capture(
-    trainer: BaseTrainer, state: TrainState, batch: Batch, key: jax.Array
+    trainer: Trainer, state: TrainState, batch: Batch, key: jax.Array
 ) -> tuple[Any, list[tuple[tuple[str, ...], Any]]]:
     """``(trace outputs, [(path, array), ...])``: ``trainer.trace`` with the module outputs in
     execution order; a path is the module path plus the output's position (``("up", "__call__", "0")``)."""
@@ -26,7 +26,6 @@ def capture(
     # Paths are static: recorded while tracing, kept for calls that reuse the compiled function.
     paths: list[tuple[str, ...]] = trainer.compiled("capture_paths", list)
     stacked = getattr(trainer.model, "stacked_layers", ())  # scanned layers: one entry per layer
-    from theseus.checkpoint.layers import layer_names, per_layer
 
     def build() -> Any:
         def captured(state: TrainState, batch: Batch, key: jax.Array) -> tuple[Any, list[Any]]:
