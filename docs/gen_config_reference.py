@@ -2,8 +2,10 @@
 
 The page lists, for every job of the four distributions of this repository, each configuration key
 with its type, default and description: the schema and defaults ``theseus configure JOB out.yaml``
-writes (the same ``job_schema`` / ``Schema.defaults`` code). Run it after changing a job's
-configuration::
+writes (the same ``job_schema`` / ``Schema.defaults`` code). After the jobs come the keys that only a
+selected component brings (the architecture keys of other models, such as ``architecture/moe/*``,
+``architecture/mla/*`` and the per-layer lists; another optimizer's or schedule's keys...), by kind
+of component. Run it after changing a job's or a component's configuration::
 
     python docs/gen_config_reference.py           # rewrite the page
     python docs/gen_config_reference.py --check   # exit 1 when the page is out of date
@@ -41,11 +43,27 @@ configuration is loaded.
 The `select/*` keys of a trainer choose its components by registered name, and their defaults
 are the trainer's declarations: `model=llama`, `optimizer=lion`, `schedule=cosine`,
 `dataset=fineweb:0.8,python-stdlib:0.2` (each entry `name[:rate[:style]]`),
-`evaluation=perplexity,multiple_choice` and `analysis=activations` (empty for none). On the
-command line the `select/` prefix may be left out; in YAML they sit under `select:`. The tables
+`evaluation=perplexity,multiple_choice` and `analysis=activations` (empty for none), and
+`objective=cross_entropy` where a trainer declares an objective (not `train/dpo`, `train/grpo` or
+distillation, whose objective follows their own keys). On the command line the `select/` prefix
+may be left out; in YAML they sit under `select:`. The tables
 below list the keys of the declared components; `theseus configure JOB out.yaml optimizer=lion`
 writes the keys of a selection, and `theseus components KIND/NAME` lists one component's keys.
+The keys that only other components bring (`architecture/moe/*` of the mixture models,
+`architecture/mla/*`, per-layer lists such as `architecture/layer_types`, `optimizer/lion/*`, ...)
+are listed by kind of component under [component keys](#component-keys).
 
+"""
+
+#: What the component part of the page says first.
+COMPONENTS_INTRO = """<a id="component-keys"></a>
+## Component keys
+
+Keys a run has only when it selects a component that brings them, by kind of component: select
+one by name on the command line (`model=deepseek_v3`, `optimizer=lion`, `environment=countdown`;
+rewards through `rl/rewards`), and its keys join the job's. Each row names the components that
+declare the key with that type, default and meaning; keys the job tables above already list are
+left out.
 """
 
 
@@ -87,6 +105,50 @@ def _summary(cls: type) -> str:
     return " ".join(doc.split("\n\n", 1)[0].split()) if doc else ""
 
 
+def component_kinds() -> tuple[str, ...]:
+    """The kinds of component a run selects by name, and the rewards ``rl/rewards`` names."""
+    from theseus.training.selection import KINDS
+
+    return (*KINDS, "reward")
+
+
+def component_schemas(registry: Any) -> list[tuple[str, str, Any]]:
+    """``(kind, name, schema)`` of every selectable component of the documented distributions."""
+    from theseus.config import Schema
+    from theseus.training.declarations import contributed_classes
+
+    found = []
+    for kind in component_kinds():
+        for entry in registry.components_of(kind):
+            if entry.distribution in DISTRIBUTIONS:
+                classes = contributed_classes(registry.load_component(kind, entry.name))
+                found.append((kind, entry.name, Schema.build(classes)))
+    return found
+
+
+def _component_sections(registry: Any, shown: set[str]) -> list[str]:
+    """One table per kind of component: the keys its components bring that no job table shows, a row
+    per key, type, default and meaning, naming the components that declare it."""
+    from theseus.config.types import type_name
+
+    rows: dict[str, dict[tuple[str, str, str, str], list[str]]] = {}
+    for kind, name, schema in component_schemas(registry):
+        defaults = schema.defaults()
+        for spec in schema:
+            if spec.key not in shown:
+                cells = (spec.key, type_name(spec.type), _default(defaults[spec.key]), _prose(_described(spec)))
+                rows.setdefault(kind, {}).setdefault(cells, []).append(f"`{kind}/{name}`")
+    sections = [COMPONENTS_INTRO]
+    for kind in component_kinds():
+        if kind not in rows:
+            continue
+        table = ["| key | type | default | description | components |", "| --- | --- | --- | --- | --- |"]
+        for (key, typed, default, text), names in sorted(rows[kind].items()):
+            table.append(f"| `{key}` | `{_cell(typed)}` | {default} | {text} | {', '.join(names)} |")
+        sections.append(f'<a id="components-{kind}"></a>\n### {kind}\n\n' + "\n".join(table))
+    return sections
+
+
 def render() -> str:
     """The page's Markdown text."""
     from theseus.cli.running import job_schema
@@ -98,6 +160,7 @@ def render() -> str:
     index = ["| job | provided by | class | keys |", "| --- | --- | --- | --- |"]
     sections: list[str] = []
     tables: dict[str, str] = {}  # table text -> first job that has it
+    shown: set[str] = set()  # the keys of the job tables
     for name in jobs:
         entry = registry.job(name)
         cls, schema = job_schema(name)
@@ -105,6 +168,7 @@ def render() -> str:
         index.append(f"| [`{name}`](#{_anchor(name)}) | {entry.distribution} | `{entry.target}` | {len(schema)} |")
         rows = ["| key | type | default | description | declared by |", "| --- | --- | --- | --- | --- |"]
         for spec in schema:
+            shown.add(spec.key)
             owners = ", ".join(sorted({owner.__qualname__ for owner in schema.owners(spec.key)}))
             rows.append(
                 f"| `{spec.key}` | `{_cell(type_name(spec.type))}` | {_default(defaults[spec.key])} "
@@ -123,6 +187,7 @@ def render() -> str:
             tables[table] = name
             lines.append(table)
         sections.append("\n".join(lines))
+    sections += _component_sections(registry, shown)
     return INTRO + "\n".join(index) + "\n\n" + "\n\n".join(sections) + "\n"
 
 

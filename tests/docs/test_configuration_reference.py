@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -25,6 +26,43 @@ def test_reference_matches_the_installed_jobs() -> None:
     assert committed == gen.render(), (
         "docs/reference/configuration.md is out of date; run: python docs/gen_config_reference.py"
     )
+
+
+def settable_keys() -> dict[str, str]:
+    """Every key a user can set, with where it comes from: the schema of each job of the documented
+    distributions and the keys of each of their components (what selecting it adds to a job's)."""
+    from theseus.cli.running import job_schema
+    from theseus.config import declared_fields
+    from theseus.registry import COMPONENT_KINDS, get_registry
+    from theseus.training.declarations import contributed_classes
+
+    documented = generator().DISTRIBUTIONS
+    registry = get_registry()
+    found: dict[str, str] = {}
+    for name, entry in registry.jobs.items():
+        if entry.distribution in documented:
+            found.update((spec.key, f"job {name}") for spec in job_schema(name)[1] if spec.key not in found)
+    for kind in COMPONENT_KINDS:
+        for entry in registry.components_of(kind):
+            if entry.distribution not in documented:
+                continue
+            for klass in contributed_classes(registry.load_component(kind, entry.name)):
+                fields = declared_fields(klass) if isinstance(klass, type) else []
+                found.update((spec.key, f"{kind}/{entry.name}") for spec in fields if spec.key not in found)
+    return found
+
+
+def test_reference_lists_every_key_a_user_can_set() -> None:
+    """The architecture keys of every model (``architecture/moe/*``, ``architecture/mla/*``, the per-layer
+    lists), every optimizer's, schedule's, environment's... keys are on the page, not only the defaults'."""
+    page = generator().PAGE.read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `([^`]+)` \|", page, re.MULTILINE))
+    settable = settable_keys()
+    missing = {key: source for key, source in settable.items() if key not in listed}
+    assert missing == {}
+    assert {"architecture/moe/n_experts", "architecture/mla/kv_lora_rank", "optimizer/lion/beta1"} <= listed
+    component_part = page.split('<a id="component-keys"></a>', 1)[1]
+    assert "| `architecture/moe/n_experts` |" in component_part and "`model/deepseek_v3`" in component_part
 
 
 def test_reference_agrees_with_theseus_configure(tmp_path: Path) -> None:

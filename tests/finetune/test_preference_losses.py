@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import Oracle
 from theseus.base.logprobs import sequence_logps
 from theseus.errors import ConfigError
-from theseus.model.finetune.preference import Objective, preference_loss
+from theseus.model.finetune.preference import Preference, preference_loss
 
 torch = Oracle("torch")
 
@@ -61,7 +61,7 @@ def interleaved(values: np.ndarray) -> jnp.ndarray:
     return jnp.asarray(np.stack([chosen, rejected], axis=1).reshape(2 * PAIRS, *values.shape[1:]))
 
 
-def ours(objective: Objective, batch: dict[str, np.ndarray]) -> tuple[float, dict[str, float]]:
+def ours(objective: Preference, batch: dict[str, np.ndarray]) -> tuple[float, dict[str, float]]:
     reference = interleaved(batch["reference"]) if objective.uses_reference else None
     loss, metrics = preference_loss(objective, interleaved(batch["sums"]), interleaved(batch["counts"]), reference)
     return float(loss), {k: float(v) for k, v in metrics.items()}
@@ -133,7 +133,7 @@ def trl_cpo(loss_type: str, beta: float, chosen: np.ndarray, rejected: np.ndarra
 def test_dpo_and_ipo_equal_trl(loss: str, beta: float) -> None:
     batch = fixed_batch()
     expected, expected_metrics = trl_dpo(loss, beta, batch)
-    got, metrics = ours(Objective(loss, beta), batch)
+    got, metrics = ours(Preference(loss, beta), batch)
     assert abs(got - expected) <= 1e-6 * max(1.0, abs(expected)), (got, expected)
     for name in METRICS:
         assert metrics[name] == pytest.approx(expected_metrics[name], abs=1e-5), name
@@ -144,9 +144,9 @@ def test_label_smoothed_dpo_equals_trl_conservative_form() -> None:
     batch = fixed_batch(1)
     ratios = batch["sums"] - batch["reference"]
     expected, _, _ = trl_cpo("sigmoid", 0.2, ratios[:PAIRS], ratios[PAIRS:], label_smoothing=0.15)
-    got, _ = ours(Objective("sigmoid", 0.2, label_smoothing=0.15), batch)
+    got, _ = ours(Preference("sigmoid", 0.2, label_smoothing=0.15), batch)
     assert abs(got - expected) <= 1e-6, (got, expected)
-    plain, _ = ours(Objective("sigmoid", 0.2), batch)
+    plain, _ = ours(Preference("sigmoid", 0.2), batch)
     assert abs(plain - got) > 1e-3  # the smoothing changes the loss
 
 
@@ -157,7 +157,7 @@ def test_simpo_equals_trl(beta: float, gamma: float) -> None:
     expected, chosen_rewards, rejected_rewards = trl_cpo(
         "simpo", beta, average[:PAIRS], average[PAIRS:], simpo_gamma=gamma, label_smoothing=0.0
     )
-    got, metrics = ours(Objective("simpo", beta, simpo_gamma=gamma, reference="none"), batch)
+    got, metrics = ours(Preference("simpo", beta, simpo_gamma=gamma, reference="none"), batch)
     assert abs(got - expected) <= 1e-6 * max(1.0, abs(expected)), (got, expected)
     assert metrics["rewards/chosen"] == pytest.approx(float(chosen_rewards.mean()), abs=1e-5)
     assert metrics["rewards/rejected"] == pytest.approx(float(rejected_rewards.mean()), abs=1e-5)
@@ -183,7 +183,7 @@ def test_sequence_log_probabilities_equal_trl() -> None:
 def test_policy_equal_to_reference_gives_the_loss_at_zero_margin(loss: str) -> None:
     batch = fixed_batch(4)
     batch["reference"] = batch["sums"].copy()
-    got, metrics = ours(Objective(loss, 0.1), batch)
+    got, metrics = ours(Preference(loss, 0.1), batch)
     assert got == pytest.approx(math.log(2) if loss == "sigmoid" else (1 / 0.2) ** 2, abs=1e-6)
     assert metrics["rewards/margins"] == 0.0 and metrics["rewards/accuracies"] == 0.0
 
@@ -198,4 +198,4 @@ def test_policy_equal_to_reference_gives_the_loss_at_zero_margin(loss: str) -> N
 )
 def test_bad_objective_settings(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
-        Objective(**settings)
+        Preference(**settings)

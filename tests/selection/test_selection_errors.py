@@ -48,6 +48,7 @@ def test_configure_writes_the_selected_components_keys(capsys: pytest.CaptureFix
         "select/dataset": "python-stdlib:1:pmd",
         "select/evaluation": "perplexity",
         "select/analysis": "",
+        "select/objective": "cross_entropy",
     }
     # The written file selects lion again when read back: nothing else is needed.
     chosen, _file_values, _ = Pretrain.selected(read_yaml(out), {})
@@ -190,9 +191,9 @@ def recorded_run(root: Path, name: str, model: str) -> None:
 def test_a_run_from_init_from_trains_the_model_its_source_holds(tmp_path: Path) -> None:
     from theseus.model.models import GPT, Llama
 
-    recorded_run(tmp_path, "llama", "theseus.model.models.llama:Llama")
-    recorded_run(tmp_path, "qwen3", "theseus.model.models.qwen3:Qwen3")
-    recorded_run(tmp_path, "gpt", "theseus.model.models.gpt:GPT")
+    recorded_run(tmp_path, "llama", "theseus.model.models.llama.model:Llama")
+    recorded_run(tmp_path, "qwen3", "theseus.model.models.qwen3.model:Qwen3")
+    recorded_run(tmp_path, "gpt", "theseus.model.models.gpt.model:GPT")
 
     def model_of(trainer: Any, source: str, **given: Any) -> Any:
         chosen, _, overrides = trainer.selected({}, {"training/init_from": f"run:{source}", **given}, tmp_path)

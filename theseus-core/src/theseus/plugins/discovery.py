@@ -32,6 +32,7 @@ BASE_TYPES: BaseTypes = {
     "layer": "theseus.model.module:Module",
     "hf": "theseus.model.huggingface.family:HFFamily",  # theseus-models; resolved only when one loads
     "environment": "theseus.rl.environment:Environment",
+    "objective": "theseus.training.objective:Objective",
 }
 SCANNER = "theseus-core:entry-points"
 

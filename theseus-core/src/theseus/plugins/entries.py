@@ -27,6 +27,7 @@ COMPONENT_KINDS: dict[str, str] = {
     "hf": "a Hugging Face checkpoint family (config.json and tensor names, both ways)",
     "environment": "a reinforcement-learning environment (Environment subclass): prompts and their rewards",
     "reward": "a reward: reward(prompts, completions, metadata) -> scores (a function or Reward class)",
+    "objective": "a training objective (Objective subclass): what a trainer's step optimises",
     "plugin": "pluggy hook implementations",
 }
 

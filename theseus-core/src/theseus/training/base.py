@@ -1,7 +1,7 @@
 """``BaseTrainer``: declarations, the override contract, and the helpers the loop is built from.
 
 A trainer declares what it uses (``CONFIG``, ``MODEL``, ``DATASET``, ``OPTIMIZER``,
-``SCHEDULE``, ``EVALUATION``, ``ANALYSIS``) and may override the smallest piece of the
+``SCHEDULE``, ``OBJECTIVE``, ``EVALUATION``, ``ANALYSIS``) and may override the smallest piece of the
 computation: ``batch``, ``forward``, ``train_step``, ``val_step`` or ``trace``.
 """
 
@@ -30,14 +30,16 @@ from theseus.plugins.gather import gather_classes
 from theseus.runs.directory import default_run_name
 from theseus.runs.layout import check_run_name
 from theseus.tracking.config import TrackingConfig
-from theseus.training import adapters, assembly, datacheck, declarations, keys, selection, steps
+from theseus.training import adapters, assembly, datacheck, declarations, init_from, keys, memory, selection, steps
+from theseus.training import capture as activation_capture
+from theseus.training import objective as objectives
 from theseus.training.config import BaseTrainerConfig
+from theseus.training.loop import TrainingLoop
 from theseus.training.optimizers import AdamW, Optimizer
+from theseus.training.protocol import Batch
 from theseus.training.schedules import Schedule
 from theseus.training.sharding import TrainerSharding, build_sharding
 from theseus.training.state import TrainState, abstract_variables, create_state, state_shardings, with_shardings
-
-Batch = Mapping[str, Any]
 
 
 class BaseTrainer(Job):
@@ -57,6 +59,12 @@ class BaseTrainer(Job):
     ANALYSIS: ClassVar[Sequence[Any]] = []
     #: Loop callbacks (``theseus.training.callbacks``): instances, or classes built from the configuration.
     CALLBACKS: ClassVar[Sequence[Any]] = []
+    #: What the trainer optimises (``theseus.training.objective``): an ``Objective`` class, instance or
+    #: registered name, which ``objective=`` replaces; None where ``objective()`` builds it from the
+    #: trainer's own keys (and no other may be selected).
+    OBJECTIVE: ClassVar[Any] = objectives.CrossEntropy
+    #: Parameters every update leaves out (``theseus.training.steps.HeldOut``: a quantized base), or None.
+    HELD_OUT: ClassVar[Any] = None
     #: Names a run may select per kind, e.g. ``{"model": ["gpt", "llama"]}`` (absent kind: any).
     ACCEPTS: ClassVar[Mapping[str, Sequence[str]]] = {}
     #: Logged metrics drawn beside ``loss.png``, each as ``<run>/<metric>.png`` (train and val curves).
@@ -91,8 +99,8 @@ class BaseTrainer(Job):
     @classmethod
     def config(cls) -> list[type]:
         """Every configuration class of this job: CONFIG, ``MODEL.gather()``, what DATASET,
-        OPTIMIZER, SCHEDULE, EVALUATION, ANALYSIS and CALLBACKS declare, and plugin contributions
-        (``theseus_gather`` hook with ``owner`` = this trainer class)."""
+        OPTIMIZER, SCHEDULE, OBJECTIVE, EVALUATION, ANALYSIS and CALLBACKS declare, and plugin
+        contributions (``theseus_gather`` hook with ``owner`` = this trainer class)."""
         contributed: list[type] = [cls.CONFIG] if cls.CONFIG is not None else []
         contributed += [TrackingConfig, datacheck.DataCheckConfig]
         if cls.MODEL is not None:
@@ -100,6 +108,9 @@ class BaseTrainer(Job):
         contributed += declarations.dataset_classes(cls.DATASET)
         contributed += declarations.contributed_classes(cls.optimizer())
         contributed += declarations.contributed_classes(cls.schedule())
+        if cls.OBJECTIVE is not None:
+            contributed += [selection.ObjectiveSelection]
+            contributed += declarations.contributed_classes(declarations.resolve("objective", cls.OBJECTIVE))
         for kind, entries in (("evaluation", cls.EVALUATION), ("analysis", cls.ANALYSIS)):
             for entry in declarations.as_list(entries):
                 contributed += declarations.contributed_classes(declarations.resolve(kind, entry))
@@ -193,24 +204,33 @@ class BaseTrainer(Job):
         sharding: TrainerSharding,
         skip_nonfinite: bool = False,
     ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
-        """One update from ``batch`` arranged ``[accumulate_steps, micro_batch, ...]``.
+        """One update from ``batch`` arranged ``[accumulate_steps, micro_batch, ...]`` of the trainer's
+        objective (:meth:`objective`, in effect while the step is traced; cross-entropy outside).
 
         Returns ``(state, loss, metadata, grad_norm)``; ``grad_norm`` is measured before clipping.
         """
         return steps.train_step(
-            cls, state, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
+            cls,
+            state,
+            batch,
+            key,
+            accumulate_steps,
+            objective=objectives.current(),
+            sharding=sharding,
+            skip_nonfinite=skip_nonfinite,
         )
 
-    @staticmethod
-    def loss_weight(batch: Batch) -> jax.Array:
-        """What one micro-batch weighs when accumulated gradients are averaged: its count of targets
-        (the loss is a mean per target). A loss that is a mean over something else (pairs) says so here."""
-        return steps.target_count(batch)
-
-    def step_options(self) -> dict[str, Any]:
-        """Static keyword arguments ``train_step`` and ``val_step`` receive besides ``sharding`` (settings
-        of the loss a subclass computes, e.g. a preference objective); hashable values only."""
-        return {}
+    def objective(self) -> objectives.Objective:
+        """What this trainer optimises: ``OBJECTIVE`` (``objective=`` selects another registered one),
+        built from the run's keys. A trainer whose objective follows its own keys overrides this."""
+        if self.OBJECTIVE is None:
+            raise ConfigError(f"{type(self).__qualname__} declares OBJECTIVE = None; override objective()")
+        declared = declarations.resolve("objective", self.OBJECTIVE)
+        with configuration(self.context.config):
+            built = _instantiate(declared)
+        if not isinstance(built, objectives.Objective):
+            raise ConfigError(f"{type(self).__qualname__}.OBJECTIVE is {built!r}, not a theseus Objective")
+        return built
 
     def updates_per_step(self) -> int:
         """Optimizer updates one ``train_step`` takes (several on the same batch, as reinforcement learning
@@ -219,8 +239,9 @@ class BaseTrainer(Job):
 
     @classmethod
     def val_step(cls, state: TrainState, batch: Batch, *, sharding: TrainerSharding) -> tuple[Any, Any, dict[str, Any]]:
-        """``(loss_sum, count, metadata)`` of one batch without dropout."""
-        return steps.val_step(cls, state, batch, sharding=sharding)
+        """``(loss_sum, count, metadata)`` of one batch without dropout: the objective's loss times what the
+        batch weighs (its target count for token-mean losses), and that weight."""
+        return steps.val_step(cls, state, batch, objective=objectives.current(), sharding=sharding)
 
     @classmethod
     def trace(cls, state: TrainState, batch: Batch, key: jax.Array, *, sharding: TrainerSharding) -> Any:
@@ -244,8 +265,6 @@ class BaseTrainer(Job):
         if self.MODEL is None:
             raise ConfigError(f"{type(self).__qualname__} declares no MODEL; set MODEL to a model class")
         if getattr(self.args, "init_from", ""):  # the source's architecture keys enter the configuration first
-            from theseus.training import init_from
-
             model_cls = declarations.resolve("model", self.MODEL)
             self.init_source, self.context.config = init_from.prepare(
                 self.args.init_from, self.context.root, model_cls, self.context.config, self.schema()
@@ -285,9 +304,7 @@ class BaseTrainer(Job):
                 self.model, self.tx, self.sharding, self.init_key, self.sequence_length, variables
             )
             if self.init_source is not None:
-                from theseus.training.init_from import check_data
-
-                check_data(self.flywheel, self.init_source)
+                init_from.check_data(self.flywheel, self.init_source)
             if args.compilation_cache:  # only once the job is known to be runnable: nothing written before
                 from theseus.training.compilation import enable_compilation_cache
 
@@ -310,8 +327,6 @@ class BaseTrainer(Job):
         """With ``model/remat=auto``: configure the fastest remat policy and micro batch whose compiled step
         fits the device, and return the choice (``theseus.training.memory``); the configuration then holds
         the chosen values and the compiled step is kept for the run. None without ``auto``."""
-        from theseus.training import memory
-
         self.setup()
         if self.memory_choice is None and memory.requested(self.context.config):
             self.memory_choice = memory.fit(self)
@@ -461,8 +476,6 @@ class BaseTrainer(Job):
         of ``training/init_from`` when set)."""
         self.setup()
         if self.init_source is not None:
-            from theseus.training import init_from
-
             return init_from.initial_state(self, self.init_source)
         with configuration(self.context.config):
             return create_state(
@@ -518,8 +531,8 @@ class BaseTrainer(Job):
     def train_step_fn(self) -> Any:
         """``fn(state, device_batch, key) -> (state, loss, meta, grad_norm, lr)``, jitted, state donated."""
         self.setup()
-        cls, sharding, shardings = type(self), self.sharding, self.state_shardings
-        options: dict[str, Any] = {"sharding": sharding, **self.step_options()}
+        cls, sharding, shardings, goal = type(self), self.sharding, self.state_shardings, self.objective()
+        options: dict[str, Any] = {"sharding": sharding}
         if self.args.skip_nonfinite:
             options["skip_nonfinite"] = True
         k = self.accumulate_steps
@@ -529,7 +542,7 @@ class BaseTrainer(Job):
 
         def step(state: TrainState, batch: Batch, key: jax.Array) -> Any:
             lr = schedule(state.step)
-            with computing_in(precision):
+            with computing_in(precision), objectives.using(goal):
                 new_state, loss, meta, grad_norm = cls.train_step(state, batch, key, k, **options)
             new_state = jax.lax.with_sharding_constraint(new_state, shardings)
             return new_state, loss, meta, grad_norm, lr
@@ -539,11 +552,11 @@ class BaseTrainer(Job):
     def val_step_fn(self) -> Any:
         """``fn(state, device_batch) -> (loss_sum, count, meta)``, jitted, in the train step's precision."""
         self.setup()
-        cls, sharding, options, precision = type(self), self.sharding, self.step_options(), self.args.precision
+        cls, sharding, precision, goal = type(self), self.sharding, self.args.precision, self.objective()
 
         def val_step(state: TrainState, batch: Batch) -> Any:
-            with computing_in(precision):
-                return cls.val_step(state, batch, sharding=sharding, **options)
+            with computing_in(precision), objectives.using(goal):
+                return cls.val_step(state, batch, sharding=sharding)
 
         return self.compiled("val", lambda: jax.jit(val_step))
 
@@ -554,14 +567,12 @@ class BaseTrainer(Job):
         return self.compiled("trace", lambda: jax.jit(functools.partial(cls.trace, sharding=sharding)))
 
     def capture(self, state: TrainState, batch: Batch, key: jax.Array) -> tuple[Any, list[tuple[tuple[str, ...], Any]]]:
-        """Run ``trace`` with every module's output recorded (see ``theseus.analysis.capture``).
+        """Run ``trace`` with every module's output recorded (see ``theseus.training.capture``).
 
         Returns ``(trace outputs, [(path, array), ...])`` with the module outputs in execution
         order; a path is the module path plus the output's position, e.g. ``("up", "__call__", "0")``.
         """
-        from theseus.analysis.capture import capture
-
-        return capture(self, state, batch, key)
+        return activation_capture.capture(self, state, batch, key)
 
     # -- validation ------------------------------------------------------------------------
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
@@ -602,8 +613,6 @@ class BaseTrainer(Job):
 
     def run(self) -> None:
         """Train (or resume) this job's run; see ``theseus.training.loop``."""
-        from theseus.training.loop import TrainingLoop
-
         TrainingLoop(self).run()
 
 
@@ -617,4 +626,4 @@ def _typed_keys(key: jax.Array) -> bool:
     return bool(jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key))
 
 
-__all__ = ["BaseTrainer", "BaseTrainerConfig", "TrainState", "TrainerSharding"]
+__all__ = ["BaseTrainer", "BaseTrainerConfig", "Batch", "TrainState", "TrainerSharding"]

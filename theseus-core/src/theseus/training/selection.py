@@ -1,9 +1,10 @@
-"""Choosing a run's model, optimizer, schedule, data, evaluations and analyses by registered name.
+"""Choosing a run's model, optimizer, schedule, data, evaluations, analyses and objective by registered name.
 
 A trainer's declarations (``MODEL``, ``OPTIMIZER``, ...) are the defaults. A run selects other
 registered components with ``model=llama``, ``optimizer=lion``, ``schedule=cosine``,
 ``dataset=fineweb:0.8,python-stdlib:0.2[:style]``, ``evaluation=a,b`` and ``analysis=a,b``
-(empty to disable), ``environment=countdown`` (trainers that declare an ``ENVIRONMENT``), or in YAML
+(empty to disable), ``environment=countdown`` (trainers that declare an ``ENVIRONMENT``),
+``objective=cross_entropy`` (trainers whose ``OBJECTIVE`` is not None), or in YAML
 under ``select:``. The run then uses a subclass of the trainer
 with those declarations replaced, so the schema follows the selection.
 """
@@ -22,10 +23,9 @@ from typing import Any
 from theseus.config import Schema, field
 from theseus.errors import ConfigError, TheseusError
 from theseus.training import declarations
+from theseus.training.sources import INIT_FROM, source_model_class
 
 SECTION = "select"
-#: The key whose source decides the model of a run that selects none.
-INIT_FROM = "training/init_from"
 #: Selection kinds and the trainer declaration each replaces.
 DECLARATIONS: dict[str, str] = {
     "model": "MODEL",
@@ -35,6 +35,7 @@ DECLARATIONS: dict[str, str] = {
     "evaluation": "EVALUATION",
     "analysis": "ANALYSIS",
     "environment": "ENVIRONMENT",  # reinforcement-learning trainers only: those that declare it
+    "objective": "OBJECTIVE",  # trainers whose OBJECTIVE is not None
 }
 KINDS = tuple(DECLARATIONS)
 #: Kinds that take a comma-separated list of names.
@@ -43,6 +44,9 @@ MULTIPLE = ("dataset", "evaluation", "analysis")
 KEY_SECTIONS = {"optimizer": "optimizer", "schedule": "schedule", "evaluation": "evaluation", "analysis": "analysis"}
 KEY_SECTIONS["dataset"] = "data"
 KEY_SECTIONS["environment"] = "environment"
+KEY_SECTIONS["objective"] = "objective"
+#: Kinds a trainer declares only when its declaration is not None.
+OPTIONAL = ("objective",)
 PLURAL = {"analysis": "analyses"}
 
 
@@ -67,6 +71,15 @@ class Selection:
     )
     evaluation: str = field("select/evaluation", default="", help="evaluations by name, comma-separated ('' = none)")
     analysis: str = field("select/analysis", default="", help="analyses by name, comma-separated ('' = none)")
+
+
+@dataclass
+class ObjectiveSelection:
+    """The selection key of a trainer whose ``OBJECTIVE`` is not None."""
+
+    objective: str = field(
+        "select/objective", default="", help="training objective by registered name (objective=cross_entropy)"
+    )
 
 
 # -- names of declarations -----------------------------------------------------------------
@@ -125,7 +138,13 @@ def describe(kind: str, declaration: Any) -> str:
 
 def declared(cls: type) -> dict[str, str]:
     """``{select/<kind>: text}`` of a trainer's declarations (the kinds it declares)."""
-    return {key(kind): describe(kind, getattr(cls, attr)) for kind, attr in DECLARATIONS.items() if hasattr(cls, attr)}
+    return {key(kind): describe(kind, getattr(cls, attr)) for kind, attr in DECLARATIONS.items() if declares(cls, kind)}
+
+
+def declares(cls: type, kind: str) -> bool:
+    """Whether a trainer declares ``kind`` (has its attribute; not None for :data:`OPTIONAL` kinds)."""
+    attr = DECLARATIONS[kind]
+    return hasattr(cls, attr) and not (kind in OPTIONAL and getattr(cls, attr) is None)
 
 
 def schema_of(cls: Any) -> Schema:
@@ -292,8 +311,6 @@ def model_of_source(cls: Any, given: Mapping[str, Any], defaults: Mapping[str, s
     spec = given.get(INIT_FROM)
     if root is None or key("model") in given or key("model") not in defaults or not isinstance(spec, str) or not spec:
         return None
-    from theseus.training.init_from import source_model_class
-
     target = source_model_class(spec, Path(root))
     if not target:
         return None

@@ -1,9 +1,14 @@
-"""The reference computations behind ``BaseTrainer.forward`` / ``train_step`` / ``val_step`` / ``trace``."""
+"""The reference computations behind ``BaseTrainer.forward`` / ``train_step`` / ``val_step`` / ``trace``.
+
+``train_step`` and ``val_step`` run any objective (:mod:`theseus.training.objective`): :func:`scores`
+computes what it reads, :func:`objective_loss` its loss, :func:`update` one optimizer update.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -11,15 +16,41 @@ import optax
 
 from theseus.base.logprobs import token_entropy, token_logps
 from theseus.base.sown import AUX_COLLECTIONS, AUX_LOSSES, AUX_METRICS, PARAM_UPDATES
+from theseus.errors import DataError
 from theseus.training import adapters
+from theseus.training.objective import Objective, Scores, split_teacher
 from theseus.training.sharding import TrainerSharding
 from theseus.training.state import TrainState
 
 Batch = Mapping[str, Any]
+#: What an update returns: ``(state, loss, metadata, grad_norm)``.
+StepResult = tuple[TrainState, jax.Array, dict[str, Any], jax.Array]
+
+
+class HeldOut(Protocol):
+    """Parameters an update does not differentiate (a trainer's ``HELD_OUT``: a quantized base): they
+    stay in ``state.params`` but the update sees the rest, and the model call puts them back."""
+
+    def split(self, params: Any) -> tuple[Any, Any]:
+        """``(held, rest)`` of ``params``; nothing held (empty) leaves the update as it is."""
+        ...
+
+    def join(self, rest: Any, held: Any) -> Any:
+        """The inverse of :meth:`split`."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """A model and its ``apply``: what :func:`target_scores` reads of a train state, for a model called
+    outside one (the frozen reference of preference tuning)."""
+
+    model: Any
+    apply_fn: Callable[..., Any]
 
 
 def forward(
-    state: TrainState,
+    state: TrainState | ModelCall,
     params: Any,
     batch: Batch,
     key: jax.Array | None = None,
@@ -41,7 +72,7 @@ def forward(
 
 
 def target_scores(
-    state: TrainState,
+    state: TrainState | ModelCall,
     params: Any,
     batch: Batch,
     key: jax.Array | None = None,
@@ -67,7 +98,7 @@ def target_scores(
 
 
 def _call(
-    state: TrainState,
+    state: TrainState | ModelCall,
     params: Any,
     x: jax.Array,
     inputs: Mapping[str, Any],
@@ -115,16 +146,6 @@ def apply_param_updates(params: Any, updates: Any) -> Any:
     return jax.tree_util.tree_map_with_path(add, params)
 
 
-def target_count(batch: Batch) -> jax.Array:
-    """Number of positions that count towards the loss (``y != -1`` and not padding)."""
-    y = batch["y"]
-    valid = y != -1
-    mask = batch.get("padding_mask")
-    if mask is not None:
-        valid = valid & mask.astype(bool)
-    return jnp.sum(valid, dtype=jnp.int32)
-
-
 def _without_intermediates(meta: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if k != "intermediates"}
 
@@ -133,6 +154,99 @@ def _without_updates(meta: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if k != PARAM_UPDATES}
 
 
+# -- objectives -----------------------------------------------------------------------------------
+def scores(
+    cls: Any,
+    objective: Objective,
+    state: TrainState,
+    params: Any,
+    batch: Batch,
+    key: jax.Array | None,
+    deterministic: bool,
+    teacher: Any = None,
+) -> tuple[Scores, dict[str, Any]]:
+    """What ``objective`` reads (its :class:`~theseus.training.objective.Needs`) of one micro-batch, and
+    the model's metadata. The model's own loss and the full logits come from ``cls.forward`` (so an
+    overridden ``forward`` takes part), the targets' log-probabilities from :func:`target_scores`."""
+    needs = objective.needs
+    missing = [name for name in needs.batch if name not in batch]
+    if missing:
+        raise DataError(f"{type(objective).__qualname__} reads {', '.join(missing)}, which the batch lacks")
+    plain = {"x": batch["x"], "padding_mask": batch.get("padding_mask")}
+    targets = {**plain, "y": batch["y"]}
+    found: dict[str, Any] = {}
+    if needs.model == "loss":
+        found["logits"], found["loss"], meta = cls.forward(state, params, batch, key=key, deterministic=deterministic)
+    elif needs.model == "logits":
+        found["logits"], _loss, meta = cls.forward(state, params, plain, key=key, deterministic=deterministic)
+    else:
+        found["logits"], found["logps"], found["entropy"], meta = target_scores(
+            state, params, targets, key=key, deterministic=deterministic, entropy=needs.entropy
+        )
+    if needs.frozen_base:
+        base = target_scores(state, adapters.switched_off(params), targets, deterministic=True)[1]
+        found["base_logps"] = jax.lax.stop_gradient(base)
+    if needs.old_policy:
+        found["old_logps"] = batch["old_logps"] if "old_logps" in batch else jax.lax.stop_gradient(found["logps"])
+    if needs.teacher is not None:
+        found["teacher_logits"] = teacher_logits(needs.teacher, teacher, plain)
+    return Scores(**found), meta
+
+
+def objective_loss(
+    cls: Any,
+    objective: Objective,
+    state: TrainState,
+    params: Any,
+    batch: Batch,
+    key: jax.Array | None,
+    deterministic: bool,
+    teacher: Any = None,
+) -> tuple[jax.Array, dict[str, Any]]:
+    """``objective``'s loss of one micro-batch and the metadata (the model's, then the objective's
+    metrics). In training the model's auxiliary losses join it (the model's own loss has them already)."""
+    found, meta = scores(cls, objective, state, params, batch, key, deterministic, teacher)
+    loss, metrics = objective(found, batch)
+    if objective.needs.model != "loss" and "aux_loss" in meta and not deterministic:
+        loss = loss + meta["aux_loss"]
+    return loss, {**meta, **metrics}
+
+
+def teacher_logits(model: Any, params: Any, batch: Batch) -> jax.Array:
+    """A teacher's logits of ``batch`` (``x``, ``padding_mask``): no dropout, no gradient."""
+    logits, _ = model.apply({"params": params}, batch["x"], padding_mask=batch.get("padding_mask"), deterministic=True)
+    return jax.lax.stop_gradient(logits)
+
+
+def old_policy_logps(state: TrainState, batch: Batch, sharding: TrainerSharding) -> jax.Array:
+    """The targets' log-probabilities under ``state.params``, the policy that sampled the batch
+    (``[accumulate, rows, T]``, no gradient, no dropout): the ``old_logps`` of every update taken on it."""
+
+    def one(micro: Batch) -> jax.Array:
+        return target_scores(state, state.params, micro, deterministic=True)[1]
+
+    with sharding.context():
+        return jax.lax.stop_gradient(jax.lax.map(one, {k: batch[k] for k in ("x", "y", "padding_mask")}))
+
+
+def holding_out(held_out: HeldOut | None, run: Callable[[TrainState], StepResult], state: TrainState) -> StepResult:
+    """``run(state)`` (an update) with the parameters ``held_out`` splits off (a quantized base) kept out
+    of the differentiated parameters and given back to the model at each call, unchanged."""
+    if held_out is None:
+        return run(state)
+    held, rest = held_out.split(state.params)
+    if not held:
+        return run(state)
+    apply = state.apply_fn
+
+    def apply_fn(variables: Any, *args: Any, **kwargs: Any) -> Any:
+        return apply({**variables, "params": held_out.join(variables["params"], held)}, *args, **kwargs)
+
+    new, loss, meta, grad_norm = run(state.replace(params=rest, apply_fn=apply_fn))
+    return new.replace(params=held_out.join(new.params, held), apply_fn=apply), loss, meta, grad_norm
+
+
+# -- the update -----------------------------------------------------------------------------------
 def train_step(
     cls: Any,
     state: TrainState,
@@ -140,23 +254,65 @@ def train_step(
     key: jax.Array,
     accumulate_steps: int,
     *,
+    objective: Objective,
     sharding: TrainerSharding,
     skip_nonfinite: bool = False,
-) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
-    """One optimizer update from ``accumulate_steps`` micro-batches (leading batch axis).
+) -> StepResult:
+    """``objective.updates`` optimizer updates of ``objective`` on a batch of ``accumulate_steps``
+    micro-batches (leading batch axis); ``cls`` gives ``forward`` and ``HELD_OUT`` (parameters the
+    update leaves out, see :func:`holding_out`). Several updates take the first at the batch's own
+    log-probabilities and the later ones against those of the policy that sampled it; ``state.step``
+    counts batches, and the loss, metrics and gradient norm are the updates' means (``skipped``:
+    whether any update was skipped). A teacher's parameters in the batch (:func:`with_teacher`) are
+    taken out before it is split into micro-batches."""
+    teacher, batch = split_teacher(batch)
+    held_out = getattr(cls, "HELD_OUT", None)
 
-    ``cls`` gives ``forward`` (the loss) and ``loss_weight`` (what a micro-batch weighs: its target
-    count for token-mean losses, see :func:`target_count`). Gradients of the micro-batches are
-    averaged with weights proportional to ``loss_weight``, so k micro-batches of b rows give the
-    update of one batch of k*b rows. With adapters in the parameters (LoRA), gradients stop at the base
-    and the base leaves the update bit for bit as it came in (:mod:`theseus.training.adapters`).
+    def once(current: TrainState, rows: Batch, update_key: jax.Array) -> StepResult:
+        def run(inner: TrainState) -> StepResult:
+            return update(cls, objective, inner, rows, update_key, accumulate_steps, sharding, skip_nonfinite, teacher)
+
+        return holding_out(held_out, run, current)
+
+    if objective.updates == 1:
+        return once(state, batch, key)
+    if objective.needs.old_policy:
+        batch = {**batch, "old_logps": old_policy_logps(state, batch, sharding)}
+
+    def body(current: TrainState, update_key: jax.Array) -> tuple[TrainState, Any]:
+        new, loss, meta, grad_norm = once(current, batch, update_key)
+        return new, (loss, meta, grad_norm)
+
+    keys = jax.random.split(key, objective.updates)
+    new_state, (losses, metas, norms) = jax.lax.scan(body, state, keys)
+    meta = {name: jnp.max(v) if name == "skipped" else jnp.mean(v, axis=0) for name, v in metas.items()}
+    return new_state.replace(step=state.step + 1), jnp.mean(losses), meta, jnp.mean(norms)
+
+
+def update(
+    cls: Any,
+    objective: Objective,
+    state: TrainState,
+    batch: Batch,
+    key: jax.Array,
+    accumulate_steps: int,
+    sharding: TrainerSharding,
+    skip_nonfinite: bool = False,
+    teacher: Any = None,
+) -> StepResult:
+    """One optimizer update of ``objective`` from ``accumulate_steps`` micro-batches (leading batch axis).
+
+    Gradients of the micro-batches are averaged with weights proportional to ``objective.weight_of`` (its
+    target count for token-mean losses), so k micro-batches of b rows give the update of one batch of
+    k*b rows. With adapters in the parameters (LoRA), gradients stop at the base and the base leaves
+    the update bit for bit as it came in (:mod:`theseus.training.adapters`).
     """
     adapted = adapters.has_adapters(state.params)
 
     def grads_of(params: Any, micro: Batch, micro_key: jax.Array) -> tuple[jax.Array, dict[str, Any], Any]:
         def loss_fn(p: Any) -> tuple[jax.Array, dict[str, Any]]:
             p = adapters.freeze_base(p) if adapted else p
-            _logits, loss, meta = cls.forward(state, p, micro, key=micro_key, deterministic=False)
+            loss, meta = objective_loss(cls, objective, state, p, micro, micro_key, False, teacher)
             return loss, _without_intermediates(meta)
 
         (loss, meta), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
@@ -167,7 +323,7 @@ def train_step(
             micro = jax.tree.map(lambda a: a[0], dict(batch))
             loss, meta, grads = grads_of(state.params, micro, jax.random.fold_in(key, 0))
         else:
-            counts = jax.vmap(cls.loss_weight)(dict(batch)).astype(jnp.float32)
+            counts = jax.vmap(objective.weight_of)(dict(batch)).astype(jnp.float32)
             total = jnp.sum(counts)
             weights = jnp.where(total > 0, counts / jnp.maximum(total, 1.0), 1.0 / accumulate_steps)
             keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(accumulate_steps))
@@ -209,12 +365,14 @@ def train_step(
 
 
 def val_step(
-    cls: Any, state: TrainState, batch: Batch, *, sharding: TrainerSharding
+    cls: Any, state: TrainState, batch: Batch, *, objective: Objective, sharding: TrainerSharding
 ) -> tuple[Any, Any, dict[str, Any]]:
-    """Summed loss and target count of one batch, without dropout."""
+    """``(loss x weight, weight, metadata)`` of one batch without dropout: the objective's loss and
+    what the batch weighs (its target count for token-mean losses)."""
+    teacher, batch = split_teacher(batch)
     with sharding.context():
-        _logits, loss, meta = cls.forward(state, state.params, batch, key=None, deterministic=True)
-    count = target_count(batch)
+        loss, meta = objective_loss(cls, objective, state, state.params, batch, None, True, teacher)
+    count = objective.weight_of(batch)
     return loss.astype(jnp.float32) * count, count, _without_updates(_without_intermediates(meta))
 
 

@@ -26,11 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from theseus.base.logprobs import scored_positions
 from theseus.config import field
 from theseus.errors import ConfigError, DataError
-from theseus.model.finetune import frozen
-from theseus.model.finetune.preference import LOSSES, Objective, preference_loss
+from theseus.model.finetune.preference import LOSSES, Preference
 from theseus.model.finetune.reference import (
     REFERENCE_DIR,
     compute_table,
@@ -41,10 +39,9 @@ from theseus.model.finetune.reference import (
 )
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.runs.layout import run_path
-from theseus.training import adapters, steps
+from theseus.training import adapters
 from theseus.training.base import Batch
 from theseus.training.flywheel.strategy import Sampling
-from theseus.training.sharding import TrainerSharding
 from theseus.training.state import TrainState
 
 
@@ -69,43 +66,6 @@ class DPOConfig(SFTConfig):
     )
 
 
-class PreferenceStep:
-    """What ``steps.train_step`` needs from a trainer, for a preference objective: ``forward`` returns
-    the preference loss (with TRL's metrics), and a micro-batch weighs its number of pairs."""
-
-    def __init__(self, objective: Objective) -> None:
-        self.objective = objective
-
-    def forward(
-        self,
-        state: TrainState,
-        params: Any,
-        batch: Batch,
-        key: jax.Array | None = None,
-        deterministic: bool = False,
-        intermediates: bool = False,
-    ) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]:
-        inputs = {"x": batch["x"], "y": batch["y"], "padding_mask": batch.get("padding_mask")}
-        logits, token_logps, _, meta = steps.target_scores(
-            state, params, inputs, key=key, deterministic=deterministic, intermediates=intermediates
-        )
-        logps = jnp.sum(token_logps, axis=-1)
-        counts = jnp.sum(scored_positions(inputs["y"], inputs["padding_mask"]), axis=-1).astype(jnp.float32)
-        reference = None
-        if self.objective.reference == "adapters":
-            base = adapters.switched_off(params)
-            ref_logps = steps.target_scores(state, base, inputs, deterministic=True)[1]
-            reference = jax.lax.stop_gradient(jnp.sum(ref_logps, axis=-1))
-        elif self.objective.reference == "batch":
-            reference = batch["reference_logps"]
-        loss, metrics = preference_loss(self.objective, logps, counts, reference)
-        return logits, loss, {**meta, **metrics}
-
-    @staticmethod
-    def loss_weight(batch: Batch) -> jax.Array:
-        return jnp.asarray(batch["x"].shape[0] // 2, jnp.float32)
-
-
 class DPOTrainer(SFTTrainer):
     """Preference tuning on ``dataset/preference`` (pairs), from ``training/init_from``, optionally with LoRA.
 
@@ -114,6 +74,7 @@ class DPOTrainer(SFTTrainer):
 
     CONFIG: ClassVar[type] = DPOConfig
     DATASET: ClassVar[Any] = Sampling("preference", 1.0, "pairs")
+    OBJECTIVE: ClassVar[Any] = None  # built from dpo/* (objective())
 
     def __init__(self, context: Any) -> None:
         super().__init__(context)
@@ -121,8 +82,9 @@ class DPOTrainer(SFTTrainer):
         self._table: dict[str, np.ndarray] | None = None
 
     # -- the objective -------------------------------------------------------------------------
-    @property
-    def objective(self) -> Objective:
+    def objective(self) -> Preference:
+        """The preference loss of ``dpo/*``; its reference is the frozen base with LoRA (unless
+        precomputed), none for SimPO, else log-probabilities the batch carries."""
         args: DPOConfig = self.args
         if args.loss == "simpo":
             reference = "none"
@@ -130,10 +92,7 @@ class DPOTrainer(SFTTrainer):
             reference = "adapters"
         else:
             reference = "batch"
-        return Objective(args.loss, float(args.beta), float(args.label_smoothing), float(args.simpo_gamma), reference)
-
-    def step_options(self) -> dict[str, Any]:
-        return {"objective": self.objective}
+        return Preference(args.loss, float(args.beta), float(args.label_smoothing), float(args.simpo_gamma), reference)
 
     def setup(self) -> None:
         if self._ready:
@@ -164,35 +123,6 @@ class DPOTrainer(SFTTrainer):
                 err=True,
             )
 
-    @classmethod
-    def train_step(
-        cls,
-        state: TrainState,
-        batch: Batch,
-        key: jax.Array,
-        accumulate_steps: int,
-        *,
-        sharding: TrainerSharding,
-        skip_nonfinite: bool = False,
-        objective: Objective = Objective(),
-    ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
-        """One update of the preference loss; with adapters, the base passes through untouched."""
-        step = PreferenceStep(objective)
-        return frozen.objective_step(
-            step, state, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
-        )
-
-    @classmethod
-    def val_step(
-        cls, state: TrainState, batch: Batch, *, sharding: TrainerSharding, objective: Objective = Objective()
-    ) -> tuple[Any, Any, dict[str, Any]]:
-        """``(loss x pairs, pairs, metrics)`` of one batch of pairs, without dropout."""
-        with sharding.context():
-            _logits, loss, meta = PreferenceStep(objective).forward(state, state.params, batch, deterministic=True)
-        assert loss is not None
-        pairs = jnp.asarray(batch["x"].shape[0] // 2, jnp.float32)
-        return loss.astype(jnp.float32) * pairs, pairs, meta
-
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
         result = super().validate(state, batches, slice)
         result["pairs"] = result.pop("tokens")
@@ -206,7 +136,7 @@ class DPOTrainer(SFTTrainer):
     def _ensure_reference(self) -> None:
         """Build what the reference needs once: the stored table or the frozen parameters."""
         self.setup()
-        objective = self.objective
+        objective = self.objective()
         if objective.reference != "batch" or self._table is not None or self._reference_params is not None:
             return
         if self.args.precompute_reference:
@@ -236,14 +166,14 @@ class DPOTrainer(SFTTrainer):
 
     def host_batch(self, slice: str = "train", position: int | None = None) -> dict[str, np.ndarray]:
         batch = super().host_batch(slice, position)
-        if self.args.precompute_reference and self.objective.reference == "batch":
+        if self.args.precompute_reference and self.objective().reference == "batch":
             self._ensure_reference()
             assert self._table is not None
             batch["reference_logps"] = self._table[slice][batch["document"]]
         return batch
 
     def _with_reference(self, batch: dict[str, jax.Array], *, leading: bool) -> dict[str, jax.Array]:
-        if self.objective.reference != "batch" or "reference_logps" in batch:
+        if self.objective().reference != "batch" or "reference_logps" in batch:
             return batch
         self._ensure_reference()
         name = "reference_train" if leading else "reference_val"
@@ -255,7 +185,7 @@ class DPOTrainer(SFTTrainer):
 
     def abstract_train_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
         batch = super().abstract_train_batch()
-        if self.objective.reference == "batch":
+        if self.objective().reference == "batch":
             rows = (self.accumulate_steps, self.micro_rows)
             sharding = self.sharding.batch_sharding(len(rows), leading=1)
             batch["reference_logps"] = jax.ShapeDtypeStruct(rows, jnp.float32, sharding=sharding)
@@ -270,4 +200,4 @@ class DPOTrainer(SFTTrainer):
         self._reference_params = None
 
 
-__all__ = ["DPOConfig", "DPOTrainer", "PreferenceStep"]
+__all__ = ["DPOConfig", "DPOTrainer"]

@@ -9,6 +9,10 @@ objectives and metrics follow TRL's definitions and names:
   ``label_smoothing`` ε gives the conservative form ``-(1-ε) log sigmoid(β Δ) - ε log sigmoid(-β Δ)``;
 * ``ipo``: ``(Δ' - 1/(2β))²`` with ``Δ'`` the log-ratios averaged per response token;
 * ``simpo``: no reference; ``Δ = mean log π_c - mean log π_r - gamma/β`` in the smoothed sigmoid form.
+
+:class:`Preference` is the objective ``train/dpo`` optimises (:mod:`theseus.training.objective`): it
+reads the targets' log-probabilities (chunked by ``model/loss_chunk``), the reference's from the batch
+or the frozen base, and weighs a micro-batch by its pairs.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from theseus.base.logprobs import scored_positions
 from theseus.errors import ConfigError
+from theseus.training.objective import Batch, Metrics, Needs, Objective, Scores
 
 LOSSES = ("sigmoid", "ipo", "simpo")
 #: Where the reference log-probabilities come from: the batch (``reference_logps``, computed apart
@@ -28,8 +34,8 @@ REFERENCES = ("batch", "adapters", "none")
 
 
 @dataclass(frozen=True)
-class Objective:
-    """The settings of one preference loss (hashable: a static argument of the compiled step)."""
+class Preference(Objective):
+    """A preference loss on pairs of rows (chosen, rejected) and where its reference comes from."""
 
     loss: str = "sigmoid"
     beta: float = 0.1
@@ -52,6 +58,27 @@ class Objective:
         """Whether the loss compares with a reference model (all but SimPO)."""
         return self.loss != "simpo"
 
+    @property
+    def needs(self) -> Needs:
+        """The targets' log-probabilities; the reference's from the batch or the frozen base."""
+        from_batch = ("reference_logps",) if self.reference == "batch" else ()
+        return Needs("target_logps", batch=from_batch, frozen_base=self.reference == "adapters")
+
+    def __call__(self, scores: Scores, batch: Batch) -> tuple[jax.Array, Metrics]:
+        """The mean loss over the pairs of ``batch`` and TRL's metrics."""
+        logps = jnp.sum(scores.logps, axis=-1)
+        counts = jnp.sum(scored_positions(batch["y"], batch.get("padding_mask")), axis=-1).astype(jnp.float32)
+        reference = None
+        if self.reference == "adapters":
+            reference = jnp.sum(scores.base_logps, axis=-1)
+        elif self.reference == "batch":
+            reference = batch["reference_logps"]
+        return preference_loss(self, logps, counts, reference)
+
+    def weight_of(self, batch: Batch) -> jax.Array:
+        """A micro-batch weighs its number of pairs (the loss is a mean over pairs)."""
+        return jnp.asarray(batch["x"].shape[0] // 2, jnp.float32)
+
 
 def pairs_of(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The chosen (even rows) and rejected (odd rows) halves of a per-row array."""
@@ -66,7 +93,7 @@ def _smoothed_sigmoid(margin: jax.Array, beta: float, smoothing: float) -> jax.A
 
 
 def preference_loss(
-    objective: Objective, logps: jax.Array, counts: jax.Array, reference: jax.Array | None
+    objective: Preference, logps: jax.Array, counts: jax.Array, reference: jax.Array | None
 ) -> tuple[jax.Array, dict[str, Any]]:
     """The mean loss over the pairs and TRL's metrics (``rewards/*``, ``logps/*``).
 
@@ -105,4 +132,4 @@ def preference_loss(
     return jnp.mean(losses), metrics
 
 
-__all__ = ["LOSSES", "REFERENCES", "Objective", "pairs_of", "preference_loss"]
+__all__ = ["LOSSES", "REFERENCES", "Preference", "pairs_of", "preference_loss"]

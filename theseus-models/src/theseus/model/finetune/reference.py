@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from theseus.base.logprobs import sequence_logps
+from theseus.training import steps
 from theseus.training.flywheel.sources import Source
 from theseus.training.sharding import TrainerSharding
 
@@ -29,14 +29,12 @@ def reference_fn(model: Any, sharding: TrainerSharding, *, leading: bool) -> Any
     micro-batches are computed one after the other.
     """
 
+    call = steps.ModelCall(model, model.apply)
+
     def one(params: Any, micro: Mapping[str, Any]) -> jax.Array:
-        mask = micro.get("padding_mask")
-        with sharding.context():
-            if callable(getattr(model, "target_scores", None)):  # a chunk of logits at a time
-                logps = model.apply({"params": params}, micro["x"], micro["y"], mask, True, method="target_scores")[1]
-                return jnp.sum(logps, axis=-1)
-            logits, _ = model.apply({"params": params}, micro["x"], padding_mask=mask, deterministic=True)
-        return sequence_logps(logits, micro["y"], mask)[0]
+        with sharding.context():  # a chunk of logits at a time where the model can (model/loss_chunk)
+            logps = steps.target_scores(call, params, micro, deterministic=True)[1]
+        return jnp.sum(logps, axis=-1)
 
     def logps(params: Any, batch: Mapping[str, Any]) -> jax.Array:
         inputs = {k: batch[k] for k in MODEL_KEYS if k in batch}

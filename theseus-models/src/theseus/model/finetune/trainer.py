@@ -24,11 +24,10 @@ from theseus.model.finetune import frozen
 from theseus.model.finetune.chat import TEMPLATE_FILE
 from theseus.model.layers import lora, quantization
 from theseus.runs.layout import run_path
-from theseus.training.base import BaseTrainer, Batch
+from theseus.training.base import BaseTrainer
 from theseus.training.config import BaseTrainerConfig
 from theseus.training.flywheel.strategy import Sampling
 from theseus.training.optimizers import AdamW
-from theseus.training.sharding import TrainerSharding
 from theseus.training.state import TrainState
 
 
@@ -49,6 +48,8 @@ class SFTTrainer(BaseTrainer):
     OPTIMIZER: ClassVar[Any] = AdamW
     SCHEDULE: ClassVar[Any] = None
     EVALUATION: ClassVar[Any] = []
+    #: A quantized base (``model/quantize``) is not differentiated at all, whatever the objective.
+    HELD_OUT: ClassVar[Any] = frozen.QUANTIZED
 
     # -- LoRA ----------------------------------------------------------------------------------
     @property
@@ -62,26 +63,6 @@ class SFTTrainer(BaseTrainer):
             return tx
         lora.check_coverage(params, self.setting("model/lora/targets", lora.DEFAULT_TARGETS), type(self.model).__name__)
         return frozen.excluding_quantized(super()._restrict_optimizer(tx, quantization.without_quantized(params)))
-
-    @classmethod
-    def train_step(
-        cls,
-        state: TrainState,
-        batch: Batch,
-        key: jax.Array,
-        accumulate_steps: int,
-        *,
-        sharding: TrainerSharding,
-        skip_nonfinite: bool = False,
-    ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
-        """The base update; with adapters, the base parameters are passed through untouched (a quantized
-        base is not differentiated at all: :func:`theseus.model.finetune.frozen.step`)."""
-        base_step = super().train_step
-
-        def run(inner: TrainState) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
-            return base_step(inner, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite)
-
-        return frozen.step(run, state)
 
     # -- base weights -----------------------------------------------------------------------
     def load_base(self, source: Any, abstract: Any, shardings: Any) -> Any:

@@ -30,18 +30,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from theseus.config import field
-from theseus.model.finetune import frozen
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.rl.loss import forward_kl, generalized_jsd
 from theseus.model.rl.teacher import TEACHER_KEY, Teacher, check_student, open_teacher
 from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer, reward_means, rollout_metrics
-from theseus.training import steps
 from theseus.training.base import Batch
-from theseus.training.sharding import TrainerSharding
+from theseus.training.objective import Needs, Objective, Scores, with_teacher
 from theseus.training.state import TrainState
-
-#: The prefix of the batch entries that carry the teacher's parameters into the step, one per leaf.
-TEACHER_ENTRY = "teacher/"
 
 
 @dataclass
@@ -81,41 +76,6 @@ class OnPolicyDistillConfig(DistillConfig, GRPOConfig):
     resample_rounds: int = 1
 
 
-@dataclass(frozen=True)
-class Objective:
-    """The static settings of the loss (a hashable jit argument); the teacher's parameters come with
-    each batch."""
-
-    teacher: Any = None  # the teacher's model
-    loss: str = "jsd"  # jsd (on-policy) | forward_kl (offline)
-    beta: float = 0.5
-    temperature: float = 1.0
-
-
-# -- the teacher's parameters in a batch ----------------------------------------------------------
-def with_teacher(batch: Mapping[str, Any], params: Any) -> dict[str, Any]:
-    """``batch`` with one ``teacher/<path>`` entry per leaf of the teacher's parameters."""
-    flat = jax.tree_util.tree_flatten_with_path(params)[0]
-    entries = {TEACHER_ENTRY + "/".join(str(k.key) for k in path): leaf for path, leaf in flat}
-    return {**batch, **entries}
-
-
-def split_teacher(batch: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(the teacher's parameter tree, the rest of the batch)``: the inverse of :func:`with_teacher`."""
-    teacher: dict[str, Any] = {}
-    rest: dict[str, Any] = {}
-    for name, value in batch.items():
-        if not name.startswith(TEACHER_ENTRY):
-            rest[name] = value
-            continue
-        *parents, leaf = name[len(TEACHER_ENTRY) :].split("/")
-        node = teacher
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return teacher, rest
-
-
 # -- the loss -------------------------------------------------------------------------------------
 def loss_mask(batch: Batch) -> jax.Array:
     """Where the divergence is taken: a rollout's completion tokens (``completion_mask``), else every
@@ -127,13 +87,7 @@ def loss_mask(batch: Batch) -> jax.Array:
     return valid if padding is None else valid & jnp.asarray(padding).astype(bool)
 
 
-def teacher_logits(model: Any, params: Any, inputs: Batch) -> jax.Array:
-    """The teacher's logits of ``inputs`` (no dropout, no gradient)."""
-    logits, _ = model.apply({"params": params}, inputs["x"], padding_mask=inputs["padding_mask"], deterministic=True)
-    return jax.lax.stop_gradient(logits)
-
-
-def divergence(objective: Objective, student: jax.Array, teacher: jax.Array, mask: jax.Array) -> jax.Array:
+def divergence(objective: Divergence, student: jax.Array, teacher: jax.Array, mask: jax.Array) -> jax.Array:
     """The objective's divergence, a mean over the positions of ``mask``, in float32."""
     student, teacher = student.astype(jnp.float32), teacher.astype(jnp.float32)
     if objective.loss == "forward_kl":
@@ -141,42 +95,36 @@ def divergence(objective: Objective, student: jax.Array, teacher: jax.Array, mas
     return generalized_jsd(student, teacher, mask, beta=objective.beta, temperature=objective.temperature)
 
 
-class DistillStep:
-    """What ``steps.train_step`` needs: ``forward`` gives the divergence from the teacher, and a
-    micro-batch weighs the positions it is taken at."""
+@dataclass(frozen=True)
+class Divergence(Objective):
+    """The divergence of the student's distributions from the teacher's (``teacher``: its model; its
+    parameters come with each batch) at the positions of :func:`loss_mask`, which a micro-batch weighs."""
 
-    def __init__(self, objective: Objective, teacher_params: Any) -> None:
-        self.objective = objective
-        self.teacher_params = teacher_params
+    teacher: Any = None
+    loss: str = "jsd"  # jsd (on-policy) | forward_kl (offline)
+    beta: float = 0.5
+    temperature: float = 1.0
 
-    def forward(
-        self,
-        state: TrainState,
-        params: Any,
-        batch: Batch,
-        key: jax.Array | None = None,
-        deterministic: bool = False,
-        intermediates: bool = False,
-    ) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
-        inputs = {"x": batch["x"], "padding_mask": batch.get("padding_mask")}
-        logits, _, meta = steps.forward(state, params, inputs, key=key, deterministic=deterministic)
-        teacher = teacher_logits(self.objective.teacher, self.teacher_params, inputs)
-        loss = divergence(self.objective, logits, teacher, loss_mask(batch))
-        if "aux_loss" in meta and not deterministic:  # a mixture-of-experts student's balancing losses
-            loss = loss + meta["aux_loss"]
-        return logits, loss, {**meta, **rollout_metrics(batch)}
+    @property
+    def needs(self) -> Needs:
+        """The student's full logits and the teacher's."""
+        return Needs("logits", teacher=self.teacher)
 
-    @staticmethod
-    def loss_weight(batch: Batch) -> jax.Array:
+    def __call__(self, scores: Scores, batch: Batch) -> tuple[jax.Array, dict[str, Any]]:
+        """The divergence and, for rollouts, their metrics."""
+        return divergence(self, scores.logits, scores.teacher_logits, loss_mask(batch)), rollout_metrics(batch)
+
+    def weight_of(self, batch: Batch) -> jax.Array:
         return jnp.sum(loss_mask(batch), dtype=jnp.float32)
 
 
 # -- the trainers ---------------------------------------------------------------------------------
 class Distillation(SFTTrainer):
     """What both distillation trainers share: the teacher (opened and checked at set-up, its parameters
-    read once and sent with every batch) and the step of the divergence."""
+    read once and sent with every batch) and the divergence they optimise."""
 
     CONFIG: ClassVar[type] = DistillConfig
+    OBJECTIVE: ClassVar[Any] = None  # built from distill/* (objective())
 
     def __init__(self, context: Any) -> None:
         super().__init__(context)
@@ -203,49 +151,9 @@ class Distillation(SFTTrainer):
             self._teacher_params = self.teacher.load(self.sharding)
         return self._teacher_params
 
-    @property
-    def distillation(self) -> Objective:
-        """The static settings of this trainer's divergence."""
-        return Objective(self.teacher.model, "forward_kl", 0.0, float(self.args.distill_temperature))
-
-    def step_options(self) -> dict[str, Any]:
-        return {"objective": self.distillation}
-
-    @classmethod
-    def train_step(
-        cls,
-        state: TrainState,
-        batch: Batch,
-        key: jax.Array,
-        accumulate_steps: int,
-        *,
-        sharding: TrainerSharding,
-        skip_nonfinite: bool = False,
-        objective: Objective = Objective(),
-    ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
-        """One update of the divergence; with adapters, the base passes through untouched."""
-        teacher, rest = split_teacher(batch)
-        return frozen.objective_step(
-            DistillStep(objective, teacher),
-            state,
-            rest,
-            key,
-            accumulate_steps,
-            sharding=sharding,
-            skip_nonfinite=skip_nonfinite,
-        )
-
-    @classmethod
-    def val_step(
-        cls, state: TrainState, batch: Batch, *, sharding: TrainerSharding, objective: Objective = Objective()
-    ) -> tuple[Any, Any, dict[str, Any]]:
-        """``(divergence x positions, positions, metrics)`` of one batch, without dropout."""
-        teacher, rest = split_teacher(batch)
-        step = DistillStep(objective, teacher)
-        with sharding.context():
-            _logits, loss, meta = step.forward(state, state.params, rest, deterministic=True)
-        count = step.loss_weight(rest)
-        return loss * count, count, meta
+    def objective(self) -> Divergence:
+        """The forward KL to the teacher at ``distill/temperature``."""
+        return Divergence(self.teacher.model, "forward_kl", 0.0, float(self.args.distill_temperature))
 
     def device_train_batch(self, host: Batch) -> dict[str, jax.Array]:
         return with_teacher(super().device_train_batch(host), self.teacher_params())
@@ -267,16 +175,16 @@ class OfflineDistillTrainer(Distillation):
     distributions at every target. Subclass it to change the model or the data, as with ``SFTTrainer``."""
 
 
-class OnPolicyDistillTrainer(Distillation, GRPOTrainer):  # type: ignore[misc]  # its own step's objective
+class OnPolicyDistillTrainer(Distillation, GRPOTrainer):  # type: ignore[misc]  # a divergence, not GRPO's policy loss
     """On-policy distillation (GKD) of ``MODEL`` on the prompts of ``ENVIRONMENT`` (``environment=``
     selects another): GRPO's rollouts of the student, the teacher's distributions on them."""
 
     CONFIG: ClassVar[type] = OnPolicyDistillConfig
 
-    @property
-    def distillation(self) -> Objective:
+    def objective(self) -> Divergence:  # type: ignore[override]  # a divergence, not GRPO's policy loss
+        """The generalized JSD to the teacher (``distill/beta``) at ``distill/temperature``."""
         a: OnPolicyDistillConfig = self.args
-        return Objective(self.teacher.model, "jsd", float(a.distill_beta), float(a.distill_temperature))
+        return Divergence(self.teacher.model, "jsd", float(a.distill_beta), float(a.distill_temperature))
 
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
         """Completions of ``batches`` x (global micro batch) prompts of the environment's ``eval`` split,
@@ -310,9 +218,8 @@ class OnPolicyDistillTrainer(Distillation, GRPOTrainer):  # type: ignore[misc]  
 
 __all__ = [
     "DistillConfig",
-    "DistillStep",
     "Distillation",
-    "Objective",
+    "Divergence",
     "OfflineDistillTrainer",
     "OnPolicyDistillConfig",
     "OnPolicyDistillTrainer",

@@ -40,7 +40,6 @@ import numpy as np
 from theseus.config import configuration, configure, field
 from theseus.data.chat import ChatTemplate
 from theseus.errors import ConfigError
-from theseus.model.finetune import frozen
 from theseus.model.finetune.chat import TEMPLATE_FILE
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.generation.decode import generate_tokens
@@ -49,11 +48,11 @@ from theseus.model.rl.loss import IMPORTANCE_SAMPLING, LOSS_TYPES, group_advanta
 from theseus.rl.environment import Environment, Prompt, rng
 from theseus.rl.rewards import COMPLETION_TOKENS
 from theseus.rl.selection import REWARDS_KEY, EnvironmentSelection, declared_environment, parse_weights, reward_config
-from theseus.runs.layout import run_path
-from theseus.training import adapters, declarations, steps
+from theseus.runs.ref import RunRef
+from theseus.training import declarations
 from theseus.training.base import Batch
-from theseus.training.init_from import parse_source
-from theseus.training.sharding import TrainerSharding
+from theseus.training.objective import Needs, Objective, Scores
+from theseus.training.sources import parse_source
 from theseus.training.state import TrainState
 
 #: The rollout's sampling seed is kept below 2**31 (the decoder takes an int32).
@@ -145,19 +144,6 @@ class Rollouts:
         )
 
 
-@dataclass(frozen=True)
-class Objective:
-    """The static settings of the loss (a hashable jit argument)."""
-
-    loss: str = "grpo"
-    level: str = "token"
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.2
-    beta: float = 0.0
-    max_new_tokens: int = 32
-    updates: int = 1
-
-
 #: Per-row batch entries that are logged as their mean (rewards, lengths, rollout timing).
 LOGGED = (
     "reward",
@@ -201,67 +187,49 @@ def completion_entropy(entropy: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(entropy * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
-def sampling_logps(state: TrainState, batch: Batch, sharding: TrainerSharding) -> jax.Array:
-    """The completion tokens' log-probabilities under ``state.params``, the policy that sampled the
-    rollouts (``[accumulate, rows, T]``, no gradient, no dropout): the ``old_logps`` of every update
-    taken on them (the first update's ratio is 1 when the model has no dropout)."""
+@dataclass(frozen=True)
+class Policy(Objective):
+    """The GRPO family's clipped-surrogate loss on scored rollouts (``rl/*``): ``updates`` updates on each
+    batch, the later ones against the sampling policy's log-probabilities, with a KL penalty to the frozen
+    base (the policy with its adapters off) when ``beta`` > 0; a micro-batch weighs its completions."""
 
-    def one(micro: Batch) -> jax.Array:
-        return steps.target_scores(state, state.params, micro, deterministic=True)[1]
+    loss: str = "grpo"
+    level: str = "token"
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    beta: float = 0.0
+    max_new_tokens: int = 32
+    updates: int = 1
 
-    with sharding.context():
-        return jax.lax.stop_gradient(jax.lax.map(one, {k: batch[k] for k in ("x", "y", "padding_mask")}))
+    @property
+    def needs(self) -> Needs:
+        """The completions' log-probabilities and entropies, the old policy's, the frozen base's with a KL."""
+        rollout = ("completion_mask", "advantages", "reward")
+        return Needs("target_logps", entropy=True, batch=rollout, frozen_base=self.beta > 0, old_policy=True)
 
-
-class PolicyStep:
-    """What ``steps.train_step`` needs: ``forward`` gives the policy loss of a batch of rollouts."""
-
-    def __init__(self, objective: Objective) -> None:
-        self.objective = objective
-
-    def forward(
-        self,
-        state: TrainState,
-        params: Any,
-        batch: Batch,
-        key: jax.Array | None = None,
-        deterministic: bool = False,
-        intermediates: bool = False,
-    ) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
-        o = self.objective
-        inputs = {"x": batch["x"], "y": batch["y"], "padding_mask": batch["padding_mask"]}
-        logits, logps, entropy, meta = steps.target_scores(
-            state, params, inputs, key=key, deterministic=deterministic, entropy=True
-        )
-        assert entropy is not None
-        reference = None
-        if o.beta > 0:
-            ref_logps = steps.target_scores(state, adapters.switched_off(params), inputs, deterministic=True)[1]
-            reference = jax.lax.stop_gradient(ref_logps)
+    def __call__(self, scores: Scores, batch: Batch) -> tuple[jax.Array, dict[str, Any]]:
+        """The policy loss (``theseus.model.rl.loss.policy_loss``) and the rollout's metrics."""
         mask = batch["completion_mask"].astype(jnp.float32)
-        # with one update per rollout the sampling policy is the one being updated
-        old = batch["old_logps"] if "old_logps" in batch else jax.lax.stop_gradient(logps)
         loss, metrics = policy_loss(
-            logps,
-            old,
+            scores.logps,
+            scores.old_logps,
             batch["advantages"],
             mask,
-            loss_type=o.loss,  # type: ignore[arg-type]
-            importance_sampling=o.level,  # type: ignore[arg-type]
-            epsilon_low=o.epsilon_low,
-            epsilon_high=o.epsilon_high,
-            beta=o.beta,
-            ref_logps=reference,
-            max_completion_length=o.max_new_tokens,
+            loss_type=self.loss,  # type: ignore[arg-type]
+            importance_sampling=self.level,  # type: ignore[arg-type]
+            epsilon_low=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
+            beta=self.beta,
+            ref_logps=scores.base_logps,
+            max_completion_length=self.max_new_tokens,
             num_items_in_batch=jnp.sum(mask),
         )
         logged = rollout_metrics(batch)
         logged["reward_std"] = jnp.std(batch["reward"])
-        logged["entropy"] = completion_entropy(jax.lax.stop_gradient(entropy), mask)
-        return logits, loss, {**meta, **metrics, **logged}
+        logged["entropy"] = completion_entropy(jax.lax.stop_gradient(scores.entropy), mask)
+        return loss, {**metrics, **logged}
 
-    @staticmethod
-    def loss_weight(batch: Batch) -> jax.Array:
+    def weight_of(self, batch: Batch) -> jax.Array:
         return jnp.asarray(batch["x"].shape[0], jnp.float32)
 
 
@@ -272,6 +240,7 @@ class GRPOTrainer(SFTTrainer):
     CONFIG: ClassVar[type] = GRPOConfig
     DATASET: ClassVar[Any] = []
     ENVIRONMENT: ClassVar[Any] = "arithmetic"
+    OBJECTIVE: ClassVar[Any] = None  # built from rl/* (objective())
     PLOTTED: ClassVar[Sequence[str]] = ("reward",)
 
     def __init__(self, context: Any) -> None:
@@ -292,18 +261,13 @@ class GRPOTrainer(SFTTrainer):
         environment = cls.environment_class()
         return declarations.unique([*super().config(), EnvironmentSelection, environment, *reward_config()])
 
-    @property
-    def objective(self) -> Objective:
+    def objective(self) -> Policy:
+        """The policy loss of ``rl/*``."""
         a: GRPOConfig = self.args
-        return Objective(
-            a.loss, a.importance_sampling, a.epsilon_low, a.epsilon_high, a.beta, a.max_new_tokens, a.updates
-        )
+        return Policy(a.loss, a.importance_sampling, a.epsilon_low, a.epsilon_high, a.beta, a.max_new_tokens, a.updates)
 
     def updates_per_step(self) -> int:
         return int(self.args.updates)
-
-    def step_options(self) -> dict[str, Any]:
-        return {"objective": self.objective}
 
     @property
     def environment(self) -> Environment:
@@ -488,10 +452,8 @@ class GRPOTrainer(SFTTrainer):
     def _kept_template(self) -> Path | None:
         """``chat_template.json`` of the ``training/init_from`` run (None when it is not a run)."""
         spec = str(self.args.init_from)
-        if not spec.startswith("run:"):
-            return None
-        _kind, name, _step = parse_source(spec)
-        return run_path(self.context.root, name) / TEMPLATE_FILE
+        source = parse_source(spec, self.context.root) if spec.startswith("run:") else None
+        return source.path / TEMPLATE_FILE if isinstance(source, RunRef) else None
 
     def _init_template(self) -> ChatTemplate:
         """The chat template kept by the ``training/init_from`` run (``rl/chat=true``)."""
@@ -558,41 +520,6 @@ class GRPOTrainer(SFTTrainer):
             batch[name] = jax.ShapeDtypeStruct(rows, jnp.float32, sharding=per_row)
         return batch
 
-    # -- the update -----------------------------------------------------------------------------
-    @classmethod
-    def train_step(
-        cls,
-        state: TrainState,
-        batch: Batch,
-        key: jax.Array,
-        accumulate_steps: int,
-        *,
-        sharding: TrainerSharding,
-        skip_nonfinite: bool = False,
-        objective: Objective = Objective(),
-    ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
-        """``objective.updates`` updates of the policy loss on one batch of rollouts (the first at ratio 1,
-        the later ones clipped against the sampling policy's log-probabilities); with adapters, the base
-        passes through untouched. ``state.step`` counts batches; the loss, metrics and gradient norm are
-        the updates' means (``skipped``: whether any update was skipped)."""
-        policy = PolicyStep(objective)
-        if objective.updates == 1:
-            return frozen.objective_step(
-                policy, state, batch, key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
-            )
-        batch = {**batch, "old_logps": sampling_logps(state, batch, sharding)}
-
-        def update(current: TrainState, update_key: jax.Array) -> tuple[TrainState, Any]:
-            new, loss, meta, grad_norm = frozen.objective_step(
-                policy, current, batch, update_key, accumulate_steps, sharding=sharding, skip_nonfinite=skip_nonfinite
-            )
-            return new, (loss, meta, grad_norm)
-
-        keys = jax.random.split(key, objective.updates)
-        new_state, (losses, metas, norms) = jax.lax.scan(update, state, keys)
-        meta = {name: jnp.max(v) if name == "skipped" else jnp.mean(v, axis=0) for name, v in metas.items()}
-        return new_state.replace(step=state.step + 1), jnp.mean(losses), meta, jnp.mean(norms)
-
     # -- validation -----------------------------------------------------------------------------
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
         """Completions of ``batches`` x B prompts of the environment's ``eval`` split, greedy or at
@@ -616,4 +543,4 @@ class GRPOTrainer(SFTTrainer):
         return Rollouts(encoded, tokens, stopped, total, per_reward)
 
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "Objective", "PolicyStep"]
+__all__ = ["GRPOConfig", "GRPOTrainer", "Policy"]

@@ -1,0 +1,184 @@
+"""What a trainer optimises: an objective, a small declared object the one train step runs.
+
+An objective says what it reads (:class:`Needs`: one output of the model, batch entries, and
+whether it compares with the frozen base, a teacher or the policy that sampled the batch),
+turns what the step computed (:class:`Scores`) into a loss and metrics (``__call__``), and says
+what a micro-batch weighs when accumulated gradients are averaged (``weight_of``). The step
+(:func:`theseus.training.steps.train_step`) computes the scores, adds the model's auxiliary
+losses (mixture-of-experts balancing) in training, accumulates micro-batches, keeps a LoRA or
+quantized base frozen, and repeats ``updates`` updates on one batch, whatever the objective.
+
+A trainer declares its objective with ``OBJECTIVE`` (a run may select another registered one:
+``objective=<name>``, components ``objective/<name>``) or builds it from its own keys in
+``objective()`` (``train/dpo``, ``train/grpo``, the distillation jobs). The objective a trainer
+declares is in effect while its step functions are traced (:func:`using`), so an override of
+``train_step`` or ``val_step`` with the reference signature runs it unchanged.
+
+This module imports no jax at import time: listing and ``theseus components`` stay light.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import jax
+
+Batch = Mapping[str, Any]
+Metrics = dict[str, Any]
+#: What an objective reads from the model: its own loss (cross-entropy, chunked by
+#: ``model/loss_chunk``), the full logits, or the targets' log-probabilities (chunked as well).
+Reads = Literal["loss", "logits", "target_logps"]
+#: The prefix of the batch entries that carry a teacher's parameters into the step, one per leaf
+#: (no micro-batch axis: they are taken out of the batch before it is split).
+TEACHER_ENTRY = "teacher/"
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What an objective reads; the step computes exactly this for it.
+
+    ``model``: the model's own loss (``Scores.loss``, auxiliary losses included in training), the
+    full logits (``Scores.logits``), or the targets' log-probabilities (``Scores.logps``, with
+    ``entropy`` the per-position entropy too). ``batch``: entries the objective reads besides
+    ``x``, ``y`` and ``padding_mask`` (a batch without one is refused when the step is traced).
+    ``frozen_base``: the targets' log-probabilities under the frozen base, the model with its LoRA
+    adapters switched off (``Scores.base_logps``). ``teacher``: the teacher's model, whose logits
+    (``Scores.teacher_logits``) come from parameters the batch carries (:func:`with_teacher`).
+    ``old_policy``: the log-probabilities of the policy that sampled the batch (``Scores.old_logps``;
+    computed once before ``updates`` > 1 updates, else the current ones without gradient).
+    """
+
+    model: Reads = "loss"
+    entropy: bool = False
+    batch: tuple[str, ...] = ()
+    frozen_base: bool = False
+    teacher: Any = None
+    old_policy: bool = False
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What the step computed for an objective on one micro-batch (``None`` where it was not asked).
+
+    ``logits`` ``[B, T, V]`` (dropped from the compiled program when nothing reads them), ``loss``
+    the model's own loss, ``logps``/``entropy``/``base_logps``/``old_logps`` ``[B, T]`` float32
+    (0 where a target is not scored), ``teacher_logits`` ``[B, T, V]`` without gradient.
+    """
+
+    logits: Any = None
+    loss: Any = None
+    logps: Any = None
+    entropy: Any = None
+    base_logps: Any = None
+    old_logps: Any = None
+    teacher_logits: Any = None
+
+
+class Objective:
+    """The base of objectives: override ``__call__`` (and ``needs``, ``weight_of`` where they differ).
+
+    A plugin's objective is usually a dataclass whose ``field()`` keys sit under
+    ``objective/<name>/``; it is built from the run's configuration when a trainer uses it.
+    """
+
+    #: Optimizer updates taken on each batch (several: against ``Needs.old_policy``).
+    updates: int = 1
+
+    @property
+    def needs(self) -> Needs:
+        """What the objective reads (by default, the model's own loss)."""
+        return Needs()
+
+    def __call__(self, scores: Scores, batch: Batch) -> tuple[jax.Array, Metrics]:
+        """``(loss, metrics)`` of one micro-batch: a scalar to minimise and scalars to log."""
+        raise NotImplementedError(f"{type(self).__qualname__} does not define __call__(scores, batch)")
+
+    def weight_of(self, batch: Batch) -> jax.Array:
+        """What a micro-batch weighs when accumulated gradients are averaged: its count of targets
+        (the loss is a mean per target). A loss that is a mean over something else says so here."""
+        return target_count(batch)
+
+
+class CrossEntropy(Objective):
+    """The mean cross-entropy of the targets that count (``y != -1``, not padding), as the model
+    computes it: pretraining's loss, and supervised fine-tuning's (its masked targets are ``-1``)."""
+
+    def __call__(self, scores: Scores, batch: Batch) -> tuple[jax.Array, Metrics]:
+        return scores.loss, {}
+
+
+def target_count(batch: Batch) -> jax.Array:
+    """Number of positions that count towards the loss (``y != -1`` and not padding)."""
+    import jax.numpy as jnp
+
+    valid = batch["y"] != -1
+    mask = batch.get("padding_mask")
+    if mask is not None:
+        valid = valid & mask.astype(bool)
+    return jnp.sum(valid, dtype=jnp.int32)
+
+
+# -- the objective in effect ------------------------------------------------------------------
+_ACTIVE: contextvars.ContextVar[Objective | None] = contextvars.ContextVar("theseus_objective", default=None)
+
+
+@contextlib.contextmanager
+def using(objective: Objective) -> Iterator[Objective]:
+    """Make ``objective`` the one the trainer's step functions run while they are traced."""
+    token = _ACTIVE.set(objective)
+    try:
+        yield objective
+    finally:
+        _ACTIVE.reset(token)
+
+
+def current() -> Objective:
+    """The objective in effect (:func:`using`); cross-entropy outside a trainer's step functions."""
+    active = _ACTIVE.get()
+    return CrossEntropy() if active is None else active
+
+
+# -- a teacher's parameters in a batch ----------------------------------------------------------
+def with_teacher(batch: Batch, params: Any) -> dict[str, Any]:
+    """``batch`` with one ``teacher/<path>`` entry per leaf of the teacher's parameters."""
+    import jax
+
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    entries = {TEACHER_ENTRY + "/".join(str(k.key) for k in path): leaf for path, leaf in flat}
+    return {**batch, **entries}
+
+
+def split_teacher(batch: Batch) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(the teacher's parameter tree, the rest of the batch)``: the inverse of :func:`with_teacher`."""
+    teacher: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for name, value in batch.items():
+        if not name.startswith(TEACHER_ENTRY):
+            rest[name] = value
+            continue
+        *parents, leaf = name[len(TEACHER_ENTRY) :].split("/")
+        node = teacher
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return teacher, rest
+
+
+__all__ = [
+    "TEACHER_ENTRY",
+    "CrossEntropy",
+    "Needs",
+    "Objective",
+    "Reads",
+    "Scores",
+    "current",
+    "split_teacher",
+    "target_count",
+    "using",
+    "with_teacher",
+]
