@@ -132,3 +132,21 @@ def test_the_model_auxiliary_losses_join_every_objective_in_training() -> None:
     validated, _ = jax.jit(lambda: loss(True))()
     assert float(meta["aux_loss"]) > 0
     assert float(trained) == pytest.approx(float(validated) + float(meta["aux_loss"]), rel=1e-6)
+
+
+class TwoUpdates(CrossEntropy):
+    updates = 2
+
+
+class TwoUpdateTrainer(PaddedTinyTrainer):  # type: ignore[misc, valid-type]
+    OBJECTIVE = TwoUpdates
+
+
+def test_a_declared_objective_sets_the_updates_the_schedule_counts(tmp_path: Path) -> None:
+    assert PaddedTinyTrainer.create(tmp_path, quick()).updates_per_step() == 1
+    assert TwoUpdateTrainer.create(tmp_path, quick()).updates_per_step() == 2
+
+
+def test_an_old_policy_without_target_logps_is_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"declare Needs\('target_logps', old_policy=True\)"):
+        Needs("loss", old_policy=True)

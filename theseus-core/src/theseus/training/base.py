@@ -234,8 +234,9 @@ class BaseTrainer(Job):
 
     def updates_per_step(self) -> int:
         """Optimizer updates one ``train_step`` takes (several on the same batch, as reinforcement learning
-        does with its rollouts). The schedule gives each of them the learning rate of its step."""
-        return 1
+        does with its rollouts). The schedule gives each of them the learning rate of its step. A declared
+        objective says how many it takes (``Objective.updates``); a trainer that builds its own says so here."""
+        return 1 if self.OBJECTIVE is None else int(self.objective().updates)
 
     @classmethod
     def val_step(cls, state: TrainState, batch: Batch, *, sharding: TrainerSharding) -> tuple[Any, Any, dict[str, Any]]:

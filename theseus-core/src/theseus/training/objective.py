@@ -25,6 +25,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from theseus.errors import ConfigError
+
 if TYPE_CHECKING:
     import jax
 
@@ -59,6 +61,13 @@ class Needs:
     frozen_base: bool = False
     teacher: Any = None
     old_policy: bool = False
+
+    def __post_init__(self) -> None:
+        if self.old_policy and self.model != "target_logps":
+            raise ConfigError(
+                f"Needs(old_policy=True) compares target log-probabilities, but model={self.model!r}; "
+                "declare Needs('target_logps', old_policy=True)"
+            )
 
 
 @dataclass(frozen=True)

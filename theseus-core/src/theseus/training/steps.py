@@ -189,6 +189,11 @@ def scores(
     if needs.old_policy:
         found["old_logps"] = batch["old_logps"] if "old_logps" in batch else jax.lax.stop_gradient(found["logps"])
     if needs.teacher is not None:
+        if not teacher:
+            raise DataError(
+                f"{type(objective).__qualname__} reads a teacher, but the batch carries no teacher/ parameters; "
+                "add them with theseus.training.objective.with_teacher(batch, params)"
+            )
         found["teacher_logits"] = teacher_logits(needs.teacher, teacher, plain)
     return Scores(**found), meta
 
@@ -226,7 +231,7 @@ def old_policy_logps(state: TrainState, batch: Batch, sharding: TrainerSharding)
         return target_scores(state, state.params, micro, deterministic=True)[1]
 
     with sharding.context():
-        return jax.lax.stop_gradient(jax.lax.map(one, {k: batch[k] for k in ("x", "y", "padding_mask")}))
+        return jax.lax.stop_gradient(jax.lax.map(one, {k: batch[k] for k in ("x", "y", "padding_mask") if k in batch}))
 
 
 def holding_out(held_out: HeldOut | None, run: Callable[[TrainState], StepResult], state: TrainState) -> StepResult:
