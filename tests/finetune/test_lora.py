@@ -10,9 +10,11 @@ import jax
 import numpy as np
 import pytest
 
-from tests.models.conftest import build, forward, random_params
+from tests.huggingface.conftest import DSA
+from tests.models.conftest import build, forward, parameter_shapes, random_params
+from theseus.errors import ConfigError
 from theseus.model.layers import lora
-from theseus.model.models import Llama
+from theseus.model.models import DeepseekV3, DeepseekV32, Llama, decode_step, init_cache
 from theseus.training.adapters import is_adapter, overlay, prune
 
 ALL = ["query", "key", "value", "out", "up", "gate", "down"]
@@ -38,6 +40,51 @@ def test_llama_adapters_on_every_projection_merge_into_the_same_model() -> None:
     np.testing.assert_array_equal(forward(adapted_model, fresh, x), forward(plain_model, base, x))
 
 
+@pytest.mark.parametrize("cls", [DeepseekV3, DeepseekV32], ids=["deepseek_v3", "deepseek_v32"])
+def test_latent_attention_adapters_merge_and_decode_against_the_compressed_cache(cls: type[Any]) -> None:
+    """Multi-head latent attention (DeepSeek Sparse Attention's too) takes adapters on query, key, value and out:
+    merged they give the same model, fresh ones change nothing, and decoding against the compressed cache (which
+    reads the key and value kernels with their adapters folded in) gives the full forward's logits."""
+    tiny = {"architecture__preset": "tiny", "architecture__mtp_depth": 0}
+    adapted_model = build(cls, model__lora__rank=2, model__lora__alpha=4.0, **tiny)
+    plain_model = build(cls, **tiny)
+    params = random_params(adapted_model, std=0.2)
+    assert lora.adapter_names(params) == {"query", "key", "value", "out"}
+    x = np.random.default_rng(0).integers(0, 64, size=(2, 12)).astype(np.int32)
+
+    adapted = forward(adapted_model, params, x)
+    np.testing.assert_allclose(forward(plain_model, lora.merge(params, 4.0, 2), x), adapted, atol=2e-5, rtol=0)
+    base = lora.merge(params, 4.0, 0)
+    assert np.max(np.abs(forward(plain_model, base, x) - adapted)) > 1e-1
+    fresh = jax.tree_util.tree_map_with_path(
+        lambda path, leaf: np.zeros_like(leaf) if str(getattr(path[-1], "key", "")).endswith("lora_b") else leaf,
+        params,
+    )
+    np.testing.assert_allclose(forward(adapted_model, fresh, x), forward(plain_model, base, x), atol=2e-5, rtol=0)
+
+    cache = init_cache(adapted_model, 2, 12)
+    logits, cache = decode_step(adapted_model, params, cache, x[:, :9])
+    steps = [np.asarray(logits)]
+    for t in range(9, 12):
+        logits, cache = decode_step(adapted_model, params, cache, x[:, t : t + 1])
+        steps.append(np.asarray(logits))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), adapted, atol=2e-5, rtol=0)
+
+
+def test_latent_attention_refuses_dropout_on_its_folded_key_and_value_adapters() -> None:
+    model = build(DeepseekV3, architecture__preset="tiny", model__lora__rank=2, model__lora__dropout=0.1)
+    with pytest.raises(ConfigError, match=r"model/lora/dropout=0.1 cannot reach the 'key' adapter"):
+        parameter_shapes(model)
+    query_out = build(
+        DeepseekV3,
+        architecture__preset="tiny",
+        model__lora__rank=2,
+        model__lora__dropout=0.1,
+        model__lora__targets=["query", "out"],
+    )
+    assert lora.adapter_names(parameter_shapes(query_out)) == {"query", "out"}
+
+
 #: (family, layer layout, targets, PEFT modules per layer). Phi-3 fuses q/k/v into qkv_proj and gate/up
 #: into gate_up_proj: their adapters become one block-structured adapter each (GQA: 4 query, 2 kv heads);
 #: with key and gate left out, their rows of the fused B stay zero.
@@ -57,6 +104,42 @@ PEFT_CASES = {
     # (LINEAR_RANKS); experts not adapted
     "qwen3_next": ("qwen3_next", False, ["query", "key", "value", "out"], 4),
     "qwen3_next-value-out": ("qwen3_next", False, ["value", "out"], 2),
+    # Qwen3.5: the linear-attention layers' split projections (in_proj_qkv fuses query, key and value; in_proj_z
+    # holds z, which follows value); a dense MLP on every layer, adapted on both kinds of layer
+    "qwen3_5_text": ("qwen3_5_text", False, ["query", "key", "value", "out", "up", "down"], 6),
+    "qwen3_5_moe_text": ("qwen3_5_moe_text", False, ["key", "value", "out"], 3),
+    # q/k norms over the whole projections after the adapted query and key, partial RoPE; experts not adapted
+    "minimax_m2-scanned": ("minimax_m2", True, ["query", "key", "value", "out"], 4),
+    # a RoPE layer then a NoPE one; attention biases, a tied head
+    "smollm3": ("smollm3", False, ALL, 7),
+    # partial RoPE, query/key/value biases and norms, a dense layer then mixtures; experts not adapted
+    "glm4_moe": ("glm4_moe", False, ["query", "key", "value", "out"], 4),
+    # latent attention (MLA_RANKS): q_b_proj, kv_b_proj (each head's key rows, then its value rows) and o_proj;
+    # a dense layer then a mixture layer, scanned as two runs; experts not adapted
+    "deepseek_v3-scanned": ("deepseek_v3", True, ["query", "key", "value", "out"], 3),
+    # no query bottleneck (q_proj); kv_b_proj with only its value rows adapted
+    "deepseek_v3-plain-query": ("deepseek_v3", False, ["query", "value", "out"], 3),
+    # the same latent attention with a lightning indexer keeping 4 of the 10 keys (sparse)
+    "deepseek_v32": ("deepseek_v32", False, ["query", "key", "value", "out"], 3),
+    "glm_moe_dsa": ("glm_moe_dsa", False, ["key", "value", "out"], 2),
+    # a sliding layer (heads of 8) and a full one (heads of 16, proportional RoPE), value norms, per-layer inputs
+    "gemma4_text": ("gemma4_text", False, ALL, 7),
+}
+
+#: Latent attention (DeepSeek-V3 and its descendants) at the DSA sizes of tests/huggingface/conftest.py, without
+#: the indexer; the families with an indexer take it from there. ``plain-query``: no query bottleneck.
+MLA = {k: v for k, v in DSA.items() if not k.startswith("index_")}
+HF_OVERRIDES: dict[str, dict[str, Any]] = {
+    "deepseek_v3-scanned": MLA,
+    "deepseek_v3-plain-query": {**MLA, "q_lora_rank": None},
+}
+#: The latent attention's PEFT modules and each one's rank in units of the LoRA rank (kv_b_proj: one block of B
+#: per adapted projection of key and value).
+MLA_RANKS = {
+    "deepseek_v3-scanned": {"self_attn.q_b_proj": 1, "self_attn.kv_b_proj": 2, "self_attn.o_proj": 1},
+    "deepseek_v3-plain-query": {"self_attn.q_proj": 1, "self_attn.kv_b_proj": 1, "self_attn.o_proj": 1},
+    "deepseek_v32": {"self_attn.q_b_proj": 1, "self_attn.kv_b_proj": 2, "self_attn.o_proj": 1},
+    "glm_moe_dsa": {"self_attn.kv_b_proj": 2, "self_attn.o_proj": 1},
 }
 
 #: Qwen3-Next's linear-attention layers: their PEFT modules and each one's rank in units of the LoRA rank
@@ -64,6 +147,14 @@ PEFT_CASES = {
 LINEAR_RANKS = {
     "qwen3_next": {"linear_attn.in_proj_qkvz": 4, "linear_attn.out_proj": 1},
     "qwen3_next-value-out": {"linear_attn.in_proj_qkvz": 2, "linear_attn.out_proj": 1},
+    "qwen3_5_text": {
+        "linear_attn.in_proj_qkv": 3,
+        "linear_attn.in_proj_z": 1,
+        "linear_attn.out_proj": 1,
+        "mlp.up_proj": 1,
+        "mlp.down_proj": 1,
+    },
+    "qwen3_5_moe_text": {"linear_attn.in_proj_qkv": 2, "linear_attn.in_proj_z": 1, "linear_attn.out_proj": 1},
 }
 
 
@@ -81,7 +172,7 @@ def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tm
     from theseus.model.huggingface.importer import prepare, read_params
 
     name, scan, targets, modules = PEFT_CASES[case]
-    hf_model = save_model(tmp_path / "base", name, tokenizer=False)
+    hf_model = save_model(tmp_path / "base", name, tokenizer=False, **HF_OVERRIDES.get(case, {}))
     imported = prepare(tmp_path / "base", {"model/scan_layers": scan})
     base = read_params(imported)
     rank, alpha = 2, 4
@@ -96,7 +187,7 @@ def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tm
     ours = forward(model, params, x)
 
     hf_family = family(name)
-    tensors, ranks = peft_tensors(hf_family, params, model.architecture)
+    tensors, ranks = peft_tensors(hf_family, params, model.architecture, model.stacked_layers)
     linear = sum(t == "linear_attention" for t in model.architecture.layer_types or ())
     linear_ranks = LINEAR_RANKS.get(case, {})
     assert len(ranks) == modules * (model.architecture.n_layers - linear) + len(linear_ranks) * linear
@@ -107,6 +198,10 @@ def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tm
             "mlp.down_proj": rank,
             **({"self_attn.o_proj": rank} if "out" in targets else {}),
         }
+    elif case in MLA_RANKS:  # every layer alike, kv_b_proj one adapter for key and value
+        for layer in range(model.architecture.n_layers):
+            got = {m.split(".", 3)[3]: r for m, r in ranks.items() if f"layers.{layer}." in m}
+            assert got == {m: rank * k for m, k in MLA_RANKS[case].items()}
     elif linear_ranks:  # layer 0 is a linear-attention layer
         first = {m.split(".", 3)[3]: r for m, r in ranks.items() if "layers.0." in m}
         assert first == {m: rank * k for m, k in linear_ranks.items()}

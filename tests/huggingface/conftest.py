@@ -38,10 +38,14 @@ def make_tokenizer(folder: Path, *, bos: bool) -> None:
 def hf_config(family: str, **overrides: Any) -> Any:
     from transformers import (
         DeepseekV3Config,
+        DeepseekV32Config,
+        Glm4MoeConfig,
+        GlmMoeDsaConfig,
         GPT2Config,
         GptOssConfig,
         Llama4TextConfig,
         LlamaConfig,
+        MiniMaxM2Config,
         MistralConfig,
         MixtralConfig,
         Olmo2Config,
@@ -51,6 +55,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         Qwen3Config,
         Qwen3MoeConfig,
         Qwen3NextConfig,
+        SmolLM3Config,
     )
 
     if family == "gpt2":
@@ -80,9 +85,14 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "mixtral": MixtralConfig,
         "qwen3_moe": Qwen3MoeConfig,
         "deepseek_v3": DeepseekV3Config,
+        "deepseek_v32": DeepseekV32Config,
+        "glm_moe_dsa": GlmMoeDsaConfig,
         "gpt_oss": GptOssConfig,
         "llama4_text": Llama4TextConfig,
         "qwen3_next": Qwen3NextConfig,
+        "minimax_m2": MiniMaxM2Config,
+        "smollm3": SmolLM3Config,
+        "glm4_moe": Glm4MoeConfig,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
@@ -94,10 +104,20 @@ def hf_config(family: str, **overrides: Any) -> Any:
         common.update(LLAMA4)
     if family == "qwen3_next":  # QWEN3_NEXT below: linear layers 0 and 2, full 1 and 3, a dense layer 0
         common.update(QWEN3_NEXT)
+    if family == "smollm3":  # SMOLLM3 below: layer 1 NoPE, attention biases, a tied head
+        common.update(SMOLLM3)
+    if family == "glm4_moe":  # GLM4_MOE below: a dense layer then grouped sigmoid-routed mixtures, partial RoPE
+        common.update(GLM4_MOE)
+    if family == "minimax_m2":  # MINIMAX_M2 below: half of each head rotated, 4 sigmoid-routed experts
+        common.update(MINIMAX_M2)
+    if family in ("deepseek_v32", "glm_moe_dsa"):  # DSA below: latent attention, an indexer keeping 4 keys
+        common.update(DSA)
     if family == "phi3":  # its default pad id (32000) is past this vocabulary
         common["pad_token_id"] = None
     if family in GEMMA:
         return gemma_config(family, common, overrides)
+    if family in QWEN3_5_FAMILIES:  # QWEN3_5 below: Qwen3-Next's layers; the vision-language ones nest them
+        return qwen3_5_config(family, common, overrides)
     return classes[family](**{**common, **overrides})
 
 
@@ -123,6 +143,41 @@ GPT_OSS = {
     "pad_token_id": None,
 }
 
+#: MiniMax-M2 at a small scale: heads of 16 with the leading 8 rotated (rotary_dim), 4 experts of 24 (top 2)
+#: chosen by a sigmoid router whose balancing bias save_model draws at random (so that it changes the choice).
+MINIMAX_M2 = {
+    "head_dim": 16,
+    "rotary_dim": 8,
+    "intermediate_size": 24,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "rope_theta": 10000.0,
+}
+
+#: DeepSeek-V3.2 / GLM-5 at a small scale: a dense layer then a mixture of 8 experts of 16 in 2 groups (top 2
+#: from 1 group) with a shared one; latent attention (query rank 12, latent 8, heads of 8 + 4 rotated, values
+#: 6) and a lightning indexer of 8 heads of 16 keeping 4 keys: prompts of 12 tokens attend sparsely.
+DSA = {
+    "num_key_value_heads": 4,
+    "first_k_dense_replace": 1,
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "n_group": 2,
+    "topk_group": 1,
+    "moe_intermediate_size": 16,
+    "n_shared_experts": 1,
+    "routed_scaling_factor": 2.5,
+    "q_lora_rank": 12,
+    "kv_lora_rank": 8,
+    "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 4,
+    "v_head_dim": 6,
+    "index_topk": 4,
+    "index_n_heads": 8,
+    "index_head_dim": 16,
+    "pad_token_id": None,
+}
+
 #: Gemma 3's 4B+ releases: linear scaling of the full layers' RoPE only.
 GEMMA3_LINEAR = {
     "full_attention": {"rope_type": "linear", "rope_theta": 1e4, "factor": 8.0},
@@ -133,6 +188,30 @@ GEMMA3_LINEAR = {
 GEMMA = {
     "gemma2": {"attn_logit_softcapping": 3.0, "final_logit_softcapping": 4.0},
     "gemma3_text": {"rope_parameters": None},
+    "gemma4_text": {},
+    "gemma4": {},
+}
+
+#: Gemma 4 at a small scale: sliding heads of 8, the full layer's heads of 16 rotated proportionally (half of
+#: the pairs turn; bases 1e3 sliding, 1e4 full), per-layer inputs of 8 from a table of 320 rows, logits
+#: capped at 5; ``gemma4`` nests it in ``text_config`` beside one-layer vision and audio towers (GEMMA4_TOWERS).
+GEMMA4 = {
+    "head_dim": 8,
+    "global_head_dim": 16,
+    "hidden_size_per_layer_input": 8,
+    "vocab_size_per_layer_input": 320,
+    "final_logit_softcapping": 5.0,
+    "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e3},
+        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 1e4},
+    },
+}
+GEMMA4_FAMILIES = ("gemma4_text", "gemma4")
+GEMMA4_TOWERS = {
+    "vision_config": {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    | {"num_key_value_heads": 2, "head_dim": 8, "patch_size": 4, "position_embedding_size": 64},
+    "audio_config": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "conv_kernel_size": 3}
+    | {"subsampling_conv_channels": [4, 4], "output_proj_dims": 16},
 }
 
 
@@ -154,6 +233,15 @@ def gemma_config(family: str, common: dict[str, Any], overrides: dict[str, Any])
             "sliding_attention": {"rope_type": "default", "rope_theta": 1e3},
         }
     values = {**values, **overrides}
+    if family in ("gemma4_text", "gemma4"):  # GEMMA4 above; no query_pre_attn_scalar (scores are not scaled)
+        from transformers import Gemma4Config, Gemma4TextConfig
+
+        values.pop("query_pre_attn_scalar")
+        text = {**values, **GEMMA4, **overrides}
+        if family == "gemma4_text":
+            return Gemma4TextConfig(**text)
+        tied = text.get("tie_word_embeddings", True)  # a pad id: the multimodal forward maps tower tokens to it
+        return Gemma4Config(text_config={**text, "pad_token_id": 0}, tie_word_embeddings=tied, **GEMMA4_TOWERS)
     return (Gemma2Config if family == "gemma2" else Gemma3TextConfig)(**values)
 
 
@@ -210,6 +298,90 @@ QWEN3_NEXT = {
 }
 
 
+#: SmolLM3 at a small scale: a NoPE layer every 2 (layer 1 of 2 rotates nothing), biases on the attention
+#: projections, the releases' tied head and a RoPE base of 5e6.
+SMOLLM3 = {
+    "no_rope_layer_interval": 2,
+    "attention_bias": True,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0},
+    "pad_token_id": None,
+}
+
+
+#: Qwen3.5 at a small scale: Qwen3-Next's layers (Gated DeltaNet layers 0 and 2 with 2 query/key heads of 8
+#: serving 4 value heads of 6, gated full-attention layers 1 and 3 with a quarter of each head rotated by the
+#: multimodal RoPE, whose sections a text position fills alike), a dense MLP on every layer (the dense
+#: families) or mixtures of 4 experts of 24 (top 2) with a gated shared expert of 20 on every layer (QWEN3_5_MOE);
+#: the vision-language families (``qwen3_5``, ``qwen3_5_moe``) nest it in ``text_config`` beside a one-block
+#: vision tower (QWEN3_5_VISION) and are saved with ``*ForConditionalGeneration``.
+QWEN3_5 = {
+    "head_dim": 16,
+    "num_hidden_layers": 4,
+    "layer_types": ["linear_attention", "full_attention"] * 2,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 6,
+    "linear_conv_kernel_dim": 4,
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 10000.0,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": [1, 1, 0],
+        "mrope_interleaved": True,
+    },
+    "pad_token_id": None,
+}
+QWEN3_5_MOE = {
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 24,
+    "shared_expert_intermediate_size": 20,
+}
+QWEN3_5_VISION = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "patch_size": 4}
+QWEN3_5_FAMILIES = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe")
+#: The families saved with ``AutoModelForImageTextToText`` (a vision tower beside the language model).
+VISION_LANGUAGE = ("qwen3_5", "qwen3_5_moe", "gemma4")
+
+
+def qwen3_5_config(family: str, common: dict[str, Any], overrides: dict[str, Any]) -> Any:
+    from transformers import Qwen3_5Config, Qwen3_5MoeConfig, Qwen3_5MoeTextConfig, Qwen3_5TextConfig
+
+    moe = family.startswith("qwen3_5_moe")
+    text = {**common, **QWEN3_5, **(QWEN3_5_MOE if moe else {}), **overrides}
+    if moe:
+        text.pop("intermediate_size")  # no dense layer: transformers' configuration has no such field
+    if family not in VISION_LANGUAGE:
+        return (Qwen3_5MoeTextConfig if moe else Qwen3_5TextConfig)(**text)
+    vision = {**QWEN3_5_VISION, "out_hidden_size": text["hidden_size"], "num_position_embeddings": 16}
+    tied = text.get("tie_word_embeddings", False)
+    return (Qwen3_5MoeConfig if moe else Qwen3_5Config)(
+        text_config=text, vision_config=vision, tie_word_embeddings=tied
+    )
+
+
+#: GLM-4.5 at a small scale: heads of 16 with query/key/value biases, half of each rotated, per-head query/key
+#: norms; a dense first layer (intermediate 48), then mixtures of 8 experts of 24 (top 2 from 1 of 2 groups,
+#: renormalised, scaled 2.5, a random selection bias) with a shared expert.
+GLM4_MOE = {
+    "head_dim": 16,
+    "num_hidden_layers": 3,
+    "attention_bias": True,
+    "use_qk_norm": True,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 24,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "n_group": 2,
+    "topk_group": 1,
+    "routed_scaling_factor": 2.5,
+    "norm_topk_prob": True,
+    "pad_token_id": None,
+}
+
+
 def save_model(folder: Path, family: str, seed: int = 0, *, tokenizer: bool = True, **overrides: Any) -> Any:
     """A random transformers model of ``family`` saved in ``folder`` (float32 safetensors); returns it."""
     import torch
@@ -217,6 +389,8 @@ def save_model(folder: Path, family: str, seed: int = 0, *, tokenizer: bool = Tr
 
     torch.manual_seed(seed)
     config = hf_config(family, **overrides)
+    if family in VISION_LANGUAGE:
+        from transformers import AutoModelForImageTextToText as AutoModelForCausalLM
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     with torch.no_grad():  # larger weights than the 0.02 default: logits that differ clearly
         for name, parameter in model.named_parameters():
@@ -228,6 +402,11 @@ def save_model(folder: Path, family: str, seed: int = 0, *, tokenizer: bool = Tr
                 )
             else:
                 parameter.copy_(0.15 * torch.randn_like(parameter))
+        for name, buffer in model.named_buffers():  # MiniMax-M2's router bias is a buffer (zero by default)
+            if family in ("minimax_m2", "glm4_moe") and name.endswith("e_score_correction_bias"):
+                buffer.copy_(0.5 * torch.randn_like(buffer))
+            if name.endswith("layer_scalar"):  # Gemma 4's layer scalars are buffers (ones by default)
+                buffer.copy_(0.5 + torch.rand_like(buffer))
     model.save_pretrained(folder)
     if tokenizer:
         make_tokenizer(folder, bos=family != "gpt2")

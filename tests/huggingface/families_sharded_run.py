@@ -42,7 +42,9 @@ def first_attention(layer_types: tuple[str, ...] | None) -> int:
 
 
 def compare(folder: Path, family: str) -> tuple[int, int, float]:
-    mixture = family in MIXTURES or family in ("deepseek_v3", "gpt_oss", "llama4_text", "qwen3_next")
+    mixture = family in MIXTURES or family in ("deepseek_v3", "gpt_oss", "llama4_text", "qwen3_next", "minimax_m2")
+    mixture = mixture or family in ("deepseek_v32", "glm_moe_dsa", "glm4_moe")
+    mixture = mixture or family == "qwen3_5_moe"
     if family == "deepseek_v3":
         save_deepseek(folder, "plain_query")
     elif family in MIXTURES:

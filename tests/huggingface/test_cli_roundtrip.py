@@ -12,6 +12,10 @@ from tests.huggingface.conftest import hf_logits, imported_logits, read_json, sa
 from tests.huggingface.test_import_parity import LONGROPE, YARN
 
 PROMPT = "def f(x):"
+#: Families exported as another (a vision-language checkpoint's language model: its text family).
+EXPORTED_AS = {"qwen3_5_moe": "qwen3_5_moe_text", "gemma4": "gemma4_text"}
+#: Families whose recurrent state carries bfloat16 rounding along (Gated DeltaNet layers).
+RECURRENT = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe")
 
 
 #: Each family with what it adds; the windows (6) are shorter than the prompt and its 16 new tokens,
@@ -37,12 +41,32 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     # Gated DeltaNet layers decoding through their recurrent and convolution states, gated full-attention
     # layers with partial RoPE, a gated shared expert
     "qwen3_next": ("qwen3_next", {}),
+    # the same layers with the split linear-attention projections and a dense MLP on every layer; and a
+    # vision-language MoE checkpoint whose language model is imported and exported text-only
+    "qwen3_5_text": ("qwen3_5_text", {}),
+    "qwen3_5_moe": ("qwen3_5_moe", {}),
+    # q/k norms over the whole projections, partial RoPE (rotary_dim), a sigmoid router with a balancing bias
+    "minimax_m2": ("minimax_m2", {}),
     # fused qkv_proj / gate_up_proj split and fused back; LongRoPE's long factors (the prompt of 10 tokens
     # is past the original 8 positions)
+    # DeepSeek Sparse Attention: the indexer keeps 4 keys, its keys cached beside the latents while decoding
+    "deepseek_v32-sparse": ("deepseek_v32", {}),
+    # GLM-5: the same with the indexer's interleaved rotary pairs
+    "glm_moe_dsa-sparse": ("glm_moe_dsa", {}),
     "phi3-window-longrope": (
         "phi3",
         {"sliding_window": 6, "rope_parameters": LONGROPE, "original_max_position_embeddings": 8},
     ),
+    # a NoPE layer (the KV cache of a layer that rotates nothing), attention biases, a tied head
+    "smollm3": ("smollm3", {}),
+    # partial RoPE, query/key/value biases and norms, a dense layer then grouped sigmoid-routed mixtures with
+    # a selection bias and a shared expert
+    "glm4_moe": ("glm4_moe", {}),
+    # Gemma 4: the window on layer 0 only, the full layer's wider heads (its keys as its values) rotated
+    # proportionally, per-layer inputs, layer scalars; and the language model of a multimodal checkpoint
+    # (towers skipped), exported text-only
+    "gemma4_text-window": ("gemma4_text", {"sliding_window": 6, "attention_k_eq_v": True}),
+    "gemma4": ("gemma4", {"sliding_window": 6}),
 }
 
 
@@ -97,10 +121,21 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     exported_tok = AutoTokenizer.from_pretrained(out_dir)
     assert exported_tok(PROMPT).input_ids == hf_tok(PROMPT).input_ids
     exported = read_json(out_dir / "config.json")
-    assert exported["model_type"] == family
+    assert exported["model_type"] == EXPORTED_AS.get(family, family)
     assert getattr(reloaded.config, "sliding_window", None) == overrides.get("sliding_window")
     if "rope_parameters" in overrides:
         assert reloaded.config.rope_parameters["rope_type"] == overrides["rope_parameters"]["rope_type"]
+    if family == "minimax_m2":  # the partial rotation in both fields transformers reads
+        assert (exported["rotary_dim"], reloaded.config.rope_parameters["partial_rotary_factor"]) == (8, 0.5)
+    if family == "glm4_moe":  # the partial rotation and the routing as they were
+        assert reloaded.config.rope_parameters["partial_rotary_factor"] == 0.5
+        assert (reloaded.config.n_group, reloaded.config.routed_scaling_factor, reloaded.config.use_qk_norm) == (
+            2,
+            2.5,
+            True,
+        )
+    if family == "smollm3":  # the NoPE layers as they were
+        assert reloaded.config.no_rope_layers == model.config.no_rope_layers == [1, 0]
     if family == "olmo3":  # one rope_parameters entry per layer type, the layer types as they were
         assert reloaded.config.layer_types == model.config.layer_types == ["sliding_attention", "full_attention"]
         theirs, mine = reloaded.config.rope_parameters, model.config.rope_parameters
@@ -116,7 +151,7 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     index = read_json(sharded / "model.safetensors.index.json")
     assert len(set(index["weight_map"].values())) > 1
     reloaded = AutoModelForCausalLM.from_pretrained(sharded, dtype=torch.float32).eval()
-    if family == "qwen3_next":  # transformers' own bfloat16 copy is 1.97 off (the recurrent state carries
+    if family in RECURRENT:  # transformers' own bfloat16 copy is 1.97 off (the recurrent state carries
         # the rounding along): compare with that copy, which the export's rounding must equal
         with torch.no_grad():
             for parameter in model.parameters():

@@ -9,7 +9,17 @@ import jax
 import numpy as np
 import pytest
 
-from tests.huggingface.conftest import GEMMA, GEMMA3_LINEAR, VOCAB, hf_logits, imported_logits, save_model
+from tests.huggingface.conftest import (
+    GEMMA,
+    GEMMA3_LINEAR,
+    GEMMA4_FAMILIES,
+    QWEN3_5_FAMILIES,
+    VISION_LANGUAGE,
+    VOCAB,
+    hf_logits,
+    imported_logits,
+    save_model,
+)
 from tests.models.conftest import forward
 from theseus.errors import ConfigError
 from theseus.model.generation.decode import check_rope_switch
@@ -70,10 +80,69 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # Gated DeltaNet and gated full-attention layers (partial RoPE), zero-centred norms, a dense layer then
     # mixtures with a gated shared expert
     "qwen3-next": ("qwen3_next", {}),
+    # q/k RMSNorm over the whole projections, half of each head rotated (rotary_dim), 4 experts chosen by a
+    # sigmoid router with a random balancing bias
+    "minimax-m2": ("minimax_m2", {}),
     # fused qkv_proj (GQA: 4 query, 2 key/value heads) and gate_up_proj split on import
     "phi3-fused": ("phi3", {}),
     "phi3-window": ("phi3", {"sliding_window": 5}),
+    # latent attention with DeepSeek Sparse Attention: an indexer (rotating halves) keeps 4 of the prompt's 12 keys
+    "deepseek-v32-sparse": ("deepseek_v32", {}),
+    # GLM-5: the same, its indexer rotating interleaved pairs
+    "glm-moe-dsa-sparse": ("glm_moe_dsa", {}),
+    # a NoPE layer 1 (no_rope_layer_interval 2), biases on every attention projection, a tied head
+    "smollm3": ("smollm3", {}),
+    "smollm3-untied-listed": ("smollm3", {"tie_word_embeddings": False, "no_rope_layers": [0, 1]}),
+    # half of each head rotated, query/key/value biases, per-head q/k norms, a dense layer then mixtures
+    # routed by sigmoid scores with a selection bias, from 1 of 2 groups, scaled 2.5, with a shared expert
+    "glm4-moe": ("glm4_moe", {}),
+    # GLM-4.5-Air's switches: no q/k norms, one group, unscaled; the partial rotation at the top level
+    "glm4-moe-air": (
+        "glm4_moe",
+        {"use_qk_norm": False, "n_group": 1, "routed_scaling_factor": 1.0}
+        | {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}, "partial_rotary_factor": 0.25},
+    ),
+    # Qwen3-Next's layers with the split linear-attention projections (in_proj_qkv / z / b / a), the text
+    # positions' multimodal RoPE, a dense MLP on every layer; and nested in a vision-language checkpoint
+    # (text_config, model.language_model.*, a vision tower left out)
+    "qwen3_5-text": ("qwen3_5_text", {}),
+    "qwen3_5-vision-language": ("qwen3_5", {}),
+    # every layer a mixture with a gated shared expert; the experts also read fused, as the releases hold them
+    "qwen3_5_moe-text": ("qwen3_5_moe_text", {}),
+    "qwen3_5_moe-vision-language": ("qwen3_5_moe", {}),
+    # Gemma 4: plain-scale norms, value norms, unscaled scores, a full layer of wider heads rotated
+    # proportionally, per-layer inputs, layer scalars, capped logits; then the full layer's keys as its values
+    # (attention_k_eq_v, one key/value head) with an untied head; and nested in a multimodal checkpoint
+    # (text_config, model.language_model.*, vision and audio towers skipped)
+    "gemma4-text": ("gemma4_text", {}),
+    "gemma4-k-eq-v": (
+        "gemma4_text",
+        {"attention_k_eq_v": True, "num_global_key_value_heads": 1, "tie_word_embeddings": False},
+    ),
+    "gemma4-multimodal": ("gemma4", {}),
 }
+
+
+def fuse_experts(path: Path) -> None:
+    """Rewrite a Qwen3.5 MoE checkpoint's experts (``experts.<j>.{gate,up,down}_proj.weight``, as
+    ``save_pretrained`` writes them) fused as the releases hold them: ``experts.gate_up_proj`` ``[E, 2F, D]``
+    and ``experts.down_proj`` ``[E, D, F]``."""
+    import re
+
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(path)
+    experts: dict[str, dict[str, dict[int, np.ndarray]]] = {}
+    for name in list(tensors):
+        found = re.fullmatch(r"(.*\.mlp\.experts\.)(\d+)\.(gate|up|down)_proj\.weight", name)
+        if found:
+            prefix, j, kind = found.groups()
+            experts.setdefault(prefix, {}).setdefault(kind, {})[int(j)] = tensors.pop(name)
+    for prefix, kinds in experts.items():
+        stack = {kind: np.stack([w[j] for j in sorted(w)]) for kind, w in kinds.items()}
+        tensors[prefix + "gate_up_proj"] = np.concatenate([stack["gate"], stack["up"]], axis=1)
+        tensors[prefix + "down_proj"] = stack["down"]
+    save_file(tensors, path, metadata={"format": "pt"})
 
 
 def full_attention_logits(prepared: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -94,13 +163,22 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     assert np.max(np.abs(got - expected)[mask]) <= 1e-4
     arch = prepared.model.architecture
     assert arch.attention.sliding_window == overrides.get("sliding_window", 5 if family in WINDOWED else None)
-    assert arch.attention.qk_norm == (family in ("qwen3", "olmo2", "olmo3", "gemma3_text", "qwen3_next"))
+    assert arch.attention.qk_norm == (
+        family in ("qwen3", "olmo2", "olmo3", "gemma3_text", "qwen3_next", "minimax_m2", *QWEN3_5_FAMILIES)
+        or family in GEMMA4_FAMILIES
+        or overrides.get("use_qk_norm", family == "glm4_moe")
+    )
     assert (arch.attention.qk_norm_span, arch.norm.placement) == (
-        ("projection", "post") if family in ("olmo2", "olmo3") else ("head", "sandwich" if family in GEMMA else "pre")
+        ("projection", "post")
+        if family in ("olmo2", "olmo3")
+        else ("projection", "pre")
+        if family == "minimax_m2"
+        else ("head", "sandwich" if family in GEMMA else "pre")
     )
     if arch.attention.sliding_window is not None:  # not a vacuous match: without the window the logits differ
         assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
-    assert arch.tied_embeddings == bool(overrides.get("tie_word_embeddings", family in ("gpt2", "qwen3", *GEMMA)))
+    tied = family in ("gpt2", "qwen3", "smollm3", *GEMMA)
+    assert arch.tied_embeddings == bool(overrides.get("tie_word_embeddings", tied))
     if family == "olmo3":
         assert arch.layer_types == ("sliding_attention", "full_attention")
         assert (arch.position.scaling.kind, arch.position.theta, arch.position.local_theta) == ("yarn", 1e4, 1e3)
@@ -130,11 +208,85 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         chunked = prepared.model.clone(linear_chunk=4)  # the prompt of 12 in 3 chunks: the state carried
         short = forward(chunked, read_params(prepared), ids, mask)
         assert np.max(np.abs(short - expected)[mask]) <= 1e-4
+    if family == "glm4_moe":
+        moe, partial = arch.moe, overrides.get("partial_rotary_factor", 0.5)
+        assert (arch.attention.qkv_bias, arch.attention.has_out_bias, arch.head_dim) == (True, False, 16)
+        assert prepared.config["architecture/partial_rotary_factor"] == partial
+        assert moe is not None and (moe.router, moe.first_k_dense, moe.n_shared) == ("sigmoid", 1, 1)
+        routing = (overrides.get("n_group", 2), overrides.get("routed_scaling_factor", 2.5))
+        assert (moe.n_group, moe.routed_scaling_factor) == routing
+        whole, _ = imported_logits(tmp_path, ids, mask, **{"architecture/partial_rotary_factor": 1.0})
+        assert np.max(np.abs(whole - got)[mask]) > 1e-2  # not a vacuous match: rotating whole heads differs
+    if family == "smollm3":
+        rope = tuple(bool(f) for f in overrides.get("no_rope_layers", [1, 0]))
+        assert arch.rope_layers == rope and (arch.attention.qkv_bias, arch.attention.has_out_bias) == (True, True)
+        assert arch.position.theta == 5e6
+        for layer in model.model.layers:  # not a vacuous match: with RoPE on every layer the logits differ
+            layer.self_attn.use_rope = 1
+        assert np.max(np.abs(hf_logits(model, ids, mask) - expected)[mask]) > 1e-2
+    if family == "minimax_m2":
+        assert arch.moe is not None and (arch.moe.router, arch.moe.norm_topk_prob) == ("sigmoid", True)
+        assert prepared.config["architecture/partial_rotary_factor"] == 0.5
+        whole, _ = imported_logits(tmp_path, ids, mask, **{"architecture/partial_rotary_factor": 1.0})
+        assert np.max(np.abs(whole - expected)[mask]) > 1e-2  # not vacuous: rotating whole heads differs
+        params = read_params(prepared)
+        for layer in range(arch.n_layers):  # nor without the router's bias
+            mlp = params[f"blocks_{layer}"]["mlp"]
+            mlp["router_bias"] = np.zeros_like(mlp["router_bias"])
+        unbiased = forward(prepared.model, params, ids, mask)
+        assert np.max(np.abs(unbiased - expected)[mask]) > 1e-2
+    if family in ("deepseek_v32", "glm_moe_dsa"):
+        dsa, mla = arch.dsa, arch.mla
+        assert (dsa.index_topk, dsa.index_n_heads, dsa.index_head_dim, dsa.phase) == (4, 8, 16, "sparse")
+        assert (dsa.rope_interleave, mla.rope_interleave, mla.q_lora_rank) == (family == "glm_moe_dsa", True, 12)
+        params = read_params(prepared)  # not a vacuous match: with every key kept (dense) the logits differ
+        dense = forward(prepared.model.clone(index_topk=64), params, ids, mask)
+        assert np.max(np.abs(dense - expected)[mask]) > 1e-2
+        other = forward(prepared.model.clone(index_rope_interleave=not dsa.rope_interleave), params, ids, mask)
+        assert np.max(np.abs(other - expected)[mask]) > 1e-2  # nor with the other rotary layout in the indexer
+    if family in QWEN3_5_FAMILIES:
+        assert arch.layer_types == ("linear_attention", "full_attention") * 2 and arch.norm.zero_centred
+        assert prepared.config["architecture/partial_rotary_factor"] == 0.25
+        assert (arch.moe is not None) == ("moe" in family) and arch.feed_forward.d_ff == (24 if arch.moe else 48)
+        if family in VISION_LANGUAGE:  # the checkpoint's vision tower is set aside
+            assert any(name.startswith("model.visual.") for name in prepared.checkpoint.tensors)
+        if arch.moe is not None:
+            assert arch.moe.first_k_dense == 0 and arch.moe.norm_topk_prob and arch.shared_expert_hidden == 20
+            fuse_experts(tmp_path / "model.safetensors")
+            fused, _ = imported_logits(tmp_path, ids, mask)
+            assert np.max(np.abs(fused - expected)[mask]) <= 1e-4
+    if family in GEMMA4_FAMILIES:
+        check_gemma4(prepared, model, ids, mask, expected, overrides)
     if "head_dim" in overrides:
         assert arch.head_dim == overrides["head_dim"] and arch.n_embd == 32
     if overrides.get("rope_parameters", {}).get("rope_type") == "yarn":
         assert (arch.position.scaling.kind, arch.position.scaling.original_max_positions) == ("yarn", 8)
         assert abs(arch.position.scaling.magnitude - 1.1386294361119891) <= 1e-12
+
+
+def check_gemma4(
+    prepared: Any, model: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray, overrides: dict[str, Any]
+) -> None:
+    """Gemma 4's mapped fields, each of which changes the logits (not a vacuous match)."""
+    arch, params = prepared.model.architecture, read_params(prepared)
+    k_eq_v = overrides.get("attention_k_eq_v", False)
+    assert (arch.head_dim, arch.global_head_dim, arch.full_attention().kv_heads) == (8, 16, 1 if k_eq_v else 2)
+    assert (arch.per_layer_dim, arch.per_layer_vocab, arch.rope_fraction, arch.k_eq_v) == (8, 320, 0.5, k_eq_v)
+    assert not arch.norm.zero_centred and arch.attention.score_scale() == 1.0 and arch.final_softcap == 5.0
+    assert (arch.position.theta, arch.position.local_theta) == (1e4, 1e3)
+    assert "value" not in params["blocks_1"]["attn"] if k_eq_v else "value" in params["blocks_1"]["attn"]
+    for changed in (
+        {"partial_rotary_factor": 1.0},  # every pair turning
+        {"per_layer_input_dim": 0},  # no per-layer inputs (their parameters then unused)
+        {"final_softcap": 0.0},
+    ):
+        other = forward(prepared.model.clone(**changed), params, ids, mask)
+        assert np.max(np.abs(other - expected)[mask]) > 1e-2, changed
+    scaled = {**params, "blocks_0": {**params["blocks_0"], "layer_scalar": {"scale": np.ones(1, np.float32)}}}
+    assert np.max(np.abs(forward(prepared.model, scaled, ids, mask) - expected)[mask]) > 1e-2
+    if prepared.checkpoint.family.model_type == "gemma4":  # the towers are in the checkpoint, skipped
+        assert any(name.startswith("model.vision_tower.") for name in prepared.checkpoint.tensors)
+        assert any(name.startswith("model.audio_tower.") for name in prepared.checkpoint.tensors)
 
 
 def test_llama4_every_layer_a_mixture_scans_with_transformers_logits(tmp_path: Path) -> None:
@@ -161,6 +313,14 @@ SHAPED_UNITS = {
         {"num_hidden_layers": 5, "layer_types": ["linear_attention", "full_attention"] * 2 + ["linear_attention"]}
         | {"mlp_only_layers": []},
         1e-3,
+    ),
+    # Gemma 4's sliding and full layers (wider heads, the full ones' keys as their values), per-layer inputs
+    # read by each layer from the carry
+    "gemma4": (
+        "gemma4_text",
+        {"num_hidden_layers": 4, "layer_types": ["sliding_attention", "full_attention"] * 2}
+        | {"attention_k_eq_v": True, "num_global_key_value_heads": 1},
+        1e-4,
     ),
 }
 
@@ -213,7 +373,7 @@ def test_long_sequence_blocked_attention_within_a_window(tmp_path: Path) -> None
     assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
 
 
-@pytest.mark.parametrize("family", list(GEMMA))
+@pytest.mark.parametrize("family", [f for f in GEMMA if f not in GEMMA4_FAMILIES])  # Gemma 4: SHAPED_UNITS
 def test_gemma_layer_types_in_both_layouts_on_the_blocked_path(family: str, tmp_path: Path) -> None:
     """300 tokens (query blocks of 128) against a window of 100 on the sliding layers only: the
     unrolled layers (static windows, keys outside skipped) and the scanned ones (window and RoPE base

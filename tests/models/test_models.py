@@ -660,6 +660,79 @@ def test_llama4_interleaved_dense_and_mixture_layers_scan_one_unit_per_step() ->
         assert "\n" not in str(info.value)
 
 
+def test_the_smollm3_preset_has_the_published_shape_and_count() -> None:
+    """smollm3-3b against transformers' SmolLM3 built from the release's config fields (meta device):
+    3.075B parameters, every 4th layer NoPE."""
+    import torch
+    from transformers import AutoModelForCausalLM, SmolLM3Config
+
+    from theseus.model.models.smollm3.model import SmolLM3
+
+    values = {
+        "architecture/preset": "smollm3-3b",
+        "architecture/vocab_size": 128256,
+        "architecture/vocab_multiple": 1,
+        "architecture/block_size": 4096,
+    }
+    with configuration(values):
+        model = configure(SmolLM3)
+        arch, total = model.architecture, model.parameter_count()
+    config = SmolLM3Config(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=11008,
+        num_hidden_layers=36,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        tie_word_embeddings=True,
+    )
+    assert arch.rope_layers == tuple(bool(flag) for flag in config.no_rope_layers)  # every 4th layer NoPE
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    assert total == sum(p.numel() for p in reference.parameters()) == 3_075_098_624
+
+
+def test_the_glm4_moe_preset_has_the_published_shape_and_count() -> None:
+    """glm-4.5-air against transformers' GLM-4.5 built from the release's config fields (meta device; the
+    router's selection bias is a buffer there, a parameter here): 106.9B parameters, 13.4B active."""
+    import torch
+    from transformers import AutoModelForCausalLM, Glm4MoeConfig
+
+    from theseus.model.models.glm4_moe.model import Glm4Moe
+
+    values = {
+        "architecture/preset": "glm-4.5-air",
+        "architecture/vocab_size": 151552,
+        "architecture/vocab_multiple": 1,
+        "architecture/block_size": 4096,
+    }
+    with configuration(values):
+        model = configure(Glm4Moe)
+        arch, total, inactive = model.architecture, model.parameter_count(), model.inactive_parameter_count()
+    assert (arch.attention.qkv_bias, arch.attention.has_out_bias, arch.attention.qk_norm) == (True, False, False)
+    config = Glm4MoeConfig(  # zai-org/GLM-4.5-Air's config.json
+        vocab_size=151552,
+        hidden_size=4096,
+        intermediate_size=10944,
+        num_hidden_layers=46,
+        num_attention_heads=96,
+        num_key_value_heads=8,
+        head_dim=128,
+        attention_bias=True,
+        n_routed_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1408,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        use_qk_norm=False,
+    )
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    biases = sum(b.numel() for name, b in reference.named_buffers() if name.endswith("e_score_correction_bias"))
+    assert total == sum(p.numel() for p in reference.parameters()) + biases == 106_852_251_264
+    assert total - inactive == 13_424_129_664
+
+
 def test_the_qwen3_next_preset_has_the_published_shape_and_count() -> None:
     """qwen3-next-80b-a3b against transformers' Qwen3-Next built from the release's config fields (meta
     device): 79.7B parameters, 3.9B active per token (3.3B without the embedding and the head)."""
@@ -702,6 +775,92 @@ def test_the_qwen3_next_preset_has_the_published_shape_and_count() -> None:
     assert total - inactive == 3_874_929_408
 
 
+#: Qwen3.5's presets: the language models of the releases' config.json (text_config), transformers' count of
+#: the same fields on the meta device, and the parameters a token passes through.
+QWEN3_5_RELEASES = {
+    "qwen3.5-9b": (
+        {"intermediate_size": 12288, "hidden_size": 4096, "num_hidden_layers": 32, "num_key_value_heads": 4},
+        8_953_803_264,
+        8_953_803_264,
+    ),
+    "qwen3.5-35b-a3b": (
+        {"hidden_size": 2048, "num_hidden_layers": 40, "num_key_value_heads": 2}
+        | {"num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512}
+        | {"shared_expert_intermediate_size": 512},
+        34_660_610_688,
+        3_454_988_928,
+    ),
+}
+
+
+@pytest.mark.parametrize("preset", list(QWEN3_5_RELEASES))
+def test_the_qwen3_5_presets_have_the_published_shape_and_count(preset: str) -> None:
+    """qwen3.5-9b (dense) and qwen3.5-35b-a3b (every layer a mixture) against transformers' Qwen3.5 text
+    models built from the releases' config fields (meta device); the releases' vision encoders and
+    multi-token-prediction layers are not part of either."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3_5MoeTextConfig, Qwen3_5TextConfig
+
+    from theseus.model.models.qwen3_5.model import Qwen35, Qwen35MoE
+
+    fields, expected, active = QWEN3_5_RELEASES[preset]
+    moe = "num_experts" in fields
+    values = {"architecture/preset": preset, "architecture/vocab_size": 248320, "architecture/vocab_multiple": 1}
+    with configuration({**values, "architecture/block_size": 4096}):
+        model = configure(Qwen35MoE if moe else Qwen35)
+        arch, total = model.architecture, model.parameter_count()
+        passed = total - (model.inactive_parameter_count() if moe else 0)
+    linear = {"linear_num_key_heads": 16, "linear_num_value_heads": 32}
+    linear |= {"linear_key_head_dim": 128, "linear_value_head_dim": 128}
+    config = (Qwen3_5MoeTextConfig if moe else Qwen3_5TextConfig)(
+        vocab_size=248320, num_attention_heads=16, head_dim=256, tie_word_embeddings=False, **linear, **fields
+    )
+    assert arch.layer_types == tuple(config.layer_types)  # every 4th layer full attention
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    assert total == sum(p.numel() for p in reference.parameters()) == expected
+    assert passed == active
+
+
+def test_the_minimax_m2_preset_has_the_published_shape_and_count() -> None:
+    """minimax-m2 against transformers' MiniMax-M2 built from the release's config fields (meta device):
+    228.7B parameters, 11.0B active per token; the router's balancing bias is a buffer there, a parameter
+    here."""
+    import torch
+    from transformers import AutoModelForCausalLM, MiniMaxM2Config
+
+    from theseus.model.models.minimax_m2.model import MiniMaxM2
+
+    values = {
+        "architecture/preset": "minimax-m2",
+        "architecture/vocab_size": 200064,
+        "architecture/vocab_multiple": 1,
+        "architecture/block_size": 4096,
+    }
+    with configuration(values):
+        model = configure(MiniMaxM2)
+        arch, total, inactive = model.architecture, model.parameter_count(), model.inactive_parameter_count()
+    assert (arch.attention.qk_norm_span, arch.moe is not None and arch.moe.router) == ("projection", "sigmoid")
+    config = MiniMaxM2Config(  # MiniMaxAI/MiniMax-M2's config.json
+        vocab_size=200064,
+        hidden_size=3072,
+        intermediate_size=1536,
+        num_hidden_layers=62,
+        num_attention_heads=48,
+        num_key_value_heads=8,
+        head_dim=128,
+        rotary_dim=64,
+        num_local_experts=256,
+        num_experts_per_tok=8,
+    )
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    biases = sum(b.numel() for name, b in reference.named_buffers() if name.endswith("e_score_correction_bias"))
+    expected = sum(p.numel() for p in reference.parameters()) + biases
+    assert total == expected == 228_689_764_864
+    assert total - inactive == 11_030_553_088
+
+
 def test_qwen3_next_scans_its_layers_as_runs_or_units() -> None:
     """Three linear-attention layers then a full one scan as two runs; eight layers repeat a unit of four,
     one per scan step; leading dense layers that break the period refuse a scan in one line."""
@@ -722,3 +881,32 @@ def test_qwen3_next_scans_its_layers_as_runs_or_units() -> None:
         with pytest.raises(ConfigError, match="set model/scan_layers=false") as info:
             _ = configure(Qwen3Next).stacked_layers
         assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("preset", "vocab", "total"),
+    [("deepseek-v3.2", 129280, 671_877_944_064), ("glm-5", 154880, 743_911_218_432)],
+)
+def test_the_sparse_attention_presets_have_the_published_shapes_and_counts(preset: str, vocab: int, total: int) -> None:
+    """deepseek-v3.2 and glm-5 against transformers' DeepSeek-V3.2 and GLM-5 built from their configs'
+    defaults (the releases' shapes; meta device): every layer's lightning indexer included. The routers'
+    balancing biases count as parameters (transformers keeps them as buffers)."""
+    import torch
+    from transformers import AutoModelForCausalLM, DeepseekV32Config, GlmMoeDsaConfig
+
+    from theseus.model.models import DeepseekV32, GlmMoeDsa
+
+    cls, config = (DeepseekV32, DeepseekV32Config()) if preset == "deepseek-v3.2" else (GlmMoeDsa, GlmMoeDsaConfig())
+    values = {"architecture/preset": preset, "architecture/vocab_size": vocab, "architecture/vocab_multiple": 1}
+    with configuration(values):
+        model = configure(cls)
+        arch, count = model.architecture, model.parameter_count()
+    assert (arch.dsa.index_n_heads, arch.dsa.index_head_dim, arch.dsa.index_topk) == (
+        config.index_n_heads,
+        config.index_head_dim,
+        config.index_topk,
+    )
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    biases = sum(b.numel() for n, b in reference.named_buffers() if n.endswith("e_score_correction_bias"))
+    assert count == sum(p.numel() for p in reference.parameters()) + biases == total

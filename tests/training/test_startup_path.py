@@ -14,8 +14,9 @@ from tests.conftest import clean_env
 REPO = Path(__file__).resolve().parents[2]
 #: Packages a run imports only once it needs them (checkpoint, plot, tracker, Hugging Face data).
 LATE = ("orbax", "matplotlib", "pandas", "datasets", "tensorboard", "tensorboardX", "wandb", "mlflow", "torch")
-#: Model families other than GPT, whose modules a GPT run does not define.
-OTHER_FAMILIES = ("llama", "llama4", "qwen3_next", "gpt_oss", "deepseek_v3", "gemma", "mixtral", "olmo3", "phi3")
+#: Model families other than GPT (each a folder of theseus.model.models), whose modules a GPT run does not define.
+MODELS = REPO / "theseus-models" / "src" / "theseus" / "model" / "models"
+OTHER_FAMILIES = tuple(sorted(p.name for p in MODELS.iterdir() if (p / "__init__.py").is_file() and p.name != "gpt"))
 
 IMPORTS = f"""
 import sys

@@ -53,6 +53,24 @@ def rope_keys(config: Mapping[str, Any]) -> dict[str, Any]:
     return keys
 
 
+def partial_rotary_factor(config: Mapping[str, Any], default: float = 1.0) -> float:
+    """The fraction of each head that RoPE rotates, as transformers reads it: the ``rope_parameters`` (or
+    ``rope_scaling``) entry's ``partial_rotary_factor`` first, then the top-level field, else ``default``."""
+    parameters = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    value = parameters.get("partial_rotary_factor", config.get("partial_rotary_factor"))
+    return float(default if value is None else value)
+
+
+def without_partial_rotary(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` less ``partial_rotary_factor`` (top level and RoPE entries), for :func:`rope_keys` in a
+    family that reads the partial rotation apart (:func:`partial_rotary_factor`)."""
+    stripped = {k: v for k, v in config.items() if k != "partial_rotary_factor"}
+    for name in ("rope_parameters", "rope_scaling"):
+        if isinstance(stripped.get(name), Mapping):
+            stripped[name] = {k: v for k, v in stripped[name].items() if k != "partial_rotary_factor"}
+    return stripped
+
+
 def original_positions(config: Mapping[str, Any], scaling: Mapping[str, Any]) -> int:
     """The pre-scaling context length, as transformers reads it: a top-level
     ``original_max_position_embeddings`` first (Phi-3 style), then the rope entry's, else
@@ -225,11 +243,13 @@ __all__ = [
     "interleaved_layer_types",
     "layer_window",
     "original_positions",
+    "partial_rotary_factor",
     "plain_rope_theta",
     "qwen_window",
     "rope_config",
     "rope_keys",
     "sliding_window_of",
     "window_config",
+    "without_partial_rotary",
     "yarn_keys",
 ]

@@ -142,6 +142,56 @@ class HFFamily:
         return {**common, **self.config(arch, settings)}
 
 
+class NestedLanguageModel(HFFamily):
+    """A multimodal checkpoint of a text family (the next class in the MRO): the language model's
+    ``config.json`` fields in ``text_config`` and its tensors under ``model.language_model.`` (the text
+    family's ``model.``); the tensors under the :attr:`towers` prefixes (vision or audio encoders and their
+    projections) are set aside on import, as theseus imports the language model only. Export writes the
+    text family's checkpoint (:attr:`text_model_type`, :attr:`text_hf_class`): theseus holds no tower to write.
+    Qwen3.5 and Gemma 4 use it."""
+
+    #: The prefix of the language model's tensors (``model.`` in ``*ForCausalLM``).
+    language_model: ClassVar[str] = "model.language_model."
+    #: Prefixes of the tensors the import sets aside (the towers the text model does not have).
+    towers: ClassVar[tuple[str, ...]] = ()
+    #: The text family a run of this family exports as.
+    text_model_type: ClassVar[str]
+    text_hf_class: ClassVar[str]
+
+    def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        text = require(config, "text_config")
+        if not isinstance(text, Mapping):
+            raise unsupported("text_config", text, "expected the language model's fields")
+        tied = config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+        return super().keys({**text, "tie_word_embeddings": tied})
+
+    def canonical_name(self, name: str) -> str:
+        """``model.language_model.<rest>`` is the text family's ``model.<rest>``."""
+        name = super().canonical_name(name)
+        return "model." + name.removeprefix(self.language_model) if name.startswith(self.language_model) else name
+
+    def set_aside(self, name: str, config: Mapping[str, Any]) -> bool:
+        """The towers' tensors (:attr:`towers`) and what the text family sets aside."""
+        return name.startswith(self.towers) or super().set_aside(name, config)
+
+    def describes(self, arch: Architecture) -> bool:
+        """Never chosen for a model that was not imported from it (the text family is)."""
+        return False
+
+    def to_config(
+        self,
+        arch: Architecture,
+        settings: Mapping[str, Any],
+        *,
+        dtype: str,
+        bos_id: int | None,
+        eos_id: int | None,
+    ) -> dict[str, Any]:
+        """The text family's ``config.json``: the export holds the language model only."""
+        config = super().to_config(arch, settings, dtype=dtype, bos_id=bos_id, eos_id=eos_id)
+        return {**config, "architectures": [self.text_hf_class], "model_type": self.text_model_type}
+
+
 # -- one-line refusals, for families to use ----------------------------------------------------------
 def unsupported(field: str, value: Any, why: str = "") -> ConfigError:
     """``config.json`` holds a value theseus cannot honour."""
@@ -217,6 +267,7 @@ def export_family(model_class: str, arch: Architecture, recorded: str | None = N
 __all__ = [
     "KIND",
     "HFFamily",
+    "NestedLanguageModel",
     "PeftLayout",
     "cannot",
     "expect",

@@ -15,6 +15,7 @@ from theseus.model.layers.mlp import MLP, FeedForwardSpec, hidden_size
 from theseus.model.layers.moe import MoE, MoESpec
 from theseus.model.layers.norms import LayerNorm, NormSpec, RMSNorm
 from theseus.model.layers.rotary import ROPE_SCALINGS, PositionSpec, RopeScaling, RotaryEmbedding, rotary_angles
+from theseus.model.layers.sparse_attention import LightningIndexer, SparseLatentAttention
 
 __all__ = [
     "MLP",
@@ -25,6 +26,7 @@ __all__ = [
     "FeedForwardSpec",
     "LatentAttention",
     "LayerNorm",
+    "LightningIndexer",
     "MLASpec",
     "MoE",
     "MoESpec",
@@ -34,6 +36,7 @@ __all__ = [
     "RMSNorm",
     "RopeScaling",
     "RotaryEmbedding",
+    "SparseLatentAttention",
     "TokenEmbedding",
     "attention_mask",
     "dot_product_attention",

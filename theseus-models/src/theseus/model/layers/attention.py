@@ -823,6 +823,11 @@ class CausalSelfAttention(Module):
             return jax.lax.cond(window < NO_WINDOW, lambda: attend(fixed), lambda: attend(None))
         return attend(window)
 
+    def _values(self, x: jax.Array, k: jax.Array, n_kv: int, head_dim: int, deterministic: bool) -> jax.Array:
+        """The values ``[B, T, kv_heads, head_dim]`` of input ``x`` (``k``: the keys as projected, before any
+        norm or RoPE): the ``value`` projection here; a subclass may derive them otherwise (Gemma 4)."""
+        return self._project(x, "value", n_kv, head_dim, Axis.KV_HEADS, deterministic)
+
     def _gate_output(self, x: jax.Array, y: jax.Array, n_heads: int, head_dim: int, deterministic: bool) -> jax.Array:
         """The heads' outputs ``y`` ``[B, T, heads, head_dim]`` before the output projection, of input ``x``:
         unchanged here; a subclass may gate them (Qwen3-Next's sigmoid of a projection of ``x``)."""
@@ -846,7 +851,7 @@ class CausalSelfAttention(Module):
         x = cast(x, dtype)
         q = self._project(x, "query", n_heads, head_dim, Axis.HEADS, deterministic)
         k = self._project(x, "key", n_kv, head_dim, Axis.KV_HEADS, deterministic)
-        v = self._project(x, "value", n_kv, head_dim, Axis.KV_HEADS, deterministic)
+        v = self._values(x, k, n_kv, head_dim, deterministic)
         if self.attention_spec.qk_norm:
             q = self._qk_norm(q, "query_norm")
             k = self._qk_norm(k, "key_norm")
@@ -871,3 +876,35 @@ class CausalSelfAttention(Module):
         if self.dropout > 0.0 and not deterministic:
             out = nn.Dropout(rate=self.dropout)(out, deterministic=False)
         return out
+
+
+class PartialRotaryAttention(CausalSelfAttention):
+    """:class:`CausalSelfAttention` whose RoPE turns only the leading ``partial_rotary_factor`` of each
+    query/key head (with frequencies over those dimensions, half-split as :func:`rotate`); the rest pass
+    unrotated. Every layer rotates with the position's ``theta`` and ``scaling``. A family's subclass
+    declares ``architecture/partial_rotary_factor`` with its releases' default (Qwen3-Next 0.25,
+    MiniMax-M2 0.5)."""
+
+    partial_rotary_factor: float = 1.0
+
+    def _rotary_dim(self, head_dim: int) -> int:
+        """The rotated dimensions of a head: an even number from 2 to ``head_dim``, or one line."""
+        rotated = int(head_dim * self.partial_rotary_factor)
+        if rotated < 2 or rotated % 2 or rotated > head_dim:
+            raise ConfigError(
+                f"architecture/partial_rotary_factor={self.partial_rotary_factor} rotates {rotated} of "
+                f"{head_dim} dimensions; it must give an even number from 2 to {head_dim}"
+            )
+        return rotated
+
+    def _rotate(
+        self, q: jax.Array, k: jax.Array, positions: jax.Array | None, layer: int | jax.Array | None
+    ) -> tuple[jax.Array, jax.Array]:
+        rotated = self._rotary_dim(q.shape[-1])
+        spec = self.position_spec
+
+        def turn(x: jax.Array) -> jax.Array:
+            head = rotate(x[..., :rotated], positions, spec.theta, spec.scaled)
+            return jnp.concatenate([head, x[..., rotated:]], axis=-1)
+
+        return turn(q), turn(k)

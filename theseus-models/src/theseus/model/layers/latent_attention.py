@@ -25,6 +25,7 @@ mapped through ``value`` (the same scores and outputs as expanding every cached 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -109,6 +110,21 @@ class MLASpec:
         return 6 * seq * seq * n_heads * (self.qk_head_dim + self.v_head_dim)
 
 
+class MLAInputs(NamedTuple):
+    """One call's projections, as :meth:`LatentAttention._attend` reads them: the layer input ``x``, the
+    query input (:meth:`LatentAttention._query_input`), the rotated queries ``q`` ``[B, T, heads,
+    qk_head_dim]``, the normalised ``latent`` ``[B, T, kv_lora_rank]``, the shared rotated key
+    ``rope_key`` ``[B, T, qk_rope_head_dim]`` and the ``key`` / ``value`` up-projection kernels."""
+
+    x: jax.Array
+    query_input: jax.Array
+    q: jax.Array
+    latent: jax.Array
+    rope_key: jax.Array
+    key: jax.Array
+    value: jax.Array
+
+
 def deinterleave(x: jax.Array) -> jax.Array:
     """The even dimensions of the last axis, then the odd ones: interleaved rotary pairs as halves."""
     return jnp.concatenate([x[..., 0::2], x[..., 1::2]], axis=-1)
@@ -171,8 +187,18 @@ class LatentAttention(MLAKeys):
 
     Config keys: ``architecture/mla/*`` (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
     ``qk_rope_head_dim``, ``v_head_dim``, ``rope_interleave``, ``mscale_all_dim``), ``architecture/n_heads``,
-    ``architecture/dropout`` (on the output, training only), ``architecture/attention_impl``.
-    LoRA adapters (``model/lora/rank`` > 0) are refused.
+    ``architecture/dropout`` (on the output, training only), ``architecture/attention_impl``, and the
+    LoRA keys ``model/lora/*`` (:mod:`theseus.model.layers.lora`).
+
+    LoRA targets (with transformers' / PEFT's module of each): ``query`` adapts the per-head query
+    projection ``query`` (``q_b_proj``, or ``q_proj`` when ``q_lora_rank`` is 0); ``key`` and ``value``
+    the up-projections ``key`` and ``value`` of the latent (together ``kv_b_proj``: each head's key rows,
+    then its value rows); ``out`` the output ``out`` (``o_proj``). The down-projections ``query_down``
+    (``q_a_proj``), ``kv_down`` and ``key_rope`` (``kv_a_proj_with_mqa``) stay frozen, as do the norms.
+    The ``key`` / ``value`` adapters are folded into their kernels on each call (``kernel + (alpha / rank)
+    A B``, :func:`~theseus.model.layers.lora.layer_delta`), so that decoding against the compressed cache
+    reads the adapted kernels; no dropout can reach them, and ``model/lora/dropout`` > 0 with ``key`` or
+    ``value`` targeted is refused.
 
     Parameters: ``query_down`` ``[embed, q_lora_rank]``, ``query_norm`` and ``query``
     ``[q_lora_rank, heads, qk_head_dim]`` (or ``query`` ``[embed, heads, qk_head_dim]`` when
@@ -191,6 +217,9 @@ class LatentAttention(MLAKeys):
     dropout: float = architecture_field("dropout")
     attention_impl: str = architecture_field("attention_impl")
     lora_rank: int = lora.rank_field()
+    lora_alpha: float = lora.alpha_field()
+    lora_dropout: float = lora.dropout_field()
+    lora_targets: tuple[str, ...] = lora.targets_field()
     position: PositionSpec = PositionSpec()
     init_std: float = INIT_STD
     out_std: float | None = None
@@ -219,19 +248,47 @@ class LatentAttention(MLAKeys):
     def _kernel(self, name: str, shape: tuple[int, ...], axes: tuple[str | None, ...], std: float) -> jax.Array:
         return cast(param(self, name, normal(std), shape, axes), self._activation_dtype)
 
-    def _queries(self, x: jax.Array, spec: MLASpec, n_heads: int) -> jax.Array:
-        """``[B, T, heads, qk_head_dim]``."""
-        n_embd, std = x.shape[-1], self.init_std
-        if spec.q_lora_rank:
-            down = self._kernel("query_down", (n_embd, spec.q_lora_rank), (Axis.EMBED, None), std)
-            norm = child(self, RMSNorm, eps=LATENT_NORM_EPS, name="query_norm")
-            x = norm(project("bte,er->btr", x, down, self._activation_dtype))
+    def _adapted(self, name: str) -> bool:
+        """Whether the projection ``name`` (``query``, ``key``, ``value``, ``out``) carries a LoRA adapter."""
+        return self.lora_rank > 0 and name in lora.check_targets(self.lora_targets)
+
+    def _up_kernel(self, name: str, rank: int, n_heads: int, width: int) -> jax.Array:
+        """The latent's up-projection ``name`` (``key`` or ``value``) ``[kv_lora_rank, heads, width]``, with
+        its LoRA adapter folded in when it has one (:func:`~theseus.model.layers.lora.layer_delta`)."""
+        axes = (None, Axis.HEADS, Axis.HEAD_DIM)
+        kernel = self._kernel(name, (rank, n_heads, width), axes, self.init_std)
+        if not self._adapted(name):
+            return kernel
+        if self.lora_dropout > 0.0:
+            raise ConfigError(
+                f"model/lora/dropout={self.lora_dropout} cannot reach the {name!r} adapter of multi-head latent "
+                f"attention (it is folded into the kernel); set model/lora/dropout=0 or remove {name!r} from "
+                "model/lora/targets"
+            )
+        return kernel + lora.layer_delta(self, name, (rank,), (n_heads, width), ((None,), axes[1:]))
+
+    def _query_input(self, x: jax.Array, spec: MLASpec) -> jax.Array:
+        """What the per-head query projection reads: the normalised low-rank query ``[B, T, q_lora_rank]``
+        (``query_norm(x @ query_down)``), or ``x`` when ``q_lora_rank`` is 0."""
+        if not spec.q_lora_rank:
+            return x
+        down = self._kernel("query_down", (x.shape[-1], spec.q_lora_rank), (Axis.EMBED, None), self.init_std)
+        norm = child(self, RMSNorm, eps=LATENT_NORM_EPS, name="query_norm")
+        return norm(project("bte,er->btr", x, down, self._activation_dtype))
+
+    def _queries(self, x: jax.Array, spec: MLASpec, n_heads: int, deterministic: bool = True) -> jax.Array:
+        """``[B, T, heads, qk_head_dim]`` of the query input ``x`` (:meth:`_query_input`), with the
+        ``query`` LoRA adapter when it has one."""
+        std = self.init_std
         axes = (None if spec.q_lora_rank else Axis.EMBED, Axis.HEADS, Axis.HEAD_DIM)
         kernel = self._kernel("query", (x.shape[-1], n_heads, spec.qk_head_dim), axes, std)
-        return constrain(
-            project("btr,rnh->btnh", x, kernel, self._activation_dtype),
-            (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM),
-        )
+        q = project("btr,rnh->btnh", x, kernel, self._activation_dtype)
+        if self._adapted("query"):
+            dims = ((axes[0],), axes[1:])
+            q = q + lora.layer_adapter(
+                self, "query", x, (x.shape[-1],), (n_heads, spec.qk_head_dim), dims, deterministic
+            )
+        return constrain(q, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
 
     def _rotate(self, x: jax.Array, positions: jax.Array | None, spec: MLASpec) -> jax.Array:
         """RoPE of ``[B, T, N, qk_rope_head_dim]`` (interleaved pairs gathered into halves first)."""
@@ -307,6 +364,24 @@ class LatentAttention(MLAKeys):
         context = jnp.einsum("bnts,bsc->btnc", probs, latent)
         return jnp.einsum("btnc,cnh->btnh", context, value)
 
+    def _attend(
+        self,
+        inputs: MLAInputs,
+        padding_mask: jax.Array | None,
+        positions: jax.Array | None,
+        decode: bool,
+        scale: float,
+    ) -> jax.Array:
+        """The heads' outputs ``[B, T, heads, v_head_dim]``: against the compressed cache when decoding
+        (:meth:`_absorbed`), else over the sequence with every key and value expanded (:meth:`_expanded`).
+        A subclass that changes which keys a query sees overrides this (DeepSeek Sparse Attention)."""
+        spec, i = self.spec, inputs
+        cached = self._cached(i.latent, i.rope_key, padding_mask) if decode else None
+        if cached is not None:
+            latents, rope_keys, mask = cached
+            return self._absorbed(i.q, latents, rope_keys, i.key, i.value, mask, spec, scale)
+        return self._expanded(i.q, i.latent, i.rope_key, i.key, i.value, padding_mask, scale)
+
     @nn.compact
     def __call__(
         self,
@@ -318,10 +393,6 @@ class LatentAttention(MLAKeys):
         layer: int | jax.Array | None = None,
     ) -> jax.Array:
         refuse("multi-head latent attention (DeepSeek-V3)")
-        if self.lora_rank > 0:
-            raise ConfigError(
-                "LoRA on multi-head latent attention is not supported; set model/lora/rank=0 (full fine-tuning)"
-            )
         if self.attention_impl not in ATTENTION_IMPLEMENTATIONS:
             raise ConfigError(
                 f"unknown architecture/attention_impl {self.attention_impl!r}; "
@@ -333,23 +404,20 @@ class LatentAttention(MLAKeys):
         n_heads = require(self.n_heads, "architecture/n_heads", "LatentAttention")
         spec, std, dtype = self.spec, self.init_std, self._activation_dtype
         x = cast(x, dtype)
-        q = self._queries(x, spec, n_heads)
+        query_input = self._query_input(x, spec)
+        q = self._queries(query_input, spec, n_heads, deterministic)
         down = self._kernel("kv_down", (n_embd, spec.kv_lora_rank), (Axis.EMBED, None), std)
         latent = child(self, RMSNorm, eps=LATENT_NORM_EPS, name="kv_norm")(project("bte,ec->btc", x, down, dtype))
         rope_kernel = self._kernel("key_rope", (n_embd, spec.qk_rope_head_dim), (Axis.EMBED, None), std)
         rope_key = self._rotate(project("bte,er->btr", x, rope_kernel, dtype)[:, :, None, :], positions, spec)[:, :, 0]
-        nope, per_head = spec.qk_nope_head_dim, (None, Axis.HEADS, Axis.HEAD_DIM)
+        nope = spec.qk_nope_head_dim
         q = jnp.concatenate([q[..., :nope], self._rotate(q[..., nope:], positions, spec)], axis=-1)
-        key = self._kernel("key", (spec.kv_lora_rank, n_heads, nope), per_head, std)
-        value = self._kernel("value", (spec.kv_lora_rank, n_heads, spec.v_head_dim), per_head, std)
+        key = self._up_kernel("key", spec.kv_lora_rank, n_heads, nope)
+        value = self._up_kernel("value", spec.kv_lora_rank, n_heads, spec.v_head_dim)
         scale = spec.score_scale(self.position.scaled)
-
-        cached = self._cached(latent, rope_key, padding_mask) if decode else None
-        if cached is not None:
-            latents, rope_keys, mask = cached
-            y = self._absorbed(q, latents, rope_keys, key, value, mask, spec, scale)
-        else:
-            y = self._expanded(q, latent, rope_key, key, value, padding_mask, scale)
+        y = self._attend(
+            MLAInputs(x, query_input, q, latent, rope_key, key, value), padding_mask, positions, decode, scale
+        )
         y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
 
         out_std = std if self.out_std is None else self.out_std
@@ -357,9 +425,12 @@ class LatentAttention(MLAKeys):
         out = project(
             "btnh,nhe->bte", y, self._kernel("out", (n_heads, spec.v_head_dim, n_embd), out_axes, out_std), dtype
         )
+        if self._adapted("out"):
+            dims = (out_axes[:2], out_axes[2:])
+            out = out + lora.layer_adapter(self, "out", y, (n_heads, spec.v_head_dim), (n_embd,), dims, deterministic)
         if self.dropout > 0.0 and not deterministic:
             out = nn.Dropout(rate=self.dropout)(out, deterministic=False)
         return out
 
 
-__all__ = ["LATENT_NORM_EPS", "LatentAttention", "MLAKeys", "MLASpec", "deinterleave"]
+__all__ = ["LATENT_NORM_EPS", "LatentAttention", "MLAInputs", "MLAKeys", "MLASpec", "deinterleave"]

@@ -10,7 +10,9 @@ The standard layers read ``model/lora/rank`` (0: no adapters), ``model/lora/alph
 ``model/lora/dropout`` and ``model/lora/targets`` (``query``, ``key``, ``value``, ``out`` of the
 attention; ``up``, ``gate``, ``down`` of the MLP), so GPT, Llama and plugin models built from
 them all take adapters; Qwen3-Next's Gated DeltaNet reads them too
-(:class:`theseus.model.models.qwen3_next.deltanet.GatedDeltaNet`).
+(:class:`theseus.model.models.qwen3_next.deltanet.GatedDeltaNet`), and so does multi-head latent
+attention (:class:`theseus.model.layers.latent_attention.LatentAttention`), whose key and value
+up-projections take their adapters folded into the kernels (:func:`layer_delta`).
 """
 
 from __future__ import annotations
@@ -97,19 +99,52 @@ def adapter(
     the input and output dimensions (the rank dimension is replicated). A rank above the smaller of
     the projection's input and output widths is a ConfigError.
     """
+    dtype = module._activation_dtype  # type: ignore[attr-defined]
+    a, b = _factors(module, name, in_dims, out_dims, axes, rank, prefix)
+    if dropout > 0.0 and not deterministic:
+        x = nn.Dropout(rate=dropout, name=f"{prefix}lora_dropout")(x, deterministic=False)
+    low = jnp.tensordot(cast(x, dtype), cast(a, dtype), axes=len(in_dims))
+    return jnp.tensordot(low, cast(b, dtype), axes=1) * jnp.asarray(alpha / rank, dtype)
+
+
+def _factors(
+    module: nn.Module,
+    name: str,
+    in_dims: Sequence[int],
+    out_dims: Sequence[int],
+    axes: tuple[Sequence[str | None], Sequence[str | None]],
+    rank: int,
+    prefix: str,
+) -> tuple[jax.Array, jax.Array]:
+    """The parameters ``A`` ``[*in_dims, rank]`` and ``B`` ``[rank, *out_dims]`` of the projection
+    ``name`` (a ConfigError when ``rank`` exceeds the smaller of its widths)."""
     fan_in, fan_out = math.prod(in_dims), math.prod(out_dims)
     if rank > min(fan_in, fan_out):
         raise ConfigError(
             f"model/lora/rank={rank} is larger than the {name!r} projection allows ({fan_in} -> {fan_out}); "
             f"use a rank of at most {min(fan_in, fan_out)}"
         )
-    dtype = module._activation_dtype  # type: ignore[attr-defined]
     a = param(module, f"{prefix}{SUFFIX_A}", normal(1.0 / math.sqrt(fan_in)), (*in_dims, rank), (*axes[0], None))  # type: ignore[arg-type]
     b = param(module, f"{prefix}{SUFFIX_B}", nn.initializers.zeros_init(), (rank, *out_dims), (None, *axes[1]))  # type: ignore[arg-type]
-    if dropout > 0.0 and not deterministic:
-        x = nn.Dropout(rate=dropout, name=f"{prefix}lora_dropout")(x, deterministic=False)
-    low = jnp.tensordot(cast(x, dtype), cast(a, dtype), axes=len(in_dims))
-    return jnp.tensordot(low, cast(b, dtype), axes=1) * jnp.asarray(alpha / rank, dtype)
+    return a, b
+
+
+def layer_delta(
+    module: nn.Module,
+    name: str,
+    in_dims: Sequence[int],
+    out_dims: Sequence[int],
+    axes: tuple[Sequence[str | None], Sequence[str | None]],
+) -> jax.Array:
+    """``(alpha / rank) * A B`` ``[*in_dims, *out_dims]`` of the projection ``name`` of a layer that
+    declares the ``model/lora/*`` fields: the same parameters as :func:`layer_adapter` (``<name>_lora_a``
+    / ``<name>_lora_b``), for a layer that needs the adapted kernel itself (``kernel + delta``) rather than
+    its product with an input, as multi-head latent attention's compressed-cache decoding does. No
+    dropout can reach a folded adapter: a layer that folds one refuses ``model/lora/dropout`` > 0."""
+    rank, alpha = module.lora_rank, module.lora_alpha  # type: ignore[attr-defined]
+    dtype = module._activation_dtype  # type: ignore[attr-defined]
+    a, b = _factors(module, name, in_dims, out_dims, axes, rank, f"{name}_")
+    return jnp.tensordot(cast(a, dtype), cast(b, dtype), axes=1) * jnp.asarray(alpha / rank, dtype)
 
 
 def layer_adapter(
@@ -214,6 +249,7 @@ __all__ = [
     "check_coverage",
     "check_targets",
     "layer_adapter",
+    "layer_delta",
     "merge",
     "split",
 ]

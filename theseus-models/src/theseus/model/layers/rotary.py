@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import jax
@@ -204,15 +205,23 @@ class RotaryEmbedding(Module):
 
 
 def rotate(
-    x: jax.Array, positions: jax.Array | None, theta: float | jax.Array, scaling: RopeScaling | None = None
+    x: jax.Array,
+    positions: jax.Array | None,
+    theta: float | jax.Array,
+    scaling: RopeScaling | None = None,
+    turning: int | None = None,
 ) -> jax.Array:
-    """:class:`RotaryEmbedding`'s rotation as a function: ``theta`` may be traced (a base per layer)."""
+    """:class:`RotaryEmbedding`'s rotation as a function: ``theta`` may be traced (a base per layer).
+    ``turning``: only the first that many of the ``head_dim / 2`` pairs turn, the others have frequency 0
+    (proportional RoPE, :func:`proportional_pairs`); the frequencies stay those of the whole head."""
     head_dim = x.shape[-1]
     if head_dim % 2:
         raise ConfigError(f"rotary embedding needs an even head dimension, got {head_dim}; change n_embd or n_heads")
     if positions is None:
         positions = jnp.arange(x.shape[1], dtype=jnp.int32)[None, :]
     angles = rotary_angles(positions, head_dim, theta, scaling)[:, :, None, :]  # [B, T, 1, H/2]
+    if turning is not None and turning < head_dim // 2:
+        angles = jnp.where(jnp.arange(head_dim // 2) < turning, angles, 0.0)
     cos, sin = jnp.cos(angles), jnp.sin(angles)
     half = head_dim // 2
     x32 = x.astype(jnp.float32)
@@ -221,3 +230,28 @@ def rotate(
     if scaling is not None and scaling.magnitude != 1.0:
         rotated = rotated * scaling.magnitude
     return rotated.astype(x.dtype)
+
+
+def proportional_pairs(head_dim: int, fraction: float) -> int:
+    """The pairs that turn in proportional RoPE (Gemma 4's full layers): the first ``fraction`` of a head's
+    ``head_dim / 2`` half-split pairs, each at its whole-head frequency ``theta ** (-2i / head_dim)``; the
+    rest keep frequency 0 (unlike a partial rotary that rotates the leading dimensions as a head of their own)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ConfigError(f"architecture/partial_rotary_factor={fraction} must be in [0, 1]")
+    return int(fraction * head_dim // 2)
+
+
+def rope_layer_flags(flags: Sequence[int] | None, n_layers: int, every: int) -> tuple[bool, ...]:
+    """Per layer, whether it rotates its queries and keys: ``flags`` (transformers' ``no_rope_layers``,
+    1 = RoPE, 0 = NoPE, at least one per layer), or for None every ``every``-th layer NoPE (the last of
+    each ``every``)."""
+    if flags is None:
+        if every < 1:
+            raise ConfigError(f"architecture/no_rope_layer_interval={every} must be a positive integer")
+        return tuple((i + 1) % every != 0 for i in range(n_layers))
+    given = list(flags)
+    if len(given) < n_layers or not set(given) <= {0, 1}:
+        raise ConfigError(
+            f"architecture/no_rope_layers={given} must give 1 (RoPE) or 0 (NoPE) for each of {n_layers} layers"
+        )
+    return tuple(bool(flag) for flag in given[:n_layers])

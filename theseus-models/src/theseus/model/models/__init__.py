@@ -1,6 +1,7 @@
 """Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``OLMo3``, ``Phi3``, ``Gemma2``,
-``Gemma3`` and the mixtures ``Mixtral``, ``Qwen3MoE``, ``DeepseekV3``, ``GptOss`` and ``Llama4``, plus KV-cache
-decoding.
+``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35`` and the mixtures ``Mixtral``, ``Qwen3MoE``, ``Qwen3Next``,
+``Qwen35MoE``, ``DeepseekV3``, ``DeepseekV32``, ``GlmMoeDsa``, ``Glm4Moe``, ``GptOss``, ``Llama4`` and ``MiniMaxM2``,
+plus KV-cache decoding.
 
 Each family is a folder, ``models/<family>/``: ``model.py`` (the model class, its layers and presets),
 ``hf.py`` (its Hugging Face families) and an ``__init__.py`` naming the model and presets. What the families
@@ -34,18 +35,25 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from theseus.model.models.deepseek_v3.model import DEEPSEEK_V3_PRESETS, DeepseekV3
+    from theseus.model.models.deepseek_v32.model import DEEPSEEK_V32_PRESETS, DeepseekV32
     from theseus.model.models.gemma.model import GEMMA2_PRESETS, GEMMA3_PRESETS, Gemma2, Gemma3
+    from theseus.model.models.gemma4.model import GEMMA4_PRESETS, Gemma4
+    from theseus.model.models.glm4_moe.model import GLM4_MOE_PRESETS, Glm4Moe
+    from theseus.model.models.glm_moe_dsa.model import GLM_MOE_DSA_PRESETS, GlmMoeDsa
     from theseus.model.models.gpt.model import GPT, GPT_PRESETS
     from theseus.model.models.gpt_oss.model import GPT_OSS_PRESETS, GptOss
     from theseus.model.models.llama.model import LLAMA_PRESETS, Llama
     from theseus.model.models.llama4.model import LLAMA4_PRESETS, Llama4
+    from theseus.model.models.minimax_m2.model import MINIMAX_M2_PRESETS, MiniMaxM2
     from theseus.model.models.mixtral.model import MIXTRAL_PRESETS, Mixtral
     from theseus.model.models.olmo2.model import OLMO2_PRESETS, OLMo2
     from theseus.model.models.olmo3.model import OLMO3_PRESETS, OLMo3
     from theseus.model.models.phi3.model import PHI3_PRESETS, Phi3
     from theseus.model.models.qwen3.model import QWEN3_PRESETS, Qwen3
+    from theseus.model.models.qwen3_5.model import QWEN3_5_MOE_PRESETS, QWEN3_5_PRESETS, Qwen35, Qwen35MoE
     from theseus.model.models.qwen3_moe.model import QWEN3_MOE_PRESETS, Qwen3MoE
     from theseus.model.models.qwen3_next.model import QWEN3_NEXT_PRESETS, Qwen3Next
+    from theseus.model.models.smollm3.model import SMOLLM3_PRESETS, SmolLM3
     from theseus.model.stack.architecture import Architecture, Preset
     from theseus.model.stack.block import Block
     from theseus.model.stack.decoding import decode_step, init_cache
@@ -67,10 +75,16 @@ _HOMES = {
     "token_positions": "theseus.model.stack.transformer",
     "DEEPSEEK_V3_PRESETS": "theseus.model.models.deepseek_v3.model",
     "DeepseekV3": "theseus.model.models.deepseek_v3.model",
+    "DEEPSEEK_V32_PRESETS": "theseus.model.models.deepseek_v32.model",
+    "DeepseekV32": "theseus.model.models.deepseek_v32.model",
+    "GLM_MOE_DSA_PRESETS": "theseus.model.models.glm_moe_dsa.model",
+    "GlmMoeDsa": "theseus.model.models.glm_moe_dsa.model",
     "GEMMA2_PRESETS": "theseus.model.models.gemma.model",
     "GEMMA3_PRESETS": "theseus.model.models.gemma.model",
     "Gemma2": "theseus.model.models.gemma.model",
     "Gemma3": "theseus.model.models.gemma.model",
+    "GEMMA4_PRESETS": "theseus.model.models.gemma4.model",
+    "Gemma4": "theseus.model.models.gemma4.model",
     "GPT": "theseus.model.models.gpt.model",
     "GPT_PRESETS": "theseus.model.models.gpt.model",
     "GPT_OSS_PRESETS": "theseus.model.models.gpt_oss.model",
@@ -79,6 +93,8 @@ _HOMES = {
     "Llama": "theseus.model.models.llama.model",
     "LLAMA4_PRESETS": "theseus.model.models.llama4.model",
     "Llama4": "theseus.model.models.llama4.model",
+    "MINIMAX_M2_PRESETS": "theseus.model.models.minimax_m2.model",
+    "MiniMaxM2": "theseus.model.models.minimax_m2.model",
     "MIXTRAL_PRESETS": "theseus.model.models.mixtral.model",
     "Mixtral": "theseus.model.models.mixtral.model",
     "OLMO2_PRESETS": "theseus.model.models.olmo2.model",
@@ -91,8 +107,16 @@ _HOMES = {
     "Qwen3": "theseus.model.models.qwen3.model",
     "QWEN3_MOE_PRESETS": "theseus.model.models.qwen3_moe.model",
     "Qwen3MoE": "theseus.model.models.qwen3_moe.model",
+    "QWEN3_5_PRESETS": "theseus.model.models.qwen3_5.model",
+    "QWEN3_5_MOE_PRESETS": "theseus.model.models.qwen3_5.model",
+    "Qwen35": "theseus.model.models.qwen3_5.model",
+    "Qwen35MoE": "theseus.model.models.qwen3_5.model",
     "QWEN3_NEXT_PRESETS": "theseus.model.models.qwen3_next.model",
     "Qwen3Next": "theseus.model.models.qwen3_next.model",
+    "SMOLLM3_PRESETS": "theseus.model.models.smollm3.model",
+    "SmolLM3": "theseus.model.models.smollm3.model",
+    "GLM4_MOE_PRESETS": "theseus.model.models.glm4_moe.model",
+    "Glm4Moe": "theseus.model.models.glm4_moe.model",
 }
 
 
@@ -111,28 +135,41 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "DEEPSEEK_V3_PRESETS",
+    "DEEPSEEK_V32_PRESETS",
     "GEMMA2_PRESETS",
     "GEMMA3_PRESETS",
+    "GEMMA4_PRESETS",
+    "GLM4_MOE_PRESETS",
+    "GLM_MOE_DSA_PRESETS",
     "GPT",
     "GPT_OSS_PRESETS",
     "GPT_PRESETS",
     "LLAMA4_PRESETS",
     "LLAMA_PRESETS",
+    "MINIMAX_M2_PRESETS",
     "MIXTRAL_PRESETS",
     "OLMO2_PRESETS",
     "OLMO3_PRESETS",
     "PHI3_PRESETS",
+    "QWEN3_5_MOE_PRESETS",
+    "QWEN3_5_PRESETS",
     "QWEN3_MOE_PRESETS",
     "QWEN3_NEXT_PRESETS",
     "QWEN3_PRESETS",
+    "SMOLLM3_PRESETS",
     "Architecture",
     "Block",
     "DeepseekV3",
+    "DeepseekV32",
     "Gemma2",
     "Gemma3",
+    "Gemma4",
+    "Glm4Moe",
+    "GlmMoeDsa",
     "GptOss",
     "Llama",
     "Llama4",
+    "MiniMaxM2",
     "Mixtral",
     "MoEBlock",
     "OLMo2",
@@ -142,6 +179,9 @@ __all__ = [
     "Qwen3",
     "Qwen3MoE",
     "Qwen3Next",
+    "Qwen35",
+    "Qwen35MoE",
+    "SmolLM3",
     "TransformerLM",
     "cross_entropy",
     "decode_step",

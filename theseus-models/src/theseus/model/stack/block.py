@@ -136,7 +136,13 @@ class Block(Module):
             position=arch.position,
             layer_types=arch.layer_types,
             out_std=self.out_std,
+            **self.attention_options(),
         )
+
+    def attention_options(self) -> dict[str, Any]:
+        """Fields of a family's :attr:`ATTENTION` beyond :class:`CausalSelfAttention`'s, which
+        ``attention()`` passes on (none here; SmolLM3's NoPE layers)."""
+        return {}
 
     def feed_forward(self) -> Module:
         """The layer's feed-forward branch (``mlp``): a dense MLP here; a subclass may return another

@@ -21,6 +21,11 @@ export writes them, import reads the main model's (:class:`~theseus.model.huggin
 transformers' ``save_pretrained`` writes) imports without them; ``architecture/mtp_depth`` set lower at
 import leaves the rest out. transformers' ``DeepseekV3ForCausalLM`` has no such module: it ignores
 ``model.layers.61.*`` (the release's) on load and reports the modules of other depths as unexpected keys.
+
+PEFT adapters (``hf/export-adapter``, :meth:`DeepseekV3Family.peft_layout`): the ``query`` adapter is
+``self_attn.q_b_proj``'s (``q_proj``'s without the query bottleneck), ``key`` and ``value`` together
+``self_attn.kv_b_proj``'s (its rows interleave them head by head: one block-structured adapter), ``out``
+``self_attn.o_proj``'s; the down-projections ``q_a_proj`` and ``kv_a_proj_with_mqa`` take none.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from theseus.model.huggingface.config_fields import rope_config, rope_keys
-from theseus.model.huggingface.family import HFFamily, cannot, expect, require, unsupported
+from theseus.model.huggingface.family import HFFamily, PeftLayout, cannot, expect, require, unsupported
 from theseus.model.huggingface.names import (
     TensorMap,
     fused,
@@ -307,6 +312,14 @@ class DeepseekV3Family(HFFamily):
 
     def peft_layer_prefix(self, layer: int) -> str:
         return f"model.layers.{layer}."
+
+    def peft_layout(self, arch: Architecture, layer: int) -> PeftLayout:
+        """Latent attention's modules (:class:`~theseus.model.layers.latent_attention.LatentAttention`): the
+        query's ``q_b_proj`` (``q_proj`` without the bottleneck), ``kv_b_proj`` holding each head's key then
+        value rows, ``o_proj``."""
+        query = "self_attn.q_b_proj" if latent_of(arch).q_lora_rank else "self_attn.q_proj"
+        modules = {"query": query, "out": "self_attn.o_proj"}
+        return PeftLayout(modules, {}, {"self_attn.kv_b_proj": ("key", "value")})
 
 
 __all__ = [

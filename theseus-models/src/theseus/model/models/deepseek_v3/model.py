@@ -156,6 +156,8 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
     PRESETS: ClassVar[dict[str, Preset]] = DEEPSEEK_V3_PRESETS
     FAMILY: ClassVar[str] = "DeepseekV3"
     BLOCK: ClassVar[type[MoEBlock]] = DeepseekV3Block
+    #: The multi-token-prediction depth the model builds (its layer a :attr:`BLOCK`).
+    MTP: ClassVar[type[MTPModule]] = DeepseekV3MTP
 
     mtp_depth: int = field(
         "architecture/mtp_depth",
@@ -173,14 +175,14 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
 
     @classmethod
     def components(cls) -> list[type]:
-        return [*super().components(), DeepseekV3MTP]
+        return [*super().components(), cls.MTP]
 
     def flops(self, seq: int) -> int:
         """The main model's FLOPs (head and layers) plus each multi-token-prediction depth's own
         (:meth:`~theseus.model.models.deepseek_v3.mtp.MTPModule.flops`). Works unbound."""
         arch = self.architecture
         depth = mtp_depth(arch)
-        extra = depth * detached_child(self, DeepseekV3MTP, architecture=arch).flops(seq) if depth else 0
+        extra = depth * detached_child(self, self.MTP, architecture=arch).flops(seq) if depth else 0
         return super().flops(seq) + extra
 
     def setup(self) -> None:
@@ -189,7 +191,7 @@ class DeepseekV3(MLAKeys, MixtureLM, Llama):
         depth = mtp_depth(arch)
         if depth:
             out_std = INIT_STD / math.sqrt(2 * arch.n_layers)
-            self.mtp = [child(self, DeepseekV3MTP, architecture=arch, out_std=out_std) for _ in range(depth)]
+            self.mtp = [child(self, self.MTP, architecture=arch, out_std=out_std) for _ in range(depth)]
 
     def __call__(
         self,

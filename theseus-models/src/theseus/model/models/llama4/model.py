@@ -36,7 +36,7 @@ from theseus.model.layers.attention import (
 from theseus.model.layers.context_parallel import refuse
 from theseus.model.layers.experts import Kernels, Routing
 from theseus.model.layers.moe import MoE, MoESpec
-from theseus.model.layers.rotary import RopeScaling, rotary_angles
+from theseus.model.layers.rotary import RopeScaling, rope_layer_flags, rotary_angles
 from theseus.model.models.llama.model import Llama
 from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
 from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
@@ -368,15 +368,7 @@ class Llama4(MixtureLM, Llama):
 
     def rope_layers(self) -> tuple[bool, ...]:
         """Per layer: whether it is a local RoPE layer (``no_rope_layers``, default every 4th one NoPE)."""
-        n_layers = self._n_layers()
-        if self.no_rope_layers is None:
-            return tuple((i + 1) % NOPE_EVERY != 0 for i in range(n_layers))
-        flags = list(self.no_rope_layers)
-        if len(flags) < n_layers or not set(flags) <= {0, 1}:
-            raise ConfigError(
-                f"architecture/no_rope_layers={flags} must give 1 (RoPE) or 0 (NoPE) for each of {n_layers} layers"
-            )
-        return tuple(bool(flag) for flag in flags[:n_layers])
+        return rope_layer_flags(self.no_rope_layers, self._n_layers(), NOPE_EVERY)
 
     def mixture_layers(self) -> tuple[int, ...]:
         """The layers whose feed-forward is the mixture, in order."""

@@ -10,6 +10,7 @@ query, key and value channels in that order), ``dt_bias``, ``A_log``, ``norm`` a
 layer's ``mlp`` is the mixture (router ``gate``, ``experts.<j>.*_proj`` as ``save_pretrained`` writes
 them, ``shared_expert`` and ``shared_expert_gate``) or, in ``mlp_only_layers`` (leading layers only), a
 dense SwiGLU. The norms are zero-centred in both (stored as the offset from 1) and copied as they are.
+:class:`HybridFamily` is this layout with a dense ``mlp`` on every layer, which Qwen3.5's families extend.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from theseus.model.huggingface.config_fields import rope_keys
+from theseus.model.huggingface.config_fields import partial_rotary_factor, rope_keys, without_partial_rotary
 from theseus.model.huggingface.family import PeftLayout, cannot, require, unsupported
 from theseus.model.huggingface.names import TensorMap, heads_in, heads_out, same, vocab_embedding, vocab_head
 from theseus.model.layers.attention import FULL_ATTENTION, LINEAR_ATTENTION
 from theseus.model.models.gpt_oss.hf import setting
 from theseus.model.models.llama4.hf import swiglu_maps
 from theseus.model.models.mixtral.hf import expert_maps, mixture
+from theseus.model.models.qwen3.hf import Qwen3Family
 from theseus.model.models.qwen3_moe.hf import Qwen3MoEFamily
 from theseus.model.stack.architecture import Architecture
 
@@ -67,27 +69,36 @@ def reshaped(part: TensorMap, shapes: list[tuple[int, ...]]) -> TensorMap:
     )
 
 
-class Qwen3NextFamily(Qwen3MoEFamily):
-    """``model_type: qwen3_next``."""
+class HybridFamily(Qwen3Family):
+    """Qwen3-Next's layer layout (``linear_attn`` and gated ``self_attn`` layers, ``layer_types``, partial
+    RoPE) with a dense SwiGLU ``mlp`` on every layer (:meth:`mlp_maps`): the base of the ``qwen3_next``
+    family and of Qwen3.5's. Not a component itself (no ``model_type``)."""
 
-    model_type: ClassVar[str] = "qwen3_next"
-    hf_class: ClassVar[str] = "Qwen3NextForCausalLM"
-    model_class: ClassVar[str] = QWEN3_NEXT_CLASS
-    fallback: ClassVar[bool] = True
     peft_interleaved: ClassVar[Mapping[str, tuple[str, ...]]] = {"self_attn.q_proj": ("query", "gate")}
     peft_modules: ClassVar[Mapping[str, str]] = {
         "key": "self_attn.k_proj",
         "value": "self_attn.v_proj",
         "out": "self_attn.o_proj",
+        "up": "mlp.up_proj",
+        "gate": "mlp.gate_proj",
+        "down": "mlp.down_proj",
     }
 
     def peft_layout(self, arch: Architecture, layer: int) -> PeftLayout:
         """A full-attention layer's modules as the class attributes name them; a linear-attention layer's
-        ``linear_attn.in_proj_qkvz`` (the adapters of ``query``, ``key``, ``value`` and ``z``, grouped
-        per key head as the weight's rows are) and ``linear_attn.out_proj``."""
+        MLP modules (``peft_modules``), ``linear_attn.out_proj`` and its input projections
+        (:meth:`linear_peft_layout`)."""
         if (arch.layer_types or (LINEAR_ATTENTION,) * arch.n_layers)[layer] != LINEAR_ATTENTION:
             return super().peft_layout(arch, layer)
-        return PeftLayout({"out": "linear_attn.out_proj"}, {}, {"linear_attn.in_proj_qkvz": LINEAR_QKVZ})
+        mlp = {target: module for target, module in self.peft_modules.items() if module.startswith("mlp.")}
+        fused, interleaved = self.linear_peft_layout()
+        return PeftLayout({**mlp, "out": "linear_attn.out_proj"}, fused, interleaved)
+
+    def linear_peft_layout(self) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+        """The fused and interleaved PEFT modules of a linear-attention layer's input projections:
+        ``linear_attn.in_proj_qkvz`` (the adapters of ``query``, ``key``, ``value`` and ``z``, grouped per
+        key head as the weight's rows are)."""
+        return {}, {"linear_attn.in_proj_qkvz": LINEAR_QKVZ}
 
     # -- import ------------------------------------------------------------------------------------
     def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -99,7 +110,6 @@ class Qwen3NextFamily(Qwen3MoEFamily):
             types = [FULL_ATTENTION if (i + 1) % every == 0 else LINEAR_ATTENTION for i in range(n_layers)]
         if len(types) != n_layers or not set(types) <= {FULL_ATTENTION, LINEAR_ATTENTION}:
             raise unsupported("layer_types", types, f"expected {n_layers} of linear_attention / full_attention")
-        shared = int(config.get("shared_expert_intermediate_size") or 0)
         keys.update(
             {
                 "architecture/layer_types": list(types),
@@ -108,14 +118,9 @@ class Qwen3NextFamily(Qwen3MoEFamily):
                 "architecture/linear_key_head_dim": int(require(config, "linear_key_head_dim")),
                 "architecture/linear_value_head_dim": int(require(config, "linear_value_head_dim")),
                 "architecture/linear_conv_kernel_dim": int(config.get("linear_conv_kernel_dim", 4)),
-                "architecture/moe/shared_expert_hidden": shared,
-                "architecture/moe/n_shared": 0,
-                "architecture/moe/aux_loss": float(config.get("router_aux_loss_coef", 0.001)),
                 ROTARY_KEY: self.partial_rotary_factor(config),
             }
         )
-        if int(config.get("num_experts") or 0) < 1:
-            raise unsupported("num_experts", config.get("num_experts"), "a Qwen3-Next model has a mixture")
         return keys
 
     def window(self, config: Mapping[str, Any]) -> int | None:
@@ -123,30 +128,23 @@ class Qwen3NextFamily(Qwen3MoEFamily):
         return None
 
     def partial_rotary_factor(self, config: Mapping[str, Any]) -> float:
-        parameters = config.get("rope_parameters") or config.get("rope_scaling") or {}
-        return float(config.get("partial_rotary_factor", parameters.get("partial_rotary_factor", DEFAULT_PARTIAL)))
+        return partial_rotary_factor(config, DEFAULT_PARTIAL)
 
     def rope(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """RoPE as Qwen3's, the partial rotation read apart (``architecture/partial_rotary_factor``)."""
-        stripped = {k: v for k, v in config.items() if k != "partial_rotary_factor"}
-        for name in ("rope_parameters", "rope_scaling"):
-            if isinstance(stripped.get(name), Mapping):
-                stripped[name] = {k: v for k, v in stripped[name].items() if k != "partial_rotary_factor"}
-        return rope_keys(stripped)
+        return rope_keys(without_partial_rotary(config))
 
     # -- both ways ---------------------------------------------------------------------------------
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
         from theseus.model.models.qwen3_next.model import Qwen3NextArchitecture
 
         if not isinstance(arch, Qwen3NextArchitecture):
-            raise cannot(self.model_type, "a model other than Qwen3Next")
-        moe = mixture(arch)
+            raise cannot(self.model_type, "a model without Qwen3-Next's layers")
         e, h, kv, d = arch.n_embd, arch.attention.n_heads, arch.attention.kv_heads, arch.head_dim
         types = arch.layer_types or (LINEAR_ATTENTION,) * arch.n_layers
         maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
         for i in range(arch.n_layers):
-            hf, ours = f"model.layers.{i}.", f"blocks_{i}"
-            attn, mlp = (ours, "attn"), (ours, "mlp")
+            hf, attn = f"model.layers.{i}.", (f"blocks_{i}", "attn")
             maps += self.layer_norm_maps(arch, i)
             if types[i] == FULL_ATTENTION:
                 query = grouped(hf + "self_attn.q_proj.weight", [(*attn, "query"), (*attn, "gate")], [d, d], h, e)
@@ -160,26 +158,16 @@ class Qwen3NextFamily(Qwen3MoEFamily):
                 ]
             else:
                 maps += self.linear_maps(arch, hf + "linear_attn.", attn)
-            if i < moe.first_k_dense:
-                maps += swiglu_maps(hf + "mlp.", mlp, arch.feed_forward.d_ff, e)
-                continue
-            projections = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
-            maps += expert_maps(arch, i, hf + "mlp.", "gate", projections)
-            if arch.shared_expert_hidden:
-                maps += swiglu_maps(hf + "mlp.shared_expert.", (*mlp, "shared"), arch.shared_expert_hidden, e)
-                maps.append(
-                    TensorMap(
-                        hf + "mlp.shared_expert_gate.weight",
-                        (1, e),
-                        ((*mlp, "shared_gate"),),
-                        lambda w: [w.reshape(-1)],
-                        lambda a: a[0].reshape(1, -1),
-                    )
-                )
+            maps += self.mlp_maps(arch, i)
         maps.append(same("model.norm.weight", ("final_norm", "scale"), (arch.n_embd,)))
         if not arch.tied_embeddings:
             maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
         return maps
+
+    def mlp_maps(self, arch: Any, layer: int) -> list[TensorMap]:
+        """Layer ``layer``'s feed-forward tensors: the dense SwiGLU ``mlp`` (``arch`` a ``Qwen3NextArchitecture``)."""
+        ours = (f"blocks_{layer}", "mlp")
+        return swiglu_maps(f"model.layers.{layer}.mlp.", ours, arch.feed_forward.d_ff, arch.n_embd)
 
     def linear_maps(self, arch: Any, hf: str, ours: tuple[str, ...]) -> list[TensorMap]:
         """One Gated DeltaNet layer's tensors (``arch`` a ``Qwen3NextArchitecture``)."""
@@ -216,10 +204,7 @@ class Qwen3NextFamily(Qwen3MoEFamily):
         from theseus.model.models.qwen3_next.model import Qwen3NextArchitecture
 
         if not isinstance(arch, Qwen3NextArchitecture):
-            raise cannot(self.model_type, "a model other than Qwen3Next")
-        moe = mixture(arch)
-        if moe.n_shared:
-            raise cannot(self.model_type, "architecture/moe/n_shared > 0 (its shared expert is the gated one)")
+            raise cannot(self.model_type, "a model without Qwen3-Next's layers")
         config = super().config(arch, settings)
         partial = setting(settings, ROTARY_KEY, DEFAULT_PARTIAL)
         rope = dict(config.get("rope_parameters") or {"rope_type": "default", "rope_theta": arch.position.theta})
@@ -236,11 +221,71 @@ class Qwen3NextFamily(Qwen3MoEFamily):
                 "linear_key_head_dim": arch.linear_key_dim,
                 "linear_value_head_dim": arch.linear_value_dim,
                 "linear_conv_kernel_dim": arch.conv_kernel,
-                "shared_expert_intermediate_size": arch.shared_expert_hidden,
                 "attention_bias": False,
             }
         )
         return config
 
 
-__all__ = ["QWEN3_NEXT_CLASS", "Qwen3NextFamily", "grouped"]
+class Qwen3NextFamily(HybridFamily, Qwen3MoEFamily):
+    """``model_type: qwen3_next``: :class:`HybridFamily`'s layers whose ``mlp`` is the mixture with the gated
+    shared expert (dense in ``mlp_only_layers``)."""
+
+    model_type: ClassVar[str] = "qwen3_next"
+    hf_class: ClassVar[str] = "Qwen3NextForCausalLM"
+    model_class: ClassVar[str] = QWEN3_NEXT_CLASS
+    fallback: ClassVar[bool] = True
+    peft_modules: ClassVar[Mapping[str, str]] = {
+        "key": "self_attn.k_proj",
+        "value": "self_attn.v_proj",
+        "out": "self_attn.o_proj",
+    }
+
+    def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        keys = super().keys(config)
+        if int(config.get("num_experts") or 0) < 1:
+            raise unsupported("num_experts", config.get("num_experts"), f"a {self.model_type} model has a mixture")
+        keys.update(
+            {
+                "architecture/moe/shared_expert_hidden": int(config.get("shared_expert_intermediate_size") or 0),
+                "architecture/moe/n_shared": 0,
+                "architecture/moe/aux_loss": float(config.get("router_aux_loss_coef", 0.001)),
+            }
+        )
+        return keys
+
+    def mlp_maps(self, arch: Any, layer: int) -> list[TensorMap]:
+        """The dense MLP on the leading ``first_k_dense`` layers, else the router ``gate``, the experts
+        (:meth:`expert_maps`), ``shared_expert`` and ``shared_expert_gate``."""
+        if layer < mixture(arch).first_k_dense:
+            return super().mlp_maps(arch, layer)
+        hf, mlp, e = f"model.layers.{layer}.mlp.", (f"blocks_{layer}", "mlp"), arch.n_embd
+        maps = self.expert_maps(arch, layer)
+        if arch.shared_expert_hidden:
+            maps += swiglu_maps(hf + "shared_expert.", (*mlp, "shared"), arch.shared_expert_hidden, e)
+            maps.append(
+                TensorMap(
+                    hf + "shared_expert_gate.weight",
+                    (1, e),
+                    ((*mlp, "shared_gate"),),
+                    lambda w: [w.reshape(-1)],
+                    lambda a: a[0].reshape(1, -1),
+                )
+            )
+        return maps
+
+    def expert_maps(self, arch: Architecture, layer: int) -> list[TensorMap]:
+        """The router ``gate`` and the experts one tensor each (``experts.<j>.*_proj``), as ``save_pretrained``
+        writes them."""
+        projections = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
+        return expert_maps(arch, layer, f"model.layers.{layer}.mlp.", "gate", projections)
+
+    def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
+        if mixture(arch).n_shared:
+            raise cannot(self.model_type, "architecture/moe/n_shared > 0 (its shared expert is the gated one)")
+        config = super().config(arch, settings)
+        config["shared_expert_intermediate_size"] = arch.shared_expert_hidden  # type: ignore[attr-defined]
+        return config
+
+
+__all__ = ["QWEN3_NEXT_CLASS", "HybridFamily", "Qwen3NextFamily", "grouped", "reshaped"]

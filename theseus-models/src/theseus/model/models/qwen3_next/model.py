@@ -5,8 +5,10 @@ expert.
 The mechanisms only this family has live here and in :mod:`theseus.model.models.qwen3_next.deltanet`:
 :class:`Qwen3NextAttention` (the full-attention layers: an output gate, ``sigmoid`` of a projection of the
 input, on each head's output; partial RoPE), :class:`Qwen3NextMoE` (the shared expert scaled by
-``sigmoid(x . shared_gate)``) and :class:`Qwen3NextBlock`, which builds a
+``sigmoid(x . shared_gate)``) and :class:`HybridBlock`, which builds a
 :class:`~theseus.model.models.qwen3_next.deltanet.GatedDeltaNet` on the ``linear_attention`` layers.
+:class:`Qwen3NextHybrid` is these layers with dense feed-forwards (the dense Qwen3.5 builds on it),
+:class:`Qwen3Next` adds the mixture (:class:`Qwen3NextBlock`).
 """
 
 from __future__ import annotations
@@ -23,30 +25,41 @@ from theseus.base.axis import Axis
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import GATED, cast, child, normal, param
-from theseus.model.layers.attention import FULL_ATTENTION, LINEAR_ATTENTION, CausalSelfAttention
+from theseus.model.layers.attention import (
+    FULL_ATTENTION,
+    LINEAR_ATTENTION,
+    CausalSelfAttention,
+    PartialRotaryAttention,
+)
 from theseus.model.layers.mlp import MLP
 from theseus.model.layers.moe import MoE
-from theseus.model.layers.rotary import rotate
 from theseus.model.models.qwen3.model import Qwen3
 from theseus.model.models.qwen3_next.deltanet import CHUNK, GatedDeltaNet
 from theseus.model.module import Module
 from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
+from theseus.model.stack.block import Block
 from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
 
 
 @dataclass(frozen=True)
-class Qwen3NextPreset(MoEPreset):
-    """A :class:`MoEPreset` with Qwen3-Next's linear-attention shape, its gated shared expert (of
-    ``shared_expert_hidden``; None: ``expert_hidden``) and every ``full_attention_interval``-th layer
-    full attention (the others linear)."""
+class HybridPreset(Preset):
+    """A :class:`Preset` with the Gated DeltaNet's shape and every ``full_attention_interval``-th layer
+    full attention (the others linear): the layers of :class:`Qwen3NextHybrid`."""
 
     linear_key_heads: int = 16
     linear_value_heads: int = 32
     linear_key_dim: int = 128
     linear_value_dim: int = 128
     conv_kernel: int = 4
-    shared_expert_hidden: int | None = None
     full_attention_interval: int = 4
+
+
+@dataclass(frozen=True)
+class Qwen3NextPreset(MoEPreset, HybridPreset):
+    """A :class:`MoEPreset` with Qwen3-Next's linear-attention shape (:class:`HybridPreset`) and its
+    gated shared expert (of ``shared_expert_hidden``; None: ``expert_hidden``)."""
+
+    shared_expert_hidden: int | None = None
 
 
 QWEN3_NEXT_PRESETS: dict[str, Preset] = {
@@ -104,11 +117,11 @@ class Qwen3NextArchitecture(Architecture):
         return sum(t == LINEAR_ATTENTION for t in self.layer_types or ())
 
 
-class Qwen3NextAttention(CausalSelfAttention):
+class Qwen3NextAttention(PartialRotaryAttention):
     """:class:`CausalSelfAttention` of Qwen3-Next's full-attention layers: ``gate`` (``[embed, heads,
     head_dim]``, a second query-shaped projection) gives each head's output a factor ``sigmoid(gate)``
     before the output projection; RoPE turns only the first ``architecture/partial_rotary_factor`` of
-    each head (the rest passes), after the zero-centred query/key norms."""
+    each head (the rest passes; :class:`PartialRotaryAttention`), after the zero-centred query/key norms."""
 
     partial_rotary_factor: float = field(
         "architecture/partial_rotary_factor",
@@ -125,26 +138,6 @@ class Qwen3NextAttention(CausalSelfAttention):
         n_embd = self._width()
         n_heads, _, head_dim = self._heads(n_embd)
         return super().matmul_params() + n_embd * n_heads * head_dim
-
-    def _rotary_dim(self, head_dim: int) -> int:
-        rotated = int(head_dim * self.partial_rotary_factor)
-        if rotated < 2 or rotated % 2 or rotated > head_dim:
-            raise ConfigError(
-                f"architecture/partial_rotary_factor={self.partial_rotary_factor} rotates {rotated} of "
-                f"{head_dim} dimensions; it must give an even number from 2 to {head_dim}"
-            )
-        return rotated
-
-    def _rotate(
-        self, q: jax.Array, k: jax.Array, positions: jax.Array | None, layer: int | jax.Array | None
-    ) -> tuple[jax.Array, jax.Array]:
-        rotated = self._rotary_dim(q.shape[-1])
-
-        def turn(x: jax.Array) -> jax.Array:
-            head = rotate(x[..., :rotated], positions, self.position_spec.theta, self.position_spec.scaled)
-            return jnp.concatenate([head, x[..., rotated:]], axis=-1)
-
-        return turn(q), turn(k)
 
     def _gate_output(self, x: jax.Array, y: jax.Array, n_heads: int, head_dim: int, deterministic: bool) -> jax.Array:
         gate = self._project(x, "gate", n_heads, head_dim, Axis.HEADS, deterministic)
@@ -189,12 +182,11 @@ class Qwen3NextMoE(MoE):
         return out + (shared(x, deterministic) * cast(scale[..., None], dtype)).astype(dtype)
 
 
-class Qwen3NextBlock(MoEBlock):
-    """:class:`MoEBlock` of Qwen3-Next: its ``attn`` is a :class:`GatedDeltaNet` when ``linear``, else
-    :class:`Qwen3NextAttention`; its mixture :class:`Qwen3NextMoE` (a dense MLP when ``dense``)."""
+class HybridBlock(Block):
+    """:class:`Block` of Qwen3-Next's layers with a dense MLP: its ``attn`` is a :class:`GatedDeltaNet`
+    when ``linear``, else :class:`Qwen3NextAttention` (the block of :class:`Qwen3NextHybrid`)."""
 
     ATTENTION: ClassVar[type[CausalSelfAttention]] = Qwen3NextAttention
-    MOE: ClassVar[type[MoE]] = Qwen3NextMoE
 
     linear: bool = False
 
@@ -223,34 +215,36 @@ class Qwen3NextBlock(MoEBlock):
         )
         return layer
 
+
+class Qwen3NextBlock(HybridBlock, MoEBlock):
+    """:class:`MoEBlock` of Qwen3-Next: its ``attn`` as :class:`HybridBlock`'s; its mixture
+    :class:`Qwen3NextMoE` (a dense MLP when ``dense``)."""
+
+    MOE: ClassVar[type[MoE]] = Qwen3NextMoE
+
     def moe_options(self) -> dict[str, Any]:
         """The gated shared expert's width (:class:`Qwen3NextMoE`)."""
         arch = self.arch
         return {"shared_hidden": arch.shared_expert_hidden if isinstance(arch, Qwen3NextArchitecture) else 0}
 
 
-class Qwen3Next(MixtureLM, Qwen3):
-    """Qwen3-Next: pre-norm blocks whose RMSNorms are zero-centred (``1 + scale``: the block norms, the
-    final norm and the per-head query/key norms; the Gated DeltaNet's output norm has a plain scale),
+class Qwen3NextHybrid(Qwen3):
+    """Qwen3-Next's layers with dense SwiGLU feed-forwards, the base of :class:`Qwen3Next` and of the dense
+    Qwen3.5: pre-norm blocks whose RMSNorms are zero-centred (``1 + scale``: the block norms, the final
+    norm and the per-head query/key norms; the Gated DeltaNet's output norm has a plain scale),
     ``architecture/layer_types`` of ``linear_attention`` (a :class:`GatedDeltaNet`: ``architecture/
     linear_num_key_heads`` query/key heads of ``linear_key_head_dim``, ``linear_num_value_heads`` value
     heads of ``linear_value_head_dim``, a causal convolution of ``linear_conv_kernel_dim``, the delta
     rule in chunks of ``architecture/linear_chunk_size``) and ``full_attention`` layers
     (:class:`Qwen3NextAttention`: gated outputs, partial RoPE); default every
-    ``architecture/full_attention_interval``-th layer full. The feed-forwards are softmax-routed
-    mixtures with ``norm_topk_prob`` and a gated shared expert of ``architecture/moe/shared_expert_hidden``
-    (:class:`Qwen3NextMoE`); ``architecture/moe/first_k_dense`` leading layers are dense. The head is untied.
+    ``architecture/full_attention_interval``-th layer full. The head is untied. Its presets are
+    :class:`HybridPreset` (a plain :class:`Preset` takes the Gated DeltaNet's default shape).
 
     The two kinds of layer have different parameters: a scanned model (``model/scan_layers``) runs one
-    period of ``layer_types`` per scan step, each position a layer of its own. Presets: ``tiny`` and
-    ``qwen3-next-80b-a3b`` (79.7B parameters, 3.9B active, at ``architecture/vocab_size=151936``; the
-    releases use ``architecture/rope_theta=1e7``, which ``hf/import`` reads from ``config.json``).
-    ``hf/import`` of ``model_type: qwen3_next`` builds it.
+    period of ``layer_types`` per scan step, each position a layer of its own.
     """
 
-    PRESETS: ClassVar[dict[str, Preset]] = QWEN3_NEXT_PRESETS
-    FAMILY: ClassVar[str] = "Qwen3Next"
-    BLOCK = Qwen3NextBlock
+    BLOCK = HybridBlock
     TIED_EMBEDDINGS: ClassVar[bool] = False
 
     layer_types: tuple[str, ...] | None = field(
@@ -281,20 +275,17 @@ class Qwen3Next(MixtureLM, Qwen3):
     linear_chunk: int = field(
         "architecture/linear_chunk_size", default=CHUNK, above=0, help="Qwen3-Next: chunk of the chunked delta rule"
     )
-    shared_expert_hidden: int | None = field(
-        "architecture/moe/shared_expert_hidden",
-        default=None,
-        help="Qwen3-Next: width of the gated shared expert (None: the preset's, else expert_hidden; 0: none)",
-    )
 
     def __post_init__(self) -> None:
         if isinstance(self.layer_types, list):  # as a run's saved configuration reads back: hashable
             object.__setattr__(self, "layer_types", tuple(self.layer_types))
         super().__post_init__()
 
-    def _preset(self) -> Qwen3NextPreset:
+    def _preset(self) -> HybridPreset:
         preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
-        return preset if isinstance(preset, Qwen3NextPreset) else Qwen3NextPreset(**dataclasses.asdict(preset))
+        if isinstance(preset, HybridPreset):
+            return preset
+        return HybridPreset(**{f.name: getattr(preset, f.name) for f in dataclasses.fields(Preset)})
 
     def _extra_architecture(self) -> dict[str, Any]:
         preset = self._preset()
@@ -320,8 +311,6 @@ class Qwen3Next(MixtureLM, Qwen3):
         def pick(value: int | None, default: int) -> int:
             return default if value is None else int(value)
 
-        moe_hidden = arch.moe.expert_hidden if arch.moe is not None else 0
-        shared_default = preset.shared_expert_hidden if preset.shared_expert_hidden is not None else moe_hidden
         values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
         return Qwen3NextArchitecture(
             **values,
@@ -331,20 +320,61 @@ class Qwen3Next(MixtureLM, Qwen3):
             linear_value_dim=pick(self.linear_value_dim, preset.linear_value_dim),
             conv_kernel=pick(self.conv_kernel, preset.conv_kernel),
             linear_chunk=int(self.linear_chunk),
-            shared_expert_hidden=pick(self.shared_expert_hidden, shared_default),
         ).validate()
 
-    def _layer_options(self, layer: int) -> dict[str, Any]:
+    def _linear_option(self, layer: int) -> dict[str, Any]:
+        """The block's ``linear`` (:class:`HybridBlock`): whether ``layer`` is a ``linear_attention`` layer."""
         types = self.architecture.layer_types or ()
-        return {**super()._layer_options(layer), "linear": types[layer] == LINEAR_ATTENTION}
+        return {"linear": types[layer] == LINEAR_ATTENTION}
+
+    def _layer_options(self, layer: int) -> dict[str, Any]:
+        return {**super()._layer_options(layer), **self._linear_option(layer)}
+
+
+class Qwen3Next(MixtureLM, Qwen3NextHybrid):
+    """Qwen3-Next: :class:`Qwen3NextHybrid`'s layers (Gated DeltaNet and gated full attention, zero-centred
+    norms, untied head) whose feed-forwards are softmax-routed
+    mixtures with ``norm_topk_prob`` and a gated shared expert of ``architecture/moe/shared_expert_hidden``
+    (:class:`Qwen3NextMoE`); ``architecture/moe/first_k_dense`` leading layers are dense. The head is untied.
+
+    The two kinds of layer have different parameters: a scanned model (``model/scan_layers``) runs one
+    period of ``layer_types`` per scan step, each position a layer of its own. Presets: ``tiny`` and
+    ``qwen3-next-80b-a3b`` (79.7B parameters, 3.9B active, at ``architecture/vocab_size=151936``; the
+    releases use ``architecture/rope_theta=1e7``, which ``hf/import`` reads from ``config.json``).
+    ``hf/import`` of ``model_type: qwen3_next`` builds it.
+    """
+
+    PRESETS: ClassVar[dict[str, Preset]] = QWEN3_NEXT_PRESETS
+    FAMILY: ClassVar[str] = "Qwen3Next"
+    BLOCK = Qwen3NextBlock
+
+    shared_expert_hidden: int | None = field(
+        "architecture/moe/shared_expert_hidden",
+        default=None,
+        help="Qwen3-Next: width of the gated shared expert (None: the preset's, else expert_hidden; 0: none)",
+    )
+
+    def resolve_architecture(self) -> Architecture:
+        arch = super().resolve_architecture()
+        preset = self._preset()
+        declared = preset.shared_expert_hidden if isinstance(preset, Qwen3NextPreset) else None
+        moe_hidden = arch.moe.expert_hidden if arch.moe is not None else 0
+        shared = declared if self.shared_expert_hidden is None else self.shared_expert_hidden
+        return dataclasses.replace(arch, shared_expert_hidden=int(moe_hidden if shared is None else shared)).validate()
+
+    def _layer_options(self, layer: int) -> dict[str, Any]:
+        return {**super()._layer_options(layer), **self._linear_option(layer)}
 
 
 __all__ = [
     "QWEN3_NEXT_PRESETS",
+    "HybridBlock",
+    "HybridPreset",
     "Qwen3Next",
     "Qwen3NextArchitecture",
     "Qwen3NextAttention",
     "Qwen3NextBlock",
+    "Qwen3NextHybrid",
     "Qwen3NextMoE",
     "Qwen3NextPreset",
 ]
