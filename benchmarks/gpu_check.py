@@ -61,7 +61,11 @@ TRAIN_CONFIGS: dict[str, list[str]] = {
         "training/sequence_length=1024",
     ],
 }
-#: The newest families' tiny presets (``--configs families``): each trains on the GPU as it does on the CPU.
+#: The families of 2025 (measured on an H200) and of late 2026 (measured on a TPU v5e chip).
+FAMILIES_2025 = ("gpt_oss", "llama4_text", "qwen3_next", "olmo3", "deepseek_v3", "gemma3")
+FAMILIES_2026 = ("qwen3_5", "qwen3_5_moe", "gemma4", "glm4_moe", "minimax_m2", "smollm3", "deepseek_v32", "glm_moe_dsa")
+#: The newest families' tiny presets (``--configs families``, or ``families-2026``): each trains on an
+#: accelerator as it does on the CPU.
 FAMILY_CONFIGS: dict[str, list[str]] = {
     f"{family}-tiny": [
         f"model={family}",
@@ -70,7 +74,7 @@ FAMILY_CONFIGS: dict[str, list[str]] = {
         "training/batch_size=8",
         "training/sequence_length=256",
     ]
-    for family in ("gpt_oss", "llama4_text", "qwen3_next", "olmo3", "deepseek_v3", "gemma3")
+    for family in (*FAMILIES_2025, *FAMILIES_2026)
 }
 SMOKE_CONFIGS: dict[str, list[str]] = {
     "tiny": [
@@ -580,7 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--configs",
         default="",
-        help="comma-separated TRAIN_CONFIGS or FAMILY_CONFIGS names, or 'families' (default: TRAIN_CONFIGS)",
+        help="comma-separated TRAIN_CONFIGS or FAMILY_CONFIGS names, 'families' or 'families-2026' "
+        "(default: TRAIN_CONFIGS)",
     )
     parser.add_argument("--steps", type=int, default=30, help="training steps per configuration")
     parser.add_argument("--root", type=Path, default=Path("/tmp/gpucheck-root"), help="theseus root of the runs")
@@ -607,6 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     configs = SMOKE_CONFIGS if args.cpu_smoke else TRAIN_CONFIGS
     if args.configs == "families":
         configs = FAMILY_CONFIGS
+    elif args.configs == "families-2026":
+        configs = {f"{family}-tiny": FAMILY_CONFIGS[f"{family}-tiny"] for family in FAMILIES_2026}
     elif args.configs:
         configs = {name: {**TRAIN_CONFIGS, **FAMILY_CONFIGS}[name] for name in args.configs.split(",")}
     rec.results["argv"] = sys.argv
