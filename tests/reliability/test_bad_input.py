@@ -449,3 +449,32 @@ def test_skip_nonfinite_stops_after_its_limit_of_skipped_updates_in_a_row(
     )
     assert "warning: step 6 is not checkpointed: its loss " in err
     assert sorted(p.name for p in (root / "runs" / "base" / "checkpoints").iterdir()) == ["2", "4"]
+
+
+def test_a_mesh_axis_the_tpu_torus_cannot_hold_is_one_line() -> None:
+    """jax lays a mesh axis on a TPU slice only as a product of some of the torus' sides: an expert axis
+    of 8 on a 4x4x4 slice (64 chips) is refused with what fits, not jax's NotImplementedError."""
+    from dataclasses import dataclass
+
+    from theseus.base.axis import ShardingPlan
+    from theseus.errors import ConfigError
+    from theseus.training.sharding import build_sharding
+
+    @dataclass(frozen=True)
+    class Chip:  # what jax's mesh utilities read of a TPU device
+        id: int
+        coords: tuple[int, int, int]
+        platform: str = "tpu"
+        device_kind: str = "TPU v5"
+        core_on_chip: int = 0
+        process_index: int = 0
+        slice_index: int = 0
+
+    chips = [Chip(i, (i % 4, i // 4 % 4, i // 16)) for i in range(64)]
+    with pytest.raises(ConfigError) as caught:
+        build_sharding(ShardingPlan(expert="expert"), layout="fsdp+ep", expert=8, devices=chips)
+    assert str(caught.value) == (
+        "the mesh (expert 8 x data 8 x model 1) cannot be laid on the 4x4x4 torus of these TPU chips: each mesh "
+        "axis must be a product of some of its sides (1, 4, 16, 64); set mesh/model, mesh/expert, mesh/context or "
+        "mesh/pipeline to such sizes"
+    )

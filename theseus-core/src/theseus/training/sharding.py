@@ -378,6 +378,37 @@ def _over_context(plan: ShardingPlan) -> ShardingPlan:
     return ShardingPlan({axis: extended(value) for axis, value in plan.items()})
 
 
+def torus_sides(devices: Sequence[Any]) -> tuple[int, ...] | None:
+    """The sides of the physical torus of TPU ``devices`` (from their ``coords``); None for other devices."""
+    coords = [getattr(device, "coords", None) for device in devices]
+    if not coords or any(c is None for c in coords):
+        return None
+    return tuple(max(c[i] for c in coords) - min(c[i] for c in coords) + 1 for i in range(len(coords[0])))
+
+
+def _make_mesh(shape: tuple[int, ...], names: tuple[str, ...], devices: Sequence[Any]) -> Mesh:
+    """``jax.make_mesh``, with a mesh that cannot be laid on a TPU slice's torus (an axis of 8 on a 4x4x4
+    slice, whose axes must each be a product of some of its sides) as one line naming what fits."""
+    try:
+        return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names), devices=devices)
+    except NotImplementedError as error:
+        sides = torus_sides(devices)
+        if sides is None:
+            raise
+        fits = sorted({int(np.prod(subset)) for subset in _subsets(sides)})
+        mesh = " x ".join(f"{name} {size}" for name, size in zip(names, shape, strict=True))
+        raise ConfigError(
+            f"the mesh ({mesh}) cannot be laid on the {'x'.join(map(str, sides))} torus of these TPU chips: "
+            f"each mesh axis must be a product of some of its sides ({', '.join(map(str, fits))}); "
+            "set mesh/model, mesh/expert, mesh/context or mesh/pipeline to such sizes"
+        ) from error
+
+
+def _subsets(sides: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+    for mask in range(1 << len(sides)):
+        yield tuple(side for i, side in enumerate(sides) if mask >> i & 1)
+
+
 def build_sharding(
     plan: ShardingPlan,
     *,
@@ -424,7 +455,7 @@ def build_sharding(
         names, shape = (MeshAxis.EXPERT, *names), (expert, *shape)
     if pipeline > 1:
         names, shape = (MeshAxis.PIPELINE, *names), (pipeline, *shape)
-    mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names), devices=devices)
+    mesh = _make_mesh(shape, names, devices)
     rules: list[tuple[str, MeshAxes]] = []
     if Axis.BATCH not in restricted:
         rows = batch_axes(mesh)
