@@ -389,8 +389,9 @@ def torus_sides(devices: Sequence[Any]) -> tuple[int, ...] | None:
 def _make_mesh(shape: tuple[int, ...], names: tuple[str, ...], devices: Sequence[Any]) -> Mesh:
     """``jax.make_mesh``, with a mesh that cannot be laid on a TPU slice's torus (an axis of 8 on a 4x4x4
     slice, whose axes must each be a product of some of its sides) as one line naming what fits."""
+    axis_types = (AxisType.Auto,) * len(names)
     try:
-        return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names), devices=devices)
+        mesh = jax.make_mesh(shape, names, axis_types=axis_types, devices=devices)
     except NotImplementedError as error:
         sides = torus_sides(devices)
         if sides is None:
@@ -402,6 +403,23 @@ def _make_mesh(shape: tuple[int, ...], names: tuple[str, ...], devices: Sequence
             f"each mesh axis must be a product of some of its sides ({', '.join(map(str, fits))}); "
             "set mesh/model, mesh/expert, mesh/context or mesh/pipeline to such sizes"
         ) from error
+    if len({device.process_index for device in devices}) > 1 and not _feeds_contiguously(mesh):
+        # jax lays a TPU slice's axes along its torus, which can give a host every other data position
+        # (v5p:2x2x2, two hosts: [0, 2, 4, 6] and [1, 3, 5, 7]); a host feeds one contiguous share of each
+        # batch, so its devices go in one block of the mesh instead (the collectives stay on the slice).
+        ordered = sorted(devices, key=lambda device: (device.process_index, device.id))
+        mesh = Mesh(np.array(ordered, dtype=object).reshape(shape), names, axis_types=axis_types)
+    return mesh
+
+
+def _feeds_contiguously(mesh: Mesh) -> bool:
+    """Whether every process of ``mesh`` holds one contiguous block of its data positions."""
+    try:
+        for process in {device.process_index for device in mesh.devices.flat}:
+            data_feed(mesh, process)
+    except ConfigError:
+        return False
+    return True
 
 
 def _subsets(sides: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
