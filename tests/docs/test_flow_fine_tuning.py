@@ -40,13 +40,13 @@ def test_fine_tuning_exports_match_peft_and_theseus(
     monkeypatch.chdir(fine_tuned.cwd)  # the page's relative paths, as its reader uses them
     run_dir = fine_tuned.root / "runs" / run
     command = f"theseus run train/sft training/init_from=hf:./{base}"  # the source decides the model
-    assert f"trained '{run}' to step 50/50" in fine_tuned.result(command).output
+    assert f"trained '{run}' to step 20/20" in fine_tuned.result(command).output
     config = (run_dir / "config.yaml").read_text()
     assert "rank: 8" in config and "n_layers: 2" in config and "n_embd: 32" in config  # from hf:./{base}
 
     # the fine-tuning learned: the last training loss is below the first
     losses = train_losses(run_dir)
-    assert [step for step, _ in losses] == [1, 10, 20, 30, 40, 50]
+    assert [step for step, _ in losses] == [1, 10, 20]
     assert losses[-1][1] < losses[0][1] - 0.01, losses
 
     # ./adapter on ./base (the page's peft call), ./merged alone and the run itself: the same model

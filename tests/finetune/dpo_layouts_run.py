@@ -1,7 +1,7 @@
 """Subprocess of the DPO layout test: the same DPO run on 1 device and on 4 simulated devices.
 
 ``python dpo_layouts_run.py ROOT OUT.json`` trains a tiny GPT with DPO on the preference data under
-``ROOT`` (3 steps) on one device and on four as fsdp, tp and fsdp+tp, with a frozen-copy reference
+``ROOT`` (one layer, 3 steps) on one device and on four as fsdp, tp and fsdp+tp, with a frozen-copy reference
 and with LoRA (the reference being the adapters switched off), and writes each run's losses.
 XLA_FLAGS must ask for 4 host devices before jax is imported.
 """
@@ -20,6 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.finetune.conftest import TINY_DPO
 from theseus.model.finetune import DPOTrainer
 
+#: One layer: the layouts' rules are the same on every layer, and each run traces and compiles the policy and
+#: its reference, so a second layer only doubled that work.
+LAYERS = {"architecture/n_layers": 1}
 LORA = {"model/lora/rank": 4, "model/lora/targets": ["query", "value", "up", "down"]}
 RUNS: dict[str, tuple[str | None, dict[str, Any]]] = {
     "copy/1": (None, {}),
@@ -40,7 +43,7 @@ def main(root: Path, out: Path) -> None:
     found: dict[str, list[float]] = {}
     for name, (layout, settings) in RUNS.items():
         job = OneDevice if layout is None else DPOTrainer
-        values = {**TINY_DPO, **settings, "training/steps": 3, "run/name": name.replace("/", "-")}
+        values = {**TINY_DPO, **LAYERS, **settings, "training/steps": 3, "run/name": name.replace("/", "-")}
         if layout is not None:
             values["mesh/layout"] = layout
         trainer = job.create(root, values)

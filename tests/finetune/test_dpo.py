@@ -114,10 +114,13 @@ def test_ipo_and_simpo(root: Path) -> None:
 
 
 def test_killed_dpo_run_resumes_bit_exact(root: Path) -> None:
-    settings = {**TINY_DPO, "training/steps": 4, "training/checkpoint_interval": 2, "dpo/precompute_reference": True}
+    changes = {"training/steps": 4, "training/checkpoint_interval": 2, "dpo/precompute_reference": True}
+    settings = {**TINY_DPO, **changes}
+    # the uninterrupted run in this process: it reuses the programs the precomputed-reference test compiled
+    # (a third process would compile or load them again); the killed run and its restart are processes of
+    # their own, as a user's are
+    train(root, "whole", **changes)
     command = [sys.executable, "-m", "theseus.cli.main", "run", "train/dpo", "--root", str(root)]
-    whole = subprocess.run([*command, *cli_settings({**settings, "run/name": "whole"})], env=clean_env(), text=True)
-    assert whole.returncode == 0
     killed_command = [*command, *cli_settings({**settings, "run/name": "killed"})]
     killed = subprocess.run(
         killed_command, env=clean_env(THESEUS_TEST_KILL_AT="step:3"), capture_output=True, text=True

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.huggingface.conftest import DSA
+from tests.huggingface.conftest import DSA, HYBRID, TWO_LAYERS
 from tests.models.conftest import build, forward, parameter_shapes, random_params
 from theseus.errors import ConfigError
 from theseus.model.layers import lora
@@ -132,6 +132,13 @@ MLA = {k: v for k, v in DSA.items() if not k.startswith("index_")}
 HF_OVERRIDES: dict[str, dict[str, Any]] = {
     "deepseek_v3-scanned": MLA,
     "deepseek_v3-plain-query": {**MLA, "q_lora_rank": None},
+    # two layers where the import tests save 3 or 4: a linear-attention layer then a full one, a dense MLP then
+    # a mixture (each kind of adapted layer once, at about half the tracing and compiling)
+    "qwen3_next": HYBRID,
+    "qwen3_next-value-out": HYBRID,
+    "qwen3_5_text": HYBRID,
+    "qwen3_5_moe_text": HYBRID,
+    "glm4_moe": TWO_LAYERS,
 }
 #: The latent attention's PEFT modules and each one's rank in units of the LoRA rank (kv_b_proj: one block of B
 #: per adapted projection of key and value).

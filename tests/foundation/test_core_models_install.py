@@ -122,11 +122,20 @@ def test_jobs_lists_the_offline_jobs(core_models_python: Path, tmp_path: Path) -
     assert "dataset/python-stdlib  theseus-core" in components.stdout, components.stdout
 
 
-def test_a_short_demo_prepares_the_corpus_and_trains(core_models_python: Path, tmp_path: Path) -> None:
-    root = tmp_path / "root"
+@pytest.fixture(scope="module")
+def demo(core_models_python: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """One shortened ``demo/gpt`` in the core-and-models venv (its root, stdout and stderr): the demo test
+    checks what it prepared and trained, the export test exports the run it left."""
+    folder = tmp_path_factory.mktemp("core-models-demo")
+    root = folder / "root"
     args = ["run", "demo/gpt", *TINY, "demo/max_new_tokens=8", "--root", str(root)]
-    demo = run_offline(core_models_python, args, tmp_path)
-    assert "preparing the Python standard library (byte-level)" in demo.stderr
+    done = run_offline(core_models_python, args, folder)
+    return root, done.stdout, done.stderr
+
+
+def test_a_short_demo_prepares_the_corpus_and_trains(demo: tuple[Path, str, str]) -> None:
+    root, stdout, stderr = demo
+    assert "preparing the Python standard library (byte-level)" in stderr
     header = json.loads((root / "data" / "python-stdlib" / "header.json").read_text())
     assert header["tokenizer"] == {"kind": "byte"} and header["vocab_size"] == 257
     assert header["source"]["class"] == "theseus.data.datasets.stdlib:PythonStdlib"
@@ -134,11 +143,11 @@ def test_a_short_demo_prepares_the_corpus_and_trains(core_models_python: Path, t
     records = [json.loads(line) for line in (root / "runs" / "demo-gpt" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "train"] == [1, 2, 3]
     assert any(r["split"] == "val" and r["loss"] > 0 for r in records)
-    assert "samples from step 3" in demo.stdout
+    assert "samples from step 3" in stdout
 
 
 def test_the_demo_run_exports_without_a_tokenizer_library_and_loads_in_transformers(
-    core_models_python: Path, tmp_path: Path
+    core_models_python: Path, demo: tuple[Path, str, str], tmp_path: Path
 ) -> None:
     """The README's install, ``demo/gpt``, then ``hf/export``: the byte tokenizer is written as plain
     JSON, and transformers loads the export with logits equal to theseus' own."""
@@ -148,8 +157,7 @@ def test_the_demo_run_exports_without_a_tokenizer_library_and_loads_in_transform
 
     from theseus.model.generation.runs import load_run
 
-    root = tmp_path / "root"
-    run_offline(core_models_python, ["run", "demo/gpt", *TINY, "demo/max_new_tokens=8", "--root", str(root)], tmp_path)
+    root = demo[0]
     exported = run_offline(
         core_models_python,
         ["run", "hf/export", "hf/run=demo-gpt", "hf/out=./export", "--root", str(root)],

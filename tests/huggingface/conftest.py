@@ -382,6 +382,13 @@ GLM4_MOE = {
 }
 
 
+#: Overrides for two layers where the configurations above have 3 or 4: still one layer of each kind (a Gated
+#: DeltaNet layer and a gated full-attention one, a dense MLP then a mixture, Llama 4's chunked RoPE layer then
+#: its NoPE mixture layer), for the tests that need each kind once (about half the tracing and compiling).
+TWO_LAYERS: dict[str, Any] = {"num_hidden_layers": 2}
+HYBRID: dict[str, Any] = {**TWO_LAYERS, "layer_types": ["linear_attention", "full_attention"]}
+
+
 def save_model(folder: Path, family: str, seed: int = 0, *, tokenizer: bool = True, **overrides: Any) -> Any:
     """A random transformers model of ``family`` saved in ``folder`` (float32 safetensors); returns it."""
     import torch

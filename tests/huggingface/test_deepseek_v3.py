@@ -1,6 +1,7 @@
 """DeepSeek-V3 checkpoints both ways: import logits and greedy (latent KV-cache) tokens equal
-transformers', the export loads in ``from_pretrained`` with every tensor accounted for, a few train
-steps run, the published preset has the published size, and unsupported fields are one line."""
+transformers', the export loads in ``from_pretrained`` with every tensor accounted for, the published
+preset has the published size, and unsupported fields are one line. (Training steps: finite losses and
+moving balancing biases, checked on the run of tests/huggingface/test_deepseek_v3_mtp.py.)"""
 
 from __future__ import annotations
 
@@ -239,39 +240,6 @@ def test_multi_token_prediction_layers_are_set_aside(saved: dict[str, tuple[Path
     prepared = prepare(folder, {"architecture/mtp_depth": 0})
     assert prepared.model.architecture.n_layers == 3
     assert not any(m.hf.startswith("model.layers.3.") for m in prepared.maps)
-
-
-def test_a_few_train_steps_have_a_finite_loss_and_move_the_bias(tmp_path: Path) -> None:
-    import json
-
-    from tests.training.conftest import write_byte_corpus
-    from theseus.runs.params import restore_params
-    from theseus.training.pretrain import Pretrain
-
-    write_byte_corpus(tmp_path, "fineweb", documents=16)
-    args = [
-        "model=deepseek_v3",
-        "architecture/block_size=32",
-        "training/batch_size=2",
-        "training/steps=2",
-        "training/log_interval=1",
-        "training/eval_batches=0",
-        "training/checkpoint_interval=2",
-        "training/async_checkpoints=false",
-        "training/progress=false",
-        "training/compilation_cache=false",
-        "training/peak_flops=1e12",
-        "evaluation=",
-        "run/name=tiny",
-    ]
-    job = Pretrain.create(tmp_path, args)
-    job.run()
-    lines = (tmp_path / "runs" / "tiny" / "metrics.jsonl").read_text().splitlines()
-    train = [r for r in map(json.loads, lines) if r.get("split") == "train"]
-    assert [r["step"] for r in train] == [1, 2] and all(np.isfinite(r["loss"]) for r in train)
-    checkpoint = tmp_path / "runs" / "tiny" / "checkpoints" / "2" / "state"
-    params = restore_params(checkpoint, job.abstract_state.params, what="step 2", fix="rerun the test")
-    assert np.any(np.asarray(params["blocks_1"]["mlp"]["router_bias"]) != 0)
 
 
 def test_the_published_preset_has_the_published_size() -> None:

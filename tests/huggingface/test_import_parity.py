@@ -400,7 +400,9 @@ PERIODIC_TYPES = ["sliding_attention", "sliding_attention", "full_attention"] * 
 def test_scanned_gemma3_generates_past_the_window_with_window_sized_caches(tmp_path: Path) -> None:
     """A scanned Gemma 3 whose layer_types repeat runs one period per scan step: its sliding layers keep
     ring buffers of the window (4) and the full ones the whole length, and greedy generation of 16 tokens
-    after a prompt of 6 (past the window) gives the unrolled model's tokens and transformers'."""
+    after a prompt of 6 (past the window) gives transformers' tokens. Unrolled, the same layers keep the
+    same caches per layer. (Unrolled Gemma 3 generation past its window against transformers:
+    test_cli_roundtrip.py.)"""
     import torch
 
     from theseus.model.generation.decode import generate_tokens
@@ -416,25 +418,27 @@ def test_scanned_gemma3_generates_past_the_window_with_window_sized_caches(tmp_p
             torch.tensor(prompt), do_sample=False, max_new_tokens=16, min_new_tokens=16, pad_token_id=256
         )
     expected = generated[0, prompt.shape[1] :].tolist()
-    greedy = SamplingParams(temperature=0.0)
     total = prompt.shape[1] + 16 - 1
-    for scan in (True, False):
-        prepared = prepare(tmp_path, {"model/scan_layers": scan})
-        params = read_params(prepared)
-        tokens = generate_tokens(prepared.model, params, prompt.tolist(), 16, sampling=greedy)[0].tokens
-        assert tokens == expected, scan
-        if scan:  # parameters stacked per layer as ever; the cache held per position of the period
-            assert prepared.model.scan_period == 3 and prepared.model.stacked_layers == ("blocks",)
-            assert {leaf.shape[0] for leaf in jax.tree.leaves(params["blocks"])} == {8}
-            cache = init_cache(prepared.model, 1, total)["blocks"]
-            keys = [cache["periods"][f"layers_{i}"]["attn"]["key"].shape for i in range(3)]
-            assert keys == [(2, 1, 2, 4, 16), (2, 1, 2, 4, 16), (2, 1, 2, total, 16)]  # [periods, B, heads, slots, ...]
-            assert [cache[f"rest_{j}"]["attn"]["key"].shape for j in range(2)] == [(1, 2, 4, 16)] * 2
-        else:
-            cache = init_cache(prepared.model, 1, total)
-            assert [cache[f"blocks_{i}"]["attn"]["key"].shape[2] for i in range(8)] == [4, 4, total] * 2 + [4, 4]
-            windowless = prepared.model.clone(sliding_window=None)  # the family's 512: longer than the text
-            assert generate_tokens(windowless, params, prompt.tolist(), 16, sampling=greedy)[0].tokens != expected
+    prepared = prepare(tmp_path, {"model/scan_layers": True})
+    params = read_params(prepared)
+    tokens = generate_tokens(prepared.model, params, prompt.tolist(), 16, sampling=SamplingParams(temperature=0.0))
+    assert tokens[0].tokens == expected
+    # parameters stacked per layer as ever; the cache held per position of the period
+    assert prepared.model.scan_period == 3 and prepared.model.stacked_layers == ("blocks",)
+    assert {leaf.shape[0] for leaf in jax.tree.leaves(params["blocks"])} == {8}
+    cache = init_cache(prepared.model, 1, total)["blocks"]
+    keys = [cache["periods"][f"layers_{i}"]["attn"]["key"].shape for i in range(3)]
+    assert keys == [(2, 1, 2, 4, 16), (2, 1, 2, 4, 16), (2, 1, 2, total, 16)]  # [periods, B, heads, slots, ...]
+    assert [cache[f"rest_{j}"]["attn"]["key"].shape for j in range(2)] == [(1, 2, 4, 16)] * 2
+    cache = init_cache(prepare(tmp_path, {"model/scan_layers": False}).model, 1, total)
+    assert [cache[f"blocks_{i}"]["attn"]["key"].shape[2] for i in range(8)] == [4, 4, total] * 2 + [4, 4]
+    # not a vacuous match: without the window (the family's 512: longer than the text) greedy decoding takes
+    # another token somewhere. Run whole over the prompt and the tokens above, the windowless model picks
+    # another one at some position (it would pick each of them if its greedy decoding gave them all).
+    windowless = prepared.model.clone(sliding_window=None)
+    text = np.concatenate([prompt, [expected]], axis=1)
+    picks = forward(windowless, params, text).argmax(-1)[0, prompt.shape[1] - 1 : -1]
+    assert picks.tolist() != expected
 
 
 @pytest.mark.parametrize("family", ["llama", "phi3"])  # phi3: each fused tensor's parts placed one by one

@@ -41,8 +41,9 @@ def test_chunked_rule_equals_recurrent_and_transformers(chunk: int) -> None:
     from transformers.models.qwen3_next import modeling_qwen3_next as hf
 
     q, k, v, g, beta, state = random_inputs(19)
-    out_c, s_c = chunk_gated_delta_rule(*map(jnp.asarray, (q, k, v, g, beta, state)), chunk_size=chunk)
-    out_r, s_r = recurrent_gated_delta_rule(*map(jnp.asarray, (q, k, v, g, beta, state)))
+    # each rule compiled whole (run eagerly, every operation would be a program of its own)
+    out_c, s_c = jitted(chunk_gated_delta_rule, *map(jnp.asarray, (q, k, v, g, beta, state)), chunk_size=chunk)
+    out_r, s_r = jitted(recurrent_gated_delta_rule, *map(jnp.asarray, (q, k, v, g, beta, state)))
     assert np.max(np.abs(np.asarray(out_c) - np.asarray(out_r))) <= 1e-5
     assert np.max(np.abs(np.asarray(s_c) - np.asarray(s_r))) <= 1e-5
     t = [torch.tensor(x) for x in (q, k, v, g, beta, state)]
@@ -59,12 +60,12 @@ def test_chunked_rule_equals_recurrent_and_transformers(chunk: int) -> None:
 def test_unit_lower_inverse_and_its_gradient(size: int) -> None:
     rng = np.random.default_rng(size)
     t = np.tril(rng.normal(0.0, 0.3, (3, 2, size, size)), -1) + np.eye(size)
-    got = np.asarray(unit_lower_inverse(jnp.asarray(t, jnp.float32)))
+    got = np.asarray(jax.jit(unit_lower_inverse)(jnp.asarray(t, jnp.float32)))
     np.testing.assert_allclose(got, np.linalg.inv(t), atol=1e-5, rtol=1e-5)
     # the closed-form gradient equals differentiating the doubling itself; nothing on or above the diagonal
     weights = jnp.asarray(rng.normal(size=t.shape), jnp.float32)
     closed, traced = (
-        np.asarray(jax.grad(lambda x, f=f: jnp.sum(f(x) * weights))(jnp.asarray(t, jnp.float32)))
+        np.asarray(jax.jit(jax.grad(lambda x, f=f: jnp.sum(f(x) * weights)))(jnp.asarray(t, jnp.float32)))
         for f in (unit_lower_inverse, _doubling_inverse)
     )
     np.testing.assert_allclose(closed, traced, atol=1e-5, rtol=1e-4)

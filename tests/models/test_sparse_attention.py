@@ -4,6 +4,7 @@ each loss to its own parameters."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -12,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.models.conftest import forward, jitted
 from theseus.base.sown import AUX_LOSSES
 from theseus.config import configuration, configure
 from theseus.model.layers.sparse_attention import INDEXER_AUX_LOSS, indexer_loss, top_k_selection
@@ -57,6 +59,7 @@ def test_the_indexer_loss_is_the_papers_kl(phase: str) -> None:
     assert expected > 0.1 and abs(got - expected) <= 1e-5 * max(1.0, expected)
 
 
+@functools.cache  # one object per setting: the tests share its compiled forward pass (conftest.forward)
 def dsa_model(phase: str, topk: int = 4) -> Any:
     from theseus.model.models import DeepseekV32
 
@@ -85,7 +88,7 @@ def test_each_loss_trains_only_its_own_parameters(phase: str) -> None:
     model = dsa_model(phase)
     x = jnp.asarray(np.random.default_rng(0).integers(0, 64, (2, 12)))
     y = jnp.roll(x, -1, axis=1)
-    params = nn.unbox(model.init(jax.random.key(0), x)["params"])
+    params = nn.unbox(jitted(model.init, jax.random.key(0), x)["params"])
 
     def losses(p: Any) -> tuple[jax.Array, jax.Array]:
         (_, lm), sown = model.apply({"params": p}, x, y, deterministic=True, mutable=[AUX_LOSSES])
@@ -104,10 +107,7 @@ def test_each_loss_trains_only_its_own_parameters(phase: str) -> None:
             assert float(jnp.max(jnp.abs(g))) == 0.0, path
     attn = index_grads["blocks_0"]["attn"]["indexer"]
     assert all(float(jnp.max(jnp.abs(g))) > 0 for g in jax.tree.leaves(attn))
-    logits, dense, sparse = (
-        jax.jit(lambda p, m=m: m.apply({"params": p}, x, deterministic=True)[0])(params)
-        for m in (model, dsa_model("sparse", topk=64), dsa_model("sparse"))
-    )
+    logits, dense, sparse = (forward(m, params, x) for m in (model, dsa_model("sparse", topk=64), dsa_model("sparse")))
     assert float(jnp.max(jnp.abs(sparse - dense))) > 1e-3  # the selection binds on 12 tokens
     reference = dense if phase == "dense_warmup" else sparse
     np.testing.assert_allclose(np.asarray(logits), np.asarray(reference), atol=1e-5)

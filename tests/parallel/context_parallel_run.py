@@ -52,6 +52,8 @@ FAMILIES: dict[str, tuple[type, dict[str, Any]]] = {
 
 #: Loss and gradients on one device, per (family, packed rows, scanned layers).
 ONE_DEVICE: dict[tuple[str, bool, bool], Any] = {}
+#: Initial parameters per (family, scanned layers): the same for both forms and every layout, initialised once.
+PARAMS: dict[tuple[str, bool], Any] = {}
 
 
 def model_of(cls: type, keys: dict[str, Any]) -> Any:
@@ -98,7 +100,9 @@ def compare(
     depth = {"architecture/n_layers": 2} if scanned else {}  # a scan over two layers' windows
     module = model_of(cls, {**keys, **depth, "model/scan_layers": scanned})
     data = batch(module.architecture.vocab_size, packed)
-    params = nn.unbox(jax.jit(module.init)(jax.random.key(1), data["x"][:1, :8])["params"])
+    if (name, scanned) not in PARAMS:
+        PARAMS[name, scanned] = nn.unbox(jax.jit(module.init)(jax.random.key(1), data["x"][:1, :8])["params"])
+    params = PARAMS[name, scanned]
     key = (name, packed, scanned)
     if key not in ONE_DEVICE:
         ONE_DEVICE[key] = jax.jit(lambda p, d: loss_and_grads(module, p, d))(params, data)

@@ -8,7 +8,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,21 +54,37 @@ def compile_cases(target: str, cases: list[dict[str, Any]], timeout: float = 900
     return results
 
 
-#: Layers of a compiled case: two show every repeated-layer effect (collectives per layer, a dense and a
-#: mixture layer) and compile in about half the time of the tiny presets' four.
-CASE_LAYERS = 2
-#: Layer patterns of families whose layers differ, two layers deep: Gemma 3's five sliding layers and a full
-#: one as one of each (its six layers took 8.4 s of test_compile_steps.py's 61 s of compiles).
-LAYER_TYPES = {"gemma3": "[sliding_attention,full_attention]"}
+#: Layers of a compiled case: one where a family's layers are all alike (the assertions read the step's matmuls,
+#: memory, collectives and kernels, which a second identical layer repeats; a tiny Llama compiles for
+#: 8 x H100 in about half the CPU at one layer than at two), two where they differ: :data:`TWO_LAYERS`.
+CASE_LAYERS = 1
+#: Families whose layers differ, and the keys that make their two layers one of each kind: sliding and full
+#: attention (Gemma 2 alternates them; Gemma 3 and 4 have five sliding layers to a full one, and Gemma 4's
+#: full layers have heads of their own width), Gated DeltaNet and full attention (Qwen3.5: three to one), a
+#: RoPE and a NoPE layer (SmolLM3: three to one), a dense layer before the mixtures (GLM-4.5).
+TWO_LAYERS: dict[str, tuple[str, ...]] = {
+    "gemma2": (),
+    "gemma3": ("architecture/layer_types=[sliding_attention,full_attention]",),
+    "gemma4": ("architecture/layer_types=[sliding_attention,full_attention]",),
+    "qwen3_5": ("architecture/layer_types=[linear_attention,full_attention]",),
+    "qwen3_5_moe": ("architecture/layer_types=[linear_attention,full_attention]",),
+    "smollm3": ("architecture/no_rope_layers=[1,0]",),
+    "glm4_moe": (),
+}
+#: Families on DeepSeek-V3's layers, whose first layer is dense too: one layer, a mixture's (latent attention,
+#: and DeepSeek Sparse Attention, are every layer's; GLM-4.5's two layers compile the dense-then-mixture stack).
+ONE_LAYER = {family: ("architecture/moe/first_k_dense=0",) for family in ("deepseek_v3", "deepseek_v32", "glm_moe_dsa")}
+#: The device each target's plan names.
+DEVICES = {"h100x8": "NVIDIA H100 80GB HBM3", "v5e:2x4": "TPU v5 lite"}
 
 
 def tiny(model: str, layout: str, *extra: str, job: str = "train/pretrain") -> dict[str, Any]:
-    """A case: ``model``'s tiny preset, :data:`CASE_LAYERS` deep, in ``layout`` on 8 devices (tp over 2,
-    ep over 2)."""
-    overrides = [f"model={model}", "architecture/preset=tiny", f"architecture/n_layers={CASE_LAYERS}"]
+    """A case: ``model``'s tiny preset, :data:`CASE_LAYERS` deep (two layers, one of each kind, for the
+    families of :data:`TWO_LAYERS`), in ``layout`` on 8 devices (tp over 2, ep over 2)."""
+    layers = 2 if model in TWO_LAYERS else CASE_LAYERS
+    overrides = [f"model={model}", "architecture/preset=tiny", f"architecture/n_layers={layers}"]
     overrides += ["training/batch_size=8", "training/sequence_length=64"]
-    if model in LAYER_TYPES:
-        overrides.append(f"architecture/layer_types={LAYER_TYPES[model]}")
+    overrides += TWO_LAYERS.get(model, ONE_LAYER.get(model, ()))
     overrides.append(f"mesh/layout={layout}")
     if "tp" in layout:
         overrides.append("mesh/model=2")
@@ -82,27 +99,38 @@ def state_only(case: dict[str, Any]) -> dict[str, Any]:
     return {**case, "state_only": True}
 
 
-def layout_cases(
-    families: tuple[str, ...], layouts_of: Callable[[str], tuple[str, ...]], extra: Mapping[str, tuple[str, ...]] = {}
-) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
-    """``(family, layout)`` keys and the cases of ``families`` in their layouts (``extra`` overrides per
-    family); a family not compiled in dp has dp's state measured alone (:func:`state_only`)."""
+@dataclass(frozen=True)
+class Family:
+    """How a matrix compiles a family: the layouts it ``compiles``, those whose state it only ``measures``
+    (:func:`state_only`; dp, the reference the sharded layouts' state is compared with, unless compiled), the
+    ``target`` and ``extra`` overrides."""
+
+    compiles: tuple[str, ...]
+    measures: tuple[str, ...] = ()
+    target: str = "h100x8"
+    extra: tuple[str, ...] = ()
+
+    @property
+    def measured(self) -> tuple[str, ...]:
+        return (*self.measures, *(() if "dp" in (*self.compiles, *self.measures) else ("dp",)))
+
+
+def layout_cases(families: Mapping[str, Family]) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+    """``(family, layout)`` keys and the cases of ``families``: each compiled in its layouts for its target,
+    its other layouts' state measured alone (:func:`state_only`)."""
     grid: list[tuple[str, str]] = []
     cases: list[dict[str, Any]] = []
-    for family in families:
-        layouts = layouts_of(family)
-        for layout in layouts:
-            grid.append((family, layout))
-            cases.append(tiny(family, layout, *extra.get(family, ())))
-        if "dp" not in layouts:
-            grid.append((family, "dp"))
-            cases.append(state_only(tiny(family, "dp", *extra.get(family, ()))))
+    for name, family in families.items():
+        for layout in family.compiles:
+            grid.append((name, layout))
+            cases.append({**tiny(name, layout, *family.extra), "target": family.target})
+        for layout in family.measured:
+            grid.append((name, layout))
+            cases.append(state_only({**tiny(name, layout, *family.extra), "target": family.target}))
     return grid, cases
 
 
-def compile_layouts(
-    families: tuple[str, ...], layouts_of: Callable[[str], tuple[str, ...]], extra: Mapping[str, tuple[str, ...]] = {}
-) -> dict[tuple[str, str], dict[str, Any]]:
-    """``{(family, layout): result}`` of :func:`layout_cases`, compiled for 8 x H100 in one process."""
-    grid, cases = layout_cases(families, layouts_of, extra)
+def compile_layouts(families: Mapping[str, Family]) -> dict[tuple[str, str], dict[str, Any]]:
+    """``{(family, layout): result}`` of :func:`layout_cases`, compiled in one process."""
+    grid, cases = layout_cases(families)
     return dict(zip(grid, compile_cases("h100x8", cases), strict=True))

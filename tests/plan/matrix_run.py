@@ -10,6 +10,7 @@ case with ``"state_only": true`` builds the trainer and reports the state bytes 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -41,13 +42,17 @@ def main() -> None:
             continue
         report = as_dict(plan)
         computations, _ = parse_module(plan.step.text)
-        attention_operands = []
+        attention_operands, splash = [], set()
         for body in computations.values():
             symbols = {i.name: i.type for i in body}
             for instruction in body:
                 if instruction.opcode == "custom-call" and "fmha" in instruction.attributes:
                     attention_operands.append([shapes(symbols.get(o, ""))[0][1] for o in instruction.operands])
+                kernel = re.search(r"splash_m[hq]a_(fwd|dq|dkv)", instruction.name)
+                if instruction.opcode == "custom-call" and kernel:
+                    splash.add(kernel.group(1))
         report["attention_operands"] = attention_operands
+        report["splash"] = sorted(splash)  # the splash attention kernels (TPUs): fwd, and dq and dkv backward
         report["state_bytes"] = report["memory"]["parameters"] + report["memory"]["optimizer_state"]
         if case.get("held"):  # bytes per device by kind: frozen projection kernels, adapters, optimizer state
             sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -1,5 +1,6 @@
 """Beyond pretraining: the SFT and DPO steps and generation compile for 8 x H100; what each fix of the
-accelerator compile changed is checked in the compiled program; TPU slices and single chips compile too."""
+accelerator compile changed is checked in the compiled program; single TPU chips compile too (TPU slices:
+the dense and mixture matrices compile some of their families for one)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import pytest
 
 from tests.plan.conftest import compile_cases, tiny
 
-#: DeepSeek-V3's head widths: queries and keys 128 + 64 = 192 wide, values 128 (padded to 192).
-MLA_WIDTHS = (("qk_nope", 128), ("qk_rope", 64), ("v", 128))
 #: The small preset at 512 tokens, its six layers scanned (one layer's body to compile instead of six).
 LONG = (
     "architecture/block_size=512",
@@ -18,21 +17,15 @@ LONG = (
     "training/batch_size=8",
     "model/scan_layers=true",
 )
-#: The TPU slice the TPU cases compile for, in the same process as the H100 cases.
-TPU = "v5e:2x4"
-TPU_CASES = {
-    "tpu llama": ("llama", "fsdp"),
-    "tpu gemma3": ("gemma3", "fsdp"),
-    "tpu qwen3_moe": ("qwen3_moe", "fsdp+ep"),
-}
-#: One chip, as on Colab or Kaggle: its device kind and the bytes a program may use on it.
-ONE_CHIP = {"v5e:1": ("TPU v5 lite", 16_909_336_576), "v6e:1": ("TPU v6 lite", 33_550_237_696)}
+#: One chip, as on Colab or Kaggle: its device kind and the bytes a program may use on it. A v5e chip's
+#: (16.91 GB) compiles in docs/accelerators.md's one-chip flow and refuses "one chip too large" below.
+ONE_CHIP = {"v6e:1": ("TPU v6 lite", 33_550_237_696)}
 
 
 @pytest.fixture(scope="module")
 def h100() -> dict[str, dict]:
     # one case of each step: every model runs the same SFT, DPO and sampling code (the dense matrices
-    # compile every family's training step); last, the TPU slice's cases, in the same process
+    # compile every family's training step); last, the single chips' cases, in the same process
     named = {
         "llama sft": tiny("llama", "fsdp+tp", job="train/sft"),
         "llama dpo": tiny("llama", "fsdp", "model/lora/rank=4", job="train/dpo"),
@@ -69,10 +62,12 @@ def h100() -> dict[str, dict]:
             for base, keys in (("bf16", ["model/param_dtype=bfloat16"]), ("nf4", ["model/quantize=nf4"]))
         },
         "float32": tiny("llama", "fsdp", "model/activation_dtype=float32"),
-        "mla": tiny("deepseek_v3", "fsdp", *(f"architecture/mla/{k}_head_dim={w}" for k, w in MLA_WIDTHS)),
-        **{name: {**tiny(model, layout), "target": TPU} for name, (model, layout) in TPU_CASES.items()},
         **{f"one chip {target}": {**tiny("llama", "dp"), "target": target} for target in ONE_CHIP},
-        "one chip too large": {**tiny("llama", "dp", "training/batch_size=65536"), "target": "v5e:1"},
+        # two layers: the case whose message docs/errors.md shows (the compiler needs 111.04 GB)
+        "one chip too large": {
+            **tiny("llama", "dp", "training/batch_size=65536", "architecture/n_layers=2"),
+            "target": "v5e:1",
+        },
     }
     return dict(zip(named, compile_cases("h100x8", list(named.values())), strict=True))
 
@@ -117,29 +112,11 @@ def test_activation_dtype_follows_the_mesh_and_can_be_set(h100: dict) -> None:
 
 
 @pytest.mark.slow
-def test_latent_attention_falls_back_to_xla(h100: dict) -> None:
-    """DeepSeek-V3's 192-wide heads: Hopper's cuDNN takes up to 256, but jax checks that against the
-    host's backend, so a program compiled here (or with cuDNN refused) uses XLA's attention."""
-    plan = _plan(h100["mla"])
-    assert "__cudnn$fmhaSoftmax" not in plan["custom_calls"]
-    assert plan["flops"]["ratio"] <= 1.3
-
-
-@pytest.mark.slow
 def test_remat_policies_trade_temporaries_for_flops(h100: dict) -> None:
     none, dots, full = (_plan(h100[f"remat {p}"]) for p in ("none", "dots", "full"))
     assert full["memory"]["temporaries"] < dots["memory"]["temporaries"] < none["memory"]["temporaries"]
     assert none["flops"]["ratio"] < dots["flops"]["ratio"] <= full["flops"]["ratio"]
     assert full["flops"]["ratio"] == pytest.approx(none["flops"]["ratio"] * 4 / 3, rel=0.1)  # forward again
-
-
-@pytest.mark.slow
-def test_tpu_slices_compile(h100: dict) -> None:
-    for name in TPU_CASES:
-        plan = _plan(h100[name])
-        assert plan["device"] == "TPU v5 lite"
-        assert plan["activation_dtype"] == "bfloat16"
-        assert plan["memory"]["aliased"] >= plan["state_bytes"]
 
 
 @pytest.mark.slow
