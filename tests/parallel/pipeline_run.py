@@ -47,14 +47,14 @@ ARGS = {
     "training/lr": 3e-3,
     "training/log_interval": 1,
     "training/eval_batches": 0,
-    "training/checkpoint_interval": 0,  # at the end only; the gpipe run's also at step 3, the one the resume reads
+    "training/checkpoint_interval": 3,  # the step the resume reads (and the end's)
     "training/async_checkpoints": False,
     "training/progress": False,
     "training/compilation_cache": False,
     "training/peak_flops": 1e12,
 }
 PIPELINES = {
-    "gpipe": {"mesh/pipeline": 4, "mesh/pipeline_microbatches": 4, "training/checkpoint_interval": 3},
+    "gpipe": {"mesh/pipeline": 4, "mesh/pipeline_microbatches": 4},
     "interleaved": {
         "mesh/pipeline": 4,
         "mesh/pipeline_schedule": "interleaved",
