@@ -9,7 +9,12 @@ from typing import ClassVar
 from theseus.base.axis import ShardingPlan
 from theseus.model.layers._common import child
 from theseus.model.layers.sparse_attention import DSAKeys, DSASpec, SparseLatentAttention
-from theseus.model.models.deepseek_v3.model import DeepseekV3, DeepseekV3Block, DeepseekV3Preset
+from theseus.model.models.deepseek_v3.model import (
+    DEEPSEEK_V3_PRESETS,
+    DeepseekV3,
+    DeepseekV3Block,
+    DeepseekV3Preset,
+)
 from theseus.model.models.deepseek_v3.mtp import DeepseekV3Architecture, MTPModule, latent
 from theseus.model.module import Module
 from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
@@ -43,54 +48,34 @@ def with_sparse_attention(arch: Architecture, dsa: DSASpec) -> DeepseekV32Archit
     return DeepseekV32Architecture(**values, dsa=dsa)
 
 
+def with_indexer(
+    base: Preset, description: str, *, index_n_heads: int, index_head_dim: int, index_topk: int
+) -> DeepseekV32Preset:
+    """DeepSeek-V3's preset ``base`` with a lightning indexer of these sizes in every layer."""
+    values = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    values |= {"description": description, "index_n_heads": index_n_heads, "index_head_dim": index_head_dim}
+    return DeepseekV32Preset(**values, index_topk=index_topk)
+
+
 DEEPSEEK_V32_PRESETS: dict[str, Preset] = {
-    "tiny": DeepseekV32Preset(
-        n_layers=3,
-        n_heads=4,
-        n_embd=64,
-        mlp_ratio=3.0,
-        n_experts=8,
-        top_k=2,
-        expert_hidden=32,
-        q_lora_rank=32,
-        kv_lora_rank=16,
-        qk_nope_head_dim=16,
-        qk_rope_head_dim=8,
-        v_head_dim=16,
-        n_group=2,
-        topk_group=1,
-        routed_scaling_factor=2.5,
+    "tiny": with_indexer(
+        DEEPSEEK_V3_PRESETS["tiny"],
+        "DeepSeek-V3's tiny preset with an indexer of 4 heads of 16 keeping 8 keys; tests and demos",
         index_n_heads=4,
         index_head_dim=16,
         index_topk=8,
-        description="DeepSeek-V3's tiny preset with an indexer of 4 heads of 16 keeping 8 keys; tests and demos",
     ),
     # deepseek-ai/DeepSeek-V3.2-Exp's config.json: DeepSeek-V3's shape (61 layers, the first 3 dense, 128 heads,
     # 7168 wide, 256 routed experts of 2048 (8 per token from 4 of 8 groups, scaled 2.5) and 1 shared, query
     # rank 1536, latent 512, heads of 128 + 64 rotated, values 128, untied head) and in every layer an indexer
     # of 64 heads of 128 keeping 2048 keys: 671,877,944,064 parameters at vocab 129280 (the routers' biases
     # counted, the multi-token-prediction module not).
-    "deepseek-v3.2": DeepseekV32Preset(
-        n_layers=61,
-        n_heads=128,
-        n_embd=7168,
-        mlp_ratio=18432 / 7168,
-        n_experts=256,
-        top_k=8,
-        expert_hidden=2048,
-        q_lora_rank=1536,
-        kv_lora_rank=512,
-        qk_nope_head_dim=128,
-        qk_rope_head_dim=64,
-        v_head_dim=128,
-        first_k_dense=3,
-        n_group=8,
-        topk_group=4,
-        routed_scaling_factor=2.5,
+    "deepseek-v3.2": with_indexer(
+        DEEPSEEK_V3_PRESETS["deepseek-v3"],
+        "DeepSeek-V3.2's shape: 671.88B parameters at vocab 129280",
         index_n_heads=64,
         index_head_dim=128,
         index_topk=2048,
-        description="DeepSeek-V3.2's shape: 671.88B parameters at vocab 129280",
     ),
 }
 
