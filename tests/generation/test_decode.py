@@ -9,10 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.generation.conftest import build, spread_params
+from tests.generation.conftest import build, spread_params, tiny_values
+from theseus.config import configuration, configure
 from theseus.errors import ConfigError
 from theseus.model.generation import (
     SamplingParams,
+    decode,
     filter_top_k,
     filter_top_p,
     generate_tokens,
@@ -20,7 +22,7 @@ from theseus.model.generation import (
     sample_logits,
 )
 from theseus.model.generation.decode import check_fits
-from theseus.model.models import TransformerLM
+from theseus.model.models import Llama, TransformerLM
 
 PROMPTS = [[256, 100, 101, 102, 32, 40], [256, 105, 109], [7]]
 NEW = 10
@@ -145,3 +147,31 @@ def test_sampling_frequencies_follow_temperature_and_filters() -> None:
 def test_invalid_sampling_settings(bad: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         SamplingParams(**bad)  # type: ignore[arg-type]
+
+
+def test_a_generation_in_stretches_equals_one_that_reads_the_whole_cache(
+    family: type[TransformerLM], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stretches of a long generation read only the filled part of the cache; the tokens, greedy and
+    sampled, are those of reading all of it at every step."""
+    model = build(family)
+    params = spread_params(model, seed=3)
+    whole = [generate_tokens(model, params, PROMPTS, NEW, sampling=s, seed=4) for s in (SamplingParams(0.0), SAMPLED)]
+    monkeypatch.setattr(decode, "SHORTEST_STRETCH", 3)
+    assert decode.view_limits(6, NEW) == [9, 12, 15]  # 6 prompt slots + 9 fed back
+    stretched = [
+        generate_tokens(model, params, PROMPTS, NEW, sampling=s, seed=4) for s in (SamplingParams(0.0), SAMPLED)
+    ]
+    assert stretched == whole
+    assert [c.tokens for c in whole[0]] == greedy_without_cache(model, params, PROMPTS, NEW)
+
+
+def test_a_scanned_model_decodes_unrolled_with_the_same_tokens() -> None:
+    """Decoding unrolls a scanned model's layers (per-layer caches updated in place); its tokens are those
+    of the scanned model re-run on each prefix."""
+    with configuration({**tiny_values(Llama), "model/scan_layers": True}):
+        model = configure(Llama)
+    assert model.stacked_layers
+    params = spread_params(model, seed=3)
+    got = generate_tokens(model, params, PROMPTS, NEW, sampling=SamplingParams(temperature=0.0))
+    assert [c.tokens for c in got] == greedy_without_cache(model, params, PROMPTS, NEW)

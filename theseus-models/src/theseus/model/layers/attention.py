@@ -24,6 +24,7 @@ from theseus.model.layers._common import (
     param,
     require,
 )
+from theseus.model.layers.cache_view import visible_slots
 from theseus.model.layers.context_parallel import context_parallel_attention, context_size, refuse
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
@@ -461,7 +462,8 @@ def append_to_cache(
     ``time_axis``; the cache also keeps the padding ``mask`` ``[B, L]`` and the write ``index``.
     Returns each whole cached entry and the mask ``[B, 1, T, L]`` of the slots each query sees
     (causal, within ``window``), or None while the cache is being created: then each entry gets
-    ``size`` slots (default ``T``) in ``dtype`` (default its own).
+    ``size`` slots (default ``T``) in ``dtype`` (default its own). Traced inside
+    :func:`~theseus.model.layers.cache_view.cache_view`, entries and mask cover only the view's slots.
     """
     first = next(iter(entries.values()))
     batch, steps = first.shape[0], first.shape[time_axis]
@@ -490,10 +492,15 @@ def append_to_cache(
     step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
     cached_mask.value = jax.lax.dynamic_update_slice(cached_mask.value, step_mask, (0, start))
     index.value = start + steps
-    slots = cached[0].value.shape[time_axis]
+    held, held_mask = [variable.value for variable in cached], cached_mask.value
+    slots = held[0].shape[time_axis]
+    view = visible_slots()
+    if view is not None and view < slots:  # the decoder's bound on what is filled: read only those slots
+        held = [jax.lax.slice_in_dim(value, 0, view, axis=time_axis) for value in held]
+        held_mask, slots = held_mask[:, :view], view
     visible = window_mask(start + jnp.arange(steps, dtype=jnp.int32), jnp.arange(slots, dtype=jnp.int32), window)
-    mask = visible[None, None, :, :] & cached_mask.value[:, None, None, :]  # [B, 1, T, L]
-    return (*(variable.value for variable in cached), mask)
+    mask = visible[None, None, :, :] & held_mask[:, None, None, :]  # [B, 1, T, L]
+    return (*held, mask)
 
 
 def cached_attention(
