@@ -2,8 +2,8 @@
 
 Each synthetic run holds what a real one does for listing purposes: ``status.json``, a nested
 ``config.yaml``, ``provenance.json``, a ``metrics.jsonl`` of 100 records and two checkpoint
-directories; the states cycle through complete, stopped, running (this process's pid, so alive)
-and crashed. Reported: the median wall time of ``theseus runs --root R`` (table) and
+directories; the states cycle through completed, stopped, failed, running (this process's pid, so
+alive) and crashed. Reported: the median wall time of ``theseus runs --root R`` (table) and
 ``--json`` as subprocesses (interpreter start-up included), against the ``theseus jobs`` start-up
 measured in the same rounds, and the in-process listing time alone.
 
@@ -30,7 +30,7 @@ from benchmarks.common import Row, markdown_table
 from benchmarks.first_step import _env, theseus_command
 
 GOAL_SECONDS = 0.5
-STATES = ("complete", "stopped", "running", "crashed")
+STATES = ("completed", "stopped", "failed", "running", "crashed")
 
 
 def make_runs(root: Path, count: int) -> None:
@@ -41,7 +41,7 @@ def make_runs(root: Path, count: int) -> None:
         (run / "checkpoints" / "500").mkdir(parents=True)
         (run / "checkpoints" / "1000").mkdir()
         state = STATES[index % len(STATES)]
-        step = 1000 if state == "complete" else 500
+        step = 1000 if state == "completed" else 500
         status = {
             "version": 1,
             "run": run.name,
@@ -63,7 +63,7 @@ def make_runs(root: Path, count: int) -> None:
             "pid": os.getpid() if state == "running" else 1_000_000_000,
             "process_start": None,
             "host": platform.node(),
-            "error": None,
+            "error": "non-finite loss (nan) at step 500; lower training/lr" if state == "failed" else None,
         }
         (run / "status.json").write_text(json.dumps(status))
         config = "\n".join(

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
+import time
 import venv
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -192,7 +194,8 @@ def run_joined(
 ) -> list[subprocess.CompletedProcess[str]]:
     """``theseus ARGS`` as processes 0 .. ``count - 1`` of one run joined on localhost
     (``--coordinator``, ``--num-processes``, ``--process-id``), process ``i`` with ``env(i)``; each
-    one's result. Every process is killed when one outlives ``timeout``."""
+    one's result. When one dies of a signal the others are killed, as ``srun --kill-on-bad-exit`` ends
+    a job step; every process is killed when one outlives ``timeout``."""
     port = free_port()
     joined = ["--coordinator", f"127.0.0.1:{port}", "--num-processes", str(count)]
     processes = [
@@ -206,16 +209,24 @@ def run_joined(
         )
         for index in range(count)
     ]
-    done = []
-    for process in processes:
-        try:
-            out, err = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
+    outputs: dict[int, tuple[str, str]] = {}
+    readers = [
+        threading.Thread(target=lambda i=i, p=p: outputs.__setitem__(i, p.communicate()), daemon=True)
+        for i, p in enumerate(processes)
+    ]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout
+    while any(reader.is_alive() for reader in readers):
+        signalled = any(p.returncode is not None and p.returncode < 0 for p in processes)
+        if signalled or time.monotonic() > deadline:
             for other in processes:
-                other.kill()
-            raise
-        done.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
-    return done
+                if other.returncode is None:
+                    other.kill()
+            if not signalled:
+                raise subprocess.TimeoutExpired(processes[0].args, timeout)
+        time.sleep(0.05)
+    return [subprocess.CompletedProcess(p.args, p.returncode, *outputs[i]) for i, p in enumerate(processes)]
 
 
 def make_venv(path: Path, *, inherit: str) -> Path:

@@ -73,3 +73,15 @@ def test_checkpoint_verify_benchmark_times_the_three_reads(tmp_path) -> None:
     assert all(len(times) == 1 and times[0] > 0 for times in result["seconds"].values())
     assert result["saved_bytes"] > 0 and result["bytes"] > 0
     assert "| verification alone |" in checkpoint_verify.report("tiny", result)
+
+
+def test_checkpoint_verify_benchmark_splits_the_reads_between_two_processes() -> None:
+    from benchmarks import checkpoint_verify
+
+    results = checkpoint_verify.launch(2, megabytes=4, rounds=1)
+    assert [result["process"] for result in results] == [0, 1]
+    saved = results[0]["bytes_read"]["alone"]
+    shares = [result["bytes_read"]["split"] for result in results]
+    assert sum(shares) == saved and max(shares) < 0.6 * saved  # each reads its share, about half
+    assert all(result["bytes_read"]["share"] == result["bytes_read"]["split"] for result in results)
+    assert "| process 1 of 2, its share, verdicts exchanged |" in checkpoint_verify.report_processes(results)

@@ -24,7 +24,7 @@ def test_multi_host_two_processes_on_one_machine(tmp_path: Path) -> None:
     record = json.loads((run / "provenance.json").read_text())
     assert record["process_count"] == 2
     assert sorted(d["process_index"] for d in record["devices"]) == [0, 0, 1, 1]
-    assert json.loads((run / "status.json").read_text())["state"] == "complete"
+    assert json.loads((run / "status.json").read_text())["state"] == "completed"
     assert (run / "checkpoints" / "20").is_dir()
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "train"] == [1, 10, 20]  # written once, by process 0

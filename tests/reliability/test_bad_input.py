@@ -175,6 +175,8 @@ def test_nonfinite_loss_stops_and_keeps_the_last_checkpoint(cli: Cli, root: Path
     )
     checkpoints = root / "runs" / "test-reliability-train" / "checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["2"]
+    status = json.loads((checkpoints.parent / "status.json").read_text())  # the run ended with that line
+    assert (status["state"], status["error"]) == ("failed", error_line(err).removeprefix("error: "))
 
 
 def test_nonfinite_gradient_stops(cli: Cli, root: Path) -> None:

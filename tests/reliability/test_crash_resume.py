@@ -29,6 +29,7 @@ import pytest
 from tests.conftest import FAST_COMPILE, clean_env, xla_flags
 from tests.reliability.crash_job import HASHES
 from tests.training.conftest import write_byte_corpus
+from theseus.tracking.runs import run_row
 
 JOB_FILE = Path(__file__).with_name("crash_job.py")
 TIMING = {"tokens_per_sec", "mfu", "step_time"}
@@ -118,6 +119,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "entries": sorted(p.name for p in checkpoints.iterdir()) if checkpoints.is_dir() else [],
             "metrics": metric_rows(run) if (run / "metrics.jsonl").exists() else [],
             "finished": (run / HASHES).exists(),
+            "status": run_row(run).status if run.is_dir() else None,
         }
         if kill_at == "save:4":
             results["save_restored"] = restore_committed(checkpoints)
@@ -163,6 +165,7 @@ def test_killed_run_resumes_bit_identical(runs: dict, kill_at: str) -> None:
     # the kill happened where it was asked for: nothing after that update was logged
     assert max(row["step"] for row in after["metrics"]) == last_logged
     assert not after["finished"]
+    assert after["status"] == "crashed"  # a SIGKILL: nothing could record how it ended
 
     code, err = runs["restarted"][kill_at]
     assert code == 0, err

@@ -56,9 +56,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
         for name in SIGNALS
     }
     results["logged"] = {name: [row["step"] for row in metric_rows(root / "runs" / name)] for name in SIGNALS}
+    results["status"] = {name: ended(root / "runs" / name) for name in SIGNALS}
     resumed = {name: start(root, name) for name in SIGNALS}
     results["resumed"] = {name: finish(process) for name, process in resumed.items()}
     return results
+
+
+def ended(run: Path) -> tuple[str, int, str | None]:
+    """How ``theseus runs`` lists the run: its status, step and error."""
+    from theseus.tracking.runs import run_row
+
+    row = run_row(run)
+    return row.status, row.step, row.error
 
 
 def same_as_reference(runs: dict, name: str) -> None:
@@ -87,6 +96,7 @@ def test_sigterm_checkpoints_the_step_in_progress_and_resumes_identically(runs: 
     assert "Traceback" not in err and "error:" not in err
     assert runs["checkpoints"]["term"] == [2, 3]  # the interval checkpoint and the one at the signal
     assert runs["logged"]["term"] == [1, 2, 3]  # every finished update was logged, none after
+    assert runs["status"]["term"][:2] == ("stopped", 3)  # theseus runs: stopped at step 3
     code, err = runs["resumed"]["term"]
     assert code == 0, err
     assert "resuming run 'term' from step 3" in err
@@ -99,6 +109,7 @@ def test_a_second_ctrl_c_aborts_at_once_and_keeps_the_last_checkpoint(runs: dict
     assert "SIGINT: finishing the current step and writing a checkpoint; press Ctrl-C again" in err
     assert "stopped at step" not in err
     assert runs["checkpoints"]["ctrl-c-twice"] == [2]  # nothing written for the aborted step
+    assert runs["status"]["ctrl-c-twice"][0] == "crashed"  # aborted at the operating-system level
     code, err = runs["resumed"]["ctrl-c-twice"]
     assert code == 0, err
     assert "resuming run 'ctrl-c-twice' from step 2" in err

@@ -261,8 +261,13 @@ def test_import_removes_abandoned_staging_and_export_keeps_user_folders(
     mine = tmp_path / "export.exporting"  # a user's folder whose name the export once used for staging
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
+    killed = tmp_path / ".other.exporting-killed"  # an export SIGKILLed midway: swept as imports' are
+    killed.mkdir()
+    (killed / "model.safetensors").write_bytes(b"partial")
+    (killed / "lock").write_text(json.dumps({"host": platform.node(), "pid": 1, "since": "2020-01-01T00:00:00"}))
     code, err = hf(cli, root, "hf/export", "hf/run=x", f"hf/out={out}")
     assert code == 0, err
     assert (mine / "notes.txt").read_text() == "keep me"
     assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
+    assert not (out / "lock").exists()  # the staging folder's lock is not part of the export
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "export.exporting", "root"]

@@ -66,7 +66,7 @@ def test_statuses_of_real_runs(runs: Runs, capsys: pytest.CaptureFixture[str]) -
         log.close()
     rows = {r["name"]: r for r in listing(capsys, runs.root)}
     assert {name: row["status"] for name, row in rows.items()} == {
-        "tracked": "complete",
+        "tracked": "completed",
         "stopped": "stopped",
         "live": "crashed",
     }
@@ -81,7 +81,7 @@ def test_statuses_of_real_runs(runs: Runs, capsys: pytest.CaptureFixture[str]) -
     assert lines[0].split()[:4] == ["NAME", "JOB", "STATUS", "STEP"]
     assert lines[1].startswith("live ") and " crashed " in lines[1]
     assert lines[2].startswith("stopped ") and "stopped at step 3" in lines[2] and " 3/6 " in lines[2]
-    assert lines[3].startswith("tracked ") and " complete " in lines[3] and " 6/6 " in lines[3]
+    assert lines[3].startswith("tracked ") and " completed " in lines[3] and " 6/6 " in lines[3]
     assert [r["name"] for r in listing(capsys, runs.root, "--status", "crashed")] == ["live"]
     assert [r["name"] for r in listing(capsys, runs.root, "--job", "test/track*")] == ["live"]
     by_step = [r["name"] for r in listing(capsys, runs.root, "--sort", "step") if r["name"] != "live"]
@@ -93,8 +93,8 @@ def metrics_lines(root: Path, name: str) -> list[str]:
 
 
 def test_json_listing_is_stable(runs: Runs, capsys: pytest.CaptureFixture[str]) -> None:
-    first = theseus(capsys, "runs", "--root", str(runs.root), "--json", "--status", "complete")[1]
-    second = theseus(capsys, "runs", "--json", "--root", str(runs.root), "--status", "complete")[1]
+    first = theseus(capsys, "runs", "--root", str(runs.root), "--json", "--status", "completed")[1]
+    second = theseus(capsys, "runs", "--json", "--root", str(runs.root), "--status", "completed")[1]
     assert first == second
     rows = json.loads(first)
     assert [r["name"] for r in rows] == ["tracked"]
@@ -107,7 +107,7 @@ def test_show_prints_configuration_provenance_metrics_and_checkpoints(
 ) -> None:
     code, out, err = theseus(capsys, "runs", "--root", str(runs.root), "show", "tracked")
     assert code == 0, err
-    assert "status      complete" in out
+    assert "status      completed" in out
     assert "training/steps = 6" in out and "metrics/sinks = jsonl,tensorboard,wandb,mlflow" in out
     assert "job class   tests.training.tiny:TinyTrainer" in out and "theseus-core" in out
     assert "train (step 6): loss " in out and "val (step 6): loss " in out
@@ -116,7 +116,7 @@ def test_show_prints_configuration_provenance_metrics_and_checkpoints(
     checkpoints = [line.split() for line in out.splitlines() if line.startswith("  step ")]
     assert [c[1] for c in checkpoints] == ["3", "6"] and checkpoints[-1][-1] == "best"
     shown = json.loads(theseus(capsys, "runs", "show", "tracked", "--root", str(runs.root), "--json")[1])
-    assert shown["run"]["status"] == "complete"
+    assert shown["run"]["status"] == "completed"
     assert [c["step"] for c in shown["checkpoints"]] == [3, 6]
     assert shown["config"]["training/eval_interval"] == 3
     code, _, err = theseus(capsys, "runs", "--root", str(runs.root), "show", "traked")

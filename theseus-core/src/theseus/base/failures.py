@@ -1,6 +1,7 @@
 """What the machine refuses a job, as one line: a read-only or forbidden path, a full disk, no memory.
 
-``theseus run`` runs every job inside :func:`one_line_failures`. An ``OSError`` with ``EROFS``,
+Every ``theseus`` command runs inside this mapping (``TheseusGroup.invoke``), and ``theseus run`` runs
+each job inside :func:`one_line_failures`, which knows its configuration. An ``OSError`` with ``EROFS``,
 ``EACCES``, ``EPERM``, ``ENOSPC`` or ``EDQUOT``, a ``MemoryError`` or an XLA out-of-memory error
 that escapes the job becomes a :class:`~theseus.errors.ResourceError` naming the path (or the
 settings that need less memory without changing the model) and the fix. Errors the job already
@@ -38,6 +39,8 @@ BATCH_KEY = "training/batch_size"
 MICRO_KEY = "training/micro_batch_size"
 REMAT_KEY = "model/remat"
 SEQUENCE_KEY = "training/sequence_length"
+#: The rows per forward pass of the jobs that only run the model (``eval/harness``, ``generate``).
+INFERENCE_BATCH_KEYS = ("eval/batch_size", "generate/samples")
 
 
 @contextmanager
@@ -178,7 +181,8 @@ def memory_advice(config: Mapping[str, Any]) -> str:
 
 def memory_settings(config: Mapping[str, Any]) -> list[str]:
     """``key=value`` settings of the configuration's keys that halve what a step holds without changing
-    the model: the batch, the rows per pass (the same batch in more passes), full remat, the row length."""
+    the model: the batch, the rows per pass (the same batch in more passes), full remat, the row length;
+    for evaluation and generation, the rows per forward pass."""
     settings = []
     batch = config.get(BATCH_KEY)
     if _number(batch) and batch > 1:
@@ -191,6 +195,10 @@ def memory_settings(config: Mapping[str, Any]) -> list[str]:
     length = config.get(SEQUENCE_KEY) or config.get("architecture/block_size")
     if SEQUENCE_KEY in config and _number(length) and length > 1:
         settings.append(f"{SEQUENCE_KEY}={length // 2}")
+    for key in INFERENCE_BATCH_KEYS:
+        rows = config.get(key)
+        if _number(rows) and rows > 1:
+            settings.append(f"{key}={rows // 2}")
     return settings
 
 

@@ -2,6 +2,7 @@
 
 Off unless the variable is set. Phases of update ``step`` (1-based, the step a checkpoint would be named):
 
+- ``setup``: (step 0 only) the run's records are written, its state not yet made or restored, nothing compiled;
 - ``data``: its batch has been read from the prepared data and not yet used;
 - ``step``: its update has been dispatched to the device, its results not yet fetched or logged;
 - ``save``: its checkpoint is being written: orbax has started and, with the default
@@ -20,7 +21,7 @@ import os
 import signal
 
 ENV = "THESEUS_TEST_KILL_AT"
-PHASES = ("data", "step", "save")
+PHASES = ("setup", "data", "step", "save")
 
 
 def kill_point(phase: str, step: int) -> None:

@@ -1,9 +1,19 @@
 """Checksums of a saved state: recorded when a save is finalised, verified before the state is read.
 
-The manifest (``checksums.json`` in the state folder) lists every file orbax wrote there, with its
-size and CRC-32. It is written on process 0 after orbax has merged the processes' files and before
-the save is committed (the folder is renamed into place afterwards), so a committed checkpoint of
-this format always carries it. No orbax import: listing runs reads this module.
+Each process records the size and CRC-32 of the files it wrote (orbax's per-process folders
+``ocdbt.process_<i>/`` and ``array_metadatas/process_<i>``) in its part manifest
+``checksums.process_<i>.json``, once its writes are done and before the processes meet at orbax's
+commit barrier. Process 0 then finalises the save: it records the remaining files (those orbax's merge
+writes, and the part manifests themselves) in ``checksums.json`` with the list of parts. That
+manifest is written before the save is committed (the folder is renamed into place afterwards), so
+a committed checkpoint of this format always carries it; checkpoints saved before part manifests
+existed list every file in ``checksums.json``.
+
+Verification reads the manifests, splits the recorded files among the processes that restore
+(balanced by bytes, the same split on every process: :func:`shares`), and each process checks its
+share (:func:`verify_share`); :mod:`theseus.checkpoint.agreement` makes their verdicts one. The
+verdict names the first damaged file in name order, whatever the number of processes.
+No orbax or jax import: listing runs reads this module.
 """
 
 from __future__ import annotations
@@ -11,14 +21,21 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 #: The manifest's name inside a state folder.
 MANIFEST = "checksums.json"
+#: The part manifest of process ``i`` is ``checksums.process_<i>.json``.
+PART_PREFIX = "checksums.process_"
 ALGORITHM = "crc32"
 #: The key a checkpoint's meta JSON carries when its state has a manifest.
 META_KEY = "checksums"
 _CHUNK = 16 << 20
+
+#: ``name -> (size, checksum)`` of the files a manifest records.
+Recorded = dict[str, tuple[int, str]]
 
 
 def file_checksum(path: Path) -> str:
@@ -30,20 +47,67 @@ def file_checksum(path: Path) -> str:
     return f"{crc:08x}"
 
 
-def _files(folder: Path) -> list[Path]:
+def part_name(process: int) -> str:
+    """The file name of process ``process``'s part manifest."""
+    return f"{PART_PREFIX}{process}.json"
+
+
+def _is_manifest(name: str) -> bool:
+    return name == MANIFEST or name.startswith((PART_PREFIX, f".{MANIFEST}", f".{PART_PREFIX}"))
+
+
+def _files(folder: Path, *, parts: bool = False) -> list[Path]:
+    """The files under ``folder`` but the manifests (with ``parts``: the part manifests count as files)."""
     found: list[Path] = []
     for directory, _subdirs, names in os.walk(folder):
-        found.extend(Path(directory) / name for name in names if name != MANIFEST)
+        for name in names:
+            top = directory == str(folder)
+            if top and _is_manifest(name) and not (parts and name.startswith(PART_PREFIX) and name.endswith(".json")):
+                continue
+            found.append(Path(directory) / name)
     return sorted(found)
 
 
-def write_manifest(folder: str | Path) -> None:
-    """Record the size and checksum of every file under ``folder`` in its manifest (written atomically)."""
+def owned_by(relative: str, process: int) -> bool:
+    """Whether ``relative`` (a path under the state folder) lies in orbax's files of ``process``: its
+    ``ocdbt.process_<i>`` folder or its ``process_<i>`` array metadata."""
+    return any(part in (f"ocdbt.process_{process}", f"process_{process}") for part in relative.split("/"))
+
+
+def _record(folder: Path, paths: list[Path]) -> dict[str, list[int | str]]:
+    return {path.relative_to(folder).as_posix(): [path.stat().st_size, file_checksum(path)] for path in paths}
+
+
+def _write_json(path: Path, record: Mapping[str, object]) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(record, separators=(",", ":")))
+    partial.replace(path)
+
+
+def write_part(folder: str | Path, process: int) -> Path:
+    """Record the size and checksum of the files ``process`` wrote under ``folder`` in its part manifest
+    (written atomically); the manifest's path."""
     folder = Path(folder)
-    files = {path.relative_to(folder).as_posix(): [path.stat().st_size, file_checksum(path)] for path in _files(folder)}
-    partial = folder / f".{MANIFEST}.partial"
-    partial.write_text(json.dumps({"algorithm": ALGORITHM, "files": files}, separators=(",", ":")))
-    partial.replace(folder / MANIFEST)
+    files = [path for path in _files(folder) if owned_by(path.relative_to(folder).as_posix(), process)]
+    target = folder / part_name(process)
+    _write_json(target, {"algorithm": ALGORITHM, "process": process, "files": _record(folder, files)})
+    return target
+
+
+def write_manifest(folder: str | Path) -> None:
+    """Finalise the manifest of ``folder``: record every file no part manifest records (the part
+    manifests included) in ``checksums.json``, with the names of the parts (written atomically).
+    Without part manifests it records every file."""
+    folder = Path(folder)
+    parts = sorted(path.name for path in folder.glob(f"{PART_PREFIX}*.json"))
+    covered: set[str] = set()
+    for name in parts:
+        covered.update(json.loads((folder / name).read_text())["files"])
+    files = [path for path in _files(folder, parts=True) if path.relative_to(folder).as_posix() not in covered]
+    record: dict[str, object] = {"algorithm": ALGORITHM, "files": _record(folder, files)}
+    if parts:
+        record["parts"] = parts
+    _write_json(folder / MANIFEST, record)
 
 
 #: Where orbax's JSON handler keeps a step's ``meta`` item, relative to the step folder.
@@ -66,30 +130,116 @@ def declares_checksums(step_dir: str | Path) -> bool:
     return not isinstance(meta, dict) or META_KEY in meta
 
 
-def damage(folder: str | Path) -> str | None:
-    """What is wrong with the files of the state ``folder`` (``<step>/state``) against its manifest; None
-    when all match, or when the step predates manifests and has none."""
-    folder = Path(folder)
-    manifest = folder / MANIFEST
-    if not manifest.is_file():
-        return "its checksum manifest is missing" if declares_checksums(folder.parent) else None
+class ManifestProblem(Exception):
+    """The manifests of a state cannot be read, or do not match their own checksums (the message says why)."""
+
+
+def _file_problem(folder: Path, name: str, size: int, checksum: str) -> str | None:
+    """What is wrong with file ``name`` against its recorded size and checksum; None when it matches."""
+    path = folder / name
     try:
-        recorded = json.loads(manifest.read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"its checksum manifest is unreadable ({type(exc).__name__})"
-    for name, (size, checksum) in sorted(recorded.items()):
-        path = folder / name
-        try:
-            actual_size = path.stat().st_size
-            if actual_size != size:
-                return f"{name} holds {actual_size} bytes where {size} were saved"
-            if file_checksum(path) != checksum:
-                return f"{name} does not match its checksum"
-        except FileNotFoundError:
-            return f"{name} is missing"
-        except OSError as exc:
-            return f"{name} cannot be read ({exc.strerror or type(exc).__name__})"
+        actual_size = path.stat().st_size
+        if actual_size != size:
+            return f"{name} holds {actual_size} bytes where {size} were saved"
+        if file_checksum(path) != checksum:
+            return f"{name} does not match its checksum"
+    except FileNotFoundError:
+        return f"{name} is missing"
+    except OSError as exc:
+        return f"{name} cannot be read ({exc.strerror or type(exc).__name__})"
     return None
+
+
+def _entries(record: object) -> Recorded:
+    files = record["files"]  # type: ignore[index]
+    return {str(name): (int(size), str(checksum)) for name, (size, checksum) in files.items()}
+
+
+def read_manifest(folder: str | Path) -> Recorded | None:
+    """Every file the manifests of the state ``folder`` record, merged (but the part manifests, which it
+    checks against the checksums ``checksums.json`` records for them); None when the step predates
+    manifests and has none. Raises ``ManifestProblem`` when a manifest is missing, unreadable or damaged."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file():
+        if declares_checksums(folder.parent):
+            raise ManifestProblem("its checksum manifest is missing")
+        return None
+    try:
+        record = json.loads((folder / MANIFEST).read_text())
+        files = _entries(record)
+        parts = [str(name) for name in record.get("parts", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ManifestProblem(f"its checksum manifest is unreadable ({type(exc).__name__})") from None
+    merged = {name: entry for name, entry in files.items() if name not in parts}
+    for name in parts:
+        if name in files:
+            problem = _file_problem(folder, name, *files[name])
+            if problem is not None:
+                raise ManifestProblem(problem)
+        try:
+            merged.update(_entries(json.loads((folder / name).read_text())))
+        except FileNotFoundError:
+            raise ManifestProblem(f"its checksum manifest {name} is missing") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ManifestProblem(f"its checksum manifest {name} is unreadable ({type(exc).__name__})") from None
+    return merged
+
+
+def shares(files: Mapping[str, tuple[int, str]], count: int) -> list[list[str]]:
+    """Split the recorded ``files`` among ``count`` processes, balanced by bytes: the largest file first,
+    each to the process with the fewest bytes so far (the lowest index on a tie). Every process computes
+    the same split; each share is in name order."""
+    loads = [0] * count
+    split: list[list[str]] = [[] for _ in range(count)]
+    for name in sorted(files, key=lambda name: (-files[name][0], name)):
+        process = min(range(count), key=lambda index: (loads[index], index))
+        split[process].append(name)
+        loads[process] += files[name][0]
+    return [sorted(share) for share in split]
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The verdict of one process on its share of a state's files.
+
+    ``problem`` says what is wrong (None: its share matches); ``rank`` orders problems as one process
+    checking every file would find them first (-1: the manifests themselves, else the damaged file's
+    position in name order). ``files`` and ``bytes_read`` count what this process checked.
+    """
+
+    problem: str | None
+    rank: int = -1
+    files: int = 0
+    bytes_read: int = 0
+
+
+def verify_share(folder: str | Path, process: int = 0, count: int = 1) -> Verification:
+    """Check process ``process``'s share (of ``count``) of the files the manifests of the state ``folder``
+    record, in name order, stopping at the first damaged one. The whole state with the defaults; a step
+    that predates manifests and has none passes."""
+    folder = Path(folder)
+    try:
+        files = read_manifest(folder)
+    except ManifestProblem as exc:
+        return Verification(str(exc))
+    if files is None:
+        return Verification(None)
+    order = {name: index for index, name in enumerate(sorted(files))}
+    checked = read = 0
+    for name in shares(files, count)[process]:
+        size, checksum = files[name]
+        problem = _file_problem(folder, name, size, checksum)
+        checked += 1
+        read += size if problem is None or problem.endswith("does not match its checksum") else 0
+        if problem is not None:
+            return Verification(problem, order[name], checked, read)
+    return Verification(None, len(files), checked, read)
+
+
+def damage(folder: str | Path) -> str | None:
+    """What is wrong with the files of the state ``folder`` (``<step>/state``) against its manifests; None
+    when all match, or when the step predates manifests and has none. Reads every file (one process)."""
+    return verify_share(folder).problem
 
 
 __all__ = [
@@ -97,9 +247,18 @@ __all__ = [
     "MANIFEST",
     "META_FILE",
     "META_KEY",
+    "PART_PREFIX",
+    "ManifestProblem",
+    "Verification",
     "damage",
     "declares_checksums",
     "file_checksum",
     "has_manifest",
+    "owned_by",
+    "part_name",
+    "read_manifest",
+    "shares",
+    "verify_share",
     "write_manifest",
+    "write_part",
 ]

@@ -27,6 +27,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint._src.checkpoint_managers import preservation_policy as policies
 
 from theseus.checkpoint import integrity
+from theseus.checkpoint.agreement import agreed_verification
 from theseus.checkpoint.commits import committed_steps
 from theseus.checkpoint.layers import LayoutChange, convert_restored, layout_changes, to_layout
 from theseus.checkpoint.shapes import param_shapes
@@ -97,8 +98,15 @@ def _quiet_unraisable() -> None:
 
 
 class ChecksummedHandler(ocp.StandardCheckpointHandler):
-    """orbax's standard handler, recording the checksum manifest of the state once orbax has finalised
-    its files (process 0, before the step is committed)."""
+    """orbax's standard handler, recording checksums of the state: every process its own files once its
+    writes are done (before orbax's commit barrier), then process 0 the rest when orbax has finalised
+    the files (before the step is committed). See :mod:`theseus.checkpoint.integrity`."""
+
+    async def async_save(self, directory: Any, *args: Any, **kwargs: Any) -> list[Any] | None:
+        futures = await super().async_save(directory, *args, **kwargs)
+        process = jax.process_index()
+        folder = Path(str(getattr(directory, "path", directory)))  # a path, or one awaiting creation
+        return [ocp.future.ChainedFuture(list(futures or []), lambda: integrity.write_part(folder, process))]
 
     def finalize(self, directory: Any) -> None:
         super().finalize(directory)
@@ -296,8 +304,9 @@ class CheckpointStore:
         return dict(state), _saved_meta(restored[META])
 
     def verify(self, step: int) -> None:
-        """Raise CorruptCheckpointError if a file of checkpoint ``step``'s state does not match its checksum."""
-        problem = integrity.damage(self.directory / str(step) / STATE)
+        """Raise CorruptCheckpointError if a file of checkpoint ``step``'s state does not match its checksum.
+        The processes of a run split the files among them and agree on one verdict (every process calls it)."""
+        problem = agreed_verification(self.directory / str(step) / STATE).problem
         if problem is not None:
             raise CorruptCheckpointError(
                 f"checkpoint {self._where(step)} is damaged: {problem}",
@@ -346,8 +355,10 @@ class CheckpointStore:
         return moved
 
     def _set_aside(self, step: int, suffix: str = CORRUPT_SUFFIX) -> Path:
-        """Rename checkpoint ``step`` to ``<step><suffix>`` (process 0 does it for all processes, which wait
-        for it)."""
+        """Rename checkpoint ``step`` to ``<step><suffix>``: process 0 does it for all processes, between two
+        barriers (every process is done reading the step and names the same target before it moves, and
+        sees it moved before it lists the steps again)."""
+        _barrier(f"theseus: setting checkpoint {step} aside")
         source = self.directory / str(step)
         target = self.directory / f"{step}{suffix}"
         index = 1
@@ -356,10 +367,7 @@ class CheckpointStore:
             target = self.directory / f"{step}{suffix}{index}"
         if jax.process_index() == 0:
             source.rename(target)
-        if jax.process_count() > 1:  # every process sees the rename before it lists the steps again
-            from jax.experimental import multihost_utils
-
-            multihost_utils.sync_global_devices(f"theseus: checkpoint {step} set aside")
+        _barrier(f"theseus: checkpoint {step} set aside")
         return target
 
     def wait(self) -> None:
@@ -407,6 +415,14 @@ class CheckpointStore:
 
     def _where(self, step: int) -> str:
         return f"{str(self.directory / str(step))!r}"
+
+
+def _barrier(name: str) -> None:
+    """Wait until every process of the run reaches the barrier ``name`` (nothing with one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
 
 
 def _first_line(exc: BaseException, limit: int = 160) -> str:

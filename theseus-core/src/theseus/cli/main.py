@@ -66,6 +66,21 @@ class TheseusGroup(click.Group):
             return _lazy(cmd_name)
         return self._plugin_commands().get(cmd_name)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command: whatever it is, a full disk, a read-only or forbidden path or no memory ends it
+        as one :class:`~theseus.errors.ResourceError` line (:mod:`theseus.base.failures`)."""
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            from theseus.base.failures import resource_error
+            from theseus.cli.options import given_root
+
+            name = f"theseus {ctx.invoked_subcommand}" if ctx.invoked_subcommand else "theseus"
+            error = resource_error(exc, name, given_root(ctx), {})
+            if error is None:
+                raise
+            raise error from exc
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:

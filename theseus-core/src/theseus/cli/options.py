@@ -13,6 +13,10 @@ config_option = click.option(
 )
 
 
+#: Where ``--root`` leaves its value in the click context's ``meta`` (shared by every command's context).
+ROOT_META = "theseus.root"
+
+
 class RootPath(click.Path):
     """A root directory; an empty value (``--root ""``, an unset shell variable) is refused rather than
     read as the working directory."""
@@ -25,7 +29,18 @@ class RootPath(click.Path):
                 f"--root is empty ({value!r}); give a directory (--root DIR), "
                 "or leave --root out to use $THESEUS_ROOT or ~/.theseus"
             )
-        return super().convert(value, param, ctx)
+        path = super().convert(value, param, ctx)
+        if ctx is not None:
+            ctx.meta[ROOT_META] = path  # for the one-line disk and memory failures of any command
+        return path
+
+
+def given_root(ctx: click.Context) -> Path:
+    """The root the command was given (``--root``), else ``$THESEUS_ROOT`` or ``~/.theseus``, absolute."""
+    from theseus.base.job import default_root
+    from theseus.config.paths import absolute
+
+    return absolute(ctx.meta.get(ROOT_META) or default_root())
 
 
 def root_option(help: str = "Root for data and runs (default $THESEUS_ROOT or ~/.theseus).") -> Any:

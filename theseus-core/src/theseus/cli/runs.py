@@ -56,6 +56,14 @@ def _loss(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+#: The widest status cell of the listing (a failure's whole line is in ``runs show`` and ``--json``).
+STATUS_WIDTH = 60
+
+
+def _cell(text: str, width: int = STATUS_WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     return "\n".join(
@@ -100,7 +108,7 @@ def runs(ctx: click.Context, root: Path | None, as_json: bool, sort: str, job: s
         (
             r.name,
             r.job or "-",
-            r.label,
+            _cell(r.label),
             f"{r.step}/{r.total_steps if r.total_steps is not None else '?'}",
             _loss(r.best_val_loss),
             _human(r.tokens),
@@ -154,7 +162,7 @@ def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> Non
     total = row.total_steps if row.total_steps is not None else "?"
     out.append(f"progress    step {row.step}/{total}, {_human(row.tokens)} tokens, wall {_duration(row.wall_time)}")
     out.append(f"updated     {_when(row.updated)} UTC")
-    if row.error:
+    if row.error and row.status != "failed":  # a failure's line is in its status already
         out.append(f"error       {row.error}")
     if selections:
         out.append("selections  " + ", ".join(f"{k}={v}" for k, v in sorted(selections.items())))

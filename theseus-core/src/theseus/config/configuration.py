@@ -102,7 +102,16 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     try:
         loaded = OmegaConf.load(path)
         container = OmegaConf.to_container(loaded, resolve=True)
-    except (yaml.YAMLError, OmegaConfBaseException, ValueError) as exc:
+    except OSError as exc:
+        if exc.errno is not None:  # the file cannot be read: the machine's refusal, reported as such
+            raise
+        # OmegaConf refuses a file holding one scalar ("Invalid loaded object type: float")
+        kind = str(exc).rpartition(": ")[2] or "scalar"
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values, not a {kind}") from exc
+    except MemoryError:
+        raise
+    except (yaml.YAMLError, OmegaConfBaseException, ValueError, RecursionError, LookupError, TypeError) as exc:
+        # ValueError, LookupError, TypeError: the parser's constructors on bad tagged scalars (``!!int ''``)
         raise ConfigError(
             f"config file {str(path)!r} is not valid YAML ({_yaml_problem(exc, path)}); "
             "fix the file or regenerate it with 'theseus configure'"
@@ -121,6 +130,8 @@ def _yaml_problem(exc: BaseException, path: Path) -> str:
     ``a tab character at line 2, column 1; ...``, else the parser's own words and position."""
     import yaml
 
+    if isinstance(exc, RecursionError):
+        return "collections nested too deeply"
     text = path.read_text(encoding="utf-8", errors="replace")
     duplicate = _duplicate_key(text)
     if duplicate is not None:
@@ -135,6 +146,8 @@ def _yaml_problem(exc: BaseException, path: Path) -> str:
             return f"a tab character at {where}; YAML indents with spaces"
         return f"{problem or exc.context or type(exc).__name__} at {where}"
     first = str(exc).strip().splitlines()
+    if isinstance(exc, (LookupError, TypeError)):  # a constructor's own words, e.g. "string index out of range"
+        return f"{type(exc).__name__}: {first[0]}" if first else type(exc).__name__
     return first[0] if first else type(exc).__name__
 
 
@@ -144,7 +157,7 @@ def _duplicate_key(text: str) -> str | None:
 
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)  # nodes only: no value is constructed
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return None
     pending: list[tuple[yaml.Node, str]] = [(node, "")] if node is not None else []
     while pending:

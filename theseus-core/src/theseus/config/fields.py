@@ -6,6 +6,7 @@ import dataclasses
 import math
 import re
 import typing
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -146,42 +147,60 @@ class FieldSpec:
         return f"{self.owner.__module__}.{self.owner.__qualname__}"
 
 
+#: The resolved annotations of each class, once: ``typing.get_type_hints`` evaluates every string
+#: annotation anew on each call, and a job's schema is built on each configuration it resolves.
+_HINTS: weakref.WeakKeyDictionary[type, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
 def _type_hints(cls: type) -> dict[str, Any]:
+    cached = _HINTS.get(cls)
+    if cached is not None:
+        return cached
     try:
-        return typing.get_type_hints(cls)
-    except Exception:  # unresolved forward references: fall back to raw annotations
-        hints: dict[str, Any] = {}
+        hints = typing.get_type_hints(cls)
+    except Exception:  # unresolved forward references: fall back to raw annotations (not kept: they may resolve later)
+        hints = {}
         for klass in reversed(cls.__mro__):
             hints.update(getattr(klass, "__annotations__", {}))
         return hints
+    _HINTS[cls] = hints
+    return hints
 
 
 def declared_fields(cls: type) -> list[FieldSpec]:
-    """The configuration fields a class declares (its own and inherited)."""
+    """The configuration fields a class declares (its own and inherited); a ``default_factory`` is called
+    anew on each call, so no two schemas share a mutable default."""
     if not dataclasses.is_dataclass(cls):
         return []
+    declared = _DECLARED.get(cls)
+    if declared is None:
+        declared = _declare(cls)
+        if cls in _HINTS:  # annotations resolved: the declarations cannot change
+            _DECLARED[cls] = declared
+    return [spec if factory is MISSING else dataclasses.replace(spec, default=factory()) for spec, factory in declared]
+
+
+#: Each class's fields with their ``default_factory`` (``MISSING`` where there is none), once.
+_DECLARED: weakref.WeakKeyDictionary[type, list[tuple[FieldSpec, Any]]] = weakref.WeakKeyDictionary()
+
+
+def _declare(cls: type) -> list[tuple[FieldSpec, Any]]:
     hints = _type_hints(cls)
-    specs = []
+    declared = []
     for f in dataclasses.fields(cls):
         key = f.metadata.get(KEY_METADATA)
         if key is None:
             continue
-        if f.default is not MISSING:
-            default = f.default
-        elif f.default_factory is not MISSING:
-            default = f.default_factory()  # type: ignore[misc,operator]
-        else:
-            default = MISSING
-        specs.append(
-            FieldSpec(
-                key=key,
-                type=hints.get(f.name, f.type),
-                default=default,
-                owner=cls,
-                attribute=f.name,
-                help=f.metadata.get(HELP_METADATA, ""),
-                constraints=f.metadata.get(CONSTRAINT_METADATA, NO_CONSTRAINTS),
-                path=f.metadata.get(PATH_METADATA),
-            )
+        default = f.default if f.default is not MISSING or f.default_factory is MISSING else None
+        spec = FieldSpec(
+            key=key,
+            type=hints.get(f.name, f.type),
+            default=default,
+            owner=cls,
+            attribute=f.name,
+            help=f.metadata.get(HELP_METADATA, ""),
+            constraints=f.metadata.get(CONSTRAINT_METADATA, NO_CONSTRAINTS),
+            path=f.metadata.get(PATH_METADATA),
         )
-    return specs
+        declared.append((spec, f.default_factory))
+    return declared

@@ -18,6 +18,8 @@ class Schema:
     def __init__(self) -> None:
         self._fields: dict[str, FieldSpec] = {}
         self._owners: dict[str, list[type]] = {}
+        #: Every section (a proper prefix such as ``training`` of ``training/lr``) -> a key below it.
+        self._sections: dict[str, str] = {}
 
     @classmethod
     def build(cls, classes: Iterable[type]) -> Schema:
@@ -40,6 +42,10 @@ class Schema:
         if existing is None:
             self._check_prefix_clash(spec.key)
             self._fields[spec.key] = spec
+            cut = spec.key.rfind("/")
+            while cut > 0:
+                self._sections.setdefault(spec.key[:cut], spec.key)
+                cut = spec.key.rfind("/", 0, cut)
             self._owners[spec.key] = [spec.owner]
             return
         if spec.owner not in self._owners[spec.key]:
@@ -62,13 +68,17 @@ class Schema:
             )
 
     def _check_prefix_clash(self, key: str) -> None:
-        for other in self._fields:
-            if other.startswith(key + "/") or key.startswith(other + "/"):
-                raise ConfigError(
-                    f"configuration key {key!r} clashes with {other!r} "
-                    f"(declared by {self._fields[other].owner_name}): a key cannot be both "
-                    "a value and a section"
-                )
+        other = self._sections.get(key)
+        cut = key.rfind("/")
+        while other is None and cut > 0:
+            other = key[:cut] if key[:cut] in self._fields else None
+            cut = key.rfind("/", 0, cut)
+        if other is not None:
+            raise ConfigError(
+                f"configuration key {key!r} clashes with {other!r} "
+                f"(declared by {self._fields[other].owner_name}): a key cannot be both "
+                "a value and a section"
+            )
 
     def __contains__(self, key: object) -> bool:
         return key in self._fields
@@ -93,6 +103,7 @@ class Schema:
         schema = Schema()
         schema._fields = dict(self._fields)
         schema._owners = {k: list(v) for k, v in self._owners.items()}
+        schema._sections = dict(self._sections)
         for key, value in defaults.items():
             if key not in schema._fields:
                 raise ConfigError(

@@ -24,7 +24,7 @@ def _is_union(origin: Any) -> bool:
 
 def same_type(a: Any, b: Any) -> bool:
     """Whether two annotations describe the same configuration type."""
-    return type_name(a) == type_name(b)
+    return a is b or type_name(a) == type_name(b)
 
 
 def parse_override_value(text: str) -> Any:
@@ -40,7 +40,7 @@ def parse_override_value(text: str) -> Any:
         return text
     try:
         parsed = yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, RecursionError):  # ValueError: an integer of over 4300 digits
         return text
     if isinstance(parsed, (list, dict)) and not text.lstrip().startswith(("[", "{")):
         return text
@@ -116,7 +116,12 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
         if isinstance(value, bool):
             raise _type_error(key, value, tp)
         if isinstance(value, (int, float)):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer beyond the largest float
+                raise ConfigError(
+                    f"{key}={shown(value)} is too large for a number of type float (at most about 1.8e308)"
+                ) from None
         if isinstance(value, str):
             try:
                 return float(value)
@@ -125,7 +130,10 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
         raise _type_error(key, value, tp)
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
+            try:
+                return str(value)
+            except ValueError:  # an integer of over 4300 digits
+                pass
         raise _type_error(key, value, tp)
     if isinstance(tp, type):
         if isinstance(value, tp):
@@ -135,6 +143,14 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
 
 
 def _type_error(key: str, value: Any, tp: Any) -> ConfigError:
-    return ConfigError(
-        f"{key}: expected {type_name(tp)}, got {value!r} ({type(value).__name__}); set it as {key}=<{type_name(tp)}>"
-    )
+    name = type_name(tp)
+    return ConfigError(f"{key}: expected {name}, got {shown(value)} ({type(value).__name__}); set it as {key}=<{name}>")
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters (with the full length) when longer."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer of over 4300 digits
+        text = f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} characters)"

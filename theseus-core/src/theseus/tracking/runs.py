@@ -28,7 +28,7 @@ from theseus.runs.lock import LOCK_FILE, holder
 from theseus.runs.records import read_config, read_json, read_metrics
 from theseus.tracking.status import read_status, state_of
 
-STATUSES = ("complete", "stopped", "running", "crashed")
+STATUSES = ("completed", "stopped", "failed", "running", "crashed")
 #: Keys every listing row has, in ``--json`` order.
 ROW_KEYS = (
     "name",
@@ -66,8 +66,12 @@ class RunRow:
 
     @property
     def label(self) -> str:
-        """``complete``, ``stopped at step k``, ``running`` or ``crashed``."""
-        return f"stopped at step {self.step}" if self.status == "stopped" else self.status
+        """``completed``, ``stopped at step k``, ``failed: <its line>``, ``running`` or ``crashed``."""
+        if self.status == "stopped":
+            return f"stopped at step {self.step}"
+        if self.status == "failed":
+            return f"failed: {self.error}" if self.error else "failed"
+        return self.status
 
 
 def _number(value: Any) -> float | None:
@@ -90,7 +94,7 @@ def _row_without_status(run_dir: Path) -> RunRow:
     return RunRow(
         name=run_dir.name,
         job=provenance.get("job"),
-        status="complete" if complete else "stopped",
+        status="completed" if complete else "stopped",
         step=steps[-1] if steps else step,
         total_steps=total,
         best_val_loss=min(vals) if vals else None,
@@ -122,7 +126,7 @@ def run_row(run_dir: Path, now: float | None = None) -> RunRow:
         wall_time=_number(record.get("wall_time")),
         updated=_number(record.get("updated")),
         checkpoint=record.get("checkpoint"),
-        error=record.get("error") if status == "crashed" else None,
+        error=record.get("error") if status in ("failed", "crashed") else None,
     )
 
 

@@ -4,12 +4,14 @@ Process 0 of a training run writes it when the run starts, at most every few sec
 trains (and from a background heartbeat thread during long compilations or validations), and
 when it ends. A reader decides between:
 
-- ``complete``: the run reached ``training/steps``;
-- ``stopped``: it ended early on purpose (``training/stop_after``, a callback's stop, SIGTERM or a
-  first Ctrl-C) at a step, with a checkpoint;
+- ``completed``: the run reached ``training/steps`` (``complete`` in records written before);
+- ``stopped``: it ended early on purpose (``training/stop_after``, a callback's stop, SIGTERM or
+  Ctrl-C, during set-up too) at a step, with a checkpoint there (or none yet at step 0);
+- ``failed``: it ended with a :class:`~theseus.errors.TheseusError` (divergence, bad data, a full
+  disk ...): ``error`` holds its one line;
 - ``running``: the writing process is alive (it holds the run's lock, see ``theseus.runs.lock``; or,
   same host: its pid and start time; another host: a heartbeat younger than ``STALE_AFTER`` seconds);
-- ``crashed``: it says running but its process is gone, or it ended with an error.
+- ``crashed``: it says running but its process is gone, or it ended with an error nothing caught.
 
 This module is imported by ``theseus runs``: standard library only.
 """
@@ -76,14 +78,67 @@ def process_alive(record: Mapping[str, Any], now: float | None = None) -> bool:
     return isinstance(updated, (int, float)) and now - updated < STALE_AFTER
 
 
+#: States of records written before ``completed`` was named so.
+_OLD_NAMES = {"complete": "completed"}
+
+
 def state_of(record: Mapping[str, Any], now: float | None = None) -> str:
-    """``complete``, ``stopped``, ``running`` or ``crashed`` for a status record."""
-    state = record.get("state")
-    if state in ("complete", "stopped"):
+    """``completed``, ``stopped``, ``failed``, ``running`` or ``crashed`` for a status record."""
+    state = _OLD_NAMES.get(str(record.get("state")), record.get("state"))
+    if state in ("completed", "stopped", "failed"):
         return str(state)
     if state == "running" and process_alive(record, now):
         return "running"
     return "crashed"
+
+
+def ending(error: BaseException) -> tuple[str, str | None]:
+    """How an invocation that raised ``error`` ended: ``(state, its line)``. ``stopped`` for a clean stop
+    (a preemption's ``clean_stop``) or Ctrl-C, ``failed`` with the one line of a
+    :class:`~theseus.errors.TheseusError`, else ``crashed`` with the exception's type and first line."""
+    from theseus.errors import TheseusError
+
+    if getattr(error, "clean_stop", False) is True or isinstance(error, KeyboardInterrupt):
+        return "stopped", None
+    first = (str(error).strip().splitlines() or [""])[0]
+    if isinstance(error, TheseusError):
+        return "failed", first or type(error).__name__
+    return "crashed", f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def record_ending(run_dir: Path, error: BaseException, *, run: str, job: str | None, total_steps: int) -> None:
+    """Write how a run ended that stopped or failed in set-up, before its :class:`StatusRecorder` started:
+    its previous record (if any) with the new state, else a record at step 0. Never raises."""
+    previous = read_status(Path(run_dir)) or {}
+    state, line = ending(error)
+    now = time.time()
+    record = {
+        "version": 1,
+        "step": 0,
+        "start_step": 0,
+        "stop_step": total_steps,
+        "tokens": 0,
+        "checkpoint": None,
+        "started": now,
+        **previous,
+        "run": run,
+        "job": job,
+        "total_steps": total_steps,
+        "state": state,
+        "error": line,
+        "eta_seconds": None,
+        "pid": os.getpid(),
+        "process_start": _process_start(os.getpid()),
+        "host": platform.node(),
+        "updated": now,
+    }
+    path = Path(run_dir) / STATUS_FILE
+    tmp = path.with_name(f"{STATUS_FILE}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # the error that ended the run is what the user must see
 
 
 class StatusRecorder:
@@ -177,18 +232,19 @@ class StatusRecorder:
         self._write()
 
     def finished(self) -> None:
-        """The invocation ended normally: ``complete`` at ``training/steps``, else ``stopped``."""
+        """The invocation ended normally: ``completed`` at ``training/steps``, else ``stopped``."""
         complete = int(self.record["step"]) >= int(self.record["total_steps"])
-        self._end("complete" if complete else "stopped")
+        self._end("completed" if complete else "stopped")
 
     def failed(self, error: BaseException) -> None:
-        """The invocation ended with ``error``: ``stopped`` when the error says the run stopped cleanly
-        at a checkpoint (a preemption: its ``clean_stop`` is true), else ``crashed``."""
-        if getattr(error, "clean_stop", False) is True:
+        """The invocation ended with ``error`` (:func:`ending`): ``stopped`` at the step of a clean stop
+        (a preemption's checkpoint) or, for a stop before it checkpointed, at its last checkpoint;
+        ``failed`` with a TheseusError's line; else ``crashed``."""
+        state, line = ending(error)
+        if state == "stopped":
             step = getattr(error, "step", None)
-            if isinstance(step, int):
-                self.record["step"] = step
-                self.record["tokens"] = step * int(self.record["tokens_per_step"])
-            self._end("stopped")
-            return
-        self._end("crashed", f"{type(error).__name__}: {error}")
+            if not isinstance(step, int):
+                step = int(self.record.get("checkpoint") or 0)
+            self.record["step"] = step
+            self.record["tokens"] = step * int(self.record["tokens_per_step"])
+        self._end(state, line)

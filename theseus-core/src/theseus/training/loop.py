@@ -25,14 +25,14 @@ from theseus.runs.directory import RunDirectory, provenance
 from theseus.runs.lock import RunLock
 from theseus.tracking.plots import CurvePlotter
 from theseus.tracking.sinks import open_sinks, selected_sinks
-from theseus.tracking.status import StatusRecorder
+from theseus.tracking.status import StatusRecorder, ending, record_ending
 from theseus.training import callbacks as cb
 from theseus.training import datacheck, selection
 from theseus.training.checkpointing import LazyCheckpointStore
 from theseus.training.collector import rare_collections
 from theseus.training.divergence import LossWatch, non_finite, too_many_skipped
 from theseus.training.metrics import MetricsLogger, ProgressDisplay, scalars
-from theseus.training.preemption import PreemptionGuard
+from theseus.training.preemption import PreemptionGuard, setup_signals
 from theseus.training.profiling import ProfileWindow, parse_window
 from theseus.training.protocol import Trainer
 from theseus.training.throughput import known_peak_flops, measured_peak, mfu
@@ -94,7 +94,7 @@ class TrainingLoop:
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> None:
-        with configuration(self.trainer.context.config), rare_collections():
+        with configuration(self.trainer.context.config), rare_collections(), setup_signals():
             self._run()
 
     def _run(self) -> None:
@@ -111,7 +111,9 @@ class TrainingLoop:
             self._fit_memory()
             # Restore before writing anything: a checkpoint that does not fit leaves the run directory as it was.
             resumed = self._restore(store, latest, rollback)
+            self.records_written = True  # from here on, how this invocation ends is the run's status
             changed = self._write_records(resumed)
+            kill_point("setup", 0)
             state, start = self._starting_state(resumed, changed)
             logger = self._open_tracking(start)
             self.display = self._live_display(start)
@@ -123,9 +125,20 @@ class TrainingLoop:
         except BaseException as exc:
             if self.status is not None:
                 self.status.failed(exc)
+            else:
+                self._record_setup_ending(exc)
             raise
         finally:
             self._release(lock, logger, store)
+
+    def _record_setup_ending(self, exc: BaseException) -> None:
+        """A run that ended in set-up, before its status record started, records how: a stop always, a
+        failure once this invocation wrote the run's records (a refused resume leaves the record as it was)."""
+        if not getattr(self, "main", False) or not hasattr(self, "run_dir"):
+            return  # nothing was opened yet, or another process writes the records
+        if getattr(self, "records_written", False) or ending(exc)[0] == "stopped":
+            t = self.trainer
+            record_ending(self.run_dir.path, exc, run=t.run_name, job=t.context.name, total_steps=self.args.steps)
 
     # -- the steps of a run ----------------------------------------------------------------------
     def _check_before_writing(self) -> tuple[list[Any], Any]:

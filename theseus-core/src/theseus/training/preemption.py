@@ -23,6 +23,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -50,6 +51,35 @@ class Preempted(TrainingError):
         self.step = step
         self.signal_name = signal_name
         self.seconds = seconds
+
+
+class Interrupted(TrainingError):
+    """SIGTERM stopped the run during its set-up, before its first update: there is nothing new to
+    checkpoint, and what was committed before stays; run the same command to continue."""
+
+    exit_code = EXIT_CODE
+    plain = True
+    clean_stop = True
+    step = None  # the run stopped where its last checkpoint is
+
+
+@contextlib.contextmanager
+def setup_signals() -> Iterator[None]:
+    """While a run sets up (before :class:`PreemptionGuard` takes over), SIGTERM raises :class:`Interrupted`
+    at once, as Ctrl-C raises ``KeyboardInterrupt``, so the run ends through its ``finally`` blocks and
+    records that it stopped. Only in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: FrameType | None) -> None:
+        raise Interrupted("SIGTERM: stopped during set-up, before the first update; run the same command to continue")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _distributed_client() -> Any:
@@ -173,4 +203,4 @@ class PreemptionGuard:
         return time.monotonic() - self.received_at if self.received_at is not None else 0.0
 
 
-__all__ = ["EXIT_CODE", "MULTI_PROCESS_MARGIN", "Preempted", "PreemptionGuard"]
+__all__ = ["EXIT_CODE", "MULTI_PROCESS_MARGIN", "Interrupted", "Preempted", "PreemptionGuard", "setup_signals"]

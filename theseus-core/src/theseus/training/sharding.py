@@ -380,8 +380,9 @@ def _over_context(plan: ShardingPlan) -> ShardingPlan:
 
 def torus_sides(devices: Sequence[Any]) -> tuple[int, ...] | None:
     """The sides of the physical torus of TPU ``devices`` (from their ``coords``); None for other devices."""
-    coords = [getattr(device, "coords", None) for device in devices]
-    if not coords or any(c is None for c in coords):
+    found = [getattr(device, "coords", None) for device in devices]
+    coords: list[Sequence[int]] = [c for c in found if c is not None]
+    if not coords or len(coords) != len(found):
         return None
     return tuple(max(c[i] for c in coords) - min(c[i] for c in coords) + 1 for i in range(len(coords[0])))
 
@@ -397,9 +398,9 @@ def _make_mesh(shape: tuple[int, ...], names: tuple[str, ...], devices: Sequence
         if sides is None:
             raise
         fits = sorted({int(np.prod(subset)) for subset in _subsets(sides)})
-        mesh = " x ".join(f"{name} {size}" for name, size in zip(names, shape, strict=True))
+        laid = " x ".join(f"{name} {size}" for name, size in zip(names, shape, strict=True))
         raise ConfigError(
-            f"the mesh ({mesh}) cannot be laid on the {'x'.join(map(str, sides))} torus of these TPU chips: "
+            f"the mesh ({laid}) cannot be laid on the {'x'.join(map(str, sides))} torus of these TPU chips: "
             f"each mesh axis must be a product of some of its sides ({', '.join(map(str, fits))}); "
             "set mesh/model, mesh/expert, mesh/context or mesh/pipeline to such sizes"
         ) from error

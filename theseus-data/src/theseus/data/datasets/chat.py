@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -11,6 +10,7 @@ from theseus.config import field
 from theseus.data.chat import ChatTemplate, check_messages
 from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files
+from theseus.data.datasets.local import json_lines
 from theseus.data.tokenizers.spec import tokenizer_field
 from theseus.errors import DataError
 
@@ -50,33 +50,25 @@ class Chat(Dataset):
             raise DataError("dataset 'chat' needs a path; pass data/chat/path=FILE.jsonl")
         template = self.chat_template()
         for file in find_files(self.path, (".jsonl", ".json"), key="data/chat/path"):
-            with open(file, encoding="utf-8") as f:
-                for number, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    where = f"{file}:{number}"
-                    try:
-                        row = json.loads(line)
-                    except ValueError as exc:
-                        raise DataError(f"{where} is not valid JSON ({exc}); fix the line") from exc
-                    messages = row.get(self.messages_field) if isinstance(row, dict) else None
-                    if messages is None:
-                        raise DataError(
-                            f"{where} has no {self.messages_field!r} field; each chat row needs "
-                            f'"{self.messages_field}": [{{"role": ..., "content": ...}}] '
-                            "(or set data/chat/messages_field)"
-                        )
-                    check_messages(messages, where)
-                    try:
-                        segments = template.segments(messages)
-                    except DataError as exc:
-                        raise DataError(f"{where}: {exc}") from exc
-                    split = row.get("split")
-                    yield Document(
-                        "".join(text for text, _ in segments),
-                        split=split if split in (TRAIN, VAL) else None,
-                        segments=segments,
+            for where, row in json_lines(file):
+                messages = row.get(self.messages_field) if isinstance(row, dict) else None
+                if messages is None:
+                    raise DataError(
+                        f"{where} has no {self.messages_field!r} field; each chat row needs "
+                        f'"{self.messages_field}": [{{"role": ..., "content": ...}}] '
+                        "(or set data/chat/messages_field)"
                     )
+                check_messages(messages, where)
+                try:
+                    segments = template.segments(messages)
+                except DataError as exc:
+                    raise DataError(f"{where}: {exc}") from exc
+                split = row.get("split")
+                yield Document(
+                    "".join(text for text, _ in segments),
+                    split=split if split in (TRAIN, VAL) else None,
+                    segments=segments,
+                )
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()

@@ -31,20 +31,65 @@ def detect_format(path: str, key: str) -> str:
     )
 
 
+def json_lines(path: str | Path, fix: str = "fix the line") -> Iterator[tuple[str, Any]]:
+    """``(where, value)`` of each line of a JSON-lines file that is not blank, ``where`` being ``path:line``.
+
+    A line that is not UTF-8 (a byte-order mark may open the file), not JSON, nested too deeply, or holding
+    text that is no unicode (a lone surrogate escape such as ``\\ud800``) is a DataError naming the line and
+    ending with ``fix``.
+    """
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    f"{where} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                    "save the file as UTF-8"
+                ) from None
+            if line.strip():
+                yield where, _loads(line, where, fix)
+
+
+def _loads(line: str, where: str, fix: str) -> Any:
+    try:
+        value = json.loads(line)
+    except RecursionError:
+        raise DataError(f"{where} is not valid JSON (its collections are nested too deeply); {fix}") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where} is not valid JSON ({exc}); {fix}") from exc
+    except ValueError:  # an integer of over 4300 digits
+        raise DataError(f"{where} is not valid JSON (it holds a number of over 4300 digits); {fix}") from None
+    if "\\u" in line and not _unicode(value):
+        raise DataError(f"{where} holds a lone surrogate (an escape in \\ud800-\\udfff), which is no text; {fix}")
+    return value
+
+
+def _unicode(value: Any) -> bool:
+    """Whether every string in ``value`` (keys too) is unicode text, without lone surrogates."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            pending += item
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+    return True
+
+
 def read_jsonl(path: str, field_names: tuple[str, ...], key: str) -> Iterator[dict[str, Any]]:
     """The JSON objects of a JSON-lines file, checking that each has ``field_names``."""
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise DataError(f"{path}:{number} is not valid JSON ({exc}); fix the line or the {key}") from exc
-            if not isinstance(row, dict) or any(not isinstance(row.get(n), str) for n in field_names):
-                want = ", ".join(repr(n) for n in field_names)
-                raise DataError(f"{path}:{number} needs string field(s) {want}; fix the file or set the field names")
-            yield row
+    for where, row in json_lines(path, f"fix the line or the {key}"):
+        if not isinstance(row, dict) or any(not isinstance(row.get(n), str) for n in field_names):
+            want = ", ".join(repr(n) for n in field_names)
+            raise DataError(f"{where} needs string field(s) {want}; fix the file or set the field names")
+        yield row
 
 
 @dataclass

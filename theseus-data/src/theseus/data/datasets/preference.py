@@ -15,7 +15,6 @@ their end-of-text) are learned. The ``"pairs"`` style reads them back as consecu
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -24,6 +23,7 @@ from theseus.config import field
 from theseus.data.chat import ChatTemplate, check_messages
 from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files
+from theseus.data.datasets.local import json_lines
 from theseus.data.tokenizers.spec import tokenizer_field
 from theseus.errors import DataError
 
@@ -63,20 +63,16 @@ class Preference(Dataset):
         template: ChatTemplate | None = None
         rows = differing = 0
         for file in find_files(self.path, (".jsonl", ".json"), key="data/preference/path"):
-            with open(file, encoding="utf-8") as f:
-                for number, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    where = f"{file}:{number}"
-                    row = _row(line, where)
-                    if isinstance(row["prompt"], list) and template is None:
-                        template = self.chat_template()
-                    chosen, rejected = _segments(row, where, template)
-                    split = row.get("split")
-                    split = split if split in (TRAIN, VAL) else None
-                    rows += 1
-                    differing += chosen != rejected
-                    yield _document(chosen, split), _document(rejected, split)
+            for where, value in json_lines(file):
+                row = _row(value, where)
+                if isinstance(row["prompt"], list) and template is None:
+                    template = self.chat_template()
+                chosen, rejected = _segments(row, where, template)
+                split = row.get("split")
+                split = split if split in (TRAIN, VAL) else None
+                rows += 1
+                differing += chosen != rejected
+                yield _document(chosen, split), _document(rejected, split)
         if rows and not differing:
             raise DataError(
                 f"every one of the {rows} rows of {self.path} has chosen = rejected, so there is no preference "
@@ -106,11 +102,7 @@ class Preference(Dataset):
         return {**info, **self.chat_template().record()}
 
 
-def _row(line: str, where: str) -> dict[str, Any]:
-    try:
-        row = json.loads(line)
-    except ValueError as exc:
-        raise DataError(f"{where} is not valid JSON ({exc}); fix the line") from exc
+def _row(row: Any, where: str) -> dict[str, Any]:
     if not isinstance(row, dict):
         raise DataError(f'{where} is not a JSON object; each row is {{"prompt", "chosen", "rejected"}}')
     missing = [name for name in FIELDS if name not in row]

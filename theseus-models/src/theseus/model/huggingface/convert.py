@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from theseus.errors import CheckpointError
+from theseus.model.huggingface.config_checks import checked_keys
 from theseus.model.huggingface.family import HFFamily, family
 from theseus.model.huggingface.names import IGNORED_SUFFIXES, TensorMap
 from theseus.model.huggingface.safetensors_io import PlannedTensor, TensorInfo, dtype_code, read_index, read_tensor
@@ -49,7 +50,7 @@ def from_config(config: Mapping[str, Any]) -> tuple[HFFamily, Imported]:
             f"config.json has quantization_config (quant_method={method!r}): theseus imports unquantized "
             "weights; use a bfloat16/float32 copy of the checkpoint (dequantize it first)"
         )
-    return found, Imported(found.model_type, found.model_class, found.keys(config))
+    return found, Imported(found.model_type, found.model_class, checked_keys(found, config))
 
 
 @dataclass
