@@ -2,9 +2,11 @@
 ``arithmetic`` flow, run as written, once per seed.
 
     python benchmarks/rl_arithmetic.py [--seeds 0,1,2] [--sft-steps N] [--grpo-steps N] [--keep DIR]
+    python benchmarks/rl_arithmetic.py --set DIGITS=2 --set LAYERS=8 --set WIDTH=256   # on the chip
 
-The page's flow is a bash script whose ``SEED``, ``SFT_STEPS`` and ``GRPO_STEPS`` default to the
-page's values; this script sets ``SEED`` (and the step counts only when asked), runs the flow in a
+The page's flow is a bash script whose variables (``SEED``, ``SFT_STEPS``, ``GRPO_STEPS``, ``DIGITS``,
+``LAYERS``, ``WIDTH``, ...) default to the page's values; this script sets ``SEED`` (and the others only
+when asked: ``--set NAME=VALUE``), runs the flow in a
 fresh folder per seed with the installed ``theseus``, and reads the GRPO run's validation records:
 greedy accuracy on the environment's held-out split before the first update (the SFT model,
 ``training/eval_at_start``) and at each validation after. It prints one row per seed, the means, the
@@ -37,9 +39,11 @@ def records(run: Path, split: str) -> list[dict[str, Any]]:
     return [row for row in rows if row["split"] == split]
 
 
-def run_seed(seed: int, work: Path, sft_steps: int | None, grpo_steps: int | None) -> dict[str, Any]:
+def run_seed(
+    seed: int, work: Path, sft_steps: int | None, grpo_steps: int | None, settings: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The page's flow for one seed: accuracy before and after GRPO, and where the time went."""
-    extra = {"SEED": str(seed)}
+    extra = {**(settings or {}), "SEED": str(seed)}
     if sft_steps is not None:
         extra["SFT_STEPS"] = str(sft_steps)
     if grpo_steps is not None:
@@ -68,15 +72,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     parser.add_argument("--sft-steps", type=int, default=None, help="SFT_STEPS (default: the page's)")
     parser.add_argument("--grpo-steps", type=int, default=None, help="GRPO_STEPS (default: the page's)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a flow variable")
     parser.add_argument("--keep", default="", help="run in this folder and keep it (default: a temporary one)")
     parser.add_argument("--json", default="", help="also write the rows to this file")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    settings = dict(item.split("=", 1) for item in args.set)
+    if settings:
+        print("flow variables: " + " ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
     with tempfile.TemporaryDirectory(prefix="rl-arithmetic-") as scratch:
         base = Path(args.keep or scratch)
         rows = []
         for seed in seeds:
-            row = run_seed(seed, base / f"seed-{seed}", args.sft_steps, args.grpo_steps)
+            row = run_seed(seed, base / f"seed-{seed}", args.sft_steps, args.grpo_steps, settings)
             rows.append(row)
             curve = ", ".join(f"{step}: {acc:.1%}" for step, acc in row["curve"])
             print(

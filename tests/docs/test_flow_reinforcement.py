@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +54,37 @@ def test_distill_flow(grpo_shell: Shell) -> None:
     assert val["loss"] > 0 and math.isfinite(val["reward"])
     shown = shell.result("theseus runs show reverse-student").stdout
     assert "train/distill" in shown and "step 2/2" in shown
+
+
+@pytest.mark.slow
+def test_learned_reward_flow(grpo_shell: Shell) -> None:
+    """The learned-reward flow as written: a reward model of preference pairs separates the held-out
+    pairs, and two GRPO updates score completions with it beside the rule reward."""
+    from tests.finetune.conftest import preference_rows, write_jsonl
+
+    shell = grpo_shell
+    write_jsonl(shell.cwd / "preferences.jsonl", preference_rows(64))
+    shell.run(flows("docs/reinforcement-learning.md")["reward"])
+    judge = [json.loads(line) for line in (shell.root / "runs" / "judge" / "metrics.jsonl").read_text().splitlines()]
+    held_out = [row for row in judge if row["split"] == "val"][-1]
+    assert held_out["step"] == 24 and held_out["accuracy"] >= 0.9, held_out  # chance is 0.5
+    lines = (shell.root / "runs" / "reverse-judged" / "metrics.jsonl").read_text().splitlines()
+    train = [row for row in map(json.loads, lines) if row["split"] == "train"]
+    assert [row["step"] for row in train] == [1, 2]
+    for row in train:
+        assert math.isfinite(row["reward/model"]) and row["reward/model"] != 0.0
+        assert row["reward"] == pytest.approx(row["reward/reversed"] + 0.5 * row["reward/model"], abs=1e-4)
+
+
+def test_calculator_flow(tmp_path: Path) -> None:
+    """The multi-turn flow as written: three GRPO updates on the calculator environment, the turns per
+    episode and the rewards logged, and ``theseus runs show`` naming the run."""
+    shell = Shell.create(tmp_path / "work")
+    shell.run(flows("docs/reinforcement-learning.md")["calculator"])
+    lines = (shell.root / "runs" / "calculator" / "metrics.jsonl").read_text().splitlines()
+    train = [row for row in map(json.loads, lines) if row["split"] == "train"]
+    assert [row["step"] for row in train] == [1, 2, 3]
+    for row in train:
+        assert 1.0 <= row["turns"] <= 3.0 and 1 <= row["completion_length"] <= 3 * 16 + 1, row
+        assert math.isfinite(row["reward"]) and math.isfinite(row["reward/correct"])
+    assert "step 3/3" in shell.result("theseus runs show calculator").stdout

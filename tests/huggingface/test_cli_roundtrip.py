@@ -12,6 +12,12 @@ from tests.huggingface.conftest import HYBRID, TWO_LAYERS, hf_logits, imported_l
 from tests.huggingface.test_import_parity import LONGROPE, YARN
 
 PROMPT = "def f(x):"
+#: A chat template given to the GPT-2 case's tokenizer (saved as chat_template.jinja by transformers 5).
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Sort 3 1 2."}]
 #: Families exported as another (a vision-language checkpoint's language model: its text family).
 EXPORTED_AS = {"qwen3_5_moe": "qwen3_5_moe_text", "gemma4": "gemma4_text"}
 #: Families whose recurrent state carries bfloat16 rounding along (Gated DeltaNet layers).
@@ -88,6 +94,10 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     family, overrides = FAMILIES[case]
     source = tmp_path / "source"
     model = save_model(source, family, vocab_size=258, **overrides)
+    if family == "gpt2":  # a chat model: its template is kept by the import and written by the export
+        chat_tok = AutoTokenizer.from_pretrained(source)
+        chat_tok.chat_template = CHAT_TEMPLATE
+        chat_tok.save_pretrained(source)
     code, _, err = theseus("run", "hf/import", f"hf/source={source}", "run/name=imported")
     assert code == 0, err
     run = theseus.root / "runs" / "imported"
@@ -128,6 +138,14 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     assert np.max(np.abs(hf_logits(reloaded.eval(), x) - hf_logits(model, x))) <= 1e-5
     exported_tok = AutoTokenizer.from_pretrained(out_dir)
     assert exported_tok(PROMPT).input_ids == hf_tok(PROMPT).input_ids
+    if family == "gpt2":  # the chat template travels: the export renders prompts as the source does
+        rendered = exported_tok.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
+        assert rendered == hf_tok.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
+        assert rendered == "<system>Be brief.</s><user>Sort 3 1 2.</s><assistant>"
+        code, _, err = theseus("run", "hf/import", f"hf/source={out_dir}", "run/name=again")
+        assert code == 0, err
+        for name in ("imported", "again"):  # the template a run renders its prompts with (rl/chat, generate)
+            assert read_json(theseus.root / "runs" / name / "chat_template.json")["chat_template"] == CHAT_TEMPLATE
     exported = read_json(out_dir / "config.json")
     assert exported["model_type"] == EXPORTED_AS.get(family, family)
     assert getattr(reloaded.config, "sliding_window", None) == overrides.get("sliding_window")
@@ -182,3 +200,26 @@ def test_sharded_transformers_checkpoint_imports(tmp_path: Path) -> None:
     got, _ = imported_logits(tmp_path / "b", ids)
     assert torch.is_tensor(model.lm_head.weight)
     assert np.max(np.abs(got - hf_logits(model, ids))) <= 1e-4
+
+
+def test_a_byte_level_runs_chat_template_is_exported_for_apply_chat_template(tmp_path: Path) -> None:
+    """What ``hf/export`` writes of a run fine-tuned on chat data (its ``chat_template.json``) beside the byte
+    tokenizer: transformers renders the run's prompts, and the import reads the template back."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from theseus.data.chat import BUILTIN_TEMPLATES, ChatTemplate
+    from theseus.model.huggingface.exporter import write_chat_template, write_tokenizer
+    from theseus.model.huggingface.tokenizer_files import chat_template_record
+
+    run, out = tmp_path / "run", tmp_path / "out"
+    run.mkdir(), out.mkdir()
+    kept = {"chat_template": BUILTIN_TEMPLATES["chatml"], "bos_token": "", "eos_token": ""}
+    (run / "chat_template.json").write_text(json.dumps(kept))
+    assert write_tokenizer(out, run, {"kind": "byte"}, 64) == (256, 256)
+    write_chat_template(out, run)
+    rendered = AutoTokenizer.from_pretrained(out).apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
+    assert rendered == ChatTemplate(BUILTIN_TEMPLATES["chatml"]).render(CHAT, add_generation_prompt=True)
+    assert rendered.endswith("<|im_start|>user\nSort 3 1 2.<|im_end|>\n<|im_start|>assistant\n")
+    assert chat_template_record(out) == kept | {"eos_token": "<|endoftext|>", "bos_token": "<|endoftext|>"}

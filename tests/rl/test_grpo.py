@@ -172,14 +172,28 @@ def test_sharded_layouts_roll_out_and_train_as_one_device(tmp_path: Path) -> Non
         ),
         (
             ["rl/chat=true"],
-            "error: rl/chat=true renders prompts with the chat template of the run the policy starts from, but "
-            "training/init_from=(unset) is not a run; start from a run fine-tuned on chat data "
-            "(training/init_from=run:NAME) or set rl/chat=false",
+            "error: rl/chat=true renders prompts with the chat template of the source the policy starts from, but "
+            "training/init_from=(unset) is not a run or a checkpoint; start from a run fine-tuned on chat data "
+            "(run:NAME) or a chat checkpoint (hf:DIR), or set rl/chat=false",
         ),
         (
-            ["rl/beta=0.1"],
-            "error: rl/beta=0.1 needs a reference: the policy with its LoRA adapters off; set model/lora/rank>0, "
-            "or rl/beta=0",
+            ["rl/loss=ppo"],
+            "error: rl/loss='ppo' is not accepted; use one of: grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo",
+        ),
+        (
+            ["rl/loss=cispo"],
+            "error: rl/loss=cispo caps the importance ratio at rl/epsilon_high=0.2, below 1, which scales down every "
+            "on-policy token; set rl/epsilon_high>=1 (MiniMax-M1 and ScaleRL use 5)",
+        ),
+        (
+            ["rl/sampling_correction_min=2", "rl/sampling_correction_max=1.5"],
+            "error: rl/sampling_correction_min=2.0 must be below rl/sampling_correction_max=1.5; lower the minimum "
+            "or raise the maximum",
+        ),
+        (
+            ["rl/sampling_correction_mode=token_truncate", "rl/sampling_correction_max=null"],
+            "error: rl/sampling_correction_mode=token_truncate clips the ratio to bounds, but "
+            "rl/sampling_correction_min and rl/sampling_correction_max are both null; set one",
         ),
     ],
 )

@@ -29,6 +29,10 @@ class CheckpointError(TheseusError):
     """A checkpoint is corrupt or does not match the configured model."""
 
 
+class RewardError(TheseusError):
+    """A reward raised (or gave no finite number) on a completion, and ``rl/reward_errors=stop``."""
+
+
 class ResourceError(TheseusError):
     """The machine refused a job: a read-only or forbidden path, a full disk, not enough memory."""
 

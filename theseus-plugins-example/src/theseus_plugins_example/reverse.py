@@ -23,6 +23,7 @@ class ReverseWord(Environment):
 
     name: ClassVar[str] = "reverse"
     REWARDS: ClassVar[dict[str, float]] = {"reversed": 1.0, "format": 0.1}
+    ACCURACY: ClassVar[str | None] = "reversed"
 
     min_length: int = field("environment/reverse/min_length", default=3, min=1, help="shortest word")
     max_length: int = field("environment/reverse/max_length", default=6, min=1, help="longest word")

@@ -3,15 +3,19 @@
 The source files are parsed, never imported, so this stays fast and does not load jax: the
 ``field()`` declarations of the component's configuration class (optimizers and schedules),
 of the class itself and its bases (datasets, evaluations, analyses), and, for models, of the
-child types listed by ``components()``, followed recursively.
+child types listed by ``components()``, followed recursively. Keys, defaults, choices, bounds and
+help given by module-level constants (``choices=("", *EXTRACT_MODES)``, ``default=DEFAULT_TAG``, imports
+followed) are shown as their values.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -134,6 +138,79 @@ def _constant(node: ast.AST | None) -> str:
     return ast.unparse(node) if node is not None else ""
 
 
+class Unresolved(Exception):
+    """An expression whose value cannot be known without running code."""
+
+
+#: Arithmetic that constant expressions may use (``2**31``, ``-1``, ``1 / 3``).
+_OPERATORS: dict[type, Any] = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Mod: lambda a, b: a % b,
+}
+
+
+def literal(index: SourceIndex, module: str, node: ast.AST, depth: int = 0) -> Any:
+    """The value of a constant expression in ``module``: literals, tuples and lists (``*`` unpacking
+    included), names of module-level constants (imports followed), signs, arithmetic and f-strings of
+    such values; ``Unresolved`` for anything else."""
+    if depth > 16:
+        raise Unresolved
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, (ast.Tuple, ast.List)):
+        items: list[Any] = []
+        for element in node.elts:
+            if isinstance(element, ast.Starred):
+                items.extend(literal(index, module, element.value, depth + 1))
+            else:
+                items.append(literal(index, module, element, depth + 1))
+        return tuple(items) if isinstance(node, ast.Tuple) else items
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        name = _dotted(node)
+        found = index.resolve(module, name) if name else None
+        if found is None or isinstance(found[1], (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            raise Unresolved
+        return literal(index, found[0], found[1], depth + 1)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = literal(index, module, node.operand, depth + 1)
+        if not isinstance(value, (int, float)):
+            raise Unresolved
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp):
+        left, right = literal(index, module, node.left, depth + 1), literal(index, module, node.right, depth + 1)
+        if isinstance(node.op, ast.Pow) and isinstance(right, int) and 0 <= right <= 256:
+            return left**right
+        operator = _OPERATORS.get(type(node.op))
+        if operator is None:
+            raise Unresolved
+        try:
+            return operator(left, right)
+        except (TypeError, ArithmeticError):
+            raise Unresolved from None
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for part in node.values:
+            if isinstance(part, ast.FormattedValue):
+                value = literal(index, module, part.value, depth + 1)
+                conversions: dict[int, Callable[[Any], Any]] = {ord("r"): repr, ord("a"): ascii, ord("s"): str}
+                value = conversions.get(part.conversion, lambda v: v)(value)
+                spec = literal(index, module, part.format_spec, depth + 1) if part.format_spec else ""
+                parts.append(format(value, spec))
+            else:
+                parts.append(literal(index, module, part, depth + 1))
+        return "".join(parts)
+    raise Unresolved
+
+
+def _choice(value: Any) -> str:
+    """A choice as the help shows it: a word as it is, the empty string as ``''``."""
+    return value if isinstance(value, str) and value else repr(value)
+
+
 class KeyCollector:
     """Collects the ``field()`` keys reachable from a component's definition."""
 
@@ -174,44 +251,55 @@ class KeyCollector:
                 self.from_class(found[0], found[1], attributes)
         for statement in node.body:
             if isinstance(statement, ast.AnnAssign) and isinstance(statement.value, ast.Call):
-                self._field(statement)
+                self._field(module, statement)
         for child in self._components(module, node, attributes):
             self._from_reference(*child)
 
-    def _field(self, statement: ast.AnnAssign) -> None:
+    def _value(self, module: str, node: ast.AST) -> Any:
+        """The value of ``node`` (see :func:`literal`); ``Unresolved`` when it is not a constant."""
+        return literal(self.index, module, node)
+
+    def _shown(self, module: str, node: ast.AST, show: Any = repr) -> str:
+        """``node``'s value as ``show`` writes it, else its source text."""
+        try:
+            return str(show(self._value(module, node)))
+        except Unresolved:
+            return _constant(node)
+
+    def _field(self, module: str, statement: ast.AnnAssign) -> None:
         call = statement.value
         assert isinstance(call, ast.Call)
         callee = _dotted(call.func) or ""
         if callee.rsplit(".", 1)[-1] != "field" or not call.args:
             return
-        first = call.args[0]
-        if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+        try:
+            key = self._value(module, call.args[0])
+        except Unresolved:
+            return
+        if not isinstance(key, str):
             return
         keywords = {k.arg: k.value for k in call.keywords if k.arg}
         if "default" in keywords:
-            default = (
-                _constant(keywords["default"])
-                if not isinstance(keywords["default"], ast.Constant)
-                else repr(
-                    keywords["default"].value  # type: ignore[attr-defined]
-                )
-            )
+            default = self._shown(module, keywords["default"])
         elif "default_factory" in keywords:
             default = f"{ast.unparse(keywords['default_factory'])}()"
         else:
             default = "<required>"
         bounds = [
-            f"{sign} {ast.unparse(keywords[name])}"
+            f"{sign} {self._shown(module, keywords[name])}"
             for name, sign in (("min", ">="), ("above", ">"), ("max", "<="), ("below", "<"))
             if name in keywords
         ]
-        choices = keywords.get("choices")
-        if isinstance(choices, (ast.List, ast.Tuple)):
-            bounds.append("one of " + ", ".join(_constant(c) for c in choices.elts))
-        text = _constant(keywords.get("help"))
+        if "choices" in keywords:
+            try:
+                choices = self._value(module, keywords["choices"])
+                bounds.append("one of " + ", ".join(_choice(c) for c in choices))
+            except (Unresolved, TypeError):
+                bounds.append(f"one of {ast.unparse(keywords['choices'])}")
+        text = self._shown(module, keywords["help"], str) if "help" in keywords else ""
         if bounds:
             text = f"{text} [{' and '.join(bounds)}]".strip()
-        self.rows.setdefault(first.value, KeyRow(first.value, ast.unparse(statement.annotation), default, text))
+        self.rows.setdefault(key, KeyRow(key, ast.unparse(statement.annotation), default, text))
 
     def _components(
         self, module: str, node: ast.ClassDef, attributes: dict[str, tuple[str, ast.expr]]

@@ -2,7 +2,8 @@
 
 The templates (``templates/plugin/``, shipped as package data) hold a ``pyproject.toml`` with the
 entry points and the theseus-core range the plugin targets, a trainer job, a schedule component,
-a hook module, a test that runs the job for a few steps, and a README.
+a reinforcement-learning environment with its reward, a hook module, tests that run the job for a
+few steps and score the environment, and a README.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def new() -> None:
     help="Folder in which NAME/ is created.",
 )
 def plugin(name: str, directory: Path) -> None:
-    """Write a ready plugin distribution NAME/: a job, a component, hooks, a test, a README."""
+    """Write a ready plugin distribution NAME/: a job, components, hooks, tests, a README."""
     written = render_plugin(name, directory)
     names = PluginNames.of(name)
     folder = directory / names.dist
@@ -108,6 +109,7 @@ def plugin(name: str, directory: Path) -> None:
     # pip reads a bare relative name as a package to download: a relative folder is spelled ./NAME
     install = folder if folder.is_absolute() else f"./{folder.as_posix()}"
     click.echo(
-        f"job {names.short}/train, component schedule/{names.short}-warmup, hooks plugin/{names.short}\n"
+        f"job {names.short}/train, component schedule/{names.short}-warmup, environment/{names.short}-sort with "
+        f"reward/{names.short}-sorted, hooks plugin/{names.short}\n"
         f"next: pip install {install} && theseus jobs; then run its test: cd {folder} && pytest"
     )

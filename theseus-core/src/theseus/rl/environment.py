@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from theseus.base.declared import Declared
-from theseus.errors import ConfigError, PluginError
+from theseus.errors import ConfigError
+from theseus.rl.scoring import RewardFailure, Scored, call_reward
 
 SPLITS = ("train", "eval")
 
@@ -63,16 +64,22 @@ class Environment(Declared):
 
     Subclasses are dataclasses (keys under ``environment/<name>/``) and implement ``prompts``;
     ``REWARDS`` names the registered rewards scored by default, with their weights (a run may
-    choose others: ``rl/rewards=correct:1.0,format:0.2``).
+    choose others: ``rl/rewards=correct:1.0,format:0.2``); ``ACCURACY`` names the reward whose score
+    of 1 means solved, which a trainer's ``accuracy`` counts (None: the environment has none).
 
-    Episodes are single-turn by default. A multi-turn environment overrides ``respond``: after
-    each policy turn it gets the prompt and the transcript so far (chat messages, the policy's
-    turns as ``"assistant"``) and returns the environment's next message (a tool result, a
-    hint) or ``None`` to end the episode; the completion scored is then the policy's turns
-    joined. A trainer that only runs single turns can ignore the hook.
+    Episodes are single-turn by default. A multi-turn environment names ``STOP`` strings (such as
+    ``</calc>``) and overrides ``respond``: a policy turn that writes one ends there, and ``respond``
+    gets the prompt and the transcript so far (chat messages, the policy's turns as
+    ``"assistant"``, earlier replies as ``"tool"``) and returns the environment's reply (a tool
+    result, a hint), which the policy reads before its next turn, or ``None`` to end the episode.
+    A turn that ends at the end of text ends the episode. The completion scored is the policy's
+    turns joined. A trainer that only runs single turns can ignore the hook.
     """
 
     REWARDS: ClassVar[Mapping[str, float]] = {"correct": 1.0}
+    #: Strings that end a policy turn and hand it to ``respond`` (none: single-turn episodes).
+    STOP: ClassVar[tuple[str, ...]] = ()
+    ACCURACY: ClassVar[str | None] = "correct"
 
     def prompts(self, split: str, seed: int, step: int, count: int) -> list[Prompt]:
         """``count`` prompts of ``split`` (``"train"`` or ``"eval"``), the same for the same
@@ -101,19 +108,39 @@ class Environment(Declared):
         self, prompts: Sequence[Prompt], completions: Sequence[str], weights: Mapping[str, float] | None = None
     ) -> tuple[list[float], dict[str, list[float]]]:
         """``(total, {reward: scores})`` of ``completions`` (one per prompt, in order): each reward's
-        scores, and their sum weighted by ``weights`` (default ``REWARDS``)."""
+        scores, and their sum weighted by ``weights`` (default ``REWARDS``); a reward that raises on a
+        completion is a ``RewardError`` naming it, the prompt and the completion."""
+        done = self.scored(prompts, completions, weights)
+        return done.total, done.per_reward
+
+    def scored(
+        self,
+        prompts: Sequence[Prompt],
+        completions: Sequence[str],
+        weights: Mapping[str, float] | None = None,
+        on_error: str = "stop",
+    ) -> Scored:
+        """``score``'s totals and each reward's scores, with ``on_error`` (``rl/reward_errors``): ``"stop"``
+        raises a ``RewardError`` for a reward that raises on a completion, ``"zero"`` scores that
+        completion 0 for that reward and lists it in ``failures``."""
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
         weights = dict(self.REWARDS if weights is None else weights)
         texts, metadata = [p.text for p in prompts], [p.metadata for p in prompts]
         scores: dict[str, list[float]] = {}
+        failures: list[RewardFailure] = []
         for name in weights:
-            values = [float(v) for v in self.reward(name)(texts, list(completions), metadata)]
-            if len(values) != len(completions):
-                raise PluginError(f"reward {name!r} returned {len(values)} scores for {len(completions)} completions")
-            scores[name] = values
+            scores[name], failed = call_reward(name, self.reward(name), texts, list(completions), metadata, on_error)
+            failures += failed
         total = [sum(weights[name] * scores[name][i] for name in weights) for i in range(len(completions))]
-        return total, scores
+        return Scored(total, scores, failures)
+
+    def solved(self, per_reward: Mapping[str, Sequence[float]]) -> list[bool] | None:
+        """Which completions are solved: those the ``ACCURACY`` reward scores 1 or more (None when that
+        reward is not among ``per_reward``, the scores of each reward)."""
+        if self.ACCURACY is None or self.ACCURACY not in per_reward:
+            return None
+        return [score >= 1.0 for score in per_reward[self.ACCURACY]]
 
 
 #: How many problems ``generate`` draws for one prompt before it gives up.

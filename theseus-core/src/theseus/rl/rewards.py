@@ -1,7 +1,8 @@
 """Built-in rewards: ``correct``, ``format`` and ``overlong``.
 
 A reward is any callable ``reward(prompts, completions, metadata) -> list[float]`` on decoded
-text, one score per completion (``metadata[i]`` belongs to ``completions[i]``), registered as
+text, one score per completion (``metadata[i]`` belongs to ``completions[i]``: the prompt's metadata,
+with ``completion_tokens`` and ``truncated`` from a trainer; ``theseus.rl.completions``), registered as
 ``reward/<name>``: a plain function, or a ``Reward`` dataclass whose ``field()`` attributes are its
 configuration keys (``reward/<name>/...``), configured when it is loaded.
 """
@@ -20,6 +21,8 @@ from theseus.rl.answers import DEFAULT_TAG, EXTRACT_MODES, extract, same
 
 #: The metadata key of a completion's length in tokens (set by a trainer; ``overlong`` reads it).
 COMPLETION_TOKENS = "completion_tokens"
+#: The metadata key saying a completion was cut at the token limit before its turn ended (set by a trainer).
+TRUNCATED = "truncated"
 
 
 class Reward(Declared):

@@ -127,4 +127,17 @@ def abandoned(run_dir: Path) -> bool:
     return held is False and bool(record)
 
 
-__all__ = ["LOCK_FILE", "RunLock", "abandoned", "holder"]
+def remove_abandoned(parent: Path, pattern: str) -> list[Path]:
+    """Remove the folders in ``parent`` matching ``pattern`` (staging folders, each locked by its writer)
+    that were :func:`abandoned` by a writer killed midway; folders being written stay. Returns those removed."""
+    import shutil
+
+    removed = []
+    for folder in sorted(Path(parent).glob(pattern)):
+        if folder.is_dir() and abandoned(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+__all__ = ["LOCK_FILE", "RunLock", "abandoned", "holder", "remove_abandoned"]

@@ -258,6 +258,12 @@ class BaseTrainer(Job):
     def run_name(self) -> str:
         return self.args.run_name or default_run_name(self.context.name, type(self))
 
+    def model_class(self) -> type:
+        """The model class the trainer builds: ``MODEL`` resolved (a trainer that extends the selected
+        model, e.g. with a reward head, returns its subclass here)."""
+        found: type = declarations.resolve("model", self.MODEL)
+        return found
+
     def setup(self) -> None:
         """Build the model, mesh, data, optimizer and the abstract state (idempotent); the pieces are
         built by ``theseus.training.assembly``."""
@@ -266,13 +272,13 @@ class BaseTrainer(Job):
         if self.MODEL is None:
             raise ConfigError(f"{type(self).__qualname__} declares no MODEL; set MODEL to a model class")
         if getattr(self.args, "init_from", ""):  # the source's architecture keys enter the configuration first
-            model_cls = declarations.resolve("model", self.MODEL)
+            model_cls = self.model_class()
             self.init_source, self.context.config = init_from.prepare(
                 self.args.init_from, self.context.root, model_cls, self.context.config, self.schema()
             )
         with configuration(self.context.config):
             args = self.args
-            self.model = configure(declarations.resolve("model", self.MODEL))
+            self.model = configure(self.model_class())
             block_size = self.setting("architecture/block_size")
             self.sequence_length = assembly.sequence_length(args.sequence_length, block_size)
             self.sharding = build_sharding(

@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 Batch = Mapping[str, Any]
 Metrics = dict[str, Any]
 #: What an objective reads from the model: its own loss (cross-entropy, chunked by
-#: ``model/loss_chunk``), the full logits, or the targets' log-probabilities (chunked as well).
-Reads = Literal["loss", "logits", "target_logps"]
+#: ``model/loss_chunk``), the full logits, the targets' log-probabilities (chunked as well), or one
+#: scalar per row from the model's ``rewards`` method (a reward model's score of each sequence).
+Reads = Literal["loss", "logits", "target_logps", "rewards"]
 #: The prefix of the batch entries that carry a teacher's parameters into the step, one per leaf
 #: (no micro-batch axis: they are taken out of the batch before it is split).
 TEACHER_ENTRY = "teacher/"
@@ -45,8 +46,9 @@ class Needs:
     """What an objective reads; the step computes exactly this for it.
 
     ``model``: the model's own loss (``Scores.loss``, auxiliary losses included in training), the
-    full logits (``Scores.logits``), or the targets' log-probabilities (``Scores.logps``, with
-    ``entropy`` the per-position entropy too). ``batch``: entries the objective reads besides
+    full logits (``Scores.logits``), the targets' log-probabilities (``Scores.logps``, with
+    ``entropy`` the per-position entropy too), or the model's ``rewards(x, padding_mask,
+    deterministic)``, one scalar per row (``Scores.rewards``). ``batch``: entries the objective reads besides
     ``x``, ``y`` and ``padding_mask`` (a batch without one is refused when the step is traced).
     ``frozen_base``: the targets' log-probabilities under the frozen base, the model with its LoRA
     adapters switched off (``Scores.base_logps``). ``teacher``: the teacher's model, whose logits
@@ -76,7 +78,8 @@ class Scores:
 
     ``logits`` ``[B, T, V]`` (dropped from the compiled program when nothing reads them), ``loss``
     the model's own loss, ``logps``/``entropy``/``base_logps``/``old_logps`` ``[B, T]`` float32
-    (0 where a target is not scored), ``teacher_logits`` ``[B, T, V]`` without gradient.
+    (0 where a target is not scored), ``teacher_logits`` ``[B, T, V]`` without gradient, ``rewards``
+    ``[B]`` float32.
     """
 
     logits: Any = None
@@ -86,6 +89,7 @@ class Scores:
     base_logps: Any = None
     old_logps: Any = None
     teacher_logits: Any = None
+    rewards: Any = None
 
 
 class Objective:

@@ -16,7 +16,7 @@ import optax
 
 from theseus.base.logprobs import token_entropy, token_logps
 from theseus.base.sown import AUX_COLLECTIONS, AUX_LOSSES, AUX_METRICS, PARAM_UPDATES
-from theseus.errors import DataError
+from theseus.errors import ConfigError, DataError
 from theseus.training import adapters
 from theseus.training.objective import Objective, Scores, split_teacher
 from theseus.training.sharding import TrainerSharding
@@ -179,6 +179,8 @@ def scores(
         found["logits"], found["loss"], meta = cls.forward(state, params, batch, key=key, deterministic=deterministic)
     elif needs.model == "logits":
         found["logits"], _loss, meta = cls.forward(state, params, plain, key=key, deterministic=deterministic)
+    elif needs.model == "rewards":
+        found["rewards"], meta = sequence_rewards(state, params, plain, key, deterministic)
     else:
         found["logits"], found["logps"], found["entropy"], meta = target_scores(
             state, params, targets, key=key, deterministic=deterministic, entropy=needs.entropy
@@ -196,6 +198,21 @@ def scores(
             )
         found["teacher_logits"] = teacher_logits(needs.teacher, teacher, plain)
     return Scores(**found), meta
+
+
+def sequence_rewards(
+    state: TrainState | ModelCall, params: Any, batch: Batch, key: jax.Array | None, deterministic: bool
+) -> tuple[jax.Array, dict[str, Any]]:
+    """``(rewards [B] float32, metadata)``: the model's ``rewards`` method on ``x`` and ``padding_mask``
+    (a reward model's score of each row); ConfigError for a model without one."""
+    if not callable(getattr(state.model, "rewards", None)):
+        raise ConfigError(
+            f"{type(state.model).__name__} has no rewards(x, padding_mask, deterministic) method, which an "
+            "objective reading Needs('rewards') calls; train a reward model (train/reward)"
+        )
+    inputs = {"padding_mask": batch.get("padding_mask"), "method": "rewards"}
+    rewards, meta = _call(state, params, batch["x"], inputs, key, deterministic, False)
+    return jnp.asarray(rewards, jnp.float32), meta
 
 
 def objective_loss(

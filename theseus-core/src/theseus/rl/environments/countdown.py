@@ -28,6 +28,7 @@ class Countdown(Environment):
 
     name: ClassVar[str] = "countdown"
     REWARDS: ClassVar[dict[str, float]] = {"countdown": 1.0, "format": 0.2}
+    ACCURACY: ClassVar[str | None] = "countdown"
 
     numbers: int = field("environment/countdown/numbers", default=4, min=2, max=6, help="numbers given")
     max_number: int = field("environment/countdown/max_number", default=25, min=2, help="largest number given")

@@ -98,30 +98,7 @@ class DPOTrainer(SFTTrainer):
         if self._ready:
             return
         super().setup()
-        if self.flywheel is not None and not self.flywheel.paired:
-            raise DataError(
-                f"{type(self).__qualname__} trains on preference pairs; read them in the 'pairs' style "
-                "(dataset=preference:1:pairs after data/tokenize data/dataset=preference)"
-            )
-        if self.flywheel is not None:
-            self._report_cut_pairs()
-        if self.micro_rows % 2:
-            raise ConfigError(
-                f"a micro batch of {self.micro_rows} rows splits a preference pair (2 rows: chosen, rejected); "
-                "make training/batch_size and training/micro_batch_size even"
-            )
-
-    def _report_cut_pairs(self) -> None:
-        """Say how many responses the row length cuts (their tail is then not compared)."""
-        source = self.flywheel.sources[0]
-        index = source.view("train").index
-        cut = int(np.count_nonzero(index[:, 1] > source.block_size + 1))
-        if cut and jax.process_index() == 0:
-            click.echo(
-                f"note: {cut} of {index.shape[0]} training responses are longer than training/sequence_length="
-                f"{source.block_size} and are cut; raise it (and architecture/block_size) to compare them whole",
-                err=True,
-            )
+        check_pairs(self)
 
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
         result = super().validate(state, batches, slice)
@@ -200,4 +177,30 @@ class DPOTrainer(SFTTrainer):
         self._reference_params = None
 
 
-__all__ = ["DPOConfig", "DPOTrainer"]
+def check_pairs(trainer: Any) -> None:
+    """Refuse data not read as pairs and micro batches that split a pair; say how many responses the row
+    length cuts (their tail is then not compared). For any trainer on ``dataset/preference`` pairs."""
+    flywheel = trainer.flywheel
+    if flywheel is not None and not flywheel.paired:
+        raise DataError(
+            f"{type(trainer).__qualname__} trains on preference pairs; read them in the 'pairs' style "
+            "(dataset=preference:1:pairs after data/tokenize data/dataset=preference)"
+        )
+    if flywheel is not None:
+        source = flywheel.sources[0]
+        index = source.view("train").index
+        cut = int(np.count_nonzero(index[:, 1] > source.block_size + 1))
+        if cut and jax.process_index() == 0:
+            click.echo(
+                f"note: {cut} of {index.shape[0]} training responses are longer than training/sequence_length="
+                f"{source.block_size} and are cut; raise it (and architecture/block_size) to compare them whole",
+                err=True,
+            )
+    if trainer.micro_rows % 2:
+        raise ConfigError(
+            f"a micro batch of {trainer.micro_rows} rows splits a preference pair (2 rows: chosen, rejected); "
+            "make training/batch_size and training/micro_batch_size even"
+        )
+
+
+__all__ = ["DPOConfig", "DPOTrainer", "check_pairs"]

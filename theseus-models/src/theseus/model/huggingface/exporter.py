@@ -67,18 +67,30 @@ def new_folder(parent: Path, prefix: str) -> Path:
     raise ConfigError(f"cannot create a staging folder {prefix}* in {parent}; remove the old ones there")
 
 
+#: The middle of a staging folder's name, ``.<out>.exporting-<random>``.
+EXPORTING = ".exporting-"
+
+
 @contextlib.contextmanager
 def staged_folder(folder: Path) -> Iterator[Path]:
     """A new hidden ``.<name>.exporting-<random>`` beside ``folder`` to write into, renamed to ``folder``
-    when the block completes and removed when it fails: ``folder`` only ever holds a complete export,
-    and nothing is removed that this call did not create."""
-    staging = new_folder(folder.parent, f".{folder.name}.exporting-")
+    when the block completes and removed when it fails: ``folder`` only ever holds a complete export.
+    The staging folder holds a lock while it is written, so the staging folders of exports that were
+    killed are told apart from those being written, and removed by the next export beside them."""
+    from theseus.runs.lock import LOCK_FILE, RunLock, remove_abandoned
+
+    remove_abandoned(folder.parent, f".*{EXPORTING}*")
+    staging = new_folder(folder.parent, f".{folder.name}{EXPORTING}")
+    lock = RunLock(staging).acquire()
     try:
         yield staging
+        lock.release()
+        (staging / LOCK_FILE).unlink()  # not part of the export
         if folder.exists():
             folder.rmdir()
         staging.rename(folder)
     except BaseException:
+        lock.release()
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)
         raise
@@ -118,6 +130,23 @@ def write_tokenizer(
         }
         (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     return (eos, eos) if eos is not None else None
+
+
+def write_chat_template(folder: Path, run_path: Path) -> None:
+    """The chat template the run keeps (``chat_template.json``: the one ``train/sft`` trained with, or an
+    imported checkpoint's) as the ``chat_template`` of the exported ``tokenizer_config.json``, where
+    transformers' ``apply_chat_template`` reads it; nothing without a template or a tokenizer."""
+    from theseus.model.finetune.chat import TEMPLATE_FILE
+
+    kept, config_file = run_path / TEMPLATE_FILE, folder / "tokenizer_config.json"
+    if not kept.is_file() or not config_file.is_file():
+        return
+    template = json.loads(kept.read_text(encoding="utf-8")).get("chat_template")
+    if not isinstance(template, str) or not template:
+        return
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["chat_template"] = template
+    config_file.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
 def merged_params(loaded: Any) -> Any:
@@ -173,6 +202,7 @@ def export_run(
     family.to_config(arch, loaded.config, dtype=dtype, bos_id=None, eos_id=None)
     with staged_folder(folder) as staging:
         ids = write_tokenizer(staging, loaded.path, record.get("tokenizer"), arch.block_size)
+        write_chat_template(staging, loaded.path)
         hf = record.get("huggingface") or {}
         bos = hf.get("bos_id") if hf.get("bos_id") is not None else (ids[0] if ids else None)
         eos = ids[1] if ids else None

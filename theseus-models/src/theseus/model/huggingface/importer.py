@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from theseus.errors import ConfigError
 from theseus.model.huggingface.convert import HFCheckpoint, ParamPath, load_params, open_checkpoint, plan_import
 from theseus.model.huggingface.names import TensorMap
 from theseus.model.huggingface.source import CONFIG_FILE
-from theseus.model.huggingface.tokenizer_files import TOKENIZER_FILES, tokenizer_spec
+from theseus.model.huggingface.tokenizer_files import TOKENIZER_FILES, chat_template_record, tokenizer_spec
 
 if TYPE_CHECKING:
     from theseus.model.stack.transformer import TransformerLM
@@ -213,6 +214,11 @@ def write_run(
                     shutil.copyfile(prepared.checkpoint.folder / file, target / file)
             digest = hashlib.sha256((target / "tokenizer.json").read_bytes()).hexdigest()
             tokenizer = {**tokenizer, "path": str(final / TOKENIZER_DIR / "tokenizer.json"), "sha256": digest}
+        template = chat_template_record(prepared.checkpoint.folder)
+        if template is not None:  # kept as train/sft keeps its own: rl/chat and generate/chat render with it
+            from theseus.model.finetune.chat import TEMPLATE_FILE
+
+            (staging / TEMPLATE_FILE).write_text(json.dumps(template, indent=2) + "\n", encoding="utf-8")
         params = read_params(prepared)
         store = CheckpointStore(staging / "checkpoints", keep=0, async_save=False, save_concurrent_gb=1)
         try:
@@ -247,11 +253,6 @@ def remove_abandoned_imports(runs: Path) -> list[Path]:
     """Remove the staging folders (``.<name>.importing-*``) that imports killed midway left in ``runs``:
     those whose lock names a writer that no longer holds it. Folders being written stay. Returns
     the removed folders."""
-    from theseus.runs.lock import abandoned
+    from theseus.runs.lock import remove_abandoned
 
-    removed = []
-    for folder in sorted(runs.glob(f".*{IMPORTING}*")):
-        if folder.is_dir() and abandoned(folder):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    return removed
+    return remove_abandoned(runs, f".*{IMPORTING}*")

@@ -19,6 +19,39 @@ TOKENIZER_FILES = (
 
 #: The end-of-text token of theseus' byte tokenizer (id 256, after the 256 bytes).
 BYTE_END_OF_TEXT = "<|endoftext|>"
+#: Where transformers 4.43+ saves a checkpoint's chat template (it wins over tokenizer_config.json's).
+CHAT_TEMPLATE_JINJA = "chat_template.jinja"
+
+
+def _token_text(value: Any) -> str:
+    """A special token as ``tokenizer_config.json`` writes it: a string or ``{"content": ...}``."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else ""
+
+
+def chat_template_record(folder: Path) -> dict[str, str] | None:
+    """A checkpoint's chat template in the layout a run keeps it (``chat_template``, ``bos_token``,
+    ``eos_token``): ``chat_template.jinja``, else the ``chat_template`` of ``tokenizer_config.json`` (the
+    default of a list); None when it has none."""
+    config: dict[str, Any] = {}
+    path = folder / "tokenizer_config.json"
+    if path.is_file():
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path} is not readable JSON ({exc}); download it again") from exc
+        config = loaded if isinstance(loaded, dict) else {}
+    template: Any = config.get("chat_template")
+    if (folder / CHAT_TEMPLATE_JINJA).is_file():
+        template = (folder / CHAT_TEMPLATE_JINJA).read_text(encoding="utf-8")
+    if isinstance(template, list):
+        named = {str(t.get("name")): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default") or next(iter(named.values()), None)
+    if not isinstance(template, str) or not template:
+        return None
+    tokens = {name: _token_text(config.get(name)) for name in ("bos_token", "eos_token")}
+    return {"chat_template": template, **tokens}
 
 
 def bytes_to_unicode() -> dict[int, str]:

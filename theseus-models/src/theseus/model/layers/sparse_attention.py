@@ -56,7 +56,7 @@ from theseus.model.layers.attention import append_to_cache, attention_mask, is_s
 from theseus.model.layers.latent_attention import LatentAttention, MLAInputs, MLASpec, deinterleave
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import LayerNorm
-from theseus.model.layers.rotary import PositionSpec, rotate
+from theseus.model.layers.rotary import PositionSpec, RopeScaling, rotate
 from theseus.model.module import Module
 
 #: The stages of the training recipe ``architecture/dsa/phase`` chooses between.
@@ -233,7 +233,7 @@ class LightningIndexer(Module):
         part = rotate(deinterleave(part) if self.rope_interleave else part, positions, *self._rope())
         return jnp.concatenate([part, x[..., self.rope_dim :]], axis=-1)
 
-    def _rope(self) -> tuple[float, object]:
+    def _rope(self) -> tuple[float, RopeScaling | None]:
         return self.position.theta, self.position.scaled
 
     @nn.compact
@@ -349,7 +349,7 @@ class SparseLatentAttention(DSAKeys, LatentAttention):
         dsa: DSASpec,
     ) -> None:
         """Sow the indexer loss per real query (weighted, :data:`INDEXER_AUX_LOSS`) and its mean (metric)."""
-        rows = real_queries(padding_mask, attention.shape[:2])
+        rows = real_queries(padding_mask, (attention.shape[0], attention.shape[1]))
         total = indexer_loss(index.scores, attention, keys, rows)
         mean = total / jnp.maximum(jnp.sum(rows & jnp.any(keys, axis=-1)), 1)
         add = operator.add

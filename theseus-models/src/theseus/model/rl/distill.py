@@ -74,6 +74,16 @@ class OnPolicyDistillConfig(DistillConfig, GRPOConfig):
     updates: int = 1
     dynamic_sampling: bool = False
     resample_rounds: int = 1
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
+    sampling_correction: bool = False
+    sampling_correction_mode: str = "sequence_mask"
+    sampling_correction_max: float | None = 3.0
+    sampling_correction_min: float | None = None
 
 
 # -- the loss -------------------------------------------------------------------------------------
@@ -196,9 +206,9 @@ class OnPolicyDistillTrainer(Distillation, GRPOTrainer):  # type: ignore[misc]  
         if batches * count == 0:
             return {"loss": float("nan"), "tokens": 0.0}
         done = self.eval_rollouts(state, batches, count)
-        rows = self._arrange(done.prompts, done.completions, done.stopped)
+        rows = self._arrange(done.prompts, done.completions, done.masks)
         loss, positions = self._divergence(state, rows, count)
-        result: dict[str, Any] = {"loss": loss, **reward_means(done)}
+        result: dict[str, Any] = {"loss": loss, **reward_means(done, self.environment)}
         result["completion_length"] = float(np.mean(rows["completion_length"]))
         result["tokens"] = positions
         return result

@@ -6,20 +6,26 @@ The definitions follow TRL 1.16 (``GRPOTrainer`` and ``GKDTrainer.generalized_js
 tested against it in ``tests/rl/test_losses.py``.
 
 Shapes: ``B`` completions of ``T`` (padded) tokens; per-token log-probabilities are those of the
-completion tokens under the policy being trained (``logps``), under the policy that sampled them
-(``old_logps``) and under the reference (``ref_logps``); ``mask`` is 1 on the completion's tokens
-and 0 on padding (and on any token excluded from the loss, such as a tool's answer).
+completion tokens under the policy being trained (``logps``), under it when the rollout was made
+(``old_logps``), under the reference (``ref_logps``) and, when another policy sampled the rollout,
+under that one (``sampling_logps``, for the importance-sampling correction); ``mask`` is 1 on the
+completion's tokens and 0 on padding (and on any token excluded from the loss, such as a tool's answer).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
 
-#: The policy-loss aggregations (``rl/loss``).
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+from theseus.model.rl.importance import SamplingCorrection, sampling_ratio
+
+#: The policy losses (``rl/loss``): TRL 1.16's ``loss_type`` values.
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+#: The losses of the clipped surrogate (they differ in how the per-token terms are averaged).
+CLIPPED = ("grpo", "dr_grpo", "dapo", "bnpo", "luspo")
 #: Where the importance ratio lives (``rl/importance_sampling``): per token, or per sequence (GSPO).
 IMPORTANCE_SAMPLING = ("token", "sequence")
 #: How advantages are scaled: by each group's reward std, by the whole batch's, or not at all.
@@ -27,7 +33,7 @@ REWARD_SCALES = ("group", "batch", "none")
 #: ``generalized_jsd``'s reductions.
 REDUCTIONS = ("batchmean", "sum", "mean", "none")
 
-LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
 ImportanceSampling = Literal["token", "sequence"]
 RewardScale = Literal["group", "batch", "none"]
 
@@ -103,43 +109,79 @@ def policy_loss(
     num_items_in_batch: jax.Array | int | None = None,
     kl_ratio_correction: bool = True,
     delta: float | None = None,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
+    sampling_logps: jax.Array | None = None,
+    sampling_correction: SamplingCorrection | None = "sequence_mask",
+    sampling_clip_min: float | None = None,
+    sampling_clip_max: float | None = 3.0,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """The clipped-surrogate policy loss of the GRPO family and its metrics.
+    """The policy loss of the GRPO family and its metrics.
 
-    ``logps``, ``old_logps``, ``ref_logps``, ``mask``: ``[B, T]``; ``advantages``: ``[B]``.
+    ``logps``, ``old_logps``, ``ref_logps``, ``sampling_logps``, ``mask``: ``[B, T]``;
+    ``advantages``: ``[B]``.
 
     Importance ratio ``r``: with ``importance_sampling="token"``, ``exp(logps - old_logps)`` per token;
     with ``"sequence"`` (GSPO), the exponential of the sequence's mean log-ratio over its masked
-    tokens, one value shared by all its tokens. Per token, the surrogate is
-    ``-min(r A, clip(r, 1 - epsilon_low, 1 + epsilon_high) A)`` (clip-higher when ``epsilon_high >
-    epsilon_low``); ``delta`` (two-sided clipping) also caps the unclipped ``r`` at ``delta``.
+    tokens, one value shared by all its tokens. Per-token terms, with ``A`` the advantage:
+
+    * the clipped surrogate (``grpo``, ``dr_grpo``, ``dapo``, ``bnpo``, ``luspo``):
+      ``-min(r A, clip(r, 1 - epsilon_low, 1 + epsilon_high) A)`` (clip-higher when ``epsilon_high >
+      epsilon_low``); ``delta`` (two-sided clipping) also caps the unclipped ``r`` at ``delta``;
+    * ``cispo`` (MiniMax-M1): ``-sg(min(r, epsilon_high)) A logps``, the ratio capped at
+      ``epsilon_high`` (ScaleRL recommends 5) and without gradient, so every token keeps its
+      policy-gradient term;
+    * ``sapo`` (soft adaptive): ``-(4 / tau) sigmoid(tau (r - 1)) A``, a smooth gate in place of the
+      clip, ``tau`` ``sapo_temperature_pos`` where ``A > 0`` and ``sapo_temperature_neg`` elsewhere;
+    * ``vespo``: ``-sg(phi(w)) A logps`` with ``w`` the sequence's importance weight (the exponential
+      of its summed token log-ratios, each clamped to ``[-20, 20]``, the total to ``[log 1e-8, 20]``)
+      and the Gamma weighting ``phi(w) = exp(lambda + k log w - lambda w)`` (``phi(1) = 1``): ``k``,
+      ``lambda`` are ``vespo_k_pos``, ``vespo_lambda_pos`` where ``A >= 0``, the ``_neg`` ones
+      elsewhere (lambda at least 1e-4). It uses the token-level log-ratios whatever
+      ``importance_sampling`` is.
+
+    Rollouts sampled by another policy (``sampling_logps``, the sampler's per-token log-probabilities,
+    NaN where it gave none): with ``sampling_correction`` one of ``SAMPLING_CORRECTIONS``, each
+    token's term is multiplied by ``theseus.model.rl.importance.sampling_ratio`` of ``old_logps``
+    against them, bounded by ``sampling_clip_min`` / ``sampling_clip_max``; ``vespo`` instead adds
+    the log of that ratio (a ``token_*`` mode) to its sequence weight. Without ``sampling_logps``, or
+    with ``sampling_correction=None``, nothing is corrected.
 
     KL penalty (``beta > 0``, needs ``ref_logps``): the k3 estimator ``exp(d) - d - 1`` with ``d =
     ref_logps - logps``, multiplied by the (differentiable) ratio ``r`` when ``kl_ratio_correction``
     (TRL's ``use_bias_correction_kl``, on by default, makes its gradient that of the reverse KL under
-    off-policy samples), times ``beta``, added to each token's surrogate.
+    off-policy samples), times ``beta``, added to each token's term (after the sampling correction).
 
     Aggregation of the per-token terms over the masked tokens:
 
-    * ``grpo``: each sequence's mean over its own tokens, then the mean over the ``B`` sequences
-      (a short completion's tokens weigh more than a long one's);
+    * ``grpo``, ``sapo``: each sequence's mean over its own tokens, then the mean over the ``B``
+      sequences (a short completion's tokens weigh more than a long one's);
+    * ``luspo``: each sequence's sum over its tokens, then the mean over the sequences (GSPO's
+      sequence loss scaled by the sequence's length; meant for ``importance_sampling="sequence"``);
     * ``bnpo``: the sum over every token of the batch divided by the batch's token count;
     * ``dr_grpo``: the sum divided by ``B * max_completion_length`` (a constant, so no length bias;
       ``max_completion_length`` defaults to ``T``);
-    * ``dapo``: the sum divided by ``num_items_in_batch``, the number of loss tokens in the whole
-      generation batch that this batch is part of (TRL counts it over all processes' completions of
-      one generation, then rescales it to one accumulation window: divided by the process count,
-      times accumulation steps over steps per generation); it defaults to this batch's token count,
-      which makes it ``bnpo``.
+    * ``dapo``, ``cispo``, ``vespo``: the sum divided by ``num_items_in_batch``, the number of loss
+      tokens in the whole generation batch that this batch is part of (TRL counts it over all
+      processes' completions of one generation, then rescales it to one accumulation window: divided
+      by the process count, times accumulation steps over steps per generation); it defaults to this
+      batch's token count, which makes ``dapo`` ``bnpo``.
 
-    Padding never reaches a value or a gradient (log-ratios there are replaced by 0). Metrics (TRL's
-    names): ``clip_ratio/low_mean`` (the fraction of ratios below ``1 - epsilon_low`` with a negative
-    advantage), ``clip_ratio/high_mean`` (above ``1 + epsilon_high`` with a positive advantage),
-    ``clip_ratio/region_mean`` (either), averaged over masked tokens, or over sequences with
-    ``"sequence"`` (the ratio capped at ``delta`` when given, as TRL counts them);
-    ``clip_ratio/low_min`` and ``clip_ratio/high_max``, the least and largest per-sequence
-    fractions; ``ratio_mean``, the mean (uncapped) ratio alike; ``kl``, the mean per-token KL term
-    (ratio-corrected as in the loss, without ``beta``), present whenever ``ref_logps`` is given.
+    Padding never reaches a value or a gradient (log-ratios and log-probabilities there are replaced
+    by 0). Metrics (TRL's names), of the clipped surrogate: ``clip_ratio/low_mean`` (the fraction of
+    ratios below ``1 - epsilon_low`` with a negative advantage), ``clip_ratio/high_mean`` (above ``1 +
+    epsilon_high`` with a positive advantage), ``clip_ratio/region_mean`` (either), averaged over
+    masked tokens, or over sequences with ``"sequence"`` (the ratio capped at ``delta`` when given, as
+    TRL counts them); ``clip_ratio/low_min`` and ``clip_ratio/high_max``, the least and largest
+    per-sequence fractions; of ``cispo``: ``cispo_clip_ratio``, the fraction of ratios above
+    ``epsilon_high`` with a positive advantage; of ``vespo``: ``vespo/phi_seq_mean``, the mean weight
+    over sequences; of every loss: ``ratio_mean``, the mean ratio alike; ``kl``, the mean per-token KL
+    term (ratio-corrected as in the loss, without ``beta``), present whenever ``ref_logps`` is given;
+    with a sampling correction, ``sampling_ratio``'s metrics.
     """
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
@@ -153,6 +195,11 @@ def policy_loss(
         )
     if advantages.shape != logps.shape[:1]:
         raise ValueError(f"advantages must be [B] = {logps.shape[:1]}, got {advantages.shape}")
+    if loss_type == "sapo" and min(sapo_temperature_pos, sapo_temperature_neg) <= 0:
+        raise ValueError("sapo's temperatures must be positive")
+    correcting = sampling_logps is not None and sampling_correction is not None
+    if correcting and loss_type == "vespo" and not str(sampling_correction).startswith("token_"):
+        raise ValueError(f"vespo takes a token_* sampling correction, got {sampling_correction!r}")
 
     dtype = logps.dtype
     batch, width = logps.shape
@@ -161,14 +208,45 @@ def policy_loss(
     tokens = weights.sum(axis=-1)
     all_tokens = weights.sum()
 
-    log_ratio = jnp.where(valid, logps - old_logps, 0.0)
+    token_log_ratio = jnp.where(valid, logps - old_logps, 0.0)
+    log_ratio = token_log_ratio
     if importance_sampling == "sequence":
-        log_ratio = (log_ratio.sum(axis=-1) / jnp.maximum(tokens, 1.0))[:, None]  # [B, 1]
+        log_ratio = (token_log_ratio.sum(axis=-1) / jnp.maximum(tokens, 1.0))[:, None]  # [B, 1]
     ratio = jnp.exp(log_ratio)
     adv = advantages.astype(dtype)[:, None]
-    clipped = jnp.clip(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
-    unclipped = ratio if delta is None else jnp.minimum(ratio, delta)
-    per_token = -jnp.minimum(unclipped * adv, clipped * adv)
+    own_logps = jnp.where(valid, logps, 0.0)
+
+    correction: jax.Array | None = None
+    sampling_metrics: dict[str, jax.Array] = {}
+    if correcting:
+        assert sampling_logps is not None and sampling_correction is not None
+        correction, sampling_metrics = sampling_ratio(
+            old_logps,
+            sampling_logps,
+            mask,
+            mode=sampling_correction,
+            clip_min=sampling_clip_min,
+            clip_max=sampling_clip_max,
+        )
+
+    unclipped = ratio
+    phi = None
+    if loss_type in CLIPPED:
+        clipped = jnp.clip(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
+        unclipped = ratio if delta is None else jnp.minimum(ratio, delta)
+        per_token = -jnp.minimum(unclipped * adv, clipped * adv)
+    elif loss_type == "cispo":
+        per_token = -jax.lax.stop_gradient(jnp.minimum(ratio, epsilon_high)) * adv * own_logps
+    elif loss_type == "sapo":
+        temperature = jnp.where(adv > 0, sapo_temperature_pos, sapo_temperature_neg).astype(dtype)
+        per_token = -jax.nn.sigmoid(temperature * (ratio - 1.0)) * 4.0 / temperature * adv
+    else:  # vespo
+        phi = _gamma_weights(
+            token_log_ratio, adv, valid, correction, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg
+        )
+        per_token = -phi * adv * own_logps
+    if correction is not None and loss_type != "vespo":
+        per_token = per_token * correction.astype(dtype)
 
     kl = None
     if ref_logps is not None:
@@ -180,14 +258,16 @@ def policy_loss(
             per_token = per_token + beta * kl
     summed = jnp.broadcast_to(per_token, (batch, width)) * weights
 
-    if loss_type == "grpo":
+    if loss_type in ("grpo", "sapo"):
         loss = (summed.sum(axis=-1) / jnp.maximum(tokens, 1.0)).mean()
+    elif loss_type == "luspo":
+        loss = summed.sum(axis=-1).mean()
     elif loss_type == "bnpo":
         loss = summed.sum() / jnp.maximum(all_tokens, 1.0)
     elif loss_type == "dr_grpo":
         length = width if max_completion_length is None else max_completion_length
         loss = summed.sum() / (batch * length)
-    else:  # dapo
+    else:  # dapo, cispo, vespo
         count = all_tokens if num_items_in_batch is None else jnp.asarray(num_items_in_batch, dtype)
         loss = summed.sum() / jnp.maximum(count, 1.0)
 
@@ -202,20 +282,50 @@ def policy_loss(
         return (x * weights).sum(axis=-1) / tokens  # NaN for a sequence without tokens
 
     ratio, capped = jax.lax.stop_gradient(ratio), jax.lax.stop_gradient(unclipped)
-    low = ((capped < 1.0 - epsilon_low) & (adv < 0)).astype(dtype)
-    high = ((capped > 1.0 + epsilon_high) & (adv > 0)).astype(dtype)
-    region = jnp.maximum(low, high)
-    metrics = {
-        "clip_ratio/low_mean": batch_mean(low),
-        "clip_ratio/high_mean": batch_mean(high),
-        "clip_ratio/region_mean": batch_mean(region),
-        "clip_ratio/low_min": jnp.nanmin(sequence_means(low)),
-        "clip_ratio/high_max": jnp.nanmax(sequence_means(high)),
-        "ratio_mean": batch_mean(ratio),
-    }
+    metrics: dict[str, jax.Array] = {}
+    if loss_type in CLIPPED:
+        low = ((capped < 1.0 - epsilon_low) & (adv < 0)).astype(dtype)
+        high = ((capped > 1.0 + epsilon_high) & (adv > 0)).astype(dtype)
+        region = jnp.maximum(low, high)
+        metrics = {
+            "clip_ratio/low_mean": batch_mean(low),
+            "clip_ratio/high_mean": batch_mean(high),
+            "clip_ratio/region_mean": batch_mean(region),
+            "clip_ratio/low_min": jnp.nanmin(sequence_means(low)),
+            "clip_ratio/high_max": jnp.nanmax(sequence_means(high)),
+        }
+    elif loss_type == "cispo":
+        metrics["cispo_clip_ratio"] = batch_mean(((ratio > epsilon_high) & (adv > 0)).astype(dtype))
+    elif phi is not None:
+        metrics["vespo/phi_seq_mean"] = batch_mean(phi)
+    metrics["ratio_mean"] = batch_mean(ratio)
     if kl is not None:
         metrics["kl"] = batch_mean(jax.lax.stop_gradient(jnp.broadcast_to(kl, (batch, width))))
-    return loss, metrics
+    return loss, {**metrics, **sampling_metrics}
+
+
+def _gamma_weights(
+    token_log_ratio: jax.Array,
+    adv: jax.Array,
+    valid: jax.Array,
+    correction: jax.Array | None,
+    k_pos: float,
+    lambda_pos: float,
+    k_neg: float,
+    lambda_neg: float,
+) -> jax.Array:
+    """VESPO's per-sequence weights ``phi(w)`` ``[B, 1]`` (without gradient; see ``policy_loss``)."""
+    floor = math.log(1e-8)
+    total = jnp.where(valid, jnp.clip(token_log_ratio, -20.0, 20.0), 0.0).sum(axis=-1, keepdims=True)
+    if correction is not None:  # a [B, T] token ratio: log(pi_old / pi_sampler), masked tokens' 0 -> floor
+        logs = jnp.clip(jnp.log(correction.astype(total.dtype)), floor, 20.0)
+        total = total + jnp.where(valid, logs, 0.0).sum(axis=-1, keepdims=True)
+    log_w = jnp.clip(total, floor, 20.0)
+    nonnegative = adv >= 0
+    k = jnp.where(nonnegative, k_pos, k_neg).astype(total.dtype)
+    lam = jnp.maximum(jnp.where(nonnegative, lambda_pos, lambda_neg), 1e-4).astype(total.dtype)
+    phi = jnp.exp(lam + k * log_w - lam * jnp.exp(log_w))
+    return jax.lax.stop_gradient(jnp.nan_to_num(phi, nan=0.0, posinf=0.0, neginf=0.0))
 
 
 def generalized_jsd(

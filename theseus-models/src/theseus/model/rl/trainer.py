@@ -5,16 +5,21 @@ selects another registered one, its keys under ``environment/<name>/``), generat
 ``rl/group_size`` completions for each with the policy's current parameters (the KV-cache decoder on
 the trainer's mesh), scores them with the environment's weighted rewards (``rl/rewards``), turns the
 scores into advantages within each prompt's group, and takes ``rl/updates_per_rollout`` updates of
-the clipped-surrogate loss (``theseus.model.rl.loss.policy_loss``: ``rl/loss`` grpo | dr_grpo | dapo
-| bnpo, ``rl/importance_sampling`` token | sequence) against the sampling policy's log-probabilities.
+the policy loss (``theseus.model.rl.loss.policy_loss``: ``rl/loss`` grpo | dr_grpo | dapo | bnpo | cispo
+| sapo | luspo | vespo, ``rl/importance_sampling`` token | sequence) against the sampling policy's
+log-probabilities.
 ``training/batch_size`` counts completions: ``B = training/batch_size / rl/group_size``. With
 ``rl/dynamic_sampling``, groups whose rewards are all equal are replaced by further rounds (DAPO).
 
 Rollouts are a pure function of the parameters and ``(training/seed, step, round)``, so a killed or
 preempted run resumes bit-exactly. LoRA (``model/lora/rank``), ``training/init_from`` and every
-sharding layout work as in ``SFTTrainer``; ``rl/chat`` renders prompts with the chat template of the
-run the policy starts from. With ``rl/beta > 0`` a KL penalty to the reference, the policy with its
-LoRA adapters off, is added.
+sharding layout work as in ``SFTTrainer``. Prompts are read with the tokenizer of the source the policy
+starts from (a Hugging Face checkpoint's, ``training/init_from=hf:DIR``, or a run's; else the byte
+tokenizer) and, with ``rl/chat``, rendered by its chat template; completions end at its end-of-text and
+end-of-turn tokens (``theseus.model.rl.prompts``). An environment with stop strings plays episodes of
+several turns, its replies masked from the loss (``theseus.model.rl.episodes``). With ``rl/beta > 0`` a
+KL penalty to the reference is added: the policy with its LoRA adapters off, or, in full fine-tuning, a
+frozen copy of the initial parameters (``theseus.model.rl.reference``).
 
 Every step logs the reward (mean, std, and each reward's mean), accuracy, the completion length (mean
 and max), entropy, the clipped fractions, the mean ratio and KL, the share of groups with equal
@@ -25,12 +30,12 @@ checkpoint is the one that scores highest).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import json
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import jax
@@ -40,40 +45,51 @@ import numpy as np
 from theseus.config import configuration, configure, field
 from theseus.data.chat import ChatTemplate
 from theseus.errors import ConfigError
-from theseus.model.finetune.chat import TEMPLATE_FILE
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
-from theseus.model.generation.decode import generate_tokens
+from theseus.model.generation.decode import Completion, generate_tokens
 from theseus.model.generation.sampling import SamplingParams
+from theseus.model.rl.episodes import Episode, Limits, policy_turns, run_episodes
 from theseus.model.rl.loss import IMPORTANCE_SAMPLING, LOSS_TYPES, group_advantages, policy_loss
+from theseus.model.rl.options import PolicyLossOptions
+from theseus.model.rl.prompts import PolicyText, policy_text
+from theseus.model.rl.reference import REF_LOGPS, Reference
+from theseus.rl.completions import end_marker, reward_text
 from theseus.rl.environment import Environment, Prompt, rng
-from theseus.rl.rewards import COMPLETION_TOKENS
+from theseus.rl.rewards import COMPLETION_TOKENS, TRUNCATED
+from theseus.rl.scoring import REWARD_ERRORS, REWARD_ERRORS_KEY, RewardFailure
 from theseus.rl.selection import REWARDS_KEY, EnvironmentSelection, declared_environment, parse_weights, reward_config
-from theseus.runs.ref import RunRef
 from theseus.training import declarations
 from theseus.training.base import Batch
 from theseus.training.objective import Needs, Objective, Scores
-from theseus.training.sources import parse_source
 from theseus.training.state import TrainState
 
 #: The rollout's sampling seed is kept below 2**31 (the decoder takes an int32).
 SEED_RANGE = 2**31
-#: Prompts are left-padded to a multiple of this many tokens, so that the decoder compiles once for
-#: prompts of similar lengths.
-WIDTH_STEP = 32
 
 
 @dataclass
-class GRPOConfig(SFTConfig):
-    """The environment, the rollouts and the clipped-surrogate objective."""
+class GRPOConfig(SFTConfig, PolicyLossOptions):
+    """The environment, the rollouts and the policy loss."""
 
     rewards: str = field(
         REWARDS_KEY, default="", help="weighted rewards, name:weight,... (empty: the environment's own)"
+    )
+    reward_errors: str = field(
+        REWARD_ERRORS_KEY,
+        default="stop",
+        choices=REWARD_ERRORS,
+        help="a reward that raises on a completion: stop the run (one line), or zero (score it 0, count it)",
     )
     group_size: int = field("rl/group_size", default=4, min=2, help="completions per prompt (G)")
     max_new_tokens: int = field("rl/max_new_tokens", default=32, min=1, help="longest completion, in tokens")
     temperature: float = field("rl/temperature", default=1.0, above=0.0, help="sampling temperature of rollouts")
     top_p: float = field("rl/top_p", default=1.0, above=0.0, max=1.0, help="nucleus sampling of rollouts (1 = off)")
-    loss: str = field("rl/loss", default="grpo", choices=LOSS_TYPES, help="grpo | dr_grpo | dapo | bnpo aggregation")
+    loss: str = field(
+        "rl/loss",
+        default="grpo",
+        choices=LOSS_TYPES,
+        help="the policy loss: a clipped surrogate averaged as grpo, dr_grpo, dapo, bnpo or luspo; cispo, sapo, vespo",
+    )
     importance_sampling: str = field(
         "rl/importance_sampling",
         default="token",
@@ -81,8 +97,18 @@ class GRPOConfig(SFTConfig):
         help="token (GRPO) or sequence (GSPO) ratios",
     )
     epsilon_low: float = field("rl/epsilon_low", default=0.2, min=0.0, below=1.0, help="lower clip of the ratio")
-    epsilon_high: float = field("rl/epsilon_high", default=0.2, min=0.0, help="upper clip (DAPO's clip-higher: 0.28)")
-    beta: float = field("rl/beta", default=0.0, min=0.0, help="KL penalty to the reference (LoRA runs: adapters off)")
+    epsilon_high: float = field(
+        "rl/epsilon_high",
+        default=0.2,
+        min=0.0,
+        help="upper clip (DAPO's clip-higher: 0.28); cispo: the ratio's cap (5)",
+    )
+    beta: float = field(
+        "rl/beta",
+        default=0.0,
+        min=0.0,
+        help="KL penalty to the reference (LoRA: the adapters off; full fine-tuning: the initial parameters)",
+    )
     scale_rewards: bool = field(
         "rl/scale_rewards", default=True, help="divide advantages by the group's reward std (false: Dr. GRPO)"
     )
@@ -98,7 +124,16 @@ class GRPOConfig(SFTConfig):
     chat: bool = field(
         "rl/chat",
         default=False,
-        help="render prompts with the chat template the training/init_from run trained with (false: plain text)",
+        help="render prompts with the chat template of the training/init_from run or checkpoint (false: plain text)",
+    )
+    max_turns: int = field(
+        "rl/max_turns", default=4, min=1, help="policy turns per episode at most (environments with stop strings)"
+    )
+    max_episode_tokens: int = field(
+        "rl/max_episode_tokens",
+        default=0,
+        min=0,
+        help="tokens after the prompt per episode at most, turns and replies together (0: what the sequence holds)",
     )
     dynamic_sampling: bool = field(
         "rl/dynamic_sampling", default=False, help="drop groups whose rewards are all equal and refill them (DAPO)"
@@ -111,13 +146,16 @@ class GRPOConfig(SFTConfig):
 @dataclass
 class Rollouts:
     """Scored completions, each prompt's ``rl/group_size`` consecutive: token ids of prompts and
-    completions, whether each stopped at the end of text, the weighted reward and each reward's score."""
+    completions (everything after the prompt: the policy's turns with their stop tokens, the
+    environment's replies), whether each stopped at a stop token, the weighted reward, each reward's
+    score, and per completion token whether the policy wrote it (``masks``; empty: every token)."""
 
     prompts: list[list[int]]
     completions: list[list[int]]
     stopped: list[bool]
     rewards: list[float]
     per_reward: dict[str, list[float]]
+    masks: list[list[bool]] = dataclasses.field(default_factory=list)
 
     def groups(self, size: int) -> list[Rollouts]:
         """One ``Rollouts`` per prompt."""
@@ -129,7 +167,10 @@ class Rollouts:
 
     def _rows(self, rows: slice) -> Rollouts:
         per_reward = {name: v[rows] for name, v in self.per_reward.items()}
-        return Rollouts(self.prompts[rows], self.completions[rows], self.stopped[rows], self.rewards[rows], per_reward)
+        masks = self.masks[rows]
+        return Rollouts(
+            self.prompts[rows], self.completions[rows], self.stopped[rows], self.rewards[rows], per_reward, masks
+        )
 
     @staticmethod
     def join(parts: list[Rollouts]) -> Rollouts:
@@ -141,6 +182,7 @@ class Rollouts:
             [s for part in parts for s in part.stopped],
             [r for part in parts for r in part.rewards],
             {name: [v for part in parts for v in part.per_reward[name]] for name in names},
+            [m for part in parts for m in part.masks],
         )
 
 
@@ -153,32 +195,32 @@ LOGGED = (
     "update_seconds",
     "rollout_share",
     "groups_dropped",
+    "reward_errors",
+    "turns",
 )
-
-
-def solved(correct: Any) -> Any:
-    """Which completions the ``correct`` reward scores as right (its score 1)."""
-    return correct >= 1.0
+#: The per-row batch entry of which completions are solved (``Environment.solved``), logged as ``accuracy``.
+SOLVED = "solved"
 
 
 def rollout_metrics(batch: Batch) -> dict[str, jax.Array]:
     """The means of a rollout's per-row entries (rewards, length, timing), the longest completion, and
-    ``accuracy`` where the ``correct`` reward was scored."""
+    ``accuracy`` where the environment's accuracy reward (``Environment.ACCURACY``) was scored."""
     logged = {name: jnp.mean(batch[name]) for name in batch if name in LOGGED or name.startswith("reward/")}
     if "completion_length" in batch:
         logged["completion_length_max"] = jnp.max(batch["completion_length"])
-    if "reward/correct" in batch:
-        logged["accuracy"] = jnp.mean(solved(batch["reward/correct"]))
+    if SOLVED in batch:
+        logged["accuracy"] = jnp.mean(batch[SOLVED])
     return logged
 
 
-def reward_means(done: Rollouts) -> dict[str, float]:
+def reward_means(done: Rollouts, environment: Environment | None = None) -> dict[str, float]:
     """What validation reports of scored completions: ``reward`` and each reward's mean, and
-    ``accuracy`` where the ``correct`` reward was scored."""
+    ``accuracy`` where ``environment``'s accuracy reward was scored."""
     result = {"reward": float(np.mean(done.rewards))}
     result.update({f"reward/{name}": float(np.mean(v)) for name, v in done.per_reward.items()})
-    if "correct" in done.per_reward:
-        result["accuracy"] = float(np.mean(solved(np.asarray(done.per_reward["correct"]))))
+    solved = environment.solved(done.per_reward) if environment is not None else None
+    if solved is not None:
+        result["accuracy"] = float(np.mean(solved))
     return result
 
 
@@ -191,7 +233,9 @@ def completion_entropy(entropy: jax.Array, mask: jax.Array) -> jax.Array:
 class Policy(Objective):
     """The GRPO family's clipped-surrogate loss on scored rollouts (``rl/*``): ``updates`` updates on each
     batch, the later ones against the sampling policy's log-probabilities, with a KL penalty to the frozen
-    base (the policy with its adapters off) when ``beta`` > 0; a micro-batch weighs its completions."""
+    base (the policy with its adapters off) when ``beta`` > 0, or with ``copied_reference`` to the frozen copy
+    of the initial parameters whose log-probabilities the batch carries (``ref_logps``); a micro-batch
+    weighs its completions."""
 
     loss: str = "grpo"
     level: str = "token"
@@ -200,12 +244,16 @@ class Policy(Objective):
     beta: float = 0.0
     max_new_tokens: int = 32
     updates: int = 1
+    copied_reference: bool = False
+    options: tuple[tuple[str, Any], ...] = ()  # further policy_loss keywords (PolicyLossOptions)
 
     @property
     def needs(self) -> Needs:
-        """The completions' log-probabilities and entropies, the old policy's, the frozen base's with a KL."""
-        rollout = ("completion_mask", "advantages", "reward")
-        return Needs("target_logps", entropy=True, batch=rollout, frozen_base=self.beta > 0, old_policy=True)
+        """The completions' log-probabilities and entropies, the old policy's, the reference's with a KL."""
+        copied = self.beta > 0 and self.copied_reference
+        rollout = ("completion_mask", "advantages", "reward", *((REF_LOGPS,) if copied else ()))
+        frozen_base = self.beta > 0 and not copied
+        return Needs("target_logps", entropy=True, batch=rollout, frozen_base=frozen_base, old_policy=True)
 
     def __call__(self, scores: Scores, batch: Batch) -> tuple[jax.Array, dict[str, Any]]:
         """The policy loss (``theseus.model.rl.loss.policy_loss``) and the rollout's metrics."""
@@ -220,9 +268,11 @@ class Policy(Objective):
             epsilon_low=self.epsilon_low,
             epsilon_high=self.epsilon_high,
             beta=self.beta,
-            ref_logps=scores.base_logps,
+            ref_logps=batch[REF_LOGPS] if self.beta > 0 and self.copied_reference else scores.base_logps,
             max_completion_length=self.max_new_tokens,
             num_items_in_batch=jnp.sum(mask),
+            sampling_logps=batch.get("sampling_logps"),  # a rollout by another policy's (none yet)
+            **dict(self.options),
         )
         logged = rollout_metrics(batch)
         logged["reward_std"] = jnp.std(batch["reward"])
@@ -247,7 +297,10 @@ class GRPOTrainer(SFTTrainer):
         super().__init__(context)
         self._environment: Environment | None = None
         self._rollout_ended: float | None = None  # perf_counter() when the last rollout was ready
-        self._template: ChatTemplate | None = None  # rl/chat: the template prompts are rendered with
+        self._text: PolicyText | None = None  # the policy's tokenizer, chat template and stop tokens
+        self._reference: Reference | None = None  # full fine-tuning with rl/beta > 0: the initial parameters
+        self._reward_errors = 0  # completions a reward raised on since the last rollout (rl/reward_errors=zero)
+        self._warned: set[str] = set()  # the warnings shown once per invocation
 
     # -- settings -------------------------------------------------------------------------------
     @classmethod
@@ -264,7 +317,18 @@ class GRPOTrainer(SFTTrainer):
     def objective(self) -> Policy:
         """The policy loss of ``rl/*``."""
         a: GRPOConfig = self.args
-        return Policy(a.loss, a.importance_sampling, a.epsilon_low, a.epsilon_high, a.beta, a.max_new_tokens, a.updates)
+        copied = a.beta > 0 and self.lora_rank <= 0
+        return Policy(
+            a.loss,
+            a.importance_sampling,
+            a.epsilon_low,
+            a.epsilon_high,
+            a.beta,
+            a.max_new_tokens,
+            a.updates,
+            copied_reference=copied,
+            options=a.policy_loss_options(),
+        )
 
     def updates_per_step(self) -> int:
         return int(self.args.updates)
@@ -287,6 +351,7 @@ class GRPOTrainer(SFTTrainer):
             return
         super().setup()
         a: GRPOConfig = self.args
+        a.check_policy_loss(a.loss, a.epsilon_high)
         if a.batch_size % a.group_size:
             raise ConfigError(
                 f"training/batch_size={a.batch_size} completions do not split into groups of rl/group_size="
@@ -297,24 +362,16 @@ class GRPOTrainer(SFTTrainer):
                 f"{type(self).__qualname__} takes one update per batch of rollouts; leave training/micro_batch_size "
                 "unset (gradient accumulation is not supported yet)"
             )
-        if str(a.init_from).startswith("hf:"):
-            raise ConfigError(
-                f"training/init_from={a.init_from}: {type(self).__qualname__} reads prompts with the byte tokenizer, "
-                "not the checkpoint's; start from a run trained on byte-tokenized data (run:NAME)"
-            )
         vocab = int(self.setting("architecture/vocab_size", 0) or 0)
-        if vocab < self.tokenizer().vocab_size:
+        tokenizer = self.tokenizer()
+        if vocab < tokenizer.vocab_size:
+            named = "byte tokenizer's" if tokenizer.spec.get("kind") == "byte" else "tokenizer's"
             raise ConfigError(
-                f"architecture/vocab_size={vocab} is smaller than the byte tokenizer's {self.tokenizer().vocab_size}; "
-                f"set architecture/vocab_size={self.tokenizer().vocab_size} or more"
+                f"architecture/vocab_size={vocab} is smaller than the {named} {tokenizer.vocab_size}; "
+                f"set architecture/vocab_size={tokenizer.vocab_size} or more"
             )
         if a.beta > 0 and self.lora_rank <= 0:
-            raise ConfigError(
-                f"rl/beta={a.beta} needs a reference: the policy with its LoRA adapters off; set model/lora/rank>0, "
-                "or rl/beta=0"
-            )
-        if a.chat:
-            self._template = self._init_template()
+            self._reference = Reference(self)  # full fine-tuning: a frozen copy of the initial parameters
         if a.rewards:  # unknown reward names fail before anything runs
             parse_weights(a.rewards)
         self._encode(self.environment.prompts("train", a.seed, 0, a.batch_size // a.group_size))  # room to answer
@@ -335,12 +392,17 @@ class GRPOTrainer(SFTTrainer):
             jax.block_until_ready(self.state.params)
         began = time.perf_counter()
         update_seconds = began - self._rollout_ended if self._rollout_ended is not None else 0.0
+        self._reward_errors = 0
         done, dropped = self._sample(step)
+        if not any(group.varied() for group in done.groups(a.group_size)):
+            self._warn_flat(step)
         advantages = group_advantages(jnp.asarray(done.rewards, jnp.float32), a.group_size, scale=a.scale_rewards)
-        batch = self._arrange(done.prompts, done.completions, done.stopped)
+        batch = self._arrange(done.prompts, done.completions, done.masks)
+        if self._reference is not None:  # full fine-tuning's frozen reference, once per rollout
+            batch[REF_LOGPS] = self._reference.logps(batch)
         self._rollout_ended = time.perf_counter()
         seconds = self._rollout_ended - began
-        generated = sum(len(c) for c in done.completions)
+        generated = sum(sum(m) for m in done.masks)
         rows = len(done.rewards)
 
         def column(value: float) -> np.ndarray:
@@ -354,8 +416,13 @@ class GRPOTrainer(SFTTrainer):
             update_seconds=column(update_seconds),
             rollout_share=column(seconds / (seconds + update_seconds)),
             groups_dropped=column(dropped),
+            turns=np.asarray([policy_turns(m) for m in done.masks], np.float32),
+            reward_errors=column(self._reward_errors),
             **{f"reward/{name}": np.asarray(v, np.float32) for name, v in done.per_reward.items()},
         )
+        solved = self.environment.solved(done.per_reward)
+        if solved is not None:
+            batch[SOLVED] = np.asarray(solved, np.float32)
         first = self.sharding.feed_index * self.batch_rows
         return {name: value[first : first + self.batch_rows] for name, value in batch.items()}
 
@@ -394,42 +461,50 @@ class GRPOTrainer(SFTTrainer):
         prompts = self.environment.prompts("train", prompt_seed, step, count)
         rows = [p for p in prompts for _ in range(a.group_size)]
         sampling = SamplingParams(temperature=a.temperature, top_p=a.top_p)
-        encoded, completions, stopped, texts = self._complete(rows, sampling, seed=seed)
-        total, per_reward = self._score(rows, texts, completions)
-        return Rollouts(encoded, completions, stopped, total, per_reward)
+        return self._played(rows, self._complete(rows, sampling, seed=seed))
 
-    def _complete(
-        self, prompts: list[Prompt], sampling: SamplingParams, seed: int
-    ) -> tuple[list[list[int]], list[list[int]], list[bool], list[str]]:
-        """``(prompt ids, completion ids, stopped, completion texts)`` of ``prompts`` from the current
-        parameters (``self.state``: the training loop keeps it current; the initial state before the
-        first update). A prompt that leaves no room for ``rl/max_new_tokens`` is refused before
-        anything is generated."""
-        tokenizer, new = self.tokenizer(), self.args.max_new_tokens
-        encoded = self._encode(prompts)
-        # prompt widths rounded up to a multiple of WIDTH_STEP: one decoder compile serves many steps
-        longest = min(-(-max(len(e) for e in encoded) // WIDTH_STEP) * WIDTH_STEP, self.sequence_length - new)
+    def _played(self, prompts: list[Prompt], episodes: list[Episode]) -> Rollouts:
+        """The episodes of ``prompts`` scored: the rewards read the policy's text."""
+        stopped = [e.stopped for e in episodes]
+        texts, written = [e.text for e in episodes], [e.policy_tokens for e in episodes]
+        total, per_reward = self._score(prompts, texts, written, stopped)
+        completions, masks = [e.tokens for e in episodes], [e.learned for e in episodes]
+        return Rollouts([e.prompt for e in episodes], completions, stopped, total, per_reward, masks)
+
+    def _complete(self, prompts: list[Prompt], sampling: SamplingParams, seed: int) -> list[Episode]:
+        """The episodes of ``prompts`` played by the current parameters (``self.state``: the training loop
+        keeps it current; the initial state before the first update): one turn each, or several with an
+        environment that answers stop strings (``theseus.model.rl.episodes``). A prompt that leaves no
+        room for ``rl/max_new_tokens`` is refused before anything is generated."""
+        a: GRPOConfig = self.args
+        text, encoded = self.policy_text, self._encode(prompts)
         if self.state is None:
             self.state = self.init_state()
-        done = generate_tokens(
-            self.model,
-            self.state.params,
-            encoded,
-            new,
-            sampling=sampling,
-            seed=seed,
-            eot_id=tokenizer.eot_id,
-            width=longest,
-            sharding=self.sharding,
-        )
-        tokens = [list(c.tokens) for c in done]
-        return encoded, tokens, [bool(c.stopped) for c in done], [tokenizer.decode(t) for t in tokens]
+        params = self.state.params
+
+        def generate(contexts: list[list[int]], new: int, width: int, turn_seed: int) -> list[Completion]:
+            return generate_tokens(
+                self.model,
+                params,
+                contexts,
+                new,
+                sampling=sampling,
+                seed=turn_seed,
+                eot_id=text.stop_ids[0],
+                stop_ids=text.stop_ids,
+                width=width,
+                sharding=self.sharding,
+            )
+
+        limits = Limits(a.max_new_tokens, a.max_turns, a.max_episode_tokens, self.sequence_length)
+        return run_episodes(generate, text, self.environment, prompts, encoded, limits, seed)
 
     def _encode(self, prompts: list[Prompt]) -> list[list[int]]:
-        """The prompts' token ids (``_prompt_text``: chat-rendered or plain); a prompt that leaves no room
-        for ``rl/max_new_tokens`` in the sequence, or an empty one, is one ConfigError line."""
-        tokenizer, new = self.tokenizer(), self.args.max_new_tokens
-        encoded = [list(tokenizer.encode(self._prompt_text(p))) for p in prompts]
+        """The prompts' token ids (``PolicyText``: chat-rendered or plain, in the policy's tokenizer); a
+        prompt that leaves no room for ``rl/max_new_tokens`` in the sequence, or an empty one, is one
+        ConfigError line."""
+        new = self.args.max_new_tokens
+        encoded = [self.policy_text.encode(p) for p in prompts]
         longest = max(len(e) for e in encoded)
         if min(len(e) for e in encoded) == 0:
             raise ConfigError(
@@ -442,68 +517,101 @@ class GRPOTrainer(SFTTrainer):
             )
         return encoded
 
-    def _prompt_text(self, prompt: Prompt) -> str:
-        """The text the policy continues: the prompt's messages through the chat template with its
-        generation prompt (``rl/chat``), else the plain text after a system message on its own line."""
-        if self._template is not None:
-            return self._template.render(prompt.messages, add_generation_prompt=True)
-        return f"{prompt.system}\n{prompt.text}" if prompt.system else prompt.text
+    @property
+    def policy_text(self) -> PolicyText:
+        """The policy's tokenizer, chat template (``rl/chat``) and stop tokens, those of the source it
+        starts from (``theseus.model.rl.prompts``)."""
+        if self._text is None:
+            self.setup()
+            source = self.init_source.tokenizer if self.init_source is not None else None
+            self._text = policy_text(str(self.args.init_from or ""), self.context.root, source, self.args.chat)
+        return self._text
 
-    def _kept_template(self) -> Path | None:
-        """``chat_template.json`` of the ``training/init_from`` run (None when it is not a run)."""
-        spec = str(self.args.init_from)
-        source = parse_source(spec, self.context.root) if spec.startswith("run:") else None
-        return source.path / TEMPLATE_FILE if isinstance(source, RunRef) else None
+    @property
+    def _template(self) -> ChatTemplate | None:
+        """The chat template prompts are rendered with (``rl/chat``), else None."""
+        return self.policy_text.template
 
-    def _init_template(self) -> ChatTemplate:
-        """The chat template kept by the ``training/init_from`` run (``rl/chat=true``)."""
-        kept = self._kept_template()
-        if kept is None or not kept.is_file():
-            spec = str(self.args.init_from)
-            raise ConfigError(
-                f"rl/chat=true renders prompts with the chat template of the run the policy starts from, but "
-                f"training/init_from={spec or '(unset)'} {'is not a run' if kept is None else 'has none'}; "
-                "start from a run fine-tuned on chat data (training/init_from=run:NAME) or set rl/chat=false"
-            )
-        return ChatTemplate.from_tokenizer_config(kept)
+    def tokenizer(self) -> Any:
+        """The policy's tokenizer: the source's (``training/init_from``), else the byte tokenizer."""
+        return self.policy_text.tokenizer
 
     def chat_template(self) -> dict[str, str] | None:
         """The template of ``rl/chat``, kept in this run's folder too (``generate/chat=true`` uses it)."""
-        kept = self._kept_template() if self.args.chat else None
-        if kept is None:
+        template = self._template
+        if template is None:
             return None
-        found: dict[str, str] = json.loads(kept.read_text(encoding="utf-8"))
-        return found
+        return {"chat_template": template.source, "bos_token": template.bos_token, "eos_token": template.eos_token}
 
     def _score(
-        self, prompts: list[Prompt], texts: list[str], tokens: list[list[int]]
+        self, prompts: list[Prompt], texts: list[str], tokens: Sequence[Sequence[int]], stopped: list[bool]
     ) -> tuple[list[float], dict[str, list[float]]]:
-        """The environment's weighted rewards (configured from the run's keys); each completion's
-        length in tokens reaches the rewards as ``metadata["completion_tokens"]``."""
-        scored = [
-            Prompt(p.text, {**p.metadata, COMPLETION_TOKENS: len(t)}, p.system)
-            for p, t in zip(prompts, tokens, strict=True)
-        ]
+        """The environment's weighted rewards (configured from the run's keys) of the completions' texts up
+        to the chat template's end marker (``reward_text``); each completion's length in tokens and whether
+        it was cut at ``rl/max_new_tokens`` reach the rewards as ``metadata["completion_tokens"]`` and
+        ``metadata["truncated"]``. A reward that raises stops the run or scores 0 (``rl/reward_errors``)."""
+        marker = end_marker(self._template) if self._template is not None else ""
+        answers, scored = [], []
+        for p, text, t, ended in zip(prompts, texts, tokens, stopped, strict=True):
+            answer, truncated = reward_text(text, ended, marker)
+            answers.append(answer)
+            scored.append(Prompt(p.text, {**p.metadata, COMPLETION_TOKENS: len(t), TRUNCATED: truncated}, p.system))
         with configuration(self.context.config):
-            return self.environment.score(scored, texts, self.weights)
+            done = self.environment.scored(scored, answers, self.weights, on_error=self.args.reward_errors)
+        self._reward_errors += len(done.failures)
+        for failure in done.failures:
+            self._warn_failure(failure)
+        return done.total, done.per_reward
+
+    def _warn(self, key: str, line: str) -> None:
+        """Print the warning ``line`` on process 0, once per invocation for each ``key``."""
+        if key not in self._warned and jax.process_index() == 0:
+            print(line, file=sys.stderr, flush=True)
+        self._warned.add(key)
+
+    def _warn_failure(self, failure: RewardFailure) -> None:
+        """The first failure of each reward (``rl/reward_errors=zero``), in one line."""
+        self._warn(
+            f"reward:{failure.reward}",
+            f"warning: {failure.describe()}; scored 0 ({REWARD_ERRORS_KEY}=zero); the metric reward_errors counts "
+            "such completions at each step",
+        )
+
+    def _warn_flat(self, step: int) -> None:
+        """Once: every group of the rollout at data position ``step`` (update ``step + 1``) scored the same
+        within itself, so the update has no gradient."""
+        a: GRPOConfig = self.args
+        fix = (
+            f"rl/dynamic_sampling found no group that scores apart in rl/resample_rounds={a.resample_rounds} "
+            "rounds; raise it"
+            if a.dynamic_sampling
+            else "set rl/dynamic_sampling=true to drop such groups and refill them"
+        )
+        self._warn(
+            "flat",
+            f"warning: at step {step + 1} every group's completions scored the same, so their advantages and the "
+            f"policy gradient are 0; {fix}, or give the reward partial credit or the environment easier prompts "
+            "(shown once)",
+        )
 
     def _arrange(
-        self, prompts: list[list[int]], completions: list[list[int]], stopped: list[bool]
+        self, prompts: list[list[int]], completions: list[list[int]], masks: list[list[bool]] | None = None
     ) -> dict[str, np.ndarray]:
-        """Rows ``prompt + completion (+ end of text where it stopped)`` from position 0, right-padded to
-        the sequence length: ``x``, ``y``, ``padding_mask``, ``completion_mask`` (the ``y`` positions that
-        are completion tokens) and ``completion_length``."""
-        eot, length = self.tokenizer().eot_id, self.sequence_length
+        """Rows ``prompt + completion`` (its stop token included) from position 0, right-padded to the
+        sequence length: ``x``, ``y``, ``padding_mask``, ``completion_mask`` (the ``y`` positions of tokens
+        the policy wrote: ``masks``, else every completion token; an environment's reply is not one) and
+        ``completion_length``."""
+        length = self.sequence_length
         rows = len(prompts)
         x = np.zeros((rows, length), np.int32)
         y = np.zeros((rows, length), np.int32)
         real = np.zeros((rows, length), bool)
         target = np.zeros((rows, length), bool)
-        for i, (ids, completion, ended) in enumerate(zip(prompts, completions, stopped, strict=True)):
-            sequence = ids + completion + ([eot] if ended else [])
+        for i, (ids, completion) in enumerate(zip(prompts, completions, strict=True)):
+            sequence = ids + completion
             n = len(sequence) - 1
             x[i, :n], y[i, :n], real[i, :n] = sequence[:-1], sequence[1:], True
-            target[i, len(ids) - 1 : n] = True
+            target[i, len(ids) - 1 : n] = masks[i] if masks else True
         lengths = target.sum(axis=1).astype(np.float32)
         return {"x": x, "y": y, "padding_mask": real, "completion_mask": target, "completion_length": lengths}
 
@@ -516,8 +624,11 @@ class GRPOTrainer(SFTTrainer):
         batch["completion_mask"] = jax.ShapeDtypeStruct(shape, jnp.bool_, sharding=batch["x"].sharding)
         names = ["advantages", *LOGGED]
         names += [f"reward/{name}" for name in self.weights]
+        names += [SOLVED] if self.environment.ACCURACY in self.weights else []
         for name in names:
             batch[name] = jax.ShapeDtypeStruct(rows, jnp.float32, sharding=per_row)
+        if self._reference is not None:
+            batch[REF_LOGPS] = jax.ShapeDtypeStruct(shape, jnp.float32, sharding=batch["x"].sharding)
         return batch
 
     # -- validation -----------------------------------------------------------------------------
@@ -527,7 +638,7 @@ class GRPOTrainer(SFTTrainer):
         a: GRPOConfig = self.args
         batches = a.eval_batches if batches is None else batches
         done = self.eval_rollouts(state, batches, self.args.batch_size // a.group_size)
-        result = {"loss": -float(np.mean(done.rewards)), **reward_means(done)}
+        result = {"loss": -float(np.mean(done.rewards)), **reward_means(done, self.environment)}
         result["tokens"] = float(len(done.rewards))
         return result
 
@@ -538,9 +649,7 @@ class GRPOTrainer(SFTTrainer):
         prompts = [p for index in range(batches) for p in self.environment.prompts("eval", a.seed, index, count)]
         self.state = state
         sampling = SamplingParams(temperature=a.eval_temperature)
-        encoded, tokens, stopped, texts = self._complete(prompts, sampling, seed=a.seed)
-        total, per_reward = self._score(prompts, texts, tokens)
-        return Rollouts(encoded, tokens, stopped, total, per_reward)
+        return self._played(prompts, self._complete(prompts, sampling, seed=a.seed))
 
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "Policy"]

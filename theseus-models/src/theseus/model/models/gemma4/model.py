@@ -120,7 +120,7 @@ class Carry(NamedTuple):
 
     hidden: jax.Array
     per_layer: jax.Array | None
-    index: jax.Array
+    index: jax.Array  # type: ignore[assignment]  # shadows tuple.index, never called on a carry
 
 
 class Gemma4Attention(CausalSelfAttention):

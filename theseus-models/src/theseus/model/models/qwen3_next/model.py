@@ -346,7 +346,7 @@ class Qwen3Next(MixtureLM, Qwen3NextHybrid):
 
     PRESETS: ClassVar[dict[str, Preset]] = QWEN3_NEXT_PRESETS
     FAMILY: ClassVar[str] = "Qwen3Next"
-    BLOCK = Qwen3NextBlock
+    BLOCK = Qwen3NextBlock  # type: ignore[assignment]  # a HybridBlock with Qwen3-Next's shared expert
 
     shared_expert_hidden: int | None = field(
         "architecture/moe/shared_expert_hidden",
@@ -360,7 +360,8 @@ class Qwen3Next(MixtureLM, Qwen3NextHybrid):
         declared = preset.shared_expert_hidden if isinstance(preset, Qwen3NextPreset) else None
         moe_hidden = arch.moe.expert_hidden if arch.moe is not None else 0
         shared = declared if self.shared_expert_hidden is None else self.shared_expert_hidden
-        return dataclasses.replace(arch, shared_expert_hidden=int(moe_hidden if shared is None else shared)).validate()
+        hidden = int(moe_hidden if shared is None else shared)
+        return dataclasses.replace(arch, shared_expert_hidden=hidden).validate()  # type: ignore[call-arg]
 
     def _layer_options(self, layer: int) -> dict[str, Any]:
         return {**super()._layer_options(layer), **self._linear_option(layer)}

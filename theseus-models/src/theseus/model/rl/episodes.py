@@ -1,0 +1,174 @@
+"""Episodes: the policy's turns and the environment's replies after each prompt, as token rows.
+
+A turn is generated up to ``rl/max_new_tokens`` tokens. It ends at a stop token (the tokenizer's end of
+text, a checkpoint's end of turn: :mod:`theseus.model.rl.prompts`), which ends the episode, or at one of
+the environment's stop strings (``Environment.STOP``, such as ``</calc>``): the turn is cut after the
+token that completes the string, the environment's ``respond(prompt, transcript)`` gives its reply (a
+tool result), whose tokens are appended after the policy's, and the policy writes its next turn after
+them. ``respond`` returning None, ``rl/max_turns`` turns, or ``rl/max_episode_tokens`` tokens after the
+prompt (policy and environment together, within the sequence) end the episode. The environment's tokens
+are marked as not the policy's (``Episode.learned``): no loss and no KL is taken on them. The text the
+rewards score is the policy's turns joined.
+
+An environment without stop strings has single-turn episodes: one generation, as before multi-turn
+episodes existed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from theseus.model.generation.decode import Completion
+from theseus.model.rl.prompts import PolicyText
+from theseus.rl.environment import Environment, Prompt, rng
+
+#: Prompts (and later turns' contexts) are left-padded to a multiple of this many tokens, so that the
+#: decoder compiles once for contexts of similar lengths.
+WIDTH_STEP = 32
+SEED_RANGE = 2**31
+
+#: ``generate(contexts, max_new_tokens, width, seed) -> completions``: the decoder with the policy's
+#: current parameters and the rollout's sampling settings.
+Generate = Callable[[list[list[int]], int, int, int], list[Completion]]
+
+
+@dataclass
+class Episode:
+    """One prompt's episode: ``tokens`` after the prompt (the policy's turns with their stop tokens and
+    the environment's replies), ``learned`` per token (written by the policy), whether it ended at a stop
+    token, the policy's text (its turns joined) and how many tokens it wrote (stop tokens left out)."""
+
+    prompt: list[int]
+    tokens: list[int] = field(default_factory=list)
+    learned: list[bool] = field(default_factory=list)
+    stopped: bool = False
+    text: str = ""
+    written: int = 0
+    turns: int = 0
+    transcript: list[dict[str, str]] = field(default_factory=list)
+    open: bool = True
+
+    @property
+    def policy_tokens(self) -> list[int]:
+        """The tokens the policy wrote, stop tokens left out (what ``completion_tokens`` counts)."""
+        mine = [t for t, learned in zip(self.tokens, self.learned, strict=True) if learned]
+        return mine[: self.written]
+
+    def add(self, ids: Sequence[int], learned: bool) -> None:
+        self.tokens += list(ids)
+        self.learned += [learned] * len(ids)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """``rl/max_new_tokens`` per turn, ``rl/max_turns``, ``rl/max_episode_tokens`` (0: what the sequence
+    holds after the prompt) and the sequence length rows are trained at."""
+
+    max_new_tokens: int
+    max_turns: int
+    max_episode_tokens: int
+    sequence_length: int
+
+    def budget(self, prompt: int) -> int:
+        """The tokens an episode may hold after a prompt of ``prompt`` tokens."""
+        room = self.sequence_length - prompt
+        return min(room, self.max_episode_tokens) if self.max_episode_tokens > 0 else room
+
+
+def policy_turns(learned: Sequence[bool]) -> int:
+    """The policy's turns in an episode: one, and one more after each of the environment's replies."""
+    return 1 + sum(1 for i, mine in enumerate(learned) if mine and i and not learned[i - 1])
+
+
+def padded_width(longest: int, limits: Limits) -> int:
+    """``longest`` rounded up to a multiple of ``WIDTH_STEP``, leaving room for a turn where it can."""
+    rounded = -(-longest // WIDTH_STEP) * WIDTH_STEP
+    return max(longest, min(rounded, limits.sequence_length - limits.max_new_tokens))
+
+
+def stop_cut(text: PolicyText, tokens: Sequence[int], stops: Sequence[str]) -> int | None:
+    """How many of ``tokens`` the turn keeps when it holds a stop string: up to the token that completes
+    the first one; None when it holds none."""
+    if not stops or not any(s in text.tokenizer.decode(tokens) for s in stops):
+        return None
+    for k in range(1, len(tokens) + 1):
+        if any(s in text.tokenizer.decode(tokens[:k]) for s in stops):
+            return k
+    return None
+
+
+def turn_seed(seed: int, turn: int) -> int:
+    """The decoder's seed of a turn: the rollout's own for the first, one drawn from it for the others."""
+    return seed if turn == 0 else rng("turn", seed, turn).randrange(SEED_RANGE)
+
+
+def run_episodes(
+    generate: Generate,
+    text: PolicyText,
+    environment: Environment,
+    prompts: Sequence[Prompt],
+    encoded: Sequence[list[int]],
+    limits: Limits,
+    seed: int,
+) -> list[Episode]:
+    """The episodes of ``prompts`` (``encoded``: their ids), all rows generated together each turn."""
+    stops = tuple(getattr(environment, "STOP", ()) or ())
+    episodes = [Episode(list(ids), transcript=list(p.messages)) for p, ids in zip(prompts, encoded, strict=True)]
+    turns = limits.max_turns if stops else 1
+    for turn in range(turns):
+        if not any(e.open for e in episodes):
+            break
+        # every row each turn (finished ones as their prompt): one batch shape, one compile
+        contexts = [e.prompt + e.tokens if e.open else e.prompt for e in episodes]
+        width = padded_width(max(len(c) for c in contexts), limits)
+        new = min(limits.max_new_tokens, limits.sequence_length - width)
+        done = generate(contexts, new, width, turn_seed(seed, turn))
+        for prompt, episode, completion in zip(prompts, episodes, done, strict=True):
+            if episode.open:
+                _take_turn(text, environment, stops, prompt, episode, completion, limits)
+    return episodes
+
+
+def _take_turn(
+    text: PolicyText,
+    environment: Environment,
+    stops: tuple[str, ...],
+    prompt: Prompt,
+    episode: Episode,
+    completion: Completion,
+    limits: Limits,
+) -> None:
+    """Add the policy's turn to ``episode`` and, where it ended at a stop string, the environment's reply."""
+    room = limits.budget(len(episode.prompt)) - len(episode.tokens)
+    cut = stop_cut(text, completion.tokens, stops)
+    written = completion.tokens[:cut] if cut is not None else completion.tokens
+    ended = completion.stopped and cut is None
+    if len(written) + int(ended) > room:  # the episode's budget ends the turn
+        written, ended, cut = written[:room], False, None
+    episode.turns += 1
+    episode.add(written, True)
+    words = text.tokenizer.decode(written)
+    episode.text += words
+    episode.written += len(written)
+    episode.transcript.append({"role": "assistant", "content": words})
+    episode.open = False
+    if ended:
+        assert completion.stop is not None
+        episode.add([completion.stop], True)
+        episode.stopped = True
+        return
+    if cut is None or episode.turns >= limits.max_turns:
+        return
+    reply = environment.respond(prompt, list(episode.transcript))
+    if reply is None:
+        return
+    ids = list(text.tokenizer.encode(reply))
+    if len(episode.tokens) + len(ids) >= limits.budget(len(episode.prompt)):  # no room to answer after it
+        return
+    episode.add(ids, False)
+    episode.transcript.append({"role": "tool", "content": reply})
+    episode.open = True
+
+
+__all__ = ["WIDTH_STEP", "Episode", "Generate", "Limits", "padded_width", "policy_turns", "run_episodes", "stop_cut"]

@@ -1,0 +1,54 @@
+"""The frozen reference of full fine-tuning with a KL penalty (``rl/beta > 0`` without LoRA): a copy of
+the policy's initial parameters (those of ``training/init_from``, else the run's seeded initialisation,
+the same again on resume), placed like the policy's, whose log-probabilities of each rollout's targets
+are computed once, before its updates, and travel with the batch (``ref_logps``). LoRA runs need no
+copy: their reference is the policy with its adapters off."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from theseus.training import steps
+
+#: The batch entry holding the reference's log-probabilities of the targets, ``[rows, T]``.
+REF_LOGPS = "ref_logps"
+MODEL_KEYS = ("x", "y", "padding_mask")
+
+
+class Reference:
+    """The initial parameters of a trainer's policy and a jitted function of their target log-probabilities."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self._params: Any = None
+        call = steps.ModelCall(trainer.model, trainer.model.apply)
+
+        def logps(params: Any, batch: Mapping[str, Any]) -> jax.Array:
+            with trainer.sharding.context():
+                return jax.lax.stop_gradient(steps.target_scores(call, params, batch, deterministic=True)[1])
+
+        self._fn = jax.jit(logps)
+
+    @property
+    def params(self) -> Any:
+        """The initial parameters, on the policy's shardings, read once."""
+        if self._params is None:
+            t = self.trainer
+            if t.init_source is not None:
+                self._params = t.load_base(t.init_source, t.abstract_state.params, t.state_shardings.params)
+            else:
+                self._params = t.init_state().params
+        return self._params
+
+    def logps(self, rows: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The reference's log-probability of each target of ``rows`` (every process passes all rows)."""
+        placed = self.trainer.sharding.put_global({k: rows[k] for k in MODEL_KEYS})
+        found = self._fn(self.params, placed)
+        return np.asarray(self.trainer.sharding.fetch(found), np.float32)
+
+
+__all__ = ["REF_LOGPS", "Reference"]
