@@ -37,7 +37,7 @@ RUN = {
     "docs/huggingface.md": {"local-folder"},
     "docs/tracking.md": {"runs"},
     "docs/multi-host.md": {"two-processes"},
-    "docs/reinforcement-learning.md": {"grpo", "distill", "arithmetic", "reward", "calculator"},
+    "docs/reinforcement-learning.md": {"grpo", "distill", "arithmetic", "reward", "calculator", "hf-policy"},
     "docs/writing-a-plugin.md": {"new-plugin", "load-file"},
 }
 

@@ -88,3 +88,20 @@ def test_calculator_flow(tmp_path: Path) -> None:
         assert 1.0 <= row["turns"] <= 3.0 and 1 <= row["completion_length"] <= 3 * 16 + 1, row
         assert math.isfinite(row["reward"]) and math.isfinite(row["reward/correct"])
     assert "step 3/3" in shell.result("theseus runs show calculator").stdout
+
+
+def test_hf_policy_flow(tmp_path: Path) -> None:
+    """The Hugging Face policy flow as written, on a tiny Qwen3 chat checkpoint: two GRPO updates of LoRA
+    adapters over the checkpoint, prompts through its chat template, and the adapter exported for peft."""
+    from tests.rl.chat_checkpoint import save_chat_checkpoint
+
+    shell = Shell.create(tmp_path / "work")
+    save_chat_checkpoint(shell.cwd / "qwen3")
+    shell.run(flows("docs/reinforcement-learning.md")["hf-policy"])
+    lines = (shell.root / "runs" / "qwen-grpo" / "metrics.jsonl").read_text().splitlines()
+    train = [row for row in map(json.loads, lines) if row["split"] == "train"]
+    assert [row["step"] for row in train] == [1, 2]
+    assert all(math.isfinite(row["reward"]) and 1 <= row["completion_length"] <= 17 for row in train)
+    adapter = shell.cwd / "qwen-grpo-adapter"
+    assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 8
+    assert (adapter / "adapter_model.safetensors").stat().st_size > 0
