@@ -6,6 +6,7 @@ weights rolling out the same first batch, and exports that transformers and peft
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,15 @@ def test_prompts_use_the_checkpoint_template_tokenizer_and_stop_ids(
     )
     assert text.encode(prompt) == list(getattr(expected, "input_ids", expected))
     assert text.stop_ids == (ids[END_OF_TURN], ids[END_OF_TEXT])  # generation_config.json's eos_token_id list
+
+    # transformers 5 saves the template as chat_template.jinja beside tokenizer_config.json
+    moved = tmp_path / "jinja"
+    shutil.copytree(folder, moved)
+    config = json.loads((moved / "tokenizer_config.json").read_text())
+    (moved / "chat_template.jinja").write_text(config.pop("chat_template"))
+    (moved / "tokenizer_config.json").write_text(json.dumps(config))
+    text = policy_text(f"hf:{moved}", tmp_path, hf_source(str(moved), f"hf:{moved}").tokenizer, chat=True)
+    assert text.encode(prompt) == list(getattr(expected, "input_ids", expected))
 
 
 def test_grpo_from_an_hf_checkpoint_lora_and_full_fine_tuning(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ import pytest
 
 from tests.conftest import TINY_GPT, Oracle
 from tests.finetune.conftest import TINY_DPO, prepare_preferences
+from theseus.cli.running import job_root
 from theseus.config import configuration, configure
 from theseus.errors import ConfigError
 from theseus.model.reward.component import ModelReward
@@ -144,11 +146,17 @@ def test_reward_model_without_a_run_or_with_an_unknown_one_is_one_line(
         reward = configure(ModelReward)
     with pytest.raises(ConfigError, match=r"pass reward/model/run=run:NAME\[@STEP\] \(a run of train/reward\)"):
         reward(["p"], ["c"], [{}])
-    monkeypatch.setenv("THESEUS_ROOT", str(trained[0]))
+    # the run is looked up under the job's root (theseus run --root), not the environment's
+    elsewhere = str(trained[0].parent / "elsewhere")
+    monkeypatch.setenv("THESEUS_ROOT", elsewhere)
     with configuration({"reward/model/run": "run:jduge"}):
         reward = configure(ModelReward)
-    with pytest.raises(ConfigError, match=r"^reward/model/run=run:jduge: no run 'jduge' under .*available: judge"):
+    with (
+        job_root(trained[0]),
+        pytest.raises(ConfigError, match=r"^reward/model/run=run:jduge: no run 'jduge' under .*available: judge"),
+    ):
         reward(["p"], ["c"], [{}])
+    assert os.environ["THESEUS_ROOT"] == elsewhere
 
 
 def test_lora_is_refused_in_one_line(trained: tuple[Path, RewardTrainer]) -> None:

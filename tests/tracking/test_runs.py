@@ -96,6 +96,8 @@ def test_json_listing_is_stable(runs: Runs, capsys: pytest.CaptureFixture[str]) 
     first = theseus(capsys, "runs", "--root", str(runs.root), "--json", "--status", "completed")[1]
     second = theseus(capsys, "runs", "--json", "--root", str(runs.root), "--status", "completed")[1]
     assert first == second
+    # scripts written for the earlier name of the state still select the same runs
+    assert theseus(capsys, "runs", "--json", "--root", str(runs.root), "--status", "complete")[1] == first
     rows = json.loads(first)
     assert [r["name"] for r in rows] == ["tracked"]
     assert tuple(rows[0]) == ROW_KEYS

@@ -89,7 +89,12 @@ def _run_dir(root: Path, name: str) -> Path:
 @click.option("--json", "as_json", is_flag=True, help="One JSON list of runs (stable keys) instead of a table.")
 @click.option("--sort", type=click.Choice(sorted(data.SORTS)), default="name", show_default=True, help="Order.")
 @click.option("--job", default=None, help="Only runs of this job (a glob such as 'gpt/*').")
-@click.option("--status", type=click.Choice(data.STATUSES), default=None, help="Only runs in this state.")
+@click.option(
+    "--status",
+    type=click.Choice([*data.STATUSES, "complete"]),  # "complete": the earlier name of "completed"
+    default=None,
+    help="Only runs in this state.",
+)
 @click.pass_context
 def runs(ctx: click.Context, root: Path | None, as_json: bool, sort: str, job: str | None, status: str | None) -> None:
     """List runs: job, status, steps, best validation loss, tokens, wall time, last update."""
@@ -97,6 +102,7 @@ def runs(ctx: click.Context, root: Path | None, as_json: bool, sort: str, job: s
     ctx.obj["runs_root"] = root
     if ctx.invoked_subcommand is not None:
         return
+    status = "completed" if status == "complete" else status
     rows = data.list_runs(_root(root), sort=sort, job=job, status=status)
     if as_json:
         click.echo(json.dumps([r.as_json() for r in rows], indent=2, sort_keys=False))

@@ -63,6 +63,18 @@ def _token_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+#: Where transformers 5 saves a chat template, beside ``tokenizer_config.json``.
+CHAT_TEMPLATE_JINJA = "chat_template.jinja"
+
+
+def has_chat_template(config: Path) -> bool:
+    """Whether the checkpoint of ``config`` (its ``tokenizer_config.json``, or a run's
+    ``chat_template.json``) has a chat template: a ``chat_template.jinja`` beside it or its ``chat_template``."""
+    return (config.parent / CHAT_TEMPLATE_JINJA).is_file() or (
+        config.is_file() and "chat_template" in _read_json(config)
+    )
+
+
 @dataclass(frozen=True)
 class ChatTemplate:
     """A Jinja2 chat template with the special-token strings it may use."""
@@ -85,7 +97,7 @@ class ChatTemplate:
         if choice == "auto":
             if tokenizer_path:
                 config = Path(tokenizer_path).expanduser().parent / "tokenizer_config.json"
-                if config.is_file() and "chat_template" in _read_json(config):
+                if has_chat_template(config):
                     return cls.from_tokenizer_config(config)
             return cls(BUILTIN_TEMPLATES["chatml"], name="chatml")
         path = Path(choice).expanduser()
@@ -111,9 +123,12 @@ class ChatTemplate:
 
     @classmethod
     def from_tokenizer_config(cls, path: str | Path) -> ChatTemplate:
-        """The ``chat_template`` of a Hugging Face ``tokenizer_config.json`` (the default one of a list)."""
-        data = _read_json(Path(path))
-        template = data.get("chat_template")
+        """The chat template of a Hugging Face ``tokenizer_config.json``: the ``chat_template.jinja`` beside
+        it, else its ``chat_template`` (the default one of a list)."""
+        path = Path(path)
+        data = _read_json(path) if path.is_file() else {}
+        jinja = path.parent / CHAT_TEMPLATE_JINJA
+        template = jinja.read_text(encoding="utf-8") if jinja.is_file() else data.get("chat_template")
         if isinstance(template, list):
             named = {str(t.get("name")): t.get("template") for t in template if isinstance(t, Mapping)}
             template = named.get("default") or next(iter(named.values()), None)

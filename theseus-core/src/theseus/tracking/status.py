@@ -108,9 +108,12 @@ def ending(error: BaseException) -> tuple[str, str | None]:
 
 def record_ending(run_dir: Path, error: BaseException, *, run: str, job: str | None, total_steps: int) -> None:
     """Write how a run ended that stopped or failed in set-up, before its :class:`StatusRecorder` started:
-    its previous record (if any) with the new state, else a record at step 0. Never raises."""
-    previous = read_status(Path(run_dir)) or {}
+    its previous record (if any) with the new state, else a record at step 0; a stop is at the last
+    checkpoint, where the run resumes. Never raises."""
+    previous = dict(read_status(Path(run_dir)) or {})
     state, line = ending(error)
+    if state == "stopped" and previous.get("step") != previous.get("checkpoint"):
+        previous["step"] = previous.get("checkpoint") or 0
     now = time.time()
     record = {
         "version": 1,

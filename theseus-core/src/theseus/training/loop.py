@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from theseus.base.failures import resource_error
 from theseus.base.killpoints import kill_point
 from theseus.config import configuration
 from theseus.errors import ConfigError, PluginError
@@ -123,10 +124,13 @@ class TrainingLoop:
             if self.status is not None:
                 self.status.finished()
         except BaseException as exc:
+            # a full disk or no memory is recorded as the one line the command prints (failed, not crashed)
+            context = self.trainer.context
+            reported = resource_error(exc, context.name, context.root, context.config) or exc
             if self.status is not None:
-                self.status.failed(exc)
+                self.status.failed(reported)
             else:
-                self._record_setup_ending(exc)
+                self._record_setup_ending(reported)
             raise
         finally:
             self._release(lock, logger, store)
@@ -291,16 +295,18 @@ class TrainingLoop:
         self.profile.close()
         if lock is not None:
             lock.release()
-        if hasattr(self, "guard"):
-            self.guard.restore()
-        for plotter in self.plotters.values():
-            with contextlib.suppress(Exception):  # after a failure: let a plot being drawn finish
-                plotter.wait()
-        self.display.close()
-        if logger is not None:
-            logger.close()
-        store.close()
-        self.trainer.close()
+        try:
+            for plotter in self.plotters.values():
+                with contextlib.suppress(Exception):  # after a failure: let a plot being drawn finish
+                    plotter.wait()
+            self.display.close()
+            if logger is not None:
+                logger.close()
+            store.close()
+            self.trainer.close()
+        finally:  # last: a SIGTERM while the final checkpoint is written is still the guard's
+            if hasattr(self, "guard"):
+                self.guard.restore()
 
     def _check_data(self) -> None:
         """A resumed run reads the data it recorded (``theseus.training.datacheck``): refuse, or warn

@@ -1,8 +1,8 @@
 """``reward/model``: a learned reward, the score of a ``train/reward`` run (imports no jax until called).
 
-``reward/model/run=run:NAME[@STEP]`` names the run (under the root, ``$THESEUS_ROOT`` or
-``~/.theseus``; its latest checkpoint unless a step is given). It mixes with the rule rewards like any
-other: ``rl/rewards=model:1.0,format:0.2``.
+``reward/model/run=run:NAME[@STEP]`` names the run (under the job's root: ``--root``, else
+``$THESEUS_ROOT`` or ``~/.theseus``; its latest checkpoint unless a step is given). It mixes with the
+rule rewards like any other: ``rl/rewards=model:1.0,format:0.2``.
 """
 
 from __future__ import annotations

@@ -37,12 +37,15 @@ Generate = Callable[[list[list[int]], int, int, int], list[Completion]]
 class Episode:
     """One prompt's episode: ``tokens`` after the prompt (the policy's turns with their stop tokens and
     the environment's replies), ``learned`` per token (written by the policy), whether it ended at a stop
-    token, the policy's text (its turns joined) and how many tokens it wrote (stop tokens left out)."""
+    token, whether its last turn ran out of tokens (``rl/max_new_tokens`` or the episode's budget) rather
+    than ending at a stop token or string, the policy's text (its turns joined) and how many tokens it
+    wrote (stop tokens left out)."""
 
     prompt: list[int]
     tokens: list[int] = field(default_factory=list)
     learned: list[bool] = field(default_factory=list)
     stopped: bool = False
+    truncated: bool = False
     text: str = ""
     written: int = 0
     turns: int = 0
@@ -147,6 +150,7 @@ def _take_turn(
     if len(written) + int(ended) > room:  # the episode's budget ends the turn
         written, ended, cut = written[:room], False, None
     episode.turns += 1
+    episode.truncated = not ended and cut is None
     episode.add(written, True)
     words = text.tokenizer.decode(written)
     episode.text += words

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from theseus.data.chat import ChatTemplate
+from theseus.data.chat import ChatTemplate, has_chat_template
 from theseus.data.tokenizers.base import Tokenizer
 from theseus.data.tokenizers.byte import ByteTokenizer
 from theseus.data.tokenizers.spec import load_tokenizer
@@ -119,7 +119,7 @@ def source_template(init_from: str, root: Path, tokenizer_spec: Mapping[str, Any
     if kept is None and init_from.startswith("hf:"):  # a hub id: the files sit beside its tokenizer
         folder = tokenizer_folder(tokenizer_spec)
         kept = None if folder is None else folder / TOKENIZER_CONFIG
-    if kept is None or not kept.is_file() or "chat_template" not in _read(kept):
+    if kept is None or not has_chat_template(kept):
         what = "is not a run or a checkpoint" if kept is None else f"has no chat template ({kept.name})"
         raise ConfigError(
             f"rl/chat=true renders prompts with the chat template of the source the policy starts from, but "

@@ -394,8 +394,8 @@ class GRPOTrainer(SFTTrainer):
         update_seconds = began - self._rollout_ended if self._rollout_ended is not None else 0.0
         self._reward_errors = 0
         done, dropped = self._sample(step)
-        if not any(group.varied() for group in done.groups(a.group_size)):
-            self._warn_flat(step)
+        if isinstance(self.objective(), Policy) and not any(group.varied() for group in done.groups(a.group_size)):
+            self._warn_flat(step)  # the policy gradient needs advantages (distillation's loss does not)
         advantages = group_advantages(jnp.asarray(done.rewards, jnp.float32), a.group_size, scale=a.scale_rewards)
         batch = self._arrange(done.prompts, done.completions, done.masks)
         if self._reference is not None:  # full fine-tuning's frozen reference, once per rollout
@@ -467,7 +467,7 @@ class GRPOTrainer(SFTTrainer):
         """The episodes of ``prompts`` scored: the rewards read the policy's text."""
         stopped = [e.stopped for e in episodes]
         texts, written = [e.text for e in episodes], [e.policy_tokens for e in episodes]
-        total, per_reward = self._score(prompts, texts, written, stopped)
+        total, per_reward = self._score(prompts, texts, written, [not e.truncated for e in episodes])
         completions, masks = [e.tokens for e in episodes], [e.learned for e in episodes]
         return Rollouts([e.prompt for e in episodes], completions, stopped, total, per_reward, masks)
 
@@ -544,7 +544,7 @@ class GRPOTrainer(SFTTrainer):
         return {"chat_template": template.source, "bos_token": template.bos_token, "eos_token": template.eos_token}
 
     def _score(
-        self, prompts: list[Prompt], texts: list[str], tokens: Sequence[Sequence[int]], stopped: list[bool]
+        self, prompts: list[Prompt], texts: list[str], tokens: Sequence[Sequence[int]], ended: list[bool]
     ) -> tuple[list[float], dict[str, list[float]]]:
         """The environment's weighted rewards (configured from the run's keys) of the completions' texts up
         to the chat template's end marker (``reward_text``); each completion's length in tokens and whether
@@ -552,8 +552,8 @@ class GRPOTrainer(SFTTrainer):
         ``metadata["truncated"]``. A reward that raises stops the run or scores 0 (``rl/reward_errors``)."""
         marker = end_marker(self._template) if self._template is not None else ""
         answers, scored = [], []
-        for p, text, t, ended in zip(prompts, texts, tokens, stopped, strict=True):
-            answer, truncated = reward_text(text, ended, marker)
+        for p, text, t, done in zip(prompts, texts, tokens, ended, strict=True):
+            answer, truncated = reward_text(text, done, marker)
             answers.append(answer)
             scored.append(Prompt(p.text, {**p.metadata, COMPLETION_TOKENS: len(t), TRUNCATED: truncated}, p.system))
         with configuration(self.context.config):
