@@ -552,8 +552,8 @@ class GRPOTrainer(SFTTrainer):
         ``metadata["truncated"]``. A reward that raises stops the run or scores 0 (``rl/reward_errors``)."""
         marker = end_marker(self._template) if self._template is not None else ""
         answers, scored = [], []
-        for p, text, t, done in zip(prompts, texts, tokens, ended, strict=True):
-            answer, truncated = reward_text(text, done, marker)
+        for p, text, t, finished in zip(prompts, texts, tokens, ended, strict=True):
+            answer, truncated = reward_text(text, finished, marker)
             answers.append(answer)
             scored.append(Prompt(p.text, {**p.metadata, COMPLETION_TOKENS: len(t), TRUNCATED: truncated}, p.system))
         with configuration(self.context.config):
