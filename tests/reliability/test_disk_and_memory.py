@@ -270,6 +270,9 @@ def test_out_of_memory_at_set_up(
     halved = "training/batch_size=2, training/micro_batch_size=2 (the same batch in 2 passes)"
     assert line.endswith(f"; use less memory per step with {halved} or training/sequence_length=8"), line
     assert snapshot(root / "data") == before
+    # the run records how it ended with the line the command printed, not as a crash
+    (status,) = [json.loads(path.read_text()) for path in (root / "runs").glob("*/status.json")]
+    assert (status["state"], status["error"]) == ("failed", line.removeprefix("error: ")), status
 
 
 def test_memory_settings_keep_the_model() -> None:

@@ -125,8 +125,8 @@ class TrainingLoop:
                 self.status.finished()
         except BaseException as exc:
             # a full disk or no memory is recorded as the one line the command prints (failed, not crashed)
-            context = self.trainer.context
-            reported = resource_error(exc, context.name, context.root, context.config) or exc
+            context = getattr(self.trainer, "context", None)
+            reported = (context and resource_error(exc, context.name, context.root, context.config)) or exc
             if self.status is not None:
                 self.status.failed(reported)
             else:
