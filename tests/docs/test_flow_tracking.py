@@ -27,7 +27,7 @@ def test_tracking_runs_flow(tmp_path: Path) -> None:
 
     listing = shell.result("theseus runs").stdout
     assert listing.split()[:3] == ["NAME", "JOB", "STATUS"]
-    assert re.search(r"train/pretrain\s+complete\s+20/20\s+\d", row_of(listing, "baseline"))
+    assert re.search(r"train/pretrain\s+completed\s+20/20\s+\d", row_of(listing, "baseline"))
     assert re.search(r"train/pretrain\s+stopped at step 10\s+10/20\s+-", row_of(listing, "lr-6e-4"))
 
     # the sinks: TensorBoard's and W&B's records hold the metrics.jsonl values
@@ -43,7 +43,7 @@ def test_tracking_runs_flow(tmp_path: Path) -> None:
     assert not list((shell.root / "runs" / "lr-6e-4").glob("events.out.tfevents.*"))
 
     shown = shell.result("theseus runs show baseline").stdout
-    assert re.search(r"^status\s+complete$", shown, re.MULTILINE)
+    assert re.search(r"^status\s+completed$", shown, re.MULTILINE)
     assert re.search(rf"^\s+tensorboard\s+tensorboard --logdir {re.escape(str(baseline))}$", shown, re.MULTILINE)
     assert re.search(rf"^\s+wandb\s+run id {wandb_run['id']} ", shown, re.MULTILINE)
     assert re.search(r"^\s+step\s+20\s.*best$", shown, re.MULTILINE)

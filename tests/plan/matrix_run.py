@@ -81,7 +81,7 @@ def compile_generation(target: str, case: dict, root: Path) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from theseus.model.generation.decode import _sample
+    from theseus.model.generation.decode import _sample, view_limits
     from theseus.model.generation.sampling import SamplingParams
     from theseus.plan.build import build_trainer
     from theseus.plan.devices import target_devices
@@ -100,6 +100,8 @@ def compile_generation(target: str, case: dict, root: Path) -> dict:
     ids = jax.ShapeDtypeStruct((batch, prompt), jnp.int32, sharding=rows)
     mask = jax.ShapeDtypeStruct((batch, prompt), jnp.bool_, sharding=rows)
     scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding.replicated)
+    stops = jax.ShapeDtypeStruct((1,), jnp.int32, sharding=sharding.replicated)
+    new = case["generate"]["new"]
     with sharding.context():
         compiled = (
             _sample.trace(
@@ -107,10 +109,11 @@ def compile_generation(target: str, case: dict, root: Path) -> dict:
                 ids,
                 mask,
                 scalar,
-                scalar,
+                stops,
                 model=trainer.model,
-                max_new_tokens=case["generate"]["new"],
+                max_new_tokens=new,
                 sampling=SamplingParams(),
+                limits=tuple(view_limits(prompt, new)),
             )
             .lower()
             .compile()

@@ -67,7 +67,7 @@ def test_jobs_and_plugins_list_the_example(venv_python: Path, tmp_path: Path) ->
     listed = cli(venv_python, ["plugins"], tmp_path)
     row = next(line.split() for line in listed.stdout.splitlines() if line.startswith(EXAMPLE + " "))
     hooks = ["theseus_callbacks,", "theseus_gather,", "theseus_metrics_sinks"]
-    assert row == [EXAMPLE, "0.1.0", ">=0.1,<0.2", "5", "14", *hooks, "ok"], listed.stdout
+    assert row == [EXAMPLE, "0.1.0", ">=0.1,<0.2", "5", "16", *hooks, "ok"], listed.stdout
     assert "warning" not in listed.stderr
     components = cli(venv_python, ["components", "--kind", "optimizer"], tmp_path).stdout
     assert "optimizer/example-nadamw" in components

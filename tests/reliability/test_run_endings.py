@@ -35,10 +35,15 @@ def listed(cli: Cli, capsys: pytest.CaptureFixture[str], root: Path, *args: str)
 def test_a_signal_during_set_up_stops_the_run_at_step_0(
     cli: Cli, root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, code: int
 ) -> None:
-    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    monkeypatch.setenv("THESEUS_TEST_KILL_AT", f"setup:0:{name}")  # after its records, before anything compiles
-    exit_code, err = cli(train_args(root))
-    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    # Ctrl-C as in a terminal, whatever this test process's earlier tests or its runner left for SIGINT
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+        monkeypatch.setenv("THESEUS_TEST_KILL_AT", f"setup:0:{name}")  # after its records, before anything compiles
+        exit_code, err = cli(train_args(root))
+        assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert exit_code == code, err
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
