@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import TINY_GPT, Oracle
 from tests.finetune.conftest import TINY_DPO, prepare_preferences
-from theseus.cli.running import job_root
+from theseus.base.job import running_under
 from theseus.config import configuration, configure
 from theseus.errors import ConfigError
 from theseus.model.reward.component import ModelReward
@@ -152,7 +152,7 @@ def test_reward_model_without_a_run_or_with_an_unknown_one_is_one_line(
     with configuration({"reward/model/run": "run:jduge"}):
         reward = configure(ModelReward)
     with (
-        job_root(trained[0]),
+        running_under(trained[0]),
         pytest.raises(ConfigError, match=r"^reward/model/run=run:jduge: no run 'jduge' under .*available: judge"),
     ):
         reward(["p"], ["c"], [{}])

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -17,6 +19,25 @@ def default_root() -> Path:
     """``$THESEUS_ROOT`` if set, else ``~/.theseus``."""
     env = os.environ.get(ROOT_ENV)
     return Path(env).expanduser() if env else Path.home() / ".theseus"
+
+
+_JOB_ROOT: contextvars.ContextVar[Path | None] = contextvars.ContextVar("theseus_job_root", default=None)
+
+
+@contextlib.contextmanager
+def running_under(root: Path) -> Iterator[None]:
+    """Make ``root`` the root of the job this process runs (``theseus run --root``) while it runs."""
+    token = _JOB_ROOT.set(root)
+    try:
+        yield
+    finally:
+        _JOB_ROOT.reset(token)
+
+
+def job_root() -> Path:
+    """The root of the job this process runs, else :func:`default_root`: where what a job reaches by name
+    (a reward model's run) lives, under ``--root`` as its own run does."""
+    return _JOB_ROOT.get() or default_root()
 
 
 @dataclass

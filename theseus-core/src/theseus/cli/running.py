@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,23 +54,6 @@ def configure_job(name: str, out: Path, overrides: list[str]) -> None:
     click.echo(f"wrote {len(values)} keys of {name} to {out}")
 
 
-@contextlib.contextmanager
-def job_root(root: Path) -> Iterator[None]:
-    """``$THESEUS_ROOT`` is the job's root while it runs (``--root`` included), so that what a job reaches
-    by name (a reward model's run, the processes it starts) lives under the same root as its own run."""
-    from theseus.base.job import ROOT_ENV
-
-    before = os.environ.get(ROOT_ENV)
-    os.environ[ROOT_ENV] = str(root)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(ROOT_ENV, None)
-        else:
-            os.environ[ROOT_ENV] = before
-
-
 def run_job(
     name: str,
     overrides: list[str],
@@ -85,7 +65,7 @@ def run_job(
 ) -> None:
     from theseus.base.distributed import from_options
     from theseus.base.failures import one_line_failures
-    from theseus.base.job import JobContext, default_root
+    from theseus.base.job import JobContext, default_root, running_under
     from theseus.config import configuration
     from theseus.config.paths import absolute, resolve_absolute
 
@@ -96,6 +76,6 @@ def run_job(
     if root.exists() and not root.is_dir():
         raise TheseusError(f"root {str(root)!r} is a file; pass --root with a directory")
     context = JobContext(name=name, root=root, config=cfg, verbose=verbose, extra={"distributed": distributed or {}})
-    with configuration(cfg), one_line_failures(name, root, cfg, schema), job_root(root):
+    with configuration(cfg), one_line_failures(name, root, cfg, schema), running_under(root):
         job = cls(context)
         job.run()

@@ -33,10 +33,10 @@ class ModelReward(Reward):
                 f"reward 'model' scores with a trained reward model; pass {RUN_KEY}=run:NAME[@STEP] "
                 "(a run of train/reward)"
             )
-        from theseus.base.job import default_root
+        from theseus.base.job import job_root
         from theseus.model.reward.scoring import cached_scorer, reward_ref
 
-        ref = reward_ref(self.run, default_root(), RUN_KEY)
+        ref = reward_ref(self.run, job_root(), RUN_KEY)
         return cached_scorer(ref, int(self.batch_size)).score(list(prompts), list(completions))
 
 
