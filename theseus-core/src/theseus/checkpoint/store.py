@@ -356,15 +356,15 @@ class CheckpointStore:
 
     def _set_aside(self, step: int, suffix: str = CORRUPT_SUFFIX) -> Path:
         """Rename checkpoint ``step`` to ``<step><suffix>``: process 0 does it for all processes, between two
-        barriers (every process is done reading the step and names the same target before it moves, and
-        sees it moved before it lists the steps again)."""
-        _barrier(f"theseus: setting checkpoint {step} aside")
+        barriers (every process names the target before anything moves and is done reading the step before
+        it moves, and sees it moved before it lists the steps again)."""
         source = self.directory / str(step)
         target = self.directory / f"{step}{suffix}"
         index = 1
-        while target.exists():
+        while target.exists():  # named before the first barrier: no process has moved anything yet
             index += 1
             target = self.directory / f"{step}{suffix}{index}"
+        _barrier(f"theseus: setting checkpoint {step} aside")
         if jax.process_index() == 0:
             source.rename(target)
         _barrier(f"theseus: checkpoint {step} set aside")
