@@ -26,6 +26,7 @@ from theseus.rl.environment import Environment, Prompt, rng
 #: Prompts (and later turns' contexts) are left-padded to a multiple of this many tokens, so that the
 #: decoder compiles once for contexts of similar lengths.
 WIDTH_STEP = 32
+#: Rollout and turn seeds are kept below 2**31 (the decoder takes an int32).
 SEED_RANGE = 2**31
 
 #: ``generate(contexts, max_new_tokens, width, seed) -> completions``: the decoder with the policy's

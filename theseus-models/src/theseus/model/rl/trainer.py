@@ -48,7 +48,7 @@ from theseus.errors import ConfigError
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.generation.decode import Completion, generate_tokens
 from theseus.model.generation.sampling import SamplingParams
-from theseus.model.rl.episodes import Episode, Limits, policy_turns, run_episodes
+from theseus.model.rl.episodes import SEED_RANGE, Episode, Limits, policy_turns, run_episodes
 from theseus.model.rl.loss import IMPORTANCE_SAMPLING, LOSS_TYPES, group_advantages, policy_loss
 from theseus.model.rl.options import PolicyLossOptions
 from theseus.model.rl.prompts import PolicyText, policy_text
@@ -62,9 +62,6 @@ from theseus.training import declarations
 from theseus.training.base import Batch
 from theseus.training.objective import Needs, Objective, Scores
 from theseus.training.state import TrainState
-
-#: The rollout's sampling seed is kept below 2**31 (the decoder takes an int32).
-SEED_RANGE = 2**31
 
 
 @dataclass
