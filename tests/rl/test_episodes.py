@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import TINY_GPT
 from tests.reliability.conftest import call_cli
 from theseus.data.tokenizers.byte import ByteTokenizer
+from theseus.errors import PluginError
 from theseus.model.generation.decode import Completion
 from theseus.model.rl.episodes import Limits, policy_turns, run_episodes
 from theseus.model.rl.prompts import PolicyText
@@ -111,3 +112,34 @@ def test_grpo_plays_episodes_of_several_turns(tmp_path: Path) -> None:
     # completion_length counts the policy's tokens only (the replies are masked): at most 3 turns of 8
     assert all(row["completion_length_max"] <= 3 * 8 + 1 for row in train)
     assert any(row["split"] == "val" and row["loss"] == pytest.approx(-row["reward"]) for row in rows)
+
+
+class Broken(Calculator):
+    """A calculator whose tool breaks: ``respond`` raises, or returns a number instead of text."""
+
+    answer: object = None
+
+    def respond(self, prompt: Prompt, transcript: object) -> str | None:  # type: ignore[override]
+        if self.answer is None:
+            raise ZeroDivisionError("the tool broke")
+        return self.answer  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (None, "environment 'calculator' raised ZeroDivisionError: the tool broke in respond() to the turn "),
+        (84, "environment 'calculator' returned int from respond() to the turn "),
+    ],
+)
+def test_an_environment_that_breaks_is_one_line_naming_it_the_turn_and_the_prompt(
+    answer: object, expected: str
+) -> None:
+    broken = Broken()
+    broken.answer = answer
+    _, generate = scripted([("<calc>12*7</calc>", False)])
+    with pytest.raises(PluginError) as caught:
+        run_episodes(generate, TEXT, broken, [PROMPT], [[65]], Limits(32, 4, 0, 128), seed=0)
+    message = str(caught.value)
+    assert message.startswith(expected) and "\n" not in message
+    assert "'<calc>12*7</calc>'" in message and repr(PROMPT.text) in message

@@ -16,6 +16,7 @@ import pytest
 from tests.reliability.conftest import call_cli
 from tests.rl.chat_checkpoint import END_OF_TEXT, END_OF_TURN, save_chat_checkpoint
 from tests.rl.test_grpo import LETTERS, train_rows, untimed
+from theseus.errors import DataError
 
 #: 2 prompts x 4 completions of up to 8 tokens, rendered with the checkpoint's chat template.
 ARGS = [
@@ -73,6 +74,11 @@ def test_prompts_use_the_checkpoint_template_tokenizer_and_stop_ids(
     (moved / "tokenizer_config.json").write_text(json.dumps(config))
     text = policy_text(f"hf:{moved}", tmp_path, hf_source(str(moved), f"hf:{moved}").tokenizer, chat=True)
     assert text.encode(prompt) == list(getattr(expected, "input_ids", expected))
+
+    # a damaged generation_config.json is named, not read as "no end-of-sequence ids"
+    (moved / "generation_config.json").write_text('{"eos_token_id": [1, 2')
+    with pytest.raises(DataError, match=r"generation_config.json is not readable JSON"):
+        policy_text(f"hf:{moved}", tmp_path, hf_source(str(moved), f"hf:{moved}").tokenizer, chat=True)
 
 
 def test_grpo_from_an_hf_checkpoint_lora_and_full_fine_tuning(

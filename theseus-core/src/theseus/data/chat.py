@@ -57,10 +57,12 @@ BUILTIN_TEMPLATES: dict[str, str] = {
 Message = Mapping[str, Any]
 
 
-def _token_text(value: Any) -> str:
+def special_token_text(value: Any) -> str:
+    """A special token as ``tokenizer_config.json`` writes it (a string or ``{"content": ...}``) as text;
+    "" for anything else."""
     if isinstance(value, Mapping):
-        return str(value.get("content", ""))
-    return "" if value is None else str(value)
+        value = value.get("content")
+    return value if isinstance(value, str) else ""
 
 
 #: Where transformers 5 saves a chat template, beside ``tokenizer_config.json``.
@@ -71,7 +73,7 @@ def has_chat_template(config: Path) -> bool:
     """Whether the checkpoint of ``config`` (its ``tokenizer_config.json``, or a run's
     ``chat_template.json``) has a chat template: a ``chat_template.jinja`` beside it or its ``chat_template``."""
     return (config.parent / CHAT_TEMPLATE_JINJA).is_file() or (
-        config.is_file() and "chat_template" in _read_json(config)
+        config.is_file() and "chat_template" in read_json_object(config)
     )
 
 
@@ -126,7 +128,7 @@ class ChatTemplate:
         """The chat template of a Hugging Face ``tokenizer_config.json``: the ``chat_template.jinja`` beside
         it, else its ``chat_template`` (the default one of a list)."""
         path = Path(path)
-        data = _read_json(path) if path.is_file() else {}
+        data = read_json_object(path) if path.is_file() else {}
         jinja = path.parent / CHAT_TEMPLATE_JINJA
         template = jinja.read_text(encoding="utf-8") if jinja.is_file() else data.get("chat_template")
         if isinstance(template, list):
@@ -137,8 +139,8 @@ class ChatTemplate:
         return cls(
             template,
             name=str(path),
-            bos_token=_token_text(data.get("bos_token")),
-            eos_token=_token_text(data.get("eos_token")),
+            bos_token=special_token_text(data.get("bos_token")),
+            eos_token=special_token_text(data.get("eos_token")),
         )
 
     def record(self) -> dict[str, Any]:
@@ -243,7 +245,9 @@ def check_messages(messages: Any, where: str = "a conversation") -> None:
             raise DataError(f"{where} has a message with unknown role {role!r}; use one of {', '.join(ROLES)}")
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object of a checkpoint's or a run's file; a DataError naming it when it is unreadable
+    or holds anything but an object."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -278,4 +282,13 @@ def _compiled(source: str) -> Any:
     return template
 
 
-__all__ = ["BUILTIN_TEMPLATES", "ROLES", "ChatTemplate", "check_messages"]
+__all__ = [
+    "BUILTIN_TEMPLATES",
+    "CHAT_TEMPLATE_JINJA",
+    "ROLES",
+    "ChatTemplate",
+    "check_messages",
+    "has_chat_template",
+    "read_json_object",
+    "special_token_text",
+]

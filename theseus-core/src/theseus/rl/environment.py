@@ -104,6 +104,14 @@ class Environment(Declared):
             cache[name] = load_reward(name)
         return cache[name]
 
+    def prepare_rewards(self, weights: Mapping[str, float] | None = None) -> None:
+        """Build the rewards of ``weights`` (default ``REWARDS``) and let each load what it needs
+        (``Reward.prepare``), before the first rollout."""
+        for name in dict(self.REWARDS if weights is None else weights):
+            prepare = getattr(self.reward(name), "prepare", None)
+            if callable(prepare):
+                prepare()
+
     def score(
         self, prompts: Sequence[Prompt], completions: Sequence[str], weights: Mapping[str, float] | None = None
     ) -> tuple[list[float], dict[str, list[float]]]:

@@ -31,6 +31,10 @@ class Reward(Declared):
     def __call__(self, prompts: list[str], completions: list[str], metadata: list[Mapping[str, Any]]) -> list[float]:
         raise NotImplementedError(f"{type(self).__qualname__}.__call__() is not implemented")
 
+    def prepare(self) -> None:
+        """Load what scoring needs (a model, a file), once, at the trainer's set-up: a reward that
+        cannot work fails there, in one line, not after the first step's generation."""
+
 
 def reference(metadata: Mapping[str, Any], reward: str) -> str:
     """``metadata["answer"]`` as text; a ConfigError when the prompt has none."""

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from theseus.data.chat import CHAT_TEMPLATE_JINJA, special_token_text
 from theseus.errors import ConfigError
 
 TOKENIZER_FILES = (
@@ -19,15 +20,6 @@ TOKENIZER_FILES = (
 
 #: The end-of-text token of theseus' byte tokenizer (id 256, after the 256 bytes).
 BYTE_END_OF_TEXT = "<|endoftext|>"
-#: Where transformers 4.43+ saves a checkpoint's chat template (it wins over tokenizer_config.json's).
-CHAT_TEMPLATE_JINJA = "chat_template.jinja"
-
-
-def _token_text(value: Any) -> str:
-    """A special token as ``tokenizer_config.json`` writes it: a string or ``{"content": ...}``."""
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) else ""
 
 
 def chat_template_record(folder: Path) -> dict[str, str] | None:
@@ -50,7 +42,7 @@ def chat_template_record(folder: Path) -> dict[str, str] | None:
         template = named.get("default") or next(iter(named.values()), None)
     if not isinstance(template, str) or not template:
         return None
-    tokens = {name: _token_text(config.get(name)) for name in ("bos_token", "eos_token")}
+    tokens = {name: special_token_text(config.get(name)) for name in ("bos_token", "eos_token")}
     return {"chat_template": template, **tokens}
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from theseus.config import field
-from theseus.errors import ConfigError
+from theseus.errors import ConfigError, TheseusError
 from theseus.rl.rewards import Reward
 
 RUN_KEY = "reward/model/run"
@@ -28,6 +28,13 @@ class ModelReward(Reward):
     batch_size: int = field("reward/model/batch_size", default=16, above=0, help="completions scored per call")
 
     def __call__(self, prompts: list[str], completions: list[str], metadata: list[Mapping[str, Any]]) -> list[float]:
+        return self.scorer().score(list(prompts), list(completions))
+
+    def prepare(self) -> None:
+        self.scorer()
+
+    def scorer(self) -> Any:
+        """The reward run's scorer, loaded once; a run that cannot score is one ConfigError line."""
         if not self.run.strip():
             raise ConfigError(
                 f"reward 'model' scores with a trained reward model; pass {RUN_KEY}=run:NAME[@STEP] "
@@ -37,7 +44,12 @@ class ModelReward(Reward):
         from theseus.model.reward.scoring import cached_scorer, reward_ref
 
         ref = reward_ref(self.run, job_root(), RUN_KEY)
-        return cached_scorer(ref, int(self.batch_size)).score(list(prompts), list(completions))
+        try:
+            return cached_scorer(ref, int(self.batch_size))
+        except TheseusError:
+            raise
+        except Exception as exc:  # a checkpoint or tokenizer the run cannot give back
+            raise ConfigError(f"{RUN_KEY}={self.run.strip()}: the reward run could not be loaded: {exc}") from exc
 
 
 __all__ = ["ModelReward"]

@@ -19,9 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from theseus.errors import PluginError, TheseusError
 from theseus.model.generation.decode import Completion
 from theseus.model.rl.prompts import PolicyText
 from theseus.rl.environment import Environment, Prompt, rng
+from theseus.rl.scoring import quoted
 
 #: Prompts (and later turns' contexts) are left-padded to a multiple of this many tokens, so that the
 #: decoder compiles once for contexts of similar lengths.
@@ -165,7 +167,7 @@ def _take_turn(
         return
     if cut is None or episode.turns >= limits.max_turns:
         return
-    reply = environment.respond(prompt, list(episode.transcript))
+    reply = environment_reply(environment, prompt, episode.transcript)
     if reply is None:
         return
     ids = list(text.tokenizer.encode(reply))
@@ -176,4 +178,37 @@ def _take_turn(
     episode.open = True
 
 
-__all__ = ["WIDTH_STEP", "Episode", "Generate", "Limits", "padded_width", "policy_turns", "run_episodes", "stop_cut"]
+def environment_reply(environment: Environment, prompt: Prompt, transcript: Sequence[dict[str, str]]) -> str | None:
+    """``environment.respond``'s reply to the transcript's last turn; a ``respond`` that raises or
+    returns no text is a ``PluginError`` naming the environment, the turn and the prompt (the run stops
+    before the step's update, so the same command resumes from the last checkpoint)."""
+    where = f"to the turn {quoted(transcript[-1]['content'])} of the prompt {quoted(prompt.text)}"
+    name = f"environment {environment.label()!r}"
+    try:
+        reply = environment.respond(prompt, list(transcript))
+    except TheseusError:
+        raise
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise PluginError(
+            f"{name} raised {error} in respond() {where}; fix the environment and run the same command to "
+            "resume from the last checkpoint"
+        ) from exc
+    if reply is not None and not isinstance(reply, str):
+        raise PluginError(
+            f"{name} returned {type(reply).__name__} from respond() {where}; return a str, or None to end"
+        )
+    return reply
+
+
+__all__ = [
+    "WIDTH_STEP",
+    "Episode",
+    "Generate",
+    "Limits",
+    "environment_reply",
+    "padded_width",
+    "policy_turns",
+    "run_episodes",
+    "stop_cut",
+]

@@ -12,13 +12,12 @@ of the checkpoint (``generation_config.json``'s ``eos_token_id``, one or a list,
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from theseus.data.chat import ChatTemplate, has_chat_template
+from theseus.data.chat import ChatTemplate, has_chat_template, read_json_object, special_token_text
 from theseus.data.tokenizers.base import Tokenizer
 from theseus.data.tokenizers.byte import ByteTokenizer
 from theseus.data.tokenizers.spec import load_tokenizer
@@ -55,18 +54,8 @@ class PolicyText:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _token_text(value: Any) -> str:
-    """A special token as ``tokenizer_config.json`` writes it: a string or ``{"content": ...}``."""
-    if isinstance(value, Mapping):
-        value = value.get("content")
-    return value if isinstance(value, str) else ""
+    """The checkpoint file's JSON object, {} when it has none; a damaged one is a DataError naming it."""
+    return read_json_object(path) if path.is_file() else {}
 
 
 def _single_id(tokenizer: Tokenizer, text: str) -> int | None:
@@ -85,7 +74,7 @@ def stop_ids(tokenizer: Tokenizer, folder: Path | None, template: ChatTemplate |
     if folder is not None:
         eos = _read(folder / GENERATION_CONFIG).get("eos_token_id")
         found += [int(i) for i in (eos if isinstance(eos, list) else [eos]) if isinstance(i, int)]
-        named = _single_id(tokenizer, _token_text(_read(folder / TOKENIZER_CONFIG).get("eos_token")))
+        named = _single_id(tokenizer, special_token_text(_read(folder / TOKENIZER_CONFIG).get("eos_token")))
         found += [] if named is None else [named]
     if template is not None:
         named = _single_id(tokenizer, template.eos_token)
