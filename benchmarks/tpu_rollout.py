@@ -104,19 +104,17 @@ def measure(setting: Setting) -> list[Row]:
     head_dim = setting.width // setting.heads
     slot_bytes = setting.layers * 2 * setting.batch * setting.heads * head_dim * 2  # keys + values, bf16
     stretched = decode.view_limits(setting.prompt, setting.new_tokens)
-    whole = [setting.prompt + setting.new_tokens - 1]
+    whole = decode.view_limits(setting.prompt, setting.new_tokens, stretches=1)
     variants = {"stretches": stretched, "whole cache": whole}
 
     def rollout(limits: list[int]) -> float:
-        shortest = decode.SHORTEST_STRETCH
-        decode.SHORTEST_STRETCH = 10**9 if len(limits) == 1 else shortest
-        try:
-            began = time.perf_counter()
-            done = decode.generate_tokens(model, params, prompts, setting.new_tokens, sampling=sampling, seed=0)
-            assert all(len(c.tokens) == setting.new_tokens for c in done)
-            return time.perf_counter() - began
-        finally:
-            decode.SHORTEST_STRETCH = shortest
+        stretches = decode.DECODE_STRETCHES if len(limits) > 1 else 1
+        began = time.perf_counter()
+        done = decode.generate_tokens(
+            model, params, prompts, setting.new_tokens, sampling=sampling, seed=0, stretches=stretches
+        )
+        assert all(len(c.tokens) == setting.new_tokens for c in done)
+        return time.perf_counter() - began
 
     first = {name: rollout(limits) for name, limits in variants.items()}
     seconds: dict[str, list[float]] = {name: [] for name in variants}

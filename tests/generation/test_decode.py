@@ -157,10 +157,12 @@ def test_a_generation_in_stretches_equals_one_that_reads_the_whole_cache(
     model = build(family)
     params = spread_params(model, seed=3)
     whole = [generate_tokens(model, params, PROMPTS, NEW, sampling=s, seed=4) for s in (SamplingParams(0.0), SAMPLED)]
+    assert decode.decode_stretches("cpu") == 1  # on the CPU a stretch's view of the cache is a copy per step
     monkeypatch.setattr(decode, "SHORTEST_STRETCH", 3)
     assert decode.view_limits(6, NEW) == [9, 12, 15]  # 6 prompt slots + 9 fed back
     stretched = [
-        generate_tokens(model, params, PROMPTS, NEW, sampling=s, seed=4) for s in (SamplingParams(0.0), SAMPLED)
+        generate_tokens(model, params, PROMPTS, NEW, sampling=s, seed=4, stretches=decode.decode_stretches("tpu"))
+        for s in (SamplingParams(0.0), SAMPLED)
     ]
     assert stretched == whole
     assert [c.tokens for c in whole[0]] == greedy_without_cache(model, params, PROMPTS, NEW)
