@@ -143,3 +143,10 @@ def test_an_environment_that_breaks_is_one_line_naming_it_the_turn_and_the_promp
     message = str(caught.value)
     assert message.startswith(expected) and "\n" not in message
     assert "'<calc>12*7</calc>'" in message and repr(PROMPT.text) in message
+
+
+def test_dr_grpo_normalises_by_the_longest_episode_an_environment_allows() -> None:
+    assert Limits(32, 4, 0, 256).longest_completion(multi_turn=False) == 32  # one turn
+    assert Limits(32, 4, 0, 256).longest_completion(multi_turn=True) == 128  # four turns
+    assert Limits(32, 4, 100, 256).longest_completion(multi_turn=True) == 100  # rl/max_episode_tokens
+    assert Limits(32, 4, 0, 96).longest_completion(multi_turn=True) == 96  # what the sequence holds

@@ -76,6 +76,14 @@ class Limits:
     max_episode_tokens: int
     sequence_length: int
 
+    def longest_completion(self, multi_turn: bool) -> int:
+        """The most tokens an episode holds after its prompt (dr_grpo's constant normaliser, TRL's
+        ``max_completion_length``): one turn, or ``max_turns`` of them within the episode's budget."""
+        if not multi_turn:
+            return self.max_new_tokens
+        cap = self.max_episode_tokens if self.max_episode_tokens > 0 else self.sequence_length
+        return max(self.max_new_tokens, min(self.max_turns * self.max_new_tokens, cap))
+
     def budget(self, prompt: int) -> int:
         """The tokens an episode may hold after a prompt of ``prompt`` tokens."""
         room = self.sequence_length - prompt

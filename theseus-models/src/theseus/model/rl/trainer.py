@@ -239,7 +239,7 @@ class Policy(Objective):
     epsilon_low: float = 0.2
     epsilon_high: float = 0.2
     beta: float = 0.0
-    max_new_tokens: int = 32
+    max_completion_length: int = 32  # dr_grpo's normaliser: the most policy tokens an episode holds
     updates: int = 1
     copied_reference: bool = False
     options: tuple[tuple[str, Any], ...] = ()  # further policy_loss keywords (PolicyLossOptions)
@@ -266,7 +266,7 @@ class Policy(Objective):
             epsilon_high=self.epsilon_high,
             beta=self.beta,
             ref_logps=batch[REF_LOGPS] if self.beta > 0 and self.copied_reference else scores.base_logps,
-            max_completion_length=self.max_new_tokens,
+            max_completion_length=self.max_completion_length,
             num_items_in_batch=jnp.sum(mask),
             sampling_logps=batch.get("sampling_logps"),  # a rollout by another policy's (none yet)
             **dict(self.options),
@@ -321,7 +321,7 @@ class GRPOTrainer(SFTTrainer):
             a.epsilon_low,
             a.epsilon_high,
             a.beta,
-            a.max_new_tokens,
+            self.limits.longest_completion(multi_turn=bool(getattr(self.environment, "STOP", ()))),
             a.updates,
             copied_reference=copied,
             options=a.policy_loss_options(),
@@ -336,6 +336,12 @@ class GRPOTrainer(SFTTrainer):
             with configuration(self.context.config):
                 self._environment = configure(self.environment_class())
         return self._environment
+
+    @property
+    def limits(self) -> Limits:
+        """The length limits of an episode: ``rl/max_new_tokens``, ``rl/max_turns``, ``rl/max_episode_tokens``."""
+        a: GRPOConfig = self.args
+        return Limits(a.max_new_tokens, a.max_turns, a.max_episode_tokens, self.sequence_length)
 
     @functools.cached_property
     def weights(self) -> dict[str, float]:
@@ -475,7 +481,6 @@ class GRPOTrainer(SFTTrainer):
         keeps it current; the initial state before the first update): one turn each, or several with an
         environment that answers stop strings (``theseus.model.rl.episodes``). A prompt that leaves no
         room for ``rl/max_new_tokens`` is refused before anything is generated."""
-        a: GRPOConfig = self.args
         text, encoded = self.policy_text, self._encode(prompts)
         if self.state is None:
             self.state = self.init_state()
@@ -495,8 +500,7 @@ class GRPOTrainer(SFTTrainer):
                 sharding=self.sharding,
             )
 
-        limits = Limits(a.max_new_tokens, a.max_turns, a.max_episode_tokens, self.sequence_length)
-        return run_episodes(generate, text, self.environment, prompts, encoded, limits, seed)
+        return run_episodes(generate, text, self.environment, prompts, encoded, self.limits, seed)
 
     def _encode(self, prompts: list[Prompt]) -> list[list[int]]:
         """The prompts' token ids (``PolicyText``: chat-rendered or plain, in the policy's tokenizer); a
