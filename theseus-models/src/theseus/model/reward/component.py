@@ -49,7 +49,8 @@ class ModelReward(Reward):
         except TheseusError:
             raise
         except Exception as exc:  # a checkpoint or tokenizer the run cannot give back
-            raise ConfigError(f"{RUN_KEY}={self.run.strip()}: the reward run could not be loaded: {exc}") from exc
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(f"{RUN_KEY}={self.run.strip()}: the reward run could not be loaded: {first}") from exc
 
 
 __all__ = ["ModelReward"]
