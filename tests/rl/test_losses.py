@@ -487,13 +487,17 @@ def test_the_trainers_objective_takes_the_rl_keys(keys: dict[str, Any]) -> None:
     """``train/grpo``'s objective, built from ``rl/*`` keys, computes TRL's loss with TRL's options of the
     same names on a stale rollout (its ``sampling_logps``)."""
     from theseus.config import configuration, configure
+    from theseus.model.rl.episodes import Limits
     from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer
     from theseus.training.objective import Scores
 
     with configuration({"rl/max_new_tokens": WIDTH, "rl/epsilon_low": EPSILON_LOW} | keys):
         config = configure(GRPOConfig)
     config.check_policy_loss(config.loss, config.epsilon_high)
-    objective = GRPOTrainer.objective(SimpleNamespace(args=config, lora_rank=0))  # type: ignore[arg-type]
+    single_turn = SimpleNamespace(STOP=())
+    limits = Limits(config.max_new_tokens, config.max_turns, config.max_episode_tokens, 2 * WIDTH)
+    trainer = SimpleNamespace(args=config, lora_rank=0, limits=limits, environment=single_turn)
+    objective = GRPOTrainer.objective(trainer)  # type: ignore[arg-type]
     batch = rollout(5)
     device_batch = {
         "x": jnp.zeros((ROWS, WIDTH), jnp.int32),
