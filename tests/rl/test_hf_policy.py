@@ -120,6 +120,22 @@ def test_grpo_from_an_hf_checkpoint_lora_and_full_fine_tuning(
     assert not np.allclose(logits["lora"], logits["base"], atol=1e-5)
 
 
+def test_qlora_grpo_and_distillation_from_an_hf_checkpoint(
+    checkpoint: tuple[Path, dict[str, int]], tmp_path: Path
+) -> None:
+    """An nf4-quantized base with LoRA adapters, and distillation with student and teacher both read from
+    the checkpoint: the teacher is the student's weights, so the first step's divergence is 0."""
+    folder, _ = checkpoint
+    common = ["training/steps=1", "model/lora/rank=4", "--root", str(tmp_path)]
+    assert grpo(f"hf:{folder}", "model/quantize=nf4", "run/name=qlora", *common) == 0
+    (row,) = train_rows(tmp_path / "runs" / "qlora")
+    assert np.isfinite(row["loss"]) and 0 < row["completion_length"] <= 9
+    distill = ["--load", str(LETTERS), "run", "train/distill", f"training/init_from=hf:{folder}", *ARGS]
+    assert call_cli([*distill, f"distill/teacher=hf:{folder}", "run/name=distilled", *common]) == 0
+    (row,) = train_rows(tmp_path / "runs" / "distilled")
+    assert abs(row["loss"]) < 1e-6, row
+
+
 def logits_of(model: Any, ids: list[list[int]]) -> np.ndarray:
     import torch
 
