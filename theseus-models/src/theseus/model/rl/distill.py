@@ -32,8 +32,9 @@ import numpy as np
 from theseus.config import field
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.rl.loss import forward_kl, generalized_jsd
+from theseus.model.rl.rollouts import reward_means, rollout_metrics
 from theseus.model.rl.teacher import TEACHER_KEY, Teacher, check_student, open_teacher
-from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer, reward_means, rollout_metrics
+from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer
 from theseus.training.base import Batch
 from theseus.training.objective import Needs, Objective, Scores, with_teacher
 from theseus.training.state import TrainState

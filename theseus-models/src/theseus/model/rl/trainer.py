@@ -30,7 +30,6 @@ checkpoint is the one that scores highest).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 import time
@@ -53,6 +52,7 @@ from theseus.model.rl.loss import IMPORTANCE_SAMPLING, LOSS_TYPES, group_advanta
 from theseus.model.rl.options import PolicyLossOptions
 from theseus.model.rl.prompts import PolicyText, policy_text
 from theseus.model.rl.reference import REF_LOGPS, Reference
+from theseus.model.rl.rollouts import LOGGED, SOLVED, Rollouts, completion_entropy, reward_means, rollout_metrics
 from theseus.rl.completions import end_marker, reward_text
 from theseus.rl.environment import Environment, Prompt, rng
 from theseus.rl.rewards import COMPLETION_TOKENS, TRUNCATED
@@ -138,92 +138,6 @@ class GRPOConfig(SFTConfig, PolicyLossOptions):
     resample_rounds: int = field(
         "rl/resample_rounds", default=3, min=1, help="rounds of refills at most per step (rl/dynamic_sampling)"
     )
-
-
-@dataclass
-class Rollouts:
-    """Scored completions, each prompt's ``rl/group_size`` consecutive: token ids of prompts and
-    completions (everything after the prompt: the policy's turns with their stop tokens, the
-    environment's replies), whether each stopped at a stop token, the weighted reward, each reward's
-    score, and per completion token whether the policy wrote it (``masks``; empty: every token)."""
-
-    prompts: list[list[int]]
-    completions: list[list[int]]
-    stopped: list[bool]
-    rewards: list[float]
-    per_reward: dict[str, list[float]]
-    masks: list[list[bool]] = dataclasses.field(default_factory=list)
-
-    def groups(self, size: int) -> list[Rollouts]:
-        """One ``Rollouts`` per prompt."""
-        return [self._rows(slice(i, i + size)) for i in range(0, len(self.rewards), size)]
-
-    def varied(self) -> bool:
-        """Whether the rewards differ (a group whose rewards are all equal has no advantage)."""
-        return len(set(self.rewards)) > 1
-
-    def _rows(self, rows: slice) -> Rollouts:
-        per_reward = {name: v[rows] for name, v in self.per_reward.items()}
-        masks = self.masks[rows]
-        return Rollouts(
-            self.prompts[rows], self.completions[rows], self.stopped[rows], self.rewards[rows], per_reward, masks
-        )
-
-    @staticmethod
-    def join(parts: list[Rollouts]) -> Rollouts:
-        """The rows of ``parts`` in order."""
-        names = parts[0].per_reward
-        return Rollouts(
-            [p for part in parts for p in part.prompts],
-            [c for part in parts for c in part.completions],
-            [s for part in parts for s in part.stopped],
-            [r for part in parts for r in part.rewards],
-            {name: [v for part in parts for v in part.per_reward[name]] for name in names},
-            [m for part in parts for m in part.masks],
-        )
-
-
-#: Per-row batch entries that are logged as their mean (rewards, lengths, rollout timing).
-LOGGED = (
-    "reward",
-    "completion_length",
-    "rollout_seconds",
-    "rollout_tokens_per_s",
-    "update_seconds",
-    "rollout_share",
-    "groups_dropped",
-    "reward_errors",
-    "turns",
-)
-#: The per-row batch entry of which completions are solved (``Environment.solved``), logged as ``accuracy``.
-SOLVED = "solved"
-
-
-def rollout_metrics(batch: Batch) -> dict[str, jax.Array]:
-    """The means of a rollout's per-row entries (rewards, length, timing), the longest completion, and
-    ``accuracy`` where the environment's accuracy reward (``Environment.ACCURACY``) was scored."""
-    logged = {name: jnp.mean(batch[name]) for name in batch if name in LOGGED or name.startswith("reward/")}
-    if "completion_length" in batch:
-        logged["completion_length_max"] = jnp.max(batch["completion_length"])
-    if SOLVED in batch:
-        logged["accuracy"] = jnp.mean(batch[SOLVED])
-    return logged
-
-
-def reward_means(done: Rollouts, environment: Environment | None = None) -> dict[str, float]:
-    """What validation reports of scored completions: ``reward`` and each reward's mean, and
-    ``accuracy`` where ``environment``'s accuracy reward was scored."""
-    result = {"reward": float(np.mean(done.rewards))}
-    result.update({f"reward/{name}": float(np.mean(v)) for name, v in done.per_reward.items()})
-    solved = environment.solved(done.per_reward) if environment is not None else None
-    if solved is not None:
-        result["accuracy"] = float(np.mean(solved))
-    return result
-
-
-def completion_entropy(entropy: jax.Array, mask: jax.Array) -> jax.Array:
-    """The mean over the masked positions of the policy's per-position entropies (nats)."""
-    return jnp.sum(entropy * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
 @dataclass(frozen=True)
