@@ -106,6 +106,22 @@ def ending(error: BaseException) -> tuple[str, str | None]:
     return "crashed", f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
+def this_process() -> dict[str, Any]:
+    """The fields of a record that name the process writing it (``process_alive`` reads them)."""
+    return {"pid": os.getpid(), "process_start": _process_start(os.getpid()), "host": platform.node()}
+
+
+def write_record(path: Path, record: Mapping[str, Any]) -> None:
+    """Replace ``path`` with ``record`` atomically; a failed write is ignored (a status record must never
+    stop a run, nor hide the error that ended it)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
 def record_ending(run_dir: Path, error: BaseException, *, run: str, job: str | None, total_steps: int) -> None:
     """Write how a run ended that stopped or failed in set-up, before its :class:`StatusRecorder` started:
     its previous record (if any) with the new state, else a record at step 0; a stop is at the last
@@ -130,18 +146,10 @@ def record_ending(run_dir: Path, error: BaseException, *, run: str, job: str | N
         "state": state,
         "error": line,
         "eta_seconds": None,
-        "pid": os.getpid(),
-        "process_start": _process_start(os.getpid()),
-        "host": platform.node(),
+        **this_process(),
         "updated": now,
     }
-    path = Path(run_dir) / STATUS_FILE
-    tmp = path.with_name(f"{STATUS_FILE}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(path)
-    except OSError:
-        pass  # the error that ended the run is what the user must see
+    write_record(Path(run_dir) / STATUS_FILE, record)
 
 
 class StatusRecorder:
@@ -181,9 +189,7 @@ class StatusRecorder:
             "checkpoint": start_step if start_step > 0 else None,
             "eta_seconds": None,
             "started": previous.get("started") if start_step > 0 and previous.get("started") else self._began,
-            "pid": os.getpid(),
-            "process_start": _process_start(os.getpid()),
-            "host": platform.node(),
+            **this_process(),
             "error": None,
         }
         self._write()
@@ -195,12 +201,7 @@ class StatusRecorder:
             now = time.time()
             self.record["updated"] = now
             self.record["wall_time"] = self._wall_before + (now - self._began)
-            tmp = self.path.with_name(f"{STATUS_FILE}.{os.getpid()}.tmp")
-            try:
-                tmp.write_text(json.dumps(self.record, sort_keys=True) + "\n", encoding="utf-8")
-                tmp.replace(self.path)
-            except OSError:
-                pass  # a status record must never stop training
+            write_record(self.path, self.record)
             self._last_write = now
 
     def _heartbeat(self) -> None:
