@@ -150,3 +150,4 @@ def test_dr_grpo_normalises_by_the_longest_episode_an_environment_allows() -> No
     assert Limits(32, 4, 0, 256).longest_completion(multi_turn=True) == 128  # four turns
     assert Limits(32, 4, 100, 256).longest_completion(multi_turn=True) == 100  # rl/max_episode_tokens
     assert Limits(32, 4, 0, 96).longest_completion(multi_turn=True) == 96  # what the sequence holds
+    assert Limits(32, 4, 10_000, 96).longest_completion(multi_turn=True) == 96  # a budget beyond the sequence

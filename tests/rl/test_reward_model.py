@@ -194,10 +194,13 @@ def test_grpo_mixes_the_learned_reward_with_a_rule_reward(
     assert per_reward["format"] == [1.0, 0.0]
     assert total == pytest.approx([learned[0] + 0.5, learned[1]], abs=1e-9)
     assert learned[0] > learned[1]
-    # a reward run that is not there fails at set-up, before any rollout, in one line
-    unknown = [*settings[:-2], "reward/model/run=run:jduge", "run/name=misjudged"]
+    # a reward run that is not there fails before any rollout, in one line; a plan (set-up alone) reads no run
+    room = ["architecture/block_size=256", "training/sequence_length=256"]  # an arithmetic prompt and its answer
+    unknown = [*settings[:-2], *room, "reward/model/run=run:jduge", "run/name=misjudged"]
+    misjudged = GRPOTrainer.create(root, unknown)
+    misjudged.setup()
     with pytest.raises(ConfigError, match=r"^reward/model/run=run:jduge: no run 'jduge' under .*available: judge"):
-        GRPOTrainer.create(root, unknown).setup()
+        misjudged.prepare_to_run()
 
 
 def test_an_objective_reading_rewards_of_a_model_without_them_is_one_line() -> None:

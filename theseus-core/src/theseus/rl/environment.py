@@ -107,10 +107,12 @@ class Environment(Declared):
     def prepare_rewards(self, weights: Mapping[str, float] | None = None) -> None:
         """Build the rewards of ``weights`` (default ``REWARDS``) and let each load what it needs
         (``Reward.prepare``), before the first rollout."""
+        from theseus.rl.rewards import Reward
+
         for name in dict(self.REWARDS if weights is None else weights):
-            prepare = getattr(self.reward(name), "prepare", None)
-            if callable(prepare):
-                prepare()
+            reward = self.reward(name)
+            if isinstance(reward, Reward):
+                reward.prepare()
 
     def score(
         self, prompts: Sequence[Prompt], completions: Sequence[str], weights: Mapping[str, float] | None = None

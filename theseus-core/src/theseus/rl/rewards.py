@@ -32,7 +32,7 @@ class Reward(Declared):
         raise NotImplementedError(f"{type(self).__qualname__}.__call__() is not implemented")
 
     def prepare(self) -> None:
-        """Load what scoring needs (a model, a file), once, at the trainer's set-up: a reward that
+        """Load what scoring needs (a model, a file), once before a run's first rollout: a reward that
         cannot work fails there, in one line, not after the first step's generation."""
 
 

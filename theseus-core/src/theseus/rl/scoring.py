@@ -69,8 +69,10 @@ def _scores(name: str, values: Any, count: int) -> list[float]:
     return scores
 
 
-def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+def error_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an exception a plugin raised (its type alone without one)."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def call_reward(
@@ -104,7 +106,7 @@ def call_reward(
         except TheseusError:
             raise
         except Exception as exc:
-            failure = RewardFailure(name, prompt, completion, _error(exc))
+            failure = RewardFailure(name, prompt, completion, error_line(exc))
             if on_error == "stop":
                 raise RewardError(
                     f"{failure.describe()}; fix the reward and run the same command to resume from the last "
@@ -114,10 +116,10 @@ def call_reward(
         scores.append(0.0)
     if not failures:
         raise RewardError(
-            f"reward {name!r} raised {_error(first_error)} on a batch of {len(completions)} completions but on "
+            f"reward {name!r} raised {error_line(first_error)} on a batch of {len(completions)} completions but on "
             "none of them alone; a reward must score each completion on its own"
         ) from first_error
     return scores, failures
 
 
-__all__ = ["REWARD_ERRORS", "REWARD_ERRORS_KEY", "RewardFailure", "Scored", "call_reward", "quoted"]
+__all__ = ["REWARD_ERRORS", "REWARD_ERRORS_KEY", "RewardFailure", "Scored", "call_reward", "error_line", "quoted"]

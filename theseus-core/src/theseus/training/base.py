@@ -318,6 +318,10 @@ class BaseTrainer(Job):
                 enable_compilation_cache(self.context.root / "cache" / "jax")
         self._ready = True
 
+    def prepare_to_run(self) -> None:
+        """Load what only a run needs, once, after ``setup``: the training loop calls it before it writes
+        anything; ``theseus plan``, which sets trainers up to compile their steps, does not."""
+
     def reconfigure(self, values: Mapping[str, Any]) -> None:
         """Set the trainer up again with some configuration values changed (a ``model/remat`` policy, a
         micro batch): ``args``, the model, the batch geometry, the data and the abstract state follow them,

@@ -147,13 +147,14 @@ class TrainingLoop:
     # -- the steps of a run ----------------------------------------------------------------------
     def _check_before_writing(self) -> tuple[list[Any], Any]:
         """What fails before anything is written: ``training/steps``, an unknown or uninstalled tracker, the
-        trainer's setup, a bad callback, a malformed profile window. Returns the added callbacks and the
-        profile window."""
+        trainer's setup and ``prepare_to_run``, a bad callback, a malformed profile window. Returns the added
+        callbacks and the profile window."""
         t, args = self.trainer, self.args
         if args.steps <= 0:
             raise ConfigError(f"training/steps must be positive, got {args.steps}; set training/steps=<updates>")
         selected_sinks(t.context.config)
         t.setup()
+        t.prepare_to_run()
         added = self._added_callbacks()
         return added, parse_window(args.profile)
 

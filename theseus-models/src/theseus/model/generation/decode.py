@@ -3,9 +3,9 @@ stop tokens: a chat model's end of turn).
 
 The whole generation (prefill of the left-padded prompts, then one cached step per token) is one
 jitted function with a ``lax.while_loop`` over tokens: it compiles once per (batch, prompt length,
-``max_new_tokens``, sampling settings) and stops as soon as every row has produced end-of-text. A long
-generation runs as a few loops in a row, each reading only the cache slots filled by its end
-(:func:`view_limits`).
+``max_new_tokens``, sampling settings) and stops as soon as every row has produced end-of-text. On an
+accelerator a long generation runs as a few loops in a row, each reading only the cache slots filled by
+its end (:func:`view_limits`); on the CPU as one.
 """
 
 from __future__ import annotations
@@ -212,7 +212,8 @@ def generate_tokens(
         rows, placed = sharding.put_global({"ids": ids, "mask": mask}), sharding.put_replicated(scalars)
         context = sharding.context()
     if stretches is None:
-        devices = sharding.mesh.devices.flat if sharding is not None else jax.devices()
+        leaf = next(iter(jax.tree.leaves(params)), None)
+        devices = sharding.mesh.devices.flat if sharding is not None else getattr(leaf, "devices", jax.devices)()
         stretches = decode_stretches(next(iter(devices)).platform)
     with context:
         out, _ = _sample(

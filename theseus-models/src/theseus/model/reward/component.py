@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from theseus.config import field
 from theseus.errors import ConfigError, TheseusError
 from theseus.rl.rewards import Reward
+from theseus.rl.scoring import error_line
 
 RUN_KEY = "reward/model/run"
 
@@ -49,8 +50,9 @@ class ModelReward(Reward):
         except TheseusError:
             raise
         except Exception as exc:  # a checkpoint or tokenizer the run cannot give back
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ConfigError(f"{RUN_KEY}={self.run.strip()}: the reward run could not be loaded: {first}") from exc
+            raise ConfigError(
+                f"{RUN_KEY}={self.run.strip()}: the reward run could not be loaded: {error_line(exc)}"
+            ) from exc
 
 
 __all__ = ["ModelReward"]

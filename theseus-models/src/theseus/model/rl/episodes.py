@@ -23,7 +23,7 @@ from theseus.errors import PluginError, TheseusError
 from theseus.model.generation.decode import Completion
 from theseus.model.rl.prompts import PolicyText
 from theseus.rl.environment import Environment, Prompt, rng
-from theseus.rl.scoring import quoted
+from theseus.rl.scoring import error_line, quoted
 
 #: Prompts (and later turns' contexts) are left-padded to a multiple of this many tokens, so that the
 #: decoder compiles once for contexts of similar lengths.
@@ -81,7 +81,7 @@ class Limits:
         ``max_completion_length``): one turn, or ``max_turns`` of them within the episode's budget."""
         if not multi_turn:
             return self.max_new_tokens
-        cap = self.max_episode_tokens if self.max_episode_tokens > 0 else self.sequence_length
+        cap = self.budget(0)  # the episode's budget after an empty prompt: what the sequence holds at most
         return max(self.max_new_tokens, min(self.max_turns * self.max_new_tokens, cap))
 
     def budget(self, prompt: int) -> int:
@@ -197,9 +197,8 @@ def environment_reply(environment: Environment, prompt: Prompt, transcript: Sequ
     except TheseusError:
         raise
     except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise PluginError(
-            f"{name} raised {error} in respond() {where}; fix the environment and run the same command to "
+            f"{name} raised {error_line(exc)} in respond() {where}; fix the environment and run the same command to "
             "resume from the last checkpoint"
         ) from exc
     if reply is not None and not isinstance(reply, str):

@@ -291,9 +291,14 @@ class GRPOTrainer(SFTTrainer):
             self._reference = Reference(self)  # full fine-tuning: a frozen copy of the initial parameters
         if a.rewards:  # unknown reward names fail before anything runs
             parse_weights(a.rewards)
-        with configuration(self.context.config):  # a reward model that cannot load fails here
-            self.environment.prepare_rewards(self.weights)
         self._encode(self.environment.prompts("train", a.seed, 0, a.batch_size // a.group_size))  # room to answer
+
+    def prepare_to_run(self) -> None:
+        """The rewards load what they need (``Reward.prepare``: ``reward/model`` its run) before the first
+        rollout, so one that cannot work fails before anything is generated."""
+        super().prepare_to_run()
+        with configuration(self.context.config):
+            self.environment.prepare_rewards(self.weights)
 
     # -- rollouts -------------------------------------------------------------------------------
     def batch(self, slice: str = "train") -> Batch:
