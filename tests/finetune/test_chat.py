@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from theseus.config import configuration, configure
-from theseus.data.chat import ChatTemplate
+from theseus.data.chat import ChatTemplate, declared_template, has_chat_template
 from theseus.data.datasets import Chat
 from theseus.data.prepare import prepare
 from theseus.errors import DataError
@@ -206,6 +206,24 @@ def test_template_from_tokenizer_config(tmp_path: Path) -> None:
     template = ChatTemplate.load("auto", str(tmp_path / "tokenizer.json"))
     learned = [t for t, flag in template.segments(CONVERSATION[1:3]) if flag]
     assert learned == ["Hello!</s>"]  # trim_blocks drops the newline after a tag, as transformers does
+
+
+def test_the_declared_template_follows_transformers_precedence(tmp_path: Path) -> None:
+    """chat_template.jinja beside the config wins; of a list, the one named default; an empty template is none
+    (so a policy starting there is refused up front, not when its first prompt renders)."""
+    config = tmp_path / "tokenizer_config.json"
+    listed = [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]
+    config.write_text(json.dumps({"chat_template": listed}))
+    assert declared_template(config, json.loads(config.read_text())) == "D"
+    assert ChatTemplate.from_tokenizer_config(config).source == "D"
+    (tmp_path / "chat_template.jinja").write_text("J")
+    assert ChatTemplate.from_tokenizer_config(config).source == "J"
+    (tmp_path / "chat_template.jinja").unlink()
+    config.write_text(json.dumps({"chat_template": ""}))
+    assert declared_template(config, {"chat_template": ""}) is None
+    assert not has_chat_template(config)
+    with pytest.raises(DataError, match="has no chat_template"):
+        ChatTemplate.from_tokenizer_config(config)
 
 
 @pytest.mark.parametrize(

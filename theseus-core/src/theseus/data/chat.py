@@ -71,10 +71,8 @@ CHAT_TEMPLATE_JINJA = "chat_template.jinja"
 
 def has_chat_template(config: Path) -> bool:
     """Whether the checkpoint of ``config`` (its ``tokenizer_config.json``, or a run's
-    ``chat_template.json``) has a chat template: a ``chat_template.jinja`` beside it or its ``chat_template``."""
-    return (config.parent / CHAT_TEMPLATE_JINJA).is_file() or (
-        config.is_file() and "chat_template" in read_json_object(config)
-    )
+    ``chat_template.json``) has a chat template (:func:`declared_template`)."""
+    return declared_template(config, read_json_object(config) if config.is_file() else {}) is not None
 
 
 @dataclass(frozen=True)
@@ -129,12 +127,8 @@ class ChatTemplate:
         it, else its ``chat_template`` (the default one of a list)."""
         path = Path(path)
         data = read_json_object(path) if path.is_file() else {}
-        jinja = path.parent / CHAT_TEMPLATE_JINJA
-        template = jinja.read_text(encoding="utf-8") if jinja.is_file() else data.get("chat_template")
-        if isinstance(template, list):
-            named = {str(t.get("name")): t.get("template") for t in template if isinstance(t, Mapping)}
-            template = named.get("default") or next(iter(named.values()), None)
-        if not isinstance(template, str) or not template:
+        template = declared_template(path, data)
+        if template is None:
             raise DataError(f"{path} has no chat_template; choose a built-in template with data/chat/template=chatml")
         return cls(
             template,
@@ -245,6 +239,18 @@ def check_messages(messages: Any, where: str = "a conversation") -> None:
             raise DataError(f"{where} has a message with unknown role {role!r}; use one of {', '.join(ROLES)}")
 
 
+def declared_template(config: Path, data: Mapping[str, Any]) -> str | None:
+    """The chat template a Hugging Face tokenizer declares: the ``chat_template.jinja`` beside its
+    ``config`` file (``tokenizer_config.json``, whose contents are ``data``), else the config's
+    ``chat_template`` (of a list, the one named ``default``, else the first); None when it has none."""
+    jinja = config.parent / CHAT_TEMPLATE_JINJA
+    template = jinja.read_text(encoding="utf-8") if jinja.is_file() else data.get("chat_template")
+    if isinstance(template, list):
+        named = {str(t.get("name")): t.get("template") for t in template if isinstance(t, Mapping)}
+        template = named.get("default") or next(iter(named.values()), None)
+    return template if isinstance(template, str) and template else None
+
+
 def read_json_object(path: Path) -> dict[str, Any]:
     """The JSON object of a checkpoint's or a run's file; a DataError naming it when it is unreadable
     or holds anything but an object."""
@@ -288,6 +294,7 @@ __all__ = [
     "ROLES",
     "ChatTemplate",
     "check_messages",
+    "declared_template",
     "has_chat_template",
     "read_json_object",
     "special_token_text",

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from theseus.data.chat import CHAT_TEMPLATE_JINJA, special_token_text
+from theseus.data.chat import declared_template, special_token_text
 from theseus.errors import ConfigError
 
 TOKENIZER_FILES = (
@@ -34,13 +34,8 @@ def chat_template_record(folder: Path) -> dict[str, str] | None:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{path} is not readable JSON ({exc}); download it again") from exc
         config = loaded if isinstance(loaded, dict) else {}
-    template: Any = config.get("chat_template")
-    if (folder / CHAT_TEMPLATE_JINJA).is_file():
-        template = (folder / CHAT_TEMPLATE_JINJA).read_text(encoding="utf-8")
-    if isinstance(template, list):
-        named = {str(t.get("name")): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default") or next(iter(named.values()), None)
-    if not isinstance(template, str) or not template:
+    template = declared_template(path, config)
+    if template is None:
         return None
     tokens = {name: special_token_text(config.get(name)) for name in ("bos_token", "eos_token")}
     return {"chat_template": template, **tokens}
