@@ -224,6 +224,9 @@ def test_the_declared_template_follows_transformers_precedence(tmp_path: Path) -
     assert not has_chat_template(config)
     with pytest.raises(DataError, match="has no chat_template"):
         ChatTemplate.from_tokenizer_config(config)
+    (tmp_path / "chat_template.jinja").write_bytes(b"{{ \xff }}")
+    with pytest.raises(DataError, match=r"chat_template\.jinja is not readable UTF-8 text"):
+        has_chat_template(config)
 
 
 @pytest.mark.parametrize(

@@ -242,9 +242,15 @@ def check_messages(messages: Any, where: str = "a conversation") -> None:
 def declared_template(config: Path, data: Mapping[str, Any]) -> str | None:
     """The chat template a Hugging Face tokenizer declares: the ``chat_template.jinja`` beside its
     ``config`` file (``tokenizer_config.json``, whose contents are ``data``), else the config's
-    ``chat_template`` (of a list, the one named ``default``, else the first); None when it has none."""
+    ``chat_template`` (of a list, the one named ``default``, else the first); None when it has none.
+    A DataError names a ``chat_template.jinja`` that is not readable text."""
     jinja = config.parent / CHAT_TEMPLATE_JINJA
-    template = jinja.read_text(encoding="utf-8") if jinja.is_file() else data.get("chat_template")
+    template = data.get("chat_template")
+    if jinja.is_file():
+        try:
+            template = jinja.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"{jinja} is not readable UTF-8 text ({exc}); download it again") from exc
     if isinstance(template, list):
         named = {str(t.get("name")): t.get("template") for t in template if isinstance(t, Mapping)}
         template = named.get("default") or next(iter(named.values()), None)
