@@ -41,3 +41,10 @@ class TrainingError(TheseusError):
     """A training run cannot continue (non-finite loss, bad mesh, ...)."""
 
     exit_code = 1
+
+
+def error_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an exception that is not one of ours (a plugin's, a
+    library's): its type alone when it has no message."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

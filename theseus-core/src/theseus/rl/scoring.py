@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from theseus.errors import PluginError, RewardError, TheseusError
+from theseus.errors import PluginError, RewardError, TheseusError, error_line
 
 REWARD_ERRORS_KEY = "rl/reward_errors"
 #: ``stop``: a reward that raises ends the run (one line); ``zero``: that completion scores 0.
@@ -69,12 +69,6 @@ def _scores(name: str, values: Any, count: int) -> list[float]:
     return scores
 
 
-def error_line(exc: BaseException) -> str:
-    """``Type: first line of the message`` of an exception a plugin raised (its type alone without one)."""
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-
-
 def call_reward(
     name: str,
     reward: Callable[..., Sequence[float]],
@@ -122,4 +116,4 @@ def call_reward(
     return scores, failures
 
 
-__all__ = ["REWARD_ERRORS", "REWARD_ERRORS_KEY", "RewardFailure", "Scored", "call_reward", "error_line", "quoted"]
+__all__ = ["REWARD_ERRORS", "REWARD_ERRORS_KEY", "RewardFailure", "Scored", "call_reward", "quoted"]

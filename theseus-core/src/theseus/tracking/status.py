@@ -96,14 +96,13 @@ def ending(error: BaseException) -> tuple[str, str | None]:
     """How an invocation that raised ``error`` ended: ``(state, its line)``. ``stopped`` for a clean stop
     (a preemption's ``clean_stop``) or Ctrl-C, ``failed`` with the one line of a
     :class:`~theseus.errors.TheseusError`, else ``crashed`` with the exception's type and first line."""
-    from theseus.errors import TheseusError
+    from theseus.errors import TheseusError, error_line
 
     if getattr(error, "clean_stop", False) is True or isinstance(error, KeyboardInterrupt):
         return "stopped", None
-    first = (str(error).strip().splitlines() or [""])[0]
     if isinstance(error, TheseusError):
-        return "failed", first or type(error).__name__
-    return "crashed", f"{type(error).__name__}: {first}" if first else type(error).__name__
+        return "failed", (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return "crashed", error_line(error)
 
 
 def this_process() -> dict[str, Any]:

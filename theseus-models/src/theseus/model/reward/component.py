@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from theseus.config import field
-from theseus.errors import ConfigError, TheseusError
+from theseus.errors import ConfigError, TheseusError, error_line
 from theseus.rl.rewards import Reward
-from theseus.rl.scoring import error_line
 
 RUN_KEY = "reward/model/run"
 
