@@ -20,11 +20,11 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from theseus.errors import PluginError, TheseusError
+from theseus.errors import PluginError, TheseusError, error_line
 from theseus.model.generation.decode import Completion
 from theseus.model.rl.prompts import PolicyText
 from theseus.rl.environment import Environment, Prompt, rng
-from theseus.rl.scoring import error_line, quoted
+from theseus.rl.scoring import quoted
 
 #: Prompts (and later turns' contexts) are left-padded to a multiple of this many tokens, so that the
 #: decoder compiles once for contexts of similar lengths.
@@ -102,6 +102,11 @@ def padded_width(longest: int, limits: Limits) -> int:
     return max(longest, min(rounded, limits.sequence_length - limits.max_new_tokens))
 
 
+def stop_strings(environment: Environment) -> tuple[str, ...]:
+    """The strings that end a turn (``Environment.STOP``): an environment that names any is multi-turn."""
+    return tuple(getattr(environment, "STOP", ()) or ())
+
+
 def stop_cut(text: PolicyText, tokens: Sequence[int], stops: Sequence[str]) -> int | None:
     """How many of ``tokens`` the turn keeps when it holds a stop string: up to the token that completes
     the first one; None when it holds none. A longer prefix's text extends a shorter one's, so the
@@ -130,7 +135,7 @@ def run_episodes(
     seed: int,
 ) -> list[Episode]:
     """The episodes of ``prompts`` (``encoded``: their ids), all rows generated together each turn."""
-    stops = tuple(getattr(environment, "STOP", ()) or ())
+    stops = stop_strings(environment)
     episodes = [Episode(list(ids), transcript=list(p.messages)) for p, ids in zip(prompts, encoded, strict=True)]
     turns = limits.max_turns if stops else 1
     for turn in range(turns):
@@ -221,4 +226,5 @@ __all__ = [
     "policy_turns",
     "run_episodes",
     "stop_cut",
+    "stop_strings",
 ]

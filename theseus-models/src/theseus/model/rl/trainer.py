@@ -47,7 +47,7 @@ from theseus.errors import ConfigError
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.generation.decode import Completion, generate_tokens
 from theseus.model.generation.sampling import SamplingParams
-from theseus.model.rl.episodes import SEED_RANGE, Episode, Limits, policy_turns, run_episodes
+from theseus.model.rl.episodes import SEED_RANGE, Episode, Limits, policy_turns, run_episodes, stop_strings
 from theseus.model.rl.loss import IMPORTANCE_SAMPLING, LOSS_TYPES, group_advantages, policy_loss
 from theseus.model.rl.options import PolicyLossOptions
 from theseus.model.rl.prompts import PolicyText, policy_text
@@ -235,7 +235,7 @@ class GRPOTrainer(SFTTrainer):
             a.epsilon_low,
             a.epsilon_high,
             a.beta,
-            self.limits.longest_completion(multi_turn=bool(getattr(self.environment, "STOP", ()))),
+            self.limits.longest_completion(multi_turn=bool(stop_strings(self.environment))),
             a.updates,
             copied_reference=copied,
             options=a.policy_loss_options(),
