@@ -103,12 +103,9 @@ def measure(setting: Setting) -> list[Row]:
     param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
     head_dim = setting.width // setting.heads
     slot_bytes = setting.layers * 2 * setting.batch * setting.heads * head_dim * 2  # keys + values, bf16
-    stretched = decode.view_limits(setting.prompt, setting.new_tokens)
-    whole = decode.view_limits(setting.prompt, setting.new_tokens, stretches=1)
-    variants = {"stretches": stretched, "whole cache": whole}
+    variants = {"stretches": decode.DECODE_STRETCHES, "whole cache": 1}  # how many stretches each decodes in
 
-    def rollout(limits: list[int]) -> float:
-        stretches = decode.DECODE_STRETCHES if len(limits) > 1 else 1
+    def rollout(stretches: int) -> float:
         began = time.perf_counter()
         done = decode.generate_tokens(
             model, params, prompts, setting.new_tokens, sampling=sampling, seed=0, stretches=stretches
@@ -116,7 +113,7 @@ def measure(setting: Setting) -> list[Row]:
         assert all(len(c.tokens) == setting.new_tokens for c in done)
         return time.perf_counter() - began
 
-    first = {name: rollout(limits) for name, limits in variants.items()}
+    first = {name: rollout(stretches) for name, stretches in variants.items()}
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for round_ in range(setting.rounds):
@@ -126,7 +123,8 @@ def measure(setting: Setting) -> list[Row]:
     bandwidth = HBM_BYTES_PER_S.get(platform)
     ideal = (param_bytes + filled_slots(setting) * slot_bytes) / bandwidth if bandwidth else None
     rows = []
-    for name, limits in variants.items():
+    for name, stretches in variants.items():
+        limits = decode.view_limits(setting.prompt, setting.new_tokens, stretches)
         best = float(np.median(seconds[name]))
         step = best / setting.new_tokens
         read = param_bytes + slots_read(setting, limits) * slot_bytes

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from theseus.base.accelerator import of_devices
 from theseus.errors import ConfigError
 from theseus.model.generation.sampling import SamplingParams, sample_logits
 from theseus.model.layers.cache_view import cache_view
@@ -206,15 +207,15 @@ def generate_tokens(
         rows = {"ids": jnp.asarray(ids), "mask": jnp.asarray(mask)}
         placed = {name: jnp.asarray(value) for name, value in scalars.items()}
         context: Any = contextlib.nullcontext()
+        leaf = next(iter(jax.tree.leaves(params)), None)  # the decoder runs where the parameters live
+        target = of_devices(list(getattr(leaf, "devices", jax.devices)()))
     else:  # whole rows per data shard: the last prompt repeated, its copies dropped below
         extra = -real % sharding.data_size
         ids, mask = np.concatenate([ids, ids[-1:].repeat(extra, 0)]), np.concatenate([mask, mask[-1:].repeat(extra, 0)])
         rows, placed = sharding.put_global({"ids": ids, "mask": mask}), sharding.put_replicated(scalars)
-        context = sharding.context()
+        context, target = sharding.context(), sharding.accelerator
     if stretches is None:
-        leaf = next(iter(jax.tree.leaves(params)), None)
-        devices = sharding.mesh.devices.flat if sharding is not None else getattr(leaf, "devices", jax.devices)()
-        stretches = decode_stretches(next(iter(devices)).platform)
+        stretches = decode_stretches(target.platform)
     with context:
         out, _ = _sample(
             params,
