@@ -77,6 +77,30 @@ def test_every_violation_is_one_line() -> None:
     assert ok["demo/rate"] == 0.0 and ok["demo/act"] == "relu" and ok["demo/lr"] == 1e-3
 
 
+@dataclass
+class Counts:
+    seed: int = field("demo/seed", default=0)
+    skip: int = field("demo/skip", default=0, min=0)
+    window: int = field("demo/window", default=2, above=1.5, below=10.5)
+
+
+def test_an_integer_beyond_64_bits_is_out_of_range_whether_or_not_the_key_is_bounded() -> None:
+    """Every integer key holds what an int64 holds: one line naming the key and the integers it accepts
+    (no OverflowError from comparing a 400-digit integer with a float bound)."""
+    schema = Schema.build([Counts])
+    with pytest.raises(ConfigError) as caught:
+        resolve(schema, {"demo/seed": -(2**63) - 1}, {"demo/skip": 10**400, "demo/window": 2**63})
+    assert str(caught.value).split("\nerror: ") == [
+        "demo/seed=-9223372036854775809 is out of range; it must be an integer from -9223372036854775808 "
+        "to 9223372036854775807",
+        f"demo/skip={'1' + '0' * 56}... (401 characters) is out of range; it must be an integer from 0 "
+        "to 9223372036854775807",
+        "demo/window=9223372036854775808 is out of range; it must be an integer from 2 to 10",
+    ]
+    ok = resolve(schema, {}, {"demo/seed": -(2**63), "demo/skip": 2**63 - 1})
+    assert (ok["demo/seed"], ok["demo/skip"]) == (-(2**63), 2**63 - 1)
+
+
 def test_configure_checks_constraints_of_the_active_values() -> None:
     with configuration({"demo": {"lr": -1.0}}), pytest.raises(ConfigError, match=r"demo/lr=-1\.0 is out of range"):
         configure(Bounded)

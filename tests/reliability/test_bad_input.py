@@ -154,6 +154,24 @@ def test_steps_not_positive(cli: Cli, root: Path) -> None:
     assert not (root / "runs").exists()
 
 
+def test_resume_step_beyond_a_64_bit_integer(cli: Cli, root: Path, tmp_path: Path) -> None:
+    """A 400-digit integer (once an OverflowError traceback) is refused in one line, from the command
+    line and from a config file alike."""
+    expected = (
+        f"error: training/resume_step={'9' * 57}... (400 characters) is out of range; "
+        "it must be an integer from 0 to 9223372036854775807"
+    )
+    code, err = cli(train_args(root, f"training/resume_step={'9' * 400}"))
+    assert code == 2
+    assert error_line(err) == expected and len(err.strip().splitlines()) == 1
+    config = tmp_path / "run.yaml"
+    config.write_text(f"training:\n  resume_step: {'9' * 400}\n")
+    code, err = cli(train_args(root, "--config", str(config)))
+    assert code == 2
+    assert error_line(err) == expected and len(err.strip().splitlines()) == 1
+    assert not (root / "runs").exists()
+
+
 def test_global_batch_not_divisible_by_data_parallel_devices(root: Path) -> None:
     env = clean_env(XLA_FLAGS=xla_flags(devices=2))
     done = run_cli(train_args(root, "training/batch_size=3"), env=env, timeout=300)

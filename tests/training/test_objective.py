@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from tests.tolerances import float32_tolerance, model_ops, transformer_ops
 from tests.training.conftest import quick
 from tests.training.spec_examples import examples
 from tests.training.tiny import PaddedTinyTrainer
@@ -59,16 +60,19 @@ def test_an_override_of_train_step_and_val_step_runs_the_declared_objective(tmp_
     plain_loss, plain_norm, plain_meta = first_update(plain, plain.init_state())  # the state is donated
     half_loss, half_norm, half_meta = first_update(half, half.init_state())  # the same parameters (seed)
     assert half.accumulate_steps == 2  # accumulated micro-batches, weighted by their targets
-    assert half_loss == pytest.approx(0.5 * plain_loss, rel=1e-6)
-    assert half_norm == pytest.approx(0.5 * plain_norm, rel=1e-6)
+    # two programs, each free to order the tiny model's forward and backward passes its own way
+    model = plain.model
+    rel = float32_tolerance(3 * transformer_ops(1, model.width, model.block_size, model.vocab_size))
+    assert half_loss == pytest.approx(0.5 * plain_loss, rel=rel)
+    assert half_norm == pytest.approx(0.5 * plain_norm, rel=rel)
     assert half_meta["halved"] == 1.0 and "halved" not in plain_meta
-    assert half_meta["grad_norm_squared"] == pytest.approx(half_norm**2, rel=1e-6)  # the override's metric
+    assert half_meta["grad_norm_squared"] == pytest.approx(half_norm**2, rel=rel)  # the override's metric
 
     batch = plain.sharding.put_batch(plain.host_batch("val", position=0))
     plain_sum, plain_count, _ = plain.val_step_fn()(plain.init_state(), batch)
     half_sum, half_count, meta = half.val_step_fn()(half.init_state(), batch)
     assert int(half_count) == int(plain_count) == int(meta["valid_tokens"])
-    assert float(half_sum) == pytest.approx(0.5 * float(plain_sum), rel=1e-6)
+    assert float(half_sum) == pytest.approx(0.5 * float(plain_sum), rel=rel)
 
 
 def test_outside_a_trainer_the_step_runs_cross_entropy() -> None:
@@ -131,7 +135,8 @@ def test_the_model_auxiliary_losses_join_every_objective_in_training() -> None:
     trained, meta = jax.jit(lambda: loss(False))()
     validated, _ = jax.jit(lambda: loss(True))()
     assert float(meta["aux_loss"]) > 0
-    assert float(trained) == pytest.approx(float(validated) + float(meta["aux_loss"]), rel=1e-6)
+    rel = float32_tolerance(model_ops(model))  # two programs of the model's forward pass
+    assert float(trained) == pytest.approx(float(validated) + float(meta["aux_loss"]), rel=rel)
 
 
 class TwoUpdates(CrossEntropy):

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from theseus.config.types import shown
 from theseus.errors import ConfigError
 
 KEY_METADATA = "theseus_key"
@@ -23,6 +24,11 @@ PATH_KINDS = ("file", "source", "spec")
 MISSING: Any = dataclasses.MISSING
 
 _KEY_PATTERN = re.compile(r"^[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+)*$")
+
+#: The integers a configuration value may hold: what a 64-bit signed integer (NumPy's and JAX's int64,
+#: a checkpoint's step) holds, whether or not the key declares bounds.
+INT_MIN = -(2**63)
+INT_MAX = 2**63 - 1
 
 
 def field(
@@ -46,7 +52,8 @@ def field(
 
     Constraints are checked when a configuration is loaded: ``min``/``max`` bound a number
     inclusively, ``above``/``below`` exclusively, and ``choices`` lists the accepted values
-    (``None`` passes when the type allows it).
+    (``None`` passes when the type allows it). An integer value, bounded or not, is one a 64-bit
+    integer holds (``INT_MIN`` to ``INT_MAX``).
 
     ``path`` marks a value that names something on disk (one of ``PATH_KINDS``): ``theseus run``
     makes it absolute against the working directory before the job starts.
@@ -98,10 +105,26 @@ class Constraints:
             parts.append("one of " + ", ".join(repr(c) for c in self.choices))
         return " and ".join(parts)
 
+    def integer_range(self) -> tuple[int, int]:
+        """The lowest and highest integer the bounds accept, within what a 64-bit integer holds."""
+        low, high = INT_MIN, INT_MAX
+        if self.min is not None and math.isfinite(self.min):
+            low = max(low, math.ceil(self.min))
+        if self.above is not None and math.isfinite(self.above):
+            low = max(low, math.floor(self.above) + 1)
+        if self.max is not None and math.isfinite(self.max):
+            high = min(high, math.floor(self.max))
+        if self.below is not None and math.isfinite(self.below):
+            high = min(high, math.ceil(self.below) - 1)
+        return low, high
+
     def violation(self, key: str, value: Any) -> str | None:
         """One line naming ``key``, the bad ``value`` and what is accepted; None when it is fine."""
         if value is None or value is MISSING:
             return None
+        if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:  # every integer key, bounded or not
+            low, high = self.integer_range()
+            return f"{key}={shown(value)} is out of range; it must be an integer from {low} to {high}"
         if self.choices is not None and value not in self.choices:
             return f"{key}={value!r} is not accepted; use one of: {', '.join(str(c) for c in self.choices)}"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -117,7 +140,11 @@ class Constraints:
         )
         if broken:
             return f"{key}={value!r} is out of range; it must be {self.describe()}"
-        if math.isinf(value) and any(bound is not None for bound in (self.min, self.max, self.above, self.below)):
+        if (
+            isinstance(value, float)
+            and math.isinf(value)
+            and any(bound is not None for bound in (self.min, self.max, self.above, self.below))
+        ):
             return f"{key}={value!r} is out of range; it must be a finite number {self.describe()}"
         return None
 
