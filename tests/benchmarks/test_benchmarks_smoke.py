@@ -166,6 +166,23 @@ def test_every_tpu_case_is_a_configuration_the_models_accept() -> None:
             build=False,
         )
         assert work.config["architecture/block_size"] == case.seq, name
+    from benchmarks import tpu_fit
+    from theseus.training.config import BaseTrainerConfig
+
+    trainer_keys = {f.metadata.get("theseus_key") for f in dataclasses.fields(BaseTrainerConfig)}
+    for name, fit_case in tpu_fit.CASES.items():
+        work = Workload.create(
+            fit_case.preset,
+            batch=fit_case.batch,
+            seq=fit_case.seq,
+            vocab_size=fit_case.vocab,
+            activation_dtype="bfloat16",
+            overrides=fit_case.model_keys,
+            model=fit_case.model,
+            build=False,
+        )
+        assert work.config["architecture/block_size"] == fit_case.seq, name
+        assert set(fit_case.trainer_keys) <= trainer_keys, name
     mixture, dense = tpu_mfu.CASES["mixtral-8x768"].overrides, tpu_mfu.CASES["dense-8x768"].overrides
     top_k = mixture["architecture/moe/top_k"]
     assert dense["architecture/mlp_ratio"] == top_k * mixture["architecture/mlp_ratio"]

@@ -53,13 +53,13 @@ def test_auto_trains_with_the_fastest_setting_that_fits(
     [line] = [text for text in err.splitlines() if text.startswith("model/remat=auto")]
     head, *tried = line.split("; ")
     chosen = re.fullmatch(
-        rf"model/remat=auto: chose remat=full, micro_batch_size=4: peak {SIZE} of {SIZE} usable "
-        r"\(90% of training/memory_limit_gb=0.00172\)",
+        rf"model/remat=auto: chose remat=full, micro_batch_size=4: peak {SIZE} of {SIZE} "
+        r"\(training/memory_limit_gb=0.00172\)",
         head,
     )
     assert chosen, line
     peak, usable = megabytes(*chosen.group(1, 2)), megabytes(*chosen.group(3, 4))
-    assert usable == 1.55 and peak <= usable
+    assert usable == 1.72 and peak <= usable
     # every faster setting was compiled and needs more than the limit leaves
     assert [re.sub(SIZE, "", text) for text in tried] == [f"{p} at 8 rows needs " for p in ("none", "dots", "full")]
     needs = [megabytes(*re.search(SIZE, text).group(1, 2)) for text in tried]  # type: ignore[union-attr]
@@ -79,8 +79,10 @@ def test_auto_with_nothing_that_fits_is_one_error_line(tmp_path: Path, capsys: p
     assert code == 2
     line = error_line(capsys.readouterr().err)
     assert re.fullmatch(
-        rf"error: model/remat=auto: no setting fits in 630 kB usable \(90% of training/memory_limit_gb=0.0007\): "
-        rf"the smallest \(remat=full, micro_batch_size=3\) needs {SIZE}; lower training/sequence_length=32 or "
+        rf"error: model/remat=auto: no setting fits in 700 kB \(training/memory_limit_gb=0.0007\): "
+        rf"the smallest \(remat=full, micro_batch_size=3\) needs {SIZE}; keep the optimizer state in bfloat16 "
+        r"\(optimizer/state_dtype=bfloat16\) or in host memory \(optimizer/offload=true\); "
+        r"lower training/sequence_length=32 or "
         r"training/batch_size=6 \(its micro batches of 3 rows do not halve\), or train a smaller model",
         line,
     ), line
@@ -100,10 +102,34 @@ def test_the_device_limit_and_the_tpu_compilers_refusal_are_read() -> None:
             return {"bytes_in_use": 0, "bytes_limit": 16_909_336_576}
 
     room = memory.budget(0.0, Device())
-    assert room.bytes == 15_218_402_918 and str(room) == "15.2 GB usable (90% of the device's 16.9 GB)"
-    assert str(memory.budget(2.5, Device())) == "2.25 GB usable (90% of training/memory_limit_gb=2.5)"
+    assert room.bytes == 16_909_336_576 and str(room) == "16.9 GB (the device's memory)"
+    assert str(memory.budget(2.5, Device())) == "2.5 GB (training/memory_limit_gb=2.5)"
     refusal = "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
     assert refused_sizes(refusal + "Used 26.20G of 15.48G hbm. Exceeded hbm capacity by 10.72G.") == (
         int(26.2 * 2**30),
         int(15.48 * 2**30),
     )
+
+
+def test_a_tpu_step_is_judged_by_the_compilers_peak() -> None:
+    """The figures of gpt2-124m's scanned step without remat on a v5e (16 x 1024 tokens, benchmarks/tpu_fit.py):
+    the sum of arguments, unaliased outputs and temporaries says 17.62 GB, over the chip's 16.91 GB, but the
+    compiler's peak is 16.82 GB and the chip ran it. Elsewhere (CPU, GPU) the sum stays the measure."""
+    from theseus.training.compiled import CompiledStep
+
+    figures = {
+        "argument_bytes": 1_494_787_584,
+        "output_bytes": 1_494_642_176,
+        "alias_bytes": 1_494_640_128,
+        "temporary_bytes": 16_126_678_016,
+        "peak_bytes": 16_817_016_320,
+        "code_bytes": 22_450_688,
+        "batch_bytes": 196_608,  # x and y as int32, the padding mask as bool
+    }
+    limit = 16_909_336_064  # the chip's bytes_limit
+    tpu = CompiledStep(None, None, "", 0, 0, 0, 0, compile_seconds=0.0, platform="tpu", **figures)
+    assert tpu.summed_bytes == 17_621_467_648 and tpu.total_bytes == 16_839_467_008
+    assert tpu.fits_in(limit)
+    assert not tpu.fits_in(tpu.total_bytes + tpu.batch_bytes - 1)  # the next batch needs its room too
+    cpu = CompiledStep(None, None, "", 0, 0, 0, 0, compile_seconds=0.0, platform="cpu", **figures)
+    assert cpu.total_bytes == cpu.summed_bytes and not cpu.fits_in(limit)

@@ -38,6 +38,8 @@ FULL = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota e
 BATCH_KEY = "training/batch_size"
 MICRO_KEY = "training/micro_batch_size"
 REMAT_KEY = "model/remat"
+STATE_DTYPE_KEY = "optimizer/state_dtype"
+OFFLOAD_KEY = "optimizer/offload"
 SEQUENCE_KEY = "training/sequence_length"
 #: The rows per forward pass of the jobs that only run the model (``eval/harness``, ``generate``).
 INFERENCE_BATCH_KEYS = ("eval/batch_size", "generate/samples")
@@ -202,6 +204,17 @@ def memory_settings(config: Mapping[str, Any]) -> list[str]:
     return settings
 
 
+def optimizer_state_settings(config: Mapping[str, Any]) -> list[str]:
+    """How the optimizer state could take less device memory, for the settings not already chosen:
+    ``in bfloat16 (optimizer/state_dtype=bfloat16)``, ``in host memory (optimizer/offload=true)``."""
+    settings = []
+    if config.get(STATE_DTYPE_KEY, "float32") == "float32":
+        settings.append(f"in bfloat16 ({STATE_DTYPE_KEY}=bfloat16)")
+    if not config.get(OFFLOAD_KEY, False):
+        settings.append(f"in host memory ({OFFLOAD_KEY}=true)")
+    return settings
+
+
 def _number(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
@@ -210,6 +223,7 @@ __all__ = [
     "memory_advice",
     "memory_settings",
     "one_line_failures",
+    "optimizer_state_settings",
     "out_of_memory",
     "resource_error",
     "written_path",

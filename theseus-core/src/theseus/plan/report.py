@@ -37,7 +37,7 @@ class Plan:
 
     @property
     def fits(self) -> bool:
-        return self.step.total_bytes <= self.memory_bytes
+        return self.step.fits_in(self.memory_bytes)
 
     @property
     def flops_ratio(self) -> float:
@@ -72,15 +72,10 @@ def make_plan(
     devices = target_devices(target)
     with rare_collections():  # tracing allocates millions of short-lived objects, as in a run
         trainer = build_trainer(job, devices, overrides, root, config_file)
-        if trainer.context.config.get("model/remat") == "auto":
-            raise ConfigError(
-                "theseus plan compiles one setting, and model/remat=auto chooses on the device at run time; "
-                "plan model/remat=none, dots or full to see which fits"
-            )
         if notice is not None:  # once the configuration is known to be sound
             notice(f"compiling {job_name} for {target.describe()} (mesh {dict(trainer.sharding.mesh.shape)}) ...")
         with captured_stderr() as compiler_log:  # XLA's warnings (rematerialisation, scheduling): --verbose
-            step = compile_train_step(trainer)
+            step = compiled_as_run(trainer, target, notice)
     startup_log.extend(compiler_log)
     cost = analyse(step.text, target.devices)
     per_sequence = float(trainer.model.flops(trainer.sequence_length))
@@ -95,6 +90,28 @@ def make_plan(
         batch_size=int(trainer.args.batch_size),
         sequence_length=int(trainer.sequence_length),
     )
+
+
+def compiled_as_run(trainer: Any, target: Target, notice: Callable[[str], None] | None) -> CompiledStep:
+    """The step a run on ``target`` would compile: with ``model/remat=auto`` the first candidate that fits the
+    target's memory (:func:`theseus.training.memory.fit`, said through ``notice``), else the one configured.
+    When no candidate fits, the smallest is planned (and reported as not fitting)."""
+    from theseus.errors import ResourceError
+    from theseus.training import memory
+
+    if not memory.requested(trainer.context.config):
+        return compile_train_step(trainer)
+    room = memory.Budget(target.chip.memory_bytes, f"a {target.chip.name}'s memory")
+    try:
+        choice = memory.fit(trainer, room)
+    except ResourceError as refused:
+        if notice is not None:
+            notice(str(refused))
+        return compile_train_step(trainer)  # configured with the last candidate tried
+    if notice is not None:
+        notice(choice.line())
+    step: CompiledStep = choice.trials[-1].step
+    return step
 
 
 def with_batch(overrides: Sequence[str], batch_size: int) -> list[str]:
@@ -168,12 +185,14 @@ def as_dict(plan: Plan) -> dict[str, Any]:
         "memory": {
             "parameters": step.parameter_bytes,
             "optimizer_state": step.optimizer_bytes,
+            "optimizer_state_in_host_memory": step.offloaded_bytes,
             "gradients": step.gradient_bytes,
             "batch": step.batch_bytes,
             "arguments": step.argument_bytes,
             "outputs": step.output_bytes,
             "aliased": step.alias_bytes,
             "temporaries": step.temporary_bytes,
+            "summed": step.summed_bytes,
             "total": step.total_bytes,
             "device": plan.memory_bytes,
             "fits": plan.fits,
@@ -208,6 +227,11 @@ def activation_dtype(trainer: Any) -> str:
         return str(trainer.model._activation_dtype)
 
 
+def _in_host_memory(memory: dict[str, Any]) -> str:
+    offloaded = memory["optimizer_state_in_host_memory"]
+    return f" (and {_gb(offloaded)} in host memory: optimizer/offload)" if offloaded else ""
+
+
 def _gb(value: float) -> str:
     return f"{value / GB:,.2f} GB"
 
@@ -217,7 +241,7 @@ def render(plan: Plan) -> list[str]:
     data = as_dict(plan)
     memory, flops, est = data["memory"], data["flops"], data["estimate"]
     mesh = " x ".join(f"{name} {size}" for name, size in data["mesh"].items())
-    margin = memory["device"] - memory["total"]
+    margin = memory["device"] - memory["total"] - memory["batch"]
     verdict = f"fits ({_gb(margin)} free)" if plan.fits else f"does not fit: over by {_gb(-margin)}"
     lines = [
         f"{plan.job} on {plan.target.describe()}: compiled in {plan.step.compile_seconds:.1f} s, nothing allocated",
@@ -225,10 +249,15 @@ def render(plan: Plan) -> list[str]:
         f"layout {data['layout']} (mesh {mesh}), batch {plan.batch_size} x {plan.sequence_length} tokens",
         "  memory per device",
         f"    parameters       {_gb(memory['parameters'])}",
-        f"    optimizer state  {_gb(memory['optimizer_state'])}",
+        f"    optimizer state  {_gb(memory['optimizer_state'])}"
+        + (
+            f" (and {_gb(offloaded)} in host memory)" if (offloaded := memory["optimizer_state_in_host_memory"]) else ""
+        ),
         f"    gradients        {_gb(memory['gradients'])} (inside the temporaries)",
         f"    temporaries      {_gb(memory['temporaries'])}",
         f"    total            {_gb(memory['total'])} of {_gb(memory['device'])}: {verdict}",
+        f"                     (the compiler's peak, buffers that never live together sharing memory; "
+        f"all at once {_gb(memory['summed'])})",
         f"    donated state    {_gb(memory['aliased'])} of the outputs reuse the inputs' memory",
         "  FLOPs per device per step",
         f"    compiled (matmuls)  {flops['compiled'] / 1e12:,.2f} TFLOP{_shares(flops['by_input_type'])}",

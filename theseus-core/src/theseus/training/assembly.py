@@ -15,6 +15,7 @@ import optax
 
 from theseus.errors import ConfigError
 from theseus.training.matrices import with_parameter_axes
+from theseus.training.optimizer_state import kept
 from theseus.training.optimizers import Optimizer, clip_by_global_norm
 from theseus.training.schedules import Schedule
 from theseus.training.sharding import TrainerSharding
@@ -80,12 +81,20 @@ def per_step(schedule: optax.Schedule, updates: int) -> optax.Schedule:
 
 
 def optimizer_chain(
-    optimizer: Optimizer, lr_schedule: optax.Schedule, grad_clip: float, variables: Any
+    optimizer: Optimizer,
+    lr_schedule: optax.Schedule,
+    grad_clip: float,
+    variables: Any,
+    *,
+    state_dtype: str = "float32",
+    offload: bool = False,
 ) -> optax.GradientTransformation:
     """Clipping (when ``grad_clip`` > 0) then ``optimizer``, told which abstract parameters of
-    ``variables`` are matrices by their logical axis names (weight decay and Muon use it)."""
+    ``variables`` are matrices by their logical axis names (weight decay and Muon use it). The optimizer's
+    state is kept in ``state_dtype`` and, with ``offload``, in host memory
+    (:func:`theseus.training.optimizer_state.kept`); clipping, which reads every gradient, stays outside."""
     parts = [clip_by_global_norm(grad_clip)] if grad_clip > 0 else []
-    chain = optax.chain(*parts, optimizer.create(lr_schedule))
+    chain = optax.chain(*parts, kept(optimizer.create(lr_schedule), state_dtype, offload))
     return with_parameter_axes(chain, nn.get_partition_spec(variables)["params"])
 
 

@@ -30,7 +30,18 @@ from theseus.plugins.gather import gather_classes
 from theseus.runs.directory import default_run_name
 from theseus.runs.layout import check_run_name
 from theseus.tracking.config import TrackingConfig
-from theseus.training import adapters, assembly, datacheck, declarations, init_from, keys, memory, selection, steps
+from theseus.training import (
+    adapters,
+    assembly,
+    datacheck,
+    declarations,
+    init_from,
+    keys,
+    memory,
+    optimizer_state,
+    selection,
+    steps,
+)
 from theseus.training import capture as activation_capture
 from theseus.training import objective as objectives
 from theseus.training.config import BaseTrainerConfig
@@ -301,14 +312,27 @@ class BaseTrainer(Job):
             self.init_key, self.dropout_key = keys.root_keys(args.seed)  # computed on the host: nothing to compile
             variables = abstract_variables(self.model, self.sharding, self.init_key, self.sequence_length)
             per_update = assembly.per_step(self.lr_schedule, self.updates_per_step())
-            tx = assembly.optimizer_chain(self.optimizer(), per_update, args.grad_clip, variables)
+            tx = assembly.optimizer_chain(
+                self.optimizer(),
+                per_update,
+                args.grad_clip,
+                variables,
+                state_dtype=args.optimizer_state_dtype,
+                offload=args.optimizer_offload,
+            )
             params = nn.unbox(variables)["params"]
             self.trains_adapters = adapters.has_adapters(params)
             self.tx = self._restrict_optimizer(tx, params)
             self.evaluations = [_instantiate(declarations.resolve("evaluation", e)) for e in self.EVALUATION]
             self.analyses = [_instantiate(declarations.resolve("analysis", a)) for a in self.ANALYSIS]
             self.abstract_state, self.state_shardings = state_shardings(
-                self.model, self.tx, self.sharding, self.init_key, self.sequence_length, variables
+                self.model,
+                self.tx,
+                self.sharding,
+                self.init_key,
+                self.sequence_length,
+                variables,
+                offload=args.optimizer_offload,
             )
             if self.init_source is not None:
                 init_from.check_data(self.flywheel, self.init_source)
@@ -558,7 +582,15 @@ class BaseTrainer(Job):
             new_state = jax.lax.with_sharding_constraint(new_state, shardings)
             return new_state, loss, meta, grad_norm, lr
 
-        return self.compiled("train", lambda: jax.jit(step, donate_argnums=0))
+        return self.compiled("train", lambda: jax.jit(step, donate_argnums=self._donated()))
+
+    def _donated(self) -> tuple[int, ...]:
+        """The train step's donated arguments: the state, unless it holds an offloaded optimizer state that
+        the platform cannot alias (:func:`~theseus.training.optimizer_state.donates_offloaded_state`)."""
+        platform = self.sharding.mesh.devices.flat[0].platform
+        if self.args.optimizer_offload and not optimizer_state.donates_offloaded_state(platform):
+            return ()
+        return (0,)
 
     def val_step_fn(self) -> Any:
         """``fn(state, device_batch) -> (loss_sum, count, meta)``, jitted, in the train step's precision."""

@@ -33,6 +33,16 @@ class BaseTrainerConfig:
         help="device memory in GB that model/remat=auto fits the step into, 90% of it used "
         "(0 = what the device reports; a CPU reports none, and auto then keeps remat none)",
     )
+    optimizer_state_dtype: Literal["float32", "bfloat16"] = field(
+        "optimizer/state_dtype",
+        default="float32",
+        help="dtype the optimizer state is stored in (bfloat16 halves AdamW's moments; the update runs in float32)",
+    )
+    optimizer_offload: bool = field(
+        "optimizer/offload",
+        default=False,
+        help="keep the optimizer state in host memory, moved to the device for each update (frees its device memory)",
+    )
     sequence_length: int = field(
         "training/sequence_length", default=0, min=0, help="tokens per row (0 = the model's architecture/block_size)"
     )

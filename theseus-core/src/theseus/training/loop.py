@@ -207,7 +207,7 @@ class TrainingLoop:
     def _fit_memory(self) -> None:
         """``model/remat=auto``: compile the step for its candidates and say which one fits."""
         choice = self.trainer.fit_memory()
-        if choice is not None:
+        if choice is not None and choice.trials:  # a device without a memory limit (a CPU) keeps remat none quietly
             self.display.message(choice.line())
 
     def _restore(

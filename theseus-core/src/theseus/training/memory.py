@@ -4,11 +4,13 @@ Before the first update the trainer compiles its step for candidates in order of
 configuring the trainer with the candidate's values (the model reads ``model/remat`` like any other key):
 remat ``none``, ``dots`` and ``full`` at the configured micro batch, then ``full`` with the micro batch
 halved while it still splits over the data-parallel devices. A candidate fits when its compiled peak per
-device (arguments, outputs not aliased to them, and temporaries: the plan's
-:attr:`~theseus.training.compiled.CompiledStep.total_bytes`) is at most :data:`USABLE` of the device's memory,
-``training/memory_limit_gb`` or else the ``bytes_limit`` the device reports. A device that reports none
-(a CPU) keeps ``none``. The first candidate that fits is kept and its compiled step is the one the run
-calls; when none fits, one :class:`~theseus.errors.ResourceError` names what to lower.
+device (the compiler's own peak: the plan's :attr:`~theseus.training.compiled.CompiledStep.total_bytes`)
+and the next batch fit the device's memory: ``training/memory_limit_gb``, or else the ``bytes_limit`` the
+device reports, or the target's memory for ``theseus plan``. That is what the chip runs: on a v5e the
+scanned gpt2-124m step at a compiler peak of 16.82 GB ran under the 16.91 GB limit (``benchmarks/tpu_fit.py``).
+A device that reports no limit (a CPU) keeps ``none`` without compiling. The first candidate that fits is
+kept and its compiled step is the one the run calls; when none fits, one
+:class:`~theseus.errors.ResourceError` names what to lower.
 """
 
 from __future__ import annotations
@@ -25,9 +27,6 @@ AUTO = "auto"
 LIMIT_KEY = "training/memory_limit_gb"
 #: Remat policies tried at the configured micro batch, fastest first; the last is then tried with fewer rows.
 REMAT_LADDER = ("none", "dots", "full")
-#: The share of the device's memory a chosen step may take; the rest is left for what lives beside the
-#: step (the next batch, validation, the runtime's own buffers) and for fragmentation.
-USABLE = 0.9
 GB = 1e9
 
 
@@ -54,6 +53,8 @@ class Trial:
     candidate: Candidate
     peak_bytes: int | None
     refused: bool = False
+    fits: bool = False
+    step: Any = None  # the compiled step (a CompiledStep), when it compiled
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Budget:
     def __str__(self) -> str:
         if self.bytes is None:
             return self.source
-        return f"{size(self.bytes)} usable ({USABLE:.0%} of {self.source})"
+        return f"{size(self.bytes)} ({self.source})"
 
 
 @dataclass(frozen=True)
@@ -127,17 +128,17 @@ def device_limit(device: Any) -> int | None:
 
 
 def budget(limit_gb: float, device: Any) -> Budget:
-    """:data:`USABLE` of ``limit_gb`` (``training/memory_limit_gb``), else of the device's own limit."""
+    """``limit_gb`` (``training/memory_limit_gb``), else the device's own limit."""
     if limit_gb > 0:
-        return Budget(int(limit_gb * GB * USABLE), f"{LIMIT_KEY}={limit_gb:g}")
+        return Budget(int(limit_gb * GB), f"{LIMIT_KEY}={limit_gb:g}")
     limit = device_limit(device)
     if limit is None:
         platform = getattr(device, "platform", "this")
         return Budget(None, f"the {platform} device reports no memory limit; set {LIMIT_KEY} to fit one")
-    return Budget(int(limit * USABLE), f"the device's {size(limit)}")
+    return Budget(limit, "the device's memory")
 
 
-def measure(trainer: Trainer, candidate: Candidate) -> Trial:
+def measure(trainer: Trainer, candidate: Candidate, room: Budget) -> Trial:
     """Compile the trainer's step as it is configured now (the compiled program stays cached for the run);
     a step the compiler refuses for memory is a trial that did not fit, with the bytes it said it needed."""
     from theseus.training.compiled import StepTooLarge, compile_train_step
@@ -146,7 +147,8 @@ def measure(trainer: Trainer, candidate: Candidate) -> Trial:
         step = compile_train_step(trainer)
     except StepTooLarge as refused:
         return Trial(candidate, refused.needed_bytes, refused=True)
-    return Trial(candidate, step.total_bytes)
+    fits = room.bytes is None or step.fits_in(room.bytes)
+    return Trial(candidate, step.total_bytes, fits=fits, step=step)
 
 
 def state_bytes(trainer: Trainer) -> int:
@@ -166,8 +168,9 @@ def _local_device(trainer: Trainer) -> Any:
     return next((device for device in devices if device.process_index == here), devices[0])
 
 
-def fit(trainer: Trainer) -> Choice:
-    """Configure ``trainer`` with the first candidate whose step fits, compiling each in turn."""
+def fit(trainer: Trainer, room: Budget | None = None) -> Choice:
+    """Configure ``trainer`` with the first candidate whose step fits ``room`` (default: the device's memory,
+    :func:`budget`), compiling each in turn."""
     from theseus.training.assembly import batch_geometry
 
     batch = int(trainer.args.batch_size)
@@ -179,24 +182,25 @@ def fit(trainer: Trainer) -> Choice:
             return False
         return True
 
-    limit_gb = float(trainer.context.config.get(LIMIT_KEY, 0.0) or 0.0)
-    room = budget(limit_gb, _local_device(trainer))
+    if room is None:
+        limit_gb = float(trainer.context.config.get(LIMIT_KEY, 0.0) or 0.0)
+        room = budget(limit_gb, _local_device(trainer))
     ladder = candidates(batch, int(trainer.args.micro_batch_size or 0), splits)
-    if room.bytes is None:
-        trainer.reconfigure(ladder[0].values())
+    if room.bytes is None:  # nothing to fit: the model reads auto as none, and nothing is set up again
         return Choice(ladder[0], (), room)
     state = state_bytes(trainer)
     if state > room.bytes:  # no remat or micro batch shrinks the state: fail before compiling anything
         raise ResourceError(
             f"{REMAT_KEY}={AUTO}: no setting fits in {room}: the parameters and optimizer state alone take "
-            f"{size(state)}; train a smaller model, or split it over more devices (mesh/layout=fsdp)"
+            f"{size(state)}; {state_advice(trainer.context.config)}train a smaller model, or split it over more "
+            "devices (mesh/layout=fsdp)"
         )
     trials: list[Trial] = []
     for candidate in ladder:
         trainer.reconfigure(candidate.values())
-        trial = measure(trainer, candidate)
+        trial = measure(trainer, candidate, room)
         trials.append(trial)
-        if not trial.refused and trial.peak_bytes is not None and trial.peak_bytes <= room.bytes:
+        if trial.fits:
             return Choice(candidate, tuple(trials), room)
     raise ResourceError(nothing_fits(trials[-1], room, trainer))
 
@@ -215,8 +219,19 @@ def nothing_fits(smallest: Trial, room: Budget, trainer: Trainer) -> str:
         lower = f"training/sequence_length={trainer.sequence_length} (the micro batch is one row per device)"
     return (
         f"{REMAT_KEY}={AUTO}: no setting fits in {room}: the smallest ({smallest.candidate}) needs {needs}; "
-        f"lower {lower}, or train a smaller model"
+        f"{state_advice(trainer.context.config)}lower {lower}, or train a smaller model"
     )
+
+
+def state_advice(config: Mapping[str, Any]) -> str:
+    """The optimizer-state settings not yet used, as the start of advice (``keep the optimizer state in
+    bfloat16 (...) or in host memory (...); ``), or nothing when both are set."""
+    from theseus.base.failures import optimizer_state_settings
+
+    settings = optimizer_state_settings(config)
+    if not settings:
+        return ""
+    return f"keep the optimizer state {' or '.join(settings)}; "
 
 
 __all__ = ["Budget", "Candidate", "Choice", "Trial", "budget", "candidates", "fit", "requested"]

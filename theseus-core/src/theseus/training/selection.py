@@ -469,8 +469,13 @@ def of_configuration(values: Mapping[str, Any]) -> dict[str, str]:
     return {kind: str(values[key(kind)]) for kind in KINDS if key(kind) in values}
 
 
+#: Keys that lay the optimizer state out (its checkpointed tree), with the value a run that predates them had.
+STATE_LAYOUT_KEYS = {"optimizer/state_dtype": "float32", "optimizer/offload": False}
+
+
 def check_resume(previous: Mapping[str, Any] | None, current: Mapping[str, Any], run: str) -> None:
-    """A run resumes only with the selection it started with; a change is one line naming both."""
+    """A run resumes only with the selection and the optimizer-state layout it started with; a change is one
+    line naming both."""
     if not previous:
         return
     before, now = of_configuration(previous), of_configuration(current)
@@ -479,4 +484,12 @@ def check_resume(previous: Mapping[str, Any] | None, current: Mapping[str, Any],
             raise ConfigError(
                 f"run {run!r} was started with {kind}={before[kind]!r}; this run selects {kind}={now[kind]!r}; "
                 f"resume with {kind}={before[kind]}, or start a new run with run/name=<new name>"
+            )
+    for name, default in STATE_LAYOUT_KEYS.items():
+        was, is_now = previous.get(name, default), current.get(name, default)
+        if name in current and was != is_now:
+            raise ConfigError(
+                f"run {run!r} was started with {name}={was}; its checkpoints hold the optimizer state that way, "
+                f"and this run sets {name}={is_now}; resume with {name}={was}, or start a new run with "
+                "run/name=<new name>"
             )

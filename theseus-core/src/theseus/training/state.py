@@ -12,6 +12,7 @@ import optax
 from flax import struct
 from flax.training import train_state
 
+from theseus.training.optimizer_state import on_host
 from theseus.training.sharding import TrainerSharding, check_divisible
 
 
@@ -44,10 +45,12 @@ def state_shardings(
     key: jax.Array,
     sequence_length: int,
     boxed: Any = None,
+    offload: bool = False,
 ) -> tuple[TrainState, TrainState]:
     """The abstract state (shapes/dtypes) and the matching tree of ``NamedSharding``.
 
-    ``boxed``: the model's :func:`abstract_variables`, when the caller has them already.
+    ``boxed``: the model's :func:`abstract_variables`, when the caller has them already; ``offload``: the
+    optimizer state lives in host memory (``optimizer/offload``).
     """
     if boxed is None:
         boxed = abstract_variables(model, sharding, key, sequence_length)
@@ -58,6 +61,8 @@ def state_shardings(
     opt_state = jax.eval_shape(tx.init, params)
     replicated = sharding.replicated
     opt_shardings = optimizer_state_shardings(opt_state, params, param_shardings, replicated)
+    if offload:
+        opt_shardings = on_host(opt_shardings)
     abstract = TrainState(
         step=jax.ShapeDtypeStruct((), jnp.int32),  # type: ignore[arg-type]
         apply_fn=model.apply,

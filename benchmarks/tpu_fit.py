@@ -1,0 +1,214 @@
+"""Memory verdicts at the edge: what the compiled step says it needs against what the chip runs.
+
+    python benchmarks/tpu_fit.py                         # every case, each in a process of its own
+    python benchmarks/tpu_fit.py --cases gpt2-16x1024-none,llama-1b-offload
+    python benchmarks/tpu_fit.py --cpu-smoke             # tiny sizes on CPU (tests the script)
+
+For each case the trainer's step is compiled on the device (``compile_train_step``: the program a run
+calls), its memory analysis is read (arguments, outputs, aliased outputs, temporaries and the compiler's own
+peak), and the verdict of ``theseus.training.memory.fits`` is taken against the device's ``bytes_limit``.
+Then the compiled step runs three updates: the chip's answer is whether it ran and its peak bytes in use.
+A case whose step the compiler refuses counts as "does not fit" on both sides. The same verdict is what
+``theseus plan --target v5e:1`` prints (``tests/plan`` pins it for two of these cases).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import Row, publish_table
+
+GPT2 = {"model": "gpt", "preset": "gpt2-124m", "vocab": 50304}
+LLAMA_1B = {  # the 1.1B Llama shape: 16 x 2048, d_ff 8192, 32k vocabulary (TinyLlama's width at 16 layers)
+    "architecture/n_layers": 16,
+    "architecture/n_heads": 32,
+    "architecture/n_kv_heads": 4,
+    "architecture/n_embd": 2048,
+    "architecture/d_ff": 8192,
+}
+
+
+@dataclass(frozen=True)
+class FitCase:
+    model: str
+    preset: str
+    batch: int
+    seq: int
+    vocab: int
+    model_keys: dict[str, Any] = field(default_factory=dict)
+    trainer_keys: dict[str, Any] = field(default_factory=dict)
+
+
+def gpt2(batch: int, remat: str, scan: bool) -> FitCase:
+    return FitCase("gpt", "gpt2-124m", batch, 1024, 50304, {"model/remat": remat, "model/scan_layers": scan})
+
+
+def llama_1b(**trainer_keys: Any) -> FitCase:
+    return FitCase("llama", "tiny", 8, 2048, 32000, {**LLAMA_1B, "model/remat": "full"}, trainer_keys)
+
+
+CASES: dict[str, FitCase] = {
+    "gpt2-16x1024-none-scanned": gpt2(16, "none", True),
+    "gpt2-16x1024-none": gpt2(16, "none", False),
+    "gpt2-20x1024-none": gpt2(20, "none", False),
+    "gpt2-24x1024-none": gpt2(24, "none", False),
+    "llama-1b-float32-state": llama_1b(),
+    "llama-1b-bf16-state": llama_1b(**{"optimizer/state_dtype": "bfloat16"}),
+    "llama-1b-offload": llama_1b(**{"optimizer/offload": True}),
+}
+CPU_CASES: dict[str, FitCase] = {
+    "tiny": FitCase("gpt", "tiny", 2, 64, 256),
+    "tiny-offload": FitCase("llama", "tiny", 2, 64, 256, {"model/remat": "full"}, {"optimizer/offload": True}),
+}
+
+
+def build_trainer(case: FitCase, root: str) -> Any:
+    """The benchmark trainer of ``case`` (random batches, no validation), set up."""
+    from benchmarks.bare_loop import trainer_class, trainer_overrides
+    from benchmarks.workload import Workload
+
+    work = Workload.create(
+        case.preset,
+        batch=case.batch,
+        seq=case.seq,
+        vocab_size=case.vocab,
+        activation_dtype="bfloat16",
+        overrides=case.model_keys,
+        model=case.model,
+    )
+    trainer = trainer_class(work).create(root, trainer_overrides(work, **case.trainer_keys))
+    trainer.setup()
+    return trainer, work
+
+
+def compile_and_run(trainer: Any, work: Any, steps: int = 3) -> dict[str, Any]:
+    """Compile the trainer's step (the program a run calls) and run ``steps`` updates of it: its memory
+    analysis, compile seconds, whether it ran, the median step time and the device's peak bytes in use."""
+    import jax
+
+    from theseus.training.compiled import StepTooLarge, compile_train_step
+
+    found: dict[str, Any] = {}
+    started = time.perf_counter()
+    try:
+        step = compile_train_step(trainer)
+    except StepTooLarge as refused:
+        return {**found, "compiled": False, "needed": refused.needed_bytes, "error": str(refused)[:200]}
+    found["compile_seconds"] = time.perf_counter() - started
+    analysis = step.compiled.memory_analysis()
+    found.update({name: int(getattr(analysis, name)) for name in dir(analysis) if name.endswith("_in_bytes")})
+    found["total_bytes"] = step.total_bytes
+    found["compiled"] = True
+    try:
+        state = trainer.init_state()
+        batches = work.host_batches()
+        times = []
+        for index in range(steps):
+            batch = trainer.device_train_batch(batches[index % len(batches)])
+            begin = time.perf_counter()
+            state, loss = step.compiled(state, batch, trainer.step_key(index))[:2]
+            jax.block_until_ready(loss)
+            times.append(time.perf_counter() - begin)
+        found.update(ran=True, step_seconds=sorted(times)[len(times) // 2], loss=float(loss))
+    except Exception as exc:  # the chip's own answer: out of memory at run time
+        found.update(ran=False, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    stats = jax.devices()[0].memory_stats() or {}
+    found.update(peak_in_use=stats.get("peak_bytes_in_use"), limit=stats.get("bytes_limit"))
+    return found
+
+
+def measure(name: str, case: FitCase) -> dict[str, Any]:
+    """One case in this process: the compiled memory, our verdict and what the device did."""
+    from theseus.training import memory
+
+    with tempfile.TemporaryDirectory() as root:
+        trainer, work = build_trainer(case, root)
+        found = compile_and_run(trainer, work)
+        found["model_flops_per_step"] = work.flops_per_step()
+        found["tokens_per_step"] = work.tokens_per_step
+        room = memory.budget(0.0, memory._local_device(trainer))
+        found["budget"] = room.bytes
+        found["verdict"] = bool(found["compiled"]) and (room.bytes is None or found["total_bytes"] <= room.bytes)
+    return {"case": name, **found}
+
+
+def rows_of(result: dict[str, Any]) -> list[Row]:
+    name = result["case"]
+    if not result.get("compiled"):
+        note = f"compiler refused: {result.get('error', '')}"
+        return [Row(f"{name}: verdict / chip", None, note=note)]
+    ran = result.get("ran")
+    agree = result["verdict"] == ran
+    note = (
+        f"verdict {'fits' if result['verdict'] else 'does not fit'}, chip {'ran' if ran else 'ran out'}"
+        f" ({'agree' if agree else 'DISAGREE'}); args {result['argument_size_in_bytes'] / 1e9:.2f} GB, "
+        f"temp {result['temp_size_in_bytes'] / 1e9:.2f} GB, alias {result['alias_size_in_bytes'] / 1e9:.2f} GB, "
+        f"compiler peak {result.get('peak_memory_in_bytes', 0) / 1e9:.2f} GB, "
+        f"in use {(result.get('peak_in_use') or 0) / 1e9:.2f} of {(result.get('limit') or 0) / 1e9:.2f} GB; "
+        f"compiled in {result['compile_seconds']:.0f} s"
+        + (f"; {result['step_seconds'] * 1e3:.0f} ms/step" if ran else f"; {result.get('error', '')}")
+    )
+    return [Row(f"{name}: compiled total", result["total_bytes"] / 1e9, "GB", note=note, fmt="{:.2f}")]
+
+
+def run_case(name: str, smoke: bool, timeout: float) -> dict[str, Any]:
+    """One case in a child process (the chip held by one program at a time: a child that starts while the
+    last one lets go of it is tried once more after a pause)."""
+    command = [sys.executable, __file__, "--one", name] + (["--cpu-smoke"] if smoke else [])
+    for attempt in range(2):
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"case": name, "compiled": False, "error": f"did not finish in {timeout:.0f} s"}
+        seconds = time.perf_counter() - started
+        print(f"{name}: exit {done.returncode} in {seconds:.0f} s", file=sys.stderr, flush=True)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode == 0 and lines:
+            return {**json.loads(lines[-1]), "process_seconds": seconds}
+        if "lockfile" not in done.stderr or attempt:
+            print(done.stderr[-3000:], file=sys.stderr)
+            return {"case": name, "compiled": False, "error": (done.stderr.strip().splitlines() or ["?"])[-1]}
+        time.sleep(10)
+    raise AssertionError("unreachable")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on CPU (a test of the script)")
+    parser.add_argument("--cases", help="comma-separated case names (default: all)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds a case may take")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help="write every case's measurements to this file")
+    parser.add_argument("--output", type=Path, help="also write the table to this file")
+    args = parser.parse_args(argv)
+    cases = CPU_CASES if args.cpu_smoke else CASES
+    if args.one:
+        print(json.dumps(measure(args.one, cases[args.one])))
+        return 0
+    names = args.cases.split(",") if args.cases else list(cases)
+    results = []
+    for name in names:
+        result = run_case(name, args.cpu_smoke, args.timeout)
+        print(json.dumps(result), flush=True)  # each case as it ends: a later one may run out of time
+        results.append(result)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1))
+    rows = [row for result in results for row in rows_of(result)]
+    publish_table(rows, args.output, title="memory verdicts against the chip")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""How the optimizer state is kept: its dtype (``optimizer/state_dtype``) and its memory (``optimizer/offload``).
+
+AdamW keeps two moments a parameter: with float32 parameters and gradients that is 16 bytes a parameter,
+and a 1.1B model's 17.6 GB do not fit a 16 GB chip. Two wrappers around any optax transformation lower
+what the device holds, for every optimizer alike:
+
+- :func:`stored_as` keeps the state's floating-point leaves in a narrower dtype (bfloat16 halves the
+  moments). The update itself runs in float32: the stored leaves are widened first and rounded after.
+  bfloat16 keeps float32's exponent range, so no moment underflows; its 8-bit mantissa rounds an
+  exponential average's increment away once it is under about 0.4 % of the average, so a second-moment
+  decay ``beta2`` above about 0.99 stalls (the default 0.95 moves it by 5 % a step).
+- ``optimizer/offload`` keeps the state in the host's pinned memory (:data:`HOST`): the state's shardings
+  say where it lives (:func:`on_host`), and :func:`one_parameter_at_a_time` moves each parameter's state
+  to the device for its update and back, so the device holds one parameter's state at a time.
+
+Either choice runs the update one parameter at a time (a state per parameter path), so the widened or
+transferred moments never exist for the whole model at once. Neither changes the update's arithmetic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from theseus.base.tree import path_text
+
+#: The dtypes ``optimizer/state_dtype`` offers.
+STATE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+#: The memory kind of an offloaded optimizer state.
+HOST = "pinned_host"
+#: Memory kinds that are not the device's own (a leaf there takes no device memory).
+HOST_KINDS = frozenset({"pinned_host", "unpinned_host"})
+
+
+def _floating(leaf: Any) -> bool:
+    return hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.floating)
+
+
+def stored_as(tx: optax.GradientTransformation, dtype: Any) -> optax.GradientTransformation:
+    """``tx`` with its floating-point state leaves stored in ``dtype`` and updated in float32."""
+
+    def narrow(state: Any) -> Any:
+        return jax.tree.map(lambda leaf: leaf.astype(dtype) if _floating(leaf) else leaf, state)
+
+    def widen(state: Any) -> Any:
+        return jax.tree.map(lambda leaf: leaf.astype(jnp.float32) if _floating(leaf) else leaf, state)
+
+    def init(params: Any) -> Any:
+        return narrow(tx.init(params))
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        updates, new_state = tx.update(updates, widen(state), params)
+        return updates, narrow(new_state)
+
+    return optax.GradientTransformation(init, update)
+
+
+def one_parameter_at_a_time(tx: optax.GradientTransformation, offload: bool) -> optax.GradientTransformation:
+    """``tx`` run on each parameter in turn, with a state of its own per parameter (keyed by its path).
+
+    Each parameter's update starts once the previous one's is done (an optimisation barrier chains them),
+    so what a whole-tree update would hold at once (every widened moment, or with ``offload`` every moment
+    brought in from the host) is held for one parameter at a time. With ``offload`` each state comes to
+    the device for its parameter's update and goes back to the host after it. ``tx`` must treat parameters
+    independently (AdamW, Lion, SGD, Muon do; global-norm clipping does not and stays outside). Each part
+    sees a tree holding its one parameter at its own path, so masks and names by path still apply.
+    """
+
+    def init(params: Any) -> dict[str, Any]:
+        return {path_text(path): tx.init(_alone(path, leaf)) for path, leaf in _parameters(params)}
+
+    def update(updates: Any, state: dict[str, Any], params: Any = None) -> tuple[Any, dict[str, Any]]:
+        flat, treedef = jax.tree_util.tree_flatten_with_path(updates)
+        values = dict(_parameters(params)) if params is not None else {}
+        done: Any = None
+        new_updates, new_state = [], {}
+        for path, gradient in flat:
+            key = path_text(path)
+            own = state[key] if done is None else jax.lax.optimization_barrier((state[key], done))[0]
+            if offload:
+                own = jax.device_put(own, jax.memory.Space.Device)
+            param = values.get(path)
+            step, own = tx.update(_alone(path, gradient), own, None if param is None else _alone(path, param))
+            [(_, changed)] = jax.tree_util.tree_flatten_with_path(step)[0]
+            new_state[key] = jax.device_put(own, jax.memory.Space.Host) if offload else own
+            new_updates.append(changed)
+            done = (changed, new_state[key])
+        return jax.tree_util.tree_unflatten(treedef, new_updates), new_state
+
+    return optax.GradientTransformation(init, update)
+
+
+def _parameters(tree: Any) -> list[tuple[tuple[Any, ...], Any]]:
+    return [(tuple(path), leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def _alone(path: tuple[Any, ...], leaf: Any) -> Any:
+    """A tree of nested dicts holding ``leaf`` alone at ``path``."""
+    tree = leaf
+    for entry in reversed(path):
+        tree = {getattr(entry, "key", getattr(entry, "name", getattr(entry, "idx", entry))): tree}
+    return tree
+
+
+def kept(tx: optax.GradientTransformation, dtype: str, offload: bool) -> optax.GradientTransformation:
+    """``tx`` with its state kept as ``optimizer/state_dtype`` and ``optimizer/offload`` say: a narrower
+    dtype, host memory, or both, updated one parameter at a time; unchanged for float32 on the device."""
+    if dtype == "float32" and not offload:
+        return tx
+    if dtype != "float32":
+        tx = stored_as(tx, STATE_DTYPES[dtype])
+    return one_parameter_at_a_time(tx, offload)
+
+
+def on_host(shardings: Any) -> Any:
+    """The same shardings in the host's pinned memory."""
+    return jax.tree.map(lambda sharding: sharding.with_memory_kind(HOST), shardings)
+
+
+def on_device(sharding: Any) -> bool:
+    """Whether arrays of ``sharding`` take device memory (not a host memory kind)."""
+    return getattr(sharding, "memory_kind", None) not in HOST_KINDS
+
+
+def donates_offloaded_state(platform: str) -> bool:
+    """Whether a step may donate an offloaded state's buffers: XLA's CPU client cannot alias pinned host
+    buffers (nor needs to: its device memory is the host's), accelerators can."""
+    return platform != "cpu"
+
+
+__all__ = ["HOST", "STATE_DTYPES", "kept", "on_device", "on_host", "one_parameter_at_a_time", "stored_as"]
