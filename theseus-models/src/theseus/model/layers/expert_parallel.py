@@ -24,6 +24,9 @@ dropless paths, over ``expert`` for the capacity path (``data`` and ``model`` st
 
 from __future__ import annotations
 
+import functools
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -39,7 +42,12 @@ from theseus.model.layers.experts import (
     capacity_slots,
     combine_slots,
     dropless_experts,
+    expert_counts,
+    gather_rows,
     grouped_ffn,
+    permute_rows,
+    place,
+    sources,
 )
 
 EXPERTS = PartitionSpec(MeshAxis.EXPERT)
@@ -63,11 +71,62 @@ def hidden_axis() -> str | None:
     return MeshAxis.MODEL if mapped is not None and tuple(mapped) == (MeshAxis.MODEL,) else None
 
 
-def _kernel_specs(arrays: tuple[jax.Array, ...], experts: str | None, hidden: str | None) -> tuple[PartitionSpec, ...]:
+def width_axes(kernels: Kernels, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The mesh axes the current rules split the experts' model width (``embed``) over (FSDP), where
+    the expert ``shard_map`` can take the weights so split and gather them itself: every such axis
+    splits token rows (and is not in ``exclude``), and together they divide the width. Else ``()``:
+    the weights enter whole width (:func:`~theseus.model.layers.moe.whole_width`)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return ()
+    mapped = nn.logical_to_mesh_axes((Axis.EMBED,))
+    entry = None if mapped is None else next(iter(mapped), None)
+    axes = () if entry is None else ((entry,) if isinstance(entry, str) else tuple(entry))
+    sizes = dict(mesh.shape)
+    split = math.prod(int(sizes[axis]) for axis in axes)
+    if not axes or split == 1 or not set(axes) <= set(batch_axes()) - set(exclude):
+        return ()
+    return axes if kernels[1].shape[1] % split == 0 else ()
+
+
+def _kernel_specs(
+    arrays: tuple[jax.Array, ...], experts: str | None, hidden: str | None, width: tuple[str, ...] = ()
+) -> tuple[PartitionSpec, ...]:
     """In-specs of the stacked kernels: ``[E, D, F]`` projections in, ``[E, F, D]`` out (the last one),
-    split over ``experts`` and, with tensor parallelism, their hidden width ``F`` over ``hidden``."""
-    into = PartitionSpec(experts, None, hidden)
-    return (*(into for _ in arrays[:-1]), PartitionSpec(experts, hidden, None))
+    split over ``experts``, with tensor parallelism their hidden width ``F`` over ``hidden``, and with
+    ``width`` their model width ``D`` over those axes (gathered inside: :func:`_gather_width`)."""
+    model = width or None
+    into = PartitionSpec(experts, model, hidden)
+    return (*(into for _ in arrays[:-1]), PartitionSpec(experts, hidden, model))
+
+
+def _gather_width(arrays: tuple[jax.Array, ...], width: tuple[str, ...]) -> tuple[jax.Array, ...]:
+    """The kernels' model width gathered over ``width`` inside the ``shard_map`` (FSDP's gather before
+    use, in the activations' dtype; the last kernel ``[E, F, D]``, the others ``[E, D, F]``). A gather
+    whose backward pass is the reduce-scatter of the gradient and keeps nothing: the backward pass
+    gathers the weights again rather than holding a whole layer's experts until it runs."""
+    if not width:
+        return arrays
+    dims = (*(1 for _ in arrays[:-1]), 2)
+    return tuple(_gathered(kernel, width, dim) for kernel, dim in zip(arrays, dims, strict=True))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _gathered(kernel: jax.Array, width: tuple[str, ...], dim: int) -> jax.Array:
+    return jax.lax.all_gather(kernel, width, axis=dim, tiled=True)
+
+
+def _gathered_forward(kernel: jax.Array, width: tuple[str, ...], dim: int) -> tuple[jax.Array, None]:
+    return _gathered(kernel, width, dim), None
+
+
+def _gathered_backward(width: tuple[str, ...], dim: int, _: None, g: jax.Array) -> tuple[jax.Array]:
+    # the barrier keeps XLA from pipelining the reduce-scatter into the next layer of a scanned stack,
+    # which would hold this layer's whole-width gradients (3 x 0.94 GB for Mixtral-8x7B) across it
+    return (jax.lax.optimization_barrier(jax.lax.psum_scatter(g, width, scatter_dimension=dim, tiled=True)),)
+
+
+_gathered.defvjp(_gathered_forward, _gathered_backward)
 
 
 def _varying(x: jax.Array, *axes: str | None) -> jax.Array:
@@ -96,33 +155,37 @@ def parallel_dropless_experts(
 
     def local(x: jax.Array, experts: jax.Array, weights: jax.Array, *local_kernels: jax.Array) -> jax.Array:
         x = _varying(x, hidden)
-        local_kernels = tuple(_varying(kernel, *data_axes) for kernel in local_kernels)
+        local_kernels = _gather_width(local_kernels, width)
+        local_kernels = tuple(_varying(kernel, *(a for a in data_axes if a not in width)) for kernel in local_kernels)
         n, k = experts.shape
         own = _join(local_kernels, gated)
         e_local = own[1].shape[0]
-        width = n * min(k, e_local)  # copies one device can send another
+        width_rows = n * min(k, e_local)  # copies one device can send another
         flat = experts.reshape(-1)
         destination = flat // e_local
-        order = jnp.argsort(flat, stable=True)  # by expert, hence by destination
-        sizes = jnp.bincount(destination, length=ep)
-        sorted_destination = destination[order]
-        sorted_slot = sorted_destination * width + jnp.arange(n * k) - (jnp.cumsum(sizes) - sizes)[sorted_destination]
-        slot = jnp.zeros_like(sorted_slot).at[order].set(sorted_slot)
-        send = jnp.zeros((ep * width, x.shape[-1]), x.dtype).at[slot].set(jnp.repeat(x, k, axis=0))
-        send_groups = jnp.full((ep * width,), e_local, jnp.int32).at[slot].set(flat % e_local)
+        placed = place(flat, e_local * ep)  # by expert, hence by destination
+        sizes = expert_counts(destination, ep)
+        sorted_destination = destination[placed.order]
+        starts = jnp.cumsum(sizes) - sizes
+        sorted_slot = sorted_destination * width_rows + jnp.arange(n * k) - starts[sorted_destination]
+        slot = sorted_slot[placed.slot]
+        source = sources(slot, ep * width_rows)
+        send = gather_rows(x, source, slot, k)
+        send_groups = jnp.take(flat % e_local, source, mode="fill", fill_value=e_local)
         received = jax.lax.all_to_all(send, MeshAxis.EXPERT, 0, 0, tiled=True)
         received_groups = jax.lax.all_to_all(send_groups, MeshAxis.EXPERT, 0, 0, tiled=True)
         out = grouped_ffn(received, received_groups, own, act, blocked, skip_empty=True)
         back = jax.lax.all_to_all(out, MeshAxis.EXPERT, 0, 0, tiled=True)
-        rows = back[slot].reshape(n, k, -1)
+        rows = permute_rows(back, slot, source).reshape(n, k, -1)
         combined = jnp.einsum("nkd,nk->nd", rows, weights.astype(rows.dtype))
         return combined if hidden is None else jax.lax.psum(combined, hidden)
 
     rows, hidden = token_rows(), hidden_axis()
     data_axes = tuple(axis for axis in batch_axes() if axis != MeshAxis.EXPERT)
+    width = width_axes(kernels, exclude=(MeshAxis.EXPERT,))
     run = jax.shard_map(
         local,
-        in_specs=(rows, rows, rows, *_kernel_specs(arrays, MeshAxis.EXPERT, hidden)),
+        in_specs=(rows, rows, rows, *_kernel_specs(arrays, MeshAxis.EXPERT, hidden, width)),
         out_specs=rows,
         axis_names=set(batch_axes()) | ({hidden} if hidden else set()),
     )
@@ -157,7 +220,8 @@ def local_dropless_experts(
     tokens: jax.Array, routing: Routing, kernels: Kernels, act: Activation, blocked: bool = False
 ) -> jax.Array:
     """:func:`~theseus.model.layers.experts.dropless_experts` on each device's own token rows, with every
-    expert's weights gathered once per layer (FSDP's gather at use; their gradients are reduce-scattered).
+    expert's weights gathered once per layer (FSDP's gather at use, inside where :func:`width_axes` allows:
+    again in the backward pass; their gradients are reduce-scattered).
 
     Under data parallelism the dispatch must not see the global rows: sorting them all makes every
     device run every token copy with the weights split, and the blocked matmuls then need one
@@ -167,14 +231,15 @@ def local_dropless_experts(
 
     def local(x: jax.Array, experts: jax.Array, weights: jax.Array, *own: jax.Array) -> jax.Array:
         x = _varying(x, hidden)
-        own = tuple(_varying(kernel, *batch_axes()) for kernel in own)
+        own = _gather_width(own, width)
+        own = tuple(_varying(kernel, *(a for a in batch_axes() if a not in width)) for kernel in own)
         out = dropless_experts(x, Routing(weights, experts, weights), _join(own, gated), act, blocked)
         return out if hidden is None else jax.lax.psum(out, hidden)  # once per layer, not once per block
 
-    rows, hidden = token_rows(), hidden_axis()
+    rows, hidden, width = token_rows(), hidden_axis(), width_axes(kernels)
     run = jax.shard_map(
         local,
-        in_specs=(rows, rows, rows, *_kernel_specs(arrays, None, hidden)),
+        in_specs=(rows, rows, rows, *_kernel_specs(arrays, None, hidden, width)),
         out_specs=rows,
         axis_names=set(batch_axes()) | ({hidden} if hidden else set()),
     )
@@ -215,4 +280,5 @@ __all__ = [
     "local_dropless_experts",
     "parallel_capacity_experts",
     "parallel_dropless_experts",
+    "width_axes",
 ]

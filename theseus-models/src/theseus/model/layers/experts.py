@@ -14,11 +14,13 @@ functions with the experts split over devices.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from theseus.base.accelerator import accelerator
 from theseus.model.layers.matmul import project
@@ -88,23 +90,79 @@ def _inverse(order: jax.Array) -> jax.Array:
     return jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
 
 
-@jax.custom_vjp
+def sources(slot: jax.Array, length: int) -> jax.Array:
+    """The inverse of a placement ``slot`` ``[M]`` (row -> slot, ``>= length``: none): for each of
+    ``length`` slots the row placed there, ``M`` where none is (an integer scatter of unique slots)."""
+    m = slot.shape[0]
+    return (
+        jnp.full((length + 1,), m, jnp.int32).at[jnp.minimum(slot, length)].set(jnp.arange(m, dtype=jnp.int32))[:length]
+    )
+
+
+def _take(x: jax.Array, index: jax.Array) -> jax.Array:
+    """Rows ``x[index]``, a zero row where ``index`` is out of range (no padded copy of ``x``)."""
+    return jnp.take(x, index, axis=0, mode="fill", fill_value=0)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def gather_rows(x: jax.Array, to: jax.Array, back: jax.Array, copies: int = 1) -> jax.Array:
+    """Rows of ``x`` ``[N, D]`` repeated ``copies`` times (copy ``c`` of row ``c // copies``), placed by
+    ``to`` ``[M]``: row ``j`` is copy ``to[j]`` (out of range: a zero row). ``back`` ``[N * copies]`` is
+    the inverse placement: copy ``c`` lands at ``back[c]`` alone (out of range: nowhere). Both directions
+    are gathers: the backward pass reads the cotangent at ``back`` and sums each row's copies (a reshape),
+    where a gather's own gradient scatter-adds (slow on every backend, serial on TPU)."""
+    return _take(x, to // copies)
+
+
+def _gather_forward(x: jax.Array, to: jax.Array, back: jax.Array, copies: int) -> tuple[jax.Array, jax.Array]:
+    return gather_rows(x, to, back, copies), back
+
+
+def _gather_backward(copies: int, back: jax.Array, g: jax.Array) -> tuple[jax.Array, None, None]:
+    rows = _take(g, back)
+    return rows.reshape(-1, copies, g.shape[-1]).sum(axis=1) if copies > 1 else rows, None, None
+
+
+gather_rows.defvjp(_gather_forward, _gather_backward)
+
+
 def permute_rows(x: jax.Array, to: jax.Array, back: jax.Array) -> jax.Array:
-    """Rows ``x[to]`` (``to == len(x)``: a zero row), where ``back`` is the inverse placement: row ``i``
-    of ``x`` lands at ``back[i]`` alone (``len(to)``: nowhere). Both directions are gathers: the
-    backward pass reads the cotangent at ``back`` instead of scatter-adding it (slow on CPU)."""
-    return jnp.concatenate([x, jnp.zeros((1, x.shape[-1]), x.dtype)])[to]
+    """Rows ``x[to]`` (out of range: a zero row), ``back`` the inverse placement (:func:`gather_rows`
+    of one copy): both directions gathers."""
+    return gather_rows(x, to, back, 1)
 
 
-def _permute_forward(x: jax.Array, to: jax.Array, back: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return permute_rows(x, to, back), back
+#: Names of the integer placements the backward pass keeps rather than sorting again (:func:`recomputed`).
+PLACEMENT = "expert_placement"
+
+#: Name of the blocked experts' hidden projections, kept like a product (:func:`keep_products`): the
+#: loop over the blocks is one custom-gradient call whose products the policy would not see otherwise.
+PRODUCT = "expert_product"
 
 
-def _permute_backward(back: jax.Array, g: jax.Array) -> tuple[jax.Array, None, None]:
-    return jnp.concatenate([g, jnp.zeros((1, g.shape[-1]), g.dtype)])[back], None, None
+class Placement(NamedTuple):
+    """Rows sorted by expert: ``order`` ``[M]`` (sorted position -> row), ``slot`` ``[M]`` (its inverse:
+    row -> sorted position) and the rows per expert ``sizes`` ``[E]`` (padding, ``>= E``, sorts last
+    and is not counted)."""
+
+    order: jax.Array
+    slot: jax.Array
+    sizes: jax.Array
 
 
-permute_rows.defvjp(_permute_forward, _permute_backward)
+def expert_counts(groups: jax.Array, n_experts: int) -> jax.Array:
+    """Rows per expert of ``groups`` (any shape; values ``>= E`` not counted), int32 ``[E]``: a
+    comparison sum, where ``bincount`` scatter-adds (serial on TPU)."""
+    flat = groups.reshape(-1, 1)
+    return jnp.sum(flat == jnp.arange(n_experts, dtype=flat.dtype), axis=0, dtype=jnp.int32)
+
+
+def place(groups: jax.Array, n_experts: int) -> Placement:
+    """Sort ``groups`` ``[M]`` once (a stable argsort) and invert the order once; the backward pass
+    keeps the three integer arrays (:data:`PLACEMENT`) instead of sorting again."""
+    order = jnp.argsort(groups, stable=True).astype(jnp.int32)
+    placed = Placement(order, _inverse(order), expert_counts(groups, n_experts))
+    return Placement(*(checkpoint_name(a, PLACEMENT) for a in placed))
 
 
 #: What the backward pass of an expert computation keeps from its forward pass (:func:`recomputed`): the
@@ -118,99 +176,208 @@ KEPT = frozenset(
 )
 
 
-def keep_products(primitive: Any, *_: Any, **__: Any) -> bool:
-    """Checkpoint policy of the expert computations: save the results of :data:`KEPT` only."""
+def keep_products(primitive: Any, *_: Any, **params: Any) -> bool:
+    """Checkpoint policy of the expert computations: save the results of :data:`KEPT` and the integer
+    row placements (:data:`PLACEMENT`) and the blocked experts' hidden projections (:data:`PRODUCT`) only."""
+    if primitive.name == "name":  # checkpoint_name
+        return params.get("name") in (PLACEMENT, PRODUCT)
     return primitive.name in KEPT
 
 
 def recomputed(fn: Callable[..., Any], prevent_cse: bool = True) -> Callable[..., Any]:
-    """``fn`` whose backward pass keeps only its products and exchanges (:data:`KEPT`); the same
+    """``fn`` whose backward pass keeps only its products, exchanges (:data:`KEPT`) and row placements; the same
     policy on a loop's body (``prevent_cse=False``) redoes its weights' reads in each backward iteration
     instead of stacking them over the iterations."""
     return jax.checkpoint(fn, policy=keep_products, prevent_cse=prevent_cse)
 
 
 def _ragged_rows(rows: jax.Array, sizes: jax.Array, kernels: Kernels, act: Activation) -> jax.Array:
-    """Rows sorted by expert (``sizes`` per expert; rows past their sum are padding) as grouped matmuls."""
+    """Rows sorted by expert (``sizes`` per expert; rows past their sum are padding) as grouped matmuls:
+    a gated expert's gate and up projections are one, over the two concatenated along the hidden width
+    (``[E, D, 2F]``, at call time: the parameters keep their layout)."""
     gate, up, down = kernels
-    h_gate = None if gate is None else jax.lax.ragged_dot(rows, gate, sizes)
-    hidden = ffn(h_gate, jax.lax.ragged_dot(rows, up, sizes), act)
+    if gate is None:
+        hidden = ffn(None, jax.lax.ragged_dot(rows, up, sizes), act)
+    else:
+        both = jax.lax.ragged_dot(rows, jnp.concatenate([gate, up], axis=-1), sizes)
+        hidden = ffn(both[:, : up.shape[-1]], both[:, up.shape[-1] :], act)
     return jax.lax.ragged_dot(hidden, down, sizes)
 
 
 def _blocked_rows(
     rows: jax.Array,
     groups: jax.Array,
-    order: jax.Array,
-    sizes: jax.Array,
+    placed: Placement,
     kernels: Kernels,
     act: Activation,
     skip_empty: bool,
+    copies: int,
 ) -> jax.Array:
-    """Rows (in their own order; ``order`` sorts them by expert ``groups``, padding marked ``>= E``)
-    placed in whole blocks of :func:`block_rows` per expert, each block one matmul with its expert's
-    weights. Each row is placed straight at its block slot and read back from it, both as row
-    permutations (:func:`permute_rows`: gathers both ways). With ``skip_empty``, blocks holding no row
+    """Rows (``copies`` of each of ``rows``, in their own order; ``placed`` sorts them by expert
+    ``groups``, padding marked ``>= E``) placed in whole blocks of :func:`block_rows` per expert, each
+    block one matmul with its expert's weights. Each copy is placed straight at its block slot and read
+    back from it, both gathers both ways (:func:`gather_rows`). With ``skip_empty``, blocks holding no row
     are skipped by a ``lax.cond`` (worth it where most rows are padding, as in the expert-parallel
     receive buffers; otherwise the conditional costs more in the backward pass than the few empty
     blocks: 2.4x the step at E=64, k=8)."""
-    gate, up, down = kernels
-    n_experts, m = up.shape[0], rows.shape[0]
+    n_experts, m = kernels[1].shape[0], groups.shape[0]
+    sizes = placed.sizes
     size = block_rows(m, n_experts, GPU_PADDING_SHARE if accelerator().platform == "gpu" else None)
     n_blocks = -(-m // size) + n_experts  # enough for any split of the rows
     padded = -(-sizes // size) * size
     padded_ends = jnp.cumsum(padded)
-    sorted_groups = groups[order]
+    sorted_groups = groups[placed.order]
     expert = jnp.minimum(sorted_groups, n_experts - 1)
     rank = jnp.arange(m) - (jnp.cumsum(sizes) - sizes)[expert]
     trash = n_blocks * size
     slot_sorted = jnp.where(sorted_groups < n_experts, (padded_ends - padded)[expert] + rank, trash)
-    slot = slot_sorted[_inverse(order)]  # each row's slot, in the rows' own order
-    source = jnp.full((trash + 1,), m, jnp.int32).at[slot].set(jnp.arange(m, dtype=jnp.int32))[:trash]
-    buffer = permute_rows(rows, source, slot)
+    slot = checkpoint_name(slot_sorted[placed.slot], PLACEMENT)  # each copy's block slot, in copy order
+    source = checkpoint_name(sources(slot, trash), PLACEMENT)
+    buffer = gather_rows(rows, source, slot, copies)
     starts = jnp.arange(n_blocks) * size
     # the expert whose padded rows hold each block (a comparison count: searchsorted fails inside shard_map)
     owner = jnp.minimum(jnp.sum(padded_ends[None, :] <= starts[:, None], axis=1), n_experts - 1)
 
-    def block(args: tuple[jax.Array, jax.Array, jax.Array]) -> jax.Array:
-        x, e, used = args
+    def hidden(x: jax.Array, g: jax.Array | None, u: jax.Array) -> tuple[jax.Array | None, jax.Array]:
+        return None if g is None else project("md,df->mf", x, g, x.dtype), project("md,df->mf", x, u, x.dtype)
 
-        def compute(x: jax.Array) -> jax.Array:
-            dtype = x.dtype
-            h_gate = None if gate is None else project("md,df->mf", x, gate[e], dtype)
-            hidden = ffn(h_gate, project("md,df->mf", x, up[e], dtype), act)
-            return project("mf,fd->md", hidden, down[e], dtype)
+    def output(h_gate: jax.Array | None, h_up: jax.Array, d: jax.Array) -> jax.Array:
+        return project("mf,fd->md", ffn(h_gate, h_up, act), d, h_up.dtype)
 
-        checkpointed = recomputed(compute, prevent_cse=False)  # one block's weights are sliced again
-        return jax.lax.cond(used, checkpointed, jnp.zeros_like, x) if skip_empty else checkpointed(x)
-
-    used = starts < padded_ends[-1]
-    out = jax.lax.map(block, (buffer.reshape(n_blocks, size, -1), owner, used)).reshape(trash, -1)
+    used = starts < padded_ends[-1] if skip_empty else None
+    blocks = buffer.reshape(n_blocks, size, -1)
+    out = _mapped((hidden, output), blocks, owner, used, kernels).reshape(trash, -1)
     return permute_rows(out, slot, source)
 
 
-def grouped_ffn(
-    rows: jax.Array, groups: jax.Array, kernels: Kernels, act: Activation, blocked: bool, skip_empty: bool = False
+#: A block's two steps: its hidden projections ``(x, gate, up) -> (h_gate, h_up)`` and its output
+#: ``(h_gate, h_up, down) -> y``, one expert's weights each.
+BlockSteps = tuple[Callable[..., tuple[jax.Array | None, jax.Array]], Callable[..., jax.Array]]
+
+
+def _block_weights(kernels: Kernels, e: jax.Array) -> tuple[jax.Array | None, ...]:
+    return tuple(None if k is None else k[e] for k in kernels)
+
+
+def _add_at(total: jax.Array, e: jax.Array, part: jax.Array) -> jax.Array:
+    """``total`` with ``part`` added to its slice ``e`` (a slice update: no scatter)."""
+    return jax.lax.dynamic_update_index_in_dim(total, jax.lax.dynamic_index_in_dim(total, e, 0, False) + part, e, 0)
+
+
+def _map_forward(
+    steps: BlockSteps, blocks: jax.Array, owner: jax.Array, used: jax.Array | None, kernels: Kernels
+) -> tuple[jax.Array, tuple[jax.Array | None, jax.Array]]:
+    """Each block ``[B, S, D]`` through its owner's weights (``used``: which hold rows, the others zero
+    and skipped by a ``lax.cond``): the outputs and the hidden projections, ``[B, S, *]`` each."""
+    hidden, output = steps
+
+    def block(args: tuple[jax.Array, jax.Array, jax.Array | None]) -> tuple[jax.Array, tuple[Any, Any]]:
+        x, e, u = args
+        g, up, d = _block_weights(kernels, e)
+
+        def run(x: jax.Array) -> tuple[jax.Array, tuple[Any, Any]]:
+            h = hidden(x, g, up)
+            return output(*h, d), h
+
+        def skip(x: jax.Array) -> tuple[jax.Array, tuple[Any, Any]]:
+            h = jnp.zeros_like(x, shape=(x.shape[0], up.shape[-1]))
+            return jnp.zeros_like(x), (None if g is None else h, h)
+
+        return run(x) if u is None else jax.lax.cond(u, run, skip, x)
+
+    return jax.lax.map(block, (blocks, owner, used))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _mapped(
+    steps: BlockSteps, blocks: jax.Array, owner: jax.Array, used: jax.Array | None, kernels: Kernels
 ) -> jax.Array:
-    """Each row of ``rows`` ``[M, D]`` through expert ``groups[m]`` (``[M]`` int32; ``>= E`` marks
-    padding, whose output row is zero): ``[M, D]``. The rows are sorted by expert and run as grouped
-    matmuls, or with ``blocked`` as one matmul per block of one expert's rows (``skip_empty``: blocks
-    of padding only are skipped)."""
-    n_experts = kernels[1].shape[0]
-    order = jnp.argsort(groups, stable=True)
-    sizes = jnp.bincount(groups, length=n_experts).astype(jnp.int32)  # padding (>= E) is not counted
+    """The blocked experts' loop (:func:`_map_forward`) with its own backward loop (:func:`_mapped_backward`)."""
+    return _map_forward(steps, blocks, owner, used, kernels)[0]
+
+
+def _mapped_forward(
+    steps: BlockSteps, blocks: jax.Array, owner: jax.Array, used: jax.Array | None, kernels: Kernels
+) -> tuple[jax.Array, tuple[Any, ...]]:
+    out, hidden = _map_forward(steps, blocks, owner, used, kernels)
+    return out, (blocks, owner, used, kernels, *(None if h is None else checkpoint_name(h, PRODUCT) for h in hidden))
+
+
+def _mapped_backward(
+    steps: BlockSteps, residuals: tuple[Any, ...], g: jax.Array
+) -> tuple[jax.Array, None, None, Kernels]:
+    """One loop over the blocks again, each block's hidden projections kept from the forward pass
+    (:data:`PRODUCT`), the weights' gradients summed into per-expert accumulators. Those start from
+    zeros that depend on ``g`` (through an optimization barrier): constant zeros of every layer of an
+    unrolled stack are fused into one buffer set made before the first layer's backward pass, each layer
+    then holding its whole-width weight gradients (3 x 0.94 GB for Mixtral-8x7B) from there on."""
+    hidden, output = steps
+    blocks, owner, used, kernels, h_gate, h_up = residuals
+    zero = jax.lax.optimization_barrier((jnp.zeros((), g.dtype), g))[0]
+    start = tuple(None if k is None else jnp.zeros_like(k) + zero.astype(k.dtype) for k in kernels)
+
+    def grads(x: jax.Array, g_: Any, up: jax.Array, d: jax.Array, h: tuple[Any, Any], dy: jax.Array) -> tuple[Any, ...]:
+        dh_gate, dh_up, dd = jax.vjp(output, *h, d)[1](dy)
+        dx, dg, du = jax.vjp(hidden, x, g_, up)[1]((dh_gate, dh_up))
+        return dx, (dg, du, dd)
+
+    def step(sums: Kernels, args: tuple[Any, ...]) -> tuple[Kernels, jax.Array]:
+        x, e, u, hg, hu, dy = args
+        g_, up, d = _block_weights(kernels, e)
+        run = functools.partial(grads, g_=g_, up=up, d=d)
+        if u is None:
+            dx, dw = run(x, h=(hg, hu), dy=dy)
+        else:
+            dx, dw = jax.lax.cond(
+                u,
+                lambda x, h, dy: run(x, h=h, dy=dy),
+                lambda x, h, dy: (
+                    jnp.zeros_like(x),
+                    tuple(None if w is None else jnp.zeros_like(w) for w in (g_, up, d)),
+                ),
+                x,
+                (hg, hu),
+                dy,
+            )
+        sums = tuple(None if s is None else _add_at(s, e, w) for s, w in zip(sums, dw, strict=True))
+        return sums, dx
+
+    sums, dx = jax.lax.scan(step, start, (blocks, owner, used, h_gate, h_up, g))
+    return dx, None, None, sums
+
+
+_mapped.defvjp(_mapped_forward, _mapped_backward)
+
+
+def grouped_ffn(
+    rows: jax.Array,
+    groups: jax.Array,
+    kernels: Kernels,
+    act: Activation,
+    blocked: bool,
+    skip_empty: bool = False,
+    copies: int = 1,
+) -> jax.Array:
+    """Each copy of ``rows`` ``[M / copies, D]`` (``copies`` consecutive copies of each row) through
+    expert ``groups[m]`` (``[M]`` int32; ``>= E`` marks padding, whose output row is zero): ``[M, D]``
+    in copy order. The copies are sorted by expert once (:func:`place`) and run as grouped matmuls, or
+    with ``blocked`` as one matmul per block of one expert's rows (``skip_empty``: blocks of padding only
+    are skipped). Placing the copies and reading them back are gathers in both directions
+    (:func:`gather_rows`): no scatter-add in the backward pass."""
+    placed = place(groups, kernels[1].shape[0])
     if blocked:
-        return _blocked_rows(rows, groups, order, sizes, kernels, act, skip_empty)
-    return _ragged_rows(rows[order], sizes, kernels, act)[_inverse(order)]
+        return _blocked_rows(rows, groups, placed, kernels, act, skip_empty, copies)
+    out = _ragged_rows(gather_rows(rows, placed.order, placed.slot, copies), placed.sizes, kernels, act)
+    return permute_rows(out, placed.slot, placed.order)
 
 
 def dropless_experts(
     tokens: jax.Array, routing: Routing, kernels: Kernels, act: Activation, blocked: bool = False
 ) -> jax.Array:
-    """Every token copy through its expert (:func:`grouped_ffn`), summed with the routing weights. ``[N, D]``."""
+    """Every token copy through its expert (:func:`grouped_ffn`, the copies read straight from
+    ``tokens``), summed with the routing weights (a reshape and a weighted sum). ``[N, D]``."""
     n, k = routing.experts.shape
-    copies = jnp.repeat(tokens, k, axis=0)
-    out = grouped_ffn(copies, routing.experts.reshape(-1), kernels, act, blocked).reshape(n, k, -1)
+    out = grouped_ffn(tokens, routing.experts.reshape(-1), kernels, act, blocked, copies=k).reshape(n, k, -1)
     return jnp.einsum("nkd,nk->nd", out, routing.weights.astype(out.dtype))
 
 
@@ -226,10 +393,10 @@ def capacity_slots(experts: jax.Array, n_experts: int, capacity: int) -> tuple[j
     n, k = experts.shape
     flat = experts.T.reshape(-1)  # rank-major priority
     order = jnp.argsort(flat, stable=True)
-    sizes = jnp.bincount(flat, length=n_experts)
+    sizes = expert_counts(flat, n_experts)
     starts = jnp.cumsum(sizes) - sizes
     position_sorted = jnp.arange(flat.shape[0]) - starts[flat[order]]
-    position = jnp.zeros_like(position_sorted).at[order].set(position_sorted)
+    position = position_sorted[_inverse(order)]
     position = position.reshape(k, n).T
     return position, position < capacity
 
@@ -238,20 +405,19 @@ def capacity_buffer(
     tokens: jax.Array, experts: jax.Array, position: jax.Array, kept: jax.Array, n_experts: int, capacity: int
 ) -> tuple[jax.Array, jax.Array]:
     """The kept copies of ``tokens`` in per-expert buffers ``[E * capacity, D]`` (zeros elsewhere), and
-    each copy's slot ``[N * k]`` (``E * capacity`` for a dropped one)."""
+    each copy's slot ``[N * k]`` (``E * capacity`` for a dropped one). The buffer is a gather of the
+    copies both ways (:func:`gather_rows`)."""
     k = experts.shape[1]
     trash = n_experts * capacity
-    slot = jnp.where(kept, experts * capacity + position, trash).reshape(-1)
-    copies = jnp.repeat(tokens, k, axis=0)
-    buffer = jnp.zeros((trash + 1, tokens.shape[-1]), tokens.dtype).at[slot].set(copies)
-    return buffer[:trash], slot
+    slot = jnp.where(kept, experts * capacity + position, trash).reshape(-1).astype(jnp.int32)
+    return gather_rows(tokens, sources(slot, trash), slot, k), slot
 
 
 def combine_slots(out: jax.Array, slot: jax.Array, weights: jax.Array, kept: jax.Array) -> jax.Array:
     """Each token's kept copies read from the expert outputs ``out`` ``[E * capacity, D]`` at ``slot``
     and summed with the routing ``weights`` (dropped copies count zero): ``[N, D]``."""
     n, k = weights.shape
-    rows = jnp.concatenate([out, jnp.zeros((1, out.shape[-1]), out.dtype)])[slot].reshape(n, k, -1)
+    rows = permute_rows(out, slot, sources(slot, out.shape[0])).reshape(n, k, -1)
     return jnp.einsum("nkd,nk->nd", rows, jnp.where(kept, weights, 0.0).astype(rows.dtype))
 
 
@@ -307,10 +473,13 @@ __all__ = [
     "combine_slots",
     "dense_experts",
     "dropless_experts",
+    "expert_counts",
     "ffn",
+    "gather_rows",
     "grouped_ffn",
     "keep_products",
     "loop_over_experts",
     "permute_rows",
+    "place",
     "recomputed",
 ]

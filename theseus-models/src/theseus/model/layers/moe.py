@@ -77,6 +77,7 @@ from theseus.model.layers.expert_parallel import (
     local_dropless_experts,
     parallel_capacity_experts,
     parallel_dropless_experts,
+    width_axes,
 )
 from theseus.model.layers.experts import (
     Kernels,
@@ -86,6 +87,7 @@ from theseus.model.layers.experts import (
     capacity_slots,
     dense_experts,
     dropless_experts,
+    expert_counts,
     loop_over_experts,
     recomputed,
 )
@@ -252,7 +254,7 @@ def load_balancing_loss(routing: Routing, n_experts: int) -> jax.Array:
     """``n_experts * sum_e f_e * P_e``: ``f_e`` the fraction of tokens with ``e`` among their top-k
     (summing to ``k``), ``P_e`` the mean probability of ``e``. 1 x ``k`` when balanced."""
     n = routing.experts.shape[0]
-    counts = jnp.bincount(routing.experts.reshape(-1), length=n_experts).astype(jnp.float32)
+    counts = expert_counts(routing.experts, n_experts).astype(jnp.float32)
     return n_experts * jnp.sum(counts / n * jnp.mean(routing.probs, axis=0))
 
 
@@ -266,7 +268,7 @@ def _dispatch(
 ) -> tuple[jax.Array, jax.Array | None]:
     """The routed experts' output ``[N, D]`` and, with a capacity, which copies were kept, by the path
     ``spec`` and the mesh choose (``ep``: devices on the ``expert`` axis)."""
-    if ep > 1:
+    if ep > 1 and (spec.capacity_factor is not None or not width_axes(kernels, exclude=(MeshAxis.EXPERT,))):
         kernels = whole_width(kernels)
     if spec.capacity_factor is not None:
         capacity = expert_capacity(tokens.shape[0], spec)
@@ -278,7 +280,8 @@ def _dispatch(
         return parallel_dropless_experts(tokens, routing, kernels, act, ep, blocked), None
     split = data_parallel_size() > 1 or hidden_axis() is not None
     if split and tokens.shape[0] % data_parallel_size() == 0:
-        return local_dropless_experts(tokens, routing, whole_width(kernels), act, blocked), None
+        whole = kernels if width_axes(kernels) else whole_width(kernels)  # else gathered inside, in bf16
+        return local_dropless_experts(tokens, routing, whole, act, blocked), None
     return dropless_experts(tokens, routing, kernels, act, blocked), None
 
 
@@ -536,7 +539,7 @@ class MoE(MoEKeys):
             _sow_scalar(self, AUX_LOSSES, "load_balancing", self.loss_weight * spec.aux_loss * balance)
         if spec.z_loss > 0:
             _sow_scalar(self, AUX_LOSSES, "router_z", self.loss_weight * spec.z_loss * z)
-        counts = jnp.bincount(routing.experts.reshape(-1), length=spec.n_experts).astype(jnp.float32)
+        counts = expert_counts(routing.experts, spec.n_experts).astype(jnp.float32)
         dropped = jnp.zeros((), jnp.float32) if kept is None else 1.0 - jnp.mean(kept.astype(jnp.float32))
         metrics: dict[str, Any] = {
             "moe_tokens_max": jnp.max(counts),
