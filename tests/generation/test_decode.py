@@ -22,7 +22,8 @@ from theseus.model.generation import (
     sample_logits,
 )
 from theseus.model.generation.decode import check_fits
-from theseus.model.models import Llama, TransformerLM
+from theseus.model.models import Llama, OLMo3, TransformerLM
+from theseus.model.stack.decoding import loops_layers
 
 PROMPTS = [[256, 100, 101, 102, 32, 40], [256, 105, 109], [7]]
 NEW = 10
@@ -177,3 +178,42 @@ def test_a_scanned_model_decodes_unrolled_with_the_same_tokens() -> None:
     params = spread_params(model, seed=3)
     got = generate_tokens(model, params, PROMPTS, NEW, sampling=SamplingParams(temperature=0.0))
     assert [c.tokens for c in got] == greedy_without_cache(model, params, PROMPTS, NEW)
+
+
+def test_a_scanned_model_decodes_with_its_layers_in_a_loop_with_the_same_tokens(
+    family: type[TransformerLM], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decoder can run a scanned model's layers in one loop over the stacked parameters and cache (one
+    layer in the program instead of every layer per stretch); greedy and sampled, in stretches or not, it
+    draws the tokens of the unrolled layers. No platform loops by default yet (decode.LOOPED_PLATFORMS)."""
+    assert not decode.layer_loop("tpu") and not decode.layer_loop("cpu")
+    with configuration({**tiny_values(family), "architecture/n_layers": 3, "model/scan_layers": True}):
+        model = configure(family)
+    assert loops_layers(model)
+    params = spread_params(model, seed=5)
+    monkeypatch.setattr(decode, "SHORTEST_STRETCH", 3)
+    for stretches in (1, 3):
+        for sampling in (SamplingParams(0.0), SAMPLED):
+            runs = [
+                generate_tokens(
+                    model, params, PROMPTS, NEW, sampling=sampling, seed=2, stretches=stretches, loop_layers=loop
+                )
+                for loop in (False, True)
+            ]
+            assert runs[0] == runs[1]
+    greedy = generate_tokens(model, params, PROMPTS, NEW, sampling=SamplingParams(0.0), stretches=3, loop_layers=True)
+    assert [c.tokens for c in greedy] == greedy_without_cache(model, params, PROMPTS, NEW)
+
+
+def test_layers_loop_only_where_each_layer_keeps_a_plain_cache() -> None:
+    """An unscanned model, one with ``layer_types`` and a cache longer than the attention window (a ring
+    buffer per layer) keep their layers unrolled."""
+    values = {**tiny_values(Llama), "model/scan_layers": True}
+    with configuration({**values, "model/scan_layers": False}):
+        assert not loops_layers(configure(Llama))
+    with configuration({**values, "architecture/layer_types": ["sliding_attention", "full_attention"]}):
+        interleaved = configure(OLMo3)
+    assert interleaved.architecture.layer_types and not loops_layers(interleaved)
+    with configuration({**values, "architecture/sliding_window": 8}):
+        windowed = configure(Llama)
+    assert loops_layers(windowed, 8) and not loops_layers(windowed, 9)

@@ -5,7 +5,8 @@ The whole generation (prefill of the left-padded prompts, then one cached step p
 jitted function with a ``lax.while_loop`` over tokens: it compiles once per (batch, prompt length,
 ``max_new_tokens``, sampling settings) and stops as soon as every row has produced end-of-text. On an
 accelerator a long generation runs as a few loops in a row, each reading only the cache slots filled by
-its end (:func:`view_limits`); on the CPU as one.
+its end (:func:`view_limits`); on the CPU as one. A scanned model's layers can run in a loop over the
+stacked parameters and cache (:func:`layer_loop`), so that every loop holds one layer.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from theseus.base.accelerator import of_devices
 from theseus.errors import ConfigError
 from theseus.model.generation.sampling import SamplingParams, sample_logits
 from theseus.model.layers.cache_view import cache_view
-from theseus.model.stack.decoding import cached_step, init_cache, unrolled
+from theseus.model.stack.decoding import cached_step, init_cache, looped_step, loops_layers, unrolled
 from theseus.model.stack.transformer import TransformerLM
 
 if TYPE_CHECKING:
@@ -82,7 +83,8 @@ def check_rope_switch(model: TransformerLM, longest: int, max_new_tokens: int) -
 
 
 #: On an accelerator a long generation is decoded in up to this many stretches, each reading only the
-#: cache slots filled by its end (:func:`view_limits`); each stretch compiles its own copy of the step.
+#: cache slots filled by its end (:func:`view_limits`); each stretch compiles its own copy of the step
+#: (of one layer, where the layers run in a loop: :func:`layer_loop`).
 DECODE_STRETCHES = 4
 #: The shortest stretch, in new tokens: a generation of up to this many tokens is one stretch.
 SHORTEST_STRETCH = 64
@@ -93,6 +95,23 @@ def decode_stretches(platform: str) -> int:
     accelerator, one on the CPU, where XLA copies a stretch's narrower view of the cache at every step
     (64 x 128 new tokens of a 4-layer GPT: 4,185 tok/s in two stretches, 7,328 in one)."""
     return 1 if platform == "cpu" else DECODE_STRETCHES
+
+
+#: Platforms whose generations run a scanned model's layers in one loop by default. None yet: on a v5e the
+#: loop compiled a 24-layer 350M Llama's generation (64 x 256 new tokens) in 10 s against 85 s, and decoded
+#: 9,058 new tokens/s against 7,389 (``benchmarks/generation_compile.py --looped``), and on the CPU it draws
+#: the unrolled layers' tokens (tests/generation/test_decode.py, splash attention included); but one greedy
+#: comparison on the chip (bfloat16, random weights) chose other first tokens than the unrolled layers, and
+#: until that is explained on the chip the decoder keeps its layers unrolled everywhere.
+LOOPED_PLATFORMS: frozenset[str] = frozenset()
+
+
+def layer_loop(platform: str) -> bool:
+    """Whether a generation on ``platform`` runs each step's layers in one loop over their stacked
+    parameters and cache by default (:func:`_sample`'s ``loop``, for a model that
+    :func:`~theseus.model.stack.decoding.loops_layers`; :data:`LOOPED_PLATFORMS`): the program then holds
+    one layer per stretch instead of every layer. ``generate_tokens(loop_layers=True)`` asks for it."""
+    return platform in LOOPED_PLATFORMS
 
 
 def view_limits(prompt_length: int, max_new_tokens: int, stretches: int = DECODE_STRETCHES) -> list[int]:
@@ -110,7 +129,7 @@ def view_limits(prompt_length: int, max_new_tokens: int, stretches: int = DECODE
     return [*range(prompt_length + stretch, total, stretch), total]
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "sampling", "limits"))
+@functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "sampling", "limits", "loop"))
 def _sample(
     params: Any,
     ids: jax.Array,
@@ -122,19 +141,23 @@ def _sample(
     max_new_tokens: int,
     sampling: SamplingParams,
     limits: tuple[int, ...],
+    loop: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """``(tokens [B, N], stopped [B])``; ``eot`` holds the stop ids ``[K]`` (-1: none), and rows that
-    stopped are filled with the first of them after it."""
+    stopped are filled with the first of them after it. ``loop``: run the layers in a loop over their
+    stacked cache (:func:`~theseus.model.stack.decoding.looped_step`), else unrolled."""
     batch, prompt_length = ids.shape
     key = jax.random.key(seed)
     fill = jnp.maximum(eot[0], 0).astype(jnp.int32)
-    model, params = unrolled(model, params)  # per-layer caches, updated in place
+    if not loop:
+        model, params = unrolled(model, params)  # per-layer caches, updated in place
+    step_fn = looped_step if loop else cached_step
 
     def stops(token: jax.Array) -> jax.Array:
         return jnp.any(token[:, None] == eot[None, :], axis=-1)
 
     def run(tokens: jax.Array, step_mask: jax.Array | None, cache: Any) -> tuple[jax.Array, Any]:
-        logits, cache = cached_step(model, params, cache, tokens, step_mask)
+        logits, cache = step_fn(model, params, cache, tokens, step_mask)
         return logits[:, -1].astype(jnp.float32), cache
 
     cache = init_cache(model, batch, prompt_length + max_new_tokens - 1)
@@ -182,6 +205,7 @@ def generate_tokens(
     sharding: TrainerSharding | None = None,
     stop_ids: Sequence[int] = (),
     stretches: int | None = None,
+    loop_layers: bool | None = None,
 ) -> list[Completion]:
     """Continue each token prompt by up to ``max_new_tokens`` tokens drawn with ``sampling``
     (default: temperature 1, no filtering), using the KV cache.
@@ -194,7 +218,9 @@ def generate_tokens(
     ``sharding``: the mesh ``params`` live on (rows are split over its data axis, every process
     passing the same prompts); None: the arrays go to the default device. ``stretches``: how many
     stretches of growing cache views the generation is decoded in (None: :func:`decode_stretches` of
-    the devices; 1 reads the whole cache at every step).
+    the devices; 1 reads the whole cache at every step). ``loop_layers``: run the layers of each step in a
+    loop rather than unrolled (None: :func:`layer_loop` of the devices; a model that does not
+    :func:`~theseus.model.stack.decoding.loops_layers` keeps them unrolled).
     """
     sampling = sampling or SamplingParams()
     ids, mask = left_pad(prompts, width)
@@ -216,6 +242,8 @@ def generate_tokens(
         context, target = sharding.context(), sharding.accelerator
     if stretches is None:
         stretches = decode_stretches(target.platform)
+    wanted = layer_loop(target.platform) if loop_layers is None else loop_layers
+    loop = wanted and loops_layers(model, ids.shape[1] + int(max_new_tokens) - 1)
     with context:
         out, _ = _sample(
             params,
@@ -227,6 +255,7 @@ def generate_tokens(
             max_new_tokens=int(max_new_tokens),
             sampling=sampling,
             limits=tuple(view_limits(ids.shape[1], int(max_new_tokens), stretches)),
+            loop=loop,
         )
     tokens = np.asarray(out if sharding is None else sharding.fetch(out))[:real]
     completions = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -24,7 +25,7 @@ from theseus.model.layers._common import (
     param,
     require,
 )
-from theseus.model.layers.cache_view import visible_slots
+from theseus.model.layers.cache_view import cached_layer, visible_slots
 from theseus.model.layers.context_parallel import context_parallel_attention, context_size, refuse
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
@@ -463,7 +464,9 @@ def append_to_cache(
     Returns each whole cached entry and the mask ``[B, 1, T, L]`` of the slots each query sees
     (causal, within ``window``), or None while the cache is being created: then each entry gets
     ``size`` slots (default ``T``) in ``dtype`` (default its own). Traced inside
-    :func:`~theseus.model.layers.cache_view.cache_view`, entries and mask cover only the view's slots.
+    :func:`~theseus.model.layers.cache_view.cache_view`, entries and mask cover only the view's slots; inside
+    :func:`~theseus.model.layers.cache_view.cache_layer`, the cache holds every layer's ``[n_layers, ...]``
+    (``index`` ``[n_layers]``) and the step writes and reads its layer's entry.
     """
     first = next(iter(entries.values()))
     batch, steps = first.shape[0], first.shape[time_axis]
@@ -485,19 +488,34 @@ def append_to_cache(
     index = module.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
     if not exists:
         return None
-    start = index.value
-    for variable, new in zip(cached, entries.values(), strict=True):
-        at = tuple(start if axis == time_axis else 0 for axis in range(new.ndim))
-        variable.value = jax.lax.dynamic_update_slice(variable.value, new.astype(variable.value.dtype), at)
-    step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
-    cached_mask.value = jax.lax.dynamic_update_slice(cached_mask.value, step_mask, (0, start))
-    index.value = start + steps
-    held, held_mask = [variable.value for variable in cached], cached_mask.value
-    slots = held[0].shape[time_axis]
+    layer = cached_layer()  # None: this layer's own cache; else entry `layer` of every layer's, stacked
+    lead: tuple[jax.Array, ...] = () if layer is None else (layer,)
+
+    def write(variable: Any, new: jax.Array, at: tuple[Any, ...]) -> None:
+        new = new.astype(variable.value.dtype)
+        variable.value = jax.lax.dynamic_update_slice(variable.value, new if layer is None else new[None], lead + at)
+
+    slots = cached[0].value.shape[len(lead) + time_axis]
     view = visible_slots()
-    if view is not None and view < slots:  # the decoder's bound on what is filled: read only those slots
-        held = [jax.lax.slice_in_dim(value, 0, view, axis=time_axis) for value in held]
-        held_mask, slots = held_mask[:, :view], view
+    view = slots if view is None else min(view, slots)  # the decoder's bound on what is filled: read only those
+
+    def read(variable: Any, axis: int) -> jax.Array:
+        if layer is None:
+            return variable.value if view == slots else jax.lax.slice_in_dim(variable.value, 0, view, axis=axis)
+        size = (1, *variable.value.shape[1:])
+        size = tuple(view if i == axis + 1 else n for i, n in enumerate(size))
+        return jax.lax.dynamic_slice(variable.value, (layer,) + (0,) * (len(size) - 1), size)[0]
+
+    start = index.value if layer is None else index.value[layer]
+    for variable, new in zip(cached, entries.values(), strict=True):
+        write(variable, new, tuple(start if axis == time_axis else 0 for axis in range(new.ndim)))
+    step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask.astype(jnp.bool_)
+    write(cached_mask, step_mask, (0, start))
+    if layer is None:
+        index.value = start + steps
+    else:
+        write(index, start + steps, ())
+    held, held_mask, slots = [read(variable, time_axis) for variable in cached], read(cached_mask, 1), view
     visible = window_mask(start + jnp.arange(steps, dtype=jnp.int32), jnp.arange(slots, dtype=jnp.int32), window)
     mask = visible[None, None, :, :] & held_mask[:, None, None, :]  # [B, 1, T, L]
     return (*held, mask)
