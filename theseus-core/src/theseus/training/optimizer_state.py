@@ -1,7 +1,7 @@
 """How the optimizer state is kept: its dtype (``optimizer/state_dtype``) and its memory (``optimizer/offload``).
 
 AdamW keeps two moments a parameter: with float32 parameters and gradients that is 16 bytes a parameter,
-and a 1.1B model's 17.6 GB do not fit a 16 GB chip. Two wrappers around any optax transformation lower
+and a 1.1B model's 17.4 GB do not fit a 16 GB chip. Two wrappers around any optax transformation lower
 what the device holds, for every optimizer alike:
 
 - :func:`stored_as` keeps the state's floating-point leaves in a narrower dtype (bfloat16 halves the
@@ -14,7 +14,8 @@ what the device holds, for every optimizer alike:
   to the device for its update and back, so the device holds one parameter's state at a time.
 
 Either choice runs the update one parameter at a time (a state per parameter path), so the widened or
-transferred moments never exist for the whole model at once. Neither changes the update's arithmetic.
+transferred moments never exist for the whole model at once. Offloading leaves the arithmetic as it is;
+a narrower dtype rounds the stored state.
 """
 
 from __future__ import annotations
