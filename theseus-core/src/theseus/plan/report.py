@@ -75,7 +75,9 @@ def make_plan(
         if notice is not None:  # once the configuration is known to be sound
             notice(f"compiling {job_name} for {target.describe()} (mesh {dict(trainer.sharding.mesh.shape)}) ...")
         with captured_stderr() as compiler_log:  # XLA's warnings (rematerialisation, scheduling): --verbose
-            step = compiled_as_run(trainer, target, notice)
+            step, chosen = compiled_as_run(trainer, target)
+        if notice is not None and chosen:
+            notice(chosen)
     startup_log.extend(compiler_log)
     cost = analyse(step.text, target.devices)
     per_sequence = float(trainer.model.flops(trainer.sequence_length))
@@ -92,26 +94,23 @@ def make_plan(
     )
 
 
-def compiled_as_run(trainer: Any, target: Target, notice: Callable[[str], None] | None) -> CompiledStep:
-    """The step a run on ``target`` would compile: with ``model/remat=auto`` the first candidate that fits the
-    target's memory (:func:`theseus.training.memory.fit`, said through ``notice``), else the one configured.
-    When no candidate fits, the smallest is planned (and reported as not fitting)."""
+def compiled_as_run(trainer: Any, target: Target) -> tuple[CompiledStep, str]:
+    """The step a run on ``target`` would compile, and what ``model/remat=auto`` said of its choice (empty
+    without auto): with auto the first candidate that fits the target's memory
+    (:func:`theseus.training.memory.fit`), else the one configured. When no candidate fits, the smallest is
+    planned (and reported as not fitting)."""
     from theseus.errors import ResourceError
     from theseus.training import memory
 
     if not memory.requested(trainer.context.config):
-        return compile_train_step(trainer)
+        return compile_train_step(trainer), ""
     room = memory.Budget(target.chip.memory_bytes, f"a {target.chip.name}'s memory")
     try:
         choice = memory.fit(trainer, room)
     except ResourceError as refused:
-        if notice is not None:
-            notice(str(refused))
-        return compile_train_step(trainer)  # configured with the last candidate tried
-    if notice is not None:
-        notice(choice.line())
+        return compile_train_step(trainer), str(refused)  # configured with the last candidate tried
     step: CompiledStep = choice.trials[-1].step
-    return step
+    return step, choice.line()
 
 
 def with_batch(overrides: Sequence[str], batch_size: int) -> list[str]:
