@@ -63,10 +63,9 @@ def h100() -> dict[str, dict]:
         },
         "float32": tiny("llama", "fsdp", "model/activation_dtype=float32"),
         **{f"one chip {target}": {**tiny("llama", "dp"), "target": target} for target in ONE_CHIP},
-        # two layers: the case whose message docs/errors.md shows (the compiler needs 111.04 GB); remat named,
-        # since model/remat=auto would search every remat policy and micro batch down to one row
+        # two layers: the case whose message docs/errors.md shows (the compiler needs 111.04 GB)
         "one chip too large": {
-            **tiny("llama", "dp", "training/batch_size=65536", "architecture/n_layers=2", "model/remat=none"),
+            **tiny("llama", "dp", "training/batch_size=65536", "architecture/n_layers=2"),
             "target": "v5e:1",
         },
     }
@@ -137,8 +136,8 @@ def test_a_step_larger_than_the_chip_is_one_line_naming_what_to_lower(h100: dict
     found = re.fullmatch(
         r"StepTooLarge: the training step of 65536 x 64 tokens does not fit in the device's memory \(the "
         r"compiler needs ([\d,.]+) GB of 16\.91 GB\); use less memory per step with training/batch_size=32768, "
-        r"training/micro_batch_size=32768 \(the same batch in 2 passes\), model/remat=full or "
-        r"training/sequence_length=32",
+        r"training/micro_batch_size=32768 \(the same batch in 2 passes\), model/remat=full, "
+        r"optimizer/state_dtype=bfloat16, optimizer/offload=true or training/sequence_length=32",
         error,
     )
     assert found and float(found.group(1).replace(",", "")) > 16.91, error

@@ -267,7 +267,10 @@ def test_out_of_memory_at_set_up(
     line = error_line(err)
     assert line.startswith(f"error: out of memory running test/reliability/train ({kind}"), line
     # what needs less memory without changing the model (architecture/width is raised, but not named)
-    halved = "training/batch_size=2, training/micro_batch_size=2 (the same batch in 2 passes)"
+    halved = (
+        "training/batch_size=2, training/micro_batch_size=2 (the same batch in 2 passes), "
+        "optimizer/state_dtype=bfloat16, optimizer/offload=true"
+    )
     assert line.endswith(f"; use less memory per step with {halved} or training/sequence_length=8"), line
     assert snapshot(root / "data") == before
     # the run records how it ended with the line the command printed, not as a crash
@@ -285,10 +288,13 @@ def test_memory_settings_keep_the_model() -> None:
         "training/batch_size=16",
         "training/micro_batch_size=16 (the same batch in 2 passes)",
         "model/remat=full",
+        "optimizer/state_dtype=bfloat16",
+        "optimizer/offload=true",
         "training/sequence_length=128",
     ]
     config = resolve(schema, {}, {"architecture/block_size": 4096, "training/sequence_length": 1024})
-    assert memory_settings({**config, "training/micro_batch_size": 1, "model/remat": "full"}) == [
+    chosen = {"training/micro_batch_size": 1, "model/remat": "full", "optimizer/state_dtype": "bfloat16"}
+    assert memory_settings({**config, **chosen, "optimizer/offload": True}) == [
         "training/batch_size=16",
         "training/sequence_length=512",
     ]

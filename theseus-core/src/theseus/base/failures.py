@@ -182,9 +182,10 @@ def memory_advice(config: Mapping[str, Any]) -> str:
 
 
 def memory_settings(config: Mapping[str, Any]) -> list[str]:
-    """``key=value`` settings of the configuration's keys that halve what a step holds without changing
-    the model: the batch, the rows per pass (the same batch in more passes), full remat, the row length;
-    for evaluation and generation, the rows per forward pass."""
+    """``key=value`` settings of the configuration's keys that lower what a step holds without changing
+    the model: the batch, the rows per pass (the same batch in more passes), full remat, the optimizer
+    state in bfloat16 or in host memory, the row length; for evaluation and generation, the rows per
+    forward pass."""
     settings = []
     batch = config.get(BATCH_KEY)
     if _number(batch) and batch > 1:
@@ -192,8 +193,12 @@ def memory_settings(config: Mapping[str, Any]) -> list[str]:
     rows = config.get(MICRO_KEY) or batch
     if MICRO_KEY in config and _number(batch) and _number(rows) and rows % 2 == 0 and batch % (rows // 2) == 0:
         settings.append(f"{MICRO_KEY}={rows // 2} (the same batch in {batch // (rows // 2)} passes)")
-    if REMAT_KEY in config and config[REMAT_KEY] not in ("full", "auto", True):
+    if REMAT_KEY in config and config[REMAT_KEY] not in ("full", True):  # auto reads as none until it chose
         settings.append(f"{REMAT_KEY}=full")
+    if STATE_DTYPE_KEY in config and config[STATE_DTYPE_KEY] == "float32":
+        settings.append(f"{STATE_DTYPE_KEY}=bfloat16")
+    if OFFLOAD_KEY in config and not config[OFFLOAD_KEY]:
+        settings.append(f"{OFFLOAD_KEY}=true")
     length = config.get(SEQUENCE_KEY) or config.get("architecture/block_size")
     if SEQUENCE_KEY in config and _number(length) and length > 1:
         settings.append(f"{SEQUENCE_KEY}={length // 2}")

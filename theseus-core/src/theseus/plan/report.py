@@ -95,22 +95,17 @@ def make_plan(
 
 
 def compiled_as_run(trainer: Any, target: Target) -> tuple[CompiledStep, str]:
-    """The step a run on ``target`` would compile, and what ``model/remat=auto`` said of its choice (empty
-    without auto): with auto the first candidate that fits the target's memory
-    (:func:`theseus.training.memory.fit`), else the one configured. When no candidate fits, the smallest is
-    planned (and reported as not fitting)."""
-    from theseus.errors import ResourceError
+    """The configured step, compiled, and a line about ``model/remat=auto`` (empty without it): the model
+    reads auto as ``none``, the first setting a run on the target tries, so that is what is planned."""
     from theseus.training import memory
 
-    if not memory.requested(trainer.context.config):
-        return compile_train_step(trainer), ""
-    room = memory.Budget(target.chip.memory_bytes, f"a {target.chip.name}'s memory")
-    try:
-        choice = memory.fit(trainer, room)
-    except ResourceError as refused:
-        return compile_train_step(trainer), str(refused)  # configured with the last candidate tried
-    step: CompiledStep = choice.trials[-1].step
-    return step, choice.line()
+    line = ""
+    if memory.requested(trainer.context.config):
+        line = (
+            f"{memory.REMAT_KEY}={memory.AUTO}: planned as remat=none, the first setting a run tries; where it "
+            f"does not fit, a run tries dots, full and smaller micro batches (plan them by naming them)"
+        )
+    return compile_train_step(trainer), line
 
 
 def with_batch(overrides: Sequence[str], batch_size: int) -> list[str]:
