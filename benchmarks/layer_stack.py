@@ -23,14 +23,13 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import Row, publish_table
-from benchmarks.tpu_fit import FitCase, build_trainer, compile_and_run
+from benchmarks.tpu_fit import build_trainer, compile_and_run
+from benchmarks.tpu_mfu import Case
 
 
 def measure(depth: int, scanned: bool, batch: int, smoke: bool) -> Row:
     keys = {"architecture/n_layers": depth, "model/scan_layers": scanned, "model/remat": "dots"}
-    case = (
-        FitCase("gpt", "tiny", batch, 64, 256, keys) if smoke else FitCase("gpt", "gpt2-124m", batch, 1024, 50304, keys)
-    )
+    case = Case("gpt", "tiny", batch, 64, 256, keys) if smoke else Case("gpt", "gpt2-124m", batch, 1024, 50304, keys)
     with tempfile.TemporaryDirectory() as root:
         trainer, work = build_trainer(case, root)
         found = compile_and_run(trainer, work, steps=4)

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import Row, publish_table
+from benchmarks.tpu_mfu import Case
 
 GPT2 = {"model": "gpt", "preset": "gpt2-124m", "vocab": 50304}
 LLAMA_1B = {  # the 1.1B Llama shape: 16 x 2048, d_ff 8192, 32k vocabulary (TinyLlama's width at 16 layers)
@@ -39,26 +39,15 @@ LLAMA_1B = {  # the 1.1B Llama shape: 16 x 2048, d_ff 8192, 32k vocabulary (Tiny
 }
 
 
-@dataclass(frozen=True)
-class FitCase:
-    model: str
-    preset: str
-    batch: int
-    seq: int
-    vocab: int
-    model_keys: dict[str, Any] = field(default_factory=dict)
-    trainer_keys: dict[str, Any] = field(default_factory=dict)
+def gpt2(batch: int, remat: str, scan: bool) -> Case:
+    return Case("gpt", "gpt2-124m", batch, 1024, 50304, {"model/remat": remat, "model/scan_layers": scan})
 
 
-def gpt2(batch: int, remat: str, scan: bool) -> FitCase:
-    return FitCase("gpt", "gpt2-124m", batch, 1024, 50304, {"model/remat": remat, "model/scan_layers": scan})
+def llama_1b(**trainer_keys: Any) -> Case:
+    return Case("llama", "tiny", 8, 2048, 32000, {**LLAMA_1B, "model/remat": "full"}, trainer=trainer_keys)
 
 
-def llama_1b(**trainer_keys: Any) -> FitCase:
-    return FitCase("llama", "tiny", 8, 2048, 32000, {**LLAMA_1B, "model/remat": "full"}, trainer_keys)
-
-
-CASES: dict[str, FitCase] = {
+CASES: dict[str, Case] = {
     "gpt2-16x1024-none-scanned": gpt2(16, "none", True),
     "gpt2-16x1024-none": gpt2(16, "none", False),
     "gpt2-20x1024-none": gpt2(20, "none", False),
@@ -67,27 +56,18 @@ CASES: dict[str, FitCase] = {
     "llama-1b-bf16-state": llama_1b(**{"optimizer/state_dtype": "bfloat16"}),
     "llama-1b-offload": llama_1b(**{"optimizer/offload": True}),
 }
-CPU_CASES: dict[str, FitCase] = {
-    "tiny": FitCase("gpt", "tiny", 2, 64, 256),
-    "tiny-offload": FitCase("llama", "tiny", 2, 64, 256, {"model/remat": "full"}, {"optimizer/offload": True}),
+CPU_CASES: dict[str, Case] = {
+    "tiny": Case("gpt", "tiny", 2, 64, 256),
+    "tiny-offload": Case("llama", "tiny", 2, 64, 256, {"model/remat": "full"}, trainer={"optimizer/offload": True}),
 }
 
 
-def build_trainer(case: FitCase, root: str) -> Any:
-    """The benchmark trainer of ``case`` (random batches, no validation), set up."""
+def build_trainer(case: Case, root: str) -> Any:
+    """The benchmark trainer of ``case`` (random batches, no validation), set up, and its workload."""
     from benchmarks.bare_loop import trainer_class, trainer_overrides
-    from benchmarks.workload import Workload
 
-    work = Workload.create(
-        case.preset,
-        batch=case.batch,
-        seq=case.seq,
-        vocab_size=case.vocab,
-        activation_dtype="bfloat16",
-        overrides=case.model_keys,
-        model=case.model,
-    )
-    trainer = trainer_class(work).create(root, trainer_overrides(work, **case.trainer_keys))
+    work = case.workload()
+    trainer = trainer_class(work).create(root, trainer_overrides(work, **case.trainer))
     trainer.setup()
     return trainer, work
 
@@ -128,7 +108,7 @@ def compile_and_run(trainer: Any, work: Any, steps: int = 3) -> dict[str, Any]:
     return found
 
 
-def measure(name: str, case: FitCase) -> dict[str, Any]:
+def measure(name: str, case: Case) -> dict[str, Any]:
     """One case in this process: the compiled memory, our verdict and what the device did."""
     from theseus.training import memory
 

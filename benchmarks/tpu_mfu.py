@@ -61,6 +61,22 @@ class Case:
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     bare: bool = False
     goal: float | None = None
+    trainer: dict[str, Any] = dataclasses.field(default_factory=dict)  # trainer keys (optimizer/offload, ...)
+
+    def workload(self, extra: dict[str, Any] | None = None, build: bool = True) -> Any:
+        """The case's workload: its model keys (and ``extra``) at bf16 activations, random batches."""
+        from benchmarks.workload import Workload
+
+        return Workload.create(
+            self.preset,
+            batch=self.batch,
+            seq=self.seq,
+            vocab_size=self.vocab,
+            activation_dtype="bfloat16",
+            overrides={**self.overrides, **(extra or {})},
+            model=self.model,
+            build=build,
+        )
 
 
 CASES: dict[str, Case] = {
@@ -95,20 +111,11 @@ def measure_case(
     from benchmarks.bare_loop import RUN_LOOP, BareLoop, measure_trainer_loop
     from benchmarks.common import Loop
     from benchmarks.peak import PeakLoop
-    from benchmarks.workload import Workload
 
     device = jax.devices()[0]
     kind = str(getattr(device, "device_kind", device.platform))
     peak = published_peak(kind)
-    work = Workload.create(
-        case.preset,
-        batch=case.batch,
-        seq=case.seq,
-        vocab_size=case.vocab,
-        activation_dtype="bfloat16",
-        overrides={**case.overrides, **extra},
-        model=case.model,
-    )
+    work = case.workload(extra)
     where = f"{name} ({case.model}, {case.batch}x{case.seq}{_keys(extra)})"
     compiled = [compiled_memory(work, where)] if memory else []
     others: list[Loop] = []
@@ -116,7 +123,9 @@ def measure_case(
         others = [PeakLoop(8192 if device.platform == "tpu" else 128, "bfloat16", chain=8), BareLoop(work)]
     try:
         trace = {"training/profile": f"{3 + 2 * (steps + 2)}:{3 + 2 * (steps + 2)}"} if profile else {}
-        timings = measure_trainer_loop(work, others, steps=steps, repeats=repeats, warmup=2, extra=trace, keep=profile)
+        timings = measure_trainer_loop(
+            work, others, steps=steps, repeats=repeats, warmup=2, extra={**case.trainer, **trace}, keep=profile
+        )
     finally:
         for loop in others:
             loop.close()

@@ -151,38 +151,14 @@ def test_published_peaks_match_hopper_device_kinds() -> None:
 def test_every_tpu_case_is_a_configuration_the_models_accept() -> None:
     """Each case of the one-chip table resolves (keys, values, model) without building its model, and its
     dense case has the mixture's active width: a case with a wrong key would spend a chip visit failing."""
-    from benchmarks import tpu_mfu
-    from benchmarks.workload import Workload
-
-    for name, case in tpu_mfu.CASES.items():
-        work = Workload.create(
-            case.preset,
-            batch=case.batch,
-            seq=case.seq,
-            vocab_size=case.vocab,
-            activation_dtype="bfloat16",
-            overrides=case.overrides,
-            model=case.model,
-            build=False,
-        )
-        assert work.config["architecture/block_size"] == case.seq, name
-    from benchmarks import tpu_fit
+    from benchmarks import tpu_fit, tpu_mfu
     from theseus.training.config import BaseTrainerConfig
 
     trainer_keys = {f.metadata.get("theseus_key") for f in dataclasses.fields(BaseTrainerConfig)}
-    for name, fit_case in tpu_fit.CASES.items():
-        work = Workload.create(
-            fit_case.preset,
-            batch=fit_case.batch,
-            seq=fit_case.seq,
-            vocab_size=fit_case.vocab,
-            activation_dtype="bfloat16",
-            overrides=fit_case.model_keys,
-            model=fit_case.model,
-            build=False,
-        )
-        assert work.config["architecture/block_size"] == fit_case.seq, name
-        assert set(fit_case.trainer_keys) <= trainer_keys, name
+    for name, case in [*tpu_mfu.CASES.items(), *tpu_fit.CASES.items()]:
+        work = case.workload(build=False)
+        assert work.config["architecture/block_size"] == case.seq, name
+        assert set(case.trainer) <= trainer_keys, name
     mixture, dense = tpu_mfu.CASES["mixtral-8x768"].overrides, tpu_mfu.CASES["dense-8x768"].overrides
     top_k = mixture["architecture/moe/top_k"]
     assert dense["architecture/mlp_ratio"] == top_k * mixture["architecture/mlp_ratio"]

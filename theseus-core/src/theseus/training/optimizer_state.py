@@ -117,8 +117,17 @@ def kept(tx: optax.GradientTransformation, dtype: str, offload: bool) -> optax.G
 
 
 def on_host(shardings: Any) -> Any:
-    """The same shardings in the host's pinned memory."""
-    return jax.tree.map(lambda sharding: sharding.with_memory_kind(HOST), shardings)
+    """The same shardings in the host's pinned memory; a ConfigError where the devices have no such memory
+    (a deviceless GPU topology of ``theseus plan``, whose shardings would drop the memory kind silently)."""
+    from theseus.errors import ConfigError
+
+    placed = jax.tree.map(lambda sharding: sharding.with_memory_kind(HOST), shardings)
+    if any(sharding.memory_kind != HOST for sharding in jax.tree.leaves(placed)):
+        raise ConfigError(
+            "optimizer/offload=true needs devices with pinned host memory, and these have none (a GPU target of "
+            "theseus plan is compiled without one); set optimizer/offload=false here"
+        )
+    return placed
 
 
 def on_device(sharding: Any) -> bool:

@@ -255,8 +255,10 @@ def _blocked_rows(
 BlockSteps = tuple[Callable[..., tuple[jax.Array | None, jax.Array]], Callable[..., jax.Array]]
 
 
-def _block_weights(kernels: Kernels, e: jax.Array) -> tuple[jax.Array | None, ...]:
-    return tuple(None if k is None else k[e] for k in kernels)
+def _block_weights(kernels: Kernels, e: jax.Array) -> Kernels:
+    """Expert ``e``'s weights of each kernel."""
+    gate, up, down = kernels
+    return (None if gate is None else gate[e]), up[e], down[e]
 
 
 def _add_at(total: jax.Array, e: jax.Array, part: jax.Array) -> jax.Array:
@@ -314,14 +316,14 @@ def _mapped_backward(
     hidden, output = steps
     blocks, owner, used, kernels, h_gate, h_up = residuals
     zero = jax.lax.optimization_barrier((jnp.zeros((), g.dtype), g))[0]
-    start = tuple(None if k is None else jnp.zeros_like(k) + zero.astype(k.dtype) for k in kernels)
+    start: tuple[Any, ...] = tuple(None if k is None else jnp.zeros_like(k) + zero.astype(k.dtype) for k in kernels)
 
     def grads(x: jax.Array, g_: Any, up: jax.Array, d: jax.Array, h: tuple[Any, Any], dy: jax.Array) -> tuple[Any, ...]:
         dh_gate, dh_up, dd = jax.vjp(output, *h, d)[1](dy)
         dx, dg, du = jax.vjp(hidden, x, g_, up)[1]((dh_gate, dh_up))
         return dx, (dg, du, dd)
 
-    def step(sums: Kernels, args: tuple[Any, ...]) -> tuple[Kernels, jax.Array]:
+    def step(sums: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[tuple[Any, ...], jax.Array]:
         x, e, u, hg, hu, dy = args
         g_, up, d = _block_weights(kernels, e)
         run = functools.partial(grads, g_=g_, up=up, d=d)
@@ -343,7 +345,8 @@ def _mapped_backward(
         return sums, dx
 
     sums, dx = jax.lax.scan(step, start, (blocks, owner, used, h_gate, h_up, g))
-    return dx, None, None, sums
+    gate_sum, up_sum, down_sum = sums
+    return dx, None, None, (gate_sum, up_sum, down_sum)
 
 
 _mapped.defvjp(_mapped_forward, _mapped_backward)

@@ -99,8 +99,11 @@ def loops_layers(model: TransformerLM, max_len: int | None = None) -> bool:
     kind, block = type(model), model.BLOCK
     if model.stacked_layers != (LAYERS,) or model.architecture.layer_types is not None:
         return False
-    plain = [(kind, TransformerLM, ("__call__", "hidden", "_layers")), (block, Block, ("__call__", "attention"))]
-    plain.append((getattr(block, "ATTENTION", None), CausalSelfAttention, ("_attend", "_cached", "_ring")))
+    plain: list[tuple[Any, type, tuple[str, ...]]] = [
+        (kind, TransformerLM, ("__call__", "hidden", "_layers")),
+        (block, Block, ("__call__", "attention")),
+        (getattr(block, "ATTENTION", None), CausalSelfAttention, ("_attend", "_cached", "_ring")),
+    ]
     if any(getattr(cls, name, None) is not getattr(base, name) for cls, base, names in plain for name in names):
         return False
     return _layer_cache(model, max_len or model.architecture.block_size) == LOOPED_CACHE
