@@ -31,7 +31,10 @@ def test_configure_writes_the_selected_components_keys(capsys: pytest.CaptureFix
     assert code == 0, err
     values = read_yaml(out)
     assert values["select/optimizer"] == "lion" and values["select/schedule"] == "cosine"
+    # the selected components' keys, and the trainer's own optimizer-state keys that serve any optimizer
     assert {k for k in values if k.startswith(("optimizer/", "schedule/"))} == {
+        "optimizer/state_dtype",
+        "optimizer/offload",
         "optimizer/lion/beta1",
         "optimizer/lion/beta2",
         "optimizer/lion/weight_decay",
