@@ -54,7 +54,6 @@ class Trial:
     peak_bytes: int | None
     refused: bool = False
     fits: bool = False
-    step: Any = None  # the compiled step (a CompiledStep), when it compiled
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,7 @@ def measure(trainer: Trainer, candidate: Candidate, room: Budget) -> Trial:
     except StepTooLarge as refused:
         return Trial(candidate, refused.needed_bytes, refused=True)
     fits = room.bytes is None or step.fits_in(room.bytes)
-    return Trial(candidate, step.total_bytes, fits=fits, step=step)
+    return Trial(candidate, step.total_bytes, fits=fits)
 
 
 def state_bytes(trainer: Trainer) -> int:
