@@ -243,10 +243,7 @@ def render(plan: Plan) -> list[str]:
         f"layout {data['layout']} (mesh {mesh}), batch {plan.batch_size} x {plan.sequence_length} tokens",
         "  memory per device",
         f"    parameters       {_gb(memory['parameters'])}",
-        f"    optimizer state  {_gb(memory['optimizer_state'])}"
-        + (
-            f" (and {_gb(offloaded)} in host memory)" if (offloaded := memory["optimizer_state_in_host_memory"]) else ""
-        ),
+        f"    optimizer state  {_gb(memory['optimizer_state'])}{_in_host_memory(memory)}",
         f"    gradients        {_gb(memory['gradients'])} (inside the temporaries)",
         f"    temporaries      {_gb(memory['temporaries'])}",
         f"    total            {_gb(memory['total'])} of {_gb(memory['device'])}: {verdict}",

@@ -94,9 +94,9 @@ def shard_bytes(leaf: Any, sharding: Any) -> int:
     return math.prod(sharding.shard_shape(leaf.shape)) * np.dtype(leaf.dtype).itemsize
 
 
-def held_bytes(abstract: Any, shardings: Any) -> int:
-    """Bytes one device holds of a tree of abstract arrays under their shardings (none of a leaf kept in
-    host memory)."""
+def held_bytes(abstract: Any, shardings: Any, *, in_host_memory: bool = False) -> int:
+    """Bytes one device holds of a tree of abstract arrays under their shardings: of the leaves in device
+    memory, or with ``in_host_memory`` of those kept in host memory (``optimizer/offload``)."""
     import jax
 
     from theseus.training.optimizer_state import on_device
@@ -104,20 +104,7 @@ def held_bytes(abstract: Any, shardings: Any) -> int:
     return sum(
         shard_bytes(leaf, sharding)
         for leaf, sharding in zip(jax.tree.leaves(abstract), jax.tree.leaves(shardings), strict=True)
-        if on_device(sharding)
-    )
-
-
-def host_bytes(abstract: Any, shardings: Any) -> int:
-    """Bytes of a tree of abstract arrays that live in host memory under their shardings."""
-    import jax
-
-    from theseus.training.optimizer_state import on_device
-
-    return sum(
-        shard_bytes(leaf, sharding)
-        for leaf, sharding in zip(jax.tree.leaves(abstract), jax.tree.leaves(shardings), strict=True)
-        if not on_device(sharding)
+        if on_device(sharding) != in_host_memory
     )
 
 
@@ -168,7 +155,9 @@ def compile_train_step(trainer: Any) -> CompiledStep:
         peak_bytes=int(getattr(memory, "peak_memory_in_bytes", 0) or 0),
         code_bytes=int(memory.generated_code_size_in_bytes or 0),
         platform=trainer.sharding.accelerator.platform,
-        offloaded_bytes=host_bytes(trainer.abstract_state.opt_state, trainer.state_shardings.opt_state),
+        offloaded_bytes=held_bytes(
+            trainer.abstract_state.opt_state, trainer.state_shardings.opt_state, in_host_memory=True
+        ),
     )
 
 

@@ -30,7 +30,7 @@ class BaseTrainerConfig:
         "training/memory_limit_gb",
         default=0.0,
         min=0.0,
-        help="device memory in GB that model/remat=auto fits the step into, 90% of it used "
+        help="device memory in GB that model/remat=auto fits the step and the next batch into "
         "(0 = what the device reports; a CPU reports none, and auto then keeps remat none)",
     )
     optimizer_state_dtype: Literal["float32", "bfloat16"] = field(

@@ -6,7 +6,7 @@ remat ``none``, ``dots`` and ``full`` at the configured micro batch, then ``full
 halved while it still splits over the data-parallel devices. A candidate fits when its compiled peak per
 device (the compiler's own peak: the plan's :attr:`~theseus.training.compiled.CompiledStep.total_bytes`)
 and the next batch fit the device's memory: ``training/memory_limit_gb``, or else the ``bytes_limit`` the
-device reports, or the target's memory for ``theseus plan``. That is what the chip runs: on a v5e the
+device reports. That is what the chip runs: on a v5e the
 scanned gpt2-124m step at a compiler peak of 16.82 GB ran under the 16.91 GB limit (``benchmarks/tpu_fit.py``).
 A device that reports no limit (a CPU) keeps ``none`` without compiling. The first candidate that fits is
 kept and its compiled step is the one the run calls; when none fits, one
@@ -167,9 +167,9 @@ def _local_device(trainer: Trainer) -> Any:
     return next((device for device in devices if device.process_index == here), devices[0])
 
 
-def fit(trainer: Trainer, room: Budget | None = None) -> Choice:
-    """Configure ``trainer`` with the first candidate whose step fits ``room`` (default: the device's memory,
-    :func:`budget`), compiling each in turn."""
+def fit(trainer: Trainer) -> Choice:
+    """Configure ``trainer`` with the first candidate whose step fits the device's memory (:func:`budget`),
+    compiling each in turn."""
     from theseus.training.assembly import batch_geometry
 
     batch = int(trainer.args.batch_size)
@@ -181,9 +181,8 @@ def fit(trainer: Trainer, room: Budget | None = None) -> Choice:
             return False
         return True
 
-    if room is None:
-        limit_gb = float(trainer.context.config.get(LIMIT_KEY, 0.0) or 0.0)
-        room = budget(limit_gb, _local_device(trainer))
+    limit_gb = float(trainer.context.config.get(LIMIT_KEY, 0.0) or 0.0)
+    room = budget(limit_gb, _local_device(trainer))
     ladder = candidates(batch, int(trainer.args.micro_batch_size or 0), splits)
     if room.bytes is None:  # nothing to fit: the model reads auto as none, and nothing is set up again
         return Choice(ladder[0], (), room)
