@@ -587,7 +587,7 @@ class BaseTrainer(Job):
     def _donated(self) -> tuple[int, ...]:
         """The train step's donated arguments: the state, unless it holds an offloaded optimizer state that
         the platform cannot alias (:func:`~theseus.training.optimizer_state.donates_offloaded_state`)."""
-        platform = self.sharding.mesh.devices.flat[0].platform
+        platform = self.sharding.accelerator.platform
         if self.args.optimizer_offload and not optimizer_state.donates_offloaded_state(platform):
             return ()
         return (0,)
