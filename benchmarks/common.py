@@ -8,6 +8,7 @@ import datetime
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -268,3 +269,18 @@ def interleaved(loops: Sequence[Loop], *, steps: int, repeats: int, warmup: int)
 def paired_ratio(a: Timing, b: Timing) -> float:
     """Median over rounds of ``a``'s window time ÷ ``b``'s window time of the same round."""
     return statistics.median(x / y for x, y in zip(a.windows, b.windows, strict=True))
+
+
+def run_child(command: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
+    """Run one case's child process on the accelerator (None when it ran past ``timeout`` seconds). The chip
+    is held by one program at a time: a child that starts while the last one still lets go of it (libtpu's
+    lockfile) is tried once more after a pause."""
+    for attempt in range(2):
+        try:
+            done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        if done.returncode == 0 or "lockfile" not in done.stderr or attempt:
+            return done
+        time.sleep(10)
+    raise AssertionError("unreachable")

@@ -42,13 +42,15 @@ class Setting:
     prompt: int = 64
     new_tokens: int = 256
     rounds: int = 3
+    dtype: str = "bfloat16"
 
 
 CPU_SMOKE = Setting(layers=8, width=64, heads=4, kv_heads=2, vocab=257, batch=4, prompt=8, new_tokens=24, rounds=1)
 
 
 def build(setting: Setting) -> tuple[Any, Any]:
-    """A Llama (preset ``tiny`` resized to ``setting``, layers scanned) with random bfloat16 parameters."""
+    """A Llama (preset ``tiny`` resized to ``setting``, layers scanned) with random parameters and activations
+    in ``setting.dtype``."""
     import jax
     import jax.numpy as jnp
 
@@ -63,13 +65,13 @@ def build(setting: Setting) -> tuple[Any, Any]:
         "architecture/n_kv_heads": setting.kv_heads,
         "architecture/vocab_size": setting.vocab,
         "architecture/block_size": setting.prompt + setting.new_tokens,
-        "model/activation_dtype": "bfloat16",
+        "model/activation_dtype": setting.dtype,
         "model/scan_layers": True,
     }
     with configuration(values):
         model = configure(Llama)
     params = jax.jit(lambda: model.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])()
-    params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), jax.tree.map(lambda x: getattr(x, "value", x), params))
+    params = jax.tree.map(lambda x: x.astype(setting.dtype), jax.tree.map(lambda x: getattr(x, "value", x), params))
     return model, params
 
 
@@ -147,6 +149,64 @@ def measure(setting: Setting, variants: dict[str, bool]) -> list[Row]:
     return rows
 
 
+def agreement(setting: Setting, model: Any, params: Any) -> list[Row]:
+    """How far the looped layers' logits are from the unrolled ones, against how far both are from the
+    training forward pass: the prefill's last-position logits three ways, then greedy generations."""
+    import jax
+    import numpy as np
+
+    from theseus.model.generation import decode
+    from theseus.model.generation.sampling import SamplingParams
+    from theseus.model.stack.decoding import cached_step, init_cache, looped_step, unrolled
+
+    rows_count, new = min(setting.batch, 16), min(setting.new_tokens, 32)
+    prompts = np.random.default_rng(1).integers(0, setting.vocab - 1, (rows_count, setting.prompt))
+    ids, mask = decode.left_pad(prompts.tolist())
+    forward = jax.jit(lambda p, x: model.apply({"params": p}, x, deterministic=True)[0][:, -1])(params, ids)
+    flat, flat_params = unrolled(model, params)
+    length = setting.prompt + new - 1
+    step = jax.jit(cached_step, static_argnums=0)
+    plain = step(flat, flat_params, init_cache(flat, rows_count, length), ids, mask)[0][:, -1]
+    looped = jax.jit(looped_step, static_argnums=0)(model, params, init_cache(model, rows_count, length), ids, mask)
+    logits = {"forward": forward, "unrolled": plain, "looped": looped[0][:, -1]}
+    logits = {name: np.asarray(value, np.float32) for name, value in logits.items()}
+    top = np.sort(logits["forward"], axis=-1)
+    gap = float(np.median(top[:, -1] - top[:, -2]))
+    scale = f"{setting.dtype}; logits std {logits['forward'].std():.3g}, median top-1 lead {gap:.3g}"
+    rows = []
+    for a, b in (("unrolled", "forward"), ("looped", "forward"), ("looped", "unrolled")):
+        same = float((logits[a].argmax(-1) == logits[b].argmax(-1)).mean())
+        note = f"top-1 alike in {100 * same:.0f} % of rows; {scale}"
+        rows.append(
+            Row(
+                f"prefill logits, {a} against {b}: largest difference",
+                float(np.abs(logits[a] - logits[b]).max()),
+                note=note,
+                fmt="{:.3g}",
+            )
+        )
+    greedy = SamplingParams(temperature=0.0)
+    drawn = [
+        np.asarray(
+            [
+                c.tokens + [-1] * (new - len(c.tokens))
+                for c in decode.generate_tokens(model, params, prompts.tolist(), new, sampling=greedy, loop_layers=loop)
+            ]
+        )
+        for loop in (False, True)
+    ]
+    first = float((drawn[0][:, 0] == drawn[1][:, 0]).mean())
+    best = logits["forward"].argmax(-1)
+    own = ", ".join(
+        f"{name} {100 * float((d[:, 0] == best).mean()):.0f} %"
+        for name, d in zip(("unrolled", "looped"), drawn, strict=True)
+    )
+    note = f"first token alike in {100 * first:.0f} % of rows; the forward pass's top-1 first: {own}"
+    alike = 100 * float((drawn[0] == drawn[1]).all(axis=1).mean())
+    rows.append(Row("greedy generations, looped against unrolled: rows alike", alike, "%", note=note, fmt="{:.0f}"))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on CPU")
@@ -154,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--looped", action="store_true", help="also time the decoder with its layers in a loop")
     parser.add_argument("--layers", type=int, help="override the setting's layers")
     parser.add_argument("--rounds", type=int, help="override the timed rounds")
+    parser.add_argument("--agreement", action="store_true", help="only compare looped, unrolled and forward logits")
+    parser.add_argument("--dtype", default="bfloat16", help="activations and parameters (bfloat16 or float32)")
     parser.add_argument("--output", type=Path, help="also write the Markdown table here")
     args = parser.parse_args(argv)
     if args.cpu_smoke:
@@ -165,7 +227,15 @@ def main(argv: list[str] | None = None) -> int:
     from theseus.model.generation.decode import layer_loop
 
     setting = CPU_SMOKE if args.cpu_smoke else Setting()
-    setting = dataclasses.replace(setting, layers=args.layers or setting.layers, rounds=args.rounds or setting.rounds)
+    setting = dataclasses.replace(
+        setting, layers=args.layers or setting.layers, rounds=args.rounds or setting.rounds, dtype=args.dtype
+    )
+    if args.agreement:
+        if args.dtype == "float32":  # TPU matrix products of float32 take one bfloat16 pass by default
+            jax.config.update("jax_default_matmul_precision", "highest")
+        rows = agreement(setting, *build(setting))
+        publish_table(rows, args.output, title="Looped against unrolled decoding", extra=jax.devices()[0].device_kind)
+        return 0
     loop = layer_loop(jax.devices()[0].platform)
     variants = {"as the decoder runs": loop}
     if args.unrolled and loop:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,17 +25,10 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Row, publish_table
-from benchmarks.tpu_mfu import Case
+from benchmarks.common import Row, publish_table, run_child
+from benchmarks.tpu_mfu import LLAMA_1B, Case
 
 GPT2 = {"model": "gpt", "preset": "gpt2-124m", "vocab": 50304}
-LLAMA_1B = {  # the 1.1B Llama shape: 16 x 2048, d_ff 8192, 32k vocabulary (TinyLlama's width at 16 layers)
-    "architecture/n_layers": 16,
-    "architecture/n_heads": 32,
-    "architecture/n_kv_heads": 4,
-    "architecture/n_embd": 2048,
-    "architecture/d_ff": 8192,
-}
 
 
 def gpt2(batch: int, remat: str, scan: bool) -> Case:
@@ -143,25 +135,19 @@ def rows_of(result: dict[str, Any]) -> list[Row]:
 
 
 def run_case(name: str, smoke: bool, timeout: float) -> dict[str, Any]:
-    """One case in a child process (the chip held by one program at a time: a child that starts while the
-    last one lets go of it is tried once more after a pause)."""
+    """One case in a child process of its own."""
     command = [sys.executable, __file__, "--one", name] + (["--cpu-smoke"] if smoke else [])
-    for attempt in range(2):
-        started = time.perf_counter()
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"case": name, "compiled": False, "error": f"did not finish in {timeout:.0f} s"}
-        seconds = time.perf_counter() - started
-        print(f"{name}: exit {done.returncode} in {seconds:.0f} s", file=sys.stderr, flush=True)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        if done.returncode == 0 and lines:
-            return {**json.loads(lines[-1]), "process_seconds": seconds}
-        if "lockfile" not in done.stderr or attempt:
-            print(done.stderr[-3000:], file=sys.stderr)
-            return {"case": name, "compiled": False, "error": (done.stderr.strip().splitlines() or ["?"])[-1]}
-        time.sleep(10)
-    raise AssertionError("unreachable")
+    started = time.perf_counter()
+    done = run_child(command, timeout)
+    if done is None:
+        return {"case": name, "compiled": False, "error": f"did not finish in {timeout:.0f} s"}
+    seconds = time.perf_counter() - started
+    print(f"{name}: exit {done.returncode} in {seconds:.0f} s", file=sys.stderr, flush=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode == 0 and lines:
+        return {**json.loads(lines[-1]), "process_seconds": seconds}
+    print(done.stderr[-3000:], file=sys.stderr)
+    return {"case": name, "compiled": False, "error": (done.stderr.strip().splitlines() or ["?"])[-1]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,6 @@ import argparse
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Row, paired_ratio, percent, publish_table
+from benchmarks.common import Row, paired_ratio, percent, publish_table, run_child
 from theseus.base.chips import published_peak
 
 LLAMA_350M = {
@@ -48,6 +47,15 @@ MIXTRAL_SHAPE = {
 }
 
 
+LLAMA_1B = {  # the 1.1B Llama shape: 16 x 2048, d_ff 8192, 32k vocabulary (TinyLlama's width at 16 layers)
+    "architecture/n_layers": 16,
+    "architecture/n_heads": 32,
+    "architecture/n_kv_heads": 4,
+    "architecture/n_embd": 2048,
+    "architecture/d_ff": 8192,
+}
+BF16_STATE = {"optimizer/state_dtype": "bfloat16"}
+OFFLOAD = {"optimizer/offload": True}
 DENSE_SHAPE = {key: value for key, value in MIXTRAL_SHAPE.items() if not key.startswith("architecture/moe/")}
 
 
@@ -83,9 +91,15 @@ CASES: dict[str, Case] = {
     "gpt2-124m": Case("gpt", "gpt2-124m", 16, 1024, 50304, goal=0.50),
     # our loop against the bare loop and a matmul, interleaved: three states resident, so a batch that leaves room
     "gpt2-124m-pair": Case("gpt", "gpt2-124m", 8, 1024, 50304, bare=True),
-    "llama-350m-2k": Case("llama", "tiny", 8, 2048, 32000, {**LLAMA_350M, "model/remat": "full"}),
-    "llama-350m-8k": Case("llama", "tiny", 2, 8192, 32000, {**LLAMA_350M, "model/remat": "full"}),
-    "llama-350m-32k": Case("llama", "tiny", 1, 32768, 32000, {**LLAMA_350M, "model/remat": "full"}),
+    "llama-350m-2k": Case("llama", "tiny", 8, 2048, 32000, LLAMA_350M, goal=0.42),
+    "llama-350m-8k": Case("llama", "tiny", 2, 8192, 32000, LLAMA_350M),
+    "llama-350m-32k": Case("llama", "tiny", 1, 32768, 32000, LLAMA_350M),
+    # the 1.1B shape with AdamW's state in bfloat16, or in host memory: no other key
+    "llama-1b-bf16-state": Case("llama", "tiny", 8, 2048, 32000, LLAMA_1B, goal=0.35, trainer=BF16_STATE),
+    "llama-1b-offload": Case("llama", "tiny", 8, 2048, 32000, LLAMA_1B, goal=0.35, trainer=OFFLOAD),
+    "llama-1b-offload-bf16": Case(
+        "llama", "tiny", 8, 2048, 32000, LLAMA_1B, goal=0.35, trainer={**OFFLOAD, **BF16_STATE}
+    ),
     "mixtral-8x768": Case("mixtral", "tiny", 16, 1024, 32000, MIXTRAL_SHAPE),
     # dense with the Mixtral shape's active parameters: two experts' width in one MLP
     "dense-8x768": Case("llama", "tiny", 16, 1024, 32000, {**DENSE_SHAPE, "architecture/mlp_ratio": 7.0}),
@@ -185,6 +199,7 @@ def plan_command(case: Case, extra: dict[str, Any], target: str = "v5e:1") -> st
         "model/activation_dtype": "bfloat16",
         **case.overrides,
         **extra,
+        **case.trainer,
         "training/batch_size": case.batch,
         "training/sequence_length": case.seq,
     }
@@ -206,13 +221,20 @@ def run_in_processes(names: list[str], extra: list[str], args: argparse.Namespac
         command += [f"--profile={args.profile}"] if args.profile else []
         command += ["--memory"] if args.memory else []
         started = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True)
+        done = run_child(command, args.timeout)
+        if done is None:
+            rows.append(Row(f"{name}: failed", None, note=f"did not finish in {args.timeout:.0f} s"))
+            print(f"{name}: did not finish in {args.timeout:.0f} s", file=sys.stderr, flush=True)
+            continue
         print(f"{name}: exit {done.returncode} in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
         for line in (done.stdout + done.stderr).splitlines():  # what the run chose or fell back to
             if line.startswith("notice:") or "model/remat=auto" in line:
                 print(f"  {line}", file=sys.stderr, flush=True)
         if done.returncode == 0 and out.exists():
-            rows += [Row(**row) for row in json.loads(out.read_text())]
+            found = [Row(**row) for row in json.loads(out.read_text())]
+            for row in found:  # each case as it ends: a later one may run out of time
+                print(f"  {row.name}: {row.value} {row.unit} {row.note}", file=sys.stderr, flush=True)
+            rows += found
         else:
             reason = _last_error(done.stderr + done.stdout)
             rows.append(Row(f"{name}: failed", None, note=reason))
@@ -241,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for every case (e.g. attention)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a case may take")
     parser.add_argument("--profile", type=Path, help="trace one update of each case (training/profile) into DIR/CASE")
     parser.add_argument("--memory", action="store_true", help="also compile each case's step on the device first")
     parser.add_argument("--plan-commands", action="store_true", help="print the theseus plan line of each case")

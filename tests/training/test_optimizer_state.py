@@ -126,3 +126,48 @@ def test_resuming_with_another_state_layout_is_one_line(tmp_path: Path) -> None:
     again = PaddedTinyTrainer.create(tmp_path, quick(run__name="plain", **OFFLOAD))
     with pytest.raises(ConfigError, match=r"started with optimizer/offload=False; .* resume with optimizer/offload="):
         again.run()
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_a_scanned_models_state_is_kept_and_updated_per_layer(optimizer: str) -> None:
+    import flax.linen as nn
+    import optax
+
+    from tests.models.conftest import build, random_params
+    from theseus.model.models import GPT
+    from theseus.training.matrices import with_parameter_axes
+    from theseus.training.optimizer_state import one_parameter_at_a_time
+    from theseus.training.optimizers import Muon
+
+    model = build(GPT, model__scan_layers=True, architecture__n_layers=3)
+    specs = nn.get_partition_spec(jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))))
+    tx = Muon.create(0.02, Muon.config()) if optimizer == "muon" else optax.adamw(1e-2, weight_decay=0.1)
+    whole = with_parameter_axes(tx, specs["params"])
+    sliced = with_parameter_axes(one_parameter_at_a_time(tx, offload=False), specs["params"])
+    params = random_params(model, std=0.1)
+    gradients = [random_params(model, seed=step, std=0.1) for step in (1, 2)]
+
+    def two_updates(chain: optax.GradientTransformation) -> tuple[object, object]:
+        state, p = chain.init(params), params
+        for grads in gradients:
+            updates, state = jax.jit(chain.update)(grads, state, p)
+            p = optax.apply_updates(p, updates)
+        return p, state
+
+    expected, _ = two_updates(whole)
+    got, state = two_updates(sliced)
+    # The stacked MLP kernel [layers, embed, mlp] keeps one state per layer, each of one layer's shape.
+    stacked = "blocks/mlp/up/kernel"
+    per_layer = state[stacked]
+    assert isinstance(per_layer, tuple) and len(per_layer) == 3
+    assert {leaf.shape for leaf in jax.tree.leaves(per_layer) if leaf.ndim > 1} == {params_shape(params, stacked)[1:]}
+    tolerance = float32_tolerance(2 * 5 * 128)  # two updates; Muon's Newton-Schulz products of width 128
+    for a, b in zip(leaves(expected), leaves(got), strict=True):
+        np.testing.assert_allclose(b, a, rtol=tolerance, atol=tolerance * magnitude(a))
+
+
+def params_shape(params: object, key: str) -> tuple[int, ...]:
+    from theseus.base.tree import path_text
+
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    return next(tuple(leaf.shape) for path, leaf in flat if path_text(path) == key)

@@ -94,6 +94,23 @@ def parameter_axes(path: Sequence[Any], leaf: Any) -> tuple[str | None, ...] | N
     return names
 
 
+def stacked_length(path: Sequence[Any], leaf: Any) -> int:
+    """How many independent parameters the one at ``path`` stacks on its first axis (a scanned model's
+    layers, a mixture's experts, by its known names), or 0 when its first axis stacks nothing."""
+    names = parameter_axes(path, leaf)
+    return int(leaf.shape[0]) if names and names[0] in BATCH_AXES else 0
+
+
+def judged_as_slice(path: Sequence[Any]) -> AbstractContextManager[Names | None]:
+    """Within the block the parameter at ``path`` is judged without its first axis: for one slice
+    ``leaf[i]`` of a parameter whose first axis :func:`stacked_length` counts."""
+    known = dict(_known.get() or {})
+    key = path_text(path)
+    if key in known:
+        known[key] = known[key][1:]
+    return bound(_known, known)
+
+
 def matrix_axes(path: Sequence[Any], leaf: Any) -> MatrixAxes | None:
     """How the parameter at ``path`` acts as a matrix, or None for a vector-like parameter."""
     names = parameter_axes(path, leaf)
@@ -125,9 +142,11 @@ __all__ = [
     "BATCH_AXES",
     "MatrixAxes",
     "is_matrix",
+    "judged_as_slice",
     "matrix_axes",
     "names_by_path",
     "parameter_axes",
     "parameter_axes_known",
+    "stacked_length",
     "with_parameter_axes",
 ]

@@ -13,8 +13,9 @@ what the device holds, for every optimizer alike:
   say where it lives (:func:`on_host`), and :func:`one_parameter_at_a_time` moves each parameter's state
   to the device for its update and back, so the device holds one parameter's state at a time.
 
-Either choice runs the update one parameter at a time (a state per parameter path), so the widened or
-transferred moments never exist for the whole model at once. Offloading leaves the arithmetic as it is;
+Either choice runs the update one parameter at a time (a state per parameter path, and per layer of a
+scanned model's stacked parameters), so the widened or transferred moments never exist for the whole
+model at once. Offloading leaves the arithmetic as it is;
 a narrower dtype rounds the stored state.
 """
 
@@ -27,6 +28,7 @@ import jax.numpy as jnp
 import optax
 
 from theseus.base.tree import path_text
+from theseus.training.matrices import judged_as_slice, stacked_length
 
 #: The dtypes ``optimizer/state_dtype`` offers.
 STATE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -62,33 +64,59 @@ def stored_as(tx: optax.GradientTransformation, dtype: Any) -> optax.GradientTra
 def one_parameter_at_a_time(tx: optax.GradientTransformation, offload: bool) -> optax.GradientTransformation:
     """``tx`` run on each parameter in turn, with a state of its own per parameter (keyed by its path).
 
-    Each parameter's update starts once the previous one's is done (an optimisation barrier chains them),
-    so what a whole-tree update would hold at once (every widened moment, or with ``offload`` every moment
-    brought in from the host) is held for one parameter at a time. With ``offload`` each state comes to
-    the device for its parameter's update and goes back to the host after it. ``tx`` must treat parameters
-    independently (AdamW, Lion, SGD, Muon do; global-norm clipping does not and stays outside). Each part
-    sees a tree holding its one parameter at its own path, so masks and names by path still apply.
+    A parameter that stacks independent ones on its first axis (a scanned model's layers, a mixture's
+    experts: :func:`~theseus.training.matrices.stacked_length`) is updated a slice at a time, with a state
+    per slice: a scanned 1.1B Llama's stacked MLP kernel is 268M parameters, whose widened moments alone
+    would take 2 GB at once. Each update starts once the previous one is done (an optimisation barrier
+    chains them), so what a whole-tree update would hold at once (every widened moment, or with ``offload``
+    every moment brought in from the host) is held for about one parameter at a time. With ``offload`` each
+    state comes to the device for its update and goes back to the host after it; the transfer in may start
+    while the previous update runs. ``tx`` must treat parameters independently (AdamW, Lion, SGD, Muon do;
+    global-norm clipping does not and stays outside). Each part sees a tree holding its one parameter at its
+    own path, so masks and names by path still apply.
     """
 
     def init(params: Any) -> dict[str, Any]:
-        return {path_text(path): tx.init(_alone(path, leaf)) for path, leaf in _parameters(params)}
+        state: dict[str, Any] = {}
+        for path, leaf in _parameters(params):
+            if count := stacked_length(path, leaf):
+                with judged_as_slice(path):
+                    state[path_text(path)] = tuple(tx.init(_alone(path, leaf[i])) for i in range(count))
+            else:
+                state[path_text(path)] = tx.init(_alone(path, leaf))
+        return state
 
     def update(updates: Any, state: dict[str, Any], params: Any = None) -> tuple[Any, dict[str, Any]]:
         flat, treedef = jax.tree_util.tree_flatten_with_path(updates)
         values = dict(_parameters(params)) if params is not None else {}
-        done: Any = None
+        finished: list[Any] = []  # each update's results, in order
+
+        def after(value: Any, back: int) -> Any:
+            """``value`` once the update ``back`` places before the next one is done."""
+            return value if len(finished) < back else jax.lax.optimization_barrier((value, finished[-back]))[0]
+
+        def one(path: tuple[Any, ...], gradient: Any, own: Any, param: Any) -> tuple[Any, Any]:
+            if offload:  # brought in while the previous update runs, then used after it
+                own = jax.device_put(after(own, 2), jax.memory.Space.Device)
+            step, own = tx.update(_alone(path, gradient), after(own, 1), None if param is None else _alone(path, param))
+            [(_, changed)] = jax.tree_util.tree_flatten_with_path(step)[0]
+            own = jax.device_put(own, jax.memory.Space.Host) if offload else own
+            finished.append((changed, own))
+            return changed, own
+
         new_updates, new_state = [], {}
         for path, gradient in flat:
-            key = path_text(path)
-            own = state[key] if done is None else jax.lax.optimization_barrier((state[key], done))[0]
-            if offload:
-                own = jax.device_put(own, jax.memory.Space.Device)
-            param = values.get(path)
-            step, own = tx.update(_alone(path, gradient), own, None if param is None else _alone(path, param))
-            [(_, changed)] = jax.tree_util.tree_flatten_with_path(step)[0]
-            new_state[key] = jax.device_put(own, jax.memory.Space.Host) if offload else own
-            new_updates.append(changed)
-            done = (changed, new_state[key])
+            key, param = path_text(path), values.get(path)
+            if count := stacked_length(path, gradient):
+                with judged_as_slice(path):
+                    parts = [
+                        one(path, gradient[i], state[key][i], None if param is None else param[i]) for i in range(count)
+                    ]
+                new_updates.append(jnp.stack([changed for changed, _ in parts]))
+                new_state[key] = tuple(own for _, own in parts)
+            else:
+                changed, new_state[key] = one(path, gradient, state[key], param)
+                new_updates.append(changed)
         return jax.tree_util.tree_unflatten(treedef, new_updates), new_state
 
     return optax.GradientTransformation(init, update)

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 from flax.training import train_state
+from jax.sharding import NamedSharding, PartitionSpec
 
 from theseus.training.optimizer_state import on_host
 from theseus.training.sharding import TrainerSharding, check_divisible
@@ -79,7 +80,9 @@ def optimizer_state_shardings(opt_state: Any, params: Any, param_shardings: Any,
     """Shard each optimizer-state leaf like the parameter it mirrors, others with ``default``.
 
     A leaf mirrors a parameter when its key path ends with that parameter's path and the shapes
-    agree (Adam moments, momentum, Muon buffers, also inside masked or partitioned states).
+    agree (Adam moments, momentum, Muon buffers, also inside masked or partitioned states). A leaf shaped
+    like one slice of a stacked parameter (a state kept per layer:
+    :func:`~theseus.training.optimizer_state.one_parameter_at_a_time`) is sharded like that slice.
     """
     by_path: dict[tuple[str, ...], tuple[tuple[int, ...], Any]] = {}
     for (path, leaf), shard in zip(
@@ -95,8 +98,12 @@ def optimizer_state_shardings(opt_state: Any, params: Any, param_shardings: Any,
             keys.insert(0, str(entry.key))
         for start in range(len(keys)):
             match = by_path.get(tuple(keys[start:]))
-            if match is not None and match[0] == tuple(getattr(leaf, "shape", ())):
+            shape = tuple(getattr(leaf, "shape", ()))
+            if match is not None and match[0] == shape:
                 return match[1]
+            if match is not None and match[0][1:] == shape and isinstance(match[1], NamedSharding):
+                spec = tuple(match[1].spec) + (None,) * (len(match[0]) - len(match[1].spec))
+                return match[1].update(spec=PartitionSpec(*spec[1:]))
         return default
 
     return jax.tree_util.tree_map_with_path(pick, opt_state)
