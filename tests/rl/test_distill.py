@@ -134,7 +134,8 @@ def test_the_step_takes_generalized_jsd_at_the_completion_tokens(on_policy: Dist
     rows = trainer.rollouts(3)
     teacher = trainer.teacher_params()
     device = with_teacher(trainer.sharding.put_global(rows), teacher)
-    total, count, _ = trainer.val_step_fn()(trainer.state, device)
+    meta = trainer.val_step_fn()(trainer.state, device)[2]  # the pair itself is the targets' cross-entropy
+    total, count = meta["objective_loss_sum"], meta["objective_weight"]
     student = forward(trainer.model, trainer.state.params, rows["x"], rows["padding_mask"])
     expected = forward(trainer.teacher.model, teacher, rows["x"], rows["padding_mask"])
     mask = rows["completion_mask"]

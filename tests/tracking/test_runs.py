@@ -112,6 +112,7 @@ def test_show_prints_configuration_provenance_metrics_and_checkpoints(
     assert "status      completed" in out
     assert "training/steps = 6" in out and "metrics/sinks = jsonl,tensorboard,wandb,mlflow" in out
     assert "job class   tests.training.tiny:TinyTrainer" in out and "theseus-core" in out
+    assert "objective   theseus.training.objective:CrossEntropy" in out
     assert "train (step 6): loss " in out and "val (step 6): loss " in out
     wandb_id = json.loads((runs.root / "runs" / "tracked" / "wandb.json").read_text())["id"]
     assert f"wandb        run id {wandb_id}" in out and "tensorboard  tensorboard --logdir " in out

@@ -1,9 +1,11 @@
-"""Objectives: the one train step runs the objective a trainer declares, an override of ``train_step`` /
-``val_step`` with the guide's signatures runs it unchanged, objectives are selected by registered name,
-and the step computes exactly what an objective reads."""
+"""Objectives: the one train step runs the objective a trainer declares, passed as ``objective=``; an
+override of ``train_step`` / ``val_step`` with the guide's signatures runs it unchanged (the older
+``val_step`` signature with one warning); a step called without an objective fails; objectives are
+selected by registered name, and the step computes exactly what an objective reads."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from tests.training.spec_examples import examples
 from tests.training.tiny import PaddedTinyTrainer
 from theseus.errors import ConfigError, DataError
 from theseus.training import steps
-from theseus.training.objective import CrossEntropy, Needs, Objective, Scores, current, using
+from theseus.training.objective import CrossEntropy, Needs, Objective, Scores
 
 
 class HalfCrossEntropy(Objective):
@@ -37,6 +39,10 @@ class ReadsAdvantages(Objective):
 
 
 StepMetrics = examples(PaddedTinyTrainer)["StepMetrics"]
+
+
+class HalfObjectiveTrainer(PaddedTinyTrainer):
+    OBJECTIVE = HalfCrossEntropy
 
 
 class HalfStepMetrics(StepMetrics):  # type: ignore[misc, valid-type]
@@ -69,17 +75,52 @@ def test_an_override_of_train_step_and_val_step_runs_the_declared_objective(tmp_
     assert half_meta["grad_norm_squared"] == pytest.approx(half_norm**2, rel=rel)  # the override's metric
 
     batch = plain.sharding.put_batch(plain.host_batch("val", position=0))
-    plain_sum, plain_count, _ = plain.val_step_fn()(plain.init_state(), batch)
+    # The guide's val_step keeps the older signature (keyword-only sharding, no **kwargs): it runs the
+    # declared objective, after one warning naming the change.
+    with pytest.warns(DeprecationWarning, match=r"val_step takes no objective=: give it \*\*kwargs"):
+        plain_sum, plain_count, _ = plain.val_step_fn()(plain.init_state(), batch)
     half_sum, half_count, meta = half.val_step_fn()(half.init_state(), batch)
     assert int(half_count) == int(plain_count) == int(meta["valid_tokens"])
-    assert float(half_sum) == pytest.approx(0.5 * float(plain_sum), rel=rel)
+    # Validation scores the targets' cross-entropy whatever the objective; the objective's own loss rides beside.
+    assert float(half_sum) == pytest.approx(float(plain_sum), rel=rel)
+    assert float(meta["objective_loss_sum"]) == pytest.approx(0.5 * float(plain_sum), rel=rel)
 
 
-def test_outside_a_trainer_the_step_runs_cross_entropy() -> None:
-    assert isinstance(current(), CrossEntropy)
-    with using(HalfCrossEntropy()) as goal:
-        assert current() is goal
-    assert isinstance(current(), CrossEntropy)
+def test_validation_and_perplexity_mean_cross_entropy_whatever_the_objective(tmp_path: Path) -> None:
+    from theseus.evaluation import Perplexity
+
+    plain = PaddedTinyTrainer.create(tmp_path, quick())
+    half = HalfObjectiveTrainer.create(tmp_path, quick())
+    state = plain.init_state()
+    ours, theirs = plain.validate(state, batches=2), half.validate(state, batches=2)
+    model = plain.model
+    rel = float32_tolerance(3 * transformer_ops(1, model.width, model.block_size, model.vocab_size))
+    assert theirs["loss"] == pytest.approx(ours["loss"], rel=rel) and theirs["tokens"] == ours["tokens"]
+    assert theirs["half_cross_entropy_loss"] == pytest.approx(0.5 * ours["loss"], rel=rel)
+    assert "half_cross_entropy_loss" not in ours and "objective_loss_sum" not in theirs
+    perplexity = Perplexity(batches=2).evaluate(half, state)
+    assert perplexity["perplexity"] == pytest.approx(math.exp(ours["loss"]), rel=rel)
+
+
+def test_a_step_jitted_by_hand_runs_the_objective_it_is_given_and_none_without_one(tmp_path: Path) -> None:
+    trainer = PaddedTinyTrainer.create(tmp_path, quick())
+    state = trainer.init_state()
+    batch = trainer.device_train_batch(trainer.host_batch("train", position=0))
+    options = {"sharding": trainer.sharding}
+
+    def loss_of(objective: Objective) -> float:
+        step = jax.jit(lambda s, b, k: PaddedTinyTrainer.train_step(s, b, k, 1, objective=objective, **options)[1])
+        return float(step(state, batch, trainer.step_key(0)))
+
+    plain, half = loss_of(CrossEntropy()), loss_of(HalfCrossEntropy())
+    model = trainer.model  # two programs, each free to order the tiny model's passes its own way
+    rel = float32_tolerance(3 * transformer_ops(1, model.width, model.block_size, model.vocab_size))
+    assert half == pytest.approx(0.5 * plain, rel=rel)
+    with pytest.raises(TypeError, match=r"train_step\(\) needs objective=: the objective to optimise"):
+        jax.jit(lambda s, b, k: PaddedTinyTrainer.train_step(s, b, k, 1, **options))(state, batch, trainer.step_key(0))
+    val = trainer.sharding.put_batch(trainer.host_batch("val", position=0))
+    with pytest.raises(TypeError, match=r"val_step\(\) needs objective="):
+        PaddedTinyTrainer.val_step(state, val, **options)
 
 
 def test_objectives_are_selected_by_registered_name(tmp_path: Path) -> None:
@@ -155,3 +196,19 @@ def test_a_declared_objective_sets_the_updates_the_schedule_counts(tmp_path: Pat
 def test_an_old_policy_without_target_logps_is_one_line() -> None:
     with pytest.raises(ConfigError, match=r"declare Needs\('target_logps', old_policy=True\)"):
         Needs("loss", old_policy=True)
+
+
+def test_a_run_records_its_objective_with_its_plain_values() -> None:
+    from dataclasses import dataclass
+
+    from theseus.runs.directory import objective_record
+
+    @dataclass(frozen=True)
+    class Smoothed(Objective):
+        smoothing: float = 0.1
+        teacher: Any = object()  # not a plain value: left out
+
+    record = objective_record(Smoothed())
+    assert record["class"].endswith(":test_a_run_records_its_objective_with_its_plain_values.<locals>.Smoothed")
+    assert record["values"] == {"smoothing": 0.1}
+    assert Smoothed().metric == "smoothed_loss" and HalfCrossEntropy().metric == "half_cross_entropy_loss"

@@ -38,7 +38,11 @@ def test_accumulating_micro_batches_equals_one_large_batch(tmp_path) -> None:
     initial = jax.device_get(state.params)
     host = trainer.host_batch("train", position=0)
     key = trainer.step_key(0)
-    whole_step = jax.jit(functools.partial(SGDTrainer.train_step, accumulate_steps=1, sharding=trainer.sharding))
+    whole_step = jax.jit(
+        functools.partial(
+            SGDTrainer.train_step, accumulate_steps=1, sharding=trainer.sharding, objective=trainer.objective()
+        )
+    )
     whole_state, loss_1, _meta, _norm = whole_step(state, {k: v[None] for k, v in host.items()}, key)
     whole = jax.device_get(whole_state.params)
     accumulated_state, loss_k, *_ = trainer.train_step_fn()(state, trainer.device_train_batch(host), key)

@@ -157,8 +157,8 @@ class StepMetrics(ExampleTrainer):
         return state, loss, {**meta, "grad_norm_squared": grad_norm**2}, grad_norm
 
     @classmethod
-    def val_step(cls, state, batch, *, sharding):
-        loss_sum, count, meta = super().val_step(state, batch, sharding=sharding)
+    def val_step(cls, state, batch, **kwargs):
+        loss_sum, count, meta = super().val_step(state, batch, **kwargs)
         return loss_sum, count, {**meta, "valid_tokens": count}
 
 

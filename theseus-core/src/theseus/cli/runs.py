@@ -20,7 +20,7 @@ from theseus.tracking import runs as data
 
 ROOT_HELP = "Root holding runs/ (default $THESEUS_ROOT or ~/.theseus)."
 #: Configuration prefixes ``runs show`` prints (the whole file is config.yaml in the run directory).
-KEY_PREFIXES = ("training/", "architecture/", "mesh/", "metrics/sinks")
+KEY_PREFIXES = ("training/", "architecture/", "mesh/", "metrics/sinks", "objective/")
 
 
 def _root(root: Path | None) -> Path:
@@ -178,6 +178,9 @@ def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> Non
         out.append("provenance:")
         out.append(f"  job class   {provenance.get('job_class', '-')}")
         out.append(f"  model       {provenance.get('model', '-')}")
+        if objective := provenance.get("objective"):
+            values = ", ".join(f"{k}={v}" for k, v in (objective.get("values") or {}).items())
+            out.append(f"  objective   {objective['class']}" + (f" ({values})" if values else ""))
         out.append(f"  started     {provenance.get('started', '-')} on {provenance.get('host', '-')}")
         versions = provenance.get("versions") or {}
         out.append("  versions    " + ", ".join(f"{k} {v}" for k, v in versions.items() if v))

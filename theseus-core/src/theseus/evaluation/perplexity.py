@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class Perplexity(Evaluation):
-    """``exp`` of the mean per-token loss over ``batches`` batches of ``split``."""
+    """``exp`` of the targets' mean cross-entropy over ``batches`` batches of ``split`` (whatever the
+    trainer's objective: see ``BaseTrainer.validate``)."""
 
     name: ClassVar[str] = "perplexity"
 

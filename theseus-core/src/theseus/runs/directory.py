@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import importlib.metadata as metadata
 import json
@@ -131,6 +132,19 @@ def theseus_distributions() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
+def objective_record(objective: Any) -> dict[str, Any]:
+    """An objective as provenance keeps it: its class and, for a dataclass, its plain values (numbers,
+    strings, flags; a teacher model or a reference table is left out)."""
+    values = {}
+    if dataclasses.is_dataclass(objective):
+        for item in dataclasses.fields(objective):
+            value = getattr(objective, item.name)
+            if isinstance(value, (bool, int, float, str)) or value is None:
+                values[item.name] = value
+    kind = type(objective)
+    return {"class": f"{kind.__module__}:{kind.__qualname__}", "values": values}
+
+
 def provenance(
     job_key: str | None,
     job_class: type,
@@ -139,9 +153,11 @@ def provenance(
     model: type | None = None,
     tokenizer: Mapping[str, Any] | None = None,
     selection: Mapping[str, str] | None = None,
+    objective: Any = None,
 ) -> dict[str, Any]:
-    """Who and what produced this run: distributions, plugins, versions, devices, command, and the
-    model class and tokenizer spec that ``generate`` needs to rebuild the model and decode its tokens."""
+    """Who and what produced this run: distributions, plugins, versions, devices, command, the objective
+    it optimised, and the model class and tokenizer spec that ``generate`` needs to rebuild the model and
+    decode its tokens."""
     import jax
 
     from theseus.plugins.discovery import plugins
@@ -157,6 +173,7 @@ def provenance(
         "model": f"{model.__module__}:{model.__qualname__}" if model is not None else None,
         "tokenizer": dict(tokenizer) if tokenizer is not None else None,
         "selection": dict(selection) if selection is not None else None,
+        "objective": objective_record(objective) if objective is not None else None,
         "distributions": theseus_distributions(),
         "plugins": dict(sorted(registry.distributions.items())),
         "blocked_plugins": sorted(registry.blocked),

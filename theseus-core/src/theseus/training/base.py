@@ -40,6 +40,7 @@ from theseus.training import (
     memory,
     optimizer_state,
     selection,
+    step_calls,
     steps,
 )
 from theseus.training import capture as activation_capture
@@ -213,10 +214,11 @@ class BaseTrainer(Job):
         accumulate_steps: int,
         *,
         sharding: TrainerSharding,
+        objective: objectives.Objective | None = None,
         skip_nonfinite: bool = False,
     ) -> tuple[TrainState, jax.Array, dict[str, Any], jax.Array]:
-        """One update from ``batch`` arranged ``[accumulate_steps, micro_batch, ...]`` of the trainer's
-        objective (:meth:`objective`, in effect while the step is traced; cross-entropy outside).
+        """One update of ``objective`` (the trainer's :meth:`objective`: :meth:`train_step_fn` passes it) from
+        ``batch`` arranged ``[accumulate_steps, micro_batch, ...]``; without one, a TypeError.
 
         Returns ``(state, loss, metadata, grad_norm)``; ``grad_norm`` is measured before clipping.
         """
@@ -226,7 +228,7 @@ class BaseTrainer(Job):
             batch,
             key,
             accumulate_steps,
-            objective=objectives.current(),
+            objective=objective if objective is not None else step_calls.lent_objective("train_step"),
             sharding=sharding,
             skip_nonfinite=skip_nonfinite,
         )
@@ -250,10 +252,20 @@ class BaseTrainer(Job):
         return 1 if self.OBJECTIVE is None else int(self.objective().updates)
 
     @classmethod
-    def val_step(cls, state: TrainState, batch: Batch, *, sharding: TrainerSharding) -> tuple[Any, Any, dict[str, Any]]:
-        """``(loss_sum, count, metadata)`` of one batch without dropout: the objective's loss times what the
-        batch weighs (its target count for token-mean losses), and that weight."""
-        return steps.val_step(cls, state, batch, objective=objectives.current(), sharding=sharding)
+    def val_step(
+        cls,
+        state: TrainState,
+        batch: Batch,
+        *,
+        sharding: TrainerSharding,
+        objective: objectives.Objective | None = None,
+    ) -> tuple[Any, Any, dict[str, Any]]:
+        """``(loss_sum, count, metadata)`` of one batch without dropout: ``objective``'s loss (the trainer's:
+        :meth:`val_step_fn` passes it; without one, a TypeError) times what the batch weighs (its target
+        count for token-mean losses), and that weight."""
+        if objective is None:
+            objective = step_calls.lent_objective("val_step")
+        return steps.val_step(cls, state, batch, objective=objective, sharding=sharding)
 
     @classmethod
     def trace(cls, state: TrainState, batch: Batch, key: jax.Array, *, sharding: TrainerSharding) -> Any:
@@ -566,7 +578,7 @@ class BaseTrainer(Job):
     def train_step_fn(self) -> Any:
         """``fn(state, device_batch, key) -> (state, loss, meta, grad_norm, lr)``, jitted, state donated."""
         self.setup()
-        cls, sharding, shardings, goal = type(self), self.sharding, self.state_shardings, self.objective()
+        cls, sharding, shardings, objective = type(self), self.sharding, self.state_shardings, self.objective()
         options: dict[str, Any] = {"sharding": sharding}
         if self.args.skip_nonfinite:
             options["skip_nonfinite"] = True
@@ -577,8 +589,10 @@ class BaseTrainer(Job):
 
         def step(state: TrainState, batch: Batch, key: jax.Array) -> Any:
             lr = schedule(state.step)
-            with computing_in(precision), objectives.using(goal):
-                new_state, loss, meta, grad_norm = cls.train_step(state, batch, key, k, **options)
+            with computing_in(precision):
+                new_state, loss, meta, grad_norm = step_calls.call_step(
+                    cls.train_step, state, batch, key, k, objective=objective, **options
+                )
             new_state = jax.lax.with_sharding_constraint(new_state, shardings)
             return new_state, loss, meta, grad_norm, lr
 
@@ -595,11 +609,11 @@ class BaseTrainer(Job):
     def val_step_fn(self) -> Any:
         """``fn(state, device_batch) -> (loss_sum, count, meta)``, jitted, in the train step's precision."""
         self.setup()
-        cls, sharding, precision, goal = type(self), self.sharding, self.args.precision, self.objective()
+        cls, sharding, precision, objective = type(self), self.sharding, self.args.precision, self.objective()
 
         def val_step(state: TrainState, batch: Batch) -> Any:
-            with computing_in(precision), objectives.using(goal):
-                return cls.val_step(state, batch, sharding=sharding)
+            with computing_in(precision):
+                return step_calls.call_step(cls.val_step, state, batch, objective=objective, sharding=sharding)
 
         return self.compiled("val", lambda: jax.jit(val_step))
 
@@ -619,7 +633,9 @@ class BaseTrainer(Job):
 
     # -- validation ------------------------------------------------------------------------
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
-        """Mean loss per target over ``batches`` batches of ``slice``, plus averaged metadata."""
+        """The mean cross-entropy per target (``loss``) over ``batches`` batches of ``slice`` and the targets
+        counted (``tokens``), the objective's own loss under its name (``Objective.metric``) where it is
+        another, and the averaged metadata."""
         from theseus.training.metrics import scalars
 
         batches = self.args.eval_batches if batches is None else batches
@@ -631,13 +647,21 @@ class BaseTrainer(Job):
         fetched = jax.device_get(sums)
         loss_sum = sum(float(np.asarray(s[0])) for s in fetched)
         count = sum(float(np.asarray(s[1])) for s in fetched)
-        result: dict[str, Any] = {}
         metas = [scalars(s[2]) for s in fetched]
+        totals = {
+            name: sum(m.pop(name, 0.0) for m in metas) for name in (steps.OBJECTIVE_LOSS_SUM, steps.OBJECTIVE_WEIGHT)
+        }
+        result: dict[str, Any] = {}
         for name in metas[0] if metas else {}:
             values = [m[name] for m in metas if name in m]
             result[name] = float(np.mean(values))
         result["loss"] = loss_sum / count if count else float("nan")
         result["tokens"] = int(count)
+        if weight := totals[steps.OBJECTIVE_WEIGHT]:
+            objective = self.objective()
+            result[objective.metric] = totals[steps.OBJECTIVE_LOSS_SUM] / weight
+            if objective.weight_name:
+                result[objective.weight_name] = int(weight)
         return result
 
     # -- running ---------------------------------------------------------------------------

@@ -243,6 +243,7 @@ class TrainingLoop:
                 model=type(t.model),
                 tokenizer=self.run_dir.keep_tokenizer(tokenizer),
                 selection=selection.of_configuration(t.context.config),
+                objective=t.objective(),
             )
         )
         return changed

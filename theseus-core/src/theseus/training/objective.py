@@ -10,18 +10,15 @@ quantized base frozen, and repeats ``updates`` updates on one batch, whatever th
 
 A trainer declares its objective with ``OBJECTIVE`` (a run may select another registered one:
 ``objective=<name>``, components ``objective/<name>``) or builds it from its own keys in
-``objective()`` (``train/dpo``, ``train/grpo``, the distillation jobs). The objective a trainer
-declares is in effect while its step functions are traced (:func:`using`), so an override of
-``train_step`` or ``val_step`` with the reference signature runs it unchanged.
+``objective()`` (``train/dpo``, ``train/grpo``, the distillation jobs). The trainer passes it to its
+step functions as an argument, ``objective=`` (:mod:`theseus.training.step_calls`).
 
 This module imports no jax at import time: listing and ``theseus components`` stay light.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -101,6 +98,17 @@ class Objective:
 
     #: Optimizer updates taken on each batch (several: against ``Needs.old_policy``).
     updates: int = 1
+    #: What :meth:`weight_of` counts, where validation reports it beside the targets (e.g. ``"pairs"``).
+    weight_name: str | None = None
+
+    @property
+    def metric(self) -> str:
+        """The name the objective's own loss is logged under beside the targets' cross-entropy (``loss``):
+        the class name in snake case, ending in ``_loss`` (``LabelSmoothing`` logs ``label_smoothing_loss``)."""
+        import re
+
+        name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(self).__name__).lower()
+        return name if name.endswith("loss") else f"{name}_loss"
 
     @property
     def needs(self) -> Needs:
@@ -136,26 +144,6 @@ def target_count(batch: Batch) -> jax.Array:
     return jnp.sum(valid, dtype=jnp.int32)
 
 
-# -- the objective in effect ------------------------------------------------------------------
-_ACTIVE: contextvars.ContextVar[Objective | None] = contextvars.ContextVar("theseus_objective", default=None)
-
-
-@contextlib.contextmanager
-def using(objective: Objective) -> Iterator[Objective]:
-    """Make ``objective`` the one the trainer's step functions run while they are traced."""
-    token = _ACTIVE.set(objective)
-    try:
-        yield objective
-    finally:
-        _ACTIVE.reset(token)
-
-
-def current() -> Objective:
-    """The objective in effect (:func:`using`); cross-entropy outside a trainer's step functions."""
-    active = _ACTIVE.get()
-    return CrossEntropy() if active is None else active
-
-
 # -- a teacher's parameters in a batch ----------------------------------------------------------
 def with_teacher(batch: Batch, params: Any) -> dict[str, Any]:
     """``batch`` with one ``teacher/<path>`` entry per leaf of the teacher's parameters."""
@@ -189,9 +177,7 @@ __all__ = [
     "Objective",
     "Reads",
     "Scores",
-    "current",
     "split_teacher",
     "target_count",
-    "using",
     "with_teacher",
 ]

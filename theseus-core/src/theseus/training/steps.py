@@ -18,7 +18,7 @@ from theseus.base.logprobs import token_entropy, token_logps
 from theseus.base.sown import AUX_COLLECTIONS, AUX_LOSSES, AUX_METRICS, PARAM_UPDATES
 from theseus.errors import ConfigError, DataError
 from theseus.training import adapters
-from theseus.training.objective import Objective, Scores, split_teacher
+from theseus.training.objective import CrossEntropy, Objective, Scores, split_teacher, target_count
 from theseus.training.sharding import TrainerSharding
 from theseus.training.state import TrainState
 
@@ -386,16 +386,44 @@ def update(
     return new_state, loss, meta, grad_norm
 
 
+#: Validation metadata of an objective other than cross-entropy: its loss times its weight, and the weight.
+OBJECTIVE_LOSS_SUM, OBJECTIVE_WEIGHT = "objective_loss_sum", "objective_weight"
+
+
 def val_step(
     cls: Any, state: TrainState, batch: Batch, *, objective: Objective, sharding: TrainerSharding
 ) -> tuple[Any, Any, dict[str, Any]]:
-    """``(loss x weight, weight, metadata)`` of one batch without dropout: the objective's loss and
-    what the batch weighs (its target count for token-mean losses)."""
+    """``(loss x count, count, metadata)`` of one batch without dropout: the mean cross-entropy of the
+    targets that count and their count, whatever the objective, so that validation, the best checkpoint
+    and perplexity mean the same for every objective. Another objective's own loss times its weight and
+    that weight ride in the metadata (:data:`OBJECTIVE_LOSS_SUM`, :data:`OBJECTIVE_WEIGHT`). A model scored
+    by rewards has no targets: its objective's loss and weight are the pair."""
     teacher, batch = split_teacher(batch)
     with sharding.context():
-        loss, meta = objective_loss(cls, objective, state, state.params, batch, None, True, teacher)
-    count = objective.weight_of(batch)
-    return loss.astype(jnp.float32) * count, count, _without_updates(_without_intermediates(meta))
+        found, meta = scores(cls, objective, state, state.params, batch, None, True, teacher)
+        loss, metrics = objective(found, batch)
+    meta = _without_updates(_without_intermediates({**meta, **metrics}))
+    weight = objective.weight_of(batch)
+    loss_sum = loss.astype(jnp.float32) * weight
+    cross_entropy = targets_cross_entropy(objective.needs.model, found, batch)
+    if cross_entropy is None:
+        return loss_sum, weight, meta
+    count = target_count(batch)
+    if type(objective) is not CrossEntropy:
+        meta = {**meta, OBJECTIVE_LOSS_SUM: loss_sum, OBJECTIVE_WEIGHT: jnp.asarray(weight, jnp.float32)}
+    return cross_entropy.astype(jnp.float32) * count, count, meta
+
+
+def targets_cross_entropy(reads: str, found: Scores, batch: Batch) -> jax.Array | None:
+    """The mean cross-entropy of the targets that count, from what the step computed for an objective that
+    reads ``reads``: the model's own loss, the targets' log-probabilities or the full logits; None for a
+    model scored by rewards."""
+    if reads == "loss":
+        return found.loss
+    if reads == "rewards":
+        return None
+    logps = found.logps if reads == "target_logps" else token_logps(found.logits, batch["y"], batch.get("padding_mask"))
+    return -jnp.sum(logps) / jnp.maximum(target_count(batch), 1)
 
 
 def trace(cls: Any, state: TrainState, batch: Batch, key: jax.Array, *, sharding: TrainerSharding) -> Any:

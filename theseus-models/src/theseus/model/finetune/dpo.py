@@ -42,7 +42,6 @@ from theseus.runs.layout import run_path
 from theseus.training import adapters
 from theseus.training.base import Batch
 from theseus.training.flywheel.strategy import Sampling
-from theseus.training.state import TrainState
 
 
 @dataclass
@@ -99,11 +98,6 @@ class DPOTrainer(SFTTrainer):
             return
         super().setup()
         check_pairs(self)
-
-    def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
-        result = super().validate(state, batches, slice)
-        result["pairs"] = result.pop("tokens")
-        return result
 
     # -- the reference -------------------------------------------------------------------------
     def reference_params(self) -> Any:

@@ -75,6 +75,8 @@ class Preference(Objective):
             reference = batch["reference_logps"]
         return preference_loss(self, logps, counts, reference)
 
+    weight_name = "pairs"
+
     def weight_of(self, batch: Batch) -> jax.Array:
         """A micro-batch weighs its number of pairs (the loss is a mean over pairs)."""
         return jnp.asarray(batch["x"].shape[0] // 2, jnp.float32)

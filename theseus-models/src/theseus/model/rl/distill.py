@@ -38,6 +38,7 @@ from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer
 from theseus.training.base import Batch
 from theseus.training.objective import Needs, Objective, Scores, with_teacher
 from theseus.training.state import TrainState
+from theseus.training.steps import OBJECTIVE_LOSS_SUM, OBJECTIVE_WEIGHT
 
 
 @dataclass
@@ -216,12 +217,13 @@ class OnPolicyDistillTrainer(Distillation, GRPOTrainer):  # type: ignore[misc]  
 
     def _divergence(self, state: TrainState, rows: Mapping[str, np.ndarray], count: int) -> tuple[float, float]:
         """The divergence from the teacher over the completions of ``rows`` (``count`` rows per pass) and
-        the number of positions it is taken at."""
+        the number of positions it is taken at (the objective's loss and weight of validation's metadata)."""
         fn = self.val_step_fn()
         sums = []
         for start in range(0, len(rows["x"]), count):
             chunk = {name: value[start : start + count] for name, value in rows.items()}
-            sums.append(fn(state, with_teacher(self.sharding.put_global(chunk), self.teacher_params()))[:2])
+            meta = fn(state, with_teacher(self.sharding.put_global(chunk), self.teacher_params()))[2]
+            sums.append((meta[OBJECTIVE_LOSS_SUM], meta[OBJECTIVE_WEIGHT]))
         fetched = jax.device_get(sums)
         positions = sum(float(n) for _, n in fetched)
         return sum(float(total) for total, _ in fetched) / max(positions, 1.0), positions
