@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from theseus.cli.main import main
+from theseus.errors import PluginError
 from theseus.plugins import reset
 from theseus.registry import Registry
 
@@ -173,3 +174,20 @@ def test_a_bad_notice_bound_warns_once_and_keeps_the_default(
     assert capsys.readouterr().err == (
         "warning: THESEUS_PLUGIN_IMPORT_NOTICE_S='two-ish' is not a number of seconds; using 2\n"
     )
+
+
+@pytest.mark.parametrize("order", [("theseus-core", "claimer"), ("claimer", "theseus-core")])
+def test_a_plugin_cannot_take_a_built_in_job_name(order: tuple[str, ...]) -> None:
+    registry = Registry()
+    for dist in order:
+        registry.add_job("train/pretrain", f"{dist.replace('-', '_')}:Trainer", distribution=dist, version="1")
+    assert registry.job("train/pretrain").distribution == "theseus-core"  # not "provided by both": runnable
+    assert registry.conflict_warnings() == [
+        "job 'train/pretrain' is provided by both claimer and theseus-core; theseus-core's (theseus_core:Trainer) "
+        "is used; to silence this, uninstall claimer or block it with THESEUS_BLOCK_PLUGINS=claimer"
+    ]
+    plugins_only = Registry()  # two plugins claiming one new name: neither runs
+    for dist in ("alpha", "zeta"):
+        plugins_only.add_job("x/job", f"{dist}:Job", distribution=dist, version="1")
+    with pytest.raises(PluginError, match=r"job 'x/job' is provided by both alpha \(alpha:Job\) and zeta"):
+        plugins_only.job("x/job")

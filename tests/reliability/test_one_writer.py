@@ -46,3 +46,22 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_run(tmp_path: Path
     # the kernel released the killed holder's lock: the run trains
     done = run_cli([*args, "architecture/vocab_size=257", "training/steps=2", "training/progress=false"])
     assert done.returncode == 0, done.stderr
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_its_target_kept(tmp_path: Path) -> None:
+    victim, other = tmp_path / "victim.txt", tmp_path / "other.txt"
+    victim.write_text("precious\n")
+    other.write_text("also precious\n")
+    args = ["--load", str(JOB_FILE), "run", "test/tiny/train", "--root", str(tmp_path)]
+    options = ["architecture/vocab_size=257", "training/steps=2", "training/progress=false"]
+    for name, make in (("soft", lambda lock: lock.symlink_to(victim)), ("hard", lambda lock: lock.hardlink_to(other))):
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        make(run / "lock")
+        done = run_cli([*args, f"run/name={name}", *options])
+        assert done.returncode == 2, done.stderr
+        line = done.stderr.strip()
+        assert line.count("\n") == 0 and "Traceback" not in line, done.stderr
+        assert line.startswith(f"error: the run's lock file {run / 'lock'} is a ")
+        assert line.endswith("and run again")
+    assert victim.read_text() == "precious\n" and other.read_text() == "also precious\n"

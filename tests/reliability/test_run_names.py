@@ -18,20 +18,22 @@ BAD = {
     "..": "is not a folder name",
     ".": "is not a folder name",
     "-x": "starts with '-'",
-    "x" * 300: f"is 300 characters long (at most {MAX_RUN_NAME})",
+    "x" * 300: f"is 300 bytes long in UTF-8 (at most {MAX_RUN_NAME})",
+    "\U0001f600"
+    * MAX_RUN_NAME: f"is {4 * MAX_RUN_NAME} bytes long in UTF-8 (at most {MAX_RUN_NAME})",  # 128 characters
     "tab\there": "contains a control character",
 }
 
 
 def test_run_names_are_folder_names() -> None:
-    for name in ("my-run-1", "lr=3e-4", "run.v2_final", "x" * MAX_RUN_NAME, "ünïcode"):
+    for name in ("my-run-1", "lr=3e-4", "run.v2_final", "x" * MAX_RUN_NAME, "ünïcode", "\U0001f600" * 32):
         assert check_run_name(name) == name
     for name, problem in BAD.items():
         with pytest.raises(ConfigError, match=re.escape(problem)):
             run_path("/root", name)
 
 
-@pytest.mark.parametrize("name", ["/tmp/elsewhere", "..", ".", "-x", "x" * 300])
+@pytest.mark.parametrize("name", ["/tmp/elsewhere", "..", ".", "-x", "x" * 300, "\U0001f600" * MAX_RUN_NAME])
 def test_a_bad_run_name_is_one_line_and_writes_nothing(tmp_path: Path, name: str) -> None:
     root = tmp_path / "root"
     done = run_cli(["run", "train/pretrain", f"run/name={name}", "--root", str(root)])

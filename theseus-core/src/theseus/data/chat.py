@@ -262,6 +262,8 @@ def read_json_object(path: Path) -> dict[str, Any]:
     or holds anything but an object."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError as exc:
+        raise DataError(f"{path} is not readable JSON (nested deeper than a parser follows)") from exc
     except (OSError, ValueError) as exc:
         raise DataError(f"{path} is not readable JSON ({exc})") from exc
     if not isinstance(data, dict):

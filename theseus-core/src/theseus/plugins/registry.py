@@ -175,15 +175,15 @@ class Registry:
             return
         providers = self.conflicts.setdefault(label, [existing])
         providers.append(entry)
-        if entry.kind != "job" and precedence(entry) < precedence(existing):
-            table[key] = entry  # a component name keeps one provider, whatever the discovery order
+        if _has_winner(providers) and precedence(entry) < precedence(existing):
+            table[key] = entry  # the name keeps one provider, whatever the discovery order
 
     def conflict_warnings(self) -> list[str]:
         """One line per name that several distributions provide, saying what is used."""
         lines = []
         for label, providers in self.conflicts.items():
             names = _and(sorted({p.distribution for p in providers}))
-            if providers[0].kind == "job":
+            if not _has_winner(providers):
                 lines.append(f"{label} is provided by both {names}; it cannot be used until one is removed")
                 continue
             winner = min(providers, key=precedence)  # what _insert kept: the first of the lowest
@@ -196,9 +196,10 @@ class Registry:
 
     # -- lookup -----------------------------------------------------------------
     def _check_conflict(self, label: str) -> None:
-        """A job several distributions provide cannot be run (a component name has a winner)."""
+        """A job several plugin distributions provide cannot be run (a component name, and a job name that
+        theseus itself provides, has a winner)."""
         providers = self.conflicts.get(label)
-        if providers:
+        if providers and not _has_winner(providers):
             names = " and ".join(sorted({f"{p.distribution} ({p.target})" for p in providers}))
             raise PluginError(
                 f"{label} is provided by both {names}; uninstall one, or block one with {BLOCK_ENV}=<distribution>"
@@ -241,6 +242,12 @@ class Registry:
 
     def components_of(self, kind: str | None = None) -> list[Entry]:
         return [e for (k, _), e in sorted(self.components.items()) if kind is None or k == kind]
+
+
+def _has_winner(providers: list[Entry]) -> bool:
+    """Whether a name several distributions provide keeps one of them: always for a component; for a job,
+    when theseus provides it (a plugin cannot take a built-in job's name), else none is run."""
+    return providers[0].kind != "job" or any(precedence(p)[0] == 0 for p in providers)
 
 
 def precedence(entry: Entry) -> tuple[int, str]:

@@ -51,15 +51,15 @@ def check_run_name(name: str) -> str:
         problem = "contains a path separator"
     elif name.startswith("-"):
         problem = "starts with '-'"
-    elif len(name) > MAX_RUN_NAME:
-        problem = f"is {len(name)} characters long (at most {MAX_RUN_NAME})"
+    elif len(name.encode("utf-8", "surrogateescape")) > MAX_RUN_NAME:  # file systems count bytes
+        problem = f"is {len(name.encode('utf-8', 'surrogateescape'))} bytes long in UTF-8 (at most {MAX_RUN_NAME})"
     elif any(ord(char) < 32 or char == "\x7f" for char in name):
         problem = "contains a control character"
     if problem is not None:
         shown = name if len(name) <= 40 else name[:37] + "..."
         raise ConfigError(
             f"run/name={shown!r} {problem}; a run name is one folder name under <root>/runs, "
-            f"such as my-run-1 (no '/', not '.' or '..', no leading '-', at most {MAX_RUN_NAME} characters)"
+            f"such as my-run-1 (no '/', not '.' or '..', no leading '-', at most {MAX_RUN_NAME} bytes in UTF-8)"
         )
     return name
 

@@ -9,6 +9,7 @@ message a second writer gets. :func:`holder` asks, without waiting, whether a pr
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import platform
@@ -34,7 +35,7 @@ class RunLock:
         """Take the lock; ConfigError naming the holder when another process writes this run."""
         import fcntl
 
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_own(self.path)
         deadline = time.monotonic() + PROBE_GRACE
         while True:
             try:
@@ -71,6 +72,30 @@ class RunLock:
             self._fd = None
 
 
+def _open_own(path: Path) -> int:
+    """The lock file opened for writing, created if absent: never through a symbolic link, and only a
+    regular file no other name shares (a link to another file would have it truncated). Anything else is
+    one ConfigError naming the file."""
+    import stat
+
+    problem = "is a symbolic link"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+    else:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+            return fd
+        os.close(fd)
+        problem = "is not a regular file" if not stat.S_ISREG(info.st_mode) else "is a hard link to another file"
+    raise ConfigError(
+        f"the run's lock file {path} {problem}, which theseus never makes; remove that name (rm {path}: "
+        "what it points to is left alone) and run again"
+    )
+
+
 def _record(fd: int) -> dict[str, Any]:
     """The holder record in the lock file (empty when there is none or it is unreadable)."""
     try:
@@ -94,7 +119,7 @@ def _probe(path: Path) -> tuple[bool | None, dict[str, Any]]:
     import fcntl
 
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return False, {}
     except OSError:

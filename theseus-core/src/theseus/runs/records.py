@@ -52,7 +52,7 @@ def read_json(path: Path) -> dict[str, Any]:
     """A JSON object; empty when missing or unreadable."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # nested past the parser's depth: unreadable too
         return {}
     return data if isinstance(data, dict) else {}
 

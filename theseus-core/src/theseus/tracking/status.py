@@ -52,13 +52,54 @@ def _finite(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
+#: The largest ``status.json`` a reader takes: a record is a few hundred bytes.
+STATUS_BYTES = 1 << 20
+#: What each field of a record may hold: anything else is dropped when it is read (a hand-edited or
+#: hostile record must not break ``theseus runs`` for the whole root).
+_COUNTS = ("step", "total_steps", "tokens", "tokens_per_step", "checkpoint", "pid")
+_TIMES = ("updated", "started")
+_SECONDS = ("wall_time", "eta_seconds")
+_TEXTS = ("job", "state", "error", "host", "process_start", "name")
+_LARGEST_COUNT = 2**63 - 1
+_LATEST_TIME = 253402300799.0  # 9999-12-31T23:59:59 UTC, the last second datetime can show
+_TEXT_CHARS = 2000
+
+
+def printable(text: str, limit: int = _TEXT_CHARS) -> str:
+    """``text`` safe for a terminal line: control characters (escape sequences, newlines) shown as
+    ``\\xNN`` escapes, at most ``limit`` characters."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: limit + 1])
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def _checked(name: str, value: Any) -> Any:
+    """``value`` if field ``name`` may hold it, else None."""
+    if name in _COUNTS:
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _LARGEST_COUNT
+        return value if ok else None
+    if name in _TIMES or name in _SECONDS or name in ("best_val_loss", "last_val_loss"):
+        number = _finite(value) if not isinstance(value, bool) else None
+        if number is None or (name in _TIMES and not 0 <= number <= _LATEST_TIME) or (name in _SECONDS and number < 0):
+            return None
+        return number
+    if name in _TEXTS:
+        return printable(value) if isinstance(value, str) else None
+    return value
+
+
 def read_status(run_dir: Path) -> dict[str, Any] | None:
-    """The raw ``status.json`` of a run directory (None when missing or unreadable)."""
+    """The ``status.json`` of a run directory, each known field of its type and range or dropped, text
+    made printable (None when missing, unreadable, too large or not a JSON object)."""
+    path = Path(run_dir) / STATUS_FILE
     try:
-        record = json.loads((Path(run_dir) / STATUS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        with open(path, "rb") as handle:
+            raw = handle.read(STATUS_BYTES + 1)
+        record = json.loads(raw.decode("utf-8")) if len(raw) <= STATUS_BYTES else None
+    except (OSError, ValueError, RecursionError):
         return None
-    return record if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    return {name: _checked(name, value) for name, value in record.items() if _checked(name, value) is not None}
 
 
 def process_alive(record: Mapping[str, Any], now: float | None = None) -> bool:
