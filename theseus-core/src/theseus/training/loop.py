@@ -21,14 +21,14 @@ import numpy as np
 from theseus.base.failures import resource_error
 from theseus.base.killpoints import kill_point
 from theseus.config import configuration
-from theseus.errors import ConfigError, PluginError
+from theseus.errors import ConfigError, DataError, PluginError
 from theseus.runs.directory import RunDirectory, provenance
 from theseus.runs.lock import RunLock
 from theseus.tracking.plots import CurvePlotter
 from theseus.tracking.sinks import open_sinks, selected_sinks
 from theseus.tracking.status import StatusRecorder, ending, record_ending
 from theseus.training import callbacks as cb
-from theseus.training import datacheck, selection
+from theseus.training import datacheck, selection, steps
 from theseus.training.checkpointing import LazyCheckpointStore
 from theseus.training.collector import rare_collections
 from theseus.training.divergence import LossWatch, non_finite, too_many_skipped
@@ -39,6 +39,10 @@ from theseus.training.protocol import Trainer
 from theseus.training.throughput import known_peak_flops, measured_peak, mfu
 
 MEASURED_LATER = "peak FLOP/s measured after the first update (float32 matmul)"
+
+
+#: Updates in a row whose batches hold no target (every ``y`` masked) after which a run is refused.
+EMPTY_STEPS_LIMIT = 16
 
 
 @dataclass
@@ -440,6 +444,7 @@ class TrainingLoop:
         self.stopping: str | None = None
         self.watch = LossWatch(resume_step=self.args.resume_step)
         self.skipped_in_a_row = 0
+        self.empty_in_a_row, self.first_step = 0, start
         if start > 0:
             self.watch.saved(start)
         self.callbacks = callbacks = self._callbacks(store, added)
@@ -495,6 +500,7 @@ class TrainingLoop:
         loss, grad_norm, meta, lr = jax.device_get((pending.loss, pending.grad_norm, pending.meta, pending.lr))
         loss, grad_norm, lr = float(np.asarray(loss)), float(np.asarray(grad_norm)), float(np.asarray(lr))
         meta_scalars = scalars(meta)
+        self._count_learned(meta_scalars.pop(steps.TARGETS, None), pending.step)
         skipped = int(meta_scalars.get("skipped", 0))
         self.skipped += skipped
         self.skipped_in_a_row = self.skipped_in_a_row + 1 if skipped else 0
@@ -550,6 +556,20 @@ class TrainingLoop:
                 self.display.message(f"step {step}/{self.args.steps}  {stats}")
         if first:
             self.window_start = time.perf_counter()
+
+    def _count_learned(self, targets: float | None, step: int) -> None:
+        """Refuse a run whose updates learn from nothing: :data:`EMPTY_STEPS_LIMIT` updates in a row (or
+        every update of a shorter invocation) whose batches hold no target at all."""
+        if targets is None:
+            return
+        self.empty_in_a_row = self.empty_in_a_row + 1 if targets == 0 else 0
+        limit = max(1, min(EMPTY_STEPS_LIMIT, self.stop - self.first_step))
+        if self.empty_in_a_row >= limit:
+            raise DataError(
+                f"updates {step - self.empty_in_a_row + 1}-{step} learned from nothing: every target of their "
+                "batches is masked (y = -1); for chat data the rows end before the assistant's turn (raise "
+                "training/sequence_length or shorten the prompts) or the template has no assistant turn"
+            )
 
     def request_stop(self, reason: str) -> None:
         """A callback's ``info.stop()``: the first reason given is the one shown."""

@@ -285,7 +285,8 @@ def train_step(
     update leaves out, see :func:`holding_out`). Several updates take the first at the batch's own
     log-probabilities and the later ones against those of the policy that sampled it; ``state.step``
     counts batches, and the loss, metrics and gradient norm are the updates' means (``skipped``:
-    whether any update was skipped). A teacher's parameters in the batch (:func:`with_teacher`) are
+    whether any update was skipped; :data:`TARGETS`: the batch's count of targets). A teacher's
+    parameters in the batch (:func:`with_teacher`) are
     taken out before it is split into micro-batches."""
     teacher, batch = split_teacher(batch)
     held_out = getattr(cls, "HELD_OUT", None)
@@ -296,8 +297,10 @@ def train_step(
 
         return holding_out(held_out, run, current)
 
+    learned = {TARGETS: target_count(batch)} if "y" in batch and objective.needs.model != "rewards" else {}
     if objective.updates == 1:
-        return once(state, batch, key)
+        new_state, loss, meta, grad_norm = once(state, batch, key)
+        return new_state, loss, {**meta, **learned}, grad_norm
     if objective.needs.old_policy:
         batch = {**batch, "old_logps": old_policy_logps(state, batch, sharding)}
 
@@ -308,7 +311,7 @@ def train_step(
     keys = jax.random.split(key, objective.updates)
     new_state, (losses, metas, norms) = jax.lax.scan(body, state, keys)
     meta = {name: jnp.max(v) if name == "skipped" else jnp.mean(v, axis=0) for name, v in metas.items()}
-    return new_state.replace(step=state.step + 1), jnp.mean(losses), meta, jnp.mean(norms)
+    return new_state.replace(step=state.step + 1), jnp.mean(losses), {**meta, **learned}, jnp.mean(norms)
 
 
 def update(
@@ -386,6 +389,9 @@ def update(
     return new_state, loss, meta, grad_norm
 
 
+#: Training metadata: the targets (``y != -1``, not padding) of the update's whole batch, which the loop
+#: reads to refuse a run that learns from nothing (:data:`theseus.training.loop.EMPTY_STEPS_LIMIT`).
+TARGETS = "targets"
 #: Validation metadata of an objective other than cross-entropy: its loss times its weight, and the weight.
 OBJECTIVE_LOSS_SUM, OBJECTIVE_WEIGHT = "objective_loss_sum", "objective_weight"
 
