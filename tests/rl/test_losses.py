@@ -488,15 +488,17 @@ def test_the_trainers_objective_takes_the_rl_keys(keys: dict[str, Any]) -> None:
     same names on a stale rollout (its ``sampling_logps``)."""
     from theseus.config import configuration, configure
     from theseus.model.rl.episodes import Limits
+    from theseus.model.rl.rollout_source import RolloutConfig
     from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer
     from theseus.training.objective import Scores
 
     with configuration({"rl/max_new_tokens": WIDTH, "rl/epsilon_low": EPSILON_LOW} | keys):
-        config = configure(GRPOConfig)
+        config, rollouts = configure(GRPOConfig), configure(RolloutConfig)
     config.check_policy_loss(config.loss, config.epsilon_high)
     single_turn = SimpleNamespace(STOP=())
-    limits = Limits(config.max_new_tokens, config.max_turns, config.max_episode_tokens, 2 * WIDTH)
-    trainer = SimpleNamespace(args=config, lora_rank=0, limits=limits, environment=single_turn)
+    limits = Limits(rollouts.max_new_tokens, rollouts.max_turns, rollouts.max_episode_tokens, 2 * WIDTH)
+    source = SimpleNamespace(limits=limits, environment=single_turn)
+    trainer = SimpleNamespace(args=config, lora_rank=0, rollout_source=source)
     objective = GRPOTrainer.objective(trainer)  # type: ignore[arg-type]
     batch = rollout(5)
     device_batch = {

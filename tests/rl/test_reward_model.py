@@ -177,26 +177,27 @@ def test_grpo_mixes_the_learned_reward_with_a_rule_reward(
     settings = [
         *TINY_GPT,
         "architecture/vocab_size=257",
-        "architecture/block_size=64",
-        "training/sequence_length=64",
+        "architecture/block_size=256",  # room for an arithmetic prompt and its answer
+        "training/sequence_length=256",
         "environment=arithmetic",
         "rl/rewards=model:1.0,format:0.5",
         "reward/model/run=run:judge",
         "run/name=judged",
     ]
     grpo = GRPOTrainer.create(root, settings)
-    assert grpo.weights == {"model": 1.0, "format": 0.5}
+    assert isinstance(grpo, GRPOTrainer)
+    source = grpo.rollout_source
+    assert source.weights == {"model": 1.0, "format": 0.5}
     prompts = [Prompt("Q: red tea\nA: ", {"answer": "1"})] * 2
     completions = ["sure <answer>1</answer>", "nope map"]
-    with configuration(grpo.context.config):
-        total, per_reward = grpo.environment.score(prompts, completions, grpo.weights)
+    with configuration(source.config):
+        total, per_reward = source.environment.score(prompts, completions, source.weights)
     learned = per_reward["model"]
     assert per_reward["format"] == [1.0, 0.0]
     assert total == pytest.approx([learned[0] + 0.5, learned[1]], abs=1e-9)
     assert learned[0] > learned[1]
     # a reward run that is not there fails before any rollout, in one line; a plan (set-up alone) reads no run
-    room = ["architecture/block_size=256", "training/sequence_length=256"]  # an arithmetic prompt and its answer
-    unknown = [*settings[:-2], *room, "reward/model/run=run:jduge", "run/name=misjudged"]
+    unknown = [*settings[:-2], "reward/model/run=run:jduge", "run/name=misjudged"]
     misjudged = GRPOTrainer.create(root, unknown)
     misjudged.setup()
     with pytest.raises(ConfigError, match=r"^reward/model/run=run:jduge: no run 'jduge' under .*available: judge"):

@@ -1,10 +1,10 @@
 """Distillation: a student learns the token distributions of a teacher (``distill/teacher``).
 
-* ``train/distill``, on-policy (GKD, Agarwal et al. 2024): ``GRPOTrainer`` with the policy loss
-  replaced. Each update the student samples ``rl/group_size`` completions of each of
-  ``training/batch_size / rl/group_size`` prompts of an environment (GRPO's rollouts: the KV-cache
-  decoder on the run's mesh, ``rl/max_new_tokens``, ``rl/temperature``, ``rl/top_p``; the rewards are
-  scored and logged, never trained on), and the loss is the generalized Jensen-Shannon
+* ``train/distill``, on-policy (GKD, Agarwal et al. 2024): a ``RolloutTrainer``, as ``GRPOTrainer`` is,
+  with a divergence for its loss. Each update the student samples ``rl/group_size`` completions of each
+  of ``training/batch_size / rl/group_size`` prompts of an environment (its ``RolloutSource``, as GRPO's:
+  the KV-cache decoder on the run's mesh, ``rl/max_new_tokens``, ``rl/temperature``, ``rl/top_p``; the
+  rewards are scored and logged, never trained on), and the loss is the generalized Jensen-Shannon
   divergence (``distill/beta``) between the student's and the teacher's distributions at the
   completions' positions (``theseus.model.rl.loss.generalized_jsd``); GRPO's policy-loss keys are not
   this job's.
@@ -32,9 +32,10 @@ import numpy as np
 from theseus.config import field
 from theseus.model.finetune.trainer import SFTConfig, SFTTrainer
 from theseus.model.rl.loss import forward_kl, generalized_jsd
+from theseus.model.rl.rollout_source import RolloutConfig
+from theseus.model.rl.rollout_trainer import RolloutTrainer
 from theseus.model.rl.rollouts import reward_means, rollout_metrics
 from theseus.model.rl.teacher import TEACHER_KEY, Teacher, check_student, open_teacher
-from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer
 from theseus.training.base import Batch
 from theseus.training.objective import Needs, Objective, Scores, with_teacher
 from theseus.training.state import TrainState
@@ -54,9 +55,9 @@ class DistillConfig(SFTConfig):
 
 
 @dataclass
-class OnPolicyDistillConfig(DistillConfig, GRPOConfig):
-    """On-policy distillation: GRPO's rollouts (``rl/group_size``, ``rl/max_new_tokens``, ``rl/temperature``,
-    ``rl/top_p``; ``rl/rewards`` are scored and logged) and the generalized JSD to the teacher."""
+class OnPolicyDistillConfig(DistillConfig):
+    """On-policy distillation: the teacher, the temperature and the generalized JSD's mixture weight (the
+    rollouts' keys: ``DistillRolloutConfig``)."""
 
     distill_beta: float = field(
         "distill/beta",
@@ -65,27 +66,13 @@ class OnPolicyDistillConfig(DistillConfig, GRPOConfig):
         max=1.0,
         help="generalized JSD's mixture weight: 0 = KL(teacher||student), 1 = KL(student||teacher)",
     )
+
+
+@dataclass
+class DistillRolloutConfig(RolloutConfig):
+    """The rollouts of on-policy distillation: one completion per prompt by default (no group is compared)."""
+
     group_size: int = field("rl/group_size", default=1, min=1, help="completions per prompt")
-    # GRPO's policy loss and reward-driven sampling, which distillation has not: plain values, not keys
-    loss: str = "grpo"
-    importance_sampling: str = "token"
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.2
-    beta: float = 0.0
-    scale_rewards: bool = True
-    updates: int = 1
-    dynamic_sampling: bool = False
-    resample_rounds: int = 1
-    sapo_temperature_pos: float = 1.0
-    sapo_temperature_neg: float = 1.05
-    vespo_k_pos: float = 2.0
-    vespo_lambda_pos: float = 3.0
-    vespo_k_neg: float = 3.0
-    vespo_lambda_neg: float = 2.0
-    sampling_correction: bool = False
-    sampling_correction_mode: str = "sequence_mask"
-    sampling_correction_max: float | None = 3.0
-    sampling_correction_min: float | None = None
 
 
 # -- the loss -------------------------------------------------------------------------------------
@@ -187,13 +174,15 @@ class OfflineDistillTrainer(Distillation):
     distributions at every target. Subclass it to change the model or the data, as with ``SFTTrainer``."""
 
 
-class OnPolicyDistillTrainer(Distillation, GRPOTrainer):  # type: ignore[misc]  # a divergence, not GRPO's policy loss
+class OnPolicyDistillTrainer(Distillation, RolloutTrainer):
     """On-policy distillation (GKD) of ``MODEL`` on the prompts of ``ENVIRONMENT`` (``environment=``
-    selects another): GRPO's rollouts of the student, the teacher's distributions on them."""
+    selects another): the student's rollouts (a ``RolloutSource``, as GRPO's), the teacher's distributions
+    on them."""
 
     CONFIG: ClassVar[type] = OnPolicyDistillConfig
+    ROLLOUTS: ClassVar[type[RolloutConfig]] = DistillRolloutConfig
 
-    def objective(self) -> Divergence:  # type: ignore[override]  # a divergence, not GRPO's policy loss
+    def objective(self) -> Divergence:
         """The generalized JSD to the teacher (``distill/beta``) at ``distill/temperature``."""
         a: OnPolicyDistillConfig = self.args
         return Divergence(self.teacher.model, "jsd", float(a.distill_beta), float(a.distill_temperature))
@@ -208,9 +197,9 @@ class OnPolicyDistillTrainer(Distillation, GRPOTrainer):  # type: ignore[misc]  
         if batches * count == 0:
             return {"loss": float("nan"), "tokens": 0.0}
         done = self.eval_rollouts(state, batches, count)
-        rows = self._arrange(done.prompts, done.completions, done.masks)
+        rows = self.rollout_source.arrange(done)
         loss, positions = self._divergence(state, rows, count)
-        result: dict[str, Any] = {"loss": loss, **reward_means(done, self.environment)}
+        result: dict[str, Any] = {"loss": loss, **reward_means(done, self.rollout_source.environment)}
         result["completion_length"] = float(np.mean(rows["completion_length"]))
         result["tokens"] = positions
         return result
@@ -231,6 +220,7 @@ class OnPolicyDistillTrainer(Distillation, GRPOTrainer):  # type: ignore[misc]  
 
 __all__ = [
     "DistillConfig",
+    "DistillRolloutConfig",
     "Distillation",
     "Divergence",
     "OfflineDistillTrainer",

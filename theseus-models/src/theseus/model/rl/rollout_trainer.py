@@ -1,0 +1,175 @@
+"""``RolloutTrainer``: what the on-policy trainers (``train/grpo``, ``train/distill``) share. Each holds a
+``RolloutSource`` built at set-up from its keys (``ROLLOUTS``) and learns from batches of its rollouts:
+every step the source samples with the current parameters, and the rows it arranges carry the rollout's
+metrics (rewards, lengths, turns, timing); a subclass adds what its objective reads (``rollout_rows``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from theseus.config import configuration, configure
+from theseus.errors import ConfigError
+from theseus.model.finetune.trainer import SFTTrainer
+from theseus.model.rl.prompts import policy_text
+from theseus.model.rl.rollout_source import RolloutConfig, RolloutSource, Sampled
+from theseus.model.rl.rollouts import LOGGED, Rollouts
+from theseus.rl.environment import Environment
+from theseus.rl.selection import declared_environment
+from theseus.training import declarations
+from theseus.training.base import Batch
+from theseus.training.state import TrainState
+
+
+class RolloutTrainer(SFTTrainer):
+    """Training of ``MODEL`` on the policy's own scored rollouts of ``ENVIRONMENT`` (``environment=``
+    selects another), their keys those of ``ROLLOUTS``."""
+
+    DATASET: ClassVar[Any] = []
+    ENVIRONMENT: ClassVar[Any] = "arithmetic"
+    ROLLOUTS: ClassVar[type[RolloutConfig]] = RolloutConfig
+    PLOTTED: ClassVar[Sequence[str]] = ("reward",)
+
+    def __init__(self, context: Any) -> None:
+        super().__init__(context)
+        self._source: RolloutSource | None = None
+        self._rollout_ended: float | None = None  # perf_counter() when the last rollout was ready
+
+    @classmethod
+    def config(cls) -> list[type]:
+        """The trainer's keys and the rollouts' (``RolloutConfig.declarations``)."""
+        return declarations.unique([*super().config(), *cls.ROLLOUTS.declarations(declared_environment(cls))])
+
+    def resample_rounds(self) -> int:
+        """Refill rounds of dynamic sampling at most per step (0: none)."""
+        return 0
+
+    def setup(self) -> None:
+        if self._ready:
+            return
+        super().setup()
+        if self.accumulate_steps > 1:
+            raise ConfigError(
+                f"{type(self).__qualname__} takes one update per batch of rollouts; leave training/micro_batch_size "
+                "unset (gradient accumulation is not supported yet)"
+            )
+        if self._source is None:
+            self._source = self._new_source()
+        else:  # set up again (reconfigure): the same rollouts, decoded by the model as now configured
+            self._source.model, self._source.sharding = self.model, self.sharding
+
+    def _new_source(self) -> RolloutSource:
+        """The source of the run's keys: its environment, and the text of the policy's starting point."""
+        with configuration(self.context.config):
+            settings = configure(self.ROLLOUTS)
+            environment: Environment = configure(declared_environment(type(self)))
+        tokenizer_spec = self.init_source.tokenizer if self.init_source is not None else None
+        text = policy_text(str(self.args.init_from or ""), self.context.root, tokenizer_spec, settings.chat)
+        vocab = int(self.setting("architecture/vocab_size", 0) or 0)
+        if vocab < text.tokenizer.vocab_size:
+            named = "byte tokenizer's" if text.tokenizer.spec.get("kind") == "byte" else "tokenizer's"
+            raise ConfigError(
+                f"architecture/vocab_size={vocab} is smaller than the {named} {text.tokenizer.vocab_size}; "
+                f"set architecture/vocab_size={text.tokenizer.vocab_size} or more"
+            )
+        return RolloutSource(
+            settings,
+            environment,
+            text,
+            self.model,
+            self.sharding,
+            self.sequence_length,
+            completions=self.args.batch_size,
+            seed=self.args.seed,
+            config=self.context.config,
+            resample_rounds=self.resample_rounds(),
+        )
+
+    @property
+    def rollout_source(self) -> RolloutSource:
+        """The source of this trainer's rollouts (set up first)."""
+        self.setup()
+        assert self._source is not None
+        return self._source
+
+    def prepare_to_run(self) -> None:
+        """The rewards load what they need before the first rollout (``RolloutSource.prepare``)."""
+        super().prepare_to_run()
+        self.rollout_source.prepare()
+
+    def tokenizer(self) -> Any:
+        """The policy's tokenizer: the source's (``training/init_from``), else the byte tokenizer."""
+        return self.rollout_source.text.tokenizer
+
+    def chat_template(self) -> dict[str, str] | None:
+        """The template of ``rl/chat``, kept in this run's folder too (``generate/chat=true`` uses it)."""
+        return self.rollout_source.chat_template()
+
+    # -- rollouts -------------------------------------------------------------------------------
+    def batch(self, slice: str = "train") -> Batch:
+        """The rollouts of the current step: prompts of the environment, completions of the policy."""
+        if slice != "train":
+            raise ConfigError(f"{type(self).__qualname__} validates by generating; it has no {slice!r} batches")
+        return self.rollouts(self.position("train"))
+
+    def rollouts(self, step: int) -> dict[str, np.ndarray]:
+        """Generate, score and arrange the completions of step ``step``; this process's rows. Every
+        process generates and scores the whole batch (the decoder splits its rows over the mesh) and
+        keeps its share, so a group's completions are seen together."""
+        source = self.rollout_source
+        if self.state is not None:  # the previous update done, so its time is not counted as the rollout's
+            jax.block_until_ready(self.state.params)
+        began = time.perf_counter()
+        update_seconds = began - self._rollout_ended if self._rollout_ended is not None else 0.0
+        if self.state is None:
+            self.state = self.init_state()
+        sampled = source.sample(self.state.params, step)
+        batch = self.rollout_rows(sampled, step)
+        self._rollout_ended = time.perf_counter()
+        seconds = self._rollout_ended - began
+        generated = sum(sum(m) for m in sampled.rollouts.masks)
+        rows = len(sampled.rollouts.rewards)
+
+        def column(value: float) -> np.ndarray:
+            return np.full(rows, value, np.float32)
+
+        batch.update(
+            rollout_seconds=column(seconds),
+            rollout_tokens_per_s=column(generated / max(seconds, 1e-9)),
+            update_seconds=column(update_seconds),
+            rollout_share=column(seconds / (seconds + update_seconds)),
+            groups_dropped=column(sampled.dropped),
+            reward_errors=column(sampled.reward_errors),
+        )
+        first = self.sharding.feed_index * self.batch_rows
+        return {name: value[first : first + self.batch_rows] for name, value in batch.items()}
+
+    def rollout_rows(self, sampled: Sampled, step: int) -> dict[str, np.ndarray]:
+        """The batch rows of a step's rollouts (``RolloutSource.rows``); a subclass adds what its
+        objective reads."""
+        return self.rollout_source.rows(sampled.rollouts)
+
+    def abstract_train_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
+        batch = super().abstract_train_batch()
+        rows = (self.accumulate_steps, self.micro_rows)
+        per_row = self.sharding.batch_sharding(len(rows), leading=1)
+        shape = (*rows, self.sequence_length)
+        batch["padding_mask"] = jax.ShapeDtypeStruct(shape, jnp.bool_, sharding=batch["x"].sharding)
+        batch["completion_mask"] = jax.ShapeDtypeStruct(shape, jnp.bool_, sharding=batch["x"].sharding)
+        for name in [*LOGGED, *self.rollout_source.scored_columns()]:
+            batch[name] = jax.ShapeDtypeStruct(rows, jnp.float32, sharding=per_row)
+        return batch
+
+    def eval_rollouts(self, state: TrainState, batches: int, count: int) -> Rollouts:
+        """``batches`` x ``count`` prompts of the environment's ``eval`` split completed by ``state``'s
+        parameters, greedily or at ``rl/eval_temperature``, and scored."""
+        self.state = state
+        return self.rollout_source.evaluate(state.params, batches, count)
+
+
+__all__ = ["RolloutTrainer"]
