@@ -260,9 +260,9 @@ class BaseTrainer(Job):
         sharding: TrainerSharding,
         objective: objectives.Objective | None = None,
     ) -> tuple[Any, Any, dict[str, Any]]:
-        """``(loss_sum, count, metadata)`` of one batch without dropout: ``objective``'s loss (the trainer's:
-        :meth:`val_step_fn` passes it; without one, a TypeError) times what the batch weighs (its target
-        count for token-mean losses), and that weight."""
+        """``(loss_sum, count, metadata)`` of one batch without dropout under ``objective`` (the trainer's:
+        :meth:`val_step_fn` passes it; without one, a TypeError): the targets' summed cross-entropy and their
+        count whatever the objective, its own loss in the metadata (:func:`theseus.training.steps.val_step`)."""
         if objective is None:
             objective = step_calls.lent_objective("val_step")
         return steps.val_step(cls, state, batch, objective=objective, sharding=sharding)
