@@ -286,8 +286,7 @@ def train_step(
     log-probabilities and the later ones against those of the policy that sampled it; ``state.step``
     counts batches, and the loss, metrics and gradient norm are the updates' means (``skipped``:
     whether any update was skipped; :data:`TARGETS`: the batch's count of targets). A teacher's
-    parameters in the batch (:func:`with_teacher`) are
-    taken out before it is split into micro-batches."""
+    parameters in the batch (:func:`with_teacher`) are taken out before it is split into micro-batches."""
     teacher, batch = split_teacher(batch)
     held_out = getattr(cls, "HELD_OUT", None)
 
