@@ -200,13 +200,20 @@ def fit(trainer: Trainer) -> Choice:
         trials.append(trial)
         if trial.fits:
             return Choice(candidate, tuple(trials), room)
-    raise ResourceError(nothing_fits(trials[-1], room, trainer))
+    raise ResourceError(nothing_fits(trials, room, trainer))
 
 
-def nothing_fits(smallest: Trial, room: Budget, trainer: Trainer) -> str:
-    """The one line for a run whose smallest candidate does not fit either: the row length is left to lower,
-    and the batch when its micro batches could not be halved down to one row per device."""
+def nothing_fits(trials: list[Trial], room: Budget, trainer: Trainer) -> str:
+    """The one line for a run whose smallest candidate (the last tried) does not fit either, with the one
+    that came closest where another did (fewer rows can need more: a micro batch adds a gradient
+    accumulator): the row length is left to lower, and the batch when its micro batches could not be
+    halved down to one row per device."""
+    smallest = trials[-1]
     needs = "more than the compiler had" if smallest.peak_bytes is None else size(smallest.peak_bytes)
+    measured = [trial for trial in trials if trial.peak_bytes is not None]
+    closest = min(measured, key=lambda trial: trial.peak_bytes or 0, default=smallest)
+    if closest is not smallest and closest.peak_bytes is not None:
+        needs += f" (the closest, {closest.candidate}, {size(closest.peak_bytes)})"
     rows = smallest.candidate.micro_batch_size
     if rows > trainer.sharding.data_size:
         lower = (
