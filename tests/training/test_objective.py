@@ -212,3 +212,11 @@ def test_a_run_records_its_objective_with_its_plain_values() -> None:
     assert record["class"].endswith(":test_a_run_records_its_objective_with_its_plain_values.<locals>.Smoothed")
     assert record["values"] == {"smoothing": 0.1}
     assert Smoothed().metric == "smoothed_loss" and HalfCrossEntropy().metric == "half_cross_entropy_loss"
+
+    class DPOLoss(Objective):
+        pass
+
+    class ZLossCrossEntropy(Objective):
+        pass
+
+    assert DPOLoss().metric == "dpo_loss" and ZLossCrossEntropy().metric == "z_loss_cross_entropy_loss"

@@ -104,10 +104,11 @@ class Objective:
     @property
     def metric(self) -> str:
         """The name the objective's own loss is logged under beside the targets' cross-entropy (``loss``):
-        the class name in snake case, ending in ``_loss`` (``LabelSmoothing`` logs ``label_smoothing_loss``)."""
+        the class name in snake case, ending in ``_loss`` (``LabelSmoothing`` logs ``label_smoothing_loss``,
+        ``ZLossCrossEntropy`` ``z_loss_cross_entropy_loss``)."""
         import re
 
-        name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(self).__name__).lower()
+        name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", type(self).__name__).lower()
         return name if name.endswith("loss") else f"{name}_loss"
 
     @property
