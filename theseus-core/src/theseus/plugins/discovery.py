@@ -33,6 +33,7 @@ BASE_TYPES: BaseTypes = {
     "hf": "theseus.model.huggingface.family:HFFamily",  # theseus-models; resolved only when one loads
     "environment": "theseus.rl.environment:Environment",
     "objective": "theseus.training.objective:Objective",
+    "rl_loss": "theseus.model.rl.policy_losses:PolicyLoss",  # theseus-models; resolved only when one loads
 }
 SCANNER = "theseus-core:entry-points"
 

@@ -28,6 +28,7 @@ COMPONENT_KINDS: dict[str, str] = {
     "environment": "a reinforcement-learning environment (Environment subclass): prompts and their rewards",
     "reward": "a reward: reward(prompts, completions, metadata) -> scores (a function or Reward class)",
     "objective": "a training objective (Objective subclass): what a trainer's step optimises",
+    "rl_loss": "a reinforcement-learning policy loss (PolicyLoss subclass) that rl/loss selects",
     "plugin": "pluggy hook implementations",
 }
 

@@ -14,18 +14,27 @@ completion's tokens and 0 on padding (and on any token excluded from the loss, s
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
 
 from theseus.model.rl.importance import SamplingCorrection, sampling_ratio
+from theseus.model.rl.policy_losses import (
+    BUILT_IN,
+    Batch,
+    ClippedSurrogate,
+    LossOptions,
+    PolicyLoss,
+    loss_class,
+    policy_loss_names,
+)
 
-#: The policy losses (``rl/loss``): TRL 1.16's ``loss_type`` values.
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+#: The built-in policy losses (``rl/loss``): TRL 1.16's ``loss_type`` values, one class each
+#: (:mod:`theseus.model.rl.policy_losses`; a plugin registers more as ``rl_loss/<name>``).
+LOSS_TYPES = tuple(BUILT_IN)
 #: The losses of the clipped surrogate (they differ in how the per-token terms are averaged).
-CLIPPED = ("grpo", "dr_grpo", "dapo", "bnpo", "luspo")
+CLIPPED = tuple(name for name, loss in BUILT_IN.items() if issubclass(loss, ClippedSurrogate))
 #: Where the importance ratio lives (``rl/importance_sampling``): per token, or per sequence (GSPO).
 IMPORTANCE_SAMPLING = ("token", "sequence")
 #: How advantages are scaled: by each group's reward std, by the whole batch's, or not at all.
@@ -33,7 +42,7 @@ REWARD_SCALES = ("group", "batch", "none")
 #: ``generalized_jsd``'s reductions.
 REDUCTIONS = ("batchmean", "sum", "mean", "none")
 
-LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
+LossType = str  # a built-in loss (LOSS_TYPES) or one a plugin registered
 ImportanceSampling = Literal["token", "sequence"]
 RewardScale = Literal["group", "batch", "none"]
 
@@ -120,7 +129,10 @@ def policy_loss(
     sampling_clip_min: float | None = None,
     sampling_clip_max: float | None = 3.0,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """The policy loss of the GRPO family and its metrics.
+    """The policy loss of the GRPO family and its metrics: ``loss_type`` names the loss class that gives the
+    per-token terms and their averaging (:mod:`theseus.model.rl.policy_losses`: the built-in ones below, or
+    one a plugin registered as ``rl_loss/<name>``); the ratios, the sampling correction and the KL penalty
+    are computed here for every loss.
 
     ``logps``, ``old_logps``, ``ref_logps``, ``sampling_logps``, ``mask``: ``[B, T]``;
     ``advantages``: ``[B]``.
@@ -183,8 +195,7 @@ def policy_loss(
     term (ratio-corrected as in the loss, without ``beta``), present whenever ``ref_logps`` is given;
     with a sampling correction, ``sampling_ratio``'s metrics.
     """
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    loss_class = BUILT_IN.get(loss_type) or _registered(loss_type)
     if importance_sampling not in IMPORTANCE_SAMPLING:
         raise ValueError(f"importance_sampling must be one of {IMPORTANCE_SAMPLING}, got {importance_sampling!r}")
     if beta != 0.0 and ref_logps is None:
@@ -195,27 +206,31 @@ def policy_loss(
         )
     if advantages.shape != logps.shape[:1]:
         raise ValueError(f"advantages must be [B] = {logps.shape[:1]}, got {advantages.shape}")
-    if loss_type == "sapo" and min(sapo_temperature_pos, sapo_temperature_neg) <= 0:
-        raise ValueError("sapo's temperatures must be positive")
     correcting = sampling_logps is not None and sampling_correction is not None
-    if correcting and loss_type == "vespo" and not str(sampling_correction).startswith("token_"):
-        raise ValueError(f"vespo takes a token_* sampling correction, got {sampling_correction!r}")
+    options = LossOptions(
+        epsilon_low,
+        epsilon_high,
+        delta,
+        sapo_temperature_pos,
+        sapo_temperature_neg,
+        vespo_k_pos,
+        vespo_lambda_pos,
+        vespo_k_neg,
+        vespo_lambda_neg,
+        sampling_correction if correcting else None,
+    )
+    loss_fn = loss_class()
+    loss_fn.check(options)
 
     dtype = logps.dtype
-    batch, width = logps.shape
+    rows, width = logps.shape
     valid = mask.astype(bool)
     weights = mask.astype(dtype)
     tokens = weights.sum(axis=-1)
-    all_tokens = weights.sum()
-
     token_log_ratio = jnp.where(valid, logps - old_logps, 0.0)
     log_ratio = token_log_ratio
     if importance_sampling == "sequence":
         log_ratio = (token_log_ratio.sum(axis=-1) / jnp.maximum(tokens, 1.0))[:, None]  # [B, 1]
-    ratio = jnp.exp(log_ratio)
-    adv = advantages.astype(dtype)[:, None]
-    own_logps = jnp.where(valid, logps, 0.0)
-
     correction: jax.Array | None = None
     sampling_metrics: dict[str, jax.Array] = {}
     if correcting:
@@ -228,104 +243,46 @@ def policy_loss(
             clip_min=sampling_clip_min,
             clip_max=sampling_clip_max,
         )
+    batch = Batch(
+        jnp.where(valid, logps, 0.0),
+        token_log_ratio,
+        jnp.exp(log_ratio),
+        advantages.astype(dtype)[:, None],
+        valid,
+        weights,
+        tokens,
+        weights.sum(),
+        correction,
+        max_completion_length,
+        num_items_in_batch,
+    )
 
-    unclipped = ratio
-    phi = None
-    if loss_type in CLIPPED:
-        clipped = jnp.clip(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
-        unclipped = ratio if delta is None else jnp.minimum(ratio, delta)
-        per_token = -jnp.minimum(unclipped * adv, clipped * adv)
-    elif loss_type == "cispo":
-        per_token = -jax.lax.stop_gradient(jnp.minimum(ratio, epsilon_high)) * adv * own_logps
-    elif loss_type == "sapo":
-        temperature = jnp.where(adv > 0, sapo_temperature_pos, sapo_temperature_neg).astype(dtype)
-        per_token = -jax.nn.sigmoid(temperature * (ratio - 1.0)) * 4.0 / temperature * adv
-    else:  # vespo
-        phi = _gamma_weights(
-            token_log_ratio, adv, valid, correction, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg
-        )
-        per_token = -phi * adv * own_logps
-    if correction is not None and loss_type != "vespo":
+    per_token, metrics = loss_fn.terms(batch, options)
+    if correction is not None and loss_fn.CORRECTED:
         per_token = per_token * correction.astype(dtype)
-
     kl = None
     if ref_logps is not None:
         diff = jnp.where(valid, ref_logps.astype(dtype) - logps, 0.0)
         kl = jnp.exp(diff) - diff - 1.0
         if kl_ratio_correction:
-            kl = kl * ratio
+            kl = kl * batch.ratio
         if beta != 0.0:
             per_token = per_token + beta * kl
-    summed = jnp.broadcast_to(per_token, (batch, width)) * weights
-
-    if loss_type in ("grpo", "sapo"):
-        loss = (summed.sum(axis=-1) / jnp.maximum(tokens, 1.0)).mean()
-    elif loss_type == "luspo":
-        loss = summed.sum(axis=-1).mean()
-    elif loss_type == "bnpo":
-        loss = summed.sum() / jnp.maximum(all_tokens, 1.0)
-    elif loss_type == "dr_grpo":
-        length = width if max_completion_length is None else max_completion_length
-        loss = summed.sum() / (batch * length)
-    else:  # dapo, cispo, vespo
-        count = all_tokens if num_items_in_batch is None else jnp.asarray(num_items_in_batch, dtype)
-        loss = summed.sum() / jnp.maximum(count, 1.0)
-
-    def batch_mean(x: jax.Array) -> jax.Array:
-        if x.shape[1] == 1:  # one value per sequence
-            return x.mean()
-        return (x * weights).sum() / jnp.maximum(all_tokens, 1.0)
-
-    def sequence_means(x: jax.Array) -> jax.Array:
-        if x.shape[1] == 1:
-            return x[:, 0]
-        return (x * weights).sum(axis=-1) / tokens  # NaN for a sequence without tokens
-
-    ratio, capped = jax.lax.stop_gradient(ratio), jax.lax.stop_gradient(unclipped)
-    metrics: dict[str, jax.Array] = {}
-    if loss_type in CLIPPED:
-        low = ((capped < 1.0 - epsilon_low) & (adv < 0)).astype(dtype)
-        high = ((capped > 1.0 + epsilon_high) & (adv > 0)).astype(dtype)
-        region = jnp.maximum(low, high)
-        metrics = {
-            "clip_ratio/low_mean": batch_mean(low),
-            "clip_ratio/high_mean": batch_mean(high),
-            "clip_ratio/region_mean": batch_mean(region),
-            "clip_ratio/low_min": jnp.nanmin(sequence_means(low)),
-            "clip_ratio/high_max": jnp.nanmax(sequence_means(high)),
-        }
-    elif loss_type == "cispo":
-        metrics["cispo_clip_ratio"] = batch_mean(((ratio > epsilon_high) & (adv > 0)).astype(dtype))
-    elif phi is not None:
-        metrics["vespo/phi_seq_mean"] = batch_mean(phi)
-    metrics["ratio_mean"] = batch_mean(ratio)
+    loss = loss_fn.reduce(jnp.broadcast_to(per_token, (rows, width)) * weights, batch)
+    metrics = {**metrics, "ratio_mean": batch.mean(jax.lax.stop_gradient(batch.ratio))}
     if kl is not None:
-        metrics["kl"] = batch_mean(jax.lax.stop_gradient(jnp.broadcast_to(kl, (batch, width))))
+        metrics["kl"] = batch.mean(jax.lax.stop_gradient(jnp.broadcast_to(kl, (rows, width))))
     return loss, {**metrics, **sampling_metrics}
 
 
-def _gamma_weights(
-    token_log_ratio: jax.Array,
-    adv: jax.Array,
-    valid: jax.Array,
-    correction: jax.Array | None,
-    k_pos: float,
-    lambda_pos: float,
-    k_neg: float,
-    lambda_neg: float,
-) -> jax.Array:
-    """VESPO's per-sequence weights ``phi(w)`` ``[B, 1]`` (without gradient; see ``policy_loss``)."""
-    floor = math.log(1e-8)
-    total = jnp.where(valid, jnp.clip(token_log_ratio, -20.0, 20.0), 0.0).sum(axis=-1, keepdims=True)
-    if correction is not None:  # a [B, T] token ratio: log(pi_old / pi_sampler), masked tokens' 0 -> floor
-        logs = jnp.clip(jnp.log(correction.astype(total.dtype)), floor, 20.0)
-        total = total + jnp.where(valid, logs, 0.0).sum(axis=-1, keepdims=True)
-    log_w = jnp.clip(total, floor, 20.0)
-    nonnegative = adv >= 0
-    k = jnp.where(nonnegative, k_pos, k_neg).astype(total.dtype)
-    lam = jnp.maximum(jnp.where(nonnegative, lambda_pos, lambda_neg), 1e-4).astype(total.dtype)
-    phi = jnp.exp(lam + k * log_w - lam * jnp.exp(log_w))
-    return jax.lax.stop_gradient(jnp.nan_to_num(phi, nan=0.0, posinf=0.0, neginf=0.0))
+def _registered(name: str) -> type[PolicyLoss]:
+    """A policy loss a plugin registered (``rl_loss/<name>``); a ValueError naming the choices otherwise."""
+    from theseus.errors import ConfigError
+
+    try:
+        return loss_class(name)
+    except ConfigError:
+        raise ValueError(f"loss_type must be one of {tuple(policy_loss_names())}, got {name!r}") from None
 
 
 def generalized_jsd(

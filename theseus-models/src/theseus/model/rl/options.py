@@ -3,6 +3,7 @@ TRL 1.16's defaults, and the checks of their combinations with ``rl/loss``."""
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,16 @@ class PolicyLossOptions:
     )
 
     def check_policy_loss(self, loss: str, epsilon_high: float) -> None:
-        """One ConfigError line for a combination of keys that cannot train as meant."""
+        """One ConfigError line for an unknown ``rl/loss`` or a combination of keys that cannot train as meant."""
+        from theseus.model.rl.policy_losses import loss_class, policy_loss_names
+
+        try:
+            loss_class(loss)
+        except ConfigError:
+            names = policy_loss_names()
+            close = difflib.get_close_matches(loss, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"rl/loss={loss!r} is not accepted; use one of: {', '.join(names)}{hint}") from None
         low, high = self.sampling_correction_min, self.sampling_correction_max
         if low is not None and high is not None and low >= high:
             raise ConfigError(

@@ -40,7 +40,7 @@ import numpy as np
 from theseus.config import field
 from theseus.model.finetune.trainer import SFTConfig
 from theseus.model.rl.episodes import stop_strings
-from theseus.model.rl.loss import IMPORTANCE_SAMPLING, LOSS_TYPES, group_advantages, policy_loss
+from theseus.model.rl.loss import IMPORTANCE_SAMPLING, group_advantages, policy_loss
 from theseus.model.rl.options import PolicyLossOptions
 from theseus.model.rl.reference import REF_LOGPS, Reference
 from theseus.model.rl.rollout_source import Sampled
@@ -58,8 +58,8 @@ class GRPOConfig(SFTConfig, PolicyLossOptions):
     loss: str = field(
         "rl/loss",
         default="grpo",
-        choices=LOSS_TYPES,
-        help="the policy loss: a clipped surrogate averaged as grpo, dr_grpo, dapo, bnpo or luspo; cispo, sapo, vespo",
+        help="the policy loss: a clipped surrogate averaged as grpo, dr_grpo, dapo, bnpo or luspo; cispo, sapo, "
+        "vespo; or one a plugin registered (component rl_loss/<name>)",
     )
     importance_sampling: str = field(
         "rl/importance_sampling",
@@ -131,7 +131,7 @@ class Policy(Objective):
             scores.old_logps,
             batch["advantages"],
             mask,
-            loss_type=self.loss,  # type: ignore[arg-type]
+            loss_type=self.loss,
             importance_sampling=self.level,  # type: ignore[arg-type]
             epsilon_low=self.epsilon_low,
             epsilon_high=self.epsilon_high,

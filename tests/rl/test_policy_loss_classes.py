@@ -1,0 +1,72 @@
+"""One class per policy loss: the built-in ones are registered components, ``rl/loss`` resolves a loss a
+plugin registers like a built-in one, and an unknown name is one line naming the choices."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from theseus.errors import ConfigError
+from theseus.model.rl.loss import CLIPPED, LOSS_TYPES, policy_loss
+from theseus.model.rl.options import PolicyLossOptions
+from theseus.model.rl.policy_losses import BUILT_IN, Batch, ClippedSurrogate, loss_class, policy_loss_names
+from theseus.registry import Registry, get_registry
+
+
+class HalvedGRPO(ClippedSurrogate):
+    """A plugin's loss: GRPO's, halved."""
+
+    name = "halved_grpo"
+
+    def reduce(self, summed: jnp.ndarray, batch: Batch) -> jnp.ndarray:
+        return 0.5 * super().reduce(summed, batch)
+
+
+@pytest.fixture
+def plugin_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin distribution registering ``rl_loss/halved_grpo`` (in a registry of this test's own, so no
+    other test sees it)."""
+    from types import SimpleNamespace
+
+    from theseus.plugins import discovery
+
+    registry = Registry()
+    registry.add_component("rl_loss/halved_grpo", HalvedGRPO, distribution="theseus-plugin-halved", version="1")
+    monkeypatch.setattr(discovery, "plugins", lambda: SimpleNamespace(registry=registry))
+
+
+def rollout() -> dict[str, jnp.ndarray]:
+    rng = np.random.default_rng(0)
+    logps = jnp.asarray(-rng.uniform(0.1, 3.0, (4, 6)), jnp.float32)
+    old = logps + jnp.asarray(rng.normal(0, 0.2, (4, 6)), jnp.float32)
+    mask = jnp.asarray(np.arange(6)[None, :] < np.array([[6], [3], [5], [1]]), jnp.float32)
+    return {"logps": logps, "old_logps": old, "advantages": jnp.asarray([1.0, -0.5, 0.25, -2.0]), "mask": mask}
+
+
+def test_every_built_in_loss_is_a_registered_component() -> None:
+    registered = {entry.name: entry.load() for entry in get_registry().components_of("rl_loss")}
+    assert {name: registered[name] for name in BUILT_IN} == BUILT_IN
+    assert LOSS_TYPES == ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+    assert CLIPPED == ("grpo", "dr_grpo", "dapo", "bnpo", "luspo")
+
+
+@pytest.mark.usefixtures("plugin_loss")
+def test_a_registered_loss_is_chosen_by_name_like_a_built_in_one() -> None:
+    batch = rollout()
+    grpo, grpo_metrics = policy_loss(**batch, loss_type="grpo")
+    halved, halved_metrics = policy_loss(**batch, loss_type="halved_grpo")
+    assert float(halved) == pytest.approx(0.5 * float(grpo), rel=1e-6)  # a power of two: exact but for fusion
+    assert set(halved_metrics) == set(grpo_metrics)
+    assert loss_class("halved_grpo") is HalvedGRPO and "halved_grpo" in policy_loss_names()
+    PolicyLossOptions().check_policy_loss("halved_grpo", 0.2)  # rl/loss=halved_grpo is accepted
+
+
+@pytest.mark.usefixtures("plugin_loss")
+def test_an_unknown_loss_is_one_line_naming_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"^rl/loss='halved_grp' is not accepted; use one of: grpo, dr_grpo, .*"):
+        PolicyLossOptions().check_policy_loss("halved_grp", 0.2)
+    with pytest.raises(ConfigError, match=r"\(did you mean 'halved_grpo'\?\)$"):
+        PolicyLossOptions().check_policy_loss("halved_grp", 0.2)
+    with pytest.raises(ValueError, match=r"loss_type must be one of \('grpo', .*got 'ppo'"):
+        policy_loss(**rollout(), loss_type="ppo")
