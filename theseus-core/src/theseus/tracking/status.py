@@ -99,7 +99,8 @@ def read_status(run_dir: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(record, dict):
         return None
-    return {name: _checked(name, value) for name, value in record.items() if _checked(name, value) is not None}
+    checked = {name: _checked(name, value) for name, value in record.items()}
+    return {name: value for name, value in checked.items() if value is not None}
 
 
 def process_alive(record: Mapping[str, Any], now: float | None = None) -> bool:
