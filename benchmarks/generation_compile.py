@@ -83,13 +83,19 @@ def measure_variant(setting: Setting, model: Any, params: Any, loop: bool) -> di
 
     from theseus.model.generation import decode
     from theseus.model.generation.sampling import SamplingParams
+    from theseus.model.stack.decoding import unrolled_model
 
     rng = np.random.default_rng(0)
     prompts = rng.integers(0, setting.vocab - 1, (setting.batch, setting.prompt)).tolist()
     ids, mask = decode.left_pad(prompts)
     platform = jax.devices()[0].platform
     limits = tuple(decode.view_limits(setting.prompt, setting.new_tokens, decode.decode_stretches(platform)))
-    args = (params, jnp.asarray(ids), jnp.asarray(mask), jnp.int32(0), jnp.asarray([-1], jnp.int32))
+    slots = setting.prompt + setting.new_tokens - 1
+
+    def args() -> tuple[Any, ...]:  # a new cache each call: the decoder donates it
+        cache = decode.empty_cache(model if loop else unrolled_model(model), setting.batch, slots)
+        return (params, cache, jnp.asarray(ids), jnp.asarray(mask), jnp.int32(0), jnp.asarray([-1], jnp.int32))
+
     static = {
         "model": model,
         "max_new_tokens": setting.new_tokens,
@@ -98,18 +104,19 @@ def measure_variant(setting: Setting, model: Any, params: Any, loop: bool) -> di
         "loop": loop,
     }
     began = time.perf_counter()
-    lowered = decode._sample.trace(*args, **static).lower()
+    lowered = decode._sample.trace(*args(), **static).lower()
     traced = time.perf_counter()
     compiled = lowered.compile()
     done = time.perf_counter()
     text = compiled.as_text()
     first = time.perf_counter()
-    jax.block_until_ready(compiled(*args))
+    jax.block_until_ready(compiled(*args()))
     first_run = time.perf_counter() - first
     seconds = []
     for _ in range(setting.rounds):
+        given = args()
         start = time.perf_counter()
-        out, _ = compiled(*args)
+        out, _, _ = compiled(*given)
         jax.block_until_ready(out)
         seconds.append(time.perf_counter() - start)
     return {

@@ -25,7 +25,14 @@ from theseus.base.accelerator import of_devices
 from theseus.errors import ConfigError
 from theseus.model.generation.sampling import SamplingParams, sample_logits
 from theseus.model.layers.cache_view import cache_view
-from theseus.model.stack.decoding import cached_step, init_cache, looped_step, loops_layers, unrolled
+from theseus.model.stack.decoding import (
+    cached_step,
+    init_cache,
+    looped_step,
+    loops_layers,
+    unrolled,
+    unrolled_model,
+)
 from theseus.model.stack.transformer import TransformerLM
 
 if TYPE_CHECKING:
@@ -100,9 +107,10 @@ def decode_stretches(platform: str) -> int:
 #: Platforms whose generations run a scanned model's layers in one loop by default. None yet: on a v5e the
 #: loop compiled a 24-layer 350M Llama's generation (64 x 256 new tokens) in 10 s against 85 s, and decoded
 #: 9,058 new tokens/s against 7,389 (``benchmarks/generation_compile.py --looped``), and on the CPU it draws
-#: the unrolled layers' tokens (tests/generation/test_decode.py, splash attention included); but one greedy
-#: comparison on the chip (bfloat16, random weights) chose other first tokens than the unrolled layers, and
-#: until that is explained on the chip the decoder keeps its layers unrolled everywhere.
+#: the unrolled layers' tokens (tests/generation/test_decode.py, splash attention included). On the chip its
+#: greedy tokens parted from the unrolled layers' because the stacked cache, then made inside the decoder's
+#: program, held garbage (:func:`empty_cache`); it is now made outside, and the loop becomes the TPU default
+#: once ``generation_compile.py --agreement`` shows the two alike there.
 LOOPED_PLATFORMS: frozenset[str] = frozenset()
 
 
@@ -129,9 +137,33 @@ def view_limits(prompt_length: int, max_new_tokens: int, stretches: int = DECODE
     return [*range(prompt_length + stretch, total, stretch), total]
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "sampling", "limits", "loop"))
+def empty_cache(model: TransformerLM, rows: int, slots: int, sharding: TrainerSharding | None = None) -> Any:
+    """The decoder's empty KV cache for ``rows`` rows of ``slots`` slots (``init_cache`` of the model the
+    decoder runs: unrolled, or looped), made outside :func:`_sample`'s program and donated to it; under a
+    mesh, each entry's rows are split over the data axis as the prompts are.
+
+    On a TPU v5e a stacked cache of zeros made inside the decoder's program came back holding neither zeros
+    in its unwritten slots nor finite keys in its written ones (a Llama of 8 layers, 1024 wide, bfloat16, 16
+    rows: 3,913 NaN keys), and looped generations drew other tokens than the unrolled layers; the same
+    step given the cache as a donated argument kept it exact."""
+    if sharding is None:
+        return init_cache(model, rows, slots)
+    one, two = (jax.eval_shape(lambda n=n: init_cache(model, n, slots)) for n in (1, 2))
+
+    def placed(a: jax.ShapeDtypeStruct, b: jax.ShapeDtypeStruct) -> jax.sharding.NamedSharding:
+        grown = [axis for axis, (m, n) in enumerate(zip(a.shape, b.shape, strict=True)) if m != n]
+        return sharding.batch_sharding(a.ndim, grown[0]) if grown else sharding.replicated
+
+    shardings = jax.tree.map(placed, one, two)
+    return jax.jit(functools.partial(init_cache, model, rows, slots), out_shardings=shardings)()
+
+
+@functools.partial(
+    jax.jit, static_argnames=("model", "max_new_tokens", "sampling", "limits", "loop"), donate_argnames=("cache",)
+)
 def _sample(
     params: Any,
+    cache: Any,
     ids: jax.Array,
     mask: jax.Array,
     seed: jax.Array,
@@ -142,10 +174,12 @@ def _sample(
     sampling: SamplingParams,
     limits: tuple[int, ...],
     loop: bool = False,
-) -> tuple[jax.Array, jax.Array]:
-    """``(tokens [B, N], stopped [B])``; ``eot`` holds the stop ids ``[K]`` (-1: none), and rows that
+) -> tuple[jax.Array, jax.Array, Any]:
+    """``(tokens [B, N], stopped [B], cache)``; ``eot`` holds the stop ids ``[K]`` (-1: none), and rows that
     stopped are filled with the first of them after it. ``loop``: run the layers in a loop over their
-    stacked cache (:func:`~theseus.model.stack.decoding.looped_step`), else unrolled."""
+    stacked cache (:func:`~theseus.model.stack.decoding.looped_step`), else unrolled. ``cache``: the
+    :func:`empty_cache` of ``B`` rows and ``P + N - 1`` slots for that choice, donated; it comes back
+    filled, in the same buffers (a caller drops it), so that the loops update it in place."""
     batch, prompt_length = ids.shape
     key = jax.random.key(seed)
     fill = jnp.maximum(eot[0], 0).astype(jnp.int32)
@@ -160,7 +194,6 @@ def _sample(
         logits, cache = step_fn(model, params, cache, tokens, step_mask)
         return logits[:, -1].astype(jnp.float32), cache
 
-    cache = init_cache(model, batch, prompt_length + max_new_tokens - 1)
     with cache_view(limits[0]):
         logits, cache = run(ids, mask, cache)
     first = sample_logits(logits, jax.random.fold_in(key, 0), sampling)
@@ -188,8 +221,8 @@ def _sample(
     state = (jnp.int32(1), first, cache, out, stops(first))
     for limit in limits:  # step s writes slot prompt_length + s - 1: the view holds it while s <= limit - P
         state = jax.lax.while_loop(*stretch(min(max_new_tokens, limit - prompt_length + 1), limit), state)
-    _, _, _, out, done = state
-    return out, done
+    _, _, cache, out, done = state
+    return out, done, cache
 
 
 def generate_tokens(
@@ -243,10 +276,13 @@ def generate_tokens(
     if stretches is None:
         stretches = decode_stretches(target.platform)
     wanted = layer_loop(target.platform) if loop_layers is None else loop_layers
-    loop = wanted and loops_layers(model, ids.shape[1] + int(max_new_tokens) - 1)
+    slots = ids.shape[1] + int(max_new_tokens) - 1
+    loop = wanted and loops_layers(model, slots)
     with context:
-        out, _ = _sample(
+        cache = empty_cache(model if loop else unrolled_model(model), len(ids), slots, sharding)
+        out, _, _ = _sample(
             params,
+            cache,
             rows["ids"],
             rows["mask"],
             placed["seed"],

@@ -67,7 +67,12 @@ def unrolled(model: TransformerLM, params: Any) -> tuple[TransformerLM, Any]:
     updates in place. Inside a jitted loop the per-layer parameters are slices of the stacked ones."""
     if not model.stacked_layers:
         return model, params
-    return model.clone(scan_layers=False), per_layer(params, model.stacked_layers)
+    return unrolled_model(model), per_layer(params, model.stacked_layers)
+
+
+def unrolled_model(model: TransformerLM) -> TransformerLM:
+    """The model :func:`unrolled` returns: ``model`` with its layers unrolled, or itself if they are not scanned."""
+    return model.clone(scan_layers=False) if model.stacked_layers else model
 
 
 def cached_step(
