@@ -181,9 +181,14 @@ def test_sharded_layouts_roll_out_and_train_as_one_device(tmp_path: Path) -> Non
             "error: rl/loss='ppo' is not accepted; use one of: grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo",
         ),
         (
-            ["rl/loss=cispo"],
+            ["rl/loss=cispo", "rl/epsilon_high=0.2"],
             "error: rl/loss=cispo caps the importance ratio at rl/epsilon_high=0.2, below 1, which scales down every "
-            "on-policy token; set rl/epsilon_high>=1 (MiniMax-M1 and ScaleRL use 5)",
+            "on-policy token; set rl/epsilon_high>=1 (MiniMax-M1 and ScaleRL use 5, its default)",
+        ),
+        (
+            ["rl/loss=vespo", "rl/sampling_correction_mode=sequence_mask"],
+            "error: rl/loss=vespo: vespo folds the sampling correction into its weight per token, so it takes a "
+            "token_* mode, got 'sequence_mask'; set rl/sampling_correction_mode=token_mask or token_truncate",
         ),
         (
             ["rl/sampling_correction_min=2", "rl/sampling_correction_max=1.5"],
@@ -213,3 +218,12 @@ def test_an_environment_is_selected_only_where_a_job_declares_one(
     assert error_line(capsys.readouterr().err) == (
         "error: Pretrain has no environment to select; environment= applies to the jobs that declare one"
     )
+
+
+def test_cispo_runs_at_its_defaults(tmp_path: Path) -> None:
+    """``rl/loss=cispo`` alone trains: its cap is 5 where ``rl/epsilon_high`` is not set, as the run records."""
+    assert grpo(tmp_path, "training/steps=1", "rl/loss=cispo", "run/name=cispo") == 0
+    (row,) = train_rows(tmp_path / "runs" / "cispo")
+    assert np.isfinite(row["loss"]) and "cispo_clip_ratio" in row
+    objective = json.loads((tmp_path / "runs" / "cispo" / "provenance.json").read_text())["objective"]
+    assert objective["values"]["epsilon_high"] == 5.0 and objective["values"]["loss"] == "cispo"

@@ -18,10 +18,10 @@ from tests.rl.chat_checkpoint import END_OF_TEXT, END_OF_TURN, save_chat_checkpo
 from tests.rl.test_grpo import LETTERS, train_rows, untimed
 from theseus.errors import DataError
 
-#: 2 prompts x 4 completions of up to 8 tokens, rendered with the checkpoint's chat template.
+#: 2 prompts x 4 completions of up to 8 tokens, rendered with the checkpoint's chat template (rl/chat unset
+#: follows the checkpoint, which has one).
 ARGS = [
     "environment=letters",
-    "rl/chat=true",
     "training/sequence_length=96",
     "training/batch_size=8",
     "rl/group_size=4",
@@ -68,10 +68,7 @@ def test_prompts_use_the_checkpoint_template_tokenizer_and_stop_ids(
 
     # transformers 5 saves the template as chat_template.jinja beside tokenizer_config.json
     moved = tmp_path / "jinja"
-    shutil.copytree(folder, moved)
-    config = json.loads((moved / "tokenizer_config.json").read_text())
-    (moved / "chat_template.jinja").write_text(config.pop("chat_template"))
-    (moved / "tokenizer_config.json").write_text(json.dumps(config))
+    jinja_checkpoint(folder, moved)
     text = policy_text(f"hf:{moved}", tmp_path, hf_source(str(moved), f"hf:{moved}").tokenizer, chat=True)
     assert text.encode(prompt) == list(getattr(expected, "input_ids", expected))
 
@@ -79,6 +76,57 @@ def test_prompts_use_the_checkpoint_template_tokenizer_and_stop_ids(
     (moved / "generation_config.json").write_text('{"eos_token_id": [1, 2')
     with pytest.raises(DataError, match=r"generation_config.json is not readable JSON"):
         policy_text(f"hf:{moved}", tmp_path, hf_source(str(moved), f"hf:{moved}").tokenizer, chat=True)
+
+
+def jinja_checkpoint(folder: Path, moved: Path) -> str:
+    """A copy of the checkpoint with its template in ``chat_template.jinja``, as transformers 5 saves it; the
+    template."""
+    shutil.copytree(folder, moved)
+    config = json.loads((moved / "tokenizer_config.json").read_text())
+    template = config.pop("chat_template")
+    (moved / "chat_template.jinja").write_text(template)
+    (moved / "tokenizer_config.json").write_text(json.dumps(config))
+    return str(template)
+
+
+def test_rl_chat_unset_follows_the_checkpoint(checkpoint: tuple[Path, dict[str, int]], tmp_path: Path) -> None:
+    """Without ``rl/chat`` prompts are rendered by the source's template where it has one (either file form),
+    as plain text where it has none or there is no source."""
+    from theseus.model.huggingface.init_source import hf_source
+    from theseus.model.rl.prompts import policy_text
+    from theseus.rl.environment import Prompt
+
+    folder, _ = checkpoint
+    prompt = Prompt("Compute 12 + 7.", {}, system="Answer in tags.")
+
+    def encoded(source: Path, chat: bool | None) -> list[int]:
+        spec = hf_source(str(source), f"hf:{source}").tokenizer
+        return policy_text(f"hf:{source}", tmp_path, spec, chat=chat).encode(prompt)
+
+    jinja_checkpoint(folder, tmp_path / "jinja")
+    for source in (folder, tmp_path / "jinja"):
+        assert encoded(source, None) == encoded(source, True) != encoded(source, False)
+    plain = tmp_path / "plain"
+    shutil.copytree(folder, plain)
+    config = json.loads((plain / "tokenizer_config.json").read_text())
+    del config["chat_template"]
+    (plain / "tokenizer_config.json").write_text(json.dumps(config))
+    assert encoded(plain, None) == encoded(plain, False)
+    assert policy_text("", tmp_path, None, chat=None).template is None
+
+
+def test_an_hf_policy_exports_its_template_whatever_rl_chat_was(
+    checkpoint: tuple[Path, dict[str, int]], tmp_path: Path
+) -> None:
+    """A run with ``rl/chat=false`` from a checkpoint whose template is in ``chat_template.jinja`` keeps that
+    template, and ``hf/export`` writes it into the exported ``tokenizer_config.json``."""
+    folder, _ = checkpoint
+    template = jinja_checkpoint(folder, tmp_path / "jinja")
+    root = ["--root", str(tmp_path)]
+    assert grpo(f"hf:{tmp_path / 'jinja'}", "rl/chat=false", "training/steps=1", "run/name=plain", *root) == 0
+    assert json.loads((tmp_path / "runs" / "plain" / "chat_template.json").read_text())["chat_template"] == template
+    assert theseus(tmp_path, "hf/export", "hf/run=plain", f"hf/out={tmp_path / 'plain-hf'}") == 0
+    assert json.loads((tmp_path / "plain-hf" / "tokenizer_config.json").read_text())["chat_template"] == template
 
 
 def test_grpo_from_an_hf_checkpoint_lora_and_full_fine_tuning(

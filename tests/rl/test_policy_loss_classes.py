@@ -70,3 +70,66 @@ def test_an_unknown_loss_is_one_line_naming_the_choices() -> None:
         PolicyLossOptions().check_policy_loss("halved_grp", 0.2)
     with pytest.raises(ValueError, match=r"loss_type must be one of \('grpo', .*got 'ppo'"):
         policy_loss(**rollout(), loss_type="ppo")
+
+
+@pytest.mark.parametrize("name", list(BUILT_IN))
+def test_every_loss_trains_at_its_defaults_with_the_sampling_correction_active(name: str) -> None:
+    """``rl/loss=NAME`` alone passes the checks and computes a finite loss with the keys it then takes, the
+    sampling correction active (rollouts that carry a sampler's log-probabilities)."""
+    from theseus.model.rl.trainer import GRPOConfig
+
+    config = GRPOConfig(loss=name)
+    config.check_policy_loss(name, config.upper_clip)
+    batch = rollout()
+    sampler = batch["old_logps"] + 0.1
+    loss, metrics = policy_loss(
+        **batch,
+        loss_type=name,
+        importance_sampling=config.ratio_level,  # type: ignore[arg-type]
+        epsilon_low=config.epsilon_low,
+        epsilon_high=config.upper_clip,
+        sampling_logps=sampler,
+        **dict(config.policy_loss_options(name)),
+    )
+    assert np.isfinite(float(loss)) and float(loss) != 0.0
+    assert all(np.isfinite(float(value)) for value in metrics.values())
+
+
+def test_a_loss_whose_defaults_differ_takes_them_where_the_keys_are_not_set() -> None:
+    """TRL 1.16's defaults: the upper clip is the lower one's value; cispo caps at 5 (the value TRL
+    recommends: its 0.2 would scale every on-policy token down), luspo's ratio is per sequence (TRL: it
+    requires it), vespo's correction per token (TRL: it requires a token mode). A key set wins."""
+    from theseus.model.rl.trainer import GRPOConfig
+
+    def defaults(**keys: object) -> tuple[float, str, str]:
+        config = GRPOConfig(**keys)  # type: ignore[arg-type]
+        return config.upper_clip, config.ratio_level, config.correction_mode(config.loss)
+
+    assert defaults() == (0.2, "token", "sequence_mask")
+    assert defaults(epsilon_low=0.3) == (0.3, "token", "sequence_mask")
+    assert defaults(loss="cispo") == (5.0, "token", "sequence_mask")
+    assert defaults(loss="luspo") == (0.2, "sequence", "sequence_mask")
+    assert defaults(loss="vespo") == (0.2, "token", "token_mask")
+    set_keys = {"epsilon_high": 2.0, "importance_sampling": "token", "sampling_correction_mode": "token_truncate"}
+    assert defaults(loss="cispo", **set_keys) == (2.0, "token", "token_truncate")
+    assert defaults(loss="luspo", **set_keys) == (2.0, "token", "token_truncate")
+    with pytest.raises(ConfigError) as refused:
+        config = GRPOConfig(loss="vespo", sampling_correction_mode="sequence_mask")
+        config.check_policy_loss("vespo", config.upper_clip)
+    assert str(refused.value) == (
+        "rl/loss=vespo: vespo folds the sampling correction into its weight per token, so it takes a token_* mode, "
+        "got 'sequence_mask'; set rl/sampling_correction_mode=token_mask or token_truncate"
+    )
+    GRPOConfig(loss="vespo", sampling_correction=False, sampling_correction_mode="sequence_mask").check_policy_loss(
+        "vespo", 0.2
+    )  # no correction: the mode is not used
+
+
+@pytest.mark.usefixtures("plugin_loss")
+def test_a_plugin_loss_declares_defaults_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    from theseus.model.rl.trainer import GRPOConfig
+
+    monkeypatch.setattr(HalvedGRPO, "DEFAULTS", {"rl/epsilon_high": 0.28}, raising=False)
+    assert GRPOConfig(loss="halved_grpo").upper_clip == 0.28
+    assert GRPOConfig(loss="halved_grpo", epsilon_high=0.25).upper_clip == 0.25
+    assert GRPOConfig(loss="halved_grp").upper_clip == 0.2  # an unknown loss is refused by the check, not here

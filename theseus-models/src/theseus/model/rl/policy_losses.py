@@ -11,6 +11,7 @@ subclassing :class:`PolicyLoss` and registering it the same way (``[project.entr
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -75,10 +76,12 @@ class Batch:
 class PolicyLoss:
     """A policy loss: ``terms`` gives the per-token terms (the KL penalty is added after) and the loss's own
     metrics, ``reduce`` averages the masked terms ``[B, T]`` into the loss. ``CORRECTED``: whether the
-    sampling correction multiplies the terms (a loss that weighs by it itself says False)."""
+    sampling correction multiplies the terms (a loss that weighs by it itself says False). ``DEFAULTS``: the
+    values of ``rl/*`` keys the loss trains with when they are not set, where they differ from the others'."""
 
     name: ClassVar[str]
     CORRECTED: ClassVar[bool] = True
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {}
 
     def check(self, options: LossOptions) -> None:
         """A ValueError for options the loss cannot train with."""
@@ -151,9 +154,11 @@ class BNPO(ClippedSurrogate):
 
 
 class LUSPO(ClippedSurrogate):
-    """``luspo``: each sequence's sum, then the mean over sequences (GSPO's sequence loss times its length)."""
+    """``luspo``: each sequence's sum, then the mean over sequences (GSPO's sequence loss times its length);
+    it is GSPO's modification, so its ratio is per sequence unless ``rl/importance_sampling`` says otherwise."""
 
     name = "luspo"
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"rl/importance_sampling": "sequence"}
 
     def reduce(self, summed: jax.Array, batch: Batch) -> jax.Array:
         return summed.sum(axis=-1).mean()
@@ -161,9 +166,11 @@ class LUSPO(ClippedSurrogate):
 
 class CISPO(PolicyLoss):
     """``cispo`` (MiniMax-M1): ``-sg(min(r, epsilon_high)) A logps``, so every token keeps its policy
-    gradient; summed over the generation batch's loss tokens."""
+    gradient; summed over the generation batch's loss tokens. Its cap defaults to 5 (ScaleRL's value,
+    which TRL recommends for it), since a cap below 1 scales every on-policy token down."""
 
     name = "cispo"
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"rl/epsilon_high": 5.0}
 
     def terms(self, batch: Batch, options: LossOptions) -> tuple[jax.Array, dict[str, jax.Array]]:
         ratio, adv = batch.ratio, batch.advantages
@@ -195,15 +202,20 @@ class SAPO(PolicyLoss):
 class VESPO(PolicyLoss):
     """``vespo``: ``-sg(phi(w)) A logps``, ``w`` the sequence's importance weight (its token log-ratios
     summed, the sampling correction's log added) and ``phi`` a Gamma weighting; summed over the generation
-    batch's loss tokens. It weighs by the sampling correction itself, so takes a ``token_*`` mode."""
+    batch's loss tokens. It weighs by the sampling correction itself, so takes a ``token_*`` mode
+    (``token_mask`` unless ``rl/sampling_correction_mode`` is set)."""
 
     name = "vespo"
     CORRECTED = False
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"rl/sampling_correction_mode": "token_mask"}
 
     def check(self, options: LossOptions) -> None:
         mode = options.sampling_correction
         if mode is not None and not mode.startswith("token_"):
-            raise ValueError(f"vespo takes a token_* sampling correction, got {mode!r}")
+            raise ValueError(
+                f"vespo folds the sampling correction into its weight per token, so it takes a token_* mode, "
+                f"got {mode!r}; set rl/sampling_correction_mode=token_mask or token_truncate"
+            )
 
     def terms(self, batch: Batch, options: LossOptions) -> tuple[jax.Array, dict[str, jax.Array]]:
         phi = gamma_weights(batch, options)
@@ -253,6 +265,15 @@ def loss_class(name: str) -> type[PolicyLoss]:
     return found
 
 
+def loss_default(name: str, key: str, general: Any) -> Any:
+    """The value the loss ``name`` trains with for ``key`` when the key is not set (its ``DEFAULTS``), else
+    ``general``; an unknown loss takes ``general`` (``rl/loss`` is checked on its own)."""
+    try:
+        return loss_class(name).DEFAULTS.get(key, general)
+    except ConfigError:
+        return general
+
+
 def policy_loss_names() -> list[str]:
     """Every policy loss ``rl/loss`` may name: the built-in ones, then those plugins registered."""
     from theseus.plugins.discovery import plugins
@@ -282,5 +303,6 @@ __all__ = [
     "PolicyLoss",
     "gamma_weights",
     "loss_class",
+    "loss_default",
     "policy_loss_names",
 ]

@@ -2,12 +2,13 @@
 checkpoint it starts from (``training/init_from``).
 
 The tokenizer is the one the source records (a Hugging Face checkpoint's ``tokenizer.json``, or the
-tokenizer a theseus run trained with), else theseus' byte tokenizer. With ``rl/chat`` prompts are
-rendered by the source's chat template: a run's ``chat_template.json`` (kept by ``train/sft``), or the
-``chat_template`` of a checkpoint's ``tokenizer_config.json``, through the sandboxed Jinja2 renderer of
-``theseus.data.chat``. A completion stops at the tokenizer's end of text and at every end-of-sequence id
-of the checkpoint (``generation_config.json``'s ``eos_token_id``, one or a list, and the
-``eos_token`` of ``tokenizer_config.json`` and of the template), such as a chat model's end of turn.
+tokenizer a theseus run trained with), else theseus' byte tokenizer. With ``rl/chat`` (by default where
+the source has one) prompts are rendered by the source's chat template: a run's ``chat_template.json``
+(kept by ``train/sft``), or the ``chat_template`` of a checkpoint's ``tokenizer_config.json``, through
+the sandboxed Jinja2 renderer of ``theseus.data.chat``. A completion stops at the tokenizer's end of
+text and at every end-of-sequence id of the checkpoint (``generation_config.json``'s ``eos_token_id``,
+one or a list, and the ``eos_token`` of ``tokenizer_config.json`` and of the template), such as a chat
+model's end of turn.
 """
 
 from __future__ import annotations
@@ -101,13 +102,27 @@ def kept_template(init_from: str, root: Path) -> Path | None:
     return folder / TOKENIZER_CONFIG if folder.is_dir() else None
 
 
-def source_template(init_from: str, root: Path, tokenizer_spec: Mapping[str, Any] | None) -> ChatTemplate:
-    """The chat template of the ``training/init_from`` source (``rl/chat=true``); ConfigError naming the
-    fix when there is none."""
+def template_file(init_from: str, root: Path, tokenizer_spec: Mapping[str, Any] | None) -> Path | None:
+    """The file that holds the chat template of the ``training/init_from`` source, where it would be: a
+    run's ``chat_template.json``, a checkpoint's ``tokenizer_config.json`` (a hub id's beside its tokenizer);
+    None without a source."""
     kept = kept_template(init_from, root)
     if kept is None and init_from.startswith("hf:"):  # a hub id: the files sit beside its tokenizer
         folder = tokenizer_folder(tokenizer_spec)
         kept = None if folder is None else folder / TOKENIZER_CONFIG
+    return kept
+
+
+def found_template(init_from: str, root: Path, tokenizer_spec: Mapping[str, Any] | None) -> ChatTemplate | None:
+    """The chat template of the ``training/init_from`` source, None when it has none."""
+    kept = template_file(init_from, root, tokenizer_spec)
+    return ChatTemplate.from_tokenizer_config(kept) if kept is not None and has_chat_template(kept) else None
+
+
+def source_template(init_from: str, root: Path, tokenizer_spec: Mapping[str, Any] | None) -> ChatTemplate:
+    """The chat template of the ``training/init_from`` source (``rl/chat=true``); ConfigError naming the
+    fix when there is none."""
+    kept = template_file(init_from, root, tokenizer_spec)
     if kept is None or not has_chat_template(kept):
         what = "is not a run or a checkpoint" if kept is None else f"has no chat template ({kept.name})"
         raise ConfigError(
@@ -118,17 +133,37 @@ def source_template(init_from: str, root: Path, tokenizer_spec: Mapping[str, Any
     return ChatTemplate.from_tokenizer_config(kept)
 
 
-def policy_text(init_from: str, root: Path, tokenizer_spec: Mapping[str, Any] | None, chat: bool) -> PolicyText:
+def template_record(template: ChatTemplate) -> dict[str, str]:
+    """``template`` in the layout a run keeps it (``chat_template.json``, ``tokenizer_config.json``'s keys)."""
+    return {"chat_template": template.source, "bos_token": template.bos_token, "eos_token": template.eos_token}
+
+
+def policy_text(init_from: str, root: Path, tokenizer_spec: Mapping[str, Any] | None, chat: bool | None) -> PolicyText:
     """The policy's text handling for a run starting from ``init_from`` whose source records
-    ``tokenizer_spec`` (None: the byte tokenizer)."""
+    ``tokenizer_spec`` (None: the byte tokenizer), its prompts rendered by the source's chat template with
+    ``chat`` (``rl/chat``): always (true), never (false), or where the source has one (None)."""
     tokenizer: Tokenizer = ByteTokenizer() if not tokenizer_spec else load_tokenizer(dict(tokenizer_spec))
     if init_from.startswith("hf:") and tokenizer_folder(tokenizer_spec) is None:
         raise ConfigError(
             f"{INIT_FROM}={init_from} has no tokenizer.json; the policy reads prompts with its checkpoint's "
             "tokenizer: save the tokenizer beside the weights (tokenizer.save_pretrained(DIR))"
         )
-    template = source_template(init_from, root, tokenizer_spec) if chat else None
+    template: ChatTemplate | None = None
+    if chat is None:
+        template = found_template(init_from, root, tokenizer_spec)
+    elif chat:
+        template = source_template(init_from, root, tokenizer_spec)
     return PolicyText(tokenizer, template, stop_ids(tokenizer, tokenizer_folder(tokenizer_spec), template))
 
 
-__all__ = ["PolicyText", "kept_template", "policy_text", "source_template", "stop_ids", "tokenizer_folder"]
+__all__ = [
+    "PolicyText",
+    "found_template",
+    "kept_template",
+    "policy_text",
+    "source_template",
+    "stop_ids",
+    "template_file",
+    "template_record",
+    "tokenizer_folder",
+]

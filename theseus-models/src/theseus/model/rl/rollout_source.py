@@ -30,7 +30,7 @@ from theseus.errors import ConfigError
 from theseus.model.generation.decode import Completion, generate_tokens
 from theseus.model.generation.sampling import SamplingParams
 from theseus.model.rl.episodes import SEED_RANGE, Episode, Limits, policy_turns, run_episodes
-from theseus.model.rl.prompts import PolicyText
+from theseus.model.rl.prompts import PolicyText, template_record
 from theseus.model.rl.rollouts import SOLVED, Rollouts
 from theseus.rl.completions import end_marker, reward_text
 from theseus.rl.environment import Environment, Prompt, rng
@@ -59,10 +59,11 @@ class RolloutConfig:
     eval_temperature: float = field(
         "rl/eval_temperature", default=0.0, min=0.0, help="temperature of validation's completions (0: greedy)"
     )
-    chat: bool = field(
+    chat: bool | None = field(
         "rl/chat",
-        default=False,
-        help="render prompts with the chat template of the training/init_from run or checkpoint (false: plain text)",
+        default=None,
+        help="render prompts with the chat template of the training/init_from run or checkpoint (false: plain "
+        "text; null: where it has one)",
     )
     max_turns: int = field(
         "rl/max_turns", default=4, min=1, help="policy turns per episode at most (environments with stop strings)"
@@ -299,11 +300,9 @@ class RolloutSource:
         return names + ([SOLVED] if self.environment.ACCURACY in self.weights else [])
 
     def chat_template(self) -> dict[str, str] | None:
-        """The template of ``rl/chat`` in the ``tokenizer_config.json`` layout, else None."""
+        """The template prompts are rendered with (``rl/chat``) in the ``tokenizer_config.json`` layout, else None."""
         template = self.text.template
-        if template is None:
-            return None
-        return {"chat_template": template.source, "bos_token": template.bos_token, "eos_token": template.eos_token}
+        return None if template is None else template_record(template)
 
     # -- warnings -------------------------------------------------------------------------------
     def warn(self, key: str, line: str) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 from theseus.config import configuration, configure
 from theseus.errors import ConfigError
 from theseus.model.finetune.trainer import SFTTrainer
-from theseus.model.rl.prompts import policy_text
+from theseus.model.rl.prompts import found_template, policy_text, template_record
 from theseus.model.rl.rollout_source import RolloutConfig, RolloutSource, Sampled
 from theseus.model.rl.rollouts import LOGGED, Rollouts
 from theseus.rl.environment import Environment
@@ -107,8 +107,14 @@ class RolloutTrainer(SFTTrainer):
         return self.rollout_source.text.tokenizer
 
     def chat_template(self) -> dict[str, str] | None:
-        """The template of ``rl/chat``, kept in this run's folder too (``generate/chat=true`` uses it)."""
-        return self.rollout_source.chat_template()
+        """The template prompts are rendered with (``rl/chat``), else the one of the source the policy starts
+        from, kept in this run's folder whatever ``rl/chat`` is: ``generate/chat=true`` and ``hf/export`` use it."""
+        rendered = self.rollout_source.chat_template()
+        if rendered is not None:
+            return rendered
+        tokenizer_spec = self.init_source.tokenizer if self.init_source is not None else None
+        template = found_template(str(self.args.init_from or ""), self.context.root, tokenizer_spec)
+        return None if template is None else template_record(template)
 
     # -- rollouts -------------------------------------------------------------------------------
     def batch(self, slice: str = "train") -> Batch:

@@ -42,6 +42,7 @@ from theseus.model.finetune.trainer import SFTConfig
 from theseus.model.rl.episodes import stop_strings
 from theseus.model.rl.loss import IMPORTANCE_SAMPLING, group_advantages, policy_loss
 from theseus.model.rl.options import PolicyLossOptions
+from theseus.model.rl.policy_losses import loss_default
 from theseus.model.rl.reference import REF_LOGPS, Reference
 from theseus.model.rl.rollout_source import Sampled
 from theseus.model.rl.rollout_trainer import RolloutTrainer
@@ -61,18 +62,19 @@ class GRPOConfig(SFTConfig, PolicyLossOptions):
         help="the policy loss: a clipped surrogate averaged as grpo, dr_grpo, dapo, bnpo or luspo; cispo, sapo, "
         "vespo; or one a plugin registered (component rl_loss/<name>)",
     )
-    importance_sampling: str = field(
+    importance_sampling: str | None = field(
         "rl/importance_sampling",
-        default="token",
+        default=None,
         choices=IMPORTANCE_SAMPLING,
-        help="token (GRPO) or sequence (GSPO) ratios",
+        help="token (GRPO) or sequence (GSPO) ratios (null: the loss's default, token; luspo: sequence)",
     )
     epsilon_low: float = field("rl/epsilon_low", default=0.2, min=0.0, below=1.0, help="lower clip of the ratio")
-    epsilon_high: float = field(
+    epsilon_high: float | None = field(
         "rl/epsilon_high",
-        default=0.2,
+        default=None,
         min=0.0,
-        help="upper clip (DAPO's clip-higher: 0.28); cispo: the ratio's cap (5)",
+        help="upper clip (DAPO's clip-higher: 0.28); cispo: the ratio's cap (null: the loss's default, "
+        "rl/epsilon_low's value; cispo: 5)",
     )
     beta: float = field(
         "rl/beta",
@@ -95,6 +97,19 @@ class GRPOConfig(SFTConfig, PolicyLossOptions):
     resample_rounds: int = field(
         "rl/resample_rounds", default=3, min=1, help="rounds of refills at most per step (rl/dynamic_sampling)"
     )
+
+    @property
+    def upper_clip(self) -> float:
+        """``rl/epsilon_high`` as set, else ``rl/loss``'s own default (cispo: 5), else ``rl/epsilon_low``'s
+        value (TRL's)."""
+        if self.epsilon_high is not None:
+            return self.epsilon_high
+        return float(loss_default(self.loss, "rl/epsilon_high", self.epsilon_low))
+
+    @property
+    def ratio_level(self) -> str:
+        """``rl/importance_sampling`` as set, else ``rl/loss``'s own default (luspo: sequence), else token."""
+        return self.importance_sampling or str(loss_default(self.loss, "rl/importance_sampling", "token"))
 
 
 @dataclass(frozen=True)
@@ -170,14 +185,14 @@ class GRPOTrainer(RolloutTrainer):
         copied = a.beta > 0 and self.lora_rank <= 0
         return Policy(
             a.loss,
-            a.importance_sampling,
+            a.ratio_level,
             a.epsilon_low,
-            a.epsilon_high,
+            a.upper_clip,
             a.beta,
             source.limits.longest_completion(multi_turn=bool(stop_strings(source.environment))),
             a.updates,
             copied_reference=copied,
-            options=a.policy_loss_options(),
+            options=a.policy_loss_options(a.loss),
         )
 
     def updates_per_step(self) -> int:
@@ -193,7 +208,7 @@ class GRPOTrainer(RolloutTrainer):
             return
         super().setup()
         a: GRPOConfig = self.args
-        a.check_policy_loss(a.loss, a.epsilon_high)
+        a.check_policy_loss(a.loss, a.upper_clip)
         if a.beta > 0 and self.lora_rank <= 0:
             self._reference = Reference(self)  # full fine-tuning: a frozen copy of the initial parameters
 
