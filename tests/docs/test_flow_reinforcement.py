@@ -78,16 +78,41 @@ def test_learned_reward_flow(grpo_shell: Shell) -> None:
 
 def test_calculator_flow(tmp_path: Path) -> None:
     """The multi-turn flow as written: three GRPO updates on the calculator environment, the turns per
-    episode and the rewards logged, and ``theseus runs show`` naming the run."""
+    episode and the rewards logged, ``theseus runs show`` naming the run; and the reading-the-rollouts flow
+    on that run: four rollouts a step in ``rollouts.jsonl``, each with its prompt, turns, rewards and
+    advantage, which ``theseus runs show --rollouts`` prints."""
     shell = Shell.create(tmp_path / "work")
     shell.run(flows("docs/reinforcement-learning.md")["calculator"])
-    lines = (shell.root / "runs" / "calculator" / "metrics.jsonl").read_text().splitlines()
-    train = [row for row in map(json.loads, lines) if row["split"] == "train"]
+    run = shell.root / "runs" / "calculator"
+    train = [
+        row for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if row["split"] == "train"
+    ]
     assert [row["step"] for row in train] == [1, 2, 3]
     for row in train:
         assert 1.0 <= row["turns"] <= 3.0 and 1 <= row["completion_length"] <= 3 * 16 + 1, row
         assert math.isfinite(row["reward"]) and math.isfinite(row["reward/correct"])
     assert "step 3/3" in shell.result("theseus runs show calculator").stdout
+
+    logged = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["index"], r["group"]) for r in logged] == [
+        (step, index, index // 4) for step in (1, 2, 3) for index in range(4)
+    ]
+    for record, row in zip(logged[::4], train, strict=True):  # the rollouts of the metrics' step
+        assert record["step"] == row["step"] and record["prompt"].startswith("Compute ")
+        assert set(record["rewards"]) == {"correct", "format"}
+        assert 1 <= len(record["turns"]) <= 5 and record["turns"][0]["role"] == "assistant"
+        assert [t["role"] for t in record["turns"]] == ["assistant", "tool"] * (len(record["turns"]) // 2) + [
+            "assistant"
+        ] * (len(record["turns"]) % 2)
+        assert math.isfinite(record["reward"]) and math.isfinite(record["advantage"])
+    group = logged[8:12]
+    mean = sum(r["reward"] for r in group) / 4
+    assert all((r["advantage"] > 0) == (r["reward"] > mean) for r in group if r["reward"] != mean)
+    shown = shell.result("theseus runs show calculator --rollouts").stdout
+    assert "run calculator: 4 rollouts at step 3 (logged at steps 1-3" in shown
+    assert shown.count("rollout ") == 4 and logged[8]["prompt"][:30] in shown and "\x1b" not in shown
+    as_json = json.loads(shell.result("theseus runs show calculator --rollouts --step 2 --json").stdout)
+    assert as_json == logged[4:8]
 
 
 def test_hf_policy_flow(tmp_path: Path) -> None:

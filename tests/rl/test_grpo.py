@@ -88,6 +88,7 @@ RESUMED = [
     "rl/rewards=odd_letters,overlong:0.5",  # overlong: a reward the environment does not name, with its keys
     "reward/overlong/max_length=100",
     "reward/overlong/buffer=10",
+    "rl/log_completions=3",
 ]
 #: Fields that measure time, not the run.
 TIMING = {"step_time", "tokens_per_sec", "mfu", "rollout_seconds", "rollout_tokens_per_s", "update_seconds"}
@@ -110,6 +111,10 @@ def test_a_preempted_then_killed_grpo_run_resumes_bit_exactly(tmp_path: Path) ->
     assert checkpoint_digest(tmp_path / "runs" / "whole", 4) == checkpoint_digest(tmp_path / "runs" / "broken", 4)
     whole, broken = train_rows(tmp_path / "runs" / "whole"), train_rows(tmp_path / "runs" / "broken")
     assert untimed(whole) == untimed(broken)  # the same rollouts, losses and metrics
+    # the rollouts logged: three a step, each step once, as an uninterrupted run logs them
+    logged = (tmp_path / "runs" / "broken" / "rollouts.jsonl").read_text()
+    assert logged == (tmp_path / "runs" / "whole" / "rollouts.jsonl").read_text()
+    assert [json.loads(line)["step"] for line in logged.splitlines()] == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
     # two of the four prompts score 0 whatever is written: their groups are dropped and refilled
     assert [row["groups_dropped"] for row in whole] == [0.5] * 4
     assert all(row["reward_std"] > 0 for row in whole)

@@ -43,6 +43,20 @@ class Exploding:
         pass
 
 
+#: The table the tracked runs send the trackers at each update (``StepInfo.log_table``), as rollouts are.
+TABLE = "samples"
+TABLE_COLUMNS = ["step", "text", "score"]
+
+
+def table_rows(step: int) -> list[list[Any]]:
+    """The rows of :data:`TABLE` at ``step``: a line of text, and one of two lines."""
+    return [[step, f"rollout of step {step}", 0.5 * step], [step, "first line\nsecond line", -1.0]]
+
+
+def log_table(info: Any) -> None:
+    info.log_table(TABLE, TABLE_COLUMNS, table_rows(info.step))
+
+
 def tracked_settings(name: str, **extra: Any) -> dict[str, Any]:
     values = {
         "run__name": name,
@@ -56,10 +70,12 @@ def tracked_settings(name: str, **extra: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
-    """``tracked``: all trackers, stopped at 3, a crashed invocation's extra TensorBoard steps, resumed to 6;
-    ``stopped``: a higher learning rate, stopped at 3, its plugin sink raising at the second write."""
+    """``tracked``: all trackers, stopped at 3, a crashed invocation's extra TensorBoard steps, resumed to 6,
+    a table sent at each update; ``stopped``: a higher learning rate, stopped at 3, its plugin sink raising at
+    the second write (it takes no tables)."""
     from theseus.tracking.status import read_status
     from theseus.tracking.tensorboard import TensorBoardSink
+    from theseus.training.callbacks import Callback
     from theseus.training.loop import TrainingLoop
 
     root = tmp_path_factory.mktemp("tracking-root")
@@ -75,6 +91,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             "MLFLOW_ALLOW_FILE_STORE": "true",
         }.items():
             mp.setenv(var, value)
+        mp.setattr(TinyTrainer, "CALLBACKS", [Callback(log_table, on="step")])
         sinks = {"metrics/sinks": "jsonl,tensorboard,wandb,mlflow"}
         tracked = TinyTrainer.create(root, tracked_settings("tracked", training__stop_after=3, **sinks))
         tracked.run()
@@ -82,6 +99,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         # An invocation that logged steps 4 and 5 to TensorBoard and then died before its next checkpoint.
         crashed = TensorBoardSink(root / "runs" / "tracked", start=3)
         crashed.write(4, {"train/loss": 99.0})
+        crashed.write_table(4, TABLE, TABLE_COLUMNS, [[4, "from the crashed invocation", 0.0]])
         crashed.write(5, {"train/loss": 98.0})
         crashed.close()
         tracked.args.stop_after = 0  # the same command again, without stop_after (reusing the compiled step)

@@ -35,6 +35,21 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     }
 
 
+def tensorboard_tables(run_dir: Path, tag: str) -> dict[int, list[list[str]]]:
+    """The text summaries ``tag`` of the run by step (header row first), through TensorBoard's
+    EventAccumulator and its tensor reader."""
+    from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    accumulator = EventAccumulator(str(run_dir), size_guidance={TENSORS: 0})
+    accumulator.Reload()
+    assert accumulator.SummaryMetadata(tag).plugin_data.plugin_name == "text"
+    return {
+        event.step: [[cell.decode() for cell in row] for row in make_ndarray(event.tensor_proto)]
+        for event in accumulator.Tensors(tag)
+    }
+
+
 def raw_tensorboard_points(run_dir: Path) -> list[tuple[str, int]]:
     """Every ``(tag, step)`` stored in any event file of the run, with TensorBoard's raw file loader
     (no purging: what any reader of the files sees)."""

@@ -34,3 +34,23 @@ def test_starting_over_from_step_0_logs_step_0_once(tmp_path: Path) -> None:
     logger.close()
     assert [json.loads(line)["loss"] for line in path.read_text().splitlines()] == [2.0]
     assert logger.history["val"] == [(0, 2.0)]
+
+
+def test_a_record_log_is_cut_back_on_resume_and_appends_valid_json(tmp_path: Path) -> None:
+    """``RecordLog`` (``rollouts.jsonl``) is written as ``metrics.jsonl`` is: cut back to the resumed step (a
+    line cut short by a crash dropped), each write appended as JSON lines, a non-finite number as its text;
+    a log of another process writes nothing."""
+    from theseus.training.metrics import RecordLog
+
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "index": 0}) + "\n" for s in (1, 2, 3)) + '{"step": 4, "ind')
+    RecordLog(tmp_path / "other.jsonl", resume_step=2, enabled=False).write([{"step": 3}])
+    assert not (tmp_path / "other.jsonl").exists()
+    log = RecordLog(path, resume_step=2)
+    log.write([{"step": 3, "reward": float("nan"), "turns": [{"content": "a\nb"}]}])
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert records == [
+        {"step": 1, "index": 0},
+        {"step": 2, "index": 0},
+        {"step": 3, "reward": "nan", "turns": [{"content": "a\nb"}]},
+    ]

@@ -134,10 +134,22 @@ def _root_option(ctx: click.Context, root: Path | None) -> Path:
 @click.argument("name")
 @root_option(ROOT_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object.")
+@click.option(
+    "--rollouts", is_flag=True, help="The rollouts the run logged (rl/log_completions) instead: the last step's."
+)
+@click.option("--step", type=int, default=None, help="With --rollouts: the rollouts of this step.")
 @click.pass_context
-def show(ctx: click.Context, name: str, root: Path | None, as_json: bool) -> None:
-    """Selections, key configuration, provenance, last metrics and checkpoints of run NAME."""
+def show(ctx: click.Context, name: str, root: Path | None, as_json: bool, rollouts: bool, step: int | None) -> None:
+    """Selections, key configuration, provenance, last metrics and checkpoints of run NAME; with
+    --rollouts, the prompts, turns, rewards and advantages of the rollouts it logged."""
     path = _run_dir(_root_option(ctx, root), name)
+    if step is not None and not rollouts:
+        raise ConfigError("--step selects the rollouts shown; use it with --rollouts")
+    if rollouts:
+        from theseus.cli.rollout_view import show_rollouts
+
+        show_rollouts(path, name, step, as_json)
+        return
     row = data.run_row(path)
     config = records.read_config(path)
     provenance = records.read_json(path / "provenance.json")

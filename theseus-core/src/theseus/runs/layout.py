@@ -15,6 +15,8 @@ RUNS = "runs"
 CONFIG_FILE = "config.yaml"
 PROVENANCE_FILE = "provenance.json"
 METRICS_FILE = "metrics.jsonl"
+#: Rollouts of on-policy training written each step (``rl/log_completions``), one JSON object a line.
+ROLLOUTS_FILE = "rollouts.jsonl"
 STATUS_FILE = "status.json"
 #: What each invocation trained on: the identity of every prepared dataset it read.
 DATA_FILE = "data.json"
@@ -102,6 +104,7 @@ __all__ = [
     "LOSS_PLOT",
     "METRICS_FILE",
     "PROVENANCE_FILE",
+    "ROLLOUTS_FILE",
     "RUNS",
     "STATE",
     "STATUS_FILE",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.errors import ConfigError
-from theseus.runs.layout import CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE
+from theseus.runs.layout import CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE, ROLLOUTS_FILE
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -60,8 +60,20 @@ def read_json(path: Path) -> dict[str, Any]:
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The records of ``metrics.jsonl`` (a line cut short by a crash is skipped; a damaged line is skipped
     with one warning)."""
+    return read_records(Path(run_dir) / METRICS_FILE)
+
+
+def read_rollouts(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of ``rollouts.jsonl`` (``rl/log_completions``), read as ``metrics.jsonl`` is; empty
+    when the run logged none."""
+    return read_records(Path(run_dir) / ROLLOUTS_FILE)
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects with a ``step`` of a JSON-lines file (a line cut short by a crash is skipped; a
+    damaged line is skipped with one warning); empty when missing."""
     try:
-        lines = metric_lines(Path(run_dir) / METRICS_FILE)
+        lines = metric_lines(path)
     except OSError:
         return []
     records = []
@@ -128,4 +140,14 @@ def read_provenance(run_dir: Path) -> dict[str, Any]:
     return record
 
 
-__all__ = ["flatten", "metric_lines", "read_config", "read_json", "read_metrics", "read_provenance", "read_yaml"]
+__all__ = [
+    "flatten",
+    "metric_lines",
+    "read_config",
+    "read_json",
+    "read_metrics",
+    "read_provenance",
+    "read_records",
+    "read_rollouts",
+    "read_yaml",
+]

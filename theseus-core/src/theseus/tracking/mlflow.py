@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,11 @@ def _flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def table_artifact(name: str, step: int) -> str:
+    """The artifact path of the table ``name`` at ``step``."""
+    return f"{name}/step_{step:08d}.json"
+
+
 def tracking_uri(config: Mapping[str, Any], root: Path) -> str:
     """The configured tracking URI, or a file store at ``<root>/mlruns``."""
     uri = str(config.get("metrics/mlflow/tracking_uri") or "")
@@ -39,7 +44,7 @@ def tracking_uri(config: Mapping[str, Any], root: Path) -> str:
 
 
 class MlflowSink:
-    """Logs every scalar with ``MlflowClient.log_batch`` at its step."""
+    """Logs every scalar with ``MlflowClient.log_batch`` at its step, and tables as JSON artifacts."""
 
     name = "mlflow"
 
@@ -101,6 +106,12 @@ class MlflowSink:
         ]
         if batch:
             self.client.log_batch(self.run_id, metrics=batch)
+
+    def write_table(self, step: int, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """The table as the artifact ``<name>/step_<step>.json``, in the layout of MLflow's own tables
+        (``columns`` and ``data``)."""
+        table = {"columns": list(columns), "data": [list(row) for row in rows]}
+        self.client.log_text(self.run_id, json.dumps(table, default=str), table_artifact(name, step))
 
     def close(self) -> None:
         self.client.set_terminated(self.run_id)

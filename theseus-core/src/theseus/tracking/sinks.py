@@ -65,6 +65,16 @@ class GuardedSink:
         except Exception as exc:
             self._fail(f"at step {step}", exc)
 
+    def write_table(self, step: int, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Forward a table to a sink that takes tables (``write_table``); others never see one."""
+        write = getattr(self.sink, "write_table", None)
+        if self.failed or not callable(write):
+            return
+        try:
+            write(step, name, list(columns), [list(row) for row in rows])
+        except Exception as exc:
+            self._fail(f"writing the table {name} at step {step}", exc)
+
     def close(self) -> None:
         close = getattr(self.sink, "close", None)
         if self.failed or not callable(close):

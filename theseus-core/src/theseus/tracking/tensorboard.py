@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 
 class TensorBoardSink:
-    """Every scalar as a TensorBoard scalar named like ``train/loss``, at its step."""
+    """Every scalar as a TensorBoard scalar named like ``train/loss``, at its step; tables as text."""
 
     name = "tensorboard"
 
@@ -41,6 +41,21 @@ class TensorBoardSink:
         ]
         if values:
             self.writer.add_event(self._event(wall_time=time.time(), step=step, summary=self._summary(value=values)))
+
+    def write_table(self, step: int, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """The table as a text summary named ``name`` at ``step``: a string tensor of the header row and the
+        rows, which TensorBoard's Text tab shows as a table."""
+        import numpy as np
+        from tensorboard.plugins.text.metadata import create_summary_metadata
+        from tensorboard.util.tensor_util import make_tensor_proto
+
+        cells = np.array([list(columns), *[[str(cell) for cell in row] for row in rows]], dtype=object)
+        value = self._summary.Value(
+            tag=name,
+            metadata=create_summary_metadata(display_name=name, description=""),
+            tensor=make_tensor_proto(cells),
+        )
+        self.writer.add_event(self._event(wall_time=time.time(), step=step, summary=self._summary(value=[value])))
 
     def close(self) -> None:
         self.writer.close()

@@ -11,7 +11,7 @@ import json
 import os
 import secrets
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ def _tags(raw: Any) -> list[str] | None:
 
 
 class WandbSink:
-    """Logs every scalar with ``wandb.log(..., step=step)`` into the run's W&B run."""
+    """Logs every scalar with ``wandb.log(..., step=step)`` into the run's W&B run, and tables as W&B Tables."""
 
     name = "wandb"
 
@@ -73,6 +73,12 @@ class WandbSink:
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:
         self.run.log(dict(metrics), step=step)
+
+    def write_table(self, step: int, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """The table as a ``wandb.Table`` logged under ``name`` at ``step``."""
+        import wandb
+
+        self.run.log({name: wandb.Table(columns=list(columns), data=[list(row) for row in rows])}, step=step)
 
     def close(self) -> None:
         self.run.finish()

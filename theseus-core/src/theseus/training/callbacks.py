@@ -126,6 +126,11 @@ class StepInfo:
         """Record the scalar ``values`` at this step as a ``split`` record of ``metrics.jsonl`` (and sinks)."""
         self._loop.logger.log(self.step, split, values)
 
+    def log_table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Send the table ``name`` (a header of ``columns``, then ``rows`` of cells) at this step to the trackers
+        that take tables: a W&B Table, a TensorBoard text summary, an MLflow artifact (process 0 only)."""
+        self._loop.logger.table(self.step, name, columns, rows)
+
     def message(self, text: str) -> None:
         """Print a line with the loop's progress messages (process 0 only)."""
         self._loop.display.message(text)

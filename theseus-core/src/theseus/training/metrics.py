@@ -34,6 +34,70 @@ def _json_number(value: float | int) -> Any:
     return value
 
 
+def cut_records(path: Path, resume_step: int) -> list[dict[str, Any]]:
+    """Rewrite the JSON-lines file ``path`` without its records after ``resume_step`` (every record when it
+    is 0: a run starting over logs its step-0 records again) and without a line cut short by a crash; a
+    line that is not UTF-8 is kept as it is, after a warning naming it. Returns the records kept."""
+    from theseus.runs.records import metric_lines
+
+    if not path.exists():
+        return []
+    kept, records = [], []
+    for raw, text in metric_lines(path):
+        if text is None:
+            kept.append(raw)
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash
+        if not isinstance(record, dict) or int(record.get("step", 0)) > resume_step or resume_step == 0:
+            continue
+        kept.append(raw)
+        records.append(record)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(line + b"\n" for line in kept))
+    tmp.replace(path)
+    return records
+
+
+def json_line(record: Mapping[str, Any]) -> str:
+    """``record`` as one line of JSON, a non-finite number as its text (JSON has no NaN or inf) and any other
+    value JSON has no form for as its ``str``."""
+    return json.dumps(_finite(record), default=str) + "\n"
+
+
+class RecordLog:
+    """A JSON-lines file of records keyed by ``step`` in the run directory, written as ``metrics.jsonl`` is:
+    cut back to ``resume_step`` when opened (a resumed run matches an uninterrupted one), each write
+    appended and flushed. Disabled (``enabled=False``: not process 0), it writes nothing."""
+
+    def __init__(self, path: Path, *, resume_step: int = 0, enabled: bool = True) -> None:
+        self.path = Path(path)
+        self.enabled = enabled
+        if enabled:
+            cut_records(self.path, resume_step)
+
+    def write(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Append ``records`` (each with its ``step``)."""
+        if not self.enabled or not records:
+            return
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write("".join(json_line(record) for record in records))
+            handle.flush()
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float inside it as its text."""
+    if isinstance(value, float):
+        return _json_number(value)
+    if isinstance(value, Mapping):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 class MetricsLogger:
     """Appends one JSON object per record to ``metrics.jsonl`` and forwards it to sinks.
 
@@ -65,28 +129,9 @@ class MetricsLogger:
             self._file = self.path.open("a", encoding="utf-8")
 
     def _truncate(self, resume_step: int) -> None:
-        """Drop the records after ``resume_step`` (and a line cut short by a crash); a line that is not
-        UTF-8 is kept as it is, after a warning naming it."""
-        from theseus.runs.records import metric_lines
-
-        if not self.path.exists():
-            return
-        kept = []
-        for raw, text in metric_lines(self.path):
-            if text is None:
-                kept.append(raw)
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a crash
-            if not isinstance(record, dict) or int(record.get("step", 0)) > resume_step or resume_step == 0:
-                continue  # a run starting over from step 0 logs its step-0 records again
-            kept.append(raw)
+        """Drop the records after ``resume_step`` (:func:`cut_records`), remembering the curves of the others."""
+        for record in cut_records(self.path, resume_step):
             self._remember(record)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_bytes(b"".join(line + b"\n" for line in kept))
-        tmp.replace(self.path)
 
     def _remember(self, record: Mapping[str, Any]) -> None:
         split = record.get("split")
@@ -110,6 +155,15 @@ class MetricsLogger:
         for sink in self.sinks:
             sink.write(int(step), prefixed)
         return numbers
+
+    def table(self, step: int, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Send the table ``name`` of ``step`` to the sinks that take tables (``write_table``)."""
+        if not self.enabled:
+            return
+        for sink in self.sinks:
+            write = getattr(sink, "write_table", None)
+            if callable(write):
+                write(int(step), name, list(columns), [list(row) for row in rows])
 
     def close(self) -> None:
         if self._file is not None and not self._file.closed:

@@ -68,6 +68,13 @@ class RolloutConfig:
     max_turns: int = field(
         "rl/max_turns", default=4, min=1, help="policy turns per episode at most (environments with stop strings)"
     )
+    log_completions: int = field(
+        "rl/log_completions",
+        default=0,
+        min=0,
+        help="rollouts a step written to the run folder's rollouts.jsonl and sent to the trackers as a table: "
+        "prompt, turns, tool replies, rewards, advantage (0: none; theseus runs show NAME --rollouts prints them)",
+    )
     max_episode_tokens: int = field(
         "rl/max_episode_tokens",
         default=0,
@@ -191,7 +198,8 @@ class RolloutSource:
         texts, written = [e.text for e in episodes], [e.policy_tokens for e in episodes]
         total, per_reward = self._score(prompts, texts, written, [not e.truncated for e in episodes], errors)
         completions, masks = [e.tokens for e in episodes], [e.learned for e in episodes]
-        return Rollouts([e.prompt for e in episodes], completions, stopped, total, per_reward, masks)
+        transcripts = [e.transcript for e in episodes]
+        return Rollouts([e.prompt for e in episodes], completions, stopped, total, per_reward, masks, transcripts)
 
     def _complete(self, params: Any, prompts: list[Prompt], sampling: SamplingParams, seed: int) -> list[Episode]:
         """The episodes of ``prompts`` played by ``params``: one turn each, or several with an environment

@@ -1,7 +1,9 @@
 """``RolloutTrainer``: what the on-policy trainers (``train/grpo``, ``train/distill``) share. Each holds a
 ``RolloutSource`` built at set-up from its keys (``ROLLOUTS``) and learns from batches of its rollouts:
 every step the source samples with the current parameters, and the rows it arranges carry the rollout's
-metrics (rewards, lengths, turns, timing); a subclass adds what its objective reads (``rollout_rows``)."""
+metrics (rewards, lengths, turns, timing); a subclass adds what its objective reads (``rollout_rows``).
+With ``rl/log_completions`` the first rollouts of each step are kept as records and written to the run
+folder and the trackers (``theseus.model.rl.rollout_log``)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from theseus.config import configuration, configure
 from theseus.errors import ConfigError
 from theseus.model.finetune.trainer import SFTTrainer
 from theseus.model.rl.prompts import found_template, policy_text, template_record
+from theseus.model.rl.rollout_log import RolloutLog, rollout_records
 from theseus.model.rl.rollout_source import RolloutConfig, RolloutSource, Sampled
 from theseus.model.rl.rollouts import LOGGED, Rollouts
 from theseus.rl.environment import Environment
@@ -39,6 +42,7 @@ class RolloutTrainer(SFTTrainer):
         super().__init__(context)
         self._source: RolloutSource | None = None
         self._rollout_ended: float | None = None  # perf_counter() when the last rollout was ready
+        self._logged: list[dict[str, Any]] = []  # rl/log_completions' records not yet written
 
     @classmethod
     def config(cls) -> list[type]:
@@ -136,6 +140,7 @@ class RolloutTrainer(SFTTrainer):
             self.state = self.init_state()
         sampled = source.sample(self.state.params, step)
         batch = self.rollout_rows(sampled, step)
+        self._keep_for_log(sampled, batch, step + 1)
         self._rollout_ended = time.perf_counter()
         seconds = self._rollout_ended - began
         generated = sum(sum(m) for m in sampled.rollouts.masks)
@@ -154,6 +159,26 @@ class RolloutTrainer(SFTTrainer):
         )
         first = self.sharding.feed_index * self.batch_rows
         return {name: value[first : first + self.batch_rows] for name, value in batch.items()}
+
+    def _keep_for_log(self, sampled: Sampled, batch: dict[str, np.ndarray], update: int) -> None:
+        """Keep the first ``rl/log_completions`` rollouts of ``update`` as records (``RolloutLog`` writes them)."""
+        settings = self.rollout_source.settings
+        if settings.log_completions:
+            advantages = batch.get("advantages")
+            done = sampled.rollouts
+            self._logged += rollout_records(done, update, settings.log_completions, settings.group_size, advantages)
+
+    def logged_rollouts(self) -> list[dict[str, Any]]:
+        """The rollout records kept since the last call (``rl/log_completions``), handed over once."""
+        records, self._logged = self._logged, []
+        return records
+
+    def callbacks(self) -> list[Any]:
+        """The job's callbacks and, with ``rl/log_completions``, the one that writes the rollouts kept."""
+        added = super().callbacks()
+        if self.rollout_source.settings.log_completions:
+            added.append(RolloutLog(self.logged_rollouts))
+        return added
 
     def rollout_rows(self, sampled: Sampled, step: int) -> dict[str, np.ndarray]:
         """The batch rows of a step's rollouts (``RolloutSource.rows``); a subclass adds what its

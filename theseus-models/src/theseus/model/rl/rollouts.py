@@ -19,7 +19,9 @@ class Rollouts:
     """Scored completions, each prompt's ``rl/group_size`` consecutive: token ids of prompts and
     completions (everything after the prompt: the policy's turns with their stop tokens, the
     environment's replies), whether each stopped at a stop token, the weighted reward, each reward's
-    score, and per completion token whether the policy wrote it (``masks``; empty: every token)."""
+    score, per completion token whether the policy wrote it (``masks``; empty: every token), and each
+    episode as text (``transcripts``: the prompt's messages, then the policy's turns as ``assistant`` and the
+    environment's replies as ``tool``; empty: not kept)."""
 
     prompts: list[list[int]]
     completions: list[list[int]]
@@ -27,6 +29,7 @@ class Rollouts:
     rewards: list[float]
     per_reward: dict[str, list[float]]
     masks: list[list[bool]] = dataclasses.field(default_factory=list)
+    transcripts: list[list[dict[str, str]]] = dataclasses.field(default_factory=list)
 
     def groups(self, size: int) -> list[Rollouts]:
         """One ``Rollouts`` per prompt."""
@@ -38,9 +41,14 @@ class Rollouts:
 
     def _rows(self, rows: slice) -> Rollouts:
         per_reward = {name: v[rows] for name, v in self.per_reward.items()}
-        masks = self.masks[rows]
         return Rollouts(
-            self.prompts[rows], self.completions[rows], self.stopped[rows], self.rewards[rows], per_reward, masks
+            self.prompts[rows],
+            self.completions[rows],
+            self.stopped[rows],
+            self.rewards[rows],
+            per_reward,
+            self.masks[rows],
+            self.transcripts[rows],
         )
 
     @staticmethod
@@ -54,6 +62,7 @@ class Rollouts:
             [r for part in parts for r in part.rewards],
             {name: [v for part in parts for v in part.per_reward[name]] for name in names},
             [m for part in parts for m in part.masks],
+            [t for part in parts for t in part.transcripts],
         )
 
 
