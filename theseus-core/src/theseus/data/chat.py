@@ -13,12 +13,12 @@ the template of a fine-tuned run in its folder (``theseus.model.finetune.chat``)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from theseus.base import jsonfile
 from theseus.data.tokenizers.spec import parse_spec
 from theseus.errors import DataError
 
@@ -261,14 +261,9 @@ def read_json_object(path: Path) -> dict[str, Any]:
     """The JSON object of a checkpoint's or a run's file; a DataError naming it when it is unreadable
     or holds anything but an object."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except RecursionError as exc:
-        raise DataError(f"{path} is not readable JSON (nested deeper than a parser follows)") from exc
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path} is not readable JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise DataError(f"{path} does not hold a JSON object")
-    return data
+        return jsonfile.read_object(path, check_numbers=False)  # model_max_length may be int(1e30)
+    except jsonfile.UnreadableJSON as exc:
+        raise DataError(str(exc)) from exc
 
 
 _CACHE: dict[str, Any] = {}

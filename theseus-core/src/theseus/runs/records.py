@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from theseus.base import jsonfile
 from theseus.errors import ConfigError
 from theseus.runs.layout import CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE, ROLLOUTS_FILE
 
@@ -49,12 +50,11 @@ def read_config(run_dir: Path) -> dict[str, Any]:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object; empty when missing or unreadable."""
+    """A JSON object (read through :mod:`theseus.base.jsonfile`); empty when missing or unreadable."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # nested past the parser's depth: unreadable too
+        return jsonfile.read_object(Path(path), check_numbers=False)  # listings check each number they show
+    except jsonfile.UnreadableJSON:  # too large or nested too deep: unreadable too
         return {}
-    return data if isinstance(data, dict) else {}
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -132,12 +132,9 @@ def read_provenance(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path} is unreadable ({exc}); train the run again") from exc
-    if not isinstance(record, dict):
-        raise ConfigError(f"{path} holds no JSON object; train the run again")
-    return record
+        return jsonfile.read_object(path)
+    except jsonfile.UnreadableJSON as exc:
+        raise ConfigError(f"{exc}; train the run again") from exc
 
 
 __all__ = [
