@@ -128,12 +128,14 @@ def damaged(family: str, edits: list[tuple[str, str, Any]]) -> dict[str, Any]:
 
 
 def read_config(config: dict[str, Any]) -> None:
-    """What ``hf/import`` derives from ``config.json`` before it reads a tensor (``importer.prepare``)."""
+    """What ``hf/import`` derives from ``config.json`` before it reads a tensor (``importer.prepare``), for
+    weights of 1,000 tensors none larger than 4,096 in any dimension."""
     from theseus.config import configuration, configure
+    from theseus.model.huggingface.config_checks import WeightSizes
     from theseus.model.huggingface.convert import from_config
     from theseus.model.huggingface.importer import import_class, model_configuration
 
-    found, imported = from_config(config)
+    found, imported = from_config(config, WeightSizes(tensors=1000, largest=4096))
     model_cls = import_class(imported.model_class)
     with configuration(model_configuration(model_cls, imported.keys)):
         model = configure(model_cls)

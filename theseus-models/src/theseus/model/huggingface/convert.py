@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from theseus.errors import CheckpointError
-from theseus.model.huggingface.config_checks import checked_keys
+from theseus.model.huggingface.config_checks import WeightSizes, checked_keys
 from theseus.model.huggingface.family import HFFamily, family
 from theseus.model.huggingface.names import IGNORED_SUFFIXES, TensorMap
 from theseus.model.huggingface.safetensors_io import PlannedTensor, TensorInfo, dtype_code, read_index, read_tensor
@@ -40,8 +40,8 @@ class Imported:
     keys: dict[str, Any]
 
 
-def from_config(config: Mapping[str, Any]) -> tuple[HFFamily, Imported]:
-    """The installed family of a ``config.json`` and what the checkpoint becomes."""
+def checkpoint_family(config: Mapping[str, Any]) -> HFFamily:
+    """The installed family of a ``config.json``; CheckpointError for a quantized checkpoint."""
     found = family(config.get("model_type"))
     quantized = config.get("quantization_config")
     if quantized:
@@ -50,7 +50,14 @@ def from_config(config: Mapping[str, Any]) -> tuple[HFFamily, Imported]:
             f"config.json has quantization_config (quant_method={method!r}): theseus imports unquantized "
             "weights; use a bfloat16/float32 copy of the checkpoint (dequantize it first)"
         )
-    return found, Imported(found.model_type, found.model_class, checked_keys(found, config))
+    return found
+
+
+def from_config(config: Mapping[str, Any], weights: WeightSizes) -> tuple[HFFamily, Imported]:
+    """The installed family of a ``config.json`` and what the checkpoint becomes; the sizes ``config``
+    claims are checked against ``weights`` (those of the tensors present) before the family reads them."""
+    found = checkpoint_family(config)
+    return found, Imported(found.model_type, found.model_class, checked_keys(found, config, weights))
 
 
 @dataclass
@@ -65,9 +72,11 @@ class HFCheckpoint:
 
 
 def open_checkpoint(folder: Path) -> HFCheckpoint:
+    """``folder``'s ``config.json`` and safetensors headers, checked against each other (no weights read)."""
     config = read_config(folder)
-    found, imported = from_config(config)
-    tensors = {found.canonical_name(n): info for n, info in read_index(folder).items()}
+    headers = read_index(folder)
+    found, imported = from_config(config, WeightSizes.of(info.shape for info in headers.values()))
+    tensors = {found.canonical_name(n): info for n, info in headers.items()}
     imported = dataclasses.replace(imported, keys=found.checkpoint_keys(imported.keys, tensors.keys()))
     return HFCheckpoint(folder, config, imported, tensors, found)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from theseus.model.huggingface.convert import from_config, open_checkpoint, plan_import
+from theseus.model.huggingface.convert import checkpoint_family, open_checkpoint, plan_import
 from theseus.model.huggingface.importer import PreparedImport, flat_paths, read_params
 from theseus.model.huggingface.source import hub_config_folder, read_config, resolve_source
 from theseus.model.huggingface.tokenizer_files import tokenizer_spec
@@ -18,8 +18,7 @@ def hf_model_class(target: str) -> str:
     folder = Path(target).expanduser()
     if not folder.is_dir():
         folder = hub_config_folder(target)
-    _family, imported = from_config(read_config(folder))
-    return str(imported.model_class)
+    return str(checkpoint_family(read_config(folder)).model_class)
 
 
 def hf_source(target: str, spec: str) -> InitSource:
