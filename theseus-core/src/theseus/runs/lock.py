@@ -165,4 +165,18 @@ def remove_abandoned(parent: Path, pattern: str) -> list[Path]:
     return removed
 
 
-__all__ = ["LOCK_FILE", "RunLock", "abandoned", "holder", "remove_abandoned"]
+def publish(staging: Path, final: Path) -> bool:
+    """Rename the complete folder ``staging`` to ``final`` in one step; False (``staging`` left as it is)
+    when ``final`` has been taken meanwhile: a folder with anything in it, or a file. An empty folder is
+    replaced. The rename itself decides, so of two writers racing for one ``final`` exactly one wins and
+    the other's folder never mixes with, nor replaces, the winner's."""
+    try:
+        os.rename(staging, final)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            return False
+        raise
+    return True
+
+
+__all__ = ["LOCK_FILE", "RunLock", "abandoned", "holder", "publish", "remove_abandoned"]

@@ -11,14 +11,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from theseus.base import jsonfile
 from theseus.errors import ConfigError
 from theseus.model.huggingface.convert import export_plan
 from theseus.model.huggingface.family import export_family
 from theseus.model.huggingface.safetensors_io import write_checkpoint
 from theseus.model.huggingface.tokenizer_files import BYTE_END_OF_TEXT, byte_tokenizer_json, token_id
+from theseus.runs.records import read_provenance
 from theseus.runs.ref import RunRef
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16"}
+#: The largest ``tokenizer.json`` read (the largest vocabularies write a few tens of megabytes).
+TOKENIZER_BYTES = 512 << 20
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
@@ -77,7 +81,7 @@ def staged_folder(folder: Path) -> Iterator[Path]:
     when the block completes and removed when it fails: ``folder`` only ever holds a complete export.
     The staging folder holds a lock while it is written, so the staging folders of exports that were
     killed are told apart from those being written, and removed by the next export beside them."""
-    from theseus.runs.lock import LOCK_FILE, RunLock, remove_abandoned
+    from theseus.runs.lock import LOCK_FILE, RunLock, publish, remove_abandoned
 
     remove_abandoned(folder.parent, f".*{EXPORTING}*")
     staging = new_folder(folder.parent, f".{folder.name}{EXPORTING}")
@@ -86,14 +90,26 @@ def staged_folder(folder: Path) -> Iterator[Path]:
         yield staging
         lock.release()
         (staging / LOCK_FILE).unlink()  # not part of the export
-        if folder.exists():
-            folder.rmdir()
-        staging.rename(folder)
+        if not publish(staging, folder):
+            raise ConfigError(
+                f"{folder} was filled by another command while this export ran; what it holds is kept and this "
+                "export is discarded: choose a new hf/out"
+            )
     except BaseException:
         lock.release()
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)
         raise
+
+
+def _read_object(path: Path, max_bytes: int = jsonfile.MAX_BYTES) -> dict[str, Any]:
+    """A JSON object of the run being exported; ConfigError (one line) naming the file when it is unreadable.
+    Its numbers are not checked: a tokenizer's ``model_max_length`` may be ``int(1e30)``, and the export
+    reads only texts and token ids from these files."""
+    try:
+        return jsonfile.read_object(path, max_bytes=max_bytes, check_numbers=False)
+    except jsonfile.UnreadableJSON as exc:
+        raise ConfigError(f"{exc}; restore the run's copy of it") from exc
 
 
 def write_tokenizer(
@@ -115,7 +131,7 @@ def write_tokenizer(
         eot = BYTE_END_OF_TEXT
     else:
         return None
-    tokenizer = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    tokenizer = _read_object(folder / "tokenizer.json", max_bytes=TOKENIZER_BYTES)
     ends = ("<|endoftext|>", "</s>", "<|end_of_text|>")
     eot = eot or next((t for t in ends if token_id(tokenizer, t) is not None), None)
     eos = token_id(tokenizer, eot) if eot else None
@@ -141,10 +157,10 @@ def write_chat_template(folder: Path, run_path: Path) -> None:
     kept, config_file = run_path / TEMPLATE_FILE, folder / "tokenizer_config.json"
     if not kept.is_file() or not config_file.is_file():
         return
-    template = json.loads(kept.read_text(encoding="utf-8")).get("chat_template")
+    template = _read_object(kept).get("chat_template")
     if not isinstance(template, str) or not template:
         return
-    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config = _read_object(config_file)
     config["chat_template"] = template
     config_file.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
@@ -190,8 +206,7 @@ def export_run(
     shard_bytes = parse_size(shard_size)
     folder = output_folder(out)
     ref = RunRef.of(run, root, key="hf/run", step=step).resolve()
-    record_file = ref.path / "provenance.json"
-    record = json.loads(record_file.read_text()) if record_file.is_file() else {}
+    record = read_provenance(ref.path)
     # a run without a recorded tokenizer (e.g. imported without tokenizer.json) exports weights only
     loaded = load_run(root, ref, tokenizer=None if record.get("tokenizer") else "byte")
     model_class = f"{type(loaded.model).__module__}:{type(loaded.model).__qualname__}"

@@ -18,6 +18,7 @@ from theseus.config import Configuration, Schema, configuration, configure, reso
 from theseus.errors import ConfigError
 from theseus.model.huggingface.convert import HFCheckpoint, ParamPath, load_params, open_checkpoint, plan_import
 from theseus.model.huggingface.names import TensorMap
+from theseus.model.huggingface.safetensors_io import INDEX_FILE
 from theseus.model.huggingface.source import CONFIG_FILE
 from theseus.model.huggingface.tokenizer_files import TOKENIZER_FILES, chat_template_record, tokenizer_spec
 
@@ -161,10 +162,12 @@ def read_params(
     return tree
 
 
-def file_hashes(folder: Path) -> dict[str, str]:
-    """sha256 of ``config.json``, the tokenizer files and every safetensors file."""
-    names = [CONFIG_FILE, *TOKENIZER_FILES, "model.safetensors.index.json"]
-    paths = [folder / n for n in names if (folder / n).is_file()] + sorted(folder.glob("*.safetensors"))
+def file_hashes(checkpoint: HFCheckpoint) -> dict[str, str]:
+    """sha256 of ``config.json``, the tokenizer files, the index and every safetensors file read."""
+    folder = checkpoint.folder
+    names = [CONFIG_FILE, *TOKENIZER_FILES, INDEX_FILE]
+    weights = sorted({info.file for info in checkpoint.tensors.values()})
+    paths = [folder / n for n in names if (folder / n).is_file()] + weights
     hashes = {}
     for path in paths:
         digest = hashlib.sha256()
@@ -193,7 +196,7 @@ def write_run(
     from theseus.runs.directory import RunDirectory, provenance
     from theseus.runs.layout import CONFIG_FILE as RUN_CONFIG
     from theseus.runs.layout import runs_dir
-    from theseus.runs.lock import RunLock
+    from theseus.runs.lock import RunLock, publish
 
     runs = runs_dir(root)
     final = runs / name
@@ -231,13 +234,17 @@ def write_run(
         record["huggingface"] = {
             **source,
             "model_type": prepared.checkpoint.imported.family,
-            "files": file_hashes(prepared.checkpoint.folder),
+            "files": file_hashes(prepared.checkpoint),
             "bos_id": prepared.bos_id,
         }
         directory = RunDirectory(root, name)
         directory.path = staging
         directory.write_provenance(record)
-        staging.rename(final)
+        if not publish(staging, final):
+            raise ConfigError(
+                f"run {name!r} was created in {runs} by another command while this import ran; its run is "
+                "kept and this import is discarded: choose another run/name"
+            )
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if created_runs:

@@ -11,7 +11,9 @@ order and splits large models into shards with a ``model.safetensors.index.json`
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
@@ -21,12 +23,17 @@ from typing import Any
 
 import numpy as np
 
+from theseus.base import jsonfile
 from theseus.errors import CheckpointError
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 #: Largest header accepted (the format's own limit).
 MAX_HEADER = 100 * 1024 * 1024
+#: How deep a header nests: the header, a tensor's entry, its shape.
+HEADER_DEPTH = 3
+#: Largest ``model.safetensors.index.json`` read (the largest checkpoints list ~100,000 tensors in ~10 MB).
+INDEX_BYTES = 64 << 20
 
 
 def _bfloat16() -> Any:
@@ -78,7 +85,9 @@ class TensorInfo:
 
 
 def read_header(path: Path) -> dict[str, TensorInfo]:
-    """The tensors of one safetensors file; CheckpointError (one line) for a damaged header."""
+    """The tensors of one safetensors file; CheckpointError (one line naming the file, and the tensor when
+    one is at fault) for a damaged header: not JSON or nested past its format, a dtype, shape or byte
+    range that is malformed, out of the file or overlapping another tensor's."""
     problem = f"{path} is not a valid safetensors file"
     try:
         size = path.stat().st_size
@@ -89,9 +98,12 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
             (length,) = struct.unpack("<Q", raw)
             if length > min(MAX_HEADER, size - 8):
                 raise CheckpointError(f"{problem} (its header length {length} is impossible); download it again")
-            header = json.loads(f.read(length))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            # every number is checked below, naming its tensor
+            header = jsonfile.parse(f.read(length), max_depth=HEADER_DEPTH, check_numbers=False)
+    except OSError as exc:
         raise CheckpointError(f"{problem} ({type(exc).__name__}: {exc}); download it again") from exc
+    except jsonfile.UnreadableJSON as exc:
+        raise CheckpointError(f"{problem} (its header: {exc.reason}); download it again") from exc
     if not isinstance(header, dict):
         raise CheckpointError(f"{problem} (its header is not a JSON object); download it again")
     data_start = 8 + length
@@ -99,18 +111,54 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        try:
-            code, shape, (begin, end) = entry["dtype"], tuple(int(d) for d in entry["shape"]), entry["data_offsets"]
-            itemsize = numpy_dtype(code).itemsize
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"{problem} (tensor {name!r} has a malformed entry); download it again") from exc
-        count = int(np.prod(shape, dtype=np.int64))
-        if end - begin != count * itemsize or begin < 0 or data_start + end > size:
-            raise CheckpointError(
-                f"{problem} (tensor {name!r} of shape {shape} does not fit its byte range); download it again"
-            )
-        tensors[name] = TensorInfo(name, path, code, shape, data_start + begin, data_start + end)
+        why = _entry_problem(entry, size)
+        if why:
+            raise CheckpointError(f"{problem} (tensor {name!r} {why}); download it again")
+        begin, end = (data_start + offset for offset in entry["data_offsets"])
+        tensors[name] = TensorInfo(name, path, entry["dtype"], tuple(entry["shape"]), begin, end)
+    if tensors and max(t.end for t in tensors.values()) > size:
+        late = max(tensors.values(), key=lambda t: t.end)
+        raise CheckpointError(
+            f"{problem} (tensor {late.name!r} of shape {late.shape} does not fit its byte range); download it again"
+        )
+    _refuse_overlaps(problem, tensors.values(), data_start)
     return tensors
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _entry_problem(entry: Any, file_size: int) -> str | None:
+    """What is wrong with one tensor's header entry (None when nothing is): a dtype, a shape of counts no
+    larger than the file, and ``[begin, end]`` byte offsets that hold exactly that many elements."""
+    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
+        return "has no dtype, shape and data_offsets"
+    code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(code, str) or code not in _DTYPES:
+        return f"has dtype {str(code)[:40]!r}, which theseus does not read"
+    if not isinstance(shape, list) or not all(map(_count, shape)):
+        return f"has shape {str(shape)[:80]}, not a list of counts"
+    if max(shape, default=0) > file_size:
+        return f"has shape {tuple(shape)}, with a dimension larger than the whole file"
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_count, offsets)):
+        return f"has data_offsets {str(offsets)[:80]}, not [begin, end] byte offsets"
+    begin, end = offsets
+    if end < begin or end - begin != math.prod(shape) * numpy_dtype(code).itemsize:
+        return f"of shape {tuple(shape)} does not fit its byte range [{begin}, {end}]"
+    return None
+
+
+def _refuse_overlaps(problem: str, tensors: Iterable[TensorInfo], data_start: int) -> None:
+    """CheckpointError naming two tensors whose bytes overlap (each byte belongs to one tensor at most),
+    and the bytes they share as the header counts them (from the start of the data)."""
+    placed = sorted((t for t in tensors if t.nbytes), key=lambda t: (t.start, t.end))
+    for before, after in itertools.pairwise(placed):
+        if after.start < before.end:
+            raise CheckpointError(
+                f"{problem} (tensors {before.name!r} and {after.name!r} share data bytes "
+                f"{after.start - data_start}..{min(before.end, after.end) - data_start}); download it again"
+            )
 
 
 def read_tensor(info: TensorInfo) -> np.ndarray:
@@ -151,23 +199,20 @@ def check_finite(info: TensorInfo, values: np.ndarray) -> None:
 
 
 def checkpoint_files(folder: Path) -> list[Path]:
-    """The safetensors files of a checkpoint folder: the index's shards, else ``model.safetensors``."""
+    """The safetensors files of a checkpoint folder: the index's shards, else ``model.safetensors``, else
+    every ``*.safetensors``; each one must lie in ``folder`` (:func:`inside`)."""
     index = folder / INDEX_FILE
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-            names = sorted(set(weight_map.values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CheckpointError(f"{index} is not a valid safetensors index ({exc}); download it again") from exc
+        names = index_files(index)
         missing = [n for n in names if not (folder / n).is_file()]
         if missing:
             raise CheckpointError(f"{index} lists {missing[0]}, which is not in {folder}; download the missing shards")
-        return [folder / n for n in names]
+        return [inside(folder, folder / n) for n in names]
     if (folder / SINGLE_FILE).is_file():
-        return [folder / SINGLE_FILE]
+        return [inside(folder, folder / SINGLE_FILE)]
     found = sorted(folder.glob("*.safetensors"))
     if found:
-        return found
+        return [inside(folder, path) for path in found]
     if any(folder.glob("*.bin")) or any(folder.glob("*.pt")) or any(folder.glob("*.pth")):
         raise CheckpointError(
             f"{folder} holds only PyTorch pickle weights (.bin/.pt), which theseus never loads because unpickling "
@@ -177,11 +222,51 @@ def checkpoint_files(folder: Path) -> list[Path]:
     raise CheckpointError(f"{folder} has no model.safetensors (nor sharded safetensors with {INDEX_FILE})")
 
 
+def index_files(index: Path) -> list[str]:
+    """The file names ``model.safetensors.index.json`` maps tensors to, sorted; CheckpointError (one line)
+    for an unreadable index, or one that names anything but a file of its own folder (an absolute path,
+    a path through ``..`` or into a subfolder)."""
+    try:
+        weight_map = jsonfile.read_object(index, max_bytes=INDEX_BYTES).get("weight_map")
+    except jsonfile.UnreadableJSON as exc:
+        raise CheckpointError(f"{exc}; download it again") from exc
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"{index} is not a valid safetensors index (it has no weight_map); download it again")
+    for tensor, name in weight_map.items():
+        if not isinstance(name, str) or name in ("", ".", "..") or name != Path(name).name or "\\" in name:
+            raise CheckpointError(
+                f"{index} maps tensor {tensor!r} to {str(name)[:200]!r}, which is not a file of its folder; "
+                "theseus reads only the checkpoint folder's own files"
+            )
+    return sorted(set(weight_map.values()))
+
+
+def inside(folder: Path, path: Path) -> Path:
+    """``path``, a file of checkpoint ``folder``; CheckpointError when it is a symlink that leads out of the
+    folder (a hub cache's snapshot may lead into its repository's ``blobs``, where the hub keeps the files)."""
+    target = path.resolve()
+    allowed = [folder.resolve()]
+    if folder.parent.name == "snapshots" and (folder.parent.parent / "blobs").is_dir():
+        allowed.append((folder.parent.parent / "blobs").resolve())
+    if not any(target.is_relative_to(root) for root in allowed):
+        raise CheckpointError(
+            f"{path} leads outside {folder} (to {target}); theseus reads only the checkpoint folder's own files: "
+            "copy the file into the folder"
+        )
+    return path
+
+
 def read_index(folder: Path) -> dict[str, TensorInfo]:
-    """Every tensor of a checkpoint folder, from the headers only."""
+    """Every tensor of a checkpoint folder, from the headers only; a tensor in two files is refused."""
     tensors: dict[str, TensorInfo] = {}
     for path in checkpoint_files(folder):
-        tensors.update(read_header(path))
+        for name, info in read_header(path).items():
+            if name in tensors:
+                raise CheckpointError(
+                    f"tensor {name!r} is in both {tensors[name].file} and {path}; the checkpoint is damaged, "
+                    "download it again"
+                )
+            tensors[name] = info
     return tensors
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from theseus.base import jsonfile
 from theseus.errors import ConfigError
 
 CONFIG_FILE = "config.json"
@@ -65,9 +65,6 @@ def read_config(folder: Path) -> dict[str, Any]:
             f"{folder} has no config.json; pass the folder a Hugging Face model was saved to (save_pretrained)"
         )
     try:
-        config = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path} is not valid JSON ({exc}); download it again") from exc
-    if not isinstance(config, dict):
-        raise ConfigError(f"{path} is not a JSON object; download it again")
-    return config
+        return jsonfile.read_object(path)
+    except jsonfile.UnreadableJSON as exc:
+        raise ConfigError(f"{exc}; download it again") from exc

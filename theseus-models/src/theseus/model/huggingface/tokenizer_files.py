@@ -3,10 +3,10 @@ end-of-text token, and whether it starts texts with a beginning-of-sequence toke
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from theseus.base import jsonfile
 from theseus.data.chat import declared_template, special_token_text
 from theseus.errors import ConfigError
 
@@ -30,9 +30,9 @@ def chat_template_record(folder: Path) -> dict[str, str] | None:
     path = folder / "tokenizer_config.json"
     if path.is_file():
         try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"{path} is not readable JSON ({exc}); download it again") from exc
+            loaded = jsonfile.read(path, check_numbers=False)  # transformers writes model_max_length=int(1e30)
+        except jsonfile.UnreadableJSON as exc:
+            raise ConfigError(f"{exc}; download it again") from exc
         config = loaded if isinstance(loaded, dict) else {}
     template = declared_template(path, config)
     if template is None:
@@ -120,8 +120,8 @@ def special_ids(folder: Path, config: dict[str, Any]) -> tuple[int | None, int |
     path = folder / "generation_config.json"
     if path.is_file():
         try:
-            generation = json.loads(path.read_text())
-        except (OSError, ValueError):
+            generation = jsonfile.read_object(path)
+        except jsonfile.UnreadableJSON:
             generation = {}
     bos = _first(generation.get("bos_token_id", config.get("bos_token_id")))
     eos = _first(generation.get("eos_token_id", config.get("eos_token_id")))
