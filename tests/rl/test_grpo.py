@@ -91,7 +91,15 @@ RESUMED = [
     "rl/log_completions=3",
 ]
 #: Fields that measure time, not the run.
-TIMING = {"step_time", "tokens_per_sec", "mfu", "rollout_seconds", "rollout_tokens_per_s", "update_seconds"}
+TIMING = {
+    "step_time",
+    "tokens_per_sec",
+    "mfu",
+    "rollout_seconds",
+    "rollout_tokens_per_s",
+    "rollout_wait_seconds",
+    "update_seconds",
+}
 
 
 def untimed(rows: list[dict]) -> list[dict]:

@@ -38,7 +38,7 @@ class PolicyLossOptions:
         "rl/sampling_correction",
         default=True,
         help="weigh tokens by the trained/sampling policy probability ratio when rollouts carry the sampler's "
-        "log-probabilities (asynchronous rollouts; today's come from the trained policy: ratio 1)",
+        "log-probabilities (rl/async_rollouts with rl/max_staleness > 0; otherwise the ratio is 1)",
     )
     sampling_correction_mode: str | None = field(
         "rl/sampling_correction_mode",

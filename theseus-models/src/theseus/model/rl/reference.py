@@ -19,12 +19,12 @@ REF_LOGPS = "ref_logps"
 MODEL_KEYS = ("x", "y", "padding_mask")
 
 
-class Reference:
-    """The initial parameters of a trainer's policy and a jitted function of their target log-probabilities."""
+class TargetLogps:
+    """A jitted function of a trainer's policy: the log-probability of each target of some rows under the
+    parameters passed, without dropout or gradient (the reference's, or the sampler's of rollouts made ahead)."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
-        self._params: Any = None
         call = steps.ModelCall(trainer.model, trainer.model.apply)
 
         def logps(params: Any, batch: Mapping[str, Any]) -> jax.Array:
@@ -32,6 +32,21 @@ class Reference:
                 return jax.lax.stop_gradient(steps.target_scores(call, params, batch, deterministic=True)[1])
 
         self._fn = jax.jit(logps)
+
+    def __call__(self, params: Any, rows: Mapping[str, np.ndarray]) -> np.ndarray:
+        """``params``' log-probability of each target of ``rows`` ``[rows, T]`` (every process passes all rows)."""
+        sharding = self.trainer.sharding
+        placed = sharding.put_global({k: rows[k] for k in MODEL_KEYS})
+        return np.asarray(sharding.fetch(self._fn(params, placed)), np.float32)
+
+
+class Reference:
+    """The initial parameters of a trainer's policy and their target log-probabilities."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self._params: Any = None
+        self._logps = TargetLogps(trainer)
 
     @property
     def params(self) -> Any:
@@ -46,9 +61,7 @@ class Reference:
 
     def logps(self, rows: Mapping[str, np.ndarray]) -> np.ndarray:
         """The reference's log-probability of each target of ``rows`` (every process passes all rows)."""
-        placed = self.trainer.sharding.put_global({k: rows[k] for k in MODEL_KEYS})
-        found = self._fn(self.params, placed)
-        return np.asarray(self.trainer.sharding.fetch(found), np.float32)
+        return self._logps(self.params, rows)
 
 
-__all__ = ["REF_LOGPS", "Reference"]
+__all__ = ["REF_LOGPS", "Reference", "TargetLogps"]

@@ -12,12 +12,14 @@ parameters passed; ``rows(rollouts)`` arranges them as batch rows.
 Rollouts are a pure function of the parameters and ``(training/seed, step, round)``, so a resumed run
 samples the same ones. With ``resample_rounds`` (GRPO's ``rl/dynamic_sampling``), groups whose rewards
 are all equal are replaced by further rounds (DAPO). Nothing but what the constructor receives is read:
-a producer that owns a source can drive it apart from any trainer.
+a producer that owns a source can drive it apart from any trainer (``rl/async_rollouts``:
+``theseus.model.rl.rollout_producer``); one sampling runs at a time.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +76,19 @@ class RolloutConfig:
         min=0,
         help="rollouts a step written to the run folder's rollouts.jsonl and sent to the trackers as a table: "
         "prompt, turns, tool replies, rewards, advantage (0: none; theseus runs show NAME --rollouts prints them)",
+    )
+    async_rollouts: bool = field(
+        "rl/async_rollouts",
+        default=False,
+        help="make the next steps' rollouts on a worker thread while the current step trains, each step's by "
+        "the parameters rl/max_staleness steps before it (GRPO weighs them by the sampling correction)",
+    )
+    max_staleness: int = field(
+        "rl/max_staleness",
+        default=1,
+        min=0,
+        help="with rl/async_rollouts: how many steps older than the step its rollouts' sampling parameters are "
+        "(0: the current ones, as without it)",
     )
     max_episode_tokens: int = field(
         "rl/max_episode_tokens",
@@ -133,6 +148,7 @@ class RolloutSource:
         #: The rewards scored and their weights: ``rl/rewards``, else the environment's own.
         self.weights = parse_weights(settings.rewards) if settings.rewards else dict(environment.REWARDS)
         self._warned: set[str] = set()  # the warnings shown once per invocation
+        self._busy = threading.Lock()  # one sampling at a time: rollouts made ahead and validation's
         self._encode(environment.prompts("train", seed, 0, self.prompts_per_step))  # room to answer
 
     @property
@@ -153,6 +169,10 @@ class RolloutSource:
         are all equal (no advantage to learn from) are dropped and refilled from further rounds of the
         same size (new prompts and samples keyed by ``(seed, step, round)``); places still empty then
         keep dropped groups."""
+        with self._busy:
+            return self._sample(params, step)
+
+    def _sample(self, params: Any, step: int) -> Sampled:
         size, count = self.settings.group_size, self.prompts_per_step
         errors: list[int] = []
         first = self._generate(params, step, 0, errors)
@@ -176,7 +196,8 @@ class RolloutSource:
         split = self.environment.prompts
         prompts = [p for index in range(batches) for p in split("eval", self.seed, index, count)]
         sampling = SamplingParams(temperature=self.settings.eval_temperature)
-        return self._played(prompts, self._complete(params, prompts, sampling, self.seed), [])
+        with self._busy:
+            return self._played(prompts, self._complete(params, prompts, sampling, self.seed), [])
 
     def _generate(self, params: Any, step: int, attempt: int, errors: list[int]) -> Rollouts:
         """The step's prompts with ``rl/group_size`` scored completions each: attempt 0 is the step's own

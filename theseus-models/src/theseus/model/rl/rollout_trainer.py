@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import jax
@@ -20,6 +21,7 @@ from theseus.errors import ConfigError
 from theseus.model.finetune.trainer import SFTTrainer
 from theseus.model.rl.prompts import found_template, policy_text, template_record
 from theseus.model.rl.rollout_log import RolloutLog, rollout_records
+from theseus.model.rl.rollout_producer import RolloutProducer
 from theseus.model.rl.rollout_source import RolloutConfig, RolloutSource, Sampled
 from theseus.model.rl.rollouts import LOGGED, Rollouts
 from theseus.rl.environment import Environment
@@ -27,6 +29,15 @@ from theseus.rl.selection import declared_environment
 from theseus.training import declarations
 from theseus.training.base import Batch
 from theseus.training.state import TrainState
+
+
+@dataclass(frozen=True)
+class Made:
+    """A step's rollouts as sampled and as batch rows, and the seconds they took to make."""
+
+    sampled: Sampled
+    batch: dict[str, np.ndarray]
+    seconds: float
 
 
 class RolloutTrainer(SFTTrainer):
@@ -43,6 +54,7 @@ class RolloutTrainer(SFTTrainer):
         self._source: RolloutSource | None = None
         self._rollout_ended: float | None = None  # perf_counter() when the last rollout was ready
         self._logged: list[dict[str, Any]] = []  # rl/log_completions' records not yet written
+        self._rollout_producer: RolloutProducer[Made] | None = None  # rl/async_rollouts' worker
 
     @classmethod
     def config(cls) -> list[type]:
@@ -130,19 +142,23 @@ class RolloutTrainer(SFTTrainer):
     def rollouts(self, step: int) -> dict[str, np.ndarray]:
         """Generate, score and arrange the completions of step ``step``; this process's rows. Every
         process generates and scores the whole batch (the decoder splits its rows over the mesh) and
-        keeps its share, so a group's completions are seen together."""
-        source = self.rollout_source
-        if self.state is not None:  # the previous update done, so its time is not counted as the rollout's
+        keeps its share, so a group's completions are seen together. With ``rl/async_rollouts`` they
+        were made ahead on a worker thread (:class:`~theseus.model.rl.rollout_producer.RolloutProducer`)."""
+        if self.state is None:
+            self.state = self.init_state()
+        elif not self.rollout_source.settings.async_rollouts:  # the previous update done: not the rollout's time
             jax.block_until_ready(self.state.params)
         began = time.perf_counter()
         update_seconds = began - self._rollout_ended if self._rollout_ended is not None else 0.0
-        if self.state is None:
-            self.state = self.init_state()
-        sampled = source.sample(self.state.params, step)
-        batch = self.rollout_rows(sampled, step)
+        if self.rollout_source.settings.async_rollouts:
+            produced = self._producer().take(step, self.state.params)
+            made, staleness, waited = produced.made, produced.staleness, produced.waited
+        else:
+            made, staleness = self._made(self.state.params, step, sampled_apart=False), 0
+            waited = made.seconds
+        sampled, batch = made.sampled, made.batch
         self._keep_for_log(sampled, batch, step + 1)
         self._rollout_ended = time.perf_counter()
-        seconds = self._rollout_ended - began
         generated = sum(sum(m) for m in sampled.rollouts.masks)
         rows = len(sampled.rollouts.rewards)
 
@@ -150,15 +166,51 @@ class RolloutTrainer(SFTTrainer):
             return np.full(rows, value, np.float32)
 
         batch.update(
-            rollout_seconds=column(seconds),
-            rollout_tokens_per_s=column(generated / max(seconds, 1e-9)),
+            rollout_seconds=column(made.seconds),
+            rollout_tokens_per_s=column(generated / max(made.seconds, 1e-9)),
+            rollout_wait_seconds=column(waited),
             update_seconds=column(update_seconds),
-            rollout_share=column(seconds / (seconds + update_seconds)),
+            rollout_share=column(waited / max(waited + update_seconds, 1e-9)),
+            rollout_staleness=column(staleness),
             groups_dropped=column(sampled.dropped),
             reward_errors=column(sampled.reward_errors),
         )
         first = self.sharding.feed_index * self.batch_rows
         return {name: value[first : first + self.batch_rows] for name, value in batch.items()}
+
+    def _made(self, params: Any, step: int, *, sampled_apart: bool) -> Made:
+        """Step ``step``'s rollouts by ``params``, arranged as rows, timed; ``sampled_apart``: made ahead of
+        the update that learns from them, so the rows carry what the sampling parameters gave
+        (:meth:`sampler_rows`)."""
+        began = time.perf_counter()
+        sampled = self.rollout_source.sample(params, step)
+        batch = self.rollout_rows(sampled, step)
+        if sampled_apart:
+            batch.update(self.sampler_rows(params, batch))
+        return Made(sampled, batch, time.perf_counter() - began)
+
+    def sampler_rows(self, params: Any, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Rows that rollouts made ahead (``rl/async_rollouts``) carry from the parameters that sampled them;
+        a subclass whose objective corrects for stale samples adds them (GRPO: the sampler's log-probabilities)."""
+        return {}
+
+    def _producer(self) -> RolloutProducer[Made]:
+        """The worker that makes rollouts ahead (``rl/async_rollouts``), started on first use."""
+        if self._rollout_producer is None:
+            staleness = self.rollout_source.settings.max_staleness
+
+            def make(params: Any, step: int) -> Made:
+                return self._made(params, step, sampled_apart=staleness > 0)
+
+            self._rollout_producer = RolloutProducer(make, staleness)
+        return self._rollout_producer
+
+    def close(self) -> None:
+        """Stop the rollout worker (rollouts made ahead are dropped), then what the trainer closes."""
+        if self._rollout_producer is not None:
+            self._rollout_producer.close()
+            self._rollout_producer = None
+        super().close()
 
     def _keep_for_log(self, sampled: Sampled, batch: dict[str, np.ndarray], update: int) -> None:
         """Keep the first ``rl/log_completions`` rollouts of ``update`` as records (``RolloutLog`` writes them)."""

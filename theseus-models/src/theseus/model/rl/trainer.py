@@ -43,13 +43,16 @@ from theseus.model.rl.episodes import stop_strings
 from theseus.model.rl.loss import IMPORTANCE_SAMPLING, group_advantages, policy_loss
 from theseus.model.rl.options import PolicyLossOptions
 from theseus.model.rl.policy_losses import loss_default
-from theseus.model.rl.reference import REF_LOGPS, Reference
+from theseus.model.rl.reference import REF_LOGPS, Reference, TargetLogps
 from theseus.model.rl.rollout_source import Sampled
 from theseus.model.rl.rollout_trainer import RolloutTrainer
 from theseus.model.rl.rollouts import completion_entropy, reward_means, rollout_metrics
 from theseus.training.base import Batch
 from theseus.training.objective import Needs, Objective, Scores
 from theseus.training.state import TrainState
+
+#: The batch entry of rollouts made ahead (``rl/async_rollouts``): their sampler's log-probabilities, ``[rows, T]``.
+SAMPLING_LOGPS = "sampling_logps"
 
 
 @dataclass
@@ -154,7 +157,7 @@ class Policy(Objective):
             ref_logps=batch[REF_LOGPS] if self.beta > 0 and self.copied_reference else scores.base_logps,
             max_completion_length=self.max_completion_length,
             num_items_in_batch=jnp.sum(mask),
-            sampling_logps=batch.get("sampling_logps"),  # a rollout by another policy's (none yet)
+            sampling_logps=batch.get(SAMPLING_LOGPS),  # rollouts made ahead, by older parameters
             **dict(self.options),
         )
         logged = rollout_metrics(batch)
@@ -176,6 +179,7 @@ class GRPOTrainer(RolloutTrainer):
     def __init__(self, context: Any) -> None:
         super().__init__(context)
         self._reference: Reference | None = None  # full fine-tuning with rl/beta > 0: the initial parameters
+        self._sampler_logps: TargetLogps | None = None  # rollouts made ahead: their sampler's log-probabilities
 
     # -- settings -------------------------------------------------------------------------------
     def objective(self) -> Policy:
@@ -227,6 +231,16 @@ class GRPOTrainer(RolloutTrainer):
         batch["advantages"] = np.asarray(advantages, np.float32)
         return batch
 
+    def sampler_rows(self, params: Any, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """With the sampling correction (``rl/sampling_correction``), the log-probabilities of rollouts made
+        ahead (``rl/async_rollouts``) under the parameters that sampled them (``sampling_logps``), against
+        which the update weighs each token (``theseus.model.rl.importance``)."""
+        if not self.args.sampling_correction:
+            return {}
+        if self._sampler_logps is None:
+            self._sampler_logps = TargetLogps(self)
+        return {SAMPLING_LOGPS: self._sampler_logps(params, batch)}
+
     def _warn_flat(self, step: int) -> None:
         """Once: every group of the rollout at data position ``step`` (update ``step + 1``) scored the same
         within itself, so the update has no gradient."""
@@ -248,10 +262,17 @@ class GRPOTrainer(RolloutTrainer):
         batch = super().abstract_train_batch()
         rows = (self.accumulate_steps, self.micro_rows)
         batch["advantages"] = jax.ShapeDtypeStruct(rows, jnp.float32, sharding=batch["reward"].sharding)
-        if self._reference is not None:
-            shape = (*rows, self.sequence_length)
-            batch[REF_LOGPS] = jax.ShapeDtypeStruct(shape, jnp.float32, sharding=batch["x"].sharding)
+        shape = (*rows, self.sequence_length)
+        for name in self._logps_rows():
+            batch[name] = jax.ShapeDtypeStruct(shape, jnp.float32, sharding=batch["x"].sharding)
         return batch
+
+    def _logps_rows(self) -> list[str]:
+        """The rows of log-probabilities a batch carries: the copied reference's, the sampler's."""
+        a: GRPOConfig = self.args
+        settings = self.rollout_source.settings
+        apart = settings.async_rollouts and settings.max_staleness > 0 and a.sampling_correction
+        return [name for name, kept in ((REF_LOGPS, self._reference is not None), (SAMPLING_LOGPS, apart)) if kept]
 
     # -- validation -----------------------------------------------------------------------------
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
@@ -265,4 +286,4 @@ class GRPOTrainer(RolloutTrainer):
         return result
 
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "Policy"]
+__all__ = ["SAMPLING_LOGPS", "GRPOConfig", "GRPOTrainer", "Policy"]
