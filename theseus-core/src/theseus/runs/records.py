@@ -132,7 +132,7 @@ def read_provenance(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        return jsonfile.read_object(path)
+        return jsonfile.read_object(path, check_numbers=False)  # a record of any configured value
     except jsonfile.UnreadableJSON as exc:
         raise ConfigError(f"{exc}; train the run again") from exc
 
