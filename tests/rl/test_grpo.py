@@ -143,17 +143,25 @@ LORA = ["model/lora/rank=4", "model/lora/targets=[query,value,up,down]"]
 LAYOUT_RUN = ["training/steps=2", "training/lr=1e-2", "rl/updates_per_rollout=2"]
 #: run name -> settings, on 4 devices (grpo_layouts_run.py): fsdp+tp applies both the fsdp and the tp
 #: rules, whose layouts alone tests/distributed/test_scale_out.py compares with one device.
+#: Rollouts made ahead (rl/async_rollouts) by the current parameters, and by those a step behind.
+AHEAD = ["rl/async_rollouts=true", "rl/max_staleness=0"]
+BEHIND = ["rl/async_rollouts=true", "rl/max_staleness=1"]
+FSDP_TP = ["mesh/layout=fsdp+tp", "mesh/data=2", "mesh/model=2"]
 LAYOUTS = {
-    "full-fsdp+tp": ["mesh/layout=fsdp+tp", "mesh/data=2", "mesh/model=2"],
-    "lora-fsdp+tp": ["mesh/layout=fsdp+tp", "mesh/data=2", "mesh/model=2", *LORA],
+    "full-fsdp+tp": FSDP_TP,
+    "lora-fsdp+tp": [*FSDP_TP, *LORA],
+    "full-fsdp+tp-ahead": [*FSDP_TP, *AHEAD],  # as the synchronous run of one device
+    "behind-fsdp+tp": [*FSDP_TP, *BEHIND],
 }
 
 
 def test_sharded_layouts_roll_out_and_train_as_one_device(tmp_path: Path) -> None:
-    """Full fine-tuning and LoRA in fsdp+tp on 4 devices (data 2 x model 2) with rollouts on the run's mesh:
-    the same rewards and losses as one device."""
+    """Full fine-tuning and LoRA in fsdp+tp on 4 devices (data 2 x model 2) with rollouts on the run's mesh,
+    and rollouts made ahead there by the current parameters or by those a step behind: the same rewards,
+    losses and sampling corrections as one device."""
     assert grpo(tmp_path, *LAYOUT_RUN, "run/name=full-1") == 0
     assert grpo(tmp_path, *LAYOUT_RUN, *LORA, "run/name=lora-1") == 0
+    assert grpo(tmp_path, *LAYOUT_RUN, *BEHIND, "run/name=behind-1") == 0
     script = Path(__file__).with_name("grpo_layouts_run.py")
     env = clean_env(XLA_FLAGS=xla_flags(devices=4))
     done = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, capture_output=True, text=True)
@@ -161,7 +169,10 @@ def test_sharded_layouts_roll_out_and_train_as_one_device(tmp_path: Path) -> Non
     for name in LAYOUTS:
         one = train_rows(tmp_path / "runs" / f"{name.split('-')[0]}-1")
         sharded = train_rows(tmp_path / "runs" / name)
-        for field in ("reward", "loss", "ratio_mean"):
+        fields = ["reward", "loss", "ratio_mean"] + (
+            ["sampling/importance_sampling_ratio/mean"] if "behind" in name else []
+        )
+        for field in fields:
             np.testing.assert_allclose([r[field] for r in sharded], [r[field] for r in one], atol=1e-5, err_msg=name)
 
 
