@@ -5,6 +5,7 @@ side by side in one run, and the rollout's share of a GRPO step.
     python benchmarks/rollout.py --family llama    # Llama shape (RoPE, RMSNorm, SwiGLU, GQA 4/2)
     python benchmarks/rollout.py --no-grpo --rounds 7
     python benchmarks/rollout.py --grpo-only       # only the GRPO run's rollout share
+    python benchmarks/rollout.py --grpo-only --async-rollouts   # and its step time with rollouts made ahead
     python benchmarks/rollout.py --quick           # small sizes, a smoke check
 
 One random transformers model (byte vocabulary, 257 ids) is saved with ``save_pretrained`` and read
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -205,8 +207,8 @@ def grpo_job(setting: Setting) -> str:
     return "train/grpo" if setting.family == "gpt2" else "train/grpo model=llama"
 
 
-def grpo_overrides(setting: Setting, name: str) -> list[str]:
-    """The GRPO job's settings: the arithmetic environment at ``setting``'s shape and rollout size."""
+def grpo_overrides(setting: Setting, name: str, extra: Sequence[str] = ()) -> list[str]:
+    """The GRPO job's settings: the arithmetic environment at ``setting``'s shape and rollout size, then ``extra``."""
     group = 8
     llama = (
         ["model=llama", f"architecture/n_kv_heads={max(1, setting.heads // 2)}"] if setting.family == "llama" else []
@@ -231,6 +233,7 @@ def grpo_overrides(setting: Setting, name: str) -> list[str]:
         "training/progress=false",
         "training/peak_flops=1e12",
         f"run/name={name}",
+        *extra,
     ]
 
 
@@ -250,7 +253,9 @@ def rollout_share(rows: list[dict[str, Any]]) -> dict[str, float]:
         )
     rollout = statistics.fmean(float(row["rollout_seconds"]) for row in steady)
     update = statistics.fmean(float(row["update_seconds"]) for row in steady)
+    waited = statistics.fmean(float(row.get("rollout_wait_seconds", row["rollout_seconds"])) for row in steady)
     return {
+        "step_s": waited + update,  # what a step takes: the wait for its rollouts, then its update
         "rollout_s": rollout,
         "update_s": update,
         "share": rollout / (rollout + update),
@@ -260,12 +265,17 @@ def rollout_share(rows: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def measure_grpo(setting: Setting, log: Any = print) -> dict[str, float]:
+#: ``--async-rollouts``: the GRPO run again with its rollouts made ahead, a step behind.
+AHEAD = ("rl/async_rollouts=true", "rl/max_staleness=1")
+
+
+def measure_grpo(setting: Setting, log: Any = print, extra: Sequence[str] = ()) -> dict[str, float]:
     """Run ``train/grpo`` for ``setting.grpo_steps`` updates in a fresh ``theseus run`` process."""
     from benchmarks.first_step import _env, theseus_command
 
     with tempfile.TemporaryDirectory(prefix="theseus-rollout-grpo-") as tmp:
-        command = [*theseus_command(), "run", "train/grpo", *grpo_overrides(setting, "share"), "--root", tmp]
+        overrides = grpo_overrides(setting, "share", extra)
+        command = [*theseus_command(), "run", "train/grpo", *overrides, "--root", tmp]
         log(f"[rollout] {' '.join(command[1:])}")
         done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=3600, check=False)
         if done.returncode != 0:
@@ -275,9 +285,28 @@ def measure_grpo(setting: Setting, log: Any = print) -> dict[str, float]:
     return rollout_share(rows)
 
 
-def rows_of(setting: Setting, generation: dict[str, Any] | None, grpo: dict[str, float] | None) -> list[Row]:
+def rows_of(
+    setting: Setting,
+    generation: dict[str, Any] | None,
+    grpo: dict[str, float] | None,
+    ahead: dict[str, float] | None = None,
+) -> list[Row]:
     """The table's rows."""
     rows = [] if generation is None else generation_rows(setting, generation)
+    if grpo is not None and ahead is not None:
+        for label, measured in (("synchronous", grpo), ("rollouts made ahead, a step behind", ahead)):
+            waited, update = measured["step_s"] - measured["update_s"], measured["update_s"]
+            note = f"wait for rollouts {waited:.3f} s + update {update:.3f} s"
+            rows.append(Row(f"GRPO step, {label}", measured["step_s"], "s", note=note, fmt="{:.3f}"))
+        rows.append(
+            Row(
+                "GRPO step: made ahead ÷ synchronous",
+                ahead["step_s"] / grpo["step_s"],
+                "x",
+                note=f"{' '.join(AHEAD)}; means of the steps from step {FIRST_STEADY_STEP}",
+                fmt="{:.2f}",
+            )
+        )
     if grpo is not None:
         rows.append(
             percent(
@@ -361,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="timed rounds (default 5)")
     parser.add_argument("--no-grpo", action="store_true", help="skip the GRPO run (the rollout share)")
     parser.add_argument("--grpo-only", action="store_true", help="only the GRPO run (the rollout share)")
+    parser.add_argument(
+        "--async-rollouts", action="store_true", help="also the GRPO run with its rollouts made ahead (step times)"
+    )
     args = parser.parse_args(argv)
     setting = QUICK if args.quick else Setting()
     changes: dict[str, Any] = {"family": args.family, "temperature": args.temperature, "top_p": args.top_p}
@@ -377,10 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     load_before = load_average()
     generation = None if args.grpo_only else measure_generation(setting, log)
     grpo = measure_grpo(setting, log) if setting.grpo_steps else None
+    ahead = measure_grpo(setting, log, AHEAD) if setting.grpo_steps and args.async_rollouts else None
     load = f"load average {load_before:.1f} -> {load_average():.1f}" if load_before is not None else ""
-    print(
-        markdown_table(rows_of(setting, generation, grpo), title="Rollout: theseus decoder vs transformers", extra=load)
-    )
+    rows = rows_of(setting, generation, grpo, ahead)
+    print(markdown_table(rows, title="Rollout: theseus decoder vs transformers", extra=load))
     return 0
 
 
