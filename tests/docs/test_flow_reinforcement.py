@@ -114,6 +114,15 @@ def test_calculator_flow(tmp_path: Path) -> None:
     as_json = json.loads(shell.result("theseus runs show calculator --rollouts --step 2 --json").stdout)
     assert as_json == logged[4:8]
 
+    demonstrated = [json.loads(line) for line in (shell.cwd / "calculator.jsonl").read_text().splitlines()]
+    assert len(demonstrated) == 1100  # rl/demonstrations/count and /val's defaults
+    for line in demonstrated[:5]:
+        roles = [m["role"] for m in line["messages"]]
+        assert roles == ["user", "assistant", "tool", "assistant"], roles
+        assert line["messages"][1]["content"].startswith("<calc>") and line["messages"][2]["content"].startswith(
+            "<result>"
+        )
+
 
 def test_hf_policy_flow(tmp_path: Path) -> None:
     """The Hugging Face policy flow as written, on a tiny Qwen3 chat checkpoint: two GRPO updates of LoRA

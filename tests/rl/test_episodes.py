@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import TINY_GPT
 from tests.reliability.conftest import call_cli
+from theseus.data.chat import ChatTemplate
 from theseus.data.tokenizers.byte import ByteTokenizer
 from theseus.errors import PluginError
 from theseus.model.generation.decode import Completion
@@ -151,3 +152,25 @@ def test_dr_grpo_normalises_by_the_longest_episode_an_environment_allows() -> No
     assert Limits(32, 4, 100, 256).longest_completion(multi_turn=True) == 100  # rl/max_episode_tokens
     assert Limits(32, 4, 0, 96).longest_completion(multi_turn=True) == 96  # what the sequence holds
     assert Limits(32, 4, 10_000, 96).longest_completion(multi_turn=True) == 96  # a budget beyond the sequence
+
+
+CHATML = ChatTemplate.load("chatml")
+
+
+def test_with_a_chat_template_the_reply_is_a_tool_message_between_assistant_turns() -> None:
+    text = PolicyText(BYTES, CHATML, (BYTES.eot_id,))
+    seen, generate = scripted([("<calc>12*7</calc>", False)], [("<answer>85</answer>", True)])
+    encoded = [text.encode(PROMPT)]
+    (episode,) = run_episodes(generate, text, Calculator(), [PROMPT], encoded, Limits(32, 4, 0, 256), seed=0)
+    between = "<|im_end|>\n<|im_start|>tool\n<result>84</result><|im_end|>\n<|im_start|>assistant\n"
+    first, reply = BYTES.encode("<calc>12*7</calc>"), BYTES.encode(between)
+    assert seen[1][0] == encoded[0] + first + reply
+    assert episode.learned[len(first) : len(first) + len(reply)] == [False] * len(reply)
+    assert episode.text == "<calc>12*7</calc><answer>85</answer>"  # what the rewards score: the policy's turns
+
+
+def test_a_template_without_tool_messages_gets_the_reply_as_it_is() -> None:
+    phi3 = PolicyText(BYTES, ChatTemplate.load("phi3"), (BYTES.eot_id,))  # drops tool messages
+    transcript = [{"role": "user", "content": "Compute 12 * 7."}, {"role": "assistant", "content": "<calc>12*7</calc>"}]
+    assert phi3.reply(transcript, "<result>84</result>") == "<result>84</result>"
+    assert TEXT.reply(transcript, "<result>84</result>") == "<result>84</result>"  # no template

@@ -42,17 +42,41 @@ class DemonstrationsConfig:
 
 
 def conversation(environment: Environment, prompt: Prompt, split: str, name: str) -> dict[str, Any]:
-    """One chat line: the prompt's messages and the environment's solution as the assistant's turn."""
+    """One chat line: the prompt's messages and the environment's solution, as the assistant's turn or,
+    for a solution of several turns, as its assistant and tool messages."""
     solution = environment.solution(prompt)
     if solution is None:
         raise ConfigError(
             f"environment {name!r} has no reference solutions to demonstrate; "
             "choose one that does (environment=arithmetic) or write its solution() method"
         )
-    line: dict[str, Any] = {"messages": [*prompt.messages, {"role": "assistant", "content": solution}]}
+    turns = (
+        [{"role": "assistant", "content": solution}] if isinstance(solution, str) else solution_turns(solution, name)
+    )
+    line: dict[str, Any] = {"messages": [*prompt.messages, *turns]}
     if split == "eval":
         line["split"] = "val"
     return line
+
+
+def solution_turns(solution: Any, name: str) -> list[dict[str, str]]:
+    """A solution of several turns as chat messages; one ConfigError line naming the environment when it
+    is not assistant and tool messages of text, assistant first and last, the two alternating."""
+    fix = (
+        f"environment {name!r}'s solution() must return a str or a list of "
+        '{"role": "assistant"|"tool", "content": str} messages, assistant first and last, alternating'
+    )
+    try:
+        turns = [{"role": m["role"], "content": m["content"]} for m in solution]
+    except (TypeError, KeyError) as exc:
+        raise ConfigError(f"{fix}; got {type(solution).__name__}") from exc
+    roles = [m["role"] for m in turns]
+    expected = ["assistant" if i % 2 == 0 else "tool" for i in range(len(turns))]
+    if not turns or roles != expected or roles[-1] != "assistant":
+        raise ConfigError(f"{fix}; got the roles {roles}")
+    if not all(isinstance(m["content"], str) for m in turns):
+        raise ConfigError(f"{fix}; a message's content is not text")
+    return turns
 
 
 class Demonstrations(Job):
@@ -99,4 +123,4 @@ class Demonstrations(Job):
         )
 
 
-__all__ = ["Demonstrations", "DemonstrationsConfig", "conversation"]
+__all__ = ["Demonstrations", "DemonstrationsConfig", "conversation", "solution_turns"]

@@ -86,9 +86,12 @@ class Environment(Declared):
         ``(split, seed, step)``."""
         raise NotImplementedError(f"{type(self).__qualname__}.prompts() is not implemented")
 
-    def solution(self, prompt: Prompt) -> str | None:
+    def solution(self, prompt: Prompt) -> str | Sequence[Mapping[str, str]] | None:
         """A reference completion of ``prompt`` (the supervised warm-up's target, written by
-        ``theseus run rl/demonstrations``), or None when the environment has none."""
+        ``theseus run rl/demonstrations``), or None when the environment has none. A multi-turn
+        environment may give a conversation instead: ``{"role": "assistant" | "tool", "content": ...}``
+        messages, assistant first and last, each assistant turn but the last ending at one of ``STOP``
+        and each tool message the reply ``respond`` gives to it; the warm-up learns the assistant turns."""
         return None
 
     def respond(self, prompt: Prompt, transcript: Sequence[Mapping[str, str]]) -> str | None:

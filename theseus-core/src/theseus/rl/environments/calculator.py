@@ -66,6 +66,15 @@ class Calculator(Environment):
         value = parse(expression).value
         return Prompt(f"Compute {expression}. {self.INSTRUCTION}", {"answer": shown(value), "expression": expression})
 
+    def solution(self, prompt: Prompt) -> list[dict[str, str]]:
+        """The calculator used once: a call on the whole expression, its result, then the answer."""
+        call = f"<calc>{prompt.metadata['expression']}</calc>"
+        return [
+            {"role": "assistant", "content": call},
+            {"role": "tool", "content": evaluate(prompt.metadata["expression"])},
+            {"role": "assistant", "content": f"<answer>{prompt.metadata['answer']}</answer>"},
+        ]
+
     def respond(self, prompt: Prompt, transcript: Sequence[Mapping[str, str]]) -> str | None:
         """The result of the last call in the policy's last turn; None (the episode ends) without one."""
         calls = CALL.findall(transcript[-1]["content"]) if transcript else []

@@ -5,8 +5,10 @@ text, a checkpoint's end of turn: :mod:`theseus.model.rl.prompts`), which ends t
 the environment's stop strings (``Environment.STOP``, such as ``</calc>``): the turn is cut after the
 token that completes the string, the environment's ``respond(prompt, transcript)`` gives its reply (a
 tool result), whose tokens are appended after the policy's, and the policy writes its next turn after
-them. ``respond`` returning None, ``rl/max_turns`` turns, or ``rl/max_episode_tokens`` tokens after the
-prompt (policy and environment together, within the sequence) end the episode. The environment's tokens
+them. With a chat template (``rl/chat``) the reply is rendered as the template renders a ``tool`` message
+after the turn, closing the turn and opening the next assistant turn (``PolicyText.reply``); without one
+it is appended as it is. ``respond`` returning None, ``rl/max_turns`` turns, or ``rl/max_episode_tokens``
+tokens after the prompt (policy and environment together, within the sequence) end the episode. The environment's tokens
 are marked as not the policy's (``Episode.learned``): no loss and no KL is taken on them. The text the
 rewards score is the policy's turns joined.
 
@@ -186,7 +188,7 @@ def _take_turn(
     reply = environment_reply(environment, prompt, episode.transcript)
     if reply is None:
         return
-    ids = list(text.tokenizer.encode(reply))
+    ids = list(text.tokenizer.encode(text.reply(episode.transcript, reply)))
     if len(episode.tokens) + len(ids) >= limits.budget(len(episode.prompt)):  # no room to answer after it
         return
     episode.add(ids, False)

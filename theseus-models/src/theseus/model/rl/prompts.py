@@ -13,7 +13,7 @@ model's end of turn.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from theseus.data.chat import ChatTemplate, has_chat_template, read_json_object,
 from theseus.data.tokenizers.base import Tokenizer
 from theseus.data.tokenizers.byte import ByteTokenizer
 from theseus.data.tokenizers.spec import load_tokenizer
-from theseus.errors import ConfigError
+from theseus.errors import ConfigError, DataError
 from theseus.model.finetune.chat import TEMPLATE_FILE
 from theseus.rl.environment import Prompt
 from theseus.runs.ref import RunRef
@@ -52,6 +52,28 @@ class PolicyText:
     def encode(self, prompt: Prompt) -> list[int]:
         """The prompt's token ids."""
         return list(self.tokenizer.encode(self.text(prompt)))
+
+    def reply(self, transcript: Sequence[Mapping[str, str]], reply: str) -> str:
+        """The text that follows the policy's last turn (the last message of ``transcript``) when the
+        environment replies ``reply``: with a template, what it renders between that turn's content and the
+        next assistant turn's (the turn's end, the reply as a ``tool`` message, the assistant's header), so
+        an episode reads as the conversation a chat-data warm-up renders (``Environment.solution``); the
+        reply as it is without a template, or with one that does not render a tool message after the turn
+        (``phi3`` drops them)."""
+        written = transcript[-1]["content"] if transcript else ""
+        if self.template is None or not written:
+            return reply
+        try:
+            before = self.template.render(list(transcript))
+            after = self.template.render([*transcript, {"role": "tool", "content": reply}], add_generation_prompt=True)
+        except DataError:  # a template that refuses a tool message
+            return reply
+        at = before.rfind(written)
+        end = at + len(written)
+        if at < 0 or not after.startswith(before[:end]):
+            return reply
+        between = after[end:]
+        return between if reply in between else reply
 
 
 def _read(path: Path) -> dict[str, Any]:
