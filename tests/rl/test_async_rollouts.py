@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.reliability.conftest import error_line
 from tests.rl.test_grpo import grpo, train_rows, untimed
 from theseus.model.rl.rollout_producer import RolloutProducer
 
@@ -79,3 +80,10 @@ def test_a_step_behind_the_sampler_is_weighed_by_the_correction(tmp_path: Path) 
     ratios = [row[CORRECTION] for row in behind]
     assert ratios[0] == pytest.approx(1.0, abs=1e-5)  # the sampler is the trained policy at the first step
     assert all(abs(r - 1.0) > 1e-4 for r in ratios[1:]), ratios  # one update (lr 1e-2) apart afterwards
+
+
+def test_rollout_devices_must_leave_devices_to_train_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert grpo(tmp_path, "training/steps=1", "rl/rollout_devices=1", "run/name=none-left") == 2
+    assert error_line(capsys.readouterr().err) == (
+        "error: rl/rollout_devices=1 leaves none of the 1 devices to train on; leave it 0 on one device"
+    )

@@ -152,13 +152,14 @@ LAYOUTS = {
     "lora-fsdp+tp": [*FSDP_TP, *LORA],
     "full-fsdp+tp-ahead": [*FSDP_TP, *AHEAD],  # as the synchronous run of one device
     "behind-fsdp+tp": [*FSDP_TP, *BEHIND],
+    "behind-apart": ["mesh/layout=fsdp", "rl/rollout_devices=2", *BEHIND],  # 2 devices train, 2 generate
 }
 
 
 def test_sharded_layouts_roll_out_and_train_as_one_device(tmp_path: Path) -> None:
     """Full fine-tuning and LoRA in fsdp+tp on 4 devices (data 2 x model 2) with rollouts on the run's mesh,
-    and rollouts made ahead there by the current parameters or by those a step behind: the same rewards,
-    losses and sampling corrections as one device."""
+    and rollouts made ahead there by the current parameters or by those a step behind, on the run's mesh or
+    on two devices of their own: the same rewards, losses and sampling corrections as one device."""
     assert grpo(tmp_path, *LAYOUT_RUN, "run/name=full-1") == 0
     assert grpo(tmp_path, *LAYOUT_RUN, *LORA, "run/name=lora-1") == 0
     assert grpo(tmp_path, *LAYOUT_RUN, *BEHIND, "run/name=behind-1") == 0

@@ -21,23 +21,24 @@ MODEL_KEYS = ("x", "y", "padding_mask")
 
 class TargetLogps:
     """A jitted function of a trainer's policy: the log-probability of each target of some rows under the
-    parameters passed, without dropout or gradient (the reference's, or the sampler's of rollouts made ahead)."""
+    parameters passed, without dropout or gradient (the reference's, or the sampler's of rollouts made
+    ahead), on ``sharding``'s mesh (default: the trainer's)."""
 
-    def __init__(self, trainer: Any) -> None:
-        self.trainer = trainer
+    def __init__(self, trainer: Any, sharding: Any = None) -> None:
+        self.sharding = sharding or trainer.sharding
         call = steps.ModelCall(trainer.model, trainer.model.apply)
+        mesh = self.sharding
 
         def logps(params: Any, batch: Mapping[str, Any]) -> jax.Array:
-            with trainer.sharding.context():
+            with mesh.context():
                 return jax.lax.stop_gradient(steps.target_scores(call, params, batch, deterministic=True)[1])
 
         self._fn = jax.jit(logps)
 
     def __call__(self, params: Any, rows: Mapping[str, np.ndarray]) -> np.ndarray:
         """``params``' log-probability of each target of ``rows`` ``[rows, T]`` (every process passes all rows)."""
-        sharding = self.trainer.sharding
-        placed = sharding.put_global({k: rows[k] for k in MODEL_KEYS})
-        return np.asarray(sharding.fetch(self._fn(params, placed)), np.float32)
+        placed = self.sharding.put_global({k: rows[k] for k in MODEL_KEYS})
+        return np.asarray(self.sharding.fetch(self._fn(params, placed)), np.float32)
 
 
 class Reference:

@@ -36,14 +36,21 @@ class Produced(Generic[Made]):
     waited: float
 
 
-class RolloutProducer(Generic[Made]):
-    """Calls ``make(params, step)`` on a worker thread for the steps ahead, each with the parameters of the
-    step ``staleness`` steps before it."""
+def _copied(params: Any) -> Any:
+    return jax.tree.map(jnp.copy, params)
 
-    def __init__(self, make: Callable[[Any, int], Made], staleness: int) -> None:
+
+class RolloutProducer(Generic[Made]):
+    """Calls ``make(params, step)`` on a worker thread for the steps ahead, each with ``copy`` (default: a
+    copy on the same devices) of the parameters of the step ``staleness`` steps before it."""
+
+    def __init__(
+        self, make: Callable[[Any, int], Made], staleness: int, copy: Callable[[Any], Any] | None = None
+    ) -> None:
         if staleness < 0:
             raise ValueError(f"staleness must be >= 0, got {staleness}")
         self.make, self.staleness = make, staleness
+        self.copy = copy or _copied
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[int, tuple[Future[Made], int]] = {}
 
@@ -55,7 +62,7 @@ class RolloutProducer(Generic[Made]):
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="theseus-rollouts")
         for ahead in range(step, step + self.staleness + 1):
             if ahead not in self._pending:
-                copy = jax.tree.map(jnp.copy, params)  # the live parameters are donated to the next update
+                copy = self.copy(params)  # the live parameters are donated to the next update
                 context = contextvars.copy_context()  # the worker sees the configuration the trainer's thread sees
                 self._pending[ahead] = (self._pool.submit(context.run, self.make, copy, ahead), step)
         future, sampled_at = self._pending.pop(step)

@@ -90,6 +90,14 @@ class RolloutConfig:
         help="with rl/async_rollouts: how many steps older than the step its rollouts' sampling parameters are "
         "(0: the current ones, as without it)",
     )
+    rollout_devices: int = field(
+        "rl/rollout_devices",
+        default=0,
+        min=0,
+        help="devices of their own for rollouts: the last N generate (data parallel, the parameters copied to "
+        "them for each rollout) and the others train; with rl/async_rollouts the two run at once (0: rollouts "
+        "on the training mesh)",
+    )
     max_episode_tokens: int = field(
         "rl/max_episode_tokens",
         default=0,

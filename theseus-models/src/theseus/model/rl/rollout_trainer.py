@@ -28,7 +28,11 @@ from theseus.rl.environment import Environment
 from theseus.rl.selection import declared_environment
 from theseus.training import declarations
 from theseus.training.base import Batch
+from theseus.training.sharding import TrainerSharding, build_sharding
 from theseus.training.state import TrainState
+
+#: The key of the devices rollouts take for themselves.
+ROLLOUT_DEVICES = "rl/rollout_devices"
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class RolloutTrainer(SFTTrainer):
         self._rollout_ended: float | None = None  # perf_counter() when the last rollout was ready
         self._logged: list[dict[str, Any]] = []  # rl/log_completions' records not yet written
         self._rollout_producer: RolloutProducer[Made] | None = None  # rl/async_rollouts' worker
+        self._rollout_sharding: TrainerSharding | None = None  # rl/rollout_devices' mesh
 
     @classmethod
     def config(cls) -> list[type]:
@@ -74,10 +79,51 @@ class RolloutTrainer(SFTTrainer):
                 f"{type(self).__qualname__} takes one update per batch of rollouts; leave training/micro_batch_size "
                 "unset (gradient accumulation is not supported yet)"
             )
+        self._rollout_sharding = self._own_rollout_mesh()
         if self._source is None:
             self._source = self._new_source()
         else:  # set up again (reconfigure): the same rollouts, decoded by the model as now configured
-            self._source.model, self._source.sharding = self.model, self.sharding
+            self._source.model, self._source.sharding = self.model, self._rollout_sharding or self.sharding
+
+    # -- devices --------------------------------------------------------------------------------
+    def _rollout_device_count(self) -> int:
+        """``rl/rollout_devices``: how many devices generate apart from the training mesh (0: none)."""
+        count = int(self.setting(ROLLOUT_DEVICES, 0) or 0)
+        devices = jax.devices()
+        if count and jax.process_count() > 1:
+            raise ConfigError(
+                f"{ROLLOUT_DEVICES}={count} runs on one process only; leave it 0 to roll out on the training mesh"
+            )
+        if count >= len(devices):
+            fix = f"give rollouts at most {len(devices) - 1}" if len(devices) > 1 else "leave it 0 on one device"
+            raise ConfigError(f"{ROLLOUT_DEVICES}={count} leaves none of the {len(devices)} devices to train on; {fix}")
+        return count
+
+    def mesh_devices(self) -> list[Any]:
+        """The devices the training mesh spans: all but the last ``rl/rollout_devices``."""
+        devices = super().mesh_devices()
+        count = self._rollout_device_count()
+        return devices[: len(devices) - count] if count else devices
+
+    def _own_rollout_mesh(self) -> TrainerSharding | None:
+        """The data-parallel mesh of the last ``rl/rollout_devices`` devices, or None (rollouts on the
+        training mesh)."""
+        count = self._rollout_device_count()
+        if not count:
+            return None
+        if self.args.batch_size % count:
+            raise ConfigError(
+                f"training/batch_size={self.args.batch_size} rows do not split over {ROLLOUT_DEVICES}={count}; "
+                "make the batch a multiple of the rollout devices"
+            )
+        return build_sharding(self.model.sharding, layout="dp", devices=jax.devices()[-count:])
+
+    def sampling_params(self, params: Any) -> Any:
+        """``params`` where the rollouts are generated: the same arrays on the training mesh, else a copy
+        on the rollout devices (every device holds them whole), sent as they are when this is called."""
+        if self._rollout_sharding is None:
+            return params
+        return jax.device_put(params, self._rollout_sharding.replicated)
 
     def _new_source(self) -> RolloutSource:
         """The source of the run's keys: its environment, and the text of the policy's starting point."""
@@ -98,7 +144,7 @@ class RolloutTrainer(SFTTrainer):
             environment,
             text,
             self.model,
-            self.sharding,
+            self._rollout_sharding or self.sharding,
             self.sequence_length,
             completions=self.args.batch_size,
             seed=self.args.seed,
@@ -154,7 +200,7 @@ class RolloutTrainer(SFTTrainer):
             produced = self._producer().take(step, self.state.params)
             made, staleness, waited = produced.made, produced.staleness, produced.waited
         else:
-            made, staleness = self._made(self.state.params, step, sampled_apart=False), 0
+            made, staleness = self._made(self.sampling_params(self.state.params), step, sampled_apart=False), 0
             waited = made.seconds
         sampled, batch = made.sampled, made.batch
         self._keep_for_log(sampled, batch, step + 1)
@@ -202,7 +248,8 @@ class RolloutTrainer(SFTTrainer):
             def make(params: Any, step: int) -> Made:
                 return self._made(params, step, sampled_apart=staleness > 0)
 
-            self._rollout_producer = RolloutProducer(make, staleness)
+            copy = None if self._rollout_sharding is None else self.sampling_params  # a transfer copies
+            self._rollout_producer = RolloutProducer(make, staleness, copy)
         return self._rollout_producer
 
     def close(self) -> None:
@@ -252,7 +299,7 @@ class RolloutTrainer(SFTTrainer):
         """``batches`` x ``count`` prompts of the environment's ``eval`` split completed by ``state``'s
         parameters, greedily or at ``rl/eval_temperature``, and scored."""
         self.state = state
-        return self.rollout_source.evaluate(state.params, batches, count)
+        return self.rollout_source.evaluate(self.sampling_params(state.params), batches, count)
 
 
 __all__ = ["RolloutTrainer"]

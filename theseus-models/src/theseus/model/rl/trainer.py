@@ -237,8 +237,8 @@ class GRPOTrainer(RolloutTrainer):
         which the update weighs each token (``theseus.model.rl.importance``)."""
         if not self.args.sampling_correction:
             return {}
-        if self._sampler_logps is None:
-            self._sampler_logps = TargetLogps(self)
+        if self._sampler_logps is None:  # where the sampler's parameters live: the rollouts' mesh
+            self._sampler_logps = TargetLogps(self, self.rollout_source.sharding)
         return {SAMPLING_LOGPS: self._sampler_logps(params, batch)}
 
     def _warn_flat(self, step: int) -> None:
