@@ -26,7 +26,7 @@ from theseus.runs.layout import (
 )
 from theseus.runs.lock import LOCK_FILE, holder
 from theseus.runs.records import read_config, read_json, read_metrics
-from theseus.tracking.status import read_status, state_of
+from theseus.tracking.status import finite, read_status, state_of
 
 STATUSES = ("completed", "stopped", "failed", "running", "crashed")
 #: Keys every listing row has, in ``--json`` order.
@@ -74,10 +74,6 @@ class RunRow:
         return self.status
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
 def _row_without_status(run_dir: Path) -> RunRow:
     """A run written before ``status.json`` existed: its state from config, checkpoints and metrics."""
     config = read_config(run_dir)
@@ -87,7 +83,7 @@ def _row_without_status(run_dir: Path) -> RunRow:
     step = max([*steps, *(int(r["step"]) for r in metrics)], default=0)
     total = config.get("training/steps")
     total = int(total) if isinstance(total, int) else None
-    vals = [v for r in metrics if r.get("split") == "val" and (v := _number(r.get("loss"))) is not None]
+    vals = [v for r in metrics if r.get("split") == "val" and (v := finite(r.get("loss"))) is not None]
     tokens = [int(r["tokens"]) for r in metrics if isinstance(r.get("tokens"), int)]
     updated = max((p.stat().st_mtime for p in (run_dir, run_dir / METRICS_FILE) if p.exists()), default=None)
     complete = total is not None and bool(steps) and steps[-1] >= total
@@ -121,10 +117,10 @@ def run_row(run_dir: Path, now: float | None = None) -> RunRow:
         status=status,
         step=int(record.get("step") or 0),
         total_steps=record.get("total_steps"),
-        best_val_loss=_number(record.get("best_val_loss")),
+        best_val_loss=finite(record.get("best_val_loss")),
         tokens=record.get("tokens"),
-        wall_time=_number(record.get("wall_time")),
-        updated=_number(record.get("updated")),
+        wall_time=finite(record.get("wall_time")),
+        updated=finite(record.get("updated")),
         checkpoint=record.get("checkpoint"),
         error=record.get("error") if status in ("failed", "crashed") else None,
     )
@@ -188,7 +184,7 @@ def checkpoints(run_dir: Path) -> list[dict[str, Any]]:
     for step in checkpoint_steps(run_dir):
         path = Path(run_dir) / CHECKPOINTS / str(step)
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        val = _number(read_json(path / "metrics" / "metrics").get("val_loss"))
+        val = finite(read_json(path / "metrics" / "metrics").get("val_loss"))
         out.append({"step": step, "bytes": size, "val_loss": val, "best": False})
     scored = [c for c in out if c["val_loss"] is not None]
     if scored:
@@ -213,7 +209,7 @@ def series(
     for record in records:
         if record.get("split") != split or name not in record:
             continue
-        value = _number(record[name])
+        value = finite(record[name])
         if value is None:
             continue
         step = int(record["step"])

@@ -48,7 +48,8 @@ def _process_start(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
-def _finite(value: Any) -> float | None:
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number, else None (what a record's number fields hold)."""
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
@@ -78,7 +79,7 @@ def _checked(name: str, value: Any) -> Any:
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _LARGEST_COUNT
         return value if ok else None
     if name in _TIMES or name in _SECONDS or name in ("best_val_loss", "last_val_loss"):
-        number = _finite(value) if not isinstance(value, bool) else None
+        number = finite(value) if not isinstance(value, bool) else None
         if number is None or (name in _TIMES and not 0 <= number <= _LATEST_TIME) or (name in _SECONDS and number < 0):
             return None
         return number
@@ -225,8 +226,8 @@ class StatusRecorder:
             "stop_step": stop_step,
             "tokens_per_step": tokens_per_step,
             "tokens": start_step * tokens_per_step,
-            "best_val_loss": _finite(previous.get("best_val_loss")) if start_step > 0 else None,
-            "last_val_loss": _finite(previous.get("last_val_loss")) if start_step > 0 else None,
+            "best_val_loss": finite(previous.get("best_val_loss")) if start_step > 0 else None,
+            "last_val_loss": finite(previous.get("last_val_loss")) if start_step > 0 else None,
             "checkpoint": start_step if start_step > 0 else None,
             "eta_seconds": None,
             "started": previous.get("started") if start_step > 0 and previous.get("started") else self._began,
@@ -258,7 +259,7 @@ class StatusRecorder:
             self._write()
 
     def validated(self, step: int, loss: float) -> None:
-        value = _finite(loss)
+        value = finite(loss)
         if value is not None:
             self.record["last_val_loss"] = value
             best = self.record.get("best_val_loss")
