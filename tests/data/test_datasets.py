@@ -11,7 +11,7 @@ import pytest
 
 from tests.data.conftest import fineweb_rows, write_fineweb_parquet
 from theseus.config import Schema
-from theseus.data.datasets import Dataset, Document, FineWeb, Instructions, LocalText, PythonStdlib
+from theseus.data.datasets import Chat, Dataset, Document, FineWeb, Instructions, LocalText, PythonStdlib
 from theseus.data.jobs import Tokenize
 from theseus.data.prepare import prepare
 from theseus.data.tokenizers import EOT_TEXT, ByteTokenizer
@@ -60,6 +60,29 @@ def test_split_routing_spreads_validation_evenly_and_skips_empty_documents() -> 
     assert all(d.split == "train" for d in Numbers(val_fraction=0.0).documents())
     with pytest.raises(DataError, match="data/val_fraction"):
         Numbers(val_fraction=1.5)
+
+
+def test_a_file_that_marks_its_splits_is_split_by_the_marks_alone(tmp_path: Path) -> None:
+    # as rl/demonstrations writes them: the held-out rows say "val", the others say nothing
+    chats = [
+        {"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}
+        for i in range(8)
+    ]
+    marked = [{**chat, "split": "val"} if i in (2, 5) else chat for i, chat in enumerate(chats)]
+    for name, rows in (("marked", marked), ("plain", chats)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    def val_rows(name: str) -> list[str]:
+        dataset = Chat(path=str(tmp_path / f"{name}.jsonl"), template="plain", val_fraction=0.25)
+        return [doc.segments[-1][0].strip() for doc in dataset.documents() if doc.split == "val"]
+
+    assert val_rows("marked") == ["a2", "a5"]  # data/val_fraction routes none of the others
+    assert val_rows("plain") == ["a3", "a7"]  # without marks, data/val_fraction splits
+    assert Chat(path=str(tmp_path / "marked.jsonl"), val_fraction=0.25).splits == ("train",)  # val comes with its rows
+    pairs = [{"prompt": f"p{i}", "response": f"r{i}", **({"split": "val"} if i == 1 else {})} for i in range(8)]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in pairs))
+    documents = Instructions(path=str(tmp_path / "pairs.jsonl"), val_fraction=0.25).documents()
+    assert [doc.text for doc in documents if doc.split == "val"] == ["r1"]
 
 
 def test_stdlib_corpus_is_the_interpreters_library_without_installed_packages() -> None:

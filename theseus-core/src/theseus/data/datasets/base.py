@@ -42,7 +42,8 @@ class Dataset:
     ``dataset/<name>``), implement ``source()`` yielding documents in a deterministic order, and may
     declare more configuration with ``theseus.config.field``. ``documents()`` skips empty texts,
     routes documents without a split so that a ``val_fraction`` share, spread evenly, goes to
-    validation, and stops after ``max_documents``.
+    validation (unless the source names its splits: ``names_splits()``), and stops after
+    ``max_documents``.
     """
 
     name: ClassVar[str] = ""
@@ -56,7 +57,9 @@ class Dataset:
         "data/max_documents", default=None, help="read at most this many documents (None: all)"
     )
     val_fraction: float = field(
-        "data/val_fraction", default=0.01, help="share of documents routed to the validation split"
+        "data/val_fraction",
+        default=0.01,
+        help="share of documents routed to the validation split (none when the rows name their split)",
     )
 
     def __post_init__(self) -> None:
@@ -73,12 +76,13 @@ class Dataset:
         """The documents to prepare, each with its split set."""
         count = 0
         cap = self.max_documents
+        routed = not self.names_splits()
         for doc in self.source():
             if cap is not None and count >= cap:
                 return
             if not doc.text and not doc.prompt:
                 continue
-            split = doc.split or self.split_of(count)
+            split = doc.split or (self.split_of(count) if routed else TRAIN)
             yield doc if doc.split == split else dataclasses.replace(doc, split=split)
             count += 1
 
@@ -87,9 +91,17 @@ class Dataset:
         f = self.val_fraction
         return VAL if f > 0 and math.floor((index + 1) * f) > math.floor(index * f) else TRAIN
 
+    def names_splits(self) -> bool:
+        """Whether the source names the splits of its documents itself (rows marked ``"split": "val"``).
+        Then a document without a split is train and ``val_fraction`` routes none: the validation split
+        is exactly the documents marked for it. A source without marks (the default) is split by
+        ``val_fraction``."""
+        return False
+
     @property
     def splits(self) -> tuple[str, ...]:
-        return (TRAIN, VAL) if self.val_fraction > 0 else (TRAIN,)
+        """The splits prepared (a split a document names is added when it comes)."""
+        return (TRAIN, VAL) if self.val_fraction > 0 and not self.names_splits() else (TRAIN,)
 
     def describe(self) -> dict[str, Any]:
         """What the header records as the data's source: the class and its configuration values."""

@@ -77,7 +77,8 @@ class Prepared:
             have = ", ".join(self.header.splits) or "none"
             raise DataError(
                 f"dataset {self.name!r} has no {split!r} split (it has: {have}); re-prepare it with "
-                "data/force=true and a data/val_fraction above 0"
+                "data/force=true and a data/val_fraction above 0 (a file whose rows name their split: mark some "
+                '"split": "val")'
             )
         return info
 

@@ -10,7 +10,7 @@ from theseus.config import field
 from theseus.data.chat import ChatTemplate, check_messages
 from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files
-from theseus.data.datasets.local import json_lines
+from theseus.data.datasets.local import JSONL_SUFFIXES, json_lines, rows_name_splits
 from theseus.data.tokenizers.spec import tokenizer_field
 from theseus.errors import DataError
 
@@ -20,7 +20,8 @@ class Chat(Dataset):
     """Conversations from a JSONL file or folder, rendered with a chat template.
 
     Each line is ``{"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "..."}]}``
-    (the field is ``data/chat/messages_field``) and may carry ``"split": "train"|"val"``. The
+    (the field is ``data/chat/messages_field``) and may carry ``"split": "train"|"val"``: a file with
+    such marks is split by them alone (``names_splits``), one without by ``data/val_fraction``. The
     conversation is rendered with ``data/chat/template``: ``auto`` (the ``chat_template`` of the
     ``tokenizer_config.json`` beside an ``hf:`` tokenizer, else ``chatml``), a built-in name
     (``chatml``, ``plain``, ``phi3``), or a path to a ``tokenizer_config.json`` or ``.jinja`` file. Only the
@@ -49,7 +50,7 @@ class Chat(Dataset):
         if not self.path:
             raise DataError("dataset 'chat' needs a path; pass data/chat/path=FILE.jsonl")
         template = self.chat_template()
-        for file in find_files(self.path, (".jsonl", ".json"), key="data/chat/path"):
+        for file in find_files(self.path, JSONL_SUFFIXES, key="data/chat/path"):
             for where, row in json_lines(file):
                 messages = row.get(self.messages_field) if isinstance(row, dict) else None
                 if messages is None:
@@ -69,6 +70,9 @@ class Chat(Dataset):
                     split=split if split in (TRAIN, VAL) else None,
                     segments=segments,
                 )
+
+    def names_splits(self) -> bool:
+        return rows_name_splits(self.path, "data/chat/path")
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()

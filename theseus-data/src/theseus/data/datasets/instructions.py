@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from theseus.config import field
 from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files
-from theseus.data.datasets.local import read_jsonl
+from theseus.data.datasets.local import JSONL_SUFFIXES, read_jsonl, rows_name_splits
 from theseus.errors import DataError
 
 
@@ -20,8 +20,8 @@ class Instructions(Dataset):
     Each line is an object with a prompt and a response field (``data/instructions/prompt_field``,
     ``data/instructions/response_field``). The prompt is formatted with ``data/instructions/template``
     (``{prompt}`` is replaced) and tokenized ahead of the response; in the padded style the loss
-    covers only the response and its end-of-text. A line may carry ``"split": "train"|"val"``;
-    lines without one are routed by ``data/val_fraction``.
+    covers only the response and its end-of-text. A line may carry ``"split": "train"|"val"``:
+    a file with such marks is split by them alone (``names_splits``), one without by ``data/val_fraction``.
     """
 
     name: ClassVar[str] = "instructions"
@@ -47,7 +47,7 @@ class Instructions(Dataset):
     def source(self) -> Iterator[Document]:
         if not self.path:
             raise DataError("dataset 'instructions' needs a path; pass data/instructions/path=FILE.jsonl")
-        files = find_files(self.path, (".jsonl", ".json"), key="data/instructions/path")
+        files = find_files(self.path, JSONL_SUFFIXES, key="data/instructions/path")
         fields = (self.prompt_field, self.response_field)
         for file in files:
             for row in read_jsonl(file, fields, "data/instructions/prompt_field / response_field"):
@@ -57,6 +57,9 @@ class Instructions(Dataset):
                     prompt=self.format_prompt(row[self.prompt_field]),
                     split=split if split in (TRAIN, VAL) else None,
                 )
+
+    def names_splits(self) -> bool:
+        return rows_name_splits(self.path, "data/instructions/path")
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()

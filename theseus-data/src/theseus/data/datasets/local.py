@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from theseus.config import field
-from theseus.data.datasets.base import Dataset, Document
+from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files, stream_rows
 from theseus.errors import DataError
 
@@ -81,6 +81,34 @@ def _unicode(value: Any) -> bool:
             except UnicodeEncodeError:
                 return False
     return True
+
+
+#: The suffixes of JSON-lines files in a folder.
+JSONL_SUFFIXES = (".jsonl", ".json")
+#: The text that opens a row's split mark, searched for before a line is parsed.
+SPLIT_FIELD = b'"split"'
+
+
+def rows_name_splits(path: str, key: str) -> bool:
+    """Whether a row of the JSON-lines file, or of the folder of them, ``path`` names its split
+    (``"split": "train"`` or ``"val"``). Only lines holding ``"split"`` are parsed, and the search stops
+    at the first mark; a line that is no JSON is left to the reading that reports it."""
+    if not path:
+        return False
+    for file in find_files(path, JSONL_SUFFIXES, key=key):
+        with open(file, "rb") as f:
+            for raw in f:
+                if SPLIT_FIELD in raw and _marks_split(raw):
+                    return True
+    return False
+
+
+def _marks_split(raw: bytes) -> bool:
+    try:
+        row = json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(row, dict) and row.get("split") in (TRAIN, VAL)
 
 
 def read_jsonl(path: str, field_names: tuple[str, ...], key: str) -> Iterator[dict[str, Any]]:

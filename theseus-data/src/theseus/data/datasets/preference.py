@@ -23,7 +23,7 @@ from theseus.config import field
 from theseus.data.chat import ChatTemplate, check_messages
 from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files
-from theseus.data.datasets.local import json_lines
+from theseus.data.datasets.local import JSONL_SUFFIXES, json_lines, rows_name_splits
 from theseus.data.tokenizers.spec import tokenizer_field
 from theseus.errors import DataError
 
@@ -36,8 +36,9 @@ Pair = tuple[Document, Document]
 class Preference(Dataset):
     """Preference pairs from a JSONL file or folder (TRL's standard or conversational shape).
 
-    A row may carry ``"split": "train"|"val"``; rows without one are routed by ``data/val_fraction``,
-    a pair at a time. ``data/max_documents`` counts pairs.
+    A row may carry ``"split": "train"|"val"``: a file with such marks is split by them alone
+    (``names_splits``), one without by ``data/val_fraction``, a pair at a time. ``data/max_documents``
+    counts pairs.
     """
 
     name: ClassVar[str] = "preference"
@@ -62,7 +63,7 @@ class Preference(Dataset):
             raise DataError("dataset 'preference' needs a path; pass data/preference/path=FILE.jsonl")
         template: ChatTemplate | None = None
         rows = differing = 0
-        for file in find_files(self.path, (".jsonl", ".json"), key="data/preference/path"):
+        for file in find_files(self.path, JSONL_SUFFIXES, key="data/preference/path"):
             for where, value in json_lines(file):
                 row = _row(value, where)
                 if isinstance(row["prompt"], list) and template is None:
@@ -86,12 +87,16 @@ class Preference(Dataset):
 
     def documents(self) -> Iterator[Document]:
         """Both documents of each pair, in one split; at most ``max_documents`` pairs."""
+        routed = not self.names_splits()
         for index, (chosen, rejected) in enumerate(self.pairs()):
             if self.max_documents is not None and index >= self.max_documents:
                 return
-            split = chosen.split or self.split_of(index)
+            split = chosen.split or (self.split_of(index) if routed else TRAIN)
             yield dataclasses.replace(chosen, split=split)
             yield dataclasses.replace(rejected, split=split)
+
+    def names_splits(self) -> bool:
+        return rows_name_splits(self.path, "data/preference/path")
 
     def estimated_documents(self) -> int | None:
         return None if self.max_documents is None else 2 * self.max_documents
