@@ -33,6 +33,7 @@ def test_grpo_flow(grpo_shell: Shell) -> None:
     assert all(1 <= row["completion_length"] <= 17 for row in train)
     (val,) = [row for row in rows if row["split"] == "val"]
     assert val["loss"] == pytest.approx(-val["reward"])
+    assert val["completions"] == 2 and "tokens" not in val  # one greedy completion of each of 16 / 8 prompts
     shown = shell.result("theseus runs show reverse").stdout
     assert "train/grpo" in shown and "step 2/2" in shown
 
@@ -52,6 +53,7 @@ def test_distill_flow(grpo_shell: Shell) -> None:
     assert all(row["loss"] > 0 and 1 <= row["completion_length"] <= 17 for row in train)
     (val,) = [row for row in rows if row["split"] == "val"]
     assert val["loss"] > 0 and math.isfinite(val["reward"])
+    assert val["targets"] > 0 and "tokens" not in val  # the positions the divergence is taken at
     shown = shell.result("theseus runs show reverse-student").stdout
     assert "train/distill" in shown and "step 2/2" in shown
 

@@ -58,10 +58,10 @@ def test_bits_per_byte_match_each_byte_predicted_from_its_own_window(tmp_path: P
     logp = jax.nn.log_softmax(np.asarray(logits, np.float64), axis=-1)
     nats = -sum(float(logp[i, last[i], tokens[i + 1]]) for i in range(len(last)))
     raw = int(np.sum(tokens[1:] < 256))  # the byte tokenizer: end-of-text (256) stands for no byte
-    assert result["tokens"] == len(tokens) - 1 and result["bytes"] == raw
+    assert result["targets"] == len(tokens) - 1 and result["bytes"] == raw
     assert result["bits_per_byte"] == pytest.approx(nats / math.log(2) / raw, rel=1e-5)
     halves = Compression().evaluate(trainer, state)  # default stride: half the window
-    assert halves["tokens"] == result["tokens"] and halves["bits_per_byte"] != result["bits_per_byte"]
+    assert halves["targets"] == result["targets"] and halves["bits_per_byte"] != result["bits_per_byte"]
     with pytest.raises(ConfigError, match="stride=17 exceeds the sequence length 16"):
         Compression(stride=17).evaluate(trainer, state)
     with pytest.raises(DataError, match="gives 1 token"):

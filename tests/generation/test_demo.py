@@ -52,7 +52,7 @@ def test_demo_trains_checkpoints_plots_and_writes(tmp_path: Path) -> None:
     # the whole validation split, scored once at the end, as a compressor codes it
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     (whole,) = [r for r in records if r["split"] == "eval"]
-    assert whole["step"] == 30 and whole["compression/tokens"] >= whole["compression/bytes"] > 10_000
+    assert whole["step"] == 30 and whole["compression/targets"] >= whole["compression/bytes"] > 10_000
     bits, size = whole["compression/bits_per_byte"], whole["compression/bytes"]
     assert abs(bits - final / math.log(2)) < 0.5  # the same model on more of the same bytes
     assert f"whole validation split ({size:,} bytes, each predicted once, in order): {bits:.3f} bits/byte" in out

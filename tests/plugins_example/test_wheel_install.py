@@ -87,7 +87,7 @@ def test_an_example_job_trains_on_prepared_data(venv_python: Path, tmp_path: Pat
     splits = {r["split"]: r for r in records}
     assert [r["step"] for r in records if r["split"] == "train"] == [1, 2]
     assert set(splits) == {"train", "val", "eval", "analysis"}
-    assert 0.0 <= splits["eval"]["next_token/accuracy"] <= 1.0 and splits["eval"]["next_token/tokens"] == 4 * 32
+    assert 0.0 <= splits["eval"]["next_token/accuracy"] <= 1.0 and splits["eval"]["next_token/targets"] == 4 * 32
 
     with (run_dir / "metrics.csv").open() as handle:
         sunk = {(int(r["step"]), r["name"]): float(r["value"]) for r in csv.DictReader(handle)}

@@ -196,11 +196,16 @@ def test_a_running_run_is_not_removed_and_old_runs_are_listed(
     old = tmp_path / "runs" / "old"  # written before status.json existed
     (old / "checkpoints" / "4").mkdir(parents=True)
     (old / "config.yaml").write_text("training:\n  steps: 8\n")
-    (old / "metrics.jsonl").write_text('{"step": 4, "split": "val", "loss": 2.5}\n')
+    # an older theseus also called the targets a validation scored "tokens": only training's count
+    records = [
+        {"step": 4, "split": "train", "loss": 2.7, "tokens": 512},
+        {"step": 4, "split": "val", "loss": 2.5, "tokens": 4096},
+    ]
+    (old / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
     rows = {r["name"]: r for r in listing(capsys, tmp_path)}
     assert (rows["alive"]["status"], rows["alive"]["step"]) == ("running", 7)
     assert (rows["old"]["status"], rows["old"]["step"], rows["old"]["total_steps"]) == ("stopped", 4, 8)
-    assert rows["old"]["best_val_loss"] == 2.5
+    assert rows["old"]["best_val_loss"] == 2.5 and rows["old"]["tokens"] == 512
     code, _, err = theseus(capsys, "runs", "--root", str(tmp_path), "rm", "alive", "--yes")
     assert code == 2 and err.strip().startswith("error: run 'alive' is running; stop it before removing")
     assert alive.is_dir()

@@ -76,7 +76,7 @@ def test_perplexity_is_exp_of_the_validation_loss(tiny) -> None:
     result = Perplexity(batches=2).evaluate(trainer, state)
     validation = trainer.validate(state, batches=2)
     assert result["perplexity"] == pytest.approx(math.exp(validation["loss"]))
-    assert result["tokens"] == 2 * 8 * 16
+    assert result["targets"] == 2 * 8 * 16
 
 
 def test_multiple_choice_needs_a_vocabulary_that_fits_the_tokenizer(tiny) -> None:

@@ -131,7 +131,7 @@ def test_step_metrics_extend_train_and_val_metadata(tmp_path: Path) -> None:
     host = trainer.host_batch("val", position=0)
     expected = int(((host["y"] != -1) & host["padding_mask"]).sum())
     assert expected < host["y"].size  # the batch has padding
-    assert val[-1]["valid_tokens"] == expected == val[-1]["tokens"]
+    assert val[-1]["valid_tokens"] == expected == val[-1]["targets"]
 
 
 def test_deterministic_inspection_ignores_the_key(tmp_path: Path) -> None:

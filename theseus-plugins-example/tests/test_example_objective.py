@@ -48,4 +48,4 @@ def test_z_loss_trains_over_an_overridden_step_and_adds_to_plain_cross_entropy(
     assert val["loss"] == pytest.approx(val["cross_entropy"], rel=1e-5)
     objective = val["z_loss_cross_entropy_loss"]  # Objective.metric: the class name in snake case, then _loss
     assert objective == pytest.approx(val["cross_entropy"] + WEIGHT * val["z_loss"], rel=1e-5)
-    assert val["valid_tokens"] == val["tokens"]
+    assert val["valid_tokens"] == val["targets"]

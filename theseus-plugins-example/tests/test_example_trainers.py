@@ -54,8 +54,8 @@ def test_variations_train_measure_and_write_csv(
         assert row["grad_norm_squared"] == pytest.approx(row["grad_norm"] ** 2, rel=1e-5)
         assert row["logit_rms"] > 0
     # IgnoreFirstTarget: 4 rows x 31 counted targets, in validation and in the evaluation
-    assert val["valid_tokens"] == val["tokens"] == 4 * 31 and val["logit_rms"] > 0
-    assert evaluation["next_token/tokens"] == 4 * 31
+    assert val["valid_tokens"] == val["targets"] == 4 * 31 and val["logit_rms"] > 0
+    assert evaluation["next_token/targets"] == 4 * 31
     assert 0.0 <= evaluation["next_token/accuracy"] <= evaluation["next_token/top5"] <= 1.0
     # the analysis: one CSV row per position; position 0 has no counted target
     table = list(csv.DictReader((run_dir / "analysis" / "entropy" / "step_00000002.csv").open()))

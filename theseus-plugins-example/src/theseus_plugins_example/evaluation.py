@@ -33,7 +33,7 @@ class NextTokenAccuracy(Evaluation):
 
     It calls the trainer's ``forward()`` and reads batches through ``batch()``, so a trainer's
     changes to either (e.g. targets set to -1) are measured too. Logged as ``next_token/accuracy``,
-    ``next_token/top5`` and ``next_token/tokens`` in ``eval`` records.
+    ``next_token/top5`` and ``next_token/targets`` in ``eval`` records.
     """
 
     name: ClassVar[str] = "next_token"
@@ -60,5 +60,5 @@ class NextTokenAccuracy(Evaluation):
         return {
             "accuracy": hits / count if count else float("nan"),
             "top5": hits5 / count if count else float("nan"),
-            "tokens": count,
+            "targets": count,
         }

@@ -134,7 +134,7 @@ class Compression(Evaluation):
             nats -= float(np.sum(loglik, dtype=np.float64))
             scored += int(np.sum(counts))
         size = scored_bytes(prepared.tokenizer(), np.asarray(tokens[1:]))
-        return {"bits_per_byte": nats / math.log(2) / max(size, 1), "bytes": size, "tokens": scored}
+        return {"bits_per_byte": nats / math.log(2) / max(size, 1), "bytes": size, "targets": scored}
 
     @staticmethod
     def _first_dataset(trainer: BaseTrainer) -> str:

@@ -27,4 +27,4 @@ class Perplexity(Evaluation):
     def evaluate(self, trainer: BaseTrainer, state: Any) -> Mapping[str, float]:
         result = trainer.validate(state, batches=self.batches, slice=self.split)
         loss = result["loss"]
-        return {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "tokens": result["tokens"]}
+        return {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "targets": result["targets"]}

@@ -84,7 +84,7 @@ def _row_without_status(run_dir: Path) -> RunRow:
     total = config.get("training/steps")
     total = int(total) if isinstance(total, int) else None
     vals = [v for r in metrics if r.get("split") == "val" and (v := finite(r.get("loss"))) is not None]
-    tokens = [int(r["tokens"]) for r in metrics if isinstance(r.get("tokens"), int)]
+    tokens = [int(r["tokens"]) for r in metrics if r.get("split") == "train" and isinstance(r.get("tokens"), int)]
     updated = max((p.stat().st_mtime for p in (run_dir, run_dir / METRICS_FILE) if p.exists()), default=None)
     complete = total is not None and bool(steps) and steps[-1] >= total
     return RunRow(
@@ -213,7 +213,7 @@ def series(
         if value is None:
             continue
         step = int(record["step"])
-        if x == "tokens":  # tokens seen by training (a val record's "tokens" are the ones it evaluated)
+        if x == "tokens":  # tokens seen by training, which only train records carry
             tokens = step * tokens_per_step if tokens_per_step else record.get("tokens") if split == "train" else None
             if not isinstance(tokens, int):
                 continue

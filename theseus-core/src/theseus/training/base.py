@@ -634,7 +634,7 @@ class BaseTrainer(Job):
     # -- validation ------------------------------------------------------------------------
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
         """The mean cross-entropy per target (``loss``) over ``batches`` batches of ``slice`` and the targets
-        counted (``tokens``), the objective's own loss under its name (``Objective.metric``) where it is
+        counted (``targets``), the objective's own loss under its name (``Objective.metric``) where it is
         another, and the averaged metadata."""
         from theseus.training.metrics import scalars
 
@@ -656,7 +656,7 @@ class BaseTrainer(Job):
             values = [m[name] for m in metas if name in m]
             result[name] = float(np.mean(values))
         result["loss"] = loss_sum / count if count else float("nan")
-        result["tokens"] = int(count)
+        result["targets"] = int(count)
         if weight := totals[steps.OBJECTIVE_WEIGHT]:
             objective = self.objective()
             result[objective.metric] = totals[steps.OBJECTIVE_LOSS_SUM] / weight

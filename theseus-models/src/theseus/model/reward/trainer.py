@@ -80,7 +80,7 @@ class RewardTrainer(SFTTrainer):
 
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
         result = super().validate(state, batches, slice)
-        result["pairs"] = result.pop("tokens")
+        result["pairs"] = result.pop("targets")
         return result
 
 

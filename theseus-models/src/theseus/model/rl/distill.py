@@ -189,19 +189,19 @@ class OnPolicyDistillTrainer(Distillation, RolloutTrainer):
 
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
         """Completions of ``batches`` x (global micro batch) prompts of the environment's ``eval`` split,
-        greedy or at ``rl/eval_temperature``: ``loss``, the divergence from the teacher on them, and
-        the rewards (``reward_means``)."""
+        greedy or at ``rl/eval_temperature``: ``loss``, the divergence from the teacher on them,
+        ``targets`` (the positions it is taken at) and the rewards (``reward_means``)."""
         a: OnPolicyDistillConfig = self.args
         batches = a.eval_batches if batches is None else batches
         count = self.eval_rows
         if batches * count == 0:
-            return {"loss": float("nan"), "tokens": 0.0}
+            return {"loss": float("nan"), "targets": 0}
         done = self.eval_rollouts(state, batches, count)
         rows = self.rollout_source.arrange(done)
         loss, positions = self._divergence(state, rows, count)
         result: dict[str, Any] = {"loss": loss, **reward_means(done, self.rollout_source.environment)}
         result["completion_length"] = float(np.mean(rows["completion_length"]))
-        result["tokens"] = positions
+        result["targets"] = int(positions)
         return result
 
     def _divergence(self, state: TrainState, rows: Mapping[str, np.ndarray], count: int) -> tuple[float, float]:

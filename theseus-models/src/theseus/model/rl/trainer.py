@@ -277,12 +277,13 @@ class GRPOTrainer(RolloutTrainer):
     # -- validation -----------------------------------------------------------------------------
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
         """Completions of ``batches`` x B prompts of the environment's ``eval`` split, greedy or at
-        ``rl/eval_temperature``: the mean reward, each reward's mean, accuracy, and ``loss`` = -mean reward."""
+        ``rl/eval_temperature``: the mean reward, each reward's mean, accuracy, ``completions`` (how many)
+        and ``loss`` = -mean reward."""
         batches = self.args.eval_batches if batches is None else batches
         source = self.rollout_source
         done = self.eval_rollouts(state, batches, source.prompts_per_step)
         result = {"loss": -float(np.mean(done.rewards)), **reward_means(done, source.environment)}
-        result["tokens"] = float(len(done.rewards))
+        result["completions"] = len(done.rewards)
         return result
 
 
