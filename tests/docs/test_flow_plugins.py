@@ -27,8 +27,8 @@ def test_new_plugin_flow(tmp_path: Path) -> None:
     shell.run(flows("docs/writing-a-plugin.md")["new-plugin"])
 
     made = shell.result("theseus new plugin").stdout
-    assert made.startswith("created theseus-wordcount (9 files):")
-    assert "next: pip install ./theseus-wordcount && theseus jobs" in made  # the page's own commands
+    assert made.startswith("created theseus-wordcount (13 files):")
+    assert "next: pip install './theseus-wordcount[test]' && theseus jobs" in made  # the page's own commands
     assert (site / "theseus_wordcount-0.1.0.dist-info").is_dir()
     with pytest.raises(metadata.PackageNotFoundError):  # the project's environment is untouched
         metadata.distribution("theseus-wordcount")
@@ -37,9 +37,10 @@ def test_new_plugin_flow(tmp_path: Path) -> None:
     assert ["wordcount/train", "theseus-wordcount", "0.1.0"] in jobs.lines() and not jobs.stderr
     plugins = shell.result("theseus plugins")
     row = [line for line in plugins.lines() if line[:1] == ["theseus-wordcount"]]
-    assert row == [["theseus-wordcount", "0.1.0", ">=0.1,<0.2", "1", "3", "theseus_metrics_sinks", "ok"]]
+    assert row == [["theseus-wordcount", "0.1.0", ">=0.1,<0.2", "1", "5", "theseus_metrics_sinks", "ok"]]
     assert not plugins.stderr
-    assert re.search(r"^=+ 3 passed in ", shell.result("cd theseus-wordcount && pytest").stdout, re.MULTILINE)
+    # the generated tests: the job trains 3 steps on the plugin's objective, both environments play and score
+    assert re.search(r"^=+ 7 passed in ", shell.result("cd theseus-wordcount && pytest").stdout, re.MULTILINE)
 
 
 @pytest.mark.slow

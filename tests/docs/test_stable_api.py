@@ -1,12 +1,13 @@
-"""The stability promise covers what the docs teach: every ``theseus`` import in the docs' code examples
-and in the example plugin names a module that docs/writing-a-plugin.md lists as plugin API, and every
-module listed there exists."""
+"""The stability promise covers what the docs teach: every ``theseus`` import in the docs' code examples,
+in the example plugin and in the plugin ``theseus new plugin`` writes names a module that
+docs/writing-a-plugin.md lists as plugin API, and every module listed there exists."""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
 import re
+from string import Template
 
 import pytest
 
@@ -16,6 +17,9 @@ PROMISE = REPO / "docs" / "writing-a-plugin.md"
 CODE = re.compile(r"```python\n(.*?)```", re.DOTALL)
 MODULE = re.compile(r"`(theseus(?:\.(?:[a-z_]+|<family>))+)`")
 FAMILY = "<family>"
+#: The Python templates of ``theseus new plugin``, rendered with these names.
+SCAFFOLD = REPO / "theseus-core" / "src" / "theseus" / "cli" / "templates" / "plugin"
+NAMES = {"dist": "theseus-acme", "package": "theseus_acme", "short": "acme", "core_range": "", "api": ""}
 
 
 def promised() -> set[str]:
@@ -50,13 +54,16 @@ def theseus_imports(code: str) -> set[str]:
 
 
 def taught() -> dict[str, set[str]]:
-    """``{module: where}`` for every theseus import in the docs' examples and the example plugin."""
+    """``{module: where}`` for every theseus import in the docs' examples, the example plugin and the scaffold."""
     found: dict[str, set[str]] = {}
     sources = [
         (page.name, block) for page in sorted((REPO / "docs").rglob("*.md")) for block in CODE.findall(page.read_text())
     ]
     sources += [
         (path.name, path.read_text()) for path in sorted((REPO / "theseus-plugins-example" / "src").rglob("*.py"))
+    ]
+    sources += [
+        (path.name, Template(path.read_text()).substitute(NAMES)) for path in sorted(SCAFFOLD.rglob("*.py.tmpl"))
     ]
     for where, code in sources:
         for module in theseus_imports(code):

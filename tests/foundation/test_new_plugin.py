@@ -1,5 +1,5 @@
 """``theseus new plugin NAME``: the scaffold is lint-clean, installs, lists its job and passes its tests (the
-job trains, the environment and its reward score)."""
+job trains on the plugin's objective, the environments play and score)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,23 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import clean_env, make_venv, pip_install, run_cli
+from theseus.cli.scaffold import MAX_NAME, render_plugin
 
 NAME = "theseus-wordcount"
 FILES = [
     "README.md",
     "pyproject.toml",
     "src/theseus_wordcount/__init__.py",
+    "src/theseus_wordcount/boxes.py",
     "src/theseus_wordcount/environment.py",
     "src/theseus_wordcount/hooks.py",
+    "src/theseus_wordcount/objective.py",
     "src/theseus_wordcount/py.typed",
     "src/theseus_wordcount/schedule.py",
     "src/theseus_wordcount/trainer.py",
     "tests/test_theseus_wordcount.py",
+    "tests/test_theseus_wordcount_boxes.py",
+    "tests/test_theseus_wordcount_objective.py",
 ]
 
 
@@ -40,7 +45,7 @@ def test_new_plugin_installs_lists_its_job_and_passes_its_test(
     assert made.returncode == 0, made.stderr
     folder = tmp_path / "work" / NAME
     assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) == FILES
-    assert f"created {folder} (9 files)" in made.stdout
+    assert f"created {folder} ({len(FILES)} files)" in made.stdout
 
     # formatted and lint-clean under the plugin's own ruff settings
     for check in (["format", "--check", "."], ["check", "."]):
@@ -54,13 +59,21 @@ def test_new_plugin_installs_lists_its_job_and_passes_its_test(
     assert ["wordcount/train", NAME, "0.1.0"] in [line.split() for line in jobs.stdout.splitlines()]
     shown = run_cli(["plugins"], python=python, cwd=tmp_path)
     row = next(line.split() for line in shown.stdout.splitlines() if line.startswith(NAME + " "))
-    assert row == [NAME, "0.1.0", ">=0.1,<0.2", "1", "3", "theseus_metrics_sinks", "ok"], shown.stdout
+    assert row == [NAME, "0.1.0", ">=0.1,<0.2", "1", "5", "theseus_metrics_sinks", "ok"], shown.stdout
     assert not shown.stderr
 
-    # the generated test passes against the installed plugin
+    # the generated tests pass against the installed plugin
     tested = run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"], folder)
     assert tested.returncode == 0, tested.stdout[-4000:] + tested.stderr[-2000:]
-    assert "3 passed" in tested.stdout
+    assert "7 passed" in tested.stdout
+
+
+@pytest.mark.parametrize("name", ["x", "a" * MAX_NAME])
+def test_the_scaffold_is_lint_clean_whatever_the_length_of_its_name(name: str, tmp_path: Path) -> None:
+    render_plugin(name, tmp_path)
+    for check in (["format", "--check", "."], ["check", "."]):
+        linted = run([sys.executable, "-m", "ruff", *check], tmp_path / name)
+        assert linted.returncode == 0, linted.stdout + linted.stderr
 
 
 def test_bad_names_and_existing_folders_are_refused(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
 """``theseus new plugin NAME [--dir DIR]``: write a ready plugin distribution from templates.
 
 The templates (``templates/plugin/``, shipped as package data) hold a ``pyproject.toml`` with the
-entry points and the theseus-core range the plugin targets, a trainer job, a schedule component,
-a reinforcement-learning environment with its reward, a hook module, tests that run the job for a
-few steps and score the environment, and a README.
+entry points, the theseus-core range the plugin targets and a ``test`` extra (pytest), a trainer job,
+a schedule component, a training objective, a reinforcement-learning environment with its reward, a
+multi-turn environment with a tool, a hook module, tests that run the job for a few steps on the
+objective and play the environments, and a README.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def new() -> None:
     help="Folder in which NAME/ is created.",
 )
 def plugin(name: str, directory: Path) -> None:
-    """Write a ready plugin distribution NAME/: a job, components, hooks, tests, a README."""
+    """Write a ready plugin distribution NAME/: a job, an objective, environments, hooks, tests, a README."""
     written = render_plugin(name, directory)
     names = PluginNames.of(name)
     folder = directory / names.dist
@@ -109,7 +110,8 @@ def plugin(name: str, directory: Path) -> None:
     # pip reads a bare relative name as a package to download: a relative folder is spelled ./NAME
     install = folder if folder.is_absolute() else f"./{folder.as_posix()}"
     click.echo(
-        f"job {names.short}/train, component schedule/{names.short}-warmup, environment/{names.short}-sort with "
-        f"reward/{names.short}-sorted, hooks plugin/{names.short}\n"
-        f"next: pip install {install} && theseus jobs; then run its test: cd {folder} && pytest"
+        f"job {names.short}/train, objective/{names.short}-focal, schedule/{names.short}-warmup, "
+        f"environment/{names.short}-sort with reward/{names.short}-sorted, environment/{names.short}-boxes "
+        f"(multi-turn), hooks plugin/{names.short}\n"
+        f"next: pip install '{install}[test]' && theseus jobs; then run its tests: cd {folder} && pytest"
     )

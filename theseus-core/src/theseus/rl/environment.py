@@ -62,7 +62,10 @@ def check_split(split: str) -> None:
 class Environment(Declared):
     """Prompts for a policy to complete, and the rewards that score the completions.
 
-    Subclasses are dataclasses (keys under ``environment/<name>/``) and implement ``prompts``;
+    Subclasses are dataclasses (keys under ``environment/<name>/``) and implement ``prompts``; their
+    ``name`` (a class attribute) is the registered ``<name>``: error messages name the environment by
+    it (``label()``: the class name in lower case without it), and ``generate(self.name, ...)`` keys
+    the prompts' draws with it;
     ``REWARDS`` names the registered rewards scored by default, with their weights (a run may
     choose others: ``rl/rewards=correct:1.0,format:0.2``); ``ACCURACY`` names the reward whose score
     of 1 means solved, which a trainer's ``accuracy`` counts (None: the environment has none).
