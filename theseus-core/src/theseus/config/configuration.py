@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import io
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,6 +14,7 @@ from typing import Any, TypeVar
 from theseus.config.fields import CONSTRAINT_METADATA, KEY_METADATA, MISSING, NO_CONSTRAINTS
 from theseus.config.schema import Schema
 from theseus.config.types import coerce, parse_override_value, type_name
+from theseus.config.yaml_limits import bounded_yaml_text
 from theseus.errors import ConfigError
 
 T = TypeVar("T")
@@ -91,7 +94,8 @@ def flatten(nested: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a configuration YAML file into a flat ``{key: value}`` mapping."""
+    """Read a configuration YAML file into a flat ``{key: value}`` mapping (within the bounds of
+    :mod:`theseus.config.yaml_limits`)."""
     import yaml  # imported on use: listing commands never read YAML
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -100,7 +104,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist; write one with 'theseus configure JOB {path}'")
     try:
-        loaded = OmegaConf.load(path)
+        loaded = OmegaConf.load(io.StringIO(bounded_yaml_text(path)))
         container = OmegaConf.to_container(loaded, resolve=True)
     except OSError as exc:
         if exc.errno is not None:  # the file cannot be read: the machine's refusal, reported as such
@@ -110,8 +114,17 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values, not a {kind}") from exc
     except MemoryError:
         raise
-    except (yaml.YAMLError, OmegaConfBaseException, ValueError, RecursionError, LookupError, TypeError) as exc:
-        # ValueError, LookupError, TypeError: the parser's constructors on bad tagged scalars (``!!int ''``)
+    except (
+        yaml.YAMLError,
+        OmegaConfBaseException,
+        ValueError,
+        RecursionError,
+        LookupError,
+        TypeError,
+        AttributeError,
+    ) as exc:
+        # ValueError, LookupError, TypeError, AttributeError: the parser's constructors on bad tagged
+        # scalars (``!!int ''``, ``!!timestamp x``)
         raise ConfigError(
             f"config file {str(path)!r} is not valid YAML ({_yaml_problem(exc, path)}); "
             "fix the file or regenerate it with 'theseus configure'"
@@ -146,7 +159,9 @@ def _yaml_problem(exc: BaseException, path: Path) -> str:
             return f"a tab character at {where}; YAML indents with spaces"
         return f"{problem or exc.context or type(exc).__name__} at {where}"
     first = str(exc).strip().splitlines()
-    if isinstance(exc, (LookupError, TypeError)):  # a constructor's own words, e.g. "string index out of range"
+    if isinstance(
+        exc, (LookupError, TypeError, AttributeError)
+    ):  # a constructor's own words, e.g. "string index out of range"
         return f"{type(exc).__name__}: {first[0]}" if first else type(exc).__name__
     return first[0] if first else type(exc).__name__
 
@@ -159,9 +174,13 @@ def _duplicate_key(text: str) -> str | None:
         node = yaml.compose(text, Loader=yaml.SafeLoader)  # nodes only: no value is constructed
     except (yaml.YAMLError, RecursionError):
         return None
-    pending: list[tuple[yaml.Node, str]] = [(node, "")] if node is not None else []
+    pending: deque[tuple[yaml.Node, str]] = deque([(node, "")] if node is not None else [])
+    seen_nodes: set[int] = set()  # a node that aliases share is looked at once
     while pending:
-        current, prefix = pending.pop(0)
+        current, prefix = pending.popleft()
+        if id(current) in seen_nodes:
+            continue
+        seen_nodes.add(id(current))
         if isinstance(current, yaml.SequenceNode):
             pending += [(child, prefix) for child in current.value]
         if not isinstance(current, yaml.MappingNode):

@@ -14,21 +14,25 @@ from pathlib import Path
 from typing import Any
 
 from theseus.base import jsonfile
+from theseus.config.yaml_limits import bounded_yaml_text
 from theseus.errors import ConfigError
 from theseus.runs.layout import CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE, ROLLOUTS_FILE
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    """A YAML mapping (the C loader when available); empty when missing or unreadable."""
+    """A YAML mapping (the C loader when available); empty when missing, unreadable or past the bounds
+    of :mod:`theseus.config.yaml_limits`."""
     import yaml
 
     try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(path.read_text(encoding="utf-8"))
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(bounded_yaml_text(path))
         try:
             data = loader.get_single_data()
         finally:
             loader.dispose()
-    except (OSError, yaml.YAMLError):
+    except (OSError, yaml.YAMLError, ConfigError, RecursionError):
+        return {}
+    except (ValueError, LookupError, TypeError, AttributeError):  # bytes that are not UTF-8, bad tagged scalars
         return {}
     return data if isinstance(data, dict) else {}
 
