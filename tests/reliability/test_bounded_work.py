@@ -1,11 +1,12 @@
-"""Inputs that once made a command run forever: a YAML file of nested aliases (a "billion laughs"). It now
-ends within seconds, in one line naming the file. The tests run under timeouts, so a hang fails them
-instead of stopping the suite.
+"""Inputs that once made a command run forever: a YAML file of nested aliases (a "billion laughs"), a chat
+template of nested loops. Each now ends within seconds, in one line naming the file or the template. The
+tests run under timeouts, so a hang fails them instead of stopping the suite.
 """
 
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +14,9 @@ import pytest
 
 from tests.reliability.conftest import error_line, train_args
 from theseus.config import read_yaml, yaml_limits
-from theseus.errors import ConfigError
+from theseus.data import bounded_jinja
+from theseus.data.chat import ChatTemplate
+from theseus.errors import ConfigError, DataError
 from theseus.runs import records
 
 Cli = Callable[[list[str]], tuple[int, str]]
@@ -82,3 +85,53 @@ def test_a_billion_laughs_in_config_or_in_a_run_folder_stops_run_resume_and_runs
     assert code == 2 and error_line(err) == f"error: config file {str(run / 'config.yaml')!r} {BOUND}"
     code, _ = cli(["runs", "show", "laughs", "--root", str(root)])
     assert code == 0
+
+
+# -- chat templates -----------------------------------------------------------------------------------
+
+MESSAGES = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+
+
+@pytest.mark.timeout(30)
+def test_a_template_of_nested_loops_is_stopped_in_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bounded_jinja, "RENDER_SECONDS", 0.3)
+    loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    started = time.monotonic()
+    with pytest.raises(DataError) as stopped:
+        ChatTemplate(loops, name="loops.jinja").render(MESSAGES)
+    assert time.monotonic() - started < 5
+    assert str(stopped.value) == (
+        "chat template loops.jinja was stopped while rendering a conversation: it ran for more than 0.3 s; "
+        "choose another template with data/chat/template"
+    )
+    macro = "{% macro f() %}{% for m in messages %}{{ f() }}{% endfor %}{% endmacro %}{{ f() }}"
+    with pytest.raises(DataError, match=r"failed to render|was stopped"):  # recursion: Python's limit or the time
+        ChatTemplate(macro, name="macro.jinja").render(MESSAGES)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        ("{{ 'x' * 10**10 }}", "it built a value of more than 16,777,216 characters or items"),
+        ("{{ 7 ** 100000000 }}", "it built an integer of more than 65536 bits"),
+        ("{{ '%1000000000s' % 'x' }}", "it asked for a field wider than 16,777,216 characters"),
+        (
+            "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+            "it built a value of more than 16,777,216 characters or items",
+        ),
+        (
+            "{% for i in range(100000) %}{% for j in range(1000) %}{{ 'abcdefgh' }}{% endfor %}{% endfor %}",
+            "it wrote more than 16,777,216 characters",
+        ),
+    ],
+)
+def test_a_template_that_builds_too_much_is_stopped(source: str, reason: str) -> None:
+    with pytest.raises(DataError) as stopped:
+        ChatTemplate(source, name="big.jinja").render(MESSAGES)
+    assert f"was stopped while rendering a conversation: {reason};" in str(stopped.value)
+
+
+def test_built_in_templates_render_as_before() -> None:
+    text = ChatTemplate.load("chatml").render(MESSAGES, add_generation_prompt=True)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n<|im_start|>assistant\n"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.base import jsonfile
+from theseus.data.bounded_jinja import RenderBoundError, bounded_environment, compile_bounded, render_bounded
 from theseus.data.tokenizers.spec import parse_spec
 from theseus.errors import DataError
 
@@ -145,16 +146,20 @@ class ChatTemplate:
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:
         """The conversation as text; DataError when the template fails."""
         try:
-            return str(
-                _compiled(self.source).render(
-                    messages=[dict(m) for m in messages],
-                    add_generation_prompt=add_generation_prompt,
-                    bos_token=self.bos_token,
-                    eos_token=self.eos_token,
-                )
+            return render_bounded(
+                _compiled(self.source),
+                messages=[dict(m) for m in messages],
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
             )
         except DataError:
             raise
+        except RenderBoundError as exc:
+            raise DataError(
+                f"chat template {self.name} was stopped while rendering a conversation: {exc}; "
+                "choose another template with data/chat/template"
+            ) from exc
         except Exception as exc:  # jinja2 errors and raise_exception() from the template itself
             raise DataError(
                 f"chat template {self.name} failed to render ({type(exc).__name__}: {exc}); "
@@ -274,17 +279,16 @@ def _compiled(source: str) -> Any:
     if template is None:
         try:
             from jinja2 import TemplateError
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
         except ImportError as exc:  # pragma: no cover - jinja2 is a dependency
             raise DataError("chat templates need jinja2; pip install jinja2") from exc
 
         def raise_exception(message: str) -> None:
             raise DataError(f"chat template refused the conversation: {message}")
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env = bounded_environment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = raise_exception
         try:
-            template = env.from_string(source)
+            template = compile_bounded(env, source)
         except TemplateError as exc:
             raise DataError(f"chat template does not parse ({exc}); fix it or choose another") from exc
         _CACHE[source] = template
