@@ -1,18 +1,23 @@
 """Inputs that once made a command run forever: a YAML file of nested aliases (a "billion laughs"), a chat
-template of nested loops. Each now ends within seconds, in one line naming the file or the template. The
-tests run under timeouts, so a hang fails them instead of stopping the suite.
+template of nested loops, a checkpoint write that fails and leaves orbax's threads waiting. Each now ends
+within seconds, in one line naming the file (YAML, template) or the failed write. The tests run under
+timeouts, so a hang fails them instead of stopping the suite.
 """
 
 from __future__ import annotations
 
 import importlib
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.reliability.conftest import error_line, train_args
+from tests.conftest import clean_env, run_cli
+from tests.reliability.conftest import HERE, error_line, train_args
 from theseus.config import read_yaml, yaml_limits
 from theseus.data import bounded_jinja
 from theseus.data.chat import ChatTemplate
@@ -135,3 +140,40 @@ def test_a_template_that_builds_too_much_is_stopped(source: str, reason: str) ->
 def test_built_in_templates_render_as_before() -> None:
     text = ChatTemplate.load("chatml").render(MESSAGES, add_generation_prompt=True)
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n<|im_start|>assistant\n"
+
+
+# -- ending the process ----------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_checkpoint_write_ends_the_process(root: Path, tmp_path: Path) -> None:
+    """A link where orbax makes its temporary folder fails the save; orbax's other threads of that save then
+    wait for a signal that never comes, and the command, its error line printed, never exited."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "kept").write_text("kept")
+    checkpoints = root / "runs" / "v" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "2.orbax-checkpoint-tmp").symlink_to(elsewhere)
+    done = run_cli(train_args(root, "run/name=v"), timeout=100)
+    assert done.returncode == 2
+    assert error_line(done.stderr).startswith(
+        f"error: writing checkpoint {str(checkpoints / '2')!r} failed (OSError: Cannot call rmtree on a symbolic link)"
+    )
+    assert (elsewhere / "kept").read_text() == "kept" and sorted(p.name for p in elsewhere.iterdir()) == ["kept"]
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_ends_the_command_although_a_thread_waits_forever(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "theseus.cli.main", "--load", str(HERE / "stuck_job.py"), "run", "test/stuck"]
+    process = subprocess.Popen(
+        [*command, "--root", str(tmp_path)], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "ready\n"
+        process.send_signal(signal.SIGINT)
+        _out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130
+    assert err.strip().splitlines()[-1] == "aborted"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -210,10 +211,18 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user mistakes become one ``error:`` line and a non-zero exit."""
+    """Entry point: user mistakes become one ``error:`` line and a non-zero exit.
+
+    Without ``argv`` (the ``theseus`` command itself) a failed command ends the process even when
+    background threads are stuck (:mod:`theseus.cli.exiting`); with ``argv`` (called from Python) it
+    raises ``SystemExit`` as usual."""
     from theseus.base.accelerator import quiet_absent_accelerators
+    from theseus.cli.exiting import exit_after_failure
 
     quiet_absent_accelerators()
+    leave: Callable[[int], NoReturn] = sys.exit
+    if argv is None:  # the process is the command's own
+        leave = exit_after_failure
     args = sys.argv[1:] if argv is None else argv
     verbose = "--verbose" in args or "-v" in args
     try:
@@ -225,17 +234,17 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
         # A plain exit (a preempted run that checkpointed) is a notice, not an error.
         click.echo(str(exc) if getattr(exc, "plain", False) else f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        leave(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
-        sys.exit(130)
+        leave(130)
     except click.ClickException as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if isinstance(exc, click.UsageError) and exc.ctx else ""
         click.echo(f"error: {exc.format_message()}{hint}", err=True)
-        sys.exit(exc.exit_code)
+        leave(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        leave(130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
 
