@@ -152,3 +152,34 @@ def test_verdict_records_round_trip() -> None:
     assert decode(encode(integrity.Verification(None, rank=3))) == (-2, None)
     agreed = combine(integrity.Verification(None, 9, files=2, bytes_read=5), [(-2, None), (4, "b"), (1, "a")])
     assert (agreed.problem, agreed.rank, agreed.files, agreed.bytes_read) == ("a", 1, 2, 5)
+
+
+@pytest.mark.parametrize("name", ["/etc/hostname", "../outside.bin", "d/../../outside.bin", "./_METADATA", "d//merged"])
+def test_a_manifest_naming_a_path_outside_the_checkpoint_is_refused(tmp_path: Path, name: str) -> None:
+    """A name outside the state folder once had that file's size read and, matching, passed verification."""
+    folder = saved(tmp_path / "state")
+    (tmp_path / "outside.bin").write_bytes(b"outside")
+    record = json.loads((folder / integrity.MANIFEST).read_text())
+    record["files"][name] = [7, integrity.file_checksum(tmp_path / "outside.bin")]
+    (folder / integrity.MANIFEST).write_text(json.dumps(record))
+    assert (
+        integrity.damage(folder)
+        == f"its checksum manifest checksums.json names {name!a}, a path outside the checkpoint"
+    )
+
+
+def test_a_part_outside_the_checkpoint_or_a_link_out_of_it_is_refused(tmp_path: Path) -> None:
+    folder = saved(tmp_path / "state")
+    record = json.loads((folder / integrity.MANIFEST).read_text())
+    part = tmp_path / "checksums.process_9.json"
+    part.write_text(json.dumps({"files": {}}))  # a part that records nothing: every file of its process unchecked
+    record["parts"] = ["../checksums.process_9.json"]
+    (folder / integrity.MANIFEST).write_text(json.dumps(record))
+    assert integrity.damage(folder) == (
+        "its checksum manifest checksums.json names '../checksums.process_9.json', a path outside the checkpoint"
+    )
+    folder = saved(tmp_path / "linked")
+    (tmp_path / "big").write_bytes((folder / "ocdbt.process_0/d/big").read_bytes())
+    (folder / "ocdbt.process_0/d/big").unlink()
+    (folder / "ocdbt.process_0/d/big").symlink_to(tmp_path / "big")
+    assert integrity.damage(folder) == "ocdbt.process_0/d/big is a link to a file outside the checkpoint"

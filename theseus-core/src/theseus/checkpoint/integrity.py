@@ -134,9 +134,26 @@ class ManifestProblem(Exception):
     """The manifests of a state cannot be read, or do not match their own checksums (the message says why)."""
 
 
+def _recordable(name: str) -> bool:
+    """Whether ``name`` is a path a manifest may record: relative to the state folder, in ``/`` parts none
+    of which is empty, ``.`` or ``..``."""
+    return bool(name) and "\x00" not in name and all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+def _check_names(names: list[str], what: str) -> None:
+    """ManifestProblem for the first of ``names`` that points outside the state folder (before any is read)."""
+    for name in names:
+        if not _recordable(name):
+            shown = ascii(name) if len(name) <= 80 else ascii(name[:77]) + "..."
+            raise ManifestProblem(f"its checksum manifest {what} names {shown}, a path outside the checkpoint")
+
+
 def _file_problem(folder: Path, name: str, size: int, checksum: str) -> str | None:
-    """What is wrong with file ``name`` against its recorded size and checksum; None when it matches."""
+    """What is wrong with file ``name`` against its recorded size and checksum; None when it matches.
+    A file reached through a symbolic link that leads out of ``folder`` is not read."""
     path = folder / name
+    if not os.path.realpath(path).startswith(os.path.join(os.path.realpath(folder), "")):
+        return f"{name} is a link to a file outside the checkpoint"
     try:
         actual_size = path.stat().st_size
         if actual_size != size:
@@ -168,8 +185,12 @@ def read_manifest(folder: str | Path) -> Recorded | None:
         record = json.loads((folder / MANIFEST).read_text())
         files = _entries(record)
         parts = [str(name) for name in record.get("parts", [])]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
         raise ManifestProblem(f"its checksum manifest is unreadable ({type(exc).__name__})") from None
+    _check_names([*files, *parts], MANIFEST)
+    for name in parts:
+        if "/" in name or not name.startswith(PART_PREFIX):
+            raise ManifestProblem(f"its checksum manifest names {name[:80]!a} as a part, which is no part manifest")
     merged = {name: entry for name, entry in files.items() if name not in parts}
     for name in parts:
         if name in files:
@@ -177,11 +198,13 @@ def read_manifest(folder: str | Path) -> Recorded | None:
             if problem is not None:
                 raise ManifestProblem(problem)
         try:
-            merged.update(_entries(json.loads((folder / name).read_text())))
+            entries = _entries(json.loads((folder / name).read_text()))
         except FileNotFoundError:
             raise ManifestProblem(f"its checksum manifest {name} is missing") from None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
             raise ManifestProblem(f"its checksum manifest {name} is unreadable ({type(exc).__name__})") from None
+        _check_names(list(entries), name)
+        merged.update(entries)
     return merged
 
 
