@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -248,3 +249,26 @@ def test_job_defaults_replace_declared_defaults() -> None:
 
     with pytest.raises(ConfigError, match="training/steps: expected int"):
         BadType.schema()
+
+
+def test_configure_replaces_only_a_regular_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``theseus configure OUT`` once renamed its file over whatever OUT was: a device, a pipe, a link."""
+    from theseus.cli.main import main
+
+    target = tmp_path / "target.txt"
+    target.write_text("kept")
+    link, pipe, regular = tmp_path / "link.yaml", tmp_path / "pipe.yaml", tmp_path / "old.yaml"
+    link.symlink_to(target)
+    os.mkfifo(pipe)
+    regular.write_text("old")
+    for out, kind in ((link, "a symbolic link"), (pipe, "not a regular file")):
+        with pytest.raises(SystemExit) as ended:
+            main(["configure", "train/pretrain", str(out)])
+        assert ended.value.code == 2
+        assert capsys.readouterr().err == (
+            f"error: {str(out)!r} is {kind}, which theseus does not replace; write to a new file name\n"
+        )
+    assert link.is_symlink() and target.read_text() == "kept" and pipe.is_fifo()
+    write_yaml({"a/b": 1}, regular)
+    assert regular.read_text().endswith("a:\n  b: 1\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.yaml", "old.yaml", "pipe.yaml", "target.txt"]
