@@ -172,6 +172,18 @@ def test_resume_step_beyond_a_64_bit_integer(cli: Cli, root: Path, tmp_path: Pat
     assert not (root / "runs").exists()
 
 
+def test_a_refused_resume_step_of_a_new_run_leaves_no_folder(cli: Cli, root: Path) -> None:
+    """The refused start once left ``runs/ghost/{checkpoints,lock}``: not listed by ``theseus runs``, yet
+    ``hf/import run/name=ghost`` refused the name as taken."""
+    code, err = cli(train_args(root, "run/name=ghost", "training/resume_step=3"))
+    assert code == 2
+    assert error_line(err) == (
+        "error: training/resume_step=3: run 'ghost' has no checkpoint at step 3 (it has no checkpoints); "
+        "choose one of them, or leave training/resume_step out to resume from the newest"
+    )
+    assert not (root / "runs" / "ghost").exists()
+
+
 def test_global_batch_not_divisible_by_data_parallel_devices(root: Path) -> None:
     env = clean_env(XLA_FLAGS=xla_flags(devices=2))
     done = run_cli(train_args(root, "training/batch_size=3"), env=env, timeout=300)

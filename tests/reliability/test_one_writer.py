@@ -4,9 +4,12 @@ naming the holder, and nothing of the run is read or changed; the lock goes with
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import clean_env, run_cli
 
@@ -65,3 +68,22 @@ def test_a_lock_file_that_is_a_link_is_refused_and_its_target_kept(tmp_path: Pat
         assert line.startswith(f"error: the run's lock file {run / 'lock'} is a ")
         assert line.endswith("and run again")
     assert victim.read_text() == "precious\n" and other.read_text() == "also precious\n"
+
+
+def test_a_writer_that_opened_a_removed_lock_file_takes_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start that fails before writing a record removes its lock file (:meth:`RunLock.discard`); a writer
+    that opened the file before it went must not hold the removed file while another holds the new one."""
+    from theseus.runs import lock
+
+    first = lock.RunLock(tmp_path).acquire()
+    stale = os.open(tmp_path / lock.LOCK_FILE, os.O_RDWR)  # opened before the file is removed
+    first.discard()
+    assert not (tmp_path / lock.LOCK_FILE).exists()
+    opened = iter([stale])
+    monkeypatch.setattr(lock, "_open_own", lambda path, real=lock._open_own: next(opened, None) or real(path))
+    second = lock.RunLock(tmp_path).acquire()
+    assert second._fd is not None
+    assert os.fstat(second._fd).st_ino == (tmp_path / lock.LOCK_FILE).stat().st_ino
+    second.release()

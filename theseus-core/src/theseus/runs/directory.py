@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import importlib.metadata as metadata
 import json
+import os
 import platform
 import re
 import shutil
@@ -76,6 +78,14 @@ class RunDirectory:
 
     def create(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
+
+    def remove_if_empty(self) -> bool:
+        """Remove the run directory when it holds nothing but empty folders (what a start that failed
+        before writing any record leaves); whether it is gone. Nothing else is removed."""
+        for folder, _subdirs, _files in os.walk(self.path, topdown=False):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # only an empty folder goes
+        return not self.path.exists()
 
     def keep_tokenizer(self, spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
         """``spec`` with its tokenizer file (and the companions beside it) copied into the run's

@@ -8,6 +8,7 @@ message a second writer gets. :func:`holder` asks, without waiting, whether a pr
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import json
@@ -40,7 +41,11 @@ class RunLock:
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                if _still_named(fd, self.path):
+                    break
+                os.close(fd)  # the file was removed by the writer that had it (discard): take the new one
+                fd = _open_own(self.path)
+                continue
             except BlockingIOError:
                 if time.monotonic() < deadline:  # perhaps only a probe: try again shortly
                     time.sleep(0.02)
@@ -63,6 +68,14 @@ class RunLock:
         os.pwrite(fd, json.dumps(record).encode(), 0)
         self._fd = fd
         return self
+
+    def discard(self) -> None:
+        """Remove the lock file, then let go: for a run folder that the failed start of this writer
+        created and leaves empty. A writer waiting for the lock meanwhile opens a new file."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            self.release()
 
     def release(self) -> None:
         """Let go: the holder's record is cleared (the file itself stays, empty) and the lock released."""
@@ -94,6 +107,16 @@ def _open_own(path: Path) -> int:
         f"the run's lock file {path} {problem}, which theseus never makes; remove that name (rm {path}: "
         "what it points to is left alone) and run again"
     )
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (not removed or replaced since it was opened)."""
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 def _record(fd: int) -> dict[str, Any]:

@@ -169,6 +169,8 @@ class TrainingLoop:
         #: Only process 0 writes the run directory's files (metrics, plots, records); all write checkpoints.
         self.main = jax.process_index() == 0
         self.run_dir = RunDirectory(t.context.root, t.run_name)
+        #: Whether this invocation made the run directory (a start that fails before writing a record removes it).
+        self.made_run_dir = not self.run_dir.path.exists()
         self.run_dir.create()
         self.stop = min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps
         self.profile = ProfileWindow(window, self.run_dir.profile_dir)
@@ -297,9 +299,14 @@ class TrainingLoop:
         )
 
     def _release(self, lock: RunLock | None, logger: MetricsLogger | None, store: LazyCheckpointStore) -> None:
-        """Close what the run opened, whether it completed, stopped or failed."""
+        """Close what the run opened, whether it completed, stopped or failed. A run directory this
+        invocation made and wrote no record into is removed (a refused ``training/resume_step`` of a new
+        name leaves no folder that ``theseus runs`` does not list but other commands find taken)."""
         self.profile.close()
-        if lock is not None:
+        unused = self.made_run_dir and not getattr(self, "records_written", False)
+        if lock is not None and unused:
+            lock.discard()
+        elif lock is not None:
             lock.release()
         try:
             for plotter in self.plotters.values():
@@ -313,6 +320,8 @@ class TrainingLoop:
         finally:  # last: a SIGTERM while the final checkpoint is written is still the guard's
             if hasattr(self, "guard"):
                 self.guard.restore()
+            if unused and lock is not None:
+                self.run_dir.remove_if_empty()
 
     def _check_data(self) -> None:
         """A resumed run reads the data it recorded (``theseus.training.datacheck``): refuse, or warn
