@@ -1,12 +1,15 @@
 """``metrics.jsonl`` on resume: records after the resumed step are dropped, and a run starting over from
 step 0 (killed before its first checkpoint) drops everything, its step-0 validation included
-(``training/eval_at_start`` logs that one again)."""
+(``training/eval_at_start`` logs that one again). A line whose step is no count is kept and skipped."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
+from theseus.runs.records import read_metrics
 from theseus.training.metrics import MetricsLogger
 
 
@@ -54,3 +57,26 @@ def test_a_record_log_is_cut_back_on_resume_and_appends_valid_json(tmp_path: Pat
         {"step": 2, "index": 0},
         {"step": 3, "reward": "nan", "turns": [{"content": "a\nb"}]},
     ]
+
+
+def test_a_step_that_is_no_count_is_kept_on_resume_and_skipped_when_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``{"step": 1e400}`` (infinity to JSON) once broke resume with an OverflowError; a step that is no
+    count is treated like a line that is not UTF-8: kept as it is on resume, skipped when read, one warning."""
+    path = tmp_path / "metrics.jsonl"
+    write(path, [(1, "train"), (2, "train"), (3, "train")])
+    bad = ['{"step": 1e400, "split": "train", "loss": 1}', '{"step": "x"}', '{"step": true}', '{"step": -1}']
+    path.write_text(path.read_text() + "".join(line + "\n" for line in bad) + '{"step": ' + "[" * 100_000 + "\n")
+    MetricsLogger(path, resume_step=2).close()
+    assert path.read_text().splitlines() == [
+        json.dumps({"step": 1, "split": "train", "loss": 1.0}),
+        json.dumps({"step": 2, "split": "train", "loss": 1.0}),
+        *bad,  # the line nested past the parser's depth is dropped, like a line cut short
+    ]
+    warning = f"warning: {path}:4: step inf is not a step count; skipped that line (and 3 more lines)\n"
+    assert capsys.readouterr().err == warning
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    assert capsys.readouterr().err == warning.replace(":4:", ":3:")  # the file as resume rewrote it
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    assert capsys.readouterr().err == ""  # each line is warned about once per process

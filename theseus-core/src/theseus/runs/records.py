@@ -8,6 +8,7 @@ damaged file, for listings that must go on; ``read_provenance`` refuses a damage
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +18,9 @@ from theseus.base import jsonfile
 from theseus.config.yaml_limits import bounded_yaml_text
 from theseus.errors import ConfigError
 from theseus.runs.layout import CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE, ROLLOUTS_FILE
+
+#: The largest step a record may name (steps are 64-bit counts).
+MAX_STEP = 2**63 - 1
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -75,17 +79,48 @@ def read_rollouts(run_dir: Path) -> list[dict[str, Any]]:
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The JSON objects with a ``step`` of a JSON-lines file (a line cut short by a crash is skipped; a
-    damaged line is skipped with one warning); empty when missing."""
+    damaged line, or one whose step is not a count, is skipped with one warning); empty when missing."""
     try:
         lines = metric_lines(path)
     except OSError:
         return []
     records = []
-    for _raw, text in lines:
+    bad: list[tuple[int, Any]] = []
+    for number, (_raw, text) in enumerate(lines, start=1):
         record = _record(text)
-        if record is not None:
-            records.append(record)
+        if record is None:
+            continue
+        step = record_step(record)
+        if step is None:
+            bad.append((number, record["step"]))
+            continue
+        records.append({**record, "step": step})
+    warn_bad_steps(path, bad)
     return records
+
+
+def record_step(record: Mapping[str, Any]) -> int | None:
+    """The step of a record: a whole number from 0 to :data:`MAX_STEP` (``3`` or ``3.0``); None for any
+    other value (``1e400``, which JSON reads as infinity, ``"3"``, ``true``, none at all)."""
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, (int, float)):
+        return None
+    if isinstance(step, float) and not (math.isfinite(step) and step.is_integer()):
+        return None
+    return int(step) if 0 <= step <= MAX_STEP else None
+
+
+def warn_bad_steps(path: Path, bad: list[tuple[int, Any]]) -> None:
+    """One warning naming the JSON-lines file ``path`` and its first line whose step is no count, of the
+    ``(line number, step)`` in ``bad`` (once per process)."""
+    if not bad or (str(path), bad[0][0]) in _WARNED:
+        return
+    number, step = bad[0]
+    _WARNED.add((str(path), number))
+    shown = ascii(step)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    more = f" (and {len(bad) - 1} more lines)" if len(bad) > 1 else ""
+    print(f"warning: {path}:{number}: step {shown} is not a step count; skipped that line{more}", file=sys.stderr)
 
 
 def metric_lines(path: Path) -> list[tuple[bytes, str | None]]:
@@ -110,7 +145,7 @@ def _record(text: str | None) -> dict[str, Any] | None:
         return None
     try:
         record = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # cut short, or nested past the parser's depth
         return None
     return record if isinstance(record, dict) and "step" in record else None
 
@@ -142,6 +177,7 @@ def read_provenance(run_dir: Path) -> dict[str, Any]:
 
 
 __all__ = [
+    "MAX_STEP",
     "flatten",
     "metric_lines",
     "read_config",
@@ -151,4 +187,6 @@ __all__ = [
     "read_records",
     "read_rollouts",
     "read_yaml",
+    "record_step",
+    "warn_bad_steps",
 ]

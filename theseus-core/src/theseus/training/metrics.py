@@ -37,24 +37,34 @@ def _json_number(value: float | int) -> Any:
 def cut_records(path: Path, resume_step: int) -> list[dict[str, Any]]:
     """Rewrite the JSON-lines file ``path`` without its records after ``resume_step`` (every record when it
     is 0: a run starting over logs its step-0 records again) and without a line cut short by a crash; a
-    line that is not UTF-8 is kept as it is, after a warning naming it. Returns the records kept."""
-    from theseus.runs.records import metric_lines
+    line that is not UTF-8, or whose step is not a count, is kept as it is, after a warning naming it.
+    Returns the records kept."""
+    from theseus.runs.records import metric_lines, record_step, warn_bad_steps
 
     if not path.exists():
         return []
     kept, records = [], []
-    for raw, text in metric_lines(path):
+    bad: list[tuple[int, Any]] = []
+    for number, (raw, text) in enumerate(metric_lines(path), start=1):
         if text is None:
             kept.append(raw)
             continue
         try:
             record = json.loads(text)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a crash
-        if not isinstance(record, dict) or int(record.get("step", 0)) > resume_step or resume_step == 0:
+        except (json.JSONDecodeError, RecursionError):
+            continue  # a line cut short by a crash (or nested past the parser's depth)
+        if not isinstance(record, dict):
+            continue
+        step = record_step(record) if "step" in record else 0
+        if step is None:  # kept as it is, like a line that is not UTF-8
+            bad.append((number, record["step"]))
+            kept.append(raw)
+            continue
+        if step > resume_step or resume_step == 0:
             continue
         kept.append(raw)
-        records.append(record)
+        records.append({**record, "step": step})
+    warn_bad_steps(path, bad)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(b"".join(line + b"\n" for line in kept))
     tmp.replace(path)
