@@ -191,13 +191,14 @@ def export_adapter(root: Path, run: str | RunRef, out: str, *, step: int | None 
     from theseus.model.generation.runs import load_run
     from theseus.model.huggingface.exporter import output_folder, staged_folder
     from theseus.model.huggingface.family import export_family
+    from theseus.runs.records import read_provenance
 
     folder = output_folder(out)
     loaded = load_run(root, RunRef.of(run, root, key="hf/run", step=step), tokenizer=None)
     rank = int(loaded.config.get("model/lora/rank") or 0)
     if rank <= 0:
         raise ConfigError(f"run {loaded.name!r} has no LoRA adapters (model/lora/rank=0); export it with hf/export")
-    record = json.loads((loaded.path / "provenance.json").read_text())
+    record = read_provenance(loaded.path)
     model_class = f"{type(loaded.model).__module__}:{type(loaded.model).__qualname__}"
     arch = loaded.model.architecture
     family = export_family(model_class, arch, (record.get("huggingface") or {}).get("model_type"))

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from theseus.base import jsonfile
 from theseus.training import steps
 from theseus.training.flywheel.sources import Source
 from theseus.training.sharding import TrainerSharding
@@ -59,8 +60,8 @@ def manifest(source: Source, splits: tuple[str, ...], init_from: str) -> dict[st
 def load_table(folder: Path, expected: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
     """The stored log-probabilities when they were computed for ``expected``, else None."""
     try:
-        found = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        found = jsonfile.read(folder / MANIFEST)
+    except jsonfile.UnreadableJSON:  # missing, damaged or hostile: computed again
         return None
     if found != dict(expected):
         return None
