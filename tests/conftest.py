@@ -7,6 +7,7 @@ import compileall
 import ctypes
 import gc
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -120,6 +121,36 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     api = sys.modules.get("jax._src.api")
     if api is not None:
         atexit.unregister(api.clean_up)  # clears backends and caches, then collects four times
+
+
+#: Where each pytest process appends the CPU time its test files took (``file seconds`` a line, the
+#: process's own time and that of the subprocesses it waited for), when the variable is set: the suite's
+#: cost by file, for keeping it inside its budget. Collection and start-up are not counted.
+CPU_LOG = os.environ.get("THESEUS_TEST_CPU_LOG")
+_cpu_by_file: dict[str, float] = {}
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    if not CPU_LOG:
+        return (yield)
+    began = _cpu_seconds()
+    try:
+        return (yield)
+    finally:
+        name = item.nodeid.split("::")[0]
+        _cpu_by_file[name] = _cpu_by_file.get(name, 0.0) + _cpu_seconds() - began
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if CPU_LOG and _cpu_by_file:
+        with open(CPU_LOG, "a", encoding="utf-8") as log:
+            log.writelines(f"{name} {seconds:.1f}\n" for name, seconds in _cpu_by_file.items())
 
 
 #: Seconds a simulated device's collective waits for the others before XLA ends the process.
