@@ -231,6 +231,7 @@ class BaseTrainer(Job):
             objective=objective if objective is not None else step_calls.lent_objective("train_step"),
             sharding=sharding,
             skip_nonfinite=skip_nonfinite,
+            held_out=cls.HELD_OUT,
         )
 
     def objective(self) -> objectives.Objective:

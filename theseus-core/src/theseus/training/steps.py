@@ -279,16 +279,16 @@ def train_step(
     objective: Objective,
     sharding: TrainerSharding,
     skip_nonfinite: bool = False,
+    held_out: HeldOut | None = None,
 ) -> StepResult:
     """``objective.updates`` optimizer updates of ``objective`` on a batch of ``accumulate_steps``
-    micro-batches (leading batch axis); ``cls`` gives ``forward`` and ``HELD_OUT`` (parameters the
-    update leaves out, see :func:`holding_out`). Several updates take the first at the batch's own
+    micro-batches (leading batch axis); ``cls`` gives ``forward``, ``held_out`` the parameters the update
+    leaves out (a trainer's ``HELD_OUT``, see :func:`holding_out`). Several updates take the first at the batch's own
     log-probabilities and the later ones against those of the policy that sampled it; ``state.step``
     counts batches, and the loss, metrics and gradient norm are the updates' means (``skipped``:
     whether any update was skipped; :data:`TARGETS`: the batch's count of targets). A teacher's
     parameters in the batch (:func:`with_teacher`) are taken out before it is split into micro-batches."""
     teacher, batch = split_teacher(batch)
-    held_out = getattr(cls, "HELD_OUT", None)
 
     def once(current: TrainState, rows: Batch, update_key: jax.Array) -> StepResult:
         def run(inner: TrainState) -> StepResult:
