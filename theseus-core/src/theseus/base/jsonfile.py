@@ -40,6 +40,11 @@ class UnreadableJSON(ValueError):
         self.path = path
         super().__init__(f"{path} is not readable JSON ({reason})" if path is not None else reason)
 
+    @property
+    def missing(self) -> bool:
+        """Whether the file was refused for not existing (a caller may treat that apart from damage)."""
+        return isinstance(self.__cause__, FileNotFoundError)
+
     def at(self, path: Path) -> UnreadableJSON:
         """The same refusal, naming ``path``."""
         return UnreadableJSON(self.reason, path)
@@ -49,6 +54,8 @@ def nests_deeper(data: bytes, limit: int) -> bool:
     """Whether the arrays and objects of the JSON text ``data`` (UTF-8) nest more than ``limit`` levels
     (brackets inside strings do not count). Each pass removes the innermost pairs: the work is a few
     scans of the text per level, at bytes speed and without recursion."""
+    if data.count(b"[") + data.count(b"{") <= limit:  # too few to nest deeper: a line of a dataset, mostly
+        return False
     brackets = _STRING.sub(b"", data).translate(_ONE_KIND, _NOT_BRACKETS)
     for _ in range(limit):
         inner = brackets.replace(b"[]", b"")
@@ -86,6 +93,10 @@ def _integer(text: str) -> int:
     return value
 
 
+#: One decoder with the number checks, made once (``json.loads`` with hooks builds one per call).
+_CHECKED = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite, parse_int=_integer)
+
+
 def _holder(text: str, number: str) -> str:
     """``field "name"`` for the first member of ``text`` whose value is ``number``, else ``it``."""
     found = re.search(r'"((?:[^"\\]|\\.){1,200})"\s*:\s*' + re.escape(number) + r"(?![\w.])", text)
@@ -109,7 +120,9 @@ def parse(data: str | bytes, *, max_depth: int = MAX_DEPTH, check_numbers: bool 
     try:
         if not check_numbers:
             return json.loads(text)
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite, parse_int=_integer)
+        if text.startswith("\ufeff"):  # as json.loads says it
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        return _CHECKED.decode(text)
     except _OutOfRange as exc:
         raise UnreadableJSON(f"{_holder(text, exc.text)} {exc.why}") from None
     except json.JSONDecodeError as exc:
