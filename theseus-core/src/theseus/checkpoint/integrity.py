@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from theseus.base import jsonfile
+
 #: The manifest's name inside a state folder.
 MANIFEST = "checksums.json"
 #: The part manifest of process ``i`` is ``checksums.process_<i>.json``.
@@ -102,7 +104,7 @@ def write_manifest(folder: str | Path) -> None:
     parts = sorted(path.name for path in folder.glob(f"{PART_PREFIX}*.json"))
     covered: set[str] = set()
     for name in parts:
-        covered.update(json.loads((folder / name).read_text())["files"])
+        covered.update(jsonfile.read_object(folder / name)["files"])
     files = [path for path in _files(folder, parts=True) if path.relative_to(folder).as_posix() not in covered]
     record: dict[str, object] = {"algorithm": ALGORITHM, "files": _record(folder, files)}
     if parts:
@@ -122,11 +124,9 @@ def declares_checksums(step_dir: str | Path) -> bool:
     """Whether a step's meta says its state was saved with a manifest (unreadable meta: yes, so that a
     damaged step is not mistaken for one saved before manifests existed)."""
     try:
-        meta = json.loads((Path(step_dir) / META_FILE).read_text())
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError):
-        return True
+        meta = jsonfile.read(Path(step_dir) / META_FILE, check_numbers=False)  # only a key is looked up
+    except jsonfile.UnreadableJSON as exc:
+        return not exc.missing
     return not isinstance(meta, dict) or META_KEY in meta
 
 
@@ -182,10 +182,12 @@ def read_manifest(folder: str | Path) -> Recorded | None:
             raise ManifestProblem("its checksum manifest is missing")
         return None
     try:
-        record = json.loads((folder / MANIFEST).read_text())
+        record = jsonfile.read(folder / MANIFEST)
         files = _entries(record)
         parts = [str(name) for name in record.get("parts", [])]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
+    except jsonfile.UnreadableJSON as exc:
+        raise ManifestProblem(f"its checksum manifest is unreadable ({exc.reason})") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ManifestProblem(f"its checksum manifest is unreadable ({type(exc).__name__})") from None
     _check_names([*files, *parts], MANIFEST)
     for name in parts:
@@ -198,10 +200,12 @@ def read_manifest(folder: str | Path) -> Recorded | None:
             if problem is not None:
                 raise ManifestProblem(problem)
         try:
-            entries = _entries(json.loads((folder / name).read_text()))
-        except FileNotFoundError:
-            raise ManifestProblem(f"its checksum manifest {name} is missing") from None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
+            entries = _entries(jsonfile.read(folder / name))
+        except jsonfile.UnreadableJSON as exc:
+            if exc.missing:
+                raise ManifestProblem(f"its checksum manifest {name} is missing") from None
+            raise ManifestProblem(f"its checksum manifest {name} is unreadable ({exc.reason})") from None
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise ManifestProblem(f"its checksum manifest {name} is unreadable ({type(exc).__name__})") from None
         _check_names(list(entries), name)
         merged.update(entries)

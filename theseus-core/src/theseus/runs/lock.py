@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from theseus.base import jsonfile
 from theseus.errors import ConfigError
 
 LOCK_FILE = "lock"
@@ -122,8 +123,8 @@ def _still_named(fd: int, path: Path) -> bool:
 def _record(fd: int) -> dict[str, Any]:
     """The holder record in the lock file (empty when there is none or it is unreadable)."""
     try:
-        record = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
-    except (OSError, ValueError):
+        record = jsonfile.parse(os.pread(fd, 4096, 0))
+    except (OSError, jsonfile.UnreadableJSON):  # 4 KiB of brackets once raised RecursionError
         return {}
     return record if isinstance(record, dict) else {}
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from theseus.base import jsonfile
+
 ID_FILE = "mlflow.json"
 #: MLflow's limit on a param value's length and on params per request.
 MAX_PARAM_LENGTH = 6000
@@ -88,10 +90,10 @@ class MlflowSink:
     @staticmethod
     def _stored(run_dir: Path, uri: str) -> str | None:
         try:
-            record = json.loads((run_dir / ID_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            record = jsonfile.read_object(run_dir / ID_FILE)
+        except jsonfile.UnreadableJSON:  # missing, damaged or hostile: a new MLflow run
             return None
-        if not isinstance(record, dict) or record.get("tracking_uri") != uri:
+        if record.get("tracking_uri") != uri:
             return None
         return str(record.get("run_id") or "") or None
 

@@ -121,11 +121,11 @@ def open_sinks(
 
 def run_record(run_dir: Path, config: Mapping[str, Any]) -> dict[str, Any]:
     """The resolved configuration (selections included) and the provenance record, for trackers."""
-    import json
+    from theseus.base import jsonfile
 
     record: dict[str, Any] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
-    with contextlib.suppress(OSError, ValueError):
-        record["provenance"] = json.loads((Path(run_dir) / "provenance.json").read_text(encoding="utf-8"))
+    with contextlib.suppress(jsonfile.UnreadableJSON):  # a record of any configured value: numbers unchecked
+        record["provenance"] = jsonfile.read(Path(run_dir) / "provenance.json", check_numbers=False)
     return record
 
 

@@ -15,16 +15,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from theseus.base import jsonfile
+
 ID_FILE = "wandb.json"
 MODES = ("online", "offline", "disabled")
 
 
 def _stored_id(run_dir: Path) -> str | None:
     try:
-        record = json.loads((run_dir / ID_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = jsonfile.read_object(run_dir / ID_FILE)
+    except jsonfile.UnreadableJSON:  # missing, damaged or hostile: a new W&B run
         return None
-    value = record.get("id") if isinstance(record, dict) else None
+    value = record.get("id")
     return str(value) if value else None
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from theseus.base import jsonfile
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.runs.layout import DATA_FILE
@@ -34,29 +35,37 @@ class DataCheckConfig:
 
 
 def read_record(run_dir: Path) -> dict[str, Any] | None:
-    """The datasets the run's last invocation read (None when it recorded none)."""
+    """The datasets the run's last invocation read (None when it recorded none, or its record is
+    missing, damaged or refused by :mod:`theseus.base.jsonfile`)."""
     try:
-        record = json.loads((Path(run_dir) / DATA_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = jsonfile.read_object(Path(run_dir) / DATA_FILE)
+    except jsonfile.UnreadableJSON:
         return None
-    datasets = record.get("datasets") if isinstance(record, dict) else None
+    datasets = record.get("datasets")
     return datasets if isinstance(datasets, dict) else None
 
 
 def write_record(run_dir: Path, identity: Mapping[str, Any]) -> None:
     """Record ``identity`` (dataset name -> ``Header.identity()``) as what the run trains on."""
     path = Path(run_dir) / DATA_FILE
-    text = json.dumps({"datasets": dict(identity)}, indent=2, sort_keys=True) + "\n"
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return
+    data = (json.dumps({"datasets": dict(identity)}, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
+        return  # compared as bytes: a record that is no UTF-8 (or no JSON) is replaced, not decoded
     tmp = path.with_name(f"{DATA_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_bytes(data)
     tmp.replace(path)
 
 
 def _sizes(identity: Mapping[str, Any]) -> str:
-    splits = identity.get("splits") or {}
-    parts = [f"{name} {int(s.get('tokens', 0)):,} tokens" for name, s in sorted(splits.items())]
+    """``train 1,234 tokens, val 56 tokens``: the splits of ``identity`` that record a count of tokens."""
+    splits = identity.get("splits")
+    if not isinstance(splits, Mapping):
+        return "no splits"
+    parts = []
+    for name, split in sorted(splits.items()):
+        tokens = split.get("tokens") if isinstance(split, Mapping) else None
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+            parts.append(f"{name} {tokens:,} tokens")
     return ", ".join(parts) or "no splits"
 
 

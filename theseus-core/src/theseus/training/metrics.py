@@ -53,6 +53,9 @@ def cut_records(path: Path, resume_step: int) -> list[dict[str, Any]]:
             record = json.loads(text)
         except (json.JSONDecodeError, RecursionError):
             continue  # a line cut short by a crash (or nested past the parser's depth)
+        except ValueError:  # an integer past Python's 4,300 digits: no record, kept as it is
+            kept.append(raw)
+            continue
         if not isinstance(record, dict):
             continue
         step = record_step(record) if "step" in record else 0

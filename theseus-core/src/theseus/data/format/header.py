@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from theseus.base import jsonfile
 from theseus.errors import DataError
 
 FORMAT = "theseus-tokens"
@@ -150,13 +151,11 @@ def read_header(folder: str | Path) -> Header:
     """Read ``<folder>/header.json`` (DataError when missing or malformed)."""
     path = Path(folder) / HEADER_FILE
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise DataError(f"{path} does not exist: the data is not prepared") from exc
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path} is unreadable ({exc}); re-prepare the data with data/force=true") from exc
-    if not isinstance(data, dict):
-        raise DataError(f"{path} does not hold a JSON object; re-prepare the data with data/force=true")
+        data = jsonfile.read_object(path)
+    except jsonfile.UnreadableJSON as exc:
+        if exc.missing:
+            raise DataError(f"{path} does not exist: the data is not prepared") from None
+        raise DataError(f"{path} is unreadable ({exc.reason}); re-prepare the data with data/force=true") from None
     return Header.from_json(data, str(path))
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from theseus.base import jsonfile
 from theseus.data.format.header import HEADER_FILE, INDEX_COLUMNS, STYLES, Header, SplitInfo, data_folder, token_dtype
 from theseus.data.format.reader import Prepared
 from theseus.errors import DataError
@@ -100,7 +101,7 @@ class PreparedWriter:
     def _read_manifest(self) -> dict[str, Any] | None:
         """The staging folder's manifest, or None when there is none or it is unusable."""
         try:
-            data = json.loads((self.staging / MANIFEST_FILE).read_text())
+            data = jsonfile.read_object(self.staging / MANIFEST_FILE)  # UnreadableJSON is a ValueError
             splits = {str(k): (int(v[0]), int(v[1])) for k, v in dict(data["splits"]).items()}
             for split, (tokens, documents) in splits.items():
                 if (self.staging / f"{split}.bin").stat().st_size < tokens * self.dtype.itemsize or (
