@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability.conftest import error_line
 from theseus.base import jsonfile
 from theseus.errors import ConfigError
 
@@ -259,3 +260,72 @@ def test_resuming_keeps_a_metrics_line_of_a_huge_integer_as_it_is(tmp_path: Path
     path.write_text('{"step": 1, "loss": 2.0}\n' + huge + '{"step": 2, "loss": 1.0}\n')
     assert cut_records(path, 1) == [{"step": 1, "loss": 2.0}]
     assert path.read_text() == '{"step": 1, "loss": 2.0}\n' + huge  # like a line that is not UTF-8
+
+
+# -- rows of a dataset ------------------------------------------------------------------------------------
+
+#: Lines of a JSON-lines file that the reader refuses, and the reason it gives.
+HOSTILE_LINES = {
+    "deep": ('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}", "it nests deeper than 64 levels"),
+    "1e999": ('{"text": "t", "score": 1e999}', 'field "score" holds 1e999, which is beyond any finite number'),
+    "NaN": ('{"text": "t", "score": NaN}', 'field "score" holds NaN, which is not a finite number'),
+    "digits": ('{"text": "t", "id": ' + "9" * 5000 + "}", 'field "id" holds an integer of 5000 digits, beyond 64 bits'),
+}
+GOOD_LINE = '{"text": "fine", "prompt": "p", "answer": 0, "context": "c", "choices": ["a", "b"]}'
+
+
+def lines_file(path: Path, line: str | bytes) -> Path:
+    """A JSON-lines file whose second line is ``line``."""
+    path.write_bytes(GOOD_LINE.encode() + b"\n" + (line if isinstance(line, bytes) else line.encode()) + b"\n")
+    return path
+
+
+@pytest.mark.parametrize("kind", HOSTILE_LINES)
+def test_a_hostile_dataset_line_is_one_line_naming_it(tmp_path: Path, kind: str) -> None:
+    """Before: 1e999 and NaN read as floats (local data), RecursionError or ValueError escaped (the RL
+    environment's rows, multiple-choice questions)."""
+    from theseus.data.datasets.local import json_lines
+    from theseus.errors import DataError
+    from theseus.evaluation.multiple_choice import read_questions
+    from theseus.rl.environments.jsonl import JSONL
+
+    line, reason = HOSTILE_LINES[kind]
+    path = lines_file(tmp_path / "rows.jsonl", line)
+    with pytest.raises(DataError) as data:
+        list(json_lines(path))
+    assert str(data.value) == f"{path}:2 is not valid JSON ({reason}); fix the line"
+    with pytest.raises(DataError) as questions:
+        read_questions(path)
+    assert str(questions.value) == f"{path}:2 is not valid JSON ({reason}); fix the line"
+    with pytest.raises(ConfigError) as rows:
+        JSONL(path=str(path))
+    assert str(rows.value) == f"environment/jsonl: {path}:2: not valid JSON ({reason})"
+
+
+def test_dataset_lines_that_are_no_utf8_are_one_line_naming_them(tmp_path: Path) -> None:
+    """UnicodeDecodeError escaped from the RL environment's rows and the multiple-choice questions."""
+    from theseus.errors import DataError
+    from theseus.evaluation.multiple_choice import read_questions
+    from theseus.rl.environments.jsonl import JSONL
+
+    path = lines_file(tmp_path / "rows.jsonl", b'{"prompt": "\xff"}')
+    with pytest.raises(DataError) as questions:
+        read_questions(path)
+    assert str(questions.value) == f"{path}:2 is not valid JSON (byte 12 is not UTF-8); fix the line"
+    with pytest.raises(ConfigError) as rows:
+        JSONL(path=str(path))
+    assert str(rows.value) == f"environment/jsonl: {path}:2: not valid JSON (byte 12 is not UTF-8)"
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + GOOD_LINE.encode() + b"\n")
+    assert read_questions(bom)[0].choices == ("a", "b")
+    assert JSONL(path=str(bom), eval_fraction=0.0).rows["train"][0].metadata == {"answer": "0"}
+
+
+def test_preparing_a_hostile_local_line_is_one_error_line(cli: Cli, tmp_path: Path) -> None:
+    path = lines_file(tmp_path / "docs.jsonl", HOSTILE_LINES["deep"][0])
+    root = tmp_path / "root"
+    code, err = cli(["run", "data/tokenize", "--root", str(root), "data/dataset=local", f"data/local/path={path}"])
+    assert code == 2
+    assert error_line(err) == (
+        f"error: {path}:2 is not valid JSON (it nests deeper than 64 levels); fix the line or the data/local/text_field"
+    )

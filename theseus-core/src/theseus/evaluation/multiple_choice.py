@@ -8,7 +8,7 @@ of everyday-knowledge questions is used.
 
 from __future__ import annotations
 
-import json
+import codecs
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from theseus.base import jsonfile
 from theseus.config import field
 from theseus.errors import DataError
 from theseus.evaluation.base import Evaluation
@@ -39,13 +40,16 @@ def read_questions(path: Path, limit: int = 0) -> list[Question]:
     if not path.is_file():
         raise DataError(f"multiple-choice data {str(path)!r} does not exist; set evaluation/multiple_choice/path")
     questions = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(path.read_bytes().splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
+            item = jsonfile.parse(line.removeprefix(codecs.BOM_UTF8) if number == 1 else line)
+        except jsonfile.UnreadableJSON as exc:  # not UTF-8, not JSON, too deep, or a number out of range
+            raise DataError(f"{path}:{number} is not valid JSON ({exc.reason}); fix the line") from None
+        try:
             context, choices, answer = item["context"], item["choices"], item["answer"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (KeyError, TypeError) as exc:
             raise DataError(
                 f"{path}:{number} is not a {{context, choices, answer}} JSON object ({type(exc).__name__}); "
                 "fix the line"

@@ -8,11 +8,12 @@ are split into train and eval by a hash of the prompt (or ``eval_path`` holds th
 
 from __future__ import annotations
 
-import json
+import codecs
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from theseus.base import jsonfile
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.rl.answers import EXTRACT_MODES, extract
@@ -62,19 +63,19 @@ class JSONL(Environment):
         if not file.is_file():
             raise ConfigError(f"{KEY}: no file {str(file)!r}; set {KEY}/path to a JSON-lines file")
         prompts = []
-        with file.open(encoding="utf-8") as lines:
+        with file.open("rb") as lines:  # bytes: a line that is no UTF-8 is reported like one that is no JSON
             for number, line in enumerate(lines, 1):
                 if line.strip():
-                    prompts.append(self.row(line, f"{file}:{number}"))
+                    prompts.append(self.row(line.removeprefix(codecs.BOM_UTF8), f"{file}:{number}"))
         if not prompts:
             raise ConfigError(f"{KEY}: {file} holds no rows")
         return prompts
 
-    def row(self, line: str, where: str) -> Prompt:
+    def row(self, line: str | bytes, where: str) -> Prompt:
         try:
-            row: Any = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{KEY}: {where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            row: Any = jsonfile.parse(line)  # nesting and numbers bounded (theseus.base.jsonfile)
+        except jsonfile.UnreadableJSON as exc:
+            raise ConfigError(f"{KEY}: {where}: not valid JSON ({exc.reason})") from None
         if not isinstance(row, dict):
             raise ConfigError(f"{KEY}: {where}: expected a JSON object, got {type(row).__name__}")
         for key, name in (("prompt_field", self.prompt_field), ("answer_field", self.answer_field)):

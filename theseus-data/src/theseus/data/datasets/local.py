@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import codecs
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from theseus.base import jsonfile
 from theseus.config import field
 from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files, stream_rows
@@ -34,7 +35,8 @@ def detect_format(path: str, key: str) -> str:
 def json_lines(path: str | Path, fix: str = "fix the line") -> Iterator[tuple[str, Any]]:
     """``(where, value)`` of each line of a JSON-lines file that is not blank, ``where`` being ``path:line``.
 
-    A line that is not UTF-8 (a byte-order mark may open the file), not JSON, nested too deeply, or holding
+    A line that is not UTF-8 (a byte-order mark may open the file), not JSON, nested too deeply, holding a
+    number :mod:`theseus.base.jsonfile` refuses (``NaN``, ``1e999``, an integer past 64 bits), or holding
     text that is no unicode (a lone surrogate escape such as ``\\ud800``) is a DataError naming the line and
     ending with ``fix``.
     """
@@ -54,13 +56,9 @@ def json_lines(path: str | Path, fix: str = "fix the line") -> Iterator[tuple[st
 
 def _loads(line: str, where: str, fix: str) -> Any:
     try:
-        value = json.loads(line)
-    except RecursionError:
-        raise DataError(f"{where} is not valid JSON (its collections are nested too deeply); {fix}") from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{where} is not valid JSON ({exc}); {fix}") from exc
-    except ValueError:  # an integer of over 4300 digits
-        raise DataError(f"{where} is not valid JSON (it holds a number of over 4300 digits); {fix}") from None
+        value = jsonfile.parse(line)  # nesting and numbers bounded: NaN, 1e999 or a 30-digit integer is refused
+    except jsonfile.UnreadableJSON as exc:
+        raise DataError(f"{where} is not valid JSON ({exc.reason}); {fix}") from None
     if "\\u" in line and not _unicode(value):
         raise DataError(f"{where} holds a lone surrogate (an escape in \\ud800-\\udfff), which is no text; {fix}")
     return value
@@ -105,8 +103,8 @@ def rows_name_splits(path: str, key: str) -> bool:
 
 def _marks_split(raw: bytes) -> bool:
     try:
-        row = json.loads(raw)
-    except (ValueError, RecursionError):
+        row = jsonfile.parse(raw.removeprefix(codecs.BOM_UTF8))
+    except jsonfile.UnreadableJSON:
         return False
     return isinstance(row, dict) and row.get("split") in (TRAIN, VAL)
 
