@@ -267,10 +267,11 @@ def test_resuming_keeps_a_metrics_line_of_a_huge_integer_as_it_is(tmp_path: Path
 #: Lines of a JSON-lines file that the reader refuses, and the reason it gives.
 HOSTILE_LINES = {
     "deep": ('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}", "it nests deeper than 64 levels"),
-    "1e999": ('{"text": "t", "score": 1e999}', 'field "score" holds 1e999, which is beyond any finite number'),
-    "NaN": ('{"text": "t", "score": NaN}', 'field "score" holds NaN, which is not a finite number'),
-    "digits": ('{"text": "t", "id": ' + "9" * 5000 + "}", 'field "id" holds an integer of 5000 digits, beyond 64 bits'),
+    "digits": ('{"text": "t", "id": ' + "9" * 5000 + "}", "it holds an integer of more digits than Python converts"),
 }
+#: Numbers in columns no reader takes: a corpus exported with them is read, not refused.
+ODD_NUMBERS = '{"text": "t", "prompt": "p", "answer": 0, "context": "c", "choices": ["a", "b"], "score": NaN, '
+ODD_NUMBERS += '"weight": 1e999, "id": 123456789012345678901234567890}'
 GOOD_LINE = '{"text": "fine", "prompt": "p", "answer": 0, "context": "c", "choices": ["a", "b"]}'
 
 
@@ -282,8 +283,7 @@ def lines_file(path: Path, line: str | bytes) -> Path:
 
 @pytest.mark.parametrize("kind", HOSTILE_LINES)
 def test_a_hostile_dataset_line_is_one_line_naming_it(tmp_path: Path, kind: str) -> None:
-    """Before: 1e999 and NaN read as floats (local data), RecursionError or ValueError escaped (the RL
-    environment's rows, multiple-choice questions)."""
+    """Before: RecursionError or ValueError escaped (the RL environment's rows, multiple-choice questions)."""
     from theseus.data.datasets.local import json_lines
     from theseus.errors import DataError
     from theseus.evaluation.multiple_choice import read_questions
@@ -329,3 +329,15 @@ def test_preparing_a_hostile_local_line_is_one_error_line(cli: Cli, tmp_path: Pa
     assert error_line(err) == (
         f"error: {path}:2 is not valid JSON (it nests deeper than 64 levels); fix the line or the data/local/text_field"
     )
+
+
+def test_numbers_in_columns_no_reader_takes_do_not_stop_a_dataset(tmp_path: Path) -> None:
+    from theseus.data.datasets.local import json_lines
+    from theseus.evaluation.multiple_choice import read_questions
+    from theseus.rl.environments.jsonl import JSONL
+
+    path = lines_file(tmp_path / "rows.jsonl", ODD_NUMBERS)
+    rows = [value for _, value in json_lines(path)]
+    assert rows[1]["id"] == 123456789012345678901234567890 and rows[1]["weight"] == float("inf")
+    assert [q.choices for q in read_questions(path)] == [("a", "b"), ("a", "b")]
+    assert len(JSONL(path=str(path), eval_fraction=0.0).rows["train"]) == 2

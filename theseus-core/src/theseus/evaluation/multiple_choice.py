@@ -44,8 +44,8 @@ def read_questions(path: Path, limit: int = 0) -> list[Question]:
         if not line.strip():
             continue
         try:
-            item = jsonfile.parse(line.removeprefix(codecs.BOM_UTF8) if number == 1 else line)
-        except jsonfile.UnreadableJSON as exc:  # not UTF-8, not JSON, too deep, or a number out of range
+            item = jsonfile.parse(line.removeprefix(codecs.BOM_UTF8) if number == 1 else line, check_numbers=False)
+        except jsonfile.UnreadableJSON as exc:  # not UTF-8, not JSON, too deep, or past Python's digits
             raise DataError(f"{path}:{number} is not valid JSON ({exc.reason}); fix the line") from None
         try:
             context, choices, answer = item["context"], item["choices"], item["answer"]

@@ -73,7 +73,7 @@ class JSONL(Environment):
 
     def row(self, line: str | bytes, where: str) -> Prompt:
         try:
-            row: Any = jsonfile.parse(line)  # nesting and numbers bounded (theseus.base.jsonfile)
+            row: Any = jsonfile.parse(line, check_numbers=False)  # nesting bounded (theseus.base.jsonfile)
         except jsonfile.UnreadableJSON as exc:
             raise ConfigError(f"{KEY}: {where}: not valid JSON ({exc.reason})") from None
         if not isinstance(row, dict):

@@ -35,10 +35,11 @@ def detect_format(path: str, key: str) -> str:
 def json_lines(path: str | Path, fix: str = "fix the line") -> Iterator[tuple[str, Any]]:
     """``(where, value)`` of each line of a JSON-lines file that is not blank, ``where`` being ``path:line``.
 
-    A line that is not UTF-8 (a byte-order mark may open the file), not JSON, nested too deeply, holding a
-    number :mod:`theseus.base.jsonfile` refuses (``NaN``, ``1e999``, an integer past 64 bits), or holding
-    text that is no unicode (a lone surrogate escape such as ``\\ud800``) is a DataError naming the line and
-    ending with ``fix``.
+    A line that is not UTF-8 (a byte-order mark may open the file), not JSON, nested too deeply, holding an
+    integer past Python's 4,300 digits, or holding text that is no unicode (a lone surrogate escape such as
+    ``\\ud800``) is a DataError naming the line and ending with ``fix``. Other numbers (``NaN``, ``1e999``, a
+    30-digit id) are a row's columns, read as Python reads them: the readers take text from a row, and a
+    column they do not read never stops a corpus.
     """
     with open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
@@ -56,7 +57,7 @@ def json_lines(path: str | Path, fix: str = "fix the line") -> Iterator[tuple[st
 
 def _loads(line: str, where: str, fix: str) -> Any:
     try:
-        value = jsonfile.parse(line)  # nesting and numbers bounded: NaN, 1e999 or a 30-digit integer is refused
+        value = jsonfile.parse(line, check_numbers=False)  # nesting bounded; a row's numbers are its columns'
     except jsonfile.UnreadableJSON as exc:
         raise DataError(f"{where} is not valid JSON ({exc.reason}); {fix}") from None
     if "\\u" in line and not _unicode(value):
@@ -103,7 +104,7 @@ def rows_name_splits(path: str, key: str) -> bool:
 
 def _marks_split(raw: bytes) -> bool:
     try:
-        row = jsonfile.parse(raw.removeprefix(codecs.BOM_UTF8))
+        row = jsonfile.parse(raw.removeprefix(codecs.BOM_UTF8), check_numbers=False)
     except jsonfile.UnreadableJSON:
         return False
     return isinstance(row, dict) and row.get("split") in (TRAIN, VAL)
