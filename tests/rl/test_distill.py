@@ -127,14 +127,12 @@ def test_offline_distillation_brings_the_student_to_the_teacher(root: Path) -> N
 def test_the_step_takes_generalized_jsd_at_the_completion_tokens(on_policy: Distilled) -> None:
     """The trainer's divergence of a batch of rollouts (its jitted validation step) is ``generalized_jsd``
     of the two models' logits with the completion mask, ``distill/beta`` and ``distill/temperature``."""
-    from theseus.model.rl.distill import with_teacher
     from theseus.model.rl.loss import generalized_jsd
 
     trainer = on_policy.trainer
     rows = trainer.rollouts(3)
     teacher = trainer.teacher_params()
-    device = with_teacher(trainer.sharding.put_global(rows), teacher)
-    meta = trainer.val_step_fn()(trainer.state, device)[2]  # the pair itself is the targets' cross-entropy
+    meta = trainer.val_step_fn()(trainer.state, trainer.sharding.put_global(rows))[2]  # the pair is the CE
     total, count = meta["objective_loss_sum"], meta["objective_weight"]
     student = forward(trainer.model, trainer.state.params, rows["x"], rows["padding_mask"])
     expected = forward(trainer.teacher.model, teacher, rows["x"], rows["padding_mask"])
@@ -144,6 +142,26 @@ def test_the_step_takes_generalized_jsd_at_the_completion_tokens(on_policy: Dist
     assert float(total) / float(count) == pytest.approx(float(jsd), rel=1e-5)
     everywhere = generalized_jsd(student, expected, rows["padding_mask"], beta=0.3, temperature=2.0)
     assert float(everywhere) != pytest.approx(float(jsd), rel=1e-3)  # the prompt's positions are left out
+
+
+def test_the_teachers_parameters_are_arguments_of_the_compiled_step(on_policy: Distilled) -> None:
+    """The divergence holds the teacher's parameters as an array field that the jitted step takes with each
+    call: other parameters change the result of the same compiled program (constants would not)."""
+    import jax
+
+    trainer = on_policy.trainer
+    assert trainer.objective().arrays() == {"teacher_params": None}  # the trainer gives them to the step
+    rows = trainer.sharding.put_global(trainer.rollouts(2))
+    fn = trainer.val_step_fn()
+    teacher = trainer.teacher_params()
+    first = float(fn(trainer.state, rows)[2]["objective_loss_sum"])
+    trainer._teacher_params = jax.tree.map(lambda leaf: leaf * 0.5, teacher)
+    try:
+        halved = float(fn(trainer.state, rows)[2]["objective_loss_sum"])
+    finally:
+        trainer._teacher_params = teacher
+    assert halved != first and fn.jitted._cache_size() == 1
+    assert float(fn(trainer.state, rows)[2]["objective_loss_sum"]) == first
 
 
 def test_a_hugging_face_export_of_the_teacher_is_the_same_teacher(root: Path, on_policy: Distilled) -> None:

@@ -220,3 +220,26 @@ def test_a_run_records_its_objective_with_its_plain_values() -> None:
         pass
 
     assert DPOLoss().metric == "dpo_loss" and ZLossCrossEntropy().metric == "z_loss_cross_entropy_loss"
+
+
+def test_an_objectives_array_fields_travel_apart_from_its_settings() -> None:
+    """``array_field`` marks what the jitted step takes as an argument: left out of equality (so the
+    objective's settings alone say which program it is) and put back by ``with_arrays``."""
+    import dataclasses
+
+    import numpy as np
+
+    from theseus.training.objective import CrossEntropy, Objective, array_field, with_teacher
+
+    @dataclasses.dataclass(frozen=True)
+    class Scaled(Objective):
+        scale: float = 1.0
+        table: object = array_field()
+
+    plain = Scaled(2.0)
+    held = plain.with_arrays({"table": np.ones(3)})
+    assert plain.arrays() == {"table": None} and list(held.arrays()) == ["table"]
+    assert held == plain and hash(held) == hash(plain) and held.scale == 2.0
+    assert CrossEntropy().arrays() == {} and CrossEntropy().with_arrays({}) is not None
+    with pytest.warns(DeprecationWarning, match="with_teacher"):
+        assert "teacher/w" in with_teacher({"x": 1}, {"w": np.zeros(2)})

@@ -588,16 +588,16 @@ class BaseTrainer(Job):
 
         precision = self.args.precision
 
-        def step(state: TrainState, batch: Batch, key: jax.Array) -> Any:
+        def step(state: TrainState, batch: Batch, key: jax.Array, arrays: dict[str, Any]) -> Any:
             lr = schedule(state.step)
             with computing_in(precision):
                 new_state, loss, meta, grad_norm = step_calls.call_step(
-                    cls.train_step, state, batch, key, k, objective=objective, **options
+                    cls.train_step, state, batch, key, k, objective=objective.with_arrays(arrays), **options
                 )
             new_state = jax.lax.with_sharding_constraint(new_state, shardings)
             return new_state, loss, meta, grad_norm, lr
 
-        return self.compiled("train", lambda: jax.jit(step, donate_argnums=self._donated()))
+        return self.compiled("train", lambda: self._with_arrays(jax.jit(step, donate_argnums=self._donated())))
 
     def _donated(self) -> tuple[int, ...]:
         """The train step's donated arguments: the state, unless it holds an offloaded optimizer state that
@@ -612,11 +612,32 @@ class BaseTrainer(Job):
         self.setup()
         cls, sharding, precision, objective = type(self), self.sharding, self.args.precision, self.objective()
 
-        def val_step(state: TrainState, batch: Batch) -> Any:
+        def val_step(state: TrainState, batch: Batch, arrays: dict[str, Any]) -> Any:
             with computing_in(precision):
-                return step_calls.call_step(cls.val_step, state, batch, objective=objective, sharding=sharding)
+                bound = objective.with_arrays(arrays)
+                return step_calls.call_step(cls.val_step, state, batch, objective=bound, sharding=sharding)
 
-        return self.compiled("val", lambda: jax.jit(val_step))
+        return self.compiled("val", lambda: self._with_arrays(jax.jit(val_step)))
+
+    def objective_arrays(self) -> dict[str, Any]:
+        """The arrays of the objective that the jitted steps take with every call (its array fields, see
+        :meth:`~theseus.training.objective.Objective.arrays`: a teacher's parameters). A trainer that keeps
+        them itself (the distillation trainers) overrides this and :meth:`abstract_objective_arrays`."""
+        return self.objective().arrays()
+
+    def abstract_objective_arrays(self) -> dict[str, Any]:
+        """The shapes, dtypes and shardings of :meth:`objective_arrays`, for compiling a step without them."""
+        return jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=getattr(a, "sharding", None)),
+            self.objective_arrays(),
+        )
+
+    def _with_arrays(self, jitted: Any) -> step_calls.WithObjectiveArrays:
+        """``jitted`` given the objective's arrays with every call: read again each time from
+        :meth:`objective_arrays` where there are any, else none (the objective is not built again)."""
+        if not jax.tree.leaves(self.abstract_objective_arrays()):  # abstract: nothing is read to ask
+            return step_calls.WithObjectiveArrays(jitted, dict, dict)
+        return step_calls.WithObjectiveArrays(jitted, self.objective_arrays, self.abstract_objective_arrays)
 
     def trace_fn(self) -> Any:
         """``fn(state, device_batch, key)``: the trainer's ``trace`` under jit."""

@@ -11,13 +11,16 @@ quantized base frozen, and repeats ``updates`` updates on one batch, whatever th
 A trainer declares its objective with ``OBJECTIVE`` (a run may select another registered one:
 ``objective=<name>``, components ``objective/<name>``) or builds it from its own keys in
 ``objective()`` (``train/dpo``, ``train/grpo``, the distillation jobs). The trainer passes it to its
-step functions as an argument, ``objective=`` (:mod:`theseus.training.step_calls`).
+step functions as an argument, ``objective=`` (:mod:`theseus.training.step_calls`). Its settings are
+plain attributes, compiled into the step; its arrays (a teacher's parameters: fields made with
+:func:`array_field`) are arguments of the jitted step, given with every call, never constants of it.
 
 This module imports no jax at import time: listing and ``theseus components`` stay light.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,9 +36,11 @@ Metrics = dict[str, Any]
 #: ``model/loss_chunk``), the full logits, the targets' log-probabilities (chunked as well), or one
 #: scalar per row from the model's ``rewards`` method (a reward model's score of each sequence).
 Reads = Literal["loss", "logits", "target_logps", "rewards"]
-#: The prefix of the batch entries that carry a teacher's parameters into the step, one per leaf
-#: (no micro-batch axis: they are taken out of the batch before it is split).
+#: The prefix of the batch entries that carried a teacher's parameters into the step before objectives held
+#: them (:func:`with_teacher`, deprecated): still taken out of a batch before it is split.
 TEACHER_ENTRY = "teacher/"
+#: The metadata of an objective's dataclass field that holds arrays (:func:`array_field`).
+ARRAY = "theseus_array"
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ class Needs:
     ``x``, ``y`` and ``padding_mask`` (a batch without one is refused when the step is traced).
     ``frozen_base``: the targets' log-probabilities under the frozen base, the model with its LoRA
     adapters switched off (``Scores.base_logps``). ``teacher``: the teacher's model, whose logits
-    (``Scores.teacher_logits``) come from parameters the batch carries (:func:`with_teacher`).
+    (``Scores.teacher_logits``) come from the objective's ``teacher_params`` (an :func:`array_field`).
     ``old_policy``: the log-probabilities of the policy that sampled the batch (``Scores.old_logps``;
     computed once before ``updates`` > 1 updates, else the current ones without gradient).
     """
@@ -100,6 +105,20 @@ class Objective:
     updates: int = 1
     #: What :meth:`weight_of` counts, where validation reports it beside the targets (e.g. ``"pairs"``).
     weight_name: str | None = None
+    #: The parameters of ``Needs.teacher``'s model (an objective that reads a teacher declares it with
+    #: :func:`array_field`; the trainer sets it, see :meth:`with_arrays`).
+    teacher_params: Any = None
+
+    def arrays(self) -> dict[str, Any]:
+        """The objective's arrays by field name: its :func:`array_field` fields (none by default). The
+        trainer's jitted steps take them as an argument (:meth:`with_arrays` puts them back inside)."""
+        if not dataclasses.is_dataclass(self):
+            return {}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get(ARRAY)}
+
+    def with_arrays(self, arrays: Mapping[str, Any]) -> Objective:
+        """This objective holding ``arrays`` (field name -> arrays) in place of its own."""
+        return dataclasses.replace(self, **arrays) if arrays else self  # type: ignore[type-var]
 
     @property
     def metric(self) -> str:
@@ -145,10 +164,27 @@ def target_count(batch: Batch) -> jax.Array:
     return jnp.sum(valid, dtype=jnp.int32)
 
 
-# -- a teacher's parameters in a batch ----------------------------------------------------------
+def array_field(default: Any = None) -> Any:
+    """A dataclass field of an objective that holds arrays (a teacher's parameters): left out of the
+    objective's equality and hash, and given to the jitted step as an argument (:meth:`Objective.arrays`)."""
+    return dataclasses.field(default=default, compare=False, repr=False, metadata={ARRAY: True})
+
+
+# -- a teacher's parameters in a batch (deprecated) ------------------------------------------------
 def with_teacher(batch: Batch, params: Any) -> dict[str, Any]:
-    """``batch`` with one ``teacher/<path>`` entry per leaf of the teacher's parameters."""
+    """``batch`` with one ``teacher/<path>`` entry per leaf of the teacher's parameters. Deprecated: an
+    objective holds its teacher's parameters (``teacher_params``, an :func:`array_field`); this goes in
+    theseus-core 0.2."""
+    import warnings
+
     import jax
+
+    warnings.warn(
+        "with_teacher(batch, params) is deprecated: give the objective its teacher's parameters "
+        "(teacher_params, an array_field); batches with teacher/ entries stop working in theseus-core 0.2",
+        DeprecationWarning,
+        stacklevel=2,
+    )
 
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     entries = {TEACHER_ENTRY + "/".join(str(k.key) for k in path): leaf for path, leaf in flat}
@@ -172,12 +208,14 @@ def split_teacher(batch: Batch) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 __all__ = [
+    "ARRAY",
     "TEACHER_ENTRY",
     "CrossEntropy",
     "Needs",
     "Objective",
     "Reads",
     "Scores",
+    "array_field",
     "split_teacher",
     "target_count",
     "with_teacher",

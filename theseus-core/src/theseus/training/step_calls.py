@@ -60,6 +60,25 @@ def call_step(method: Callable[..., Any], *args: Any, objective: Objective, **op
         return method(*args, **options)
 
 
+class WithObjectiveArrays:
+    """A jitted step function whose last argument is the objective's arrays (a teacher's parameters, its
+    :meth:`~theseus.training.objective.Objective.arrays`): ``arrays()`` gives them with every call, so they
+    are arguments of the compiled program, never constants in it; ``abstract()`` gives their shapes where
+    the step is traced or lowered without running (``theseus plan``)."""
+
+    def __init__(self, jitted: Any, arrays: Callable[[], Any], abstract: Callable[[], Any]) -> None:
+        self.jitted, self.arrays, self.abstract = jitted, arrays, abstract
+
+    def __call__(self, *args: Any) -> Any:
+        return self.jitted(*args, self.arrays())
+
+    def trace(self, *args: Any) -> Any:
+        return self.jitted.trace(*args, self.abstract())
+
+    def lower(self, *args: Any) -> Any:
+        return self.jitted.lower(*args, self.abstract())
+
+
 def lent_objective(step: str) -> Objective:
     """The objective the trainer lent to an override of the older signature (:func:`call_step`); a step
     called with no objective otherwise is a TypeError naming the argument."""
@@ -72,4 +91,4 @@ def lent_objective(step: str) -> Objective:
     return objective
 
 
-__all__ = ["REQUIRED_FROM", "call_step", "lent_objective", "takes_objective"]
+__all__ = ["REQUIRED_FROM", "WithObjectiveArrays", "call_step", "lent_objective", "takes_objective"]

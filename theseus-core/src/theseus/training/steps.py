@@ -191,10 +191,11 @@ def scores(
     if needs.old_policy:
         found["old_logps"] = batch["old_logps"] if "old_logps" in batch else jax.lax.stop_gradient(found["logps"])
     if needs.teacher is not None:
+        teacher = objective.teacher_params if objective.teacher_params is not None else teacher
         if not teacher:
             raise DataError(
-                f"{type(objective).__qualname__} reads a teacher, but the batch carries no teacher/ parameters; "
-                "add them with theseus.training.objective.with_teacher(batch, params)"
+                f"{type(objective).__qualname__} reads a teacher, but its teacher_params are not set; "
+                "give the objective its teacher's parameters (objective.with_arrays({'teacher_params': params}))"
             )
         found["teacher_logits"] = teacher_logits(needs.teacher, teacher, plain)
     return Scores(**found), meta
@@ -287,7 +288,8 @@ def train_step(
     log-probabilities and the later ones against those of the policy that sampled it; ``state.step``
     counts batches, and the loss, metrics and gradient norm are the updates' means (``skipped``:
     whether any update was skipped; :data:`TARGETS`: the batch's count of targets). A teacher's
-    parameters in the batch (:func:`with_teacher`) are taken out before it is split into micro-batches."""
+    parameters come with the objective (``teacher_params``); a batch that still carries them
+    (``with_teacher``, deprecated) has them taken out before it is split into micro-batches."""
     teacher, batch = split_teacher(batch)
 
     def once(current: TrainState, rows: Batch, update_key: jax.Array) -> StepResult:

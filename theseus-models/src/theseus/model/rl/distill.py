@@ -14,8 +14,9 @@
 
 Both divide the logits by ``distill/temperature``. The teacher is a theseus run (its own model and
 latest checkpoint) or a local Hugging Face folder (``theseus.model.rl.teacher``) with the student's
-vocabulary. Its parameters are read once, placed on the student's mesh and passed into the jitted
-step with every batch; its logits are computed there, and no gradient reaches it. LoRA
+vocabulary. Its parameters are read once, placed on the student's mesh and given to the jitted step
+with every call as the objective's ``teacher_params`` (an argument of the compiled program, not a
+constant of it); its logits are computed there, and no gradient reaches it. LoRA
 (``model/lora/rank``), ``training/init_from`` and the sharding layouts work as in ``SFTTrainer``.
 """
 
@@ -37,7 +38,7 @@ from theseus.model.rl.rollout_trainer import RolloutTrainer
 from theseus.model.rl.rollouts import reward_means, rollout_metrics
 from theseus.model.rl.teacher import TEACHER_KEY, Teacher, check_student, open_teacher
 from theseus.training.base import Batch
-from theseus.training.objective import Needs, Objective, Scores, with_teacher
+from theseus.training.objective import Needs, Objective, Scores, array_field
 from theseus.training.state import TrainState
 from theseus.training.steps import OBJECTIVE_LOSS_SUM, OBJECTIVE_WEIGHT
 
@@ -96,13 +97,15 @@ def divergence(objective: Divergence, student: jax.Array, teacher: jax.Array, ma
 
 @dataclass(frozen=True)
 class Divergence(Objective):
-    """The divergence of the student's distributions from the teacher's (``teacher``: its model; its
-    parameters come with each batch) at the positions of :func:`loss_mask`, which a micro-batch weighs."""
+    """The divergence of the student's distributions from the teacher's (``teacher``: its model,
+    ``teacher_params``: its parameters, which the trainer gives the step with each call) at the positions of
+    :func:`loss_mask`, which a micro-batch weighs."""
 
     teacher: Any = None
     loss: str = "jsd"  # jsd (on-policy) | forward_kl (offline)
     beta: float = 0.5
     temperature: float = 1.0
+    teacher_params: Any = array_field()
 
     @property
     def needs(self) -> Needs:
@@ -120,7 +123,7 @@ class Divergence(Objective):
 # -- the trainers ---------------------------------------------------------------------------------
 class Distillation(SFTTrainer):
     """What both distillation trainers share: the teacher (opened and checked at set-up, its parameters
-    read once and sent with every batch) and the divergence they optimise."""
+    read once and given to the step with every call) and the divergence they optimise."""
 
     CONFIG: ClassVar[type] = DistillConfig
     OBJECTIVE: ClassVar[Any] = None  # built from distill/* (objective())
@@ -154,14 +157,12 @@ class Distillation(SFTTrainer):
         """The forward KL to the teacher at ``distill/temperature``."""
         return Divergence(self.teacher.model, "forward_kl", 0.0, float(self.args.distill_temperature))
 
-    def device_train_batch(self, host: Batch) -> dict[str, jax.Array]:
-        return with_teacher(super().device_train_batch(host), self.teacher_params())
+    def objective_arrays(self) -> dict[str, Any]:
+        """The teacher's parameters, the divergence's ``teacher_params``."""
+        return {"teacher_params": self.teacher_params()}
 
-    def device_eval_batch(self, host: Batch) -> dict[str, jax.Array]:
-        return with_teacher(super().device_eval_batch(host), self.teacher_params())
-
-    def abstract_train_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
-        return with_teacher(super().abstract_train_batch(), self.teacher.abstract(self.sharding))
+    def abstract_objective_arrays(self) -> dict[str, Any]:
+        return {"teacher_params": self.teacher.abstract(self.sharding)}
 
     def close(self) -> None:
         """Release the data loader and the teacher's parameters (read again when next needed)."""
@@ -211,7 +212,7 @@ class OnPolicyDistillTrainer(Distillation, RolloutTrainer):
         sums = []
         for start in range(0, len(rows["x"]), count):
             chunk = {name: value[start : start + count] for name, value in rows.items()}
-            meta = fn(state, with_teacher(self.sharding.put_global(chunk), self.teacher_params()))[2]
+            meta = fn(state, self.sharding.put_global(chunk))[2]
             sums.append((meta[OBJECTIVE_LOSS_SUM], meta[OBJECTIVE_WEIGHT]))
         fetched = jax.device_get(sums)
         positions = sum(float(n) for _, n in fetched)
