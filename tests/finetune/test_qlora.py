@@ -18,8 +18,8 @@ from tests.models.conftest import forward
 from tests.reliability.conftest import call_cli
 from theseus.config import configuration
 from theseus.model.finetune import SFTTrainer
-from theseus.model.finetune.loading import load_base
 from theseus.model.layers import quantization
+from theseus.model.loading.adapters import load_base
 from theseus.training.init_from import open_source
 
 pytestmark = pytest.mark.slow

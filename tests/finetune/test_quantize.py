@@ -125,7 +125,7 @@ def test_a_quantized_model_computes_with_its_dequantized_kernels(method: str, sc
     import flax.linen as nn
 
     from tests.models.conftest import build, forward
-    from theseus.model.finetune.loading import plain_shapes
+    from theseus.model.loading.adapters import plain_shapes
     from theseus.model.models import Llama
 
     values = {"model__scan_layers": scan, "model__lora__rank": 2, "model__lora__targets": ["query", "down"]}

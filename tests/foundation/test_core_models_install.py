@@ -155,7 +155,7 @@ def test_the_demo_run_exports_without_a_tokenizer_library_and_loads_in_transform
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from theseus.model.generation.runs import load_run
+    from theseus.model.loading.run import load_run
 
     root = demo[0]
     exported = run_offline(

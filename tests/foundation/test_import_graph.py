@@ -130,6 +130,25 @@ def test_packages_import_each_other_without_cycles() -> None:
     assert cycles(packages) == []
 
 
+def test_model_subpackages_import_each_other_without_cycles() -> None:
+    """Within the ``theseus.model`` tree, subpackages (generation, finetune, huggingface, harness, rl,
+    reward, stack, layers, models, demo, loading) import each other one way, function-local imports
+    counted: opening a trained run is ``theseus.model.loading``'s, which imports none of its users."""
+    packages: dict[str, set[str]] = {}
+    for module, targets in graph().items():
+        if not module.startswith("theseus.model."):
+            continue
+        here = subpackage_of(module)
+        inside = {subpackage_of(t) for t in targets if t.startswith("theseus.model.")}
+        packages.setdefault(here, set()).update(inside - {here})
+    assert cycles(packages) == []
+
+
+def subpackage_of(module: str) -> str:
+    """``theseus.model.generation.decode`` -> ``theseus.model.generation``."""
+    return ".".join(module.split(".")[:3])
+
+
 def test_the_trainer_imports_what_it_is_built_from_one_way() -> None:
     """Even counting imports under ``if TYPE_CHECKING:``, no cycle runs through the trainer: the loop,
     ``training/init_from``, activation capture and ``model/remat=auto`` are written against

@@ -27,8 +27,8 @@ from tests.huggingface.test_deepseek_v3 import save_deepseek
 from tests.huggingface.test_moe_families import CASES as MIXTURES
 from tests.huggingface.test_moe_families import VOCAB as MIXTURE_VOCAB
 from tests.huggingface.test_moe_families import save_moe
-from theseus.model.generation.runs import param_shardings
 from theseus.model.huggingface.importer import abstract_params, flat_paths, prepare, read_params
+from theseus.model.loading.run import param_shardings
 from theseus.training.sharding import build_sharding
 
 #: Two layers where the import tests save more (their configurations' 3 or 4): still one layer of each kind

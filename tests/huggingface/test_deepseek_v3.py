@@ -15,8 +15,8 @@ from omegaconf import OmegaConf
 from tests.huggingface.conftest import assert_generation_matches, hf_logits, imported_logits, read_json, save_model
 from tests.huggingface.test_bad_inputs import edit_config
 from tests.huggingface.test_moe_families import PROMPT, VOCAB
-from theseus.model.generation.runs import load_run
 from theseus.model.huggingface.importer import read_params
+from theseus.model.loading.run import load_run
 from theseus.model.models import init_cache
 
 NEW_TOKENS = 16

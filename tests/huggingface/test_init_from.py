@@ -147,7 +147,7 @@ def test_init_from_an_imported_run(tmp_path: Path, theseus: Any) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from theseus.data.tokenizers.byte import ByteTokenizer
-    from theseus.model.generation.runs import load_run
+    from theseus.model.loading.run import load_run
 
     out = tmp_path / "export"
     code, _, err = theseus("run", "hf/export", "hf/run=ft", f"hf/out={out}")

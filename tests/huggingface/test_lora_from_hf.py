@@ -14,10 +14,10 @@ import pytest
 
 from tests.huggingface.conftest import save_model
 from theseus.config import configuration, configure
-from theseus.model.finetune.loading import load_base
 from theseus.model.huggingface.family import family as hf_family
 from theseus.model.huggingface.importer import flat_paths, import_class
 from theseus.model.layers import lora
+from theseus.model.loading.adapters import load_base
 from theseus.training.adapters import base_only
 from theseus.training.init_from import open_source
 

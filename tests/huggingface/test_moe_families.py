@@ -100,9 +100,9 @@ def test_lora_on_attention_reads_the_base_and_on_experts_is_refused(
     import jax
 
     from theseus.config import configuration, configure
-    from theseus.model.finetune.loading import load_base
     from theseus.model.huggingface.importer import flat_paths, import_class
     from theseus.model.layers import lora
+    from theseus.model.loading.adapters import load_base
     from theseus.training.adapters import base_only
     from theseus.training.init_from import open_source
 

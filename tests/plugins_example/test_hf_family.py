@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_plugin_model_round_trips_through_its_hf_family(tmp_path: Path) -> None:
-    from theseus.model.generation.runs import load_run
+    from theseus.model.loading.run import load_run
     from theseus_plugins_example.models import ScaledGPT
 
     root = ["--root", str(tmp_path / "root")]

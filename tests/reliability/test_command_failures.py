@@ -92,7 +92,7 @@ COMMANDS: dict[str, tuple[list[str], str, str, Callable[[Path], BaseException], 
     ),
     "generate": (
         ["run", "generate", "generate/prompt=hi", "generate/samples=4"],
-        "theseus.model.generation.runs",
+        "theseus.model.loading.run",
         "load_run",
         lambda _root: xla_out_of_memory(),
         f"error: out of memory running generate (JaxRuntimeError: {XLA_OOM}); use less memory per step with "

@@ -112,7 +112,7 @@ def test_a_run_record_cannot_choose_code_to_import() -> None:
     import sys
 
     from theseus.errors import ConfigError
-    from theseus.model.generation.runs import model_class
+    from theseus.model.loading.run import model_class
     from theseus.model.models import GPT
 
     assert "this" not in sys.modules  # importing it prints to stdout: a stand-in for any side effect

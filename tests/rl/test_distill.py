@@ -72,7 +72,7 @@ class Distilled:
 def distil(root: Path, job: str, name: str, *overrides: str) -> Distilled:
     """Run ``job`` (``train/distill`` or ``train/distill_offline``) in this process; the student's
     KL to the teacher before and after."""
-    from theseus.model.generation.runs import load_run
+    from theseus.model.loading.run import load_run
     from theseus.model.rl.distill import OfflineDistillTrainer, OnPolicyDistillTrainer
 
     job_class = OnPolicyDistillTrainer if job == "train/distill" else OfflineDistillTrainer

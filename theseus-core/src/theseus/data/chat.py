@@ -8,7 +8,7 @@ A template is a Jinja2 program in the Hugging Face convention (``messages``, ``a
 
 This is the template itself, used by both sides of a chat run: the ``dataset/chat`` source of
 theseus-data (``theseus.data.datasets.chat``) renders conversations with it, and theseus-models keeps
-the template of a fine-tuned run in its folder (``theseus.model.finetune.chat``) to render prompts.
+the template of a fine-tuned run in its folder (``theseus.model.loading.chat``) to render prompts.
 """
 
 from __future__ import annotations

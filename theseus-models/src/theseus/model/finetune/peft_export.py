@@ -188,9 +188,9 @@ def write_adapter(folder: Path, config: Mapping[str, Any], tensors: Mapping[str,
 def export_adapter(root: Path, run: str | RunRef, out: str, *, step: int | None = None, base: str = "") -> Path:
     """Write the adapters of run ``run`` (``NAME``, ``NAME@STEP`` or a reference; ``step`` names the
     checkpoint too, default: the latest) as a PEFT adapter in ``out``."""
-    from theseus.model.generation.runs import load_run
     from theseus.model.huggingface.exporter import output_folder, staged_folder
     from theseus.model.huggingface.family import export_family
+    from theseus.model.loading.run import load_run
     from theseus.runs.records import read_provenance
 
     folder = output_folder(out)

@@ -21,8 +21,9 @@ import optax
 from theseus.config import configuration
 from theseus.errors import ConfigError
 from theseus.model.finetune import frozen
-from theseus.model.finetune.chat import TEMPLATE_FILE
 from theseus.model.layers import lora, quantization
+from theseus.model.loading.adapters import load_base, plain_shapes
+from theseus.model.loading.chat import TEMPLATE_FILE
 from theseus.runs.layout import run_path
 from theseus.training.base import BaseTrainer
 from theseus.training.config import BaseTrainerConfig
@@ -68,8 +69,6 @@ class SFTTrainer(BaseTrainer):
     def load_base(self, source: Any, abstract: Any, shardings: Any) -> Any:
         """The base from ``training/init_from``; with ``model/quantize``, its float kernels are read and
         quantized one by one."""
-        from theseus.model.finetune.loading import load_base
-
         return load_base(source, self.model, abstract, shardings)
 
     def run(self) -> None:
@@ -104,8 +103,6 @@ class SFTTrainer(BaseTrainer):
             return state.params
         params = state.params
         if quantization.has_quantized(params):
-            from theseus.model.finetune.loading import plain_shapes
-
             with configuration(self.context.config):
                 params = quantization.dequantize_params(params, plain_shapes(self.model))
         return lora.merge(params, float(self.setting("model/lora/alpha", 16.0)), self.lora_rank)

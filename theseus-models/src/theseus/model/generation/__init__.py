@@ -11,9 +11,9 @@ works on any GPT / Llama parameters; the ``generate`` job wraps ``load_run`` and
 """
 
 from theseus.model.generation.decode import Completion, generate_tokens, left_pad
-from theseus.model.generation.runs import LoadedRun, available_runs, load_run
 from theseus.model.generation.sampling import SamplingParams, filter_top_k, filter_top_p, sample_logits
 from theseus.model.generation.text import Sample, complete
+from theseus.model.loading.run import LoadedRun, available_runs, load_run
 
 __all__ = [
     "Completion",

@@ -52,9 +52,9 @@ class Generate(Job):
     CONFIG = GenerateConfig
 
     def run(self) -> None:
-        from theseus.model.generation.runs import load_run
         from theseus.model.generation.sampling import SamplingParams
         from theseus.model.generation.text import complete
+        from theseus.model.loading.run import load_run
 
         args: GenerateConfig = self.args
         if args.samples < 1:
@@ -69,7 +69,7 @@ class Generate(Job):
 
         start_with_eot = args.start_with_eot
         if args.chat:
-            from theseus.model.finetune.chat import chat_prompt
+            from theseus.model.loading.chat import chat_prompt
 
             prompt = chat_prompt(run, prompt)
             start_with_eot = False

@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from theseus.model.generation.decode import generate_tokens
-from theseus.model.generation.runs import LoadedRun
 from theseus.model.generation.sampling import SamplingParams
+from theseus.model.loading.run import LoadedRun
 
 
 @dataclass(frozen=True)

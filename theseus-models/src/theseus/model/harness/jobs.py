@@ -80,12 +80,12 @@ class HarnessEval(Job):
         selection = tasks.choose(args.tasks, args.include_path, key="eval/tasks", include_key="eval/include_path")
         tasks.load(selection)  # the data and what each task asks for, checked before jax and the model load
         from theseus.config import Configuration, read_yaml
-        from theseus.model.generation.runs import load_run
         from theseus.model.harness import results, runner
         from theseus.model.harness.compute import Devices
         from theseus.model.harness.lockstep import Lockstep
         from theseus.model.harness.model import TheseusLM
         from theseus.model.harness.scoring import score_function
+        from theseus.model.loading.run import load_run
         from theseus.runs.layout import CONFIG_FILE
 
         trained = Configuration(read_yaml(ref.path / CONFIG_FILE))

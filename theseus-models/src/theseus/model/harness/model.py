@@ -18,12 +18,12 @@ import jax
 from lm_eval.api.model import LM
 
 from theseus.data.tokenizers.base import Tokenizer
-from theseus.model.generation.runs import LoadedRun
 from theseus.model.harness.compute import Compute, Devices
 from theseus.model.harness.encoding import Codec, Pair
 from theseus.model.harness.generation import generate
 from theseus.model.harness.scoring import ScoreFn, score_function, score_pairs
 from theseus.model.harness.settings import Settings, settings
+from theseus.model.loading.run import LoadedRun
 
 if TYPE_CHECKING:
     from theseus.training.sharding import TrainerSharding

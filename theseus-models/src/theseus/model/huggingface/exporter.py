@@ -17,6 +17,7 @@ from theseus.model.huggingface.convert import export_plan
 from theseus.model.huggingface.family import export_family
 from theseus.model.huggingface.safetensors_io import write_checkpoint
 from theseus.model.huggingface.tokenizer_files import BYTE_END_OF_TEXT, byte_tokenizer_json, token_id
+from theseus.model.loading.chat import TEMPLATE_FILE
 from theseus.runs.records import read_provenance
 from theseus.runs.ref import RunRef
 
@@ -152,8 +153,6 @@ def write_chat_template(folder: Path, run_path: Path) -> None:
     """The chat template the run keeps (``chat_template.json``: the one ``train/sft`` trained with, or an
     imported checkpoint's) as the ``chat_template`` of the exported ``tokenizer_config.json``, where
     transformers' ``apply_chat_template`` reads it; nothing without a template or a tokenizer."""
-    from theseus.model.finetune.chat import TEMPLATE_FILE
-
     kept, config_file = run_path / TEMPLATE_FILE, folder / "tokenizer_config.json"
     if not kept.is_file() or not config_file.is_file():
         return
@@ -178,7 +177,7 @@ def merged_params(loaded: Any) -> Any:
 
     params = loaded.params
     if quantization.has_quantized(params):
-        from theseus.model.finetune.loading import plain_shapes
+        from theseus.model.loading.adapters import plain_shapes
 
         with configuration(loaded.config):
             params = quantization.dequantize_params(params, plain_shapes(loaded.model))
@@ -200,7 +199,7 @@ def export_run(
 ) -> Path:
     """Export a checkpoint of run ``run`` (``NAME``, ``NAME@STEP`` or a reference; ``step`` names the
     checkpoint too, default: the latest) to ``out``; returns the folder."""
-    from theseus.model.generation.runs import load_run
+    from theseus.model.loading.run import load_run
 
     target_dtype = numpy_dtype(dtype)
     shard_bytes = parse_size(shard_size)

@@ -21,6 +21,7 @@ from theseus.model.huggingface.names import TensorMap
 from theseus.model.huggingface.safetensors_io import INDEX_FILE
 from theseus.model.huggingface.source import CONFIG_FILE
 from theseus.model.huggingface.tokenizer_files import TOKENIZER_FILES, chat_template_record, tokenizer_spec
+from theseus.model.loading.chat import TEMPLATE_FILE
 
 if TYPE_CHECKING:
     from theseus.model.stack.transformer import TransformerLM
@@ -219,8 +220,6 @@ def write_run(
             tokenizer = {**tokenizer, "path": str(final / TOKENIZER_DIR / "tokenizer.json"), "sha256": digest}
         template = chat_template_record(prepared.checkpoint.folder)
         if template is not None:  # kept as train/sft keeps its own: rl/chat and generate/chat render with it
-            from theseus.model.finetune.chat import TEMPLATE_FILE
-
             (staging / TEMPLATE_FILE).write_text(json.dumps(template, indent=2) + "\n", encoding="utf-8")
         params = read_params(prepared)
         store = CheckpointStore(staging / "checkpoints", keep=0, async_save=False, save_concurrent_gb=1)

@@ -18,7 +18,7 @@ import numpy as np
 
 from theseus.data.tokenizers.base import Tokenizer, encode_arrays
 from theseus.errors import ConfigError, TheseusError
-from theseus.model.generation.runs import run_model, run_params, run_tokenizer
+from theseus.model.loading.run import run_model, run_params, run_tokenizer
 from theseus.runs.ref import RunRef
 
 

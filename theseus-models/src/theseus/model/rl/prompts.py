@@ -23,7 +23,7 @@ from theseus.data.tokenizers.base import Tokenizer
 from theseus.data.tokenizers.byte import ByteTokenizer
 from theseus.data.tokenizers.spec import load_tokenizer
 from theseus.errors import ConfigError, DataError
-from theseus.model.finetune.chat import TEMPLATE_FILE
+from theseus.model.loading.chat import TEMPLATE_FILE
 from theseus.rl.environment import Prompt
 from theseus.runs.ref import RunRef
 from theseus.training.sources import INIT_FROM, parse_source

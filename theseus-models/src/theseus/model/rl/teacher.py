@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.errors import ConfigError, TheseusError
+from theseus.model.loading.run import abstract_params, param_shardings, run_model, run_params
 from theseus.model.stack.transformer import TransformerLM
 from theseus.runs.ref import RunRef
 from theseus.training.sharding import TrainerSharding
@@ -41,8 +42,6 @@ class Teacher:
         return int(self.model.architecture.vocab_size)
 
     def shardings(self, sharding: TrainerSharding) -> Any:
-        from theseus.model.generation.runs import param_shardings
-
         return param_shardings(self.model, sharding)
 
     def load(self, sharding: TrainerSharding) -> Any:
@@ -51,7 +50,6 @@ class Teacher:
 
     def abstract(self, sharding: TrainerSharding) -> Any:
         """The parameters' shapes, dtypes and shardings (nothing is read)."""
-        from theseus.model.generation.runs import abstract_params
         from theseus.training.state import with_shardings
 
         return with_shardings(abstract_params(self.model), self.shardings(sharding))
@@ -74,8 +72,6 @@ def open_teacher(spec: str, root: Path, student_run: str = "") -> Teacher:
 
 
 def _run_teacher(spec: str, ref: RunRef) -> Teacher:
-    from theseus.model.generation.runs import run_model, run_params
-
     ref = ref.resolve()
     config, provenance, model = run_model(ref.path)
 
@@ -98,8 +94,6 @@ def _hf_teacher(spec: str, target: str) -> Teacher:
         tokenizer = {**tokenizer, "sha256": digest}
 
     def read(shardings: Any) -> Any:
-        from theseus.model.generation.runs import abstract_params
-
         return read_params(prepared, flat_paths(shardings), wanted=flat_paths(abstract_params(prepared.model)))
 
     return Teacher(spec, prepared.model, tokenizer, read)

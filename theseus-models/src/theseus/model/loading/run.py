@@ -1,4 +1,4 @@
-"""Loading a training run for generation: its model (rebuilt from the run's saved configuration),
+"""Opening a training run: its model (rebuilt from the run's saved configuration),
 the parameters of one checkpoint, and the tokenizer of its training data.
 
 A run directory ``<root>/runs/<name>/`` holds ``config.yaml`` (the resolved configuration),
@@ -23,6 +23,7 @@ from theseus.data.tokenizers.base import Tokenizer
 from theseus.data.tokenizers.byte import ByteTokenizer
 from theseus.data.tokenizers.spec import load_tokenizer
 from theseus.errors import ConfigError
+from theseus.model.loading.adapters import refers_to_base, restore_adapted
 from theseus.model.stack.transformer import TransformerLM
 from theseus.runs.layout import CONFIG_FILE, PROVENANCE_FILE, run_names, state_path
 from theseus.runs.params import restore_params
@@ -193,8 +194,6 @@ def run_params(
 ) -> Any:
     """The parameters of checkpoint ``step`` of the run in folder ``path`` on ``shardings`` (default: the
     default device); a LoRA run's checkpoint holds the adapters, and its ``training/init_from`` the base."""
-    from theseus.model.finetune.loading import refers_to_base, restore_adapted
-
     if refers_to_base(config):
         params = restore_adapted(root, config, model, path, step, abstract_params(model), path.name)
         return params if shardings is None else distribute(params, shardings)

@@ -9,8 +9,12 @@ from typing import Any
 
 import jax
 
+from theseus.config import Configuration, configuration, current_configuration
 from theseus.model.layers import quantization
+from theseus.runs.layout import state_path
+from theseus.runs.params import restore_params
 from theseus.training.adapters import base_only, overlay, prune
+from theseus.training.init_from import open_source
 
 
 def refers_to_base(config: Mapping[str, Any]) -> bool:
@@ -22,8 +26,6 @@ def plain_shapes(model: Any) -> Any:
     """The parameter shapes of ``model`` built without ``model/quantize`` (float kernels)."""
     import flax.linen as nn
     import jax.numpy as jnp
-
-    from theseus.config import Configuration, current_configuration
 
     own = getattr(model, "theseus_config", None) or current_configuration() or {}
     plain = model.clone(theseus_config=Configuration({**own, "model/quantize": "none"}))
@@ -63,11 +65,6 @@ def restore_adapted(
     root: str | Path, config: Mapping[str, Any], model: Any, run_dir: Path, step: int, abstract: Any, run: str
 ) -> Any:
     """The parameters of an adapter-only checkpoint: its adapters over the base its run started from."""
-    from theseus.config import configuration
-    from theseus.runs.layout import state_path
-    from theseus.runs.params import restore_params
-    from theseus.training.init_from import open_source
-
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     shardings = jax.tree.map(lambda _: device, abstract)
     source = open_source(str(config.get("training/init_from")), Path(root))
