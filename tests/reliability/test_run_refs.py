@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from theseus.errors import CheckpointError, ConfigError
+from theseus.errors import CheckpointError, ConfigError, PluginError
+from theseus.plugins.registry import Registry
+from theseus.registry import get_registry
 from theseus.runs.ref import RunRef
-from theseus.training.sources import parse_source
+from theseus.training.sources import parse_source, source_model_class, source_reader
 
 
 def make_run(root: Path, name: str, steps: tuple[int, ...] = ()) -> Path:
@@ -87,3 +89,39 @@ def test_init_from_and_the_teacher_read_run_sources_as_references(tmp_path: Path
         parse_source("run:small@x", tmp_path)
     with pytest.raises(ConfigError, match=r"^distill/teacher=run:@5: name the run, as in run:NAME\[@STEP\]$"):
         parse_source("run:@5", tmp_path, key="distill/teacher", what="a teacher")
+
+
+def test_hf_sources_are_read_by_the_installed_init_source_component() -> None:
+    entry = get_registry().component("init_source", "hf")
+    assert entry.distribution == "theseus-models"
+    assert callable(source_reader("hf", "hf:./gpt2").open)
+
+
+def own_registry(monkeypatch: pytest.MonkeyPatch, registry: Registry) -> None:
+    """``registry`` as the process's, for this test only."""
+    from types import SimpleNamespace
+
+    from theseus.plugins import discovery
+
+    monkeypatch.setattr(discovery, "plugins", lambda: SimpleNamespace(registry=registry))
+
+
+def test_without_theseus_models_an_hf_source_names_the_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    own_registry(monkeypatch, Registry())
+    message = (
+        r"^training/init_from='hf:./gpt2' reads Hugging Face checkpoints, which needs theseus-models: "
+        r"pip install theseus-models$"
+    )
+    with pytest.raises(ConfigError, match=message):
+        source_reader("hf", "hf:./gpt2")
+    assert source_model_class("hf:./gpt2", tmp_path) is None  # opening the source later says why
+
+
+def test_a_blocked_reader_says_it_is_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = Registry()
+    registry.blocked_entries["init_source/hf"] = "theseus-models"
+    own_registry(monkeypatch, registry)
+    with pytest.raises(
+        PluginError, match=r"^component 'init_source/hf' comes from theseus-models, which THESEUS_BLOCK"
+    ):
+        source_reader("hf", "hf:./gpt2")

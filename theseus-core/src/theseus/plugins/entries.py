@@ -25,6 +25,7 @@ COMPONENT_KINDS: dict[str, str] = {
     "evaluation": "an evaluation class",
     "analysis": "an analysis class",
     "hf": "a Hugging Face checkpoint family (config.json and tensor names, both ways)",
+    "init_source": "the reader of training/init_from=<name>:<target> (theseus-models' init_source/hf reads hf:)",
     "environment": "a reinforcement-learning environment (Environment subclass): prompts and their rewards",
     "reward": "a reward: reward(prompts, completions, metadata) -> scores (a function or Reward class)",
     "objective": "a training objective (Objective subclass): what a trainer's step optimises",

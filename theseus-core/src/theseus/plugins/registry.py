@@ -76,6 +76,9 @@ def _check(entry: Entry, obj: Any, base: type | str | None) -> None:
     elif kind in ("optimizer", "schedule"):
         ok = hasattr(obj, "config") and callable(getattr(obj, "factory", None))
         expected = f"a {kind.capitalize()} factory container (config type + factory function)"
+    elif kind == "init_source":
+        ok = all(callable(getattr(obj, method, None)) for method in ("open", "model_class"))
+        expected = "a reader with open(target, spec) and model_class(target)"
     elif kind == "reward":
         ok, expected = callable(obj), "a callable reward(prompts, completions, metadata) (a function or a class)"
     elif kind in ("plugin", "job"):

@@ -1,7 +1,7 @@
 """``training/init_from``: start any trainer from another run's checkpoint or a Hugging Face checkpoint.
 
 ``run:<name>[@step]`` reads ``<root>/runs/<name>`` (its latest checkpoint, or ``step``);
-``hf:<folder or hub id>`` reads safetensors through ``theseus.model.huggingface`` (theseus-models).
+``hf:<folder or hub id>`` reads safetensors through the ``init_source/hf`` component (theseus-models).
 The source decides the architecture: its ``architecture/*`` keys replace the job's defaults, and a
 value the user set that contradicts one of them is an error naming both. Parameters are placed
 directly onto the trainer's shardings; the optimizer state starts fresh at step 0. The training
@@ -27,7 +27,7 @@ from theseus.runs.records import read_provenance
 from theseus.runs.ref import RunRef
 from theseus.training import adapters
 from theseus.training.protocol import Trainer
-from theseus.training.sources import INIT_FROM, parse_source
+from theseus.training.sources import HF, INIT_FROM, parse_source, source_reader
 from theseus.training.state import TrainState, create_state
 
 ParamPath = tuple[str, ...]
@@ -51,14 +51,7 @@ def open_source(spec: str, root: Path) -> InitSource:
     source = parse_source(spec, root)
     if isinstance(source, RunRef):
         return run_source(source, spec)
-    try:
-        module = importlib.import_module("theseus.model.huggingface.init_source")
-    except ImportError as exc:
-        raise ConfigError(
-            f"{INIT_FROM}={spec!r} reads Hugging Face checkpoints, which needs theseus-models: "
-            "pip install theseus-models"
-        ) from exc
-    found: InitSource = module.hf_source(source, spec)
+    found: InitSource = source_reader(HF, spec).open(source, spec)
     return found
 
 

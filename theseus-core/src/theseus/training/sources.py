@@ -2,15 +2,17 @@
 theseus run (:class:`~theseus.runs.ref.RunRef`), or ``hf:<folder or hub id>``, a Hugging Face checkpoint;
 and the model class a source holds, which decides the model a run trains when it selects none.
 
-Opening a source for its weights is :mod:`theseus.training.init_from`'s.
+Opening a source for its weights is :mod:`theseus.training.init_from`'s. ``hf:`` sources are read by the
+installed ``init_source/hf`` component (theseus-models registers it), found through the registry.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
+from typing import Any
 
 from theseus.errors import ConfigError, TheseusError
+from theseus.registry import get_registry
 from theseus.runs.records import read_provenance
 from theseus.runs.ref import RunRef
 
@@ -19,6 +21,9 @@ INIT_FROM = "training/init_from"
 FORMS = "run:<name>[@step] or hf:<folder or hub id>"
 RUN = "run"
 HF = "hf"
+#: The component kind of a source's reader: ``init_source/<form>`` has ``open(target, spec)`` (an
+#: :class:`~theseus.training.init_from.InitSource`, no weights read yet) and ``model_class(target)``.
+READER = "init_source"
 
 
 def parse_source(
@@ -43,11 +48,22 @@ def source_model_class(spec: str, root: Path) -> str | None:
         if isinstance(source, RunRef):
             model = read_provenance(source.path).get("model")
             return model if isinstance(model, str) else None
-        module = importlib.import_module("theseus.model.huggingface.init_source")
-        found: str | None = module.hf_model_class(source)
+        found: str | None = source_reader(HF, spec).model_class(source)
         return found
     except (TheseusError, ImportError, OSError):
         return None
 
 
-__all__ = ["FORMS", "HF", "INIT_FROM", "RUN", "parse_source", "source_model_class"]
+def source_reader(form: str, spec: str) -> Any:
+    """The installed reader of ``form:`` sources (the ``init_source/<form>`` component); ConfigError when
+    none is installed, a PluginError naming the distribution when it is blocked or broken."""
+    registry = get_registry()
+    if (READER, form) not in registry.components and f"{READER}/{form}" not in registry.blocked_entries:
+        raise ConfigError(
+            f"{INIT_FROM}={spec!r} reads Hugging Face checkpoints, which needs theseus-models: "
+            "pip install theseus-models"
+        )
+    return registry.load_component(READER, form)
+
+
+__all__ = ["FORMS", "HF", "INIT_FROM", "READER", "RUN", "parse_source", "source_model_class", "source_reader"]

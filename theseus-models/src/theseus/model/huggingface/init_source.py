@@ -38,3 +38,10 @@ def hf_source(target: str, spec: str) -> InitSource:
         return read_params(prepared, flat_paths(shardings), wanted=flat_paths(abstract))
 
     return InitSource(spec, dict(checkpoint.imported.keys), checkpoint.imported.model_class, tokenizer, load)
+
+
+class HFInitSource:
+    """The ``init_source/hf`` component: what ``training/init_from=hf:<folder or hub id>`` reads."""
+
+    open = staticmethod(hf_source)
+    model_class = staticmethod(hf_model_class)
