@@ -139,7 +139,12 @@ class HFFamily:
             "eos_token_id": eos_id,
             "use_cache": True,
         }
-        return {**common, **self.config(arch, settings)}
+        return {**common, **self.config(arch, settings), **self.export_overrides(eos_id)}
+
+    def export_overrides(self, eos_id: int | None) -> dict[str, Any]:
+        """Fields :meth:`to_config` sets last, over the common and family fields (none here; a multimodal
+        family's text model, Phi-3's padding token)."""
+        return {}
 
 
 class NestedLanguageModel(HFFamily):
@@ -178,18 +183,10 @@ class NestedLanguageModel(HFFamily):
         """Never chosen for a model that was not imported from it (the text family is)."""
         return False
 
-    def to_config(
-        self,
-        arch: Architecture,
-        settings: Mapping[str, Any],
-        *,
-        dtype: str,
-        bos_id: int | None,
-        eos_id: int | None,
-    ) -> dict[str, Any]:
-        """The text family's ``config.json``: the export holds the language model only."""
-        config = super().to_config(arch, settings, dtype=dtype, bos_id=bos_id, eos_id=eos_id)
-        return {**config, "architectures": [self.text_hf_class], "model_type": self.text_model_type}
+    def export_overrides(self, eos_id: int | None) -> dict[str, Any]:
+        """The text family's class and ``model_type``: the export holds the language model only."""
+        text = {"architectures": [self.text_hf_class], "model_type": self.text_model_type}
+        return {**super().export_overrides(eos_id), **text}
 
 
 # -- one-line refusals, for families to use ----------------------------------------------------------

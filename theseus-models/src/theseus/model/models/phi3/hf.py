@@ -134,18 +134,9 @@ class Phi3Family(LlamaFamily):
             config["original_max_position_embeddings"] = scaling.original_max_positions
         return config
 
-    def to_config(
-        self,
-        arch: Architecture,
-        settings: Mapping[str, Any],
-        *,
-        dtype: str,
-        bos_id: int | None,
-        eos_id: int | None,
-    ) -> dict[str, Any]:
+    def export_overrides(self, eos_id: int | None) -> dict[str, Any]:
         """Phi-3 pads with its end-of-text token (``Phi3Config``'s default, 32000, is past a smaller vocabulary)."""
-        config = super().to_config(arch, settings, dtype=dtype, bos_id=bos_id, eos_id=eos_id)
-        return {**config, "pad_token_id": eos_id}
+        return {**super().export_overrides(eos_id), "pad_token_id": eos_id}
 
     def family_config(self, arch: Architecture) -> dict[str, Any]:
         return {
