@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jax
 
@@ -91,25 +91,35 @@ DEEPSEEK_V3_PRESETS: dict[str, Preset] = {
 
 
 class DeepseekV3Block(MoEBlock):
-    """:class:`MoEBlock` whose attention is :class:`LatentAttention`."""
+    """:class:`MoEBlock` whose attention is :attr:`LATENT` (:class:`LatentAttention`)."""
+
+    #: The latent attention layer when :meth:`latent_options` configures it (a subclass may name its own).
+    LATENT: ClassVar[type[LatentAttention]] = LatentAttention
 
     @classmethod
     def components(cls) -> list[type]:
-        return [*super().components(), LatentAttention]
+        return [*super().components(), *dict.fromkeys((LatentAttention, cls.LATENT))]
 
     @property
     def sharding(self) -> ShardingPlan:
-        return ShardingPlan.union(super().sharding, LatentAttention().sharding)
+        return ShardingPlan.union(super().sharding, LatentAttention().sharding, self.LATENT().sharding)
+
+    def latent_options(self) -> dict[str, Any] | None:
+        """Fields of :attr:`LATENT` beyond :class:`LatentAttention`'s (none here); None: the
+        architecture does not configure it, and the layer is a plain :class:`LatentAttention`."""
+        return {}
 
     def attention(self) -> Module:
         arch = self.arch
         mla = latent(arch)
         if mla is None:
             return super().attention()
+        options = self.latent_options()
         attention: LatentAttention = child(
             self,
-            LatentAttention,
+            LatentAttention if options is None else self.LATENT,
             **dataclasses.asdict(mla),
+            **(options or {}),
             n_embd=arch.n_embd,
             n_heads=arch.attention.n_heads,
             dropout=arch.dropout,

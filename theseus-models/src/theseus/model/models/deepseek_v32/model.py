@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from theseus.base.axis import ShardingPlan
-from theseus.model.layers._common import child
+from theseus.model.layers.latent_attention import LatentAttention
 from theseus.model.layers.sparse_attention import DSAKeys, DSASpec, SparseLatentAttention
 from theseus.model.models.deepseek_v3.model import (
     DEEPSEEK_V3_PRESETS,
@@ -83,37 +82,20 @@ DEEPSEEK_V32_PRESETS: dict[str, Preset] = {
 class DeepseekV32Block(DeepseekV3Block):
     """:class:`DeepseekV3Block` whose attention is :class:`SparseLatentAttention`."""
 
-    @classmethod
-    def components(cls) -> list[type]:
-        return [*super().components(), SparseLatentAttention]
+    LATENT: ClassVar[type[LatentAttention]] = SparseLatentAttention
 
-    @property
-    def sharding(self) -> ShardingPlan:
-        return ShardingPlan.union(super().sharding, SparseLatentAttention().sharding)
-
-    def attention(self) -> Module:
-        arch = self.arch
-        mla, dsa = latent(arch), sparse_attention(arch)
-        if mla is None or dsa is None:
-            return super().attention()
-        attention: SparseLatentAttention = child(
-            self,
-            SparseLatentAttention,
-            **dataclasses.asdict(mla),
-            index_n_heads=dsa.index_n_heads,
-            index_head_dim=dsa.index_head_dim,
-            index_topk=dsa.index_topk,
-            index_rope_interleave=dsa.rope_interleave,
-            dsa_phase=dsa.phase,
-            indexer_loss_weight=dsa.indexer_loss_weight,
-            n_embd=arch.n_embd,
-            n_heads=arch.attention.n_heads,
-            dropout=arch.dropout,
-            attention_impl=arch.attention.implementation,
-            position=arch.position,
-            out_std=self.out_std,
-        )
-        return attention
+    def latent_options(self) -> dict[str, Any] | None:
+        dsa = sparse_attention(self.arch)
+        if dsa is None:
+            return None
+        return {
+            "index_n_heads": dsa.index_n_heads,
+            "index_head_dim": dsa.index_head_dim,
+            "index_topk": dsa.index_topk,
+            "index_rope_interleave": dsa.rope_interleave,
+            "dsa_phase": dsa.phase,
+            "indexer_loss_weight": dsa.indexer_loss_weight,
+        }
 
 
 class DeepseekV32MTP(MTPModule):
