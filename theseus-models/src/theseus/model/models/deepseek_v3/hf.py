@@ -49,6 +49,7 @@ from theseus.model.huggingface.names import (
     vocab_head,
 )
 from theseus.model.layers.latent_attention import MLASpec
+from theseus.model.layers.moe import MoESpec
 from theseus.model.models.deepseek_v3.mtp import latent, mtp_depth
 from theseus.model.models.mixtral.hf import expert_maps, mixture
 from theseus.model.stack.architecture import Architecture
@@ -171,6 +172,32 @@ HF_DEFAULTS: dict[str, Any] = {
 }
 
 
+def sigmoid_mixture(family: str, arch: Architecture) -> MoESpec:
+    """The mixture of ``arch``, refused in one line unless it is DeepSeek-V3's kind (sigmoid router, shared
+    experts), which :func:`mixture_config` writes."""
+    moe = mixture(arch)
+    if moe.router != "sigmoid":
+        raise cannot(family, f"architecture/moe/router={moe.router} (its router is sigmoid)")
+    if not moe.n_shared:
+        raise cannot(family, "architecture/moe/n_shared=0 (its mixture layers have shared experts)")
+    return moe
+
+
+def mixture_config(moe: MoESpec) -> dict[str, Any]:
+    """The ``config.json`` fields of DeepSeek-V3's mixture (GLM-4.5's too)."""
+    return {
+        "n_routed_experts": moe.n_experts,
+        "num_experts_per_tok": moe.top_k,
+        "moe_intermediate_size": moe.expert_hidden,
+        "n_shared_experts": moe.n_shared,
+        "norm_topk_prob": moe.norm_topk_prob,
+        "first_k_dense_replace": moe.first_k_dense,
+        "n_group": moe.n_group,
+        "topk_group": moe.topk_group,
+        "routed_scaling_factor": moe.routed_scaling_factor,
+    }
+
+
 def hf_default(config: Mapping[str, Any], field: str) -> Any:
     """``config[field]``, or transformers' default where it is absent."""
     return config.get(field, HF_DEFAULTS[field])
@@ -263,11 +290,7 @@ class DeepseekV3Family(HFFamily):
 
     # -- export ------------------------------------------------------------------------------------
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
-        mla, moe = latent_of(arch), mixture(arch)
-        if moe.router != "sigmoid":
-            raise cannot(self.model_type, f"architecture/moe/router={moe.router} (its router is sigmoid)")
-        if not moe.n_shared:
-            raise cannot(self.model_type, "architecture/moe/n_shared=0 (its mixture layers have shared experts)")
+        mla, moe = latent_of(arch), sigmoid_mixture(self.model_type, arch)
         if arch.feed_forward.activation != "swiglu":
             raise cannot(self.model_type, f"architecture/activation={arch.feed_forward.activation}")
         if arch.attention.qkv_bias or arch.attention.has_out_bias or arch.feed_forward.bias:
@@ -297,15 +320,7 @@ class DeepseekV3Family(HFFamily):
             "qk_nope_head_dim": mla.qk_nope_head_dim,
             "qk_rope_head_dim": mla.qk_rope_head_dim,
             "v_head_dim": mla.v_head_dim,
-            "n_routed_experts": moe.n_experts,
-            "num_experts_per_tok": moe.top_k,
-            "moe_intermediate_size": moe.expert_hidden,
-            "n_shared_experts": moe.n_shared,
-            "norm_topk_prob": moe.norm_topk_prob,
-            "first_k_dense_replace": moe.first_k_dense,
-            "n_group": moe.n_group,
-            "topk_group": moe.topk_group,
-            "routed_scaling_factor": moe.routed_scaling_factor,
+            **mixture_config(moe),
             "num_nextn_predict_layers": mtp_depth(arch),
             "output_router_logits": False,
         }
@@ -329,5 +344,7 @@ __all__ = [
     "feed_forward_maps",
     "key_value_up",
     "layer_maps",
+    "mixture_config",
     "mtp_maps",
+    "sigmoid_mixture",
 ]

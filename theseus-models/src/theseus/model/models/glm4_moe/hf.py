@@ -21,10 +21,9 @@ from typing import Any, ClassVar
 from theseus.model.huggingface.config_fields import partial_rotary_factor, rope_keys, without_partial_rotary
 from theseus.model.huggingface.family import cannot, expect, require, unsupported
 from theseus.model.huggingface.names import TensorMap, same, vocab_embedding, vocab_head
-from theseus.model.models.deepseek_v3.hf import feed_forward_maps
+from theseus.model.models.deepseek_v3.hf import feed_forward_maps, mixture_config, sigmoid_mixture
 from theseus.model.models.gpt_oss.hf import setting
-from theseus.model.models.llama.hf import LlamaFamily, projection_maps
-from theseus.model.models.mixtral.hf import ATTENTION_PEFT_MODULES, mixture
+from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, LlamaFamily, projection_maps
 from theseus.model.stack.architecture import Architecture
 
 GLM4_MOE_CLASS = "theseus.model.models.glm4_moe.model:Glm4Moe"
@@ -128,11 +127,7 @@ class Glm4MoeFamily(LlamaFamily):
 
     # -- export ------------------------------------------------------------------------------------
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
-        moe = mixture(arch)
-        if moe.router != "sigmoid":
-            raise cannot(self.model_type, f"architecture/moe/router={moe.router} (its router is sigmoid)")
-        if not moe.n_shared:
-            raise cannot(self.model_type, "architecture/moe/n_shared=0 (its mixture layers have shared experts)")
+        moe = sigmoid_mixture(self.model_type, arch)
         if arch.attention.qk_norm and arch.attention.qk_norm_span != "head":
             raise cannot(self.model_type, "query/key norms over the whole projections (its norms are per head)")
         if arch.position.scaling.kind not in ("none", "linear", "llama3", "yarn"):
@@ -144,15 +139,7 @@ class Glm4MoeFamily(LlamaFamily):
             {
                 "partial_rotary_factor": fraction,
                 "use_qk_norm": arch.attention.qk_norm,
-                "n_routed_experts": moe.n_experts,
-                "num_experts_per_tok": moe.top_k,
-                "moe_intermediate_size": moe.expert_hidden,
-                "n_shared_experts": moe.n_shared,
-                "norm_topk_prob": moe.norm_topk_prob,
-                "first_k_dense_replace": moe.first_k_dense,
-                "n_group": moe.n_group,
-                "topk_group": moe.topk_group,
-                "routed_scaling_factor": moe.routed_scaling_factor,
+                **mixture_config(moe),
                 "num_nextn_predict_layers": 0,
                 "output_router_logits": False,
             }

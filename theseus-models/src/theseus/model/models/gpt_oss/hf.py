@@ -18,12 +18,17 @@ from typing import Any, ClassVar
 import numpy as np
 
 from theseus.model.huggingface.config_fields import interleaved_layer_types, rope_keys, sliding_window_of
-from theseus.model.huggingface.family import cannot, require
+from theseus.model.huggingface.family import cannot
 from theseus.model.huggingface.names import TensorMap, same, transposed
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.models.gpt_oss.model import DEFAULT_ALPHA, DEFAULT_LIMIT
-from theseus.model.models.llama.hf import LlamaFamily
-from theseus.model.models.mixtral.hf import ATTENTION_PEFT_MODULES, check_routing, mixture, without_dense_mlp
+from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, LlamaFamily
+from theseus.model.models.mixtral.hf import (
+    mixture,
+    softmax_mixture,
+    softmax_mixture_keys,
+    without_dense_mlp,
+)
 from theseus.model.stack.architecture import Architecture
 
 GPT_OSS_CLASS = "theseus.model.models.gpt_oss.model:GptOss"
@@ -75,13 +80,7 @@ class GptOssFamily(LlamaFamily):
         keys.update(
             {
                 "architecture/layer_types": types,
-                "architecture/moe/n_experts": int(require(config, "num_local_experts")),
-                "architecture/moe/top_k": int(require(config, "num_experts_per_tok")),
-                "architecture/moe/expert_hidden": int(require(config, "intermediate_size")),
-                "architecture/moe/norm_topk_prob": True,
-                "architecture/moe/router": "softmax",
-                "architecture/moe/n_shared": 0,
-                "architecture/moe/first_k_dense": 0,
+                **softmax_mixture_keys(config),
                 "architecture/moe/aux_loss": float(config.get("router_aux_loss_coef", 0.001)),
                 ALPHA_KEY: float(config.get("swiglu_alpha", DEFAULT_ALPHA)),
                 LIMIT_KEY: float(config.get("swiglu_limit", DEFAULT_LIMIT)),
@@ -126,10 +125,7 @@ class GptOssFamily(LlamaFamily):
 
     # -- export ------------------------------------------------------------------------------------
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
-        moe = mixture(arch)
-        check_routing(self.model_type, moe, normalised=True)
-        if moe.first_k_dense:
-            raise cannot(self.model_type, f"architecture/moe/first_k_dense={moe.first_k_dense} (dense layers)")
+        moe = softmax_mixture(self.model_type, arch)
         if arch.position.scaling.kind == "longrope":
             raise cannot(self.model_type, "architecture/rope_scaling=longrope")
         config = super().config(arch, settings)

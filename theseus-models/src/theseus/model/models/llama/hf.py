@@ -35,6 +35,16 @@ from theseus.model.stack.architecture import Architecture
 
 LLAMA_CLASS = "theseus.model.models.llama.model:Llama"
 
+#: The attention projections' PEFT modules (alone: a mixture's families, as LoRA on its experts is refused).
+ATTENTION_PEFT_MODULES = {
+    "query": "self_attn.q_proj",
+    "key": "self_attn.k_proj",
+    "value": "self_attn.v_proj",
+    "out": "self_attn.o_proj",
+}
+#: The dense SwiGLU MLP's PEFT modules.
+MLP_PEFT_MODULES = {"up": "mlp.up_proj", "gate": "mlp.gate_proj", "down": "mlp.down_proj"}
+
 
 def projection_maps(arch: Architecture, layer: int) -> list[TensorMap]:
     """The attention and MLP projections of one layer (``model.layers.<layer>.``), without its norms."""
@@ -63,15 +73,7 @@ class LlamaFamily(HFFamily):
     hf_class: ClassVar[str] = "LlamaForCausalLM"
     model_class: ClassVar[str] = LLAMA_CLASS
     fallback: ClassVar[bool] = True
-    peft_modules: ClassVar[Mapping[str, str]] = {
-        "query": "self_attn.q_proj",
-        "key": "self_attn.k_proj",
-        "value": "self_attn.v_proj",
-        "out": "self_attn.o_proj",
-        "up": "mlp.up_proj",
-        "gate": "mlp.gate_proj",
-        "down": "mlp.down_proj",
-    }
+    peft_modules: ClassVar[Mapping[str, str]] = {**ATTENTION_PEFT_MODULES, **MLP_PEFT_MODULES}
 
     # -- import ------------------------------------------------------------------------------------
     def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -257,4 +259,13 @@ class Qwen2Family(LlamaFamily):
         return window_config(arch)
 
 
-__all__ = ["LLAMA_CLASS", "AttentionBiasFamily", "LlamaFamily", "MistralFamily", "Qwen2Family", "projection_maps"]
+__all__ = [
+    "ATTENTION_PEFT_MODULES",
+    "LLAMA_CLASS",
+    "MLP_PEFT_MODULES",
+    "AttentionBiasFamily",
+    "LlamaFamily",
+    "MistralFamily",
+    "Qwen2Family",
+    "projection_maps",
+]

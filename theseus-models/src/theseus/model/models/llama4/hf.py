@@ -32,9 +32,9 @@ from theseus.model.huggingface.names import (
 )
 from theseus.model.layers.attention import CHUNKED_ATTENTION, FULL_ATTENTION
 from theseus.model.models.gpt_oss.hf import setting
-from theseus.model.models.llama.hf import LlamaFamily
+from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, LlamaFamily
 from theseus.model.models.llama4.model import NOPE_EVERY, mixture_layers
-from theseus.model.models.mixtral.hf import ATTENTION_PEFT_MODULES, mixture
+from theseus.model.models.mixtral.hf import mixture
 from theseus.model.stack.architecture import Architecture
 
 LLAMA4_CLASS = "theseus.model.models.llama4.model:Llama4"

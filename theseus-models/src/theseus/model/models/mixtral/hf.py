@@ -14,18 +14,10 @@ from typing import Any, ClassVar
 from theseus.model.huggingface.family import cannot, expect, require
 from theseus.model.huggingface.names import TensorMap, stacked_slice, transposed
 from theseus.model.layers.moe import MoESpec
-from theseus.model.models.llama.hf import LlamaFamily
+from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, LlamaFamily
 from theseus.model.stack.architecture import Architecture
 
 MIXTRAL_CLASS = "theseus.model.models.mixtral.model:Mixtral"
-
-#: Attention projections only: LoRA on a mixture's experts is refused.
-ATTENTION_PEFT_MODULES = {
-    "query": "self_attn.q_proj",
-    "key": "self_attn.k_proj",
-    "value": "self_attn.v_proj",
-    "out": "self_attn.o_proj",
-}
 
 
 def expert_maps(
@@ -74,6 +66,29 @@ def check_routing(family: str, moe: MoESpec, *, normalised: bool | None) -> None
         raise cannot(family, f"architecture/moe/norm_topk_prob={moe.norm_topk_prob}")
 
 
+def softmax_mixture_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``architecture/moe/*`` keys of a softmax-routed mixture in every layer, renormalised top-k and no
+    shared experts (Mixtral, GPT-OSS): experts, top-k and expert width from ``config.json``."""
+    return {
+        "architecture/moe/n_experts": int(require(config, "num_local_experts")),
+        "architecture/moe/top_k": int(require(config, "num_experts_per_tok")),
+        "architecture/moe/expert_hidden": int(require(config, "intermediate_size")),
+        "architecture/moe/norm_topk_prob": True,
+        "architecture/moe/router": "softmax",
+        "architecture/moe/n_shared": 0,
+        "architecture/moe/first_k_dense": 0,
+    }
+
+
+def softmax_mixture(family: str, arch: Architecture) -> MoESpec:
+    """The mixture of ``arch``, refused in one line unless :func:`softmax_mixture_keys` can describe it."""
+    moe = mixture(arch)
+    check_routing(family, moe, normalised=True)
+    if moe.first_k_dense:
+        raise cannot(family, f"architecture/moe/first_k_dense={moe.first_k_dense} (dense layers)")
+    return moe
+
+
 class MixtralFamily(LlamaFamily):
     """``model_type: mixtral``."""
 
@@ -87,17 +102,7 @@ class MixtralFamily(LlamaFamily):
     def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
         expect(config, "router_jitter_noise", 0.0)
         keys = super().keys(config)
-        keys.update(
-            {
-                "architecture/moe/n_experts": int(require(config, "num_local_experts")),
-                "architecture/moe/top_k": int(require(config, "num_experts_per_tok")),
-                "architecture/moe/expert_hidden": int(require(config, "intermediate_size")),
-                "architecture/moe/norm_topk_prob": True,
-                "architecture/moe/router": "softmax",
-                "architecture/moe/n_shared": 0,
-                "architecture/moe/first_k_dense": 0,
-            }
-        )
+        keys.update(softmax_mixture_keys(config))
         return keys
 
     def bias_keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -115,10 +120,7 @@ class MixtralFamily(LlamaFamily):
         return maps
 
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
-        moe = mixture(arch)
-        check_routing(self.model_type, moe, normalised=True)
-        if moe.first_k_dense:
-            raise cannot(self.model_type, f"architecture/moe/first_k_dense={moe.first_k_dense} (dense layers)")
+        moe = softmax_mixture(self.model_type, arch)
         config = super().config(arch, settings)
         config.update(
             {
@@ -140,4 +142,13 @@ class MixtralFamily(LlamaFamily):
         return {"sliding_window": arch.attention.sliding_window}
 
 
-__all__ = ["MIXTRAL_CLASS", "MixtralFamily", "check_routing", "expert_maps", "mixture", "without_dense_mlp"]
+__all__ = [
+    "MIXTRAL_CLASS",
+    "MixtralFamily",
+    "check_routing",
+    "expert_maps",
+    "mixture",
+    "softmax_mixture",
+    "softmax_mixture_keys",
+    "without_dense_mlp",
+]

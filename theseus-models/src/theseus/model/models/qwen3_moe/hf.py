@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 from theseus.model.huggingface.family import require, unsupported
 from theseus.model.huggingface.names import TensorMap
+from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES
 from theseus.model.models.mixtral.hf import (
-    ATTENTION_PEFT_MODULES,
     check_routing,
     expert_maps,
     mixture,

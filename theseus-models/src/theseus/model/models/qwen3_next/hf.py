@@ -26,6 +26,7 @@ from theseus.model.huggingface.family import PeftLayout, cannot, require, unsupp
 from theseus.model.huggingface.names import TensorMap, heads_in, heads_out, same, vocab_embedding, vocab_head
 from theseus.model.layers.attention import FULL_ATTENTION, LINEAR_ATTENTION
 from theseus.model.models.gpt_oss.hf import setting
+from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, MLP_PEFT_MODULES
 from theseus.model.models.llama4.hf import swiglu_maps
 from theseus.model.models.mixtral.hf import expert_maps, mixture
 from theseus.model.models.qwen3.hf import Qwen3Family
@@ -69,20 +70,17 @@ def reshaped(part: TensorMap, shapes: list[tuple[int, ...]]) -> TensorMap:
     )
 
 
+#: The gated attention's PEFT modules: the query shares ``q_proj`` with the output gate (``peft_interleaved``).
+GATED_ATTENTION_PEFT_MODULES = {name: module for name, module in ATTENTION_PEFT_MODULES.items() if name != "query"}
+
+
 class HybridFamily(Qwen3Family):
     """Qwen3-Next's layer layout (``linear_attn`` and gated ``self_attn`` layers, ``layer_types``, partial
     RoPE) with a dense SwiGLU ``mlp`` on every layer (:meth:`mlp_maps`): the base of the ``qwen3_next``
     family and of Qwen3.5's. Not a component itself (no ``model_type``)."""
 
     peft_interleaved: ClassVar[Mapping[str, tuple[str, ...]]] = {"self_attn.q_proj": ("query", "gate")}
-    peft_modules: ClassVar[Mapping[str, str]] = {
-        "key": "self_attn.k_proj",
-        "value": "self_attn.v_proj",
-        "out": "self_attn.o_proj",
-        "up": "mlp.up_proj",
-        "gate": "mlp.gate_proj",
-        "down": "mlp.down_proj",
-    }
+    peft_modules: ClassVar[Mapping[str, str]] = {**GATED_ATTENTION_PEFT_MODULES, **MLP_PEFT_MODULES}
 
     def peft_layout(self, arch: Architecture, layer: int) -> PeftLayout:
         """A full-attention layer's modules as the class attributes name them; a linear-attention layer's
@@ -235,11 +233,7 @@ class Qwen3NextFamily(HybridFamily, Qwen3MoEFamily):
     hf_class: ClassVar[str] = "Qwen3NextForCausalLM"
     model_class: ClassVar[str] = QWEN3_NEXT_CLASS
     fallback: ClassVar[bool] = True
-    peft_modules: ClassVar[Mapping[str, str]] = {
-        "key": "self_attn.k_proj",
-        "value": "self_attn.v_proj",
-        "out": "self_attn.o_proj",
-    }
+    peft_modules: ClassVar[Mapping[str, str]] = GATED_ATTENTION_PEFT_MODULES
 
     def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
         keys = super().keys(config)
