@@ -182,6 +182,7 @@ class TransformerLM(Module):
 
     PRESETS: ClassVar[dict[str, Preset]] = {}
     FAMILY: ClassVar[str] = "transformer"
+    #: The layer defaults below are GPT-2's (``GPT`` keeps them); a family sets its own.
     ACTIVATION: ClassVar[str] = "gelu"
     NORM: ClassVar[str] = "layernorm"
     USE_BIAS: ClassVar[bool] = True

@@ -34,14 +34,10 @@ class GPT(TransformerLM):
     (36, 20, 1280), ``gpt2-1558m`` (48, 25, 1600). The GPT-2 parameter counts hold at
     ``architecture/vocab_size=50257``, ``architecture/block_size=1024`` and
     ``architecture/vocab_multiple=1`` (the default multiple, 128, pads the head to 50304 rows). See
-    :class:`TransformerLM` for the keys, the call contract and how presets and keys combine.
+    :class:`TransformerLM` for the keys, the call contract and how presets and keys combine; its layer
+    defaults (``ACTIVATION``, ``NORM``, ``USE_BIAS``, ``ROTARY``, ``TIED_EMBEDDINGS``,
+    ``LEARNED_POSITIONS``) are GPT-2's, which this class keeps.
     """
 
     PRESETS: ClassVar[dict[str, Preset]] = GPT_PRESETS
     FAMILY: ClassVar[str] = "GPT"
-    ACTIVATION: ClassVar[str] = "gelu"
-    NORM: ClassVar[str] = "layernorm"
-    USE_BIAS: ClassVar[bool] = True
-    ROTARY: ClassVar[bool] = False
-    TIED_EMBEDDINGS: ClassVar[bool] = True
-    LEARNED_POSITIONS: ClassVar[bool] = True

@@ -5,19 +5,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from theseus.config import field
-from theseus.model.models.olmo2.model import OLMo2
+from theseus.model.models.olmo2.model import OLMO2_PRESETS, OLMo2
 from theseus.model.stack.architecture import Preset
 from theseus.model.stack.windows import InterleavedWindows
 
 OLMO3_PRESETS: dict[str, Preset] = {
-    "tiny": Preset(
-        n_layers=4,
-        n_heads=4,
-        n_kv_heads=4,
-        n_embd=128,
-        mlp_ratio=4.0,
-        description="~0.9M parameters at vocab 257; tests and demos",
-    ),
+    "tiny": OLMO2_PRESETS["tiny"],
     # allenai/Olmo-3-1025-7B's config.json: 32 layers, 32 heads of 128 (no grouping), 4096 wide,
     # intermediate 11008, untied head; 7.299B parameters at vocab 100352.
     "olmo3-7b": Preset(
