@@ -27,11 +27,11 @@ from theseus.model.layers._common import (
 )
 from theseus.model.layers.cache_view import cached_layer, visible_slots
 from theseus.model.layers.context_parallel import context_parallel_attention, context_size, refuse
+from theseus.model.layers.layer_call import LayerCall, StackLayer
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
 from theseus.model.layers.rotary import PositionSpec, RotaryEmbedding, rotate
 from theseus.model.layers.splash import notice_fallback, splash_attention, unsupported
-from theseus.model.module import Module
 
 ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash")
 
@@ -556,7 +556,7 @@ def cached_attention(
     return out.transpose(0, 3, 1, 2, 4).reshape(batch, steps, n_heads, head_dim)
 
 
-class CausalSelfAttention(Module):
+class CausalSelfAttention(StackLayer):
     """Causal self-attention with grouped-query heads, optional RoPE, padding masks and a KV cache.
 
     Config keys: ``architecture/n_heads`` (query heads, required when used alone),
@@ -867,15 +867,8 @@ class CausalSelfAttention(Module):
         return y
 
     @nn.compact
-    def __call__(
-        self,
-        x: jax.Array,
-        padding_mask: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        deterministic: bool = False,
-        decode: bool = False,
-        layer: int | jax.Array | None = None,
-    ) -> jax.Array:
+    def forward(self, x: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
+        padding_mask, positions, deterministic, decode = call
         n_embd = x.shape[-1]
         if self.n_embd is not None and self.n_embd != n_embd:
             raise ConfigError(f"attention input width {n_embd} does not match architecture/n_embd={self.n_embd}")

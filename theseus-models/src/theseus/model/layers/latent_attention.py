@@ -42,6 +42,7 @@ from theseus.model.layers.attention import (
     dot_product_attention,
 )
 from theseus.model.layers.context_parallel import refuse
+from theseus.model.layers.layer_call import LayerCall, StackLayer
 from theseus.model.layers.matmul import project
 from theseus.model.layers.norms import RMSNorm
 from theseus.model.layers.rotary import PositionSpec, RopeScaling, rotate, yarn_mscale
@@ -181,7 +182,7 @@ class MLAKeys(Module):
         ).validate()
 
 
-class LatentAttention(MLAKeys):
+class LatentAttention(MLAKeys, StackLayer):
     """Causal multi-head latent attention (see the module docstring), with padding masks and a
     compressed KV cache; the call is :class:`~theseus.model.layers.attention.CausalSelfAttention`'s.
 
@@ -383,15 +384,8 @@ class LatentAttention(MLAKeys):
         return self._expanded(i.q, i.latent, i.rope_key, i.key, i.value, padding_mask, scale)
 
     @nn.compact
-    def __call__(
-        self,
-        x: jax.Array,
-        padding_mask: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        deterministic: bool = False,
-        decode: bool = False,
-        layer: int | jax.Array | None = None,
-    ) -> jax.Array:
+    def forward(self, x: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
+        padding_mask, positions, deterministic, decode = call
         refuse("multi-head latent attention (DeepSeek-V3)")
         if self.attention_impl not in ATTENTION_IMPLEMENTATIONS:
             raise ConfigError(

@@ -1,11 +1,11 @@
 """``Block``: one transformer layer (attention + MLP, each on a residual branch, normalised before
-or after the branch), and ``LayerCall``: what a layer is called with besides its input."""
+or after the branch), and ``LayerCall``: what a layer is called with besides its input
+(:mod:`theseus.model.layers.layer_call`)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import jax
 
@@ -14,30 +14,13 @@ from theseus.config import configuration, configure
 from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, child, constrain
 from theseus.model.layers.attention import CausalSelfAttention
+from theseus.model.layers.layer_call import LayerCall, StackLayer
 from theseus.model.layers.mlp import MLP
 from theseus.model.layers.norms import LayerNorm, NormSpec, RMSNorm
 from theseus.model.module import Module
 from theseus.model.stack.architecture import Architecture
 
 M = TypeVar("M", bound=Module)
-
-
-class LayerCall(NamedTuple):
-    """What every layer of one forward pass is called with after its input, in this order: ``layer(x, *call)``,
-    or ``layer(x, *call, index)`` for a layer told its index (its window, RoPE base and cache shape). A layer's
-    ``__call__`` takes them as positional parameters of these names, then ``layer`` (:class:`Block`, the
-    attention layers); ``nn.remat`` and ``nn.scan`` address them by position (:data:`STATIC_ARGNUMS`)."""
-
-    padding_mask: jax.Array | None = None
-    positions: jax.Array | None = None
-    deterministic: bool = False
-    decode: bool = False
-
-    @classmethod
-    def split(cls, args: Sequence[Any]) -> tuple[LayerCall, tuple[Any, ...]]:
-        """A layer's positional arguments after its input: this call, and what follows it (an index)."""
-        count = len(cls._fields)
-        return cls(*args[:count]), tuple(args[count:])
 
 
 #: Positions of ``deterministic`` and ``decode`` in a layer's call, the module being 0 and the input 1: the
@@ -80,7 +63,7 @@ def make_norm(parent: Module, spec: NormSpec, name: str | None = None) -> LayerN
     raise ConfigError(f"unknown norm {spec.kind!r}; use 'layernorm' or 'rmsnorm'")
 
 
-class Block(Module):
+class Block(StackLayer):
     """``x + attn(attn_norm(x))`` then ``x + mlp(mlp_norm(x))``; with the architecture's
     ``norm_placement="post"``: ``x + attn_norm(attn(x))`` then ``x + mlp_norm(mlp(x))``; with
     ``"sandwich"``: ``x + attn_out_norm(attn(attn_norm(x)))`` then ``x + mlp_out_norm(mlp(mlp_norm(x)))``
@@ -173,28 +156,18 @@ class Block(Module):
         attention = attn.flops(seq) if layer is None else attn.flops(seq, layer=layer)
         return int(attention) + int(self.mlp.flops(seq))
 
-    def __call__(
-        self,
-        x: jax.Array,
-        padding_mask: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        deterministic: bool = False,
-        decode: bool = False,
-        layer: int | jax.Array | None = None,
-    ) -> jax.Array:
-        call = LayerCall(padding_mask, positions, deterministic, decode)
-
+    def forward(self, x: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
         def attend(h: jax.Array) -> jax.Array:
             return self.attn(h, *call, layer)
 
         placement = self.arch.norm.placement
         if placement == "sandwich":
             x = x + self.attn_out_norm(attend(self.attn_norm(x)))
-            x = x + self.mlp_out_norm(self.mlp(self.mlp_norm(x), deterministic))
+            x = x + self.mlp_out_norm(self.mlp(self.mlp_norm(x), call.deterministic))
         elif placement == "post":
             x = x + self.attn_norm(attend(x))
-            x = x + self.mlp_norm(self.mlp(x, deterministic))
+            x = x + self.mlp_norm(self.mlp(x, call.deterministic))
         else:
             x = x + attend(self.attn_norm(x))
-            x = x + self.mlp(self.mlp_norm(x), deterministic)
+            x = x + self.mlp(self.mlp_norm(x), call.deterministic)
         return constrain(x, ACTIVATION_AXES)

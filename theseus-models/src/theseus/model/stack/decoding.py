@@ -106,7 +106,7 @@ def loops_layers(model: TransformerLM, max_len: int | None = None) -> bool:
         return False
     plain: list[tuple[Any, type, tuple[str, ...]]] = [
         (kind, TransformerLM, ("__call__", "hidden", "_layers")),
-        (block, Block, ("__call__", "attention")),
+        (block, Block, ("__call__", "forward", "attention")),
         (getattr(block, "ATTENTION", None), CausalSelfAttention, ("_attend", "_cached", "_ring")),
     ]
     if any(getattr(cls, name, None) is not getattr(base, name) for cls, base, names in plain for name in names):

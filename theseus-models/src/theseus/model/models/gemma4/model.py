@@ -241,16 +241,8 @@ class Gemma4Block(Block):
         extra = 6 * seq * 2 * self.gemma4.per_layer_dim * self.gemma4.n_embd
         return super().flops(seq, layer) + extra
 
-    def __call__(  # type: ignore[override]
-        self,
-        x: Carry,
-        padding_mask: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        deterministic: bool = False,
-        decode: bool = False,
-        layer: int | jax.Array | None = None,
-    ) -> Carry:
-        h = super().__call__(x.hidden, padding_mask, positions, deterministic, decode, layer)
+    def forward(self, x: Carry, call: LayerCall, layer: int | jax.Array | None) -> Carry:  # type: ignore[override]
+        h = super().forward(x.hidden, call, layer)
         if x.per_layer is not None:
             mine = jax.lax.dynamic_index_in_dim(x.per_layer, x.index, axis=2, keepdims=False)
             h = h + self.per_layer_input(h, mine)

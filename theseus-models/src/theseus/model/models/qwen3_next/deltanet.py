@@ -27,8 +27,8 @@ from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, child, constrain, layer_width, normal, param
 from theseus.model.layers.attention import missing_cache_error
 from theseus.model.layers.context_parallel import refuse
+from theseus.model.layers.layer_call import LayerCall, StackLayer
 from theseus.model.layers.norms import RMSNorm
-from theseus.model.module import Module
 
 #: transformers' (and the FLA kernels') epsilon of the query/key L2 norm.
 L2_EPS = 1e-6
@@ -195,7 +195,7 @@ def causal_conv(x: jax.Array, kernel: jax.Array, history: jax.Array | None = Non
     return sum(full[:, j : j + steps] * kernel[j].astype(jnp.float32) for j in range(taps))  # type: ignore[return-value]
 
 
-class GatedDeltaNet(Module):
+class GatedDeltaNet(StackLayer):
     """Qwen3-Next's ``linear_attention`` layer, called as an attention layer: ``(x, *call, layer) -> [B, T, E]``
     with a :class:`~theseus.model.stack.block.LayerCall` (its positions and ``layer`` unused).
 
@@ -304,15 +304,8 @@ class GatedDeltaNet(Module):
         return out
 
     @nn.compact
-    def __call__(
-        self,
-        x: jax.Array,
-        padding_mask: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        deterministic: bool = False,
-        decode: bool = False,
-        layer: int | jax.Array | None = None,
-    ) -> jax.Array:
+    def forward(self, x: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
+        padding_mask, _positions, deterministic, decode = call
         refuse("Gated DeltaNet linear attention (Qwen3-Next)")
         dtype = self._activation_dtype
         hk, hv, dk, dv = self.key_heads, self.value_heads, self.key_dim, self.value_dim
