@@ -556,6 +556,19 @@ def cached_attention(
     return out.transpose(0, 3, 1, 2, 4).reshape(batch, steps, n_heads, head_dim)
 
 
+def merged_heads(
+    module: nn.Module, y: jax.Array, kernel: jax.Array, dtype: jnp.dtype, deterministic: bool
+) -> jax.Array:
+    """The heads' outputs ``y`` ``[B, T, heads, head_dim]`` through an attention layer's output projection
+    ``out`` (``kernel`` ``[heads, head_dim, embed]``), plus its LoRA adapter when the layer adapts ``out``
+    (the layer's ``_adapted``)."""
+    out = project("btnh,nhe->bte", y, kernel, dtype)
+    if module._adapted("out"):  # type: ignore[attr-defined]
+        dims = ((Axis.HEADS, Axis.HEAD_DIM), (Axis.EMBED,))
+        out = out + lora.layer_adapter(module, "out", y, y.shape[2:], out.shape[2:], dims, deterministic)
+    return out
+
+
 class CausalSelfAttention(StackLayer):
     """Causal self-attention with grouped-query heads, optional RoPE, padding masks and a KV cache.
 
@@ -893,10 +906,7 @@ class CausalSelfAttention(StackLayer):
         kernel = self._kernel(
             "out", normal(out_std), (n_heads, head_dim, n_embd), (Axis.HEADS, Axis.HEAD_DIM, Axis.EMBED), n_in=2
         )
-        out = project("btnh,nhe->bte", y, kernel, dtype)
-        if self._adapted("out"):
-            dims = ((Axis.HEADS, Axis.HEAD_DIM), (Axis.EMBED,))
-            out = out + lora.layer_adapter(self, "out", y, (n_heads, head_dim), (n_embd,), dims, deterministic)
+        out = merged_heads(self, y, kernel, dtype, deterministic)
         if self.attention_spec.has_out_bias:
             out = out + cast(param(self, "out_bias", nn.initializers.zeros_init(), (n_embd,), (Axis.EMBED,)), dtype)
         if self.dropout > 0.0 and not deterministic:

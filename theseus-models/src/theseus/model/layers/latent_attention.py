@@ -40,6 +40,7 @@ from theseus.model.layers.attention import (
     ATTENTION_IMPLEMENTATIONS,
     append_to_cache,
     dot_product_attention,
+    merged_heads,
 )
 from theseus.model.layers.context_parallel import refuse
 from theseus.model.layers.layer_call import LayerCall, StackLayer
@@ -416,12 +417,8 @@ class LatentAttention(MLAKeys, StackLayer):
 
         out_std = std if self.out_std is None else self.out_std
         out_axes = (Axis.HEADS, Axis.HEAD_DIM, Axis.EMBED)
-        out = project(
-            "btnh,nhe->bte", y, self._kernel("out", (n_heads, spec.v_head_dim, n_embd), out_axes, out_std), dtype
-        )
-        if self._adapted("out"):
-            dims = (out_axes[:2], out_axes[2:])
-            out = out + lora.layer_adapter(self, "out", y, (n_heads, spec.v_head_dim), (n_embd,), dims, deterministic)
+        kernel = self._kernel("out", (n_heads, spec.v_head_dim, n_embd), out_axes, out_std)
+        out = merged_heads(self, y, kernel, dtype, deterministic)
         if self.dropout > 0.0 and not deterministic:
             out = nn.Dropout(rate=self.dropout)(out, deterministic=False)
         return out
