@@ -88,8 +88,11 @@ def test_same_seed_same_tokens_other_seed_other_tokens(family: type[TransformerL
     params = spread_params(model, seed=1)
     sampling = SAMPLED
     a = generate_tokens(model, params, PROMPTS, NEW, sampling=sampling, seed=0)
+    programs, shapes = decode._sample._cache_size(), decode.cache_shapes.cache_info().misses
     b = generate_tokens(model, params, PROMPTS, NEW, sampling=sampling, seed=0)
     c = generate_tokens(model, params, PROMPTS, NEW, sampling=sampling, seed=1)
+    # the same sizes again (a rollout per step): no new program, and the empty cache's shapes not traced again
+    assert (decode._sample._cache_size(), decode.cache_shapes.cache_info().misses) == (programs, shapes)
     assert a == b
     assert [x.tokens for x in a] != [x.tokens for x in c]
     assert all(len(x.tokens) == NEW for x in a)

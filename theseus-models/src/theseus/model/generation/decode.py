@@ -146,16 +146,23 @@ def empty_cache(model: TransformerLM, rows: int, slots: int, sharding: TrainerSh
     in its unwritten slots nor finite keys in its written ones (a Llama of 8 layers, 1024 wide, bfloat16, 16
     rows: 3,913 NaN keys), and looped generations drew other tokens than the unrolled layers; the same
     step given the cache as a donated argument kept it exact."""
+    shapes = cache_shapes(model, rows, slots)
     if sharding is None:
-        return init_cache(model, rows, slots)
-    one, two = (jax.eval_shape(lambda n=n: init_cache(model, n, slots)) for n in (1, 2))
+        return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    one, two = cache_shapes(model, 1, slots), cache_shapes(model, 2, slots)
 
     def placed(a: jax.ShapeDtypeStruct, b: jax.ShapeDtypeStruct) -> jax.sharding.NamedSharding:
         grown = [axis for axis, (m, n) in enumerate(zip(a.shape, b.shape, strict=True)) if m != n]
         return sharding.batch_sharding(a.ndim, grown[0]) if grown else sharding.replicated
 
-    shardings = jax.tree.map(placed, one, two)
-    return jax.jit(functools.partial(init_cache, model, rows, slots), out_shardings=shardings)()
+    return jax.tree.map(lambda s, a, b: jnp.zeros(s.shape, s.dtype, device=placed(a, b)), shapes, one, two)
+
+
+@functools.lru_cache(maxsize=64)
+def cache_shapes(model: TransformerLM, rows: int, slots: int) -> Any:
+    """The shapes and dtypes of :func:`init_cache`'s entries, traced once per model and size (a generation
+    per rollout step asks again and again for the same)."""
+    return jax.eval_shape(lambda: init_cache(model, rows, slots))
 
 
 @functools.partial(
