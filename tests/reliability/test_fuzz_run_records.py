@@ -29,13 +29,18 @@ HOSTILE_TEXTS: tuple[bytes, ...] = (
     b'{"step": -1e400, "time": NaN, "updated": Infinity}',
     b'{"step": ' + b"9" * 5000 + b"}",
     b'{"step": 9223372036854775808, "tokens_seen": 18446744073709551616}',
+    b'{"updated": 1' + b"0" * 400 + b', "best_val_loss": 1' + b"0" * 400 + b"}",
+    b'{"split": "val", "step": 1, "loss": 1' + b"0" * 400 + b"}",
     b'{"step": 3, "loss": "\xff\xfe"}',
     b"\xef\xbb\xbf{}",
     b'{"step": 1',
     b"",
 )
 #: The fields theseus reads from these records, given values of every type.
-FIELDS = ("step", "loss", "val_loss", "tokens_seen", "time", "updated", "state", "pid", "host", "since", "job")
+FIELDS = (
+    "step", "split", "loss", "val_loss", "best_val_loss", "tokens_seen", "time", "updated", "state", "pid", "host",
+    "since", "job",
+)  # fmt: skip
 #: The files written, relative to the run folder.
 FILES = ("status.json", "metrics.jsonl", "provenance.json", "lock", "checkpoints/2/meta/metadata")
 
@@ -102,3 +107,17 @@ def test_hostile_run_records_are_listed_or_refused_in_one_line(files: dict[str, 
             assert "Traceback" not in err, err
             errors = [line for line in err.splitlines() if line.startswith("error: ")]
             assert (code == 2) == (len(errors) == 1), err
+
+
+def test_integers_past_a_floats_range_are_no_numbers_to_list() -> None:
+    """A status.json ``updated`` and a validation line's ``loss`` of 401 digits broke ``theseus runs`` with an
+    OverflowError (they are finite JSON integers, but no float)."""
+    huge = b"1" + b"0" * 400
+    files = {
+        "status.json": b'{"state": "done", "step": 2, "updated": ' + huge + b"}",
+        "metrics.jsonl": b'{"step": 1, "loss": 2.0}\n{"split": "val", "step": 2, "loss": ' + huge + b"}\n",
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        write_run(Path(folder), files)
+        for args in (["runs", "--root", folder], ["runs", "show", "r", "--root", folder]):
+            assert command(args)[0] == 0

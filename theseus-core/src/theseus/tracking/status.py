@@ -49,8 +49,15 @@ def _process_start(pid: int) -> str | None:
 
 
 def finite(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number, else None (what a record's number fields hold)."""
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    """``value`` as a float when it is a finite number, else None (what a record's number fields hold; an
+    integer past a float's range, ``10**400``, is not one)."""
+    if not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 #: The largest ``status.json`` a reader takes: a record is a few hundred bytes.
