@@ -57,6 +57,21 @@ def test_close_drops_the_steps_made_ahead_and_a_failure_reaches_the_trainer() ->
     assert producer._pending == {} and producer._pool is None
 
 
+def test_no_step_past_the_runs_last_is_made_ahead() -> None:
+    made: list[int] = []
+
+    def make(params: dict, step: int) -> int:
+        made.append(step)
+        return step
+
+    producer = RolloutProducer(make, 2, last=3)
+    try:
+        assert [producer.take(step, {"w": np.zeros(2)}).made for step in range(4)] == [0, 1, 2, 3]
+    finally:
+        producer.close()
+    assert sorted(made) == [0, 1, 2, 3]  # steps 4 and 5, two ahead of the last steps, are never sampled
+
+
 ASYNC_RUN = ["training/steps=3", "training/lr=1e-2"]
 
 

@@ -41,26 +41,32 @@ def _copied(params: Any) -> Any:
 
 
 class RolloutProducer(Generic[Made]):
-    """Calls ``make(params, step)`` on a worker thread for the steps ahead, each with ``copy`` (default: a
-    copy on the same devices) of the parameters of the step ``staleness`` steps before it."""
+    """Calls ``make(params, step)`` on a worker thread for the steps ahead, up to step ``last`` (the run's
+    last; None: no end), each with ``copy`` (default: a copy on the same devices) of the parameters of the
+    step ``staleness`` steps before it."""
 
     def __init__(
-        self, make: Callable[[Any, int], Made], staleness: int, copy: Callable[[Any], Any] | None = None
+        self,
+        make: Callable[[Any, int], Made],
+        staleness: int,
+        copy: Callable[[Any], Any] | None = None,
+        last: int | None = None,
     ) -> None:
         if staleness < 0:
             raise ValueError(f"staleness must be >= 0, got {staleness}")
-        self.make, self.staleness = make, staleness
+        self.make, self.staleness, self.last = make, staleness, last
         self.copy = copy or _copied
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[int, tuple[Future[Made], int]] = {}
 
     def take(self, step: int, params: Any) -> Produced[Made]:
         """Step ``step``'s rollouts, waiting for them if they are not ready; ``params``: the parameters of
-        ``step`` (those after the update before it). Steps up to ``step + staleness`` not yet asked for are
-        handed to the worker with a copy of ``params``."""
+        ``step`` (those after the update before it). Steps up to ``step + staleness`` (never past ``last``)
+        not yet asked for are handed to the worker with a copy of ``params``."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="theseus-rollouts")
-        for ahead in range(step, step + self.staleness + 1):
+        end = step + self.staleness if self.last is None else max(step, min(step + self.staleness, self.last))
+        for ahead in range(step, end + 1):
             if ahead not in self._pending:
                 copy = self.copy(params)  # the live parameters are donated to the next update
                 context = contextvars.copy_context()  # the worker sees the configuration the trainer's thread sees
@@ -71,12 +77,13 @@ class RolloutProducer(Generic[Made]):
         return Produced(made, step - sampled_at, time.perf_counter() - began)
 
     def close(self) -> None:
-        """Drop the rollouts not yet taken (a worker already sampling finishes first) and end the worker."""
+        """Drop the rollouts not yet taken and end the worker, without waiting for a rollout it is making
+        (a failed or stopped run is not held up by a generation whose result nobody takes)."""
         for future, _ in self._pending.values():
             future.cancel()
         self._pending.clear()
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
 

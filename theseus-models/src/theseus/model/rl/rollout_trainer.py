@@ -249,7 +249,7 @@ class RolloutTrainer(SFTTrainer):
                 return self._made(params, step, sampled_apart=staleness > 0)
 
             copy = None if self._rollout_sharding is None else self.sampling_params  # a transfer copies
-            self._rollout_producer = RolloutProducer(make, staleness, copy)
+            self._rollout_producer = RolloutProducer(make, staleness, copy, last=int(self.args.steps) - 1)
         return self._rollout_producer
 
     def close(self) -> None:
