@@ -18,3 +18,12 @@ class Stuck(Job):
         print("ready", flush=True)
         time.sleep(600)
         sys.exit(0)
+
+
+@job("test/broken")
+class Broken(Job):
+    """Starts a thread that waits forever, then fails with an error theseus does not know (a defect)."""
+
+    def run(self) -> None:
+        threading.Thread(target=threading.Event().wait, name="waits-forever").start()
+        raise RuntimeError("a defect in a job")

@@ -177,3 +177,13 @@ def test_ctrl_c_ends_the_command_although_a_thread_waits_forever(tmp_path: Path)
         process.kill()
     assert process.returncode == 130
     assert err.strip().splitlines()[-1] == "aborted"
+
+
+@pytest.mark.timeout(60)
+def test_a_defect_ends_the_command_with_its_traceback_although_a_thread_waits_forever(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "theseus.cli.main", "--load", str(HERE / "stuck_job.py"), "run", "test/broken"]
+    done = subprocess.run(
+        [*command, "--root", str(tmp_path)], env=clean_env(), capture_output=True, text=True, timeout=45
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == "RuntimeError: a defect in a job"

@@ -247,6 +247,13 @@ def main(argv: list[str] | None = None) -> None:
         leave(130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except Exception:  # a defect, not a user mistake: its traceback, then the same bounded exit
+        if argv is not None:
+            raise
+        import traceback
+
+        traceback.print_exc()
+        leave(1)
 
 
 if __name__ == "__main__":

@@ -313,10 +313,12 @@ class TrainingLoop:
                 with contextlib.suppress(Exception):  # after a failure: let a plot being drawn finish
                     plotter.wait()
             self.display.close()
-            if logger is not None:
-                logger.close()
-            store.close()
-            self.trainer.close()
+            try:
+                if logger is not None:
+                    logger.close()
+                store.close()  # may raise: the last checkpoint's write failed
+            finally:
+                self.trainer.close()  # its loader and rollout worker end whatever happened above
         finally:  # last: a SIGTERM while the final checkpoint is written is still the guard's
             if hasattr(self, "guard"):
                 self.guard.restore()
