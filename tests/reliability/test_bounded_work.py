@@ -104,7 +104,7 @@ def test_a_template_of_nested_loops_is_stopped_in_time(monkeypatch: pytest.Monke
     started = time.monotonic()
     with pytest.raises(DataError) as stopped:
         ChatTemplate(loops, name="loops.jinja").render(MESSAGES)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # the deadline, not the loops' hours
     assert str(stopped.value) == (
         "chat template loops.jinja was stopped while rendering a conversation: it ran for more than 0.3 s; "
         "choose another template with data/chat/template"
@@ -114,10 +114,17 @@ def test_a_template_of_nested_loops_is_stopped_in_time(monkeypatch: pytest.Monke
         ChatTemplate(macro, name="macro.jinja").render(MESSAGES)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     ("source", "reason"),
     [
+        ("{{ '%*s' % (10**9, 'x') }}", "it asked for a field wider than 16,777,216 characters"),
+        ("{{ '{:>1000000000}'.format('x') }}", "it asked for a field wider than 16,777,216 characters"),
+        ("{{ '%1000000000s'|format('x') }}", "it asked for a field wider than 16,777,216 characters"),
+        ("{{ 'x'.ljust(10**9) }}", "it gave ljust a number larger than 16,777,216"),
+        ("{{ 'x'|center(10**9) }}", "it gave center a number larger than 16,777,216"),
+        ("{{ ('x' * 10**6)|replace('x', 'x' * 100) }}", "it built a value of more than 16,777,216 characters or items"),
+        ("{{ ('x' * 10**6).replace('x', 'x' * 100) }}", "it built a value of more than 16,777,216 characters or items"),
         ("{{ 'x' * 10**10 }}", "it built a value of more than 16,777,216 characters or items"),
         ("{{ 7 ** 100000000 }}", "it built an integer of more than 65536 bits"),
         ("{{ '%1000000000s' % 'x' }}", "it asked for a field wider than 16,777,216 characters"),
@@ -131,7 +138,8 @@ def test_a_template_of_nested_loops_is_stopped_in_time(monkeypatch: pytest.Monke
         ),
     ],
 )
-def test_a_template_that_builds_too_much_is_stopped(source: str, reason: str) -> None:
+def test_a_template_that_builds_too_much_is_stopped(source: str, reason: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bounded_jinja, "RENDER_SECONDS", 240.0)  # a slow machine meets the size bound first too
     with pytest.raises(DataError) as stopped:
         ChatTemplate(source, name="big.jinja").render(MESSAGES)
     assert f"was stopped while rendering a conversation: {reason};" in str(stopped.value)

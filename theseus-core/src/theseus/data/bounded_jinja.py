@@ -8,6 +8,10 @@ keeps it from reaching Python; the bounds here keep it from running forever or f
 - ``+``, ``*``, ``**``, ``%`` and ``~`` refuse a result longer than :data:`MAX_TEXT` characters (or
   items) or an integer past :data:`MAX_INT_BITS` bits, before building it where the size is known in
   advance (``~`` is checked once built);
+- a call or a filter is refused before it runs when it is given a number past :data:`MAX_TEXT` (a width or
+  a count: ``'x'.ljust(10**9)``, ``|center(10**9)``), a format asking for such a width
+  (``'{:>1000000000}'.format(x)``, ``|format``) or a replacement whose result would be past it, and its
+  result is checked for size;
 - the text written is counted as it is produced, up to :data:`MAX_TEXT` characters.
 
 A rendering past a bound raises :class:`RenderBoundError`.
@@ -88,9 +92,31 @@ def _check_operands(operator: str, left: Any, right: Any) -> None:
         if right * left.bit_length() > MAX_INT_BITS:
             raise RenderBoundError(f"it built an integer of more than {MAX_INT_BITS} bits")
     elif operator == "%" and isinstance(left, str):
-        longest = max((len(digits) for digits in re.findall(r"\d+", left)), default=0)
-        if longest > len(str(MAX_TEXT)):  # a width or precision such as %1000000000s
-            raise RenderBoundError(f"it asked for a field wider than {MAX_TEXT:,} characters")
+        _check_format(left, right if isinstance(right, tuple) else (right,))
+
+
+def _check_format(text: str, args: Iterable[Any] = ()) -> None:
+    """Refuse a format (``%`` or ``str.format``) that asks for a field wider than :data:`MAX_TEXT`: a width
+    or precision written in it (``%1000000000s``, ``{:>1000000000}``) or given as an argument (``%*s``)."""
+    longest = max((len(digits) for digits in re.findall(r"\d+", text)), default=0)
+    given = "*" in text and any(_is_int(a) and abs(a) > MAX_TEXT for a in args)
+    if longest > len(str(MAX_TEXT)) or given:
+        raise RenderBoundError(f"it asked for a field wider than {MAX_TEXT:,} characters")
+
+
+def _check_arguments(name: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Refuse a call or filter ``name`` on ``target`` whose arguments ask for more than the bounds: a number
+    past :data:`MAX_TEXT` (a width, a count), a format of such a width, a replacement past :data:`MAX_TEXT`."""
+    values = (*args, *kwargs.values())
+    if any(_is_int(v) and abs(v) > MAX_TEXT for v in values):
+        raise RenderBoundError(f"it gave {name} a number larger than {MAX_TEXT:,}")
+    if name in ("format", "format_map") and isinstance(target, str):
+        _check_format(target, values)
+    if name == "replace" and isinstance(target, str) and len(args) >= 2:
+        old, new = str(args[0]), str(args[1])
+        grown = len(target) + (target.count(old) if old else len(target) + 1) * max(0, len(new) - len(old))
+        if grown > MAX_TEXT:
+            raise RenderBoundError(f"it built a value of more than {MAX_TEXT:,} characters or items")
 
 
 def bounded_steps(iterable: Iterable[Any]) -> Iterator[Any]:
@@ -113,12 +139,42 @@ def bounded_environment(**options: Any) -> Any:
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
             _check_time()
-            return super().call(__context, __obj, *args, **kwargs)
+            name = getattr(__obj, "__name__", type(__obj).__name__)
+            bound_to = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)  # the sandbox wraps str.format
+            _check_arguments(name, bound_to, args, kwargs)
+            return _check_size(super().call(__context, __obj, *args, **kwargs))
 
     environment = BoundedSandbox(**options)
+    for name, function in list(environment.filters.items()):
+        environment.filters[name] = _bounded_filter(name, function)
     environment.filters[_STEPS_FILTER] = bounded_steps
     environment.filters[_VALUE_FILTER] = _check_size
     return environment
+
+
+def _bounded_filter(name: str, function: Any) -> Any:
+    """Filter ``name`` with its arguments checked before it runs and its result after (a filter is called
+    directly, not through the sandbox's ``call``)."""
+    import functools
+
+    @functools.wraps(function)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        _check_time()
+        plain = [a for a in args if not _is_jinja_context(a)]
+        target = plain[0] if plain else None
+        _check_arguments(name, target, tuple(plain[1:]), kwargs)
+        return _check_size(function(*args, **kwargs))
+
+    return bounded
+
+
+def _is_jinja_context(value: Any) -> bool:
+    """Whether ``value`` is what Jinja passes a filter first (its environment, context or eval context)."""
+    from jinja2.environment import Environment
+    from jinja2.nodes import EvalContext
+    from jinja2.runtime import Context
+
+    return isinstance(value, (Environment, Context, EvalContext))
 
 
 #: The filters :func:`compile_bounded` puts around loops and ``~`` (a filter is called directly, without
