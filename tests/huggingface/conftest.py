@@ -43,6 +43,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         GlmMoeDsaConfig,
         GPT2Config,
         GptOssConfig,
+        Lfm2Config,
         Llama4TextConfig,
         LlamaConfig,
         MiniMaxM2Config,
@@ -93,6 +94,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "minimax_m2": MiniMaxM2Config,
         "smollm3": SmolLM3Config,
         "glm4_moe": Glm4MoeConfig,
+        "lfm2": Lfm2Config,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
@@ -112,6 +114,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
         common.update(MINIMAX_M2)
     if family in ("deepseek_v32", "glm_moe_dsa"):  # DSA below: latent attention, an indexer keeping 4 keys
         common.update(DSA)
+    if family == "lfm2":  # LFM2 below: a short-convolution layer 0, an attention layer 1, a tied head
+        common.update(LFM2)
     if family == "phi3":  # its default pad id (32000) is past this vocabulary
         common["pad_token_id"] = None
     if family in GEMMA:
@@ -378,6 +382,20 @@ GLM4_MOE = {
     "topk_group": 1,
     "routed_scaling_factor": 2.5,
     "norm_topk_prob": True,
+    "pad_token_id": None,
+}
+
+
+#: LFM2 at a small scale: a gated short convolution of 3 taps on layer 0 and attention on layer 1 (per-head
+#: query/key norms, heads of 8), block_ff_dim 72 adjusted as the releases' is (two thirds, rounded up to 16:
+#: a SwiGLU of 48), a tied head.
+LFM2 = {
+    "layer_types": ["conv", "full_attention"],
+    "intermediate_size": 72,
+    "block_auto_adjust_ff_dim": True,
+    "block_multiple_of": 16,
+    "norm_eps": 1e-5,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
     "pad_token_id": None,
 }
 

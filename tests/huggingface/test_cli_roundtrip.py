@@ -81,6 +81,8 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     # (towers skipped), exported text-only
     "gemma4_text-window": ("gemma4_text", {"sliding_window": 6, "attention_k_eq_v": True}),
     "gemma4": ("gemma4", {"sliding_window": 6}),
+    # a gated short-convolution layer decoding through its rolling state, an attention layer with q/k norms
+    "lfm2": ("lfm2", {}),
 }
 
 
@@ -160,6 +162,9 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
             2.5,
             True,
         )
+    if family == "lfm2":  # the layer kinds and the feed-forward's width as transformers built them
+        assert reloaded.config.layer_types == model.config.layer_types == ["conv", "full_attention"]
+        assert reloaded.model.layers[0].feed_forward.w1.weight.shape == (48, 32)
     if family == "smollm3":  # the NoPE layers as they were
         assert reloaded.config.no_rope_layers == model.config.no_rope_layers == [1, 0]
     if family == "olmo3":  # one rope_parameters entry per layer type, the layer types as they were

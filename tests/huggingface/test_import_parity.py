@@ -120,6 +120,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         {"attention_k_eq_v": True, "num_global_key_value_heads": 1, "tie_word_embeddings": False},
     ),
     "gemma4-multimodal": ("gemma4", {}),
+    # a gated short-convolution layer (its input masked at the left padding) and an attention layer with
+    # per-head q/k norms, the feed-forward's width adjusted from block_ff_dim, a tied head
+    "lfm2": ("lfm2", {}),
 }
 
 
@@ -164,7 +167,7 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     arch = prepared.model.architecture
     assert arch.attention.sliding_window == overrides.get("sliding_window", 5 if family in WINDOWED else None)
     assert arch.attention.qk_norm == (
-        family in ("qwen3", "olmo2", "olmo3", "gemma3_text", "qwen3_next", "minimax_m2", *QWEN3_5_FAMILIES)
+        family in ("qwen3", "olmo2", "olmo3", "gemma3_text", "qwen3_next", "minimax_m2", "lfm2", *QWEN3_5_FAMILIES)
         or family in GEMMA4_FAMILIES
         or overrides.get("use_qk_norm", family == "glm4_moe")
     )
@@ -177,7 +180,7 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     )
     if arch.attention.sliding_window is not None:  # not a vacuous match: without the window the logits differ
         assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
-    tied = family in ("gpt2", "qwen3", "smollm3", *GEMMA)
+    tied = family in ("gpt2", "qwen3", "smollm3", "lfm2", *GEMMA)
     assert arch.tied_embeddings == bool(overrides.get("tie_word_embeddings", tied))
     if family == "olmo3":
         assert arch.layer_types == ("sliding_attention", "full_attention")
@@ -255,6 +258,16 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
             fuse_experts(tmp_path / "model.safetensors")
             fused, _ = imported_logits(tmp_path, ids, mask)
             assert np.max(np.abs(fused - expected)[mask]) <= 1e-4
+    if family == "lfm2":
+        assert (arch.layer_types, arch.feed_forward.d_ff, arch.conv_kernel, arch.position.theta) == (
+            ("conv", "full_attention"),
+            48,
+            3,
+            1e6,
+        )
+        params = read_params(prepared)  # not a vacuous match: without the convolution's history the logits differ
+        params["blocks_0"]["attn"]["conv"] = np.asarray(params["blocks_0"]["attn"]["conv"]) * np.array([[0], [0], [1]])
+        assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
     if family in GEMMA4_FAMILIES:
         check_gemma4(prepared, model, ids, mask, expected, overrides)
     if "head_dim" in overrides:

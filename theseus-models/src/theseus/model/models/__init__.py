@@ -1,5 +1,5 @@
 """Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``OLMo3``, ``Phi3``, ``Gemma2``,
-``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35`` and the mixtures ``Mixtral``, ``Qwen3MoE``, ``Qwen3Next``,
+``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35``, ``Lfm2`` and the mixtures ``Mixtral``, ``Qwen3MoE``, ``Qwen3Next``,
 ``Qwen35MoE``, ``DeepseekV3``, ``DeepseekV32``, ``GlmMoeDsa``, ``Glm4Moe``, ``GptOss``, ``Llama4`` and ``MiniMaxM2``,
 plus KV-cache decoding.
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from theseus.model.models.glm_moe_dsa.model import GLM_MOE_DSA_PRESETS, GlmMoeDsa
     from theseus.model.models.gpt.model import GPT, GPT_PRESETS
     from theseus.model.models.gpt_oss.model import GPT_OSS_PRESETS, GptOss
+    from theseus.model.models.lfm2.model import LFM2_PRESETS, Lfm2
     from theseus.model.models.llama.model import LLAMA_PRESETS, Llama
     from theseus.model.models.llama4.model import LLAMA4_PRESETS, Llama4
     from theseus.model.models.minimax_m2.model import MINIMAX_M2_PRESETS, MiniMaxM2
@@ -89,6 +90,8 @@ _HOMES = {
     "GPT_PRESETS": "theseus.model.models.gpt.model",
     "GPT_OSS_PRESETS": "theseus.model.models.gpt_oss.model",
     "GptOss": "theseus.model.models.gpt_oss.model",
+    "LFM2_PRESETS": "theseus.model.models.lfm2.model",
+    "Lfm2": "theseus.model.models.lfm2.model",
     "LLAMA_PRESETS": "theseus.model.models.llama.model",
     "Llama": "theseus.model.models.llama.model",
     "LLAMA4_PRESETS": "theseus.model.models.llama4.model",
@@ -144,6 +147,7 @@ __all__ = [
     "GPT",
     "GPT_OSS_PRESETS",
     "GPT_PRESETS",
+    "LFM2_PRESETS",
     "LLAMA4_PRESETS",
     "LLAMA_PRESETS",
     "MINIMAX_M2_PRESETS",
@@ -167,6 +171,7 @@ __all__ = [
     "Glm4Moe",
     "GlmMoeDsa",
     "GptOss",
+    "Lfm2",
     "Llama",
     "Llama4",
     "MiniMaxM2",
