@@ -124,6 +124,9 @@ PEFT_CASES = {
     "glm_moe_dsa": ("glm_moe_dsa", False, ["key", "value", "out"], 2),
     # a sliding layer (heads of 8) and a full one (heads of 16, proportional RoPE), value norms, per-layer inputs
     "gemma4_text": ("gemma4_text", False, ALL, 7),
+    # a short-convolution layer (its feed-forward adapted: LINEAR_RANKS) and an attention layer (out_proj,
+    # feed_forward.w1 / w3 / w2)
+    "lfm2": ("lfm2", False, ALL, 7),
 }
 
 #: Latent attention (DeepSeek-V3 and its descendants) at the DSA sizes of tests/huggingface/conftest.py, without
@@ -162,7 +165,11 @@ LINEAR_RANKS = {
         "mlp.down_proj": 1,
     },
     "qwen3_5_moe_text": {"linear_attn.in_proj_qkv": 2, "linear_attn.in_proj_z": 1, "linear_attn.out_proj": 1},
+    # LFM2's short-convolution layers: only their feed-forward is adapted
+    "lfm2": {"feed_forward.w1": 1, "feed_forward.w3": 1, "feed_forward.w2": 1},
 }
+#: The layer types without attention, whose adapters LINEAR_RANKS lists.
+UNATTENDED = ("linear_attention", "conv")
 
 
 @pytest.mark.slow
@@ -195,7 +202,7 @@ def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tm
 
     hf_family = family(name)
     tensors, ranks = peft_tensors(hf_family, params, model.architecture, model.stacked_layers)
-    linear = sum(t == "linear_attention" for t in model.architecture.layer_types or ())
+    linear = sum(t in UNATTENDED for t in model.architecture.layer_types or ())
     linear_ranks = LINEAR_RANKS.get(case, {})
     assert len(ranks) == modules * (model.architecture.n_layers - linear) + len(linear_ranks) * linear
     if name == "phi3":  # a fused module's rank: rank times its adapted projections
@@ -227,18 +234,18 @@ def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tm
             plain = peft_model(torch.tensor(x, dtype=torch.long)).logits.float().numpy()
     assert np.max(np.abs(theirs - ours)) <= 1e-4
     assert np.max(np.abs(plain - ours)) > 1e-2  # the adapters change the model: not a vacuous match
-    if linear_ranks:  # and the linear-attention layers' adapters do, by themselves
+    if linear_ranks:  # and the adapters of the layers without attention do, by themselves
         kept = without_linear_adapters(params, model.architecture.layer_types or ())
         without = forward(model, kept, x)
         assert np.max(np.abs(without - ours)) > 1e-2
 
 
 def without_linear_adapters(params: Any, layer_types: tuple[str, ...]) -> Any:
-    """``params`` with the adapters of the linear-attention layers zeroed."""
+    """``params`` with the adapters of the layers without attention (linear attention, short convolution) zeroed."""
 
     def zero(path: Any, leaf: Any) -> Any:
         name = str(getattr(path[0], "key", ""))
-        linear = name.startswith("blocks_") and layer_types[int(name.split("_")[1])] == "linear_attention"
+        linear = name.startswith("blocks_") and layer_types[int(name.split("_")[1])] in UNATTENDED
         return leaf * 0 if linear and is_adapter(path) else leaf
 
     return jax.tree_util.tree_map_with_path(zero, params)

@@ -335,6 +335,8 @@ SHAPED_UNITS = {
         | {"attention_k_eq_v": True, "num_global_key_value_heads": 1},
         1e-4,
     ),
+    # LFM2's short-convolution and attention layers (a cache of a conv state and one of keys), one left over
+    "lfm2": ("lfm2", {"num_hidden_layers": 5, "layer_types": ["conv", "full_attention"] * 2 + ["conv"]}, 1e-4),
 }
 
 
