@@ -50,8 +50,9 @@ def distinct_shards(leaf: jax.Array) -> int:
 
 
 def first_attention(layer_types: tuple[str, ...] | None) -> int:
-    """The first layer that is not linear attention (Qwen3-Next's Gated DeltaNet layers have their own query)."""
-    return next((i for i, kind in enumerate(layer_types or ()) if kind != "linear_attention"), 0)
+    """The first attention layer (Qwen3-Next's Gated DeltaNet layers have their own query, LFM2's short
+    convolutions none)."""
+    return next((i for i, kind in enumerate(layer_types or ()) if kind not in ("linear_attention", "conv")), 0)
 
 
 def compare(folder: Path, family: str) -> tuple[int, int, float]:

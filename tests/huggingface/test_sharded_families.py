@@ -33,6 +33,7 @@ FAMILIES = [
     "qwen3_5_text",
     "qwen3_5_moe",
     "gemma4_text",
+    "lfm2",
 ]
 MIXTURES = {"mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss", "llama4_text", "qwen3_next", "minimax_m2"}
 MIXTURES |= {"deepseek_v32", "glm_moe_dsa"}
