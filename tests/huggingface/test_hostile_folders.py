@@ -81,12 +81,18 @@ def raw_safetensors(path: Path, header: str, data: bytes = b"\0" * 64) -> Path:
     return path
 
 
+class StillWorking(BaseException):
+    """Raised in a block that outlived its time: a BaseException, so no ``except OSError`` or ``except
+    Exception`` of the code under test takes it for a failure of its own."""
+
+
 @contextlib.contextmanager
 def within(seconds: int) -> Iterator[None]:
-    """Fail the test (instead of hanging the suite) when the block outlives ``seconds``."""
+    """Fail the test (instead of hanging the suite or filling memory) when the block outlives ``seconds``:
+    the sizes checked take milliseconds; building what they claim took minutes and all the memory."""
 
     def expire(*_: Any) -> None:
-        raise TimeoutError(f"still working after {seconds} s")
+        raise StillWorking(f"still working after {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.alarm(seconds)
@@ -137,7 +143,7 @@ def test_a_claimed_size_beyond_the_weights_is_one_line_before_any_plan(
 
     field, value = CLAIMS[case]
     folder = write_llama(tmp_path / "ckpt", **{field: value})
-    with within(10), pytest.raises(ConfigError) as exc:
+    with within(60), pytest.raises(ConfigError) as exc:
         open_checkpoint(folder)
     one_line(exc, f"config.json field {field}={value} is more than the checkpoint's weights hold", "21 tensors")
 
@@ -147,7 +153,7 @@ def test_a_claimed_count_past_64_bits_names_the_file_and_field(tmp_path: Path) -
 
     folder = write_llama(tmp_path / "ckpt")
     (folder / "config.json").write_text(json.dumps(CONFIG)[:-1] + ', "n_layer": ' + "1" + "0" * 30 + "}")
-    with within(10), pytest.raises(ConfigError) as exc:
+    with within(60), pytest.raises(ConfigError) as exc:
         open_checkpoint(folder)
     one_line(exc, f"{folder / 'config.json'} is not readable JSON", 'field "n_layer" holds an integer of 31 digits')
 
@@ -162,7 +168,7 @@ def test_a_nested_language_model_s_claims_are_checked_too(tmp_path: Path) -> Non
 
 def test_hf_import_of_a_claimed_trillion_layers_is_one_line(tmp_path: Path, theseus: Any) -> None:
     folder = write_llama(tmp_path / "ckpt", num_hidden_layers=10**12)
-    with within(30):
+    with within(120):
         code, _, err = theseus("run", "hf/import", f"hf/source={folder}", "run/name=x")
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: config.json field num_hidden_layers="), err
     assert not (theseus.root / "runs" / "x").exists()

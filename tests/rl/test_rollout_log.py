@@ -28,6 +28,12 @@ TRANSCRIPTS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The printed view is read at one width, whatever terminal (or none) the suite runs in."""
+    monkeypatch.setenv("COLUMNS", "120")
+
+
 def rollouts() -> Rollouts:
     per_reward = {"correct": [1.0, 0.0, 1.0, 0.0], "format": [1.0, 0.0, 1.0, 1.0]}
     rewards = [1.2, 0.0, 1.2, 0.2]

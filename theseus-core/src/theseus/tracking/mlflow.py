@@ -110,7 +110,7 @@ class MlflowSink:
             self.client.log_batch(self.run_id, metrics=batch)
 
     def write_table(self, step: int, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """The table as the artifact ``<name>/step_<step>.json``, in the layout of MLflow's own tables
+        """The table as the artifact ``<name>/step_<step:08d>.json``, in the layout of MLflow's own tables
         (``columns`` and ``data``)."""
         table = {"columns": list(columns), "data": [list(row) for row in rows]}
         self.client.log_text(self.run_id, json.dumps(table, default=str), table_artifact(name, step))
