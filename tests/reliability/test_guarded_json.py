@@ -284,7 +284,7 @@ def lines_file(path: Path, line: str | bytes) -> Path:
 @pytest.mark.parametrize("kind", HOSTILE_LINES)
 def test_a_hostile_dataset_line_is_one_line_naming_it(tmp_path: Path, kind: str) -> None:
     """Before: RecursionError or ValueError escaped (the RL environment's rows, multiple-choice questions)."""
-    from theseus.data.datasets.local import json_lines
+    from theseus.data.json_lines import json_lines
     from theseus.errors import DataError
     from theseus.evaluation.multiple_choice import read_questions
     from theseus.rl.environments.jsonl import JSONL
@@ -299,7 +299,7 @@ def test_a_hostile_dataset_line_is_one_line_naming_it(tmp_path: Path, kind: str)
     assert str(questions.value) == f"{path}:2 is not valid JSON ({reason}); fix the line"
     with pytest.raises(ConfigError) as rows:
         JSONL(path=str(path))
-    assert str(rows.value) == f"environment/jsonl: {path}:2: not valid JSON ({reason})"
+    assert str(rows.value) == f"{path}:2 is not valid JSON ({reason}); fix the line or set environment/jsonl/path"
 
 
 def test_dataset_lines_that_are_no_utf8_are_one_line_naming_them(tmp_path: Path) -> None:
@@ -311,10 +311,11 @@ def test_dataset_lines_that_are_no_utf8_are_one_line_naming_them(tmp_path: Path)
     path = lines_file(tmp_path / "rows.jsonl", b'{"prompt": "\xff"}')
     with pytest.raises(DataError) as questions:
         read_questions(path)
-    assert str(questions.value) == f"{path}:2 is not valid JSON (byte 12 is not UTF-8); fix the line"
+    not_utf8 = f"{path}:2 is not UTF-8 text (byte 0xff at column 13); save the file as UTF-8"
+    assert str(questions.value) == not_utf8
     with pytest.raises(ConfigError) as rows:
         JSONL(path=str(path))
-    assert str(rows.value) == f"environment/jsonl: {path}:2: not valid JSON (byte 12 is not UTF-8)"
+    assert str(rows.value) == not_utf8
     bom = tmp_path / "bom.jsonl"
     bom.write_bytes(b"\xef\xbb\xbf" + GOOD_LINE.encode() + b"\n")
     assert read_questions(bom)[0].choices == ("a", "b")
@@ -332,7 +333,7 @@ def test_preparing_a_hostile_local_line_is_one_error_line(cli: Cli, tmp_path: Pa
 
 
 def test_numbers_in_columns_no_reader_takes_do_not_stop_a_dataset(tmp_path: Path) -> None:
-    from theseus.data.datasets.local import json_lines
+    from theseus.data.json_lines import json_lines
     from theseus.evaluation.multiple_choice import read_questions
     from theseus.rl.environments.jsonl import JSONL
 

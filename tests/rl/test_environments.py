@@ -97,7 +97,7 @@ def test_jsonl_errors_name_the_file_and_line(tmp_path: Path) -> None:
 
     assert "no file" in error(path=str(tmp_path / "missing.jsonl"))
     bad = write(tmp_path / "bad.jsonl", [{"prompt": "a", "answer": "1"}, "", "{oops"])
-    assert f"{bad}:3: not valid JSON" in error(path=str(bad))
+    assert f"{bad}:3 is not valid JSON" in error(path=str(bad))
     missing = write(tmp_path / "fields.jsonl", [{"question": "a", "answer": "1"}])
     assert f"{missing}:1: no field 'prompt' (it has 'question', 'answer'); set environment/jsonl/prompt_field" in error(
         path=str(missing)

@@ -8,7 +8,6 @@ of everyday-knowledge questions is used.
 
 from __future__ import annotations
 
-import codecs
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from theseus.base import jsonfile
 from theseus.config import field
+from theseus.data.json_lines import json_lines
 from theseus.errors import DataError
 from theseus.evaluation.base import Evaluation
 from theseus.evaluation.scoring import score_rows
@@ -40,24 +39,17 @@ def read_questions(path: Path, limit: int = 0) -> list[Question]:
     if not path.is_file():
         raise DataError(f"multiple-choice data {str(path)!r} does not exist; set evaluation/multiple_choice/path")
     questions = []
-    for number, line in enumerate(path.read_bytes().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = jsonfile.parse(line.removeprefix(codecs.BOM_UTF8) if number == 1 else line, check_numbers=False)
-        except jsonfile.UnreadableJSON as exc:  # not UTF-8, not JSON, too deep, or past Python's digits
-            raise DataError(f"{path}:{number} is not valid JSON ({exc.reason}); fix the line") from None
+    for where, item in json_lines(path):
         try:
             context, choices, answer = item["context"], item["choices"], item["answer"]
         except (KeyError, TypeError) as exc:
             raise DataError(
-                f"{path}:{number} is not a {{context, choices, answer}} JSON object ({type(exc).__name__}); "
-                "fix the line"
+                f"{where} is not a {{context, choices, answer}} JSON object ({type(exc).__name__}); fix the line"
             ) from exc
         if not isinstance(choices, list) or len(choices) < 2 or not isinstance(answer, int):
-            raise DataError(f"{path}:{number} needs at least two choices and an integer answer")
+            raise DataError(f"{where} needs at least two choices and an integer answer")
         if not 0 <= answer < len(choices):
-            raise DataError(f"{path}:{number} has answer {answer} but only {len(choices)} choices")
+            raise DataError(f"{where} has answer {answer} but only {len(choices)} choices")
         questions.append(Question(str(context), tuple(str(c) for c in choices), answer))
         if limit and len(questions) >= limit:
             break

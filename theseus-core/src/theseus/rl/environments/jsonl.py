@@ -8,13 +8,12 @@ are split into train and eval by a hash of the prompt (or ``eval_path`` holds th
 
 from __future__ import annotations
 
-import codecs
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from theseus.base import jsonfile
 from theseus.config import field
+from theseus.data.json_lines import json_lines
 from theseus.errors import ConfigError
 from theseus.rl.answers import EXTRACT_MODES, extract
 from theseus.rl.environment import Environment, Prompt, check_split, rng, split_of
@@ -62,20 +61,14 @@ class JSONL(Environment):
         file = Path(path).expanduser()
         if not file.is_file():
             raise ConfigError(f"{KEY}: no file {str(file)!r}; set {KEY}/path to a JSON-lines file")
-        prompts = []
-        with file.open("rb") as lines:  # bytes: a line that is no UTF-8 is reported like one that is no JSON
-            for number, line in enumerate(lines, 1):
-                if line.strip():
-                    prompts.append(self.row(line.removeprefix(codecs.BOM_UTF8), f"{file}:{number}"))
+        fix = f"fix the line or set {KEY}/path"
+        prompts = [self.row(row, where) for where, row in json_lines(file, fix, error=ConfigError)]
         if not prompts:
             raise ConfigError(f"{KEY}: {file} holds no rows")
         return prompts
 
-    def row(self, line: str | bytes, where: str) -> Prompt:
-        try:
-            row: Any = jsonfile.parse(line, check_numbers=False)  # nesting bounded (theseus.base.jsonfile)
-        except jsonfile.UnreadableJSON as exc:
-            raise ConfigError(f"{KEY}: {where}: not valid JSON ({exc.reason})") from None
+    def row(self, row: Any, where: str) -> Prompt:
+        """The prompt of one parsed line, ``row``, at ``where`` (``path:line``)."""
         if not isinstance(row, dict):
             raise ConfigError(f"{KEY}: {where}: expected a JSON object, got {type(row).__name__}")
         for key, name in (("prompt_field", self.prompt_field), ("answer_field", self.answer_field)):

@@ -12,6 +12,7 @@ from theseus.base import jsonfile
 from theseus.config import field
 from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files, stream_rows
+from theseus.data.json_lines import json_lines
 from theseus.errors import DataError
 
 FORMATS = {"text": (".txt", ".md", ".py"), "jsonl": (".jsonl", ".json"), "parquet": (".parquet",)}
@@ -30,56 +31,6 @@ def detect_format(path: str, key: str) -> str:
         f"{key}={path} holds no .txt/.md/.py, .jsonl or .parquet files; "
         "set data/local/format if they use another suffix"
     )
-
-
-def json_lines(path: str | Path, fix: str = "fix the line") -> Iterator[tuple[str, Any]]:
-    """``(where, value)`` of each line of a JSON-lines file that is not blank, ``where`` being ``path:line``.
-
-    A line that is not UTF-8 (a byte-order mark may open the file), not JSON, nested too deeply, holding an
-    integer past Python's 4,300 digits, or holding text that is no unicode (a lone surrogate escape such as
-    ``\\ud800``) is a DataError naming the line and ending with ``fix``. Other numbers (``NaN``, ``1e999``, a
-    30-digit id) are a row's columns, read as Python reads them: the readers take text from a row, and a
-    column they do not read never stops a corpus.
-    """
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            where = f"{path}:{number}"
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(
-                    f"{where} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
-                    "save the file as UTF-8"
-                ) from None
-            if line.strip():
-                yield where, _loads(line, where, fix)
-
-
-def _loads(line: str, where: str, fix: str) -> Any:
-    try:
-        value = jsonfile.parse(line, check_numbers=False)  # nesting bounded; a row's numbers are its columns'
-    except jsonfile.UnreadableJSON as exc:
-        raise DataError(f"{where} is not valid JSON ({exc.reason}); {fix}") from None
-    if "\\u" in line and not _unicode(value):
-        raise DataError(f"{where} holds a lone surrogate (an escape in \\ud800-\\udfff), which is no text; {fix}")
-    return value
-
-
-def _unicode(value: Any) -> bool:
-    """Whether every string in ``value`` (keys too) is unicode text, without lone surrogates."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending += [*item.keys(), *item.values()]
-        elif isinstance(item, list):
-            pending += item
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return False
-    return True
 
 
 #: The suffixes of JSON-lines files in a folder.

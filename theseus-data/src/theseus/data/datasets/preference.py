@@ -23,7 +23,8 @@ from theseus.config import field
 from theseus.data.chat import ChatTemplate, check_messages
 from theseus.data.datasets.base import TRAIN, VAL, Dataset, Document
 from theseus.data.datasets.hf import find_files
-from theseus.data.datasets.local import JSONL_SUFFIXES, json_lines, rows_name_splits
+from theseus.data.datasets.local import JSONL_SUFFIXES, rows_name_splits
+from theseus.data.json_lines import json_lines
 from theseus.data.tokenizers.spec import tokenizer_field
 from theseus.errors import DataError
 
