@@ -81,8 +81,9 @@ def compile_generation(target: str, case: dict, root: Path) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from theseus.model.generation.decode import _sample, view_limits
+    from theseus.model.generation.decode import _sample, cache_layout, view_limits
     from theseus.model.generation.sampling import SamplingParams
+    from theseus.model.stack.decoding import unrolled_model
     from theseus.plan.build import build_trainer
     from theseus.plan.devices import target_devices
     from theseus.plan.hlo import analyse
@@ -102,10 +103,12 @@ def compile_generation(target: str, case: dict, root: Path) -> dict:
     scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding.replicated)
     stops = jax.ShapeDtypeStruct((1,), jnp.int32, sharding=sharding.replicated)
     new = case["generate"]["new"]
+    cache = cache_layout(unrolled_model(trainer.model), batch, prompt + new - 1, sharding)  # the decoder's layout
     with sharding.context():
         compiled = (
             _sample.trace(
                 params,
+                cache,
                 ids,
                 mask,
                 scalar,

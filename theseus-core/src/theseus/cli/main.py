@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> None:
     leave: Callable[[int], NoReturn] = sys.exit
     if argv is None:  # the process is the command's own
         leave = exit_after_failure
+        receive_stop_signals()
     args = sys.argv[1:] if argv is None else argv
     verbose = "--verbose" in args or "-v" in args
     try:
@@ -254,6 +255,16 @@ def main(argv: list[str] | None = None) -> None:
 
         traceback.print_exc()
         leave(1)
+
+
+def receive_stop_signals() -> None:
+    """Unblock SIGINT and SIGTERM in this process: a blocked signal is inherited from whatever started the
+    command (a launcher, a test runner's process), and Ctrl-C or a scheduler's SIGTERM would then never
+    arrive. An ignored one (a job started in the background with ``nohup``) stays ignored, as asked."""
+    import signal
+
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 if __name__ == "__main__":

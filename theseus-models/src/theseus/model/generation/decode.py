@@ -146,16 +146,25 @@ def empty_cache(model: TransformerLM, rows: int, slots: int, sharding: TrainerSh
     in its unwritten slots nor finite keys in its written ones (a Llama of 8 layers, 1024 wide, bfloat16, 16
     rows: 3,913 NaN keys), and looped generations drew other tokens than the unrolled layers; the same
     step given the cache as a donated argument kept it exact."""
+    return jax.tree.map(
+        lambda s: jnp.zeros(s.shape, s.dtype, device=s.sharding), cache_layout(model, rows, slots, sharding)
+    )
+
+
+def cache_layout(model: TransformerLM, rows: int, slots: int, sharding: TrainerSharding | None = None) -> Any:
+    """The shapes, dtypes and (under a mesh) shardings of :func:`empty_cache`'s entries: what a program that
+    takes the cache is traced with where nothing is allocated (``theseus plan``)."""
     shapes = cache_shapes(model, rows, slots)
     if sharding is None:
-        return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        return shapes
     one, two = cache_shapes(model, 1, slots), cache_shapes(model, 2, slots)
 
-    def placed(a: jax.ShapeDtypeStruct, b: jax.ShapeDtypeStruct) -> jax.sharding.NamedSharding:
+    def placed(s: jax.ShapeDtypeStruct, a: jax.ShapeDtypeStruct, b: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
         grown = [axis for axis, (m, n) in enumerate(zip(a.shape, b.shape, strict=True)) if m != n]
-        return sharding.batch_sharding(a.ndim, grown[0]) if grown else sharding.replicated
+        where = sharding.batch_sharding(a.ndim, grown[0]) if grown else sharding.replicated
+        return jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=where)
 
-    return jax.tree.map(lambda s, a, b: jnp.zeros(s.shape, s.dtype, device=placed(a, b)), shapes, one, two)
+    return jax.tree.map(placed, shapes, one, two)
 
 
 @functools.lru_cache(maxsize=64)
