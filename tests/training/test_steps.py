@@ -56,6 +56,19 @@ def test_accumulating_micro_batches_equals_one_large_batch(tmp_path) -> None:
     assert moved > 1e-3  # the update is not trivially zero
 
 
+def test_the_step_lowered_and_compiled_ahead_runs_as_the_step_does(tmp_path) -> None:
+    """``train_step_fn().lower(...).compile()`` (benchmarks and plans compile ahead) gives a program that
+    takes the step's own arguments, the objective's arrays added as the step adds them."""
+    trainer = SGDTrainer.create(tmp_path, quick())
+    trainer.setup()
+    batch, key = trainer.device_train_batch(trainer.host_batch("train", position=0)), trainer.step_key(0)
+    fn = trainer.train_step_fn()
+    compiled = fn.lower(trainer.init_state(), batch, key).compile()
+    assert "HloModule" in compiled.as_text()  # jax's own stage, passed through
+    ahead = compiled(trainer.init_state(), batch, key)[1]
+    assert float(ahead) == float(fn(trainer.init_state(), batch, key)[1])
+
+
 class Exploding(PaddedTinyTrainer):
     """From the second update on, batches have no real tokens and the loss is NaN."""
 

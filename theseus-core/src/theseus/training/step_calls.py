@@ -72,11 +72,32 @@ class WithObjectiveArrays:
     def __call__(self, *args: Any) -> Any:
         return self.jitted(*args, self.arrays())
 
-    def trace(self, *args: Any) -> Any:
-        return self.jitted.trace(*args, self.abstract())
+    def trace(self, *args: Any) -> Staged:
+        return Staged(self.jitted.trace(*args, self.abstract()), self.arrays)
 
-    def lower(self, *args: Any) -> Any:
-        return self.jitted.lower(*args, self.abstract())
+    def lower(self, *args: Any) -> Staged:
+        return Staged(self.jitted.lower(*args, self.abstract()), self.arrays)
+
+
+class Staged:
+    """A traced, lowered or compiled stage of a :class:`WithObjectiveArrays` step: jax's own stage (its other
+    attributes, ``memory_analysis()`` or ``as_text()``, pass through), whose next stage is wrapped alike and
+    whose compiled program, called with the step's arguments, is given the objective's arrays too."""
+
+    def __init__(self, stage: Any, arrays: Callable[[], Any]) -> None:
+        self.stage, self.arrays = stage, arrays
+
+    def lower(self, *args: Any, **kwargs: Any) -> Staged:
+        return Staged(self.stage.lower(*args, **kwargs), self.arrays)
+
+    def compile(self, *args: Any, **kwargs: Any) -> Staged:
+        return Staged(self.stage.compile(*args, **kwargs), self.arrays)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.stage(*args, self.arrays())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stage, name)
 
 
 def lent_objective(step: str) -> Objective:
@@ -91,4 +112,4 @@ def lent_objective(step: str) -> Objective:
     return objective
 
 
-__all__ = ["REQUIRED_FROM", "WithObjectiveArrays", "call_step", "lent_objective", "takes_objective"]
+__all__ = ["REQUIRED_FROM", "Staged", "WithObjectiveArrays", "call_step", "lent_objective", "takes_objective"]
