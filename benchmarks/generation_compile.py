@@ -10,7 +10,7 @@ Its ``_sample`` is compiled ahead of time on the benchmark's random bfloat16 wei
 XLA's compile, timed apart), then the compiled program is called in rounds: new tokens/s count every
 row's new tokens (no end-of-text id: all are generated), the prefill included. The program's size is
 read from its HLO: ``while`` loops and matrix products. The layers run as the decoder runs them on
-this device by default (``decode.layer_loop``: unrolled on every platform for now); ``--unrolled`` adds
+this device by default (``decode.layer_loop``: looped on a TPU, unrolled elsewhere); ``--unrolled`` adds
 the same generation with the layers unrolled, ``--looped`` with them looped.
 """
 

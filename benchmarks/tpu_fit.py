@@ -47,6 +47,28 @@ CASES: dict[str, Case] = {
     "llama-1b-float32-state": llama_1b(),
     "llama-1b-bf16-state": llama_1b(**{"optimizer/state_dtype": "bfloat16"}),
     "llama-1b-offload": llama_1b(**{"optimizer/offload": True}),
+    # Qwen3-0.6B as released (float32 parameters, remat chosen by auto) and a Qwen3-1.7B shape (28 x 2048,
+    # 16/8 heads of 128, d_ff 6144) with bfloat16 parameters and the optimizer state in host memory: the step
+    # full fine-tuning runs (SFT differs only in which tokens the loss counts)
+    "qwen3-0.6b": Case("qwen3", "qwen3-0.6b", 8, 2048, 151936, {"model/remat": "full"}),
+    "qwen3-1.7b-offload": Case(
+        "qwen3",
+        "qwen3-0.6b",
+        8,
+        2048,
+        151936,
+        {"architecture/n_embd": 2048, "architecture/d_ff": 6144, "model/param_dtype": "bfloat16", "model/remat": "full"},
+        trainer={"optimizer/offload": True},
+    ),
+    "qwen3-1.7b-bf16-state": Case(
+        "qwen3",
+        "qwen3-0.6b",
+        8,
+        2048,
+        151936,
+        {"architecture/n_embd": 2048, "architecture/d_ff": 6144, "model/param_dtype": "bfloat16", "model/remat": "full"},
+        trainer={"optimizer/state_dtype": "bfloat16"},
+    ),
 }
 CPU_CASES: dict[str, Case] = {
     "tiny": Case("gpt", "tiny", 2, 64, 256),

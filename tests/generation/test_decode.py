@@ -188,8 +188,8 @@ def test_a_scanned_model_decodes_with_its_layers_in_a_loop_with_the_same_tokens(
 ) -> None:
     """The decoder can run a scanned model's layers in one loop over the stacked parameters and cache (one
     layer in the program instead of every layer per stretch); greedy and sampled, in stretches or not, it
-    draws the tokens of the unrolled layers. No platform loops by default yet (decode.LOOPED_PLATFORMS)."""
-    assert not decode.layer_loop("tpu") and not decode.layer_loop("cpu")
+    draws the tokens of the unrolled layers. A TPU loops by default, the CPU does not (decode.LOOPED_PLATFORMS)."""
+    assert decode.layer_loop("tpu") and not decode.layer_loop("cpu")
     with configuration({**tiny_values(family), "architecture/n_layers": 3, "model/scan_layers": True}):
         model = configure(family)
     assert loops_layers(model)
