@@ -139,6 +139,49 @@ def test_trainers_that_build_their_objective_take_no_selection(tmp_path: Path) -
         DPOTrainer.selected({}, {"objective": "cross_entropy"})
 
 
+class ScaledByBatchSize(Objective):
+    """Bound to its trainer: its scale is the trainer's own ``training/batch_size`` key."""
+
+    selectable = False
+    built = 0
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    @classmethod
+    def for_trainer(cls, trainer: Any) -> ScaledByBatchSize:
+        cls.built += 1
+        return cls(float(trainer.args.batch_size))
+
+    def __call__(self, scores: Scores, batch: Any) -> tuple[jax.Array, dict[str, Any]]:
+        return self.scale * scores.loss, {}
+
+
+class BoundObjectiveTrainer(PaddedTinyTrainer):  # type: ignore[misc, valid-type]
+    OBJECTIVE = ScaledByBatchSize
+
+
+def test_one_declaration_builds_every_objective_once_bound_ones_from_their_trainer(tmp_path: Path) -> None:
+    """``OBJECTIVE`` is the one way to choose the loss: an objective bound to its trainer builds itself from
+    the trainer's keys (``for_trainer``), once per trainer, and takes no ``objective=``; every trainer of
+    the framework declares its objective so, none overrides ``objective()``."""
+    from theseus.model.finetune import DPOTrainer
+    from theseus.model.reward.trainer import RewardTrainer
+    from theseus.model.rl.distill import OfflineDistillTrainer, OnPolicyDistillTrainer
+    from theseus.model.rl.trainer import GRPOTrainer
+    from theseus.training.base import BaseTrainer
+
+    trainer = BoundObjectiveTrainer.create(tmp_path, quick(training__batch_size=4))
+    assert trainer.objective() is trainer.objective() and ScaledByBatchSize.built == 1
+    assert trainer.objective().scale == 4.0
+    assert "select/objective" not in BoundObjectiveTrainer.schema()
+    with pytest.raises(ConfigError, match="has no objective to select"):
+        BoundObjectiveTrainer.selected({}, {"objective": "cross_entropy"})
+    for job in (DPOTrainer, RewardTrainer, GRPOTrainer, OfflineDistillTrainer, OnPolicyDistillTrainer):
+        assert job.objective is BaseTrainer.objective, job
+        assert not job.declared_objective().selectable and "select/objective" not in job.schema()
+
+
 def test_a_batch_without_what_the_objective_reads_is_refused(tmp_path: Path) -> None:
     trainer = PaddedTinyTrainer.create(tmp_path, quick())
     state = trainer.init_state()

@@ -92,6 +92,7 @@ class BaseTrainer(Job):
         self._ready = False
         self._compiled: dict[str, Any] = {}
         self.model: Any = None
+        self._objective: objectives.Objective | None = None
         self.sharding: TrainerSharding = None  # type: ignore[assignment]
         self.flywheel: Any = None
         self.tx: optax.GradientTransformation | None = None
@@ -120,9 +121,10 @@ class BaseTrainer(Job):
         contributed += declarations.dataset_classes(cls.DATASET)
         contributed += declarations.contributed_classes(cls.optimizer())
         contributed += declarations.contributed_classes(cls.schedule())
-        if cls.OBJECTIVE is not None:
+        declared_objective = cls.declared_objective()
+        if declared_objective is not None and declared_objective.selectable:
             contributed += [selection.ObjectiveSelection]
-            contributed += declarations.contributed_classes(declarations.resolve("objective", cls.OBJECTIVE))
+            contributed += declarations.contributed_classes(declared_objective)
         for kind, entries in (("evaluation", cls.EVALUATION), ("analysis", cls.ANALYSIS)):
             for entry in declarations.as_list(entries):
                 contributed += declarations.contributed_classes(declarations.resolve(kind, entry))
@@ -234,23 +236,41 @@ class BaseTrainer(Job):
             held_out=cls.HELD_OUT,
         )
 
+    @classmethod
+    def declared_objective(cls) -> type[objectives.Objective] | None:
+        """The objective class ``OBJECTIVE`` declares (a registered name resolved), or None."""
+        if cls.OBJECTIVE is None:
+            return None
+        declared = declarations.resolve("objective", cls.OBJECTIVE)
+        if not (isinstance(declared, type) and issubclass(declared, objectives.Objective)):
+            raise ConfigError(
+                f"{cls.__qualname__}.OBJECTIVE is {declared!r}, not a theseus Objective class; declare a subclass "
+                "of theseus.training.objective.Objective or its registered name"
+            )
+        return declared
+
     def objective(self) -> objectives.Objective:
-        """What this trainer optimises: ``OBJECTIVE`` (``objective=`` selects another registered one),
-        built from the run's keys. A trainer whose objective follows its own keys overrides this."""
-        if self.OBJECTIVE is None:
-            raise ConfigError(f"{type(self).__qualname__} declares OBJECTIVE = None; override objective()")
-        declared = declarations.resolve("objective", self.OBJECTIVE)
-        with configuration(self.context.config):
-            built = _instantiate(declared)
-        if not isinstance(built, objectives.Objective):
-            raise ConfigError(f"{type(self).__qualname__}.OBJECTIVE is {built!r}, not a theseus Objective")
-        return built
+        """What this trainer optimises, built once: ``OBJECTIVE`` (``objective=`` selects another registered
+        one where the declared objective is selectable), from the run's keys and this trainer
+        (:meth:`~theseus.training.objective.Objective.for_trainer`)."""
+        if self._objective is None:
+            declared = self.declared_objective()
+            if declared is None:
+                raise ConfigError(
+                    f"{type(self).__qualname__} declares OBJECTIVE = None; declare the objective class it optimises"
+                )
+            with configuration(self.context.config):
+                built = declared.for_trainer(self)
+            if not isinstance(built, objectives.Objective):
+                raise ConfigError(f"{type(self).__qualname__}.OBJECTIVE built {built!r}, not a theseus Objective")
+            self._objective = built
+        return self._objective
 
     def updates_per_step(self) -> int:
         """Optimizer updates one ``train_step`` takes (several on the same batch, as reinforcement learning
-        does with its rollouts). The schedule gives each of them the learning rate of its step. A declared
-        objective says how many it takes (``Objective.updates``); a trainer that builds its own says so here."""
-        return 1 if self.OBJECTIVE is None else int(self.objective().updates)
+        does with its rollouts): the objective's ``updates``. The schedule gives each of them the learning
+        rate of its step."""
+        return int(self.objective().updates)
 
     @classmethod
     def val_step(

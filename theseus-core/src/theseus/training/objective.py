@@ -8,9 +8,11 @@ what a micro-batch weighs when accumulated gradients are averaged (``weight_of``
 losses (mixture-of-experts balancing) in training, accumulates micro-batches, keeps a LoRA or
 quantized base frozen, and repeats ``updates`` updates on one batch, whatever the objective.
 
-A trainer declares its objective with ``OBJECTIVE`` (a run may select another registered one:
-``objective=<name>``, components ``objective/<name>``) or builds it from its own keys in
-``objective()`` (``train/dpo``, ``train/grpo``, the distillation jobs). The trainer passes it to its
+A trainer declares its objective with ``OBJECTIVE``, the one way to choose it; the trainer builds it
+once (:meth:`Objective.for_trainer`: from the objective's own ``objective/<name>/`` keys, or from the
+trainer's keys for an objective bound to its trainer, as ``train/dpo``, ``train/grpo`` and the
+distillation jobs declare). A run may select another registered one (``objective=<name>``, components
+``objective/<name>``) where the declared objective is :attr:`~Objective.selectable`. The trainer passes it to its
 step functions as an argument, ``objective=`` (:mod:`theseus.training.step_calls`). Its settings are
 plain attributes, compiled into the step; its arrays (a teacher's parameters: fields made with
 :func:`array_field`) are arguments of the jitted step, given with every call, never constants of it.
@@ -23,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from theseus.errors import ConfigError
 
@@ -101,6 +103,10 @@ class Objective:
     ``objective/<name>/``; it is built from the run's configuration when a trainer uses it.
     """
 
+    #: Whether a run may select another registered objective in its place (``objective=<name>``) on a trainer
+    #: that declares this one. An objective bound to its trainer (built from the trainer's keys and parts in
+    #: :meth:`for_trainer`: a preference, policy or divergence loss) says False, and brings no keys of its own.
+    selectable: ClassVar[bool] = True
     #: Optimizer updates taken on each batch (several: against ``Needs.old_policy``).
     updates: int = 1
     #: What :meth:`weight_of` counts, where validation reports it beside the targets (e.g. ``"pairs"``).
@@ -108,6 +114,15 @@ class Objective:
     #: The parameters of ``Needs.teacher``'s model (an objective that reads a teacher declares it with
     #: :func:`array_field`; the trainer sets it, see :meth:`with_arrays`).
     teacher_params: Any = None
+
+    @classmethod
+    def for_trainer(cls, trainer: Any) -> Objective:
+        """This objective as ``trainer`` optimises it, built once per trainer under the run's configuration:
+        by default from its own ``field()`` keys. An objective bound to its trainer (:attr:`selectable` False)
+        overrides this to read the trainer's keys and parts (``trainer.args``, its teacher, its rollouts)."""
+        from theseus.config import configure
+
+        return configure(cls) if dataclasses.is_dataclass(cls) else cls()
 
     def arrays(self) -> dict[str, Any]:
         """The objective's arrays by field name: its :func:`array_field` fields (none by default). The

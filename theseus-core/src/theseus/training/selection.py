@@ -4,7 +4,7 @@ A trainer's declarations (``MODEL``, ``OPTIMIZER``, ...) are the defaults. A run
 registered components with ``model=llama``, ``optimizer=lion``, ``schedule=cosine``,
 ``dataset=fineweb:0.8,python-stdlib:0.2[:style]``, ``evaluation=a,b`` and ``analysis=a,b``
 (empty to disable), ``environment=countdown`` (trainers that declare an ``ENVIRONMENT``),
-``objective=cross_entropy`` (trainers whose ``OBJECTIVE`` is not None), or in YAML
+``objective=cross_entropy`` (trainers whose ``OBJECTIVE`` is selectable), or in YAML
 under ``select:``. The run then uses a subclass of the trainer
 with those declarations replaced, so the schema follows the selection.
 """
@@ -35,7 +35,7 @@ DECLARATIONS: dict[str, str] = {
     "evaluation": "EVALUATION",
     "analysis": "ANALYSIS",
     "environment": "ENVIRONMENT",  # reinforcement-learning trainers only: those that declare it
-    "objective": "OBJECTIVE",  # trainers whose OBJECTIVE is not None
+    "objective": "OBJECTIVE",  # trainers whose OBJECTIVE is selectable
 }
 KINDS = tuple(DECLARATIONS)
 #: Kinds that take a comma-separated list of names.
@@ -75,7 +75,7 @@ class Selection:
 
 @dataclass
 class ObjectiveSelection:
-    """The selection key of a trainer whose ``OBJECTIVE`` is not None."""
+    """The selection key of a trainer whose ``OBJECTIVE`` is selectable."""
 
     objective: str = field(
         "select/objective", default="", help="training objective by registered name (objective=cross_entropy)"
@@ -144,7 +144,13 @@ def declared(cls: type) -> dict[str, str]:
 def declares(cls: type, kind: str) -> bool:
     """Whether a trainer declares ``kind`` (has its attribute; not None for :data:`OPTIONAL` kinds)."""
     attr = DECLARATIONS[kind]
-    return hasattr(cls, attr) and not (kind in OPTIONAL and getattr(cls, attr) is None)
+    if not hasattr(cls, attr) or (kind in OPTIONAL and getattr(cls, attr) is None):
+        return False
+    if kind == "objective":  # an objective bound to its trainer takes no objective= (Objective.selectable)
+        from theseus.training.declarations import resolve
+
+        return bool(getattr(resolve(kind, getattr(cls, attr)), "selectable", True))
+    return True
 
 
 def schema_of(cls: Any) -> Schema:

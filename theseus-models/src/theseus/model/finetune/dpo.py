@@ -73,7 +73,7 @@ class DPOTrainer(SFTTrainer):
 
     CONFIG: ClassVar[type] = DPOConfig
     DATASET: ClassVar[Any] = Sampling("preference", 1.0, "pairs")
-    OBJECTIVE: ClassVar[Any] = None  # built from dpo/* (objective())
+    OBJECTIVE: ClassVar[Any] = Preference  # built from dpo/* (Preference.for_trainer)
 
     def __init__(self, context: Any) -> None:
         super().__init__(context)
@@ -81,17 +81,13 @@ class DPOTrainer(SFTTrainer):
         self._table: dict[str, np.ndarray] | None = None
 
     # -- the objective -------------------------------------------------------------------------
-    def objective(self) -> Preference:
-        """The preference loss of ``dpo/*``; its reference is the frozen base with LoRA (unless
-        precomputed), none for SimPO, else log-probabilities the batch carries."""
-        args: DPOConfig = self.args
-        if args.loss == "simpo":
-            reference = "none"
-        elif self.lora_rank > 0 and not args.precompute_reference:
-            reference = "adapters"
-        else:
-            reference = "batch"
-        return Preference(args.loss, float(args.beta), float(args.label_smoothing), float(args.simpo_gamma), reference)
+    @property
+    def reference_source(self) -> str:
+        """Where the objective's reference comes from (``Preference.reference``): the batch, the base
+        with its adapters off, or nowhere."""
+        objective = self.objective()
+        assert isinstance(objective, Preference)
+        return objective.reference
 
     def setup(self) -> None:
         if self._ready:
@@ -107,8 +103,7 @@ class DPOTrainer(SFTTrainer):
     def _ensure_reference(self) -> None:
         """Build what the reference needs once: the stored table or the frozen parameters."""
         self.setup()
-        objective = self.objective()
-        if objective.reference != "batch" or self._table is not None or self._reference_params is not None:
+        if self.reference_source != "batch" or self._table is not None or self._reference_params is not None:
             return
         if self.args.precompute_reference:
             self._table = self._precomputed()
@@ -137,14 +132,14 @@ class DPOTrainer(SFTTrainer):
 
     def host_batch(self, slice: str = "train", position: int | None = None) -> dict[str, np.ndarray]:
         batch = super().host_batch(slice, position)
-        if self.args.precompute_reference and self.objective().reference == "batch":
+        if self.args.precompute_reference and self.reference_source == "batch":
             self._ensure_reference()
             assert self._table is not None
             batch["reference_logps"] = self._table[slice][batch["document"]]
         return batch
 
     def _with_reference(self, batch: dict[str, jax.Array], *, leading: bool) -> dict[str, jax.Array]:
-        if self.objective().reference != "batch" or "reference_logps" in batch:
+        if self.reference_source != "batch" or "reference_logps" in batch:
             return batch
         self._ensure_reference()
         name = "reference_train" if leading else "reference_val"
@@ -156,7 +151,7 @@ class DPOTrainer(SFTTrainer):
 
     def abstract_train_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
         batch = super().abstract_train_batch()
-        if self.objective().reference == "batch":
+        if self.reference_source == "batch":
             rows = (self.accumulate_steps, self.micro_rows)
             sharding = self.sharding.batch_sharding(len(rows), leading=1)
             batch["reference_logps"] = jax.ShapeDtypeStruct(rows, jnp.float32, sharding=sharding)

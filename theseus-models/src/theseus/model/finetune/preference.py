@@ -18,7 +18,7 @@ or the frozen base, and weighs a micro-batch by its pairs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +42,21 @@ class Preference(Objective):
     label_smoothing: float = 0.0
     simpo_gamma: float = 0.5
     reference: str = "batch"
+
+    selectable: ClassVar[bool] = False
+
+    @classmethod
+    def for_trainer(cls, trainer: Any) -> Preference:
+        """The preference loss of the trainer's ``dpo/*`` keys; its reference is the frozen base with LoRA
+        (unless precomputed), none for SimPO, else log-probabilities the batch carries."""
+        args = trainer.args
+        if args.loss == "simpo":
+            reference = "none"
+        elif trainer.lora_rank > 0 and not args.precompute_reference:
+            reference = "adapters"
+        else:
+            reference = "batch"
+        return cls(args.loss, float(args.beta), float(args.label_smoothing), float(args.simpo_gamma), reference)
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:

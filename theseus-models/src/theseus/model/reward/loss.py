@@ -11,6 +11,7 @@ the mean rewards ``rewards/chosen`` and ``rewards/rejected`` beside them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +45,13 @@ class BradleyTerry(Objective):
     """The reward model's objective: :func:`bradley_terry` on the rewards of the pairs of a micro-batch."""
 
     center_coefficient: float = 0.0
+
+    selectable: ClassVar[bool] = False
+
+    @classmethod
+    def for_trainer(cls, trainer: Any) -> BradleyTerry:
+        """The objective of the trainer's ``reward_model/center_coefficient``."""
+        return cls(float(trainer.args.center_coefficient))
 
     def __post_init__(self) -> None:
         if not self.center_coefficient >= 0:

@@ -43,11 +43,8 @@ class RewardTrainer(SFTTrainer):
 
     CONFIG: ClassVar[type] = RewardModelConfig
     DATASET: ClassVar[Any] = Sampling("preference", 1.0, "pairs")
-    OBJECTIVE: ClassVar[Any] = None  # built from reward_model/* (objective())
+    OBJECTIVE: ClassVar[Any] = BradleyTerry  # built from reward_model/* (BradleyTerry.for_trainer)
     PLOTTED: ClassVar[Any] = ("accuracy",)
-
-    def objective(self) -> BradleyTerry:
-        return BradleyTerry(float(self.args.center_coefficient))
 
     def model_class(self) -> type:
         """The selected language model with the scalar reward head."""

@@ -107,6 +107,17 @@ class Divergence(Objective):
     temperature: float = 1.0
     teacher_params: Any = array_field()
 
+    selectable: ClassVar[bool] = False
+
+    @classmethod
+    def for_trainer(cls, trainer: Any) -> Divergence:
+        """The divergence of the trainer's ``distill/*`` keys: on rollouts, the generalized JSD at
+        ``distill/beta``; offline, the forward KL; both at ``distill/temperature``."""
+        a = trainer.args
+        if isinstance(a, OnPolicyDistillConfig):
+            return cls(trainer.teacher.model, "jsd", float(a.distill_beta), float(a.distill_temperature))
+        return cls(trainer.teacher.model, "forward_kl", 0.0, float(a.distill_temperature))
+
     @property
     def needs(self) -> Needs:
         """The student's full logits and the teacher's."""
@@ -126,7 +137,7 @@ class Distillation(SFTTrainer):
     read once and given to the step with every call) and the divergence they optimise."""
 
     CONFIG: ClassVar[type] = DistillConfig
-    OBJECTIVE: ClassVar[Any] = None  # built from distill/* (objective())
+    OBJECTIVE: ClassVar[Any] = Divergence  # built from distill/* and the teacher (Divergence.for_trainer)
 
     def __init__(self, context: Any) -> None:
         super().__init__(context)
@@ -153,10 +164,6 @@ class Distillation(SFTTrainer):
             self._teacher_params = self.teacher.load(self.sharding)
         return self._teacher_params
 
-    def objective(self) -> Divergence:
-        """The forward KL to the teacher at ``distill/temperature``."""
-        return Divergence(self.teacher.model, "forward_kl", 0.0, float(self.args.distill_temperature))
-
     def objective_arrays(self) -> dict[str, Any]:
         """The teacher's parameters, the divergence's ``teacher_params``."""
         return {"teacher_params": self.teacher_params()}
@@ -182,11 +189,6 @@ class OnPolicyDistillTrainer(Distillation, RolloutTrainer):
 
     CONFIG: ClassVar[type] = OnPolicyDistillConfig
     ROLLOUTS: ClassVar[type[RolloutConfig]] = DistillRolloutConfig
-
-    def objective(self) -> Divergence:
-        """The generalized JSD to the teacher (``distill/beta``) at ``distill/temperature``."""
-        a: OnPolicyDistillConfig = self.args
-        return Divergence(self.teacher.model, "jsd", float(a.distill_beta), float(a.distill_temperature))
 
     def validate(self, state: TrainState, batches: int | None = None, slice: str = "val") -> dict[str, Any]:
         """Completions of ``batches`` x (global micro batch) prompts of the environment's ``eval`` split,

@@ -133,6 +133,26 @@ class Policy(Objective):
     copied_reference: bool = False
     options: tuple[tuple[str, Any], ...] = ()  # further policy_loss keywords (PolicyLossOptions)
 
+    selectable: ClassVar[bool] = False
+
+    @classmethod
+    def for_trainer(cls, trainer: Any) -> Policy:
+        """The policy loss of the trainer's ``rl/*`` keys; its normaliser is the longest completion its
+        rollouts hold, and full fine-tuning with a KL compares with a frozen copy of the initial parameters."""
+        a: GRPOConfig = trainer.args
+        source = trainer.rollout_source
+        return cls(
+            a.loss,
+            a.ratio_level,
+            a.epsilon_low,
+            a.upper_clip,
+            a.beta,
+            source.limits.longest_completion(multi_turn=bool(stop_strings(source.environment))),
+            a.updates,
+            copied_reference=a.beta > 0 and trainer.lora_rank <= 0,
+            options=a.policy_loss_options(a.loss),
+        )
+
     @property
     def needs(self) -> Needs:
         """The completions' log-probabilities and entropies, the old policy's, the reference's with a KL."""
@@ -174,32 +194,16 @@ class GRPOTrainer(RolloutTrainer):
     selects another)."""
 
     CONFIG: ClassVar[type] = GRPOConfig
-    OBJECTIVE: ClassVar[Any] = None  # built from rl/* (objective())
+    OBJECTIVE: ClassVar[Any] = Policy  # built from rl/* and the rollouts (Policy.for_trainer)
 
     def __init__(self, context: Any) -> None:
         super().__init__(context)
         self._reference: Reference | None = None  # full fine-tuning with rl/beta > 0: the initial parameters
         self._sampler_logps: TargetLogps | None = None  # rollouts made ahead: their sampler's log-probabilities
 
-    # -- settings -------------------------------------------------------------------------------
-    def objective(self) -> Policy:
-        """The policy loss of ``rl/*``."""
-        a: GRPOConfig = self.args
-        source = self.rollout_source
-        copied = a.beta > 0 and self.lora_rank <= 0
-        return Policy(
-            a.loss,
-            a.ratio_level,
-            a.epsilon_low,
-            a.upper_clip,
-            a.beta,
-            source.limits.longest_completion(multi_turn=bool(stop_strings(source.environment))),
-            a.updates,
-            copied_reference=copied,
-            options=a.policy_loss_options(a.loss),
-        )
-
     def updates_per_step(self) -> int:
+        """``rl/updates`` (the policy's ``updates``), read from the key: building the policy needs the
+        rollouts, which are set up after this is first asked."""
         return int(self.args.updates)
 
     def resample_rounds(self) -> int:
