@@ -7,14 +7,15 @@ damaged file, for listings that must go on; ``read_provenance`` refuses a damage
 
 from __future__ import annotations
 
+import enum
 import json
-import math
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from theseus.base import jsonfile
+from theseus.base.read_numbers import count
 from theseus.config.yaml_limits import bounded_yaml_text
 from theseus.errors import ConfigError
 from theseus.runs.layout import CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE, ROLLOUTS_FILE
@@ -102,12 +103,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 def record_step(record: Mapping[str, Any]) -> int | None:
     """The step of a record: a whole number from 0 to :data:`MAX_STEP` (``3`` or ``3.0``); None for any
     other value (``1e400``, which JSON reads as infinity, ``"3"``, ``true``, none at all)."""
-    step = record.get("step")
-    if isinstance(step, bool) or not isinstance(step, (int, float)):
-        return None
-    if isinstance(step, float) and not (math.isfinite(step) and step.is_integer()):
-        return None
-    return int(step) if 0 <= step <= MAX_STEP else None
+    return count(record.get("step"), MAX_STEP, whole_floats=True)
 
 
 def warn_bad_steps(path: Path, bad: list[tuple[int, Any]]) -> None:
@@ -139,14 +135,28 @@ def metric_lines(path: Path) -> list[tuple[bytes, str | None]]:
     return lines
 
 
+class NoValue(enum.Enum):
+    """Why a metrics line holds no JSON value (:func:`parse_line`)."""
+
+    CUT_SHORT = "not JSON: a crash cut it short, or it nests past the parser's depth"
+    UNREADABLE = "JSON that Python will not read: an integer past its 4,300 digits"
+
+
+def parse_line(text: str) -> Any:
+    """The JSON value of a metrics line, or the :class:`NoValue` that says why there is none.
+    Listings skip every line without a record; :func:`~theseus.training.metrics.cut_records` drops the lines
+    cut short and keeps the unreadable ones as they are."""
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return NoValue.CUT_SHORT
+    except ValueError:
+        return NoValue.UNREADABLE
+
+
 def _record(text: str | None) -> dict[str, Any] | None:
     """The metrics record on a line, None when the line holds none."""
-    if text is None:
-        return None
-    try:
-        record = json.loads(text)
-    except (ValueError, RecursionError):  # cut short, or nested past the parser's depth
-        return None
+    record = parse_line(text) if text is not None else None
     return record if isinstance(record, dict) and "step" in record else None
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from theseus.base.read_numbers import finite
 from theseus.runs.layout import (
     CHECKPOINTS,
     CONFIG_FILE,
@@ -26,7 +27,7 @@ from theseus.runs.layout import (
 )
 from theseus.runs.lock import LOCK_FILE, holder
 from theseus.runs.records import read_config, read_json, read_metrics
-from theseus.tracking.status import finite, read_status, state_of
+from theseus.tracking.status import read_status, state_of
 
 STATUSES = ("completed", "stopped", "failed", "running", "crashed")
 #: Keys every listing row has, in ``--json`` order.

@@ -19,7 +19,6 @@ This module is imported by ``theseus runs``: standard library only.
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import threading
@@ -28,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from theseus.base.read_numbers import count, finite
 from theseus.runs.layout import STATUS_FILE
 
 #: Seconds between heartbeats written by the background thread.
@@ -46,18 +46,6 @@ def _process_start(pid: int) -> str | None:
         return None
     fields = stat[stat.rfind(")") + 2 :].split()
     return fields[19] if len(fields) > 19 else None
-
-
-def finite(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number, else None (what a record's number fields hold; an
-    integer past a float's range, ``10**400``, is not one)."""
-    if not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 #: The largest ``status.json`` a reader takes: a record is a few hundred bytes.
@@ -83,10 +71,9 @@ def printable(text: str, limit: int = _TEXT_CHARS) -> str:
 def _checked(name: str, value: Any) -> Any:
     """``value`` if field ``name`` may hold it, else None."""
     if name in _COUNTS:
-        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _LARGEST_COUNT
-        return value if ok else None
+        return count(value, _LARGEST_COUNT)
     if name in _TIMES or name in _SECONDS or name in ("best_val_loss", "last_val_loss"):
-        number = finite(value) if not isinstance(value, bool) else None
+        number = finite(value)
         if number is None or (name in _TIMES and not 0 <= number <= _LATEST_TIME) or (name in _SECONDS and number < 0):
             return None
         return number

@@ -39,7 +39,7 @@ def cut_records(path: Path, resume_step: int) -> list[dict[str, Any]]:
     is 0: a run starting over logs its step-0 records again) and without a line cut short by a crash; a
     line that is not UTF-8, or whose step is not a count, is kept as it is, after a warning naming it.
     Returns the records kept."""
-    from theseus.runs.records import metric_lines, record_step, warn_bad_steps
+    from theseus.runs.records import NoValue, metric_lines, parse_line, record_step, warn_bad_steps
 
     if not path.exists():
         return []
@@ -49,14 +49,11 @@ def cut_records(path: Path, resume_step: int) -> list[dict[str, Any]]:
         if text is None:
             kept.append(raw)
             continue
-        try:
-            record = json.loads(text)
-        except (json.JSONDecodeError, RecursionError):
-            continue  # a line cut short by a crash (or nested past the parser's depth)
-        except ValueError:  # an integer past Python's 4,300 digits: no record, kept as it is
+        record = parse_line(text)
+        if record is NoValue.UNREADABLE:  # an integer past Python's 4,300 digits: no record, kept as it is
             kept.append(raw)
             continue
-        if not isinstance(record, dict):
+        if not isinstance(record, dict):  # cut short by a crash (or nested past the parser's depth)
             continue
         step = record_step(record) if "step" in record else 0
         if step is None:  # kept as it is, like a line that is not UTF-8
