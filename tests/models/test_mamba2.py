@@ -1,0 +1,142 @@
+"""The Mamba-2 mixer (``layers/mamba2.py``): transformers' Nemotron-H mixer on the same weights (its PyTorch
+path: chunked scan, grouped B and C, gated group norm), the chunked scan against the plain recurrence,
+cached decoding from its state, left padding and packed examples."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.models.conftest import jitted
+from theseus.model.layers.mamba2 import Mamba2, ssd
+
+WIDTH, HEADS, HEAD_DIM, STATE, GROUPS, TAPS, CHUNK = 24, 4, 6, 8, 2, 4, 4
+
+
+def layer_and_params(**fields: object) -> tuple[Mamba2, dict]:
+    layer = Mamba2(
+        n_heads=HEADS,
+        head_dim=HEAD_DIM,
+        state_size=STATE,
+        n_groups=GROUPS,
+        conv_kernel=TAPS,
+        chunk_size=CHUNK,
+        **fields,  # type: ignore[arg-type]
+    )
+    params = nn.unbox(jitted(layer.init, jax.random.key(1), jnp.zeros((1, 4, WIDTH)))["params"])
+    rng = np.random.default_rng(0)
+
+    def spread(path: tuple, p: jax.Array) -> jax.Array:
+        name = path[-1].key
+        if name == "A_log":  # decays of a few tenths to a few per step
+            return jnp.asarray(rng.uniform(-1.0, 1.0, size=p.shape), jnp.float32)
+        scale = 0.5 if name in ("dt_bias", "D", "norm", "conv1d_bias") else 0.3
+        centre = 1.0 if name == "norm" else 0.0
+        return jnp.asarray(centre + scale * rng.normal(size=p.shape), jnp.float32)
+
+    return layer, jax.tree_util.tree_map_with_path(spread, params)
+
+
+def test_the_mixer_computes_transformers_nemotron_h_mixer() -> None:
+    """NemotronHMamba2Mixer (PyTorch path) on the same weights, a length no chunk divides."""
+    import torch
+    from transformers import NemotronHConfig
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
+
+    layer, params = layer_and_params()
+    config = NemotronHConfig(
+        hidden_size=WIDTH,
+        mamba_num_heads=HEADS,
+        mamba_head_dim=HEAD_DIM,
+        ssm_state_size=STATE,
+        n_groups=GROUPS,
+        conv_kernel=TAPS,
+        chunk_size=CHUNK,
+        use_conv_bias=True,
+        use_bias=False,
+        layer_norm_epsilon=1e-5,
+        hybrid_override_pattern="M",
+        num_hidden_layers=1,
+    )
+    theirs = NemotronHMamba2Mixer(config, layer_idx=0).eval()
+    ours = jax.tree.map(np.asarray, params)
+    state = {
+        "in_proj.weight": ours["in_proj"].T,
+        "conv1d.weight": ours["conv1d"].T[:, None, :],
+        "conv1d.bias": ours["conv1d_bias"],
+        "dt_bias": ours["dt_bias"],
+        "A_log": ours["A_log"],
+        "D": ours["D"],
+        "norm.weight": ours["norm"],
+        "out_proj.weight": ours["out_proj"].T,
+    }
+    theirs.load_state_dict({k: torch.tensor(np.ascontiguousarray(v)) for k, v in state.items()})
+    x = np.random.default_rng(2).normal(size=(2, 11, WIDTH)).astype(np.float32)
+    with torch.no_grad():
+        expected = theirs(torch.tensor(x)).numpy()
+    got = np.asarray(jitted(layer.apply, {"params": params}, jnp.asarray(x)))
+    assert np.max(np.abs(expected)) > 0.1
+    # float32, about 11 positions x 8 state entries summed per output, through two projections
+    np.testing.assert_allclose(got, expected, atol=2e-5 * np.max(np.abs(expected)), rtol=0)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 16])
+def test_the_chunked_scan_is_the_recurrence(chunk: int) -> None:
+    """``ssd`` in chunks of any size equals the scan written one position at a time, resets included."""
+    rng = np.random.default_rng(4)
+    batch, steps, heads, width, size = 2, 10, 3, 2, 5
+    x = jnp.asarray(rng.normal(size=(batch, steps, heads, width)), jnp.float32)
+    b, c = (jnp.asarray(rng.normal(size=(batch, steps, heads, size)), jnp.float32) for _ in range(2))
+    log_decay = jnp.asarray(-rng.uniform(0.05, 1.5, size=(batch, steps, heads)), jnp.float32)
+    log_decay = log_decay.at[1, 6].set(-jnp.inf)  # a new example starts at position 6 of row 1
+    start = jnp.asarray(rng.normal(size=(batch, heads, width, size)), jnp.float32)
+
+    state, want = np.asarray(start), []
+    for t in range(steps):
+        decay = np.exp(np.asarray(log_decay[:, t]))[..., None, None]
+        state = decay * state + np.einsum("bhp,bhn->bhpn", np.asarray(x[:, t]), np.asarray(b[:, t]))
+        want.append(np.einsum("bhpn,bhn->bhp", state, np.asarray(c[:, t])))
+    y, last = ssd(x, log_decay, b, c, chunk, start)
+    np.testing.assert_allclose(np.asarray(y), np.stack(want, axis=1), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(last), state, atol=1e-5, rtol=1e-5)
+    grads = jax.grad(lambda s: jnp.sum(ssd(x, log_decay, b, c, chunk, s)[0]))(start)
+    assert bool(jnp.all(jnp.isfinite(grads)))  # the reset's -inf leaves no NaN in the backward pass
+
+
+def test_cached_decoding_continues_the_state_and_left_padding_starts_empty() -> None:
+    """A left-padded prompt of 5, then one token at a time, gives the unpadded rows' whole-sequence outputs."""
+    layer, params = layer_and_params()
+    x = jax.random.normal(jax.random.key(0), (2, 9, WIDTH))
+    whole = np.asarray(jitted(layer.apply, {"params": params}, x))
+    padded = jnp.concatenate([jnp.ones((2, 2, WIDTH)), x], axis=1)  # two positions of junk before each row
+    mask = jnp.arange(11)[None, :].repeat(2, 0) >= 2
+    cache = jax.tree.map(jnp.zeros_like, jitted(layer.init, jax.random.key(1), padded, decode=True)["cache"])
+    assert cache["conv"].shape == (2, TAPS - 1, HEADS * HEAD_DIM + 2 * GROUPS * STATE)
+    assert cache["ssm"].shape == (2, HEADS, HEAD_DIM, STATE)
+    out, mutated = jitted(
+        layer.apply, {"params": params, "cache": cache}, padded[:, :7], mask[:, :7], decode=True, mutable=["cache"]
+    )
+    outs = [np.asarray(out)[:, 2:]]
+    for t in range(7, 11):
+        step = (padded[:, t : t + 1], mask[:, t : t + 1])
+        out, mutated = jitted(
+            layer.apply, {"params": params, "cache": mutated["cache"]}, *step, decode=True, mutable=["cache"]
+        )
+        outs.append(np.asarray(out))
+    np.testing.assert_allclose(np.concatenate(outs, axis=1), whole, atol=2e-5 * np.max(np.abs(whole)), rtol=0)
+
+
+def test_packed_examples_do_not_read_each_other() -> None:
+    """Segment ids: two examples packed in one row give each example's own outputs (state and taps reset)."""
+    layer, params = layer_and_params()
+    x = jax.random.normal(jax.random.key(3), (1, 10, WIDTH))
+    segments = jnp.asarray([[1, 1, 1, 1, 2, 2, 2, 2, 2, 0]], jnp.int32)
+    packed = np.asarray(jitted(layer.apply, {"params": params}, x, segments))
+    first = np.asarray(jitted(layer.apply, {"params": params}, x[:, :4]))
+    second = np.asarray(jitted(layer.apply, {"params": params}, x[:, 4:9]))
+    scale = np.max(np.abs(packed))
+    np.testing.assert_allclose(packed[:, :4], first, atol=2e-5 * scale, rtol=0)
+    np.testing.assert_allclose(packed[:, 4:9], second, atol=2e-5 * scale, rtol=0)
