@@ -3,7 +3,7 @@
 ``ZLossCrossEntropy`` adds ``weight * log(Z)^2`` to each target's cross-entropy, where ``Z`` is the
 softmax normaliser of its position: it keeps the logits from drifting (``log Z`` near 0) without
 changing which token is likely. Registered in ``pyproject.toml`` as ``objective/example-z-loss``; a
-run selects it by name (``objective=example-z-loss``) on any trainer that declares an ``OBJECTIVE``,
+run selects it by name (``objective=example-z-loss``) on any trainer whose ``OBJECTIVE`` is selectable,
 and its one key sits under ``objective/example-z-loss/``.
 """
 
