@@ -82,11 +82,11 @@ def test_conflicting_defaults_across_configuration_classes(cli: Cli) -> None:
 # -- command line --------------------------------------------------------------------------------
 
 
-def test_root_that_does_not_exist_names_the_prepare_command(tmp_path: Path) -> None:
+def test_root_that_does_not_exist_names_the_prepare_command(cli: Cli, tmp_path: Path) -> None:
     missing = tmp_path / "no-such-root"
-    done = run_cli(train_args(missing), timeout=300)
-    assert done.returncode == 2
-    assert error_line(done.stderr) == (
+    code, err = cli(train_args(missing))
+    assert code == 2
+    assert error_line(err) == (
         f"error: dataset 'corpus' is not prepared in {missing}/data/corpus; prepare it with: "
         f"theseus run data/tokenize data/dataset=corpus --root {missing}"
     )
@@ -331,13 +331,13 @@ def test_corrupt_checkpoint_without_an_earlier_one(cli: Cli, checkpointed: Path,
     assert snapshot(run) == before  # nothing renamed, config.yaml and metrics untouched
 
 
-def test_resume_with_a_changed_model_configuration(checkpointed: Path, tmp_path: Path) -> None:
+def test_resume_with_a_changed_model_configuration(cli: Cli, checkpointed: Path, tmp_path: Path) -> None:
     root = clone(checkpointed, tmp_path)
     run = root / "runs" / "base"
     before = snapshot(run)
-    done = run_cli(train_args(root, "run/name=base", "architecture/width=24"), timeout=300)
-    assert done.returncode == 2
-    assert error_line(done.stderr) == (
+    code, err = cli(train_args(root, "run/name=base", "architecture/width=24"))
+    assert code == 2
+    assert error_line(err) == (
         f"error: checkpoint '{run / 'checkpoints' / '4'}' has parameter 'down/bias' of shape (16,) but the "
         "configured model expects (24,); use the model configuration the run was started with, or a new run/name"
     )
