@@ -72,17 +72,21 @@ def steady_state(
     seq: int = 256,
     *,
     width: int | None = None,
+    layers: int | None = None,
     unrolls: tuple[int, ...] = (1, 2),
     steps: int = 5,
     repeats: int = 7,
 ) -> dict[str, tuple[float, float]]:
     """The bare loop unrolled and scanned with each ``model/scan_unroll`` in ``unrolls``, timed in
-    interleaved rounds: ``{name: (ms per step, median per-round ratio to unrolled)}``."""
+    interleaved rounds: ``{name: (ms per step, median per-round ratio to unrolled)}``. ``width`` and ``layers``
+    replace the preset's."""
     from benchmarks.bare_loop import BareLoop
     from benchmarks.common import interleaved
     from benchmarks.workload import Workload
 
     shape = {"architecture/n_embd": width} if width else {}
+    if layers:
+        shape["architecture/n_layers"] = layers
     variants = {"unrolled": {"model/scan_layers": False}}
     variants.update({f"scanned, unroll {u}": {"model/scan_layers": True, "model/scan_unroll": u} for u in unrolls})
     loops = []

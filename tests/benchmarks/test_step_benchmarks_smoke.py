@@ -13,7 +13,8 @@ from tests.benchmarks.test_benchmarks_smoke import TINY
 def test_scan_layers_benchmark_times_both_layouts_side_by_side() -> None:
     from benchmarks import scan_layers
 
-    result = scan_layers.steady_state("tiny", 2, 16, width=32, unrolls=(2,), steps=1, repeats=2)
+    # two layers: the scan (two iterations, unrolled 2) against the same two layers unrolled
+    result = scan_layers.steady_state("tiny", 2, 16, width=32, layers=2, unrolls=(2,), steps=1, repeats=2)
     assert list(result) == ["unrolled", "scanned, unroll 2"] and result["unrolled"][1] == 1.0
     assert all(ms > 0 and ratio > 0 for ms, ratio in result.values())
 
@@ -59,7 +60,7 @@ def test_sliding_window_benchmark_times_both_masks() -> None:
 def test_moe_model_benchmark_times_the_mixture_against_its_dense_twin() -> None:
     from benchmarks import moe_model
 
-    shape = moe_model.shapes(quick=True)
+    shape = {**moe_model.shapes(quick=True), "layers": 1}  # one mixture layer and its dense twin: half the compile
     assert moe_model.overrides(shape, moe=False)["architecture/d_ff"] == shape["top_k"] * shape["hidden"]
     found = moe_model.throughput(shape, rounds=1, steps=1)
     assert found["dense_ms"] > 0 and found["moe_ms"] > 0 and found["ratio"] > 0
