@@ -3,7 +3,7 @@ step N`` (a signal, during set-up too), ``failed: <the one line>`` and ``crashed
 these names still list. The staging folders of killed exports are swept as killed imports' are.
 
 Runs that fail or are signalled mid-training are checked where they already run
-(``test_bad_input.py``, ``test_preemption.py``, ``test_crash_resume.py``).
+(``test_bad_input.py``, ``test_crash_resume.py``).
 """
 
 from __future__ import annotations
