@@ -39,6 +39,14 @@ def llama_1b(**trainer_keys: Any) -> Case:
     return Case("llama", "tiny", 8, 2048, 32000, {**LLAMA_1B, "model/remat": "full"}, trainer=trainer_keys)
 
 
+#: Qwen3-1.7B's widths on the Qwen3-0.6B preset (28 layers, 16/8 heads of 128), bfloat16 parameters, remat full.
+QWEN3_1_7B = {
+    "architecture/n_embd": 2048,
+    "architecture/d_ff": 6144,
+    "model/param_dtype": "bfloat16",
+    "model/remat": "full",
+}
+
 CASES: dict[str, Case] = {
     "gpt2-16x1024-none-scanned": gpt2(16, "none", True),
     "gpt2-16x1024-none": gpt2(16, "none", False),
@@ -57,7 +65,7 @@ CASES: dict[str, Case] = {
         8,
         2048,
         151936,
-        {"architecture/n_embd": 2048, "architecture/d_ff": 6144, "model/param_dtype": "bfloat16", "model/remat": "full"},
+        QWEN3_1_7B,
         trainer={"optimizer/offload": True},
     ),
     "qwen3-1.7b-bf16-state": Case(
@@ -66,7 +74,7 @@ CASES: dict[str, Case] = {
         8,
         2048,
         151936,
-        {"architecture/n_embd": 2048, "architecture/d_ff": 6144, "model/param_dtype": "bfloat16", "model/remat": "full"},
+        QWEN3_1_7B,
         trainer={"optimizer/state_dtype": "bfloat16"},
     ),
 }
