@@ -146,12 +146,14 @@ def test_runs_that_cannot_be_told_apart_refuse_to_scan() -> None:
 #: Units whose positions differ in shape, ``(family, layers, unit, keys)``: Qwen3-Next's Gated DeltaNet and
 #: full-attention layers as a unit of two (every second layer full, where its preset has every fourth: the
 #: same mechanism at half the layers to trace; 4 layers: two whole units, the scan's state carried from one
-#: to the next), and Llama 4's unit of four, dense and mixture layers interleaved under its chunked RoPE
-#: and NoPE layers (its two mixture positions differ in their attention alone; 9 layers: two whole units,
-#: then one layer left over).
+#: to the next), and Llama 4's dense and mixture layers interleaved under its chunked RoPE and NoPE layers,
+#: every second layer NoPE (where its preset has every fourth): a unit of two, a dense RoPE layer then a
+#: NoPE mixture layer (5 layers: two whole units, then one layer left over; the unit of four took 9 layers).
+#: Positions that differ in their attention alone (every layer a mixture, a unit of a RoPE and a NoPE layer)
+#: scan against transformers' logits in tests/huggingface/test_import_parity.py.
 UNITS: dict[str, tuple[type[TransformerLM], int, int, dict[str, Any]]] = {
     "qwen3-next": (Qwen3Next, 4, 2, {"architecture__full_attention_interval": 2}),
-    "llama4": (Llama4, 9, 4, {}),
+    "llama4": (Llama4, 5, 2, {"architecture__no_rope_layers": (1, 0, 1, 0, 1)}),
 }
 
 
