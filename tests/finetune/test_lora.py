@@ -45,7 +45,8 @@ def test_latent_attention_adapters_merge_and_decode_against_the_compressed_cache
     """Multi-head latent attention (DeepSeek Sparse Attention's too) takes adapters on query, key, value and out:
     merged they give the same model, fresh ones change nothing, and decoding against the compressed cache (which
     reads the key and value kernels with their adapters folded in) gives the full forward's logits."""
-    tiny = {"architecture__preset": "tiny", "architecture__mtp_depth": 0}
+    # the preset's dense layer and one of its two mixture layers: the adapters are the attention's
+    tiny = {"architecture__preset": "tiny", "architecture__mtp_depth": 0, "architecture__n_layers": 2}
     adapted_model = build(cls, model__lora__rank=2, model__lora__alpha=4.0, **tiny)
     plain_model = build(cls, **tiny)
     params = random_params(adapted_model, std=0.2)
@@ -96,9 +97,10 @@ PEFT_CASES = {
     "gemma3-scanned": ("gemma3_text", True, ALL, 7),  # layer indices scanned in: a window on layer 0 only
     "olmo3-scanned": ("olmo3", True, ALL, 7),  # OLMo 2's norms, a window on layer 0 only
     "gpt_oss-scanned": ("gpt_oss", True, ["query", "key", "value", "out"], 4),  # sinks; experts not adapted
-    # chunked RoPE and NoPE layers, dense and mixture layers interleaved (unrolled); experts not adapted
-    "llama4_text": ("llama4_text", False, ["query", "key", "value", "out"], 4),
-    # the same, scanned: a unit of a dense and a mixture layer per scan step, each position held apart
+    # chunked RoPE and NoPE layers, dense and mixture layers interleaved, scanned: a unit of a dense and a
+    # mixture layer per scan step, each position held apart; experts not adapted (the export reads the layers
+    # one by one, as it reads an unrolled model's: its unrolled layers against transformers' logits,
+    # tests/huggingface/test_import_parity.py)
     "llama4_text-scanned": ("llama4_text", True, ["query", "key", "value", "out"], 4),
     # full-attention layers (q_proj: each head's query, then its output gate) and linear-attention layers
     # (LINEAR_RANKS); experts not adapted
