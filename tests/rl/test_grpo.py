@@ -143,14 +143,15 @@ LORA = ["model/lora/rank=4", "model/lora/targets=[query,value,up,down]"]
 LAYOUT_RUN = ["training/steps=2", "training/lr=1e-2", "rl/updates_per_rollout=2"]
 #: run name -> settings, on 4 devices (grpo_layouts_run.py): fsdp+tp applies both the fsdp and the tp
 #: rules, whose layouts alone tests/distributed/test_scale_out.py compares with one device.
-#: Rollouts made ahead (rl/async_rollouts) by the current parameters, and by those a step behind.
-AHEAD = ["rl/async_rollouts=true", "rl/max_staleness=0"]
+#: Rollouts made ahead (rl/async_rollouts) by the parameters a step behind: the producer's copies of the
+#: sharded parameters and the sampling correction. (Made ahead by the current parameters, rl/max_staleness=0,
+#: a run is the synchronous one: tests/rl/test_async_rollouts.py, on one device; that path samples as the
+#: synchronous runs here do.)
 BEHIND = ["rl/async_rollouts=true", "rl/max_staleness=1"]
 FSDP_TP = ["mesh/layout=fsdp+tp", "mesh/data=2", "mesh/model=2"]
 LAYOUTS = {
     "full-fsdp+tp": FSDP_TP,
     "lora-fsdp+tp": [*FSDP_TP, *LORA],
-    "full-fsdp+tp-ahead": [*FSDP_TP, *AHEAD],  # as the synchronous run of one device
     "behind-fsdp+tp": [*FSDP_TP, *BEHIND],
     "behind-apart": ["mesh/layout=fsdp", "rl/rollout_devices=2", *BEHIND],  # 2 devices train, 2 generate
 }
@@ -158,8 +159,8 @@ LAYOUTS = {
 
 def test_sharded_layouts_roll_out_and_train_as_one_device(tmp_path: Path) -> None:
     """Full fine-tuning and LoRA in fsdp+tp on 4 devices (data 2 x model 2) with rollouts on the run's mesh,
-    and rollouts made ahead there by the current parameters or by those a step behind, on the run's mesh or
-    on two devices of their own: the same rewards, losses and sampling corrections as one device."""
+    and rollouts made ahead by the parameters a step behind, on the run's mesh or on two devices of their
+    own: the same rewards, losses and sampling corrections as one device."""
     assert grpo(tmp_path, *LAYOUT_RUN, "run/name=full-1") == 0
     assert grpo(tmp_path, *LAYOUT_RUN, *LORA, "run/name=lora-1") == 0
     assert grpo(tmp_path, *LAYOUT_RUN, *BEHIND, "run/name=behind-1") == 0
