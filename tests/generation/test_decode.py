@@ -186,27 +186,24 @@ def test_a_scanned_model_decodes_with_its_layers_in_a_loop_with_the_same_tokens(
     family: type[TransformerLM], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The decoder can run a scanned model's layers in one loop over the stacked parameters and cache (one
-    layer in the program instead of every layer per stretch); greedy in stretches and sampled reading the
-    whole cache, it draws the tokens of the unrolled layers. (The layer loop computes the logits; greedy or
-    sampled only picks from them, so each setting is met once: the stretches change the cache views the
-    loop reads, the sampled tokens any difference in the logits.) A TPU loops by default, the CPU does not
-    (decode.LOOPED_PLATFORMS)."""
+    layer in the program instead of every layer per stretch): greedy in stretches, the tokens of rerunning
+    each prefix; sampled reading the whole cache, the tokens of the unrolled layers. (The layer loop computes
+    the logits; greedy or sampled only picks from them, so each setting is met once: the stretches change the
+    cache views the loop reads, the sampled tokens any difference in the logits.) A TPU loops by default, the
+    CPU does not (decode.LOOPED_PLATFORMS)."""
     assert decode.layer_loop("tpu") and not decode.layer_loop("cpu")
     with configuration({**tiny_values(family), "architecture/n_layers": 3, "model/scan_layers": True}):
         model = configure(family)
     assert loops_layers(model)
     params = spread_params(model, seed=5)
     monkeypatch.setattr(decode, "SHORTEST_STRETCH", 3)
-    for stretches, sampling in ((3, SamplingParams(0.0)), (1, SAMPLED)):
-        runs = [
-            generate_tokens(
-                model, params, PROMPTS, NEW, sampling=sampling, seed=2, stretches=stretches, loop_layers=loop
-            )
-            for loop in (False, True)
-        ]
-        assert runs[0] == runs[1]
-        if sampling.temperature == 0.0:  # the looped layers' greedy tokens, in stretches
-            assert [c.tokens for c in runs[1]] == greedy_without_cache(model, params, PROMPTS, NEW)
+    greedy = generate_tokens(model, params, PROMPTS, NEW, sampling=SamplingParams(0.0), stretches=3, loop_layers=True)
+    assert [c.tokens for c in greedy] == greedy_without_cache(model, params, PROMPTS, NEW)
+    sampled = [
+        generate_tokens(model, params, PROMPTS, NEW, sampling=SAMPLED, seed=2, stretches=1, loop_layers=loop)
+        for loop in (False, True)
+    ]
+    assert sampled[0] == sampled[1]
 
 
 def test_layers_loop_only_where_each_layer_keeps_a_plain_cache() -> None:
