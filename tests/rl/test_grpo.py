@@ -131,11 +131,19 @@ def test_a_preempted_then_killed_grpo_run_resumes_bit_exactly(tmp_path: Path) ->
     assert all(abs(row["ratio_mean"] - 1.0) > 1e-4 for row in whole), [row["ratio_mean"] for row in whole]
 
 
-def test_lora_with_a_kl_penalty_to_the_adapters_off_policy(tmp_path: Path) -> None:
-    assert grpo(tmp_path, "training/steps=2", "model/lora/rank=4", "rl/beta=0.04", "run/name=lora") == 0
+def test_lora_with_a_kl_penalty_to_the_adapters_off_policy_and_cispo_at_its_defaults(tmp_path: Path) -> None:
+    """LoRA with a KL penalty to the adapters-off reference trains; and ``rl/loss=cispo`` with no other loss
+    key trains (one run for both: the reference's log-probabilities do not depend on the loss): its cap is 5
+    where ``rl/epsilon_high`` is not set, as the run records."""
+    assert (
+        grpo(tmp_path, "training/steps=2", "model/lora/rank=4", "rl/beta=0.04", "rl/loss=cispo", "run/name=lora") == 0
+    )
     rows = train_rows(tmp_path / "runs" / "lora")
     assert len(rows) == 2 and all(np.isfinite(row["kl"]) for row in rows)
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # fresh adapters: the policy is the reference
+    assert all(np.isfinite(row["loss"]) and "cispo_clip_ratio" in row for row in rows)
+    objective = json.loads((tmp_path / "runs" / "lora" / "provenance.json").read_text())["objective"]
+    assert objective["values"]["epsilon_high"] == 5.0 and objective["values"]["loss"] == "cispo"
 
 
 LORA = ["model/lora/rank=4", "model/lora/targets=[query,value,up,down]"]
@@ -244,12 +252,3 @@ def test_an_environment_is_selected_only_where_a_job_declares_one(
     assert error_line(capsys.readouterr().err) == (
         "error: Pretrain has no environment to select; environment= applies to the jobs that declare one"
     )
-
-
-def test_cispo_runs_at_its_defaults(tmp_path: Path) -> None:
-    """``rl/loss=cispo`` alone trains: its cap is 5 where ``rl/epsilon_high`` is not set, as the run records."""
-    assert grpo(tmp_path, "training/steps=1", "rl/loss=cispo", "run/name=cispo") == 0
-    (row,) = train_rows(tmp_path / "runs" / "cispo")
-    assert np.isfinite(row["loss"]) and "cispo_clip_ratio" in row
-    objective = json.loads((tmp_path / "runs" / "cispo" / "provenance.json").read_text())["objective"]
-    assert objective["values"]["epsilon_high"] == 5.0 and objective["values"]["loss"] == "cispo"
