@@ -200,7 +200,8 @@ def test_depth_zero_is_the_model_without_mtp_and_decoding_skips_it() -> None:
 
 def test_training_logs_a_falling_mtp_loss(tmp_path: Path) -> None:
     """Also what any DeepSeek-V3 training run does (tests/huggingface/test_deepseek_v3.py trains none of
-    its own): every step's loss finite, and the routers' balancing biases moved by their updates."""
+    its own): every step's loss finite, and the routers' balancing biases moved by their updates. Two
+    layers: the tiny preset's dense layer and one of its mixture layers."""
     from tests.training.conftest import write_byte_corpus
     from theseus.runs.params import restore_params
     from theseus.training.pretrain import Pretrain
@@ -209,6 +210,7 @@ def test_training_logs_a_falling_mtp_loss(tmp_path: Path) -> None:
     args = [
         "model=deepseek_v3",
         "architecture/mtp_depth=1",
+        "architecture/n_layers=2",
         "architecture/block_size=32",
         "training/batch_size=4",
         "training/steps=8",
