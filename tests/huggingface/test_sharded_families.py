@@ -2,7 +2,7 @@
 (a mixture's experts gathered from their per-expert tensors onto the expert shardings); the families saved
 with more than two layers for the import tests are saved with two here, one of each kind of layer
 (``families_sharded_run.FEWER_LAYERS``). Two families are left to one whose parameters and sharding rules
-they share: OLMo 3 to OLMo 2 (its windows and per-layer RoPE bases are masks and constants, sharded as
+they share: OLMo 3 (``olmo3``) to OLMo 2 (its windows and per-layer RoPE bases are masks and constants, sharded as
 Gemma's windowed layers are) and GLM-5 (``glm_moe_dsa``) to DeepSeek-V3.2 (its indexer's rotary pairs
 interleaved instead of halved)."""
 
