@@ -266,7 +266,8 @@ def test_configure_replaces_only_a_regular_file(tmp_path: Path, capsys: pytest.C
             main(["configure", "train/pretrain", str(out)])
         assert ended.value.code == 2
         assert capsys.readouterr().err == (
-            f"error: {str(out)!r} is {kind}, which theseus does not replace; write to a new file name\n"
+            f"error: {str(out)!r} is {kind}, which theseus does not write through; move it away, or write to "
+            "another name\n"
         )
     assert link.is_symlink() and target.read_text() == "kept" and pipe.is_fifo()
     write_yaml({"a/b": 1}, regular)

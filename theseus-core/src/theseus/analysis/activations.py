@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from theseus.analysis.base import Analysis
+from theseus.base.files import replace_file
 from theseus.config import field
 from theseus.errors import TrainingError
 from theseus.tracking.plots import figure
@@ -87,9 +88,7 @@ class ActivationStatistics(Analysis):
             )
         out_dir.mkdir(parents=True, exist_ok=True)
         record = {"step": step, "layers": rows}
-        tmp = out_dir / f"step_{step:08d}.json.tmp"
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        tmp.replace(out_dir / f"step_{step:08d}.json")
+        replace_file(out_dir / f"step_{step:08d}.json", json.dumps(record, indent=1) + "\n")
         if self.plot:
             plot_table(rows, out_dir / f"step_{step:08d}.png", f"activations at step {step}")
         return {

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from theseus.base import jsonfile
+from theseus.base.files import replace_file
 
 #: The manifest's name inside a state folder.
 MANIFEST = "checksums.json"
@@ -81,9 +82,7 @@ def _record(folder: Path, paths: list[Path]) -> dict[str, list[int | str]]:
 
 
 def _write_json(path: Path, record: Mapping[str, object]) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(record, separators=(",", ":")))
-    partial.replace(path)
+    replace_file(path, json.dumps(record, separators=(",", ":")))
 
 
 def write_part(folder: str | Path, process: int) -> Path:

@@ -6,14 +6,12 @@ import contextlib
 import contextvars
 import dataclasses
 import io
-import os
-import secrets
-import stat
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from theseus.base.files import replace_file
 from theseus.config.fields import CONSTRAINT_METADATA, KEY_METADATA, MISSING, NO_CONSTRAINTS
 from theseus.config.schema import Schema
 from theseus.config.types import coerce, parse_override_value, type_name
@@ -215,29 +213,6 @@ def write_yaml(values: Mapping[str, Any], path: str | Path, schema: Schema | Non
             header += "# required (replace ???): " + ", ".join(required) + "\n"
     replace_file(path, header + text)
     return path
-
-
-def replace_file(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` at once for readers: into a new file beside it (created, never opened
-    through an existing name or link), renamed over ``path``. Only a regular file is replaced: a link,
-    a device or any other kind of file at ``path`` is one ConfigError naming it, and is left alone."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        info = None
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
-        raise ConfigError(f"{str(path)!r} is {kind}, which theseus does not replace; write to a new file name")
-    partial = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(partial, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            partial.unlink()
-        raise
 
 
 def parse_overrides(overrides: Iterable[str]) -> dict[str, Any]:

@@ -9,7 +9,6 @@ run then renders its prompts with (``rl/chat=true``).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, ClassVar
 
 import click
 
+from theseus.base.files import replace_file
 from theseus.base.job import Job
 from theseus.config import configuration, configure, field
 from theseus.errors import ConfigError
@@ -115,9 +115,7 @@ class Demonstrations(Job):
             lines += [conversation(environment, p, "eval", name) for p in held_out]
         out = Path(args.out).expanduser()
         out.parent.mkdir(parents=True, exist_ok=True)
-        partial = out.with_name(f".{out.name}.partial")
-        partial.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-        os.replace(partial, out)
+        replace_file(out, "".join(json.dumps(line) + "\n" for line in lines))
         click.echo(
             f"wrote {args.count} training and {args.val} validation conversations of environment {name!r} to {out}"
         )

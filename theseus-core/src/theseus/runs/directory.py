@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from theseus.base.files import replace_file
 from theseus.config import read_yaml, write_yaml
 from theseus.runs.layout import (
     ANALYSIS,
@@ -120,9 +121,7 @@ class RunDirectory:
         return changed
 
     def write_provenance(self, record: Mapping[str, Any]) -> None:
-        tmp = self.path / (PROVENANCE_FILE + ".tmp")
-        tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
-        tmp.replace(self.path / PROVENANCE_FILE)
+        replace_file(self.path / PROVENANCE_FILE, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def _version(dist: str) -> str | None:

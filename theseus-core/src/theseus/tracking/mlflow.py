@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.base import jsonfile
+from theseus.base.files import replace_file
 
 ID_FILE = "mlflow.json"
 #: MLflow's limit on a param value's length and on params per request.
@@ -81,7 +82,7 @@ class MlflowSink:
             experiment = self.client.get_experiment_by_name(name)
             experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
             self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
-        (run_dir / ID_FILE).write_text(json.dumps({"run_id": self.run_id, "tracking_uri": uri}) + "\n")
+        replace_file(run_dir / ID_FILE, json.dumps({"run_id": self.run_id, "tracking_uri": uri}) + "\n")
         # MLflow params cannot change once logged: a resumed run only adds new keys.
         params = [Param(k, v) for k, v in _flatten(record).items() if k not in existing]
         for i in range(0, len(params), PARAM_BATCH):

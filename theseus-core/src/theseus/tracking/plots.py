@@ -9,10 +9,13 @@ on a worker.
 from __future__ import annotations
 
 import contextlib
+import io
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from theseus.base.files import replace_file
 
 #: A metric's training and validation points, ``(step, value)``.
 Curves = tuple[list[tuple[int, float]], list[tuple[int, float]]]
@@ -31,9 +34,9 @@ def figure(path: Path, figsize: tuple[float, float], dpi: int = 100) -> Iterator
     ax = fig.subplots()
     yield ax
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp)
-    tmp.replace(path)
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    replace_file(path, png.getvalue())
 
 
 def plot_curves(

@@ -18,6 +18,7 @@ This module is imported by ``theseus runs``: standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -27,7 +28,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from theseus.base.files import replace_file
 from theseus.base.read_numbers import count, finite
+from theseus.errors import ConfigError
 from theseus.runs.layout import STATUS_FILE
 
 #: Seconds between heartbeats written by the background thread.
@@ -150,12 +153,8 @@ def this_process() -> dict[str, Any]:
 def write_record(path: Path, record: Mapping[str, Any]) -> None:
     """Replace ``path`` with ``record`` atomically; a failed write is ignored (a status record must never
     stop a run, nor hide the error that ended it)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(path)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError, ConfigError):  # a link or a folder at status.json is left alone, unwritten
+        replace_file(path, json.dumps(record, sort_keys=True) + "\n")
 
 
 def record_ending(run_dir: Path, error: BaseException, *, run: str, job: str | None, total_steps: int) -> None:

@@ -8,11 +8,14 @@ event) at the first step it redoes: no step appears twice, for TensorBoard or an
 
 from __future__ import annotations
 
+import io
 import struct
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from theseus.base.files import replace_file
 
 
 class TensorBoardSink:
@@ -88,10 +91,9 @@ def drop_steps_after(path: Path, step: int) -> None:
         kept.append(payload)
     if not dropped:
         return
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as handle:
-        writer = RecordWriter(handle)
-        for payload in kept:
-            writer.write(payload)
-        writer.flush()
-    tmp.replace(path)
+    events = io.BytesIO()
+    writer = RecordWriter(events)
+    for payload in kept:
+        writer.write(payload)
+    writer.flush()
+    replace_file(path, events.getvalue())

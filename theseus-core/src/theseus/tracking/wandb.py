@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.base import jsonfile
+from theseus.base.files import replace_file
 
 ID_FILE = "wandb.json"
 MODES = ("online", "offline", "disabled")
@@ -57,7 +58,7 @@ class WandbSink:
             raise ConfigError(f"metrics/wandb/mode must be one of {', '.join(MODES)}, got {mode!r}")
         run_dir = Path(run_dir)
         run_id = _stored_id(run_dir) or new_id()
-        (run_dir / ID_FILE).write_text(json.dumps({"id": run_id}) + "\n", encoding="utf-8")
+        replace_file(run_dir / ID_FILE, json.dumps({"id": run_id}) + "\n")
         self.run = wandb.init(
             project=str(config.get("metrics/wandb/project") or "theseus"),
             entity=str(config.get("metrics/wandb/entity") or "") or None,

@@ -9,13 +9,13 @@ writes the record beside the run's ``config.yaml`` (process 0, holding the run's
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from theseus.base import jsonfile
+from theseus.base.files import replace_file
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.runs.layout import DATA_FILE
@@ -51,9 +51,7 @@ def write_record(run_dir: Path, identity: Mapping[str, Any]) -> None:
     data = (json.dumps({"datasets": dict(identity)}, indent=2, sort_keys=True) + "\n").encode("utf-8")
     if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
         return  # compared as bytes: a record that is no UTF-8 (or no JSON) is replaced, not decoded
-    tmp = path.with_name(f"{DATA_FILE}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    replace_file(path, data)
 
 
 def _sizes(identity: Mapping[str, Any]) -> str:

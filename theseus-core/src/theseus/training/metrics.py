@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from theseus.base.files import open_append, replace_file
+
 
 def scalars(values: Mapping[str, Any]) -> dict[str, float | int]:
     """The entries of ``values`` that are single numbers, as Python numbers."""
@@ -65,9 +67,7 @@ def cut_records(path: Path, resume_step: int) -> list[dict[str, Any]]:
         kept.append(raw)
         records.append({**record, "step": step})
     warn_bad_steps(path, bad)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(b"".join(line + b"\n" for line in kept))
-    tmp.replace(path)
+    replace_file(path, b"".join(line + b"\n" for line in kept))
     return records
 
 
@@ -92,7 +92,7 @@ class RecordLog:
         """Append ``records`` (each with its ``step``)."""
         if not self.enabled or not records:
             return
-        with self.path.open("a", encoding="utf-8") as handle:
+        with open_append(self.path) as handle:
             handle.write("".join(json_line(record) for record in records))
             handle.flush()
 
@@ -136,7 +136,7 @@ class MetricsLogger:
         self._file: Any = None
         if enabled:
             self._truncate(resume_step)
-            self._file = self.path.open("a", encoding="utf-8")
+            self._file = open_append(self.path)
 
     def _truncate(self, resume_step: int) -> None:
         """Drop the records after ``resume_step`` (:func:`cut_records`), remembering the curves of the others."""

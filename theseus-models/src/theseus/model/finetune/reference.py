@@ -3,6 +3,7 @@ the policy or once per run and kept in the run folder (``reference/<split>.npy``
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from theseus.base import jsonfile
+from theseus.base.files import replace_file
 from theseus.training import steps
 from theseus.training.flywheel.sources import Source
 from theseus.training.sharding import TrainerSharding
@@ -82,8 +84,10 @@ def save_table(folder: Path, table: Mapping[str, np.ndarray], description: Mappi
     folder.mkdir(parents=True, exist_ok=True)
     (folder / MANIFEST).unlink(missing_ok=True)
     for split, values in table.items():
-        np.save(folder / f"{split}.npy", np.asarray(values, np.float32))
-    (folder / MANIFEST).write_text(json.dumps(dict(description), indent=2) + "\n", encoding="utf-8")
+        buffer = io.BytesIO()
+        np.save(buffer, np.asarray(values, np.float32))
+        replace_file(folder / f"{split}.npy", buffer.getvalue())
+    replace_file(folder / MANIFEST, json.dumps(dict(description), indent=2) + "\n")
 
 
 def compute_table(fn: Any, params: Any, source: Source, split: str, rows: int, sharding: TrainerSharding) -> np.ndarray:

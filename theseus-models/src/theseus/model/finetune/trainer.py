@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import jax
 import optax
 
+from theseus.base.files import replace_file
 from theseus.config import configuration
 from theseus.errors import ConfigError
 from theseus.model.finetune import frozen
@@ -79,7 +80,7 @@ class SFTTrainer(BaseTrainer):
         if template is not None and jax.process_index() == 0:
             folder = run_path(self.context.root, self.run_name)
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / TEMPLATE_FILE).write_text(json.dumps(template, indent=2) + "\n", encoding="utf-8")
+            replace_file(folder / TEMPLATE_FILE, json.dumps(template, indent=2) + "\n")
         super().run()
 
     def chat_template(self) -> dict[str, str] | None:

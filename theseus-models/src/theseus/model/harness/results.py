@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from theseus.base.files import replace_file
+
 RESULTS_FILE = "results.json"
 
 
@@ -56,14 +58,12 @@ def write(results: dict[str, Any], out: str | Path) -> list[Path]:
         task: hash_string("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"] for s in rows))
         for task, rows in samples.items()
     }
-    path.write_text(dumps(results) + "\n", encoding="utf-8")
+    replace_file(path, dumps(results) + "\n")
     written = [path]
     for task, rows in samples.items():
         target = folder / f"samples_{task}.jsonl"
-        with target.open("w", encoding="utf-8") as handle:
-            for sample in rows:
-                line = json.dumps(sample_record(sample), default=handle_non_serializable, ensure_ascii=False)
-                handle.write(line + "\n")
+        lines = (json.dumps(sample_record(s), default=handle_non_serializable, ensure_ascii=False) for s in rows)
+        replace_file(target, "".join(line + "\n" for line in lines))
         written.append(target)
     return written
 

@@ -98,7 +98,8 @@ class DeepseekV3Block(MoEBlock):
 
     @classmethod
     def components(cls) -> list[type]:
-        return [*super().components(), *dict.fromkeys((LatentAttention, cls.LATENT))]
+        latent: list[type] = [LatentAttention, cls.LATENT]
+        return [*super().components(), *dict.fromkeys(latent)]
 
     @property
     def sharding(self) -> ShardingPlan:
