@@ -489,7 +489,7 @@ def test_the_trainers_objective_takes_the_rl_keys(keys: dict[str, Any]) -> None:
     from theseus.config import configuration, configure
     from theseus.model.rl.episodes import Limits
     from theseus.model.rl.rollout_source import RolloutConfig
-    from theseus.model.rl.trainer import GRPOConfig, GRPOTrainer
+    from theseus.model.rl.trainer import GRPOConfig, Policy
     from theseus.training.objective import Scores
 
     with configuration({"rl/max_new_tokens": WIDTH, "rl/epsilon_low": EPSILON_LOW} | keys):
@@ -499,7 +499,7 @@ def test_the_trainers_objective_takes_the_rl_keys(keys: dict[str, Any]) -> None:
     limits = Limits(rollouts.max_new_tokens, rollouts.max_turns, rollouts.max_episode_tokens, 2 * WIDTH)
     source = SimpleNamespace(limits=limits, environment=single_turn)
     trainer = SimpleNamespace(args=config, lora_rank=0, rollout_source=source)
-    objective = GRPOTrainer.objective(trainer)  # type: ignore[arg-type]
+    objective = Policy.for_trainer(trainer)
     batch = rollout(5)
     device_batch = {
         "x": jnp.zeros((ROWS, WIDTH), jnp.int32),

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from theseus.analysis.base import Analysis
-from theseus.base.files import replace_file
 from theseus.config import field
 from theseus.errors import TrainingError
+from theseus.files import replace_file
 from theseus.tracking.plots import figure
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from theseus.base import jsonfile
-from theseus.base.files import replace_file
+from theseus.files import replace_file
 
 #: The manifest's name inside a state folder.
 MANIFEST = "checksums.json"

@@ -11,12 +11,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from theseus.base.files import replace_file
 from theseus.config.fields import CONSTRAINT_METADATA, KEY_METADATA, MISSING, NO_CONSTRAINTS
 from theseus.config.schema import Schema
 from theseus.config.types import coerce, parse_override_value, type_name
 from theseus.config.yaml_limits import bounded_yaml_text
 from theseus.errors import ConfigError
+from theseus.files import replace_file
 
 T = TypeVar("T")
 

@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 
 import click
 
-from theseus.base.files import replace_file
 from theseus.base.job import Job
 from theseus.config import configuration, configure, field
 from theseus.errors import ConfigError
+from theseus.files import replace_file
 from theseus.rl.environment import Environment, Prompt
 from theseus.rl.selection import EnvironmentSelection, declared_environment
 from theseus.training.selection import registered_name, select

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from theseus.base.files import replace_file
 from theseus.config import read_yaml, write_yaml
+from theseus.files import replace_file
 from theseus.runs.layout import (
     ANALYSIS,
     CHECKPOINTS,

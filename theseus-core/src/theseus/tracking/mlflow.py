@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.base import jsonfile
-from theseus.base.files import replace_file
+from theseus.files import replace_file
 
 ID_FILE = "mlflow.json"
 #: MLflow's limit on a param value's length and on params per request.

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from theseus.base.files import replace_file
+from theseus.files import replace_file
 
 #: A metric's training and validation points, ``(step, value)``.
 Curves = tuple[list[tuple[int, float]], list[tuple[int, float]]]

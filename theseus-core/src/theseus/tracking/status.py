@@ -28,9 +28,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from theseus.base.files import replace_file
 from theseus.base.read_numbers import count, finite
 from theseus.errors import ConfigError
+from theseus.files import replace_file
 from theseus.runs.layout import STATUS_FILE
 
 #: Seconds between heartbeats written by the background thread.

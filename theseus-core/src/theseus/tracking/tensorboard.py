@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from theseus.base.files import replace_file
+from theseus.files import replace_file
 
 
 class TensorBoardSink:

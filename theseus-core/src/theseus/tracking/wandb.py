@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.base import jsonfile
-from theseus.base.files import replace_file
+from theseus.files import replace_file
 
 ID_FILE = "wandb.json"
 MODES = ("online", "offline", "disabled")

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from theseus.base import jsonfile
-from theseus.base.files import replace_file
 from theseus.config import field
 from theseus.errors import ConfigError
+from theseus.files import replace_file
 from theseus.runs.layout import DATA_FILE
 
 ACCEPT_KEY = "training/accept_new_data"

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from theseus.base.files import open_append, replace_file
+from theseus.files import open_append, replace_file
 
 
 def scalars(values: Mapping[str, Any]) -> dict[str, float | int]:

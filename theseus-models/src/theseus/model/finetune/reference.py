@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from theseus.base import jsonfile
-from theseus.base.files import replace_file
+from theseus.files import replace_file
 from theseus.training import steps
 from theseus.training.flywheel.sources import Source
 from theseus.training.sharding import TrainerSharding

@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 import jax
 import optax
 
-from theseus.base.files import replace_file
 from theseus.config import configuration
 from theseus.errors import ConfigError
+from theseus.files import replace_file
 from theseus.model.finetune import frozen
 from theseus.model.layers import lora, quantization
 from theseus.model.loading.adapters import load_base, plain_shapes

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from theseus.base.files import replace_file
+from theseus.files import replace_file
 
 RESULTS_FILE = "results.json"
 
