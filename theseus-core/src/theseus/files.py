@@ -7,6 +7,7 @@ No jax import."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import stat
@@ -56,7 +57,9 @@ def open_append(path: str | Path, encoding: str = "utf-8") -> IO[Any]:
     _check_regular(path)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-    except OSError as exc:  # a link made between the check and the open (ELOOP)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:  # not a link made between the check and the open: as the system says
+            raise
         raise _refuse(path, os.lstat(path)) from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
