@@ -164,3 +164,24 @@ def family(request: pytest.FixtureRequest) -> type[TransformerLM]:
 @pytest.fixture
 def make_model() -> Callable[..., TransformerLM]:
     return build
+
+
+def decoded_after_left_padding(layer: Any, params: Any, x: jax.Array, pad: int = 2, prompt: int = 5) -> tuple[Any, Any]:
+    """A token-mixing layer's outputs for rows ``x`` ``[B, T, E]`` decoded through its cache after ``pad``
+    positions of junk (masked out): the padded prompt of ``prompt`` real positions at once, then one position
+    at a time. Returns the real positions' outputs ``[B, T, E]`` and the empty cache it started from."""
+    rows, steps, width = x.shape
+    padded = jnp.concatenate([jnp.ones((rows, pad, width)), x], axis=1)
+    mask = jnp.arange(pad + steps)[None, :].repeat(rows, 0) >= pad
+    cache = jax.tree.map(jnp.zeros_like, jitted(layer.init, jax.random.key(1), padded, decode=True)["cache"])
+    start = pad + prompt
+    first = (padded[:, :start], mask[:, :start])
+    out, mutated = jitted(layer.apply, {"params": params, "cache": cache}, *first, decode=True, mutable=["cache"])
+    outs = [np.asarray(out)[:, pad:]]
+    for t in range(start, pad + steps):
+        step = (padded[:, t : t + 1], mask[:, t : t + 1])
+        out, mutated = jitted(
+            layer.apply, {"params": params, "cache": mutated["cache"]}, *step, decode=True, mutable=["cache"]
+        )
+        outs.append(np.asarray(out))
+    return np.concatenate(outs, axis=1), cache

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.models.conftest import jitted
+from tests.models.conftest import decoded_after_left_padding, jitted
 from theseus.model.layers.mamba2 import Mamba2, ssd
 
 WIDTH, HEADS, HEAD_DIM, STATE, GROUPS, TAPS, CHUNK = 24, 4, 6, 8, 2, 4, 4
@@ -111,22 +111,10 @@ def test_cached_decoding_continues_the_state_and_left_padding_starts_empty() -> 
     layer, params = layer_and_params()
     x = jax.random.normal(jax.random.key(0), (2, 9, WIDTH))
     whole = np.asarray(jitted(layer.apply, {"params": params}, x))
-    padded = jnp.concatenate([jnp.ones((2, 2, WIDTH)), x], axis=1)  # two positions of junk before each row
-    mask = jnp.arange(11)[None, :].repeat(2, 0) >= 2
-    cache = jax.tree.map(jnp.zeros_like, jitted(layer.init, jax.random.key(1), padded, decode=True)["cache"])
+    decoded, cache = decoded_after_left_padding(layer, params, x)
     assert cache["conv"].shape == (2, TAPS - 1, HEADS * HEAD_DIM + 2 * GROUPS * STATE)
     assert cache["ssm"].shape == (2, HEADS, HEAD_DIM, STATE)
-    out, mutated = jitted(
-        layer.apply, {"params": params, "cache": cache}, padded[:, :7], mask[:, :7], decode=True, mutable=["cache"]
-    )
-    outs = [np.asarray(out)[:, 2:]]
-    for t in range(7, 11):
-        step = (padded[:, t : t + 1], mask[:, t : t + 1])
-        out, mutated = jitted(
-            layer.apply, {"params": params, "cache": mutated["cache"]}, *step, decode=True, mutable=["cache"]
-        )
-        outs.append(np.asarray(out))
-    np.testing.assert_allclose(np.concatenate(outs, axis=1), whole, atol=2e-5 * np.max(np.abs(whole)), rtol=0)
+    np.testing.assert_allclose(decoded, whole, atol=2e-5 * np.max(np.abs(whole)), rtol=0)
 
 
 def test_packed_examples_do_not_read_each_other() -> None:

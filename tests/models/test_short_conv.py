@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tests.models.conftest import jitted
+from tests.models.conftest import decoded_after_left_padding, jitted
 from theseus.config import configuration, configure
 from theseus.model.layers.short_conv import ShortConv
 
@@ -56,21 +56,9 @@ def test_cached_decoding_rolls_the_state_and_left_padding_starts_empty() -> None
     layer, params = layer_and_params()
     x = jax.random.normal(jax.random.key(0), (2, 9, WIDTH))
     whole = np.asarray(jitted(layer.apply, {"params": params}, x))
-    padded = jnp.concatenate([jnp.ones((2, 2, WIDTH)), x], axis=1)  # two pad positions of junk before each row
-    mask = jnp.arange(11)[None, :].repeat(2, 0) >= 2
-    cache = jax.tree.map(jnp.zeros_like, jitted(layer.init, jax.random.key(1), padded, decode=True)["cache"])
+    decoded, cache = decoded_after_left_padding(layer, params, x)
     assert cache["conv"].shape == (2, TAPS - 1, WIDTH)
-    out, mutated = jitted(
-        layer.apply, {"params": params, "cache": cache}, padded[:, :7], mask[:, :7], decode=True, mutable=["cache"]
-    )
-    outs = [np.asarray(out)[:, 2:]]
-    for t in range(7, 11):
-        step = (padded[:, t : t + 1], mask[:, t : t + 1])
-        out, mutated = jitted(
-            layer.apply, {"params": params, "cache": mutated["cache"]}, *step, decode=True, mutable=["cache"]
-        )
-        outs.append(np.asarray(out))
-    assert np.max(np.abs(np.concatenate(outs, axis=1) - whole)) <= 1e-5
+    assert np.max(np.abs(decoded - whole)) <= 1e-5
 
 
 def test_packed_examples_do_not_read_each_other() -> None:
