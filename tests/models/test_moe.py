@@ -389,7 +389,7 @@ def masked_dense_reference(tokens: jax.Array, routing: Any, kernels: Any, kept: 
     return jnp.einsum("end,ne->nd", jnp.einsum("enf,efd->end", hidden, down), combine)
 
 
-@pytest.mark.parametrize("dispatch", ["ragged_dot", "blocks", "capacity"])
+@pytest.mark.parametrize("dispatch", ["ragged_dot", "gmm", "blocks", "capacity"])
 def test_the_gather_dispatch_equals_a_masked_dense_reference_in_float32(dispatch: str) -> None:
     """The dispatch whose placements are gathers both ways (no scatter-add in the backward pass) and whose
     gate and up projections are one grouped matmul: outputs and gradients with respect to the tokens, the
@@ -410,7 +410,7 @@ def test_the_gather_dispatch_equals_a_masked_dense_reference_in_float32(dispatch
             return masked_dense_reference(tokens, routing, kernels, kept)
         if which == "capacity":
             return capacity_experts(tokens, routing, kernels, SILU, expert_capacity(N, spec))[0]
-        return dropless_experts(tokens, routing, kernels, SILU, blocked=which == "blocks")
+        return dropless_experts(tokens, routing, kernels, SILU, path=which)
 
     got = jax.jit(output, static_argnums=0)(dispatch, tokens, router, kernels)
     want = jax.jit(output, static_argnums=0)("reference", tokens, router, kernels)

@@ -117,7 +117,7 @@ def layer_checks() -> dict[str, float]:
         def parallel(x: jax.Array, kern: Any, spec: MoESpec = spec, capacity: int = capacity) -> jax.Array:
             routing = route(x @ router, spec)
             if spec.capacity_factor is None:
-                return parallel_dropless_experts(x, routing, kern, act, 4, blocked=True)
+                return parallel_dropless_experts(x, routing, kern, act, 4, path="blocks")
             return parallel_capacity_experts(x, routing, kern, act, capacity, 4)[0]
 
         def reference(x: jax.Array, kern: Any, spec: MoESpec = spec, capacity: int = capacity) -> jax.Array:

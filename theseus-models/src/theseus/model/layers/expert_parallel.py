@@ -147,7 +147,7 @@ def _join(arrays: tuple[jax.Array, ...], gated: bool) -> Kernels:
 
 
 def parallel_dropless_experts(
-    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Activation, ep: int, blocked: bool = False
+    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Activation, ep: int, path: str = "ragged_dot"
 ) -> jax.Array:
     """:func:`~theseus.model.layers.experts.dropless_experts` with the experts and token rows split over
     the ``expert`` axis (size ``ep``) and two ``all_to_all`` exchanges. ``[N, D]``."""
@@ -174,7 +174,7 @@ def parallel_dropless_experts(
         send_groups = jnp.take(flat % e_local, source, mode="fill", fill_value=e_local)
         received = jax.lax.all_to_all(send, MeshAxis.EXPERT, 0, 0, tiled=True)
         received_groups = jax.lax.all_to_all(send_groups, MeshAxis.EXPERT, 0, 0, tiled=True)
-        out = grouped_ffn(received, received_groups, own, act, blocked, skip_empty=True)
+        out = grouped_ffn(received, received_groups, own, act, path, skip_empty=True)
         back = jax.lax.all_to_all(out, MeshAxis.EXPERT, 0, 0, tiled=True)
         rows = permute_rows(back, slot, source).reshape(n, k, -1)
         combined = jnp.einsum("nkd,nk->nd", rows, weights.astype(rows.dtype))
@@ -217,7 +217,7 @@ def data_parallel_size() -> int:
 
 
 def local_dropless_experts(
-    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Activation, blocked: bool = False
+    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Activation, path: str = "ragged_dot"
 ) -> jax.Array:
     """:func:`~theseus.model.layers.experts.dropless_experts` on each device's own token rows, with every
     expert's weights gathered once per layer (FSDP's gather at use, inside where :func:`width_axes` allows:
@@ -233,7 +233,7 @@ def local_dropless_experts(
         x = _varying(x, hidden)
         own = _gather_width(own, width)
         own = tuple(_varying(kernel, *(a for a in batch_axes() if a not in width)) for kernel in own)
-        out = dropless_experts(x, Routing(weights, experts, weights), _join(own, gated), act, blocked)
+        out = dropless_experts(x, Routing(weights, experts, weights), _join(own, gated), act, path)
         return out if hidden is None else jax.lax.psum(out, hidden)  # once per layer, not once per block
 
     rows, hidden, width = token_rows(), hidden_axis(), width_axes(kernels)

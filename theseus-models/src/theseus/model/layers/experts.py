@@ -2,7 +2,8 @@
 gated feed-forward experts (``gate`` / ``up`` ``[E, D, F]``, ``down`` ``[E, F, D]``).
 
 :func:`grouped_ffn` is the core every dropless path shares: rows tagged with an expert (or padding),
-sorted by expert and run as grouped matmuls (``jax.lax.ragged_dot``) or, on CPU, one matmul per block
+sorted by expert and run as grouped matmuls (``jax.lax.ragged_dot``, or on TPU the megablox Pallas
+kernels) or, on CPU and GPU, one matmul per block
 of one expert's rows (XLA's CPU ``ragged_dot`` computes every group over all rows). The blocked
 path's backward pass slices each block's weights again rather than keeping the slices
 (:func:`recomputed`). On top of it:
@@ -191,17 +192,52 @@ def recomputed(fn: Callable[..., Any], prevent_cse: bool = True) -> Callable[...
     return jax.checkpoint(fn, policy=keep_products, prevent_cse=prevent_cse)
 
 
-def _ragged_rows(rows: jax.Array, sizes: jax.Array, kernels: Kernels, act: Activation) -> jax.Array:
-    """Rows sorted by expert (``sizes`` per expert; rows past their sum are padding) as grouped matmuls:
-    a gated expert's gate and up projections are one, over the two concatenated along the hidden width
-    (``[E, D, 2F]``, at call time: the parameters keep their layout)."""
+#: The dropless paths of :func:`grouped_ffn`: XLA's grouped matmul (``jax.lax.ragged_dot``), the same
+#: products as the megablox Pallas kernels (``gmm`` for the products, ``tgmm`` for the weights' gradient;
+#: a TPU kernel, interpreted elsewhere), or one matmul per block of one expert's rows (``blocks``).
+PATHS = ("ragged_dot", "gmm", "blocks")
+#: The megablox tiles (rows, contraction, output columns), each clipped to the operand's own size.
+GMM_TILES = (512, 512, 512)
+
+
+def gmm_tiling(m: int, k: int, n: int) -> tuple[int, int, int]:
+    """Tiles of a megablox product of ``[m, k]`` rows and ``[G, k, n]`` weights: :data:`GMM_TILES` clipped
+    to the operands, the row tile a divisor of ``m`` (the kernel requires one)."""
+    rows = min(GMM_TILES[0], m)
+    while m % rows:
+        rows //= 2
+    return rows, min(GMM_TILES[1], k), min(GMM_TILES[2], n)
+
+
+def grouped_matmul(rows: jax.Array, kernel: jax.Array, sizes: jax.Array, path: str) -> jax.Array:
+    """``rows`` ``[M, K]`` sorted by group (``sizes`` ``[G]`` rows each; rows past their sum are padding
+    and give zero rows) times each group's ``kernel`` ``[G, K, N]``: ``[M, N]`` by ``path``
+    (:data:`PATHS`: ``ragged_dot`` or ``gmm``). The megablox kernel leaves padding rows unwritten in both
+    directions, so they are masked on the way in (which masks their gradient) and out."""
+    if path == "ragged_dot":
+        return jax.lax.ragged_dot(rows, kernel, sizes)
+    from jax.experimental.pallas.ops.tpu.megablox import ops as megablox
+
+    kernel = kernel.astype(rows.dtype)
+    valid = (jnp.arange(rows.shape[0], dtype=jnp.int32) < jnp.sum(sizes))[:, None]
+    tiling = gmm_tiling(rows.shape[0], rows.shape[1], kernel.shape[2])
+    interpret = accelerator().platform != "tpu"
+    out = megablox.gmm(jnp.where(valid, rows, 0), kernel, sizes, rows.dtype, tiling, None, None, False, interpret)
+    # the policy of :func:`recomputed` keeps a product by name: the kernel is not a dot primitive
+    return checkpoint_name(jnp.where(valid, out, 0), PRODUCT)
+
+
+def _grouped_rows(rows: jax.Array, sizes: jax.Array, kernels: Kernels, act: Activation, path: str) -> jax.Array:
+    """Rows sorted by expert (``sizes`` per expert; rows past their sum are padding) as grouped matmuls
+    (:func:`grouped_matmul`): a gated expert's gate and up projections are one, over the two concatenated
+    along the hidden width (``[E, D, 2F]``, at call time: the parameters keep their layout)."""
     gate, up, down = kernels
     if gate is None:
-        hidden = ffn(None, jax.lax.ragged_dot(rows, up, sizes), act)
+        hidden = ffn(None, grouped_matmul(rows, up, sizes, path), act)
     else:
-        both = jax.lax.ragged_dot(rows, jnp.concatenate([gate, up], axis=-1), sizes)
+        both = grouped_matmul(rows, jnp.concatenate([gate, up], axis=-1), sizes, path)
         hidden = ffn(both[:, : up.shape[-1]], both[:, up.shape[-1] :], act)
-    return jax.lax.ragged_dot(hidden, down, sizes)
+    return grouped_matmul(hidden, down, sizes, path)
 
 
 def _blocked_rows(
@@ -357,36 +393,37 @@ def grouped_ffn(
     groups: jax.Array,
     kernels: Kernels,
     act: Activation,
-    blocked: bool,
+    path: str,
     skip_empty: bool = False,
     copies: int = 1,
 ) -> jax.Array:
     """Each copy of ``rows`` ``[M / copies, D]`` (``copies`` consecutive copies of each row) through
     expert ``groups[m]`` (``[M]`` int32; ``>= E`` marks padding, whose output row is zero): ``[M, D]``
-    in copy order. The copies are sorted by expert once (:func:`place`) and run as grouped matmuls, or
-    with ``blocked`` as one matmul per block of one expert's rows (``skip_empty``: blocks of padding only
-    are skipped). Placing the copies and reading them back are gathers in both directions
-    (:func:`gather_rows`): no scatter-add in the backward pass."""
+    in copy order. The copies are sorted by expert once (:func:`place`) and run as grouped matmuls
+    (``path`` ``ragged_dot`` or ``gmm``, :func:`grouped_matmul`), or with ``path="blocks"`` as one matmul
+    per block of one expert's rows (``skip_empty``: blocks of padding only are skipped). Placing the
+    copies and reading them back are gathers in both directions (:func:`gather_rows`): no scatter-add in
+    the backward pass."""
     placed = place(groups, kernels[1].shape[0])
-    if blocked:
+    if path == "blocks":
         return _blocked_rows(rows, groups, placed, kernels, act, skip_empty, copies)
-    out = _ragged_rows(gather_rows(rows, placed.order, placed.slot, copies), placed.sizes, kernels, act)
+    out = _grouped_rows(gather_rows(rows, placed.order, placed.slot, copies), placed.sizes, kernels, act, path)
     return permute_rows(out, placed.slot, placed.order)
 
 
 def dropless_experts(
-    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Activation, blocked: bool = False
+    tokens: jax.Array, routing: Routing, kernels: Kernels, act: Activation, path: str = "ragged_dot"
 ) -> jax.Array:
     """Every token copy through its expert (:func:`grouped_ffn`, the copies read straight from
     ``tokens``), summed with the routing weights (a reshape and a weighted sum). ``[N, D]``."""
     n, k = routing.experts.shape
-    out = grouped_ffn(tokens, routing.experts.reshape(-1), kernels, act, blocked, copies=k).reshape(n, k, -1)
+    out = grouped_ffn(tokens, routing.experts.reshape(-1), kernels, act, path, copies=k).reshape(n, k, -1)
     return jnp.einsum("nkd,nk->nd", out, routing.weights.astype(out.dtype))
 
 
 def blocked_experts(tokens: jax.Array, routing: Routing, kernels: Kernels, act: Activation) -> jax.Array:
     """:func:`dropless_experts` on the blocked path (the CPU one)."""
-    return dropless_experts(tokens, routing, kernels, act, blocked=True)
+    return dropless_experts(tokens, routing, kernels, act, path="blocks")
 
 
 def capacity_slots(experts: jax.Array, n_experts: int, capacity: int) -> tuple[jax.Array, jax.Array]:
@@ -479,7 +516,9 @@ __all__ = [
     "expert_counts",
     "ffn",
     "gather_rows",
+    "gmm_tiling",
     "grouped_ffn",
+    "grouped_matmul",
     "keep_products",
     "loop_over_experts",
     "permute_rows",

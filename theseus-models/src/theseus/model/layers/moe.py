@@ -80,6 +80,7 @@ from theseus.model.layers.expert_parallel import (
     width_axes,
 )
 from theseus.model.layers.experts import (
+    PATHS,
     Kernels,
     Routing,
     blocked_experts,
@@ -95,19 +96,20 @@ from theseus.model.layers.mlp import MLP
 from theseus.model.module import Module
 
 ROUTERS = ("softmax", "sigmoid")
-#: Platforms whose compiler runs ``jax.lax.ragged_dot`` as grouped matmuls. XLA:CPU and XLA:GPU (jax
-#: 0.10) compute every group over all rows, E/k times the routed work (a Qwen3-30B-A3B-shaped layer
-#: pair compiled for H100: 22.7x its active FLOPs), so there ``auto`` takes the blocked path.
-RAGGED_DOT_PLATFORMS = ("tpu",)
+#: The dropless path ``dispatch=auto`` takes on each platform (others: ``blocks``). XLA:CPU and XLA:GPU (jax
+#: 0.10) compute every group of ``jax.lax.ragged_dot`` over all rows, E/k times the routed work (a
+#: Qwen3-30B-A3B-shaped layer pair compiled for H100: 22.7x its active FLOPs), so there ``auto`` takes the
+#: blocked path.
+AUTO_PATHS = {"tpu": "ragged_dot"}
 
 
-def auto_blocks() -> bool:
-    """Whether ``dispatch=auto`` takes the blocked path for the accelerator the program targets."""
-    return accelerator().platform not in RAGGED_DOT_PLATFORMS
+def auto_path() -> str:
+    """The dropless path ``dispatch=auto`` takes for the accelerator the program targets."""
+    return AUTO_PATHS.get(accelerator().platform, "blocks")
 
 
-#: Dropless dispatches: grouped matmuls, or per-expert blocks; ``auto``: see :func:`auto_blocks`.
-DISPATCHES = ("auto", "ragged_dot", "blocks")
+#: Dropless dispatches (:data:`~theseus.model.layers.experts.PATHS`); ``auto``: see :func:`auto_path`.
+DISPATCHES = ("auto", *PATHS)
 #: LoRA targets the routed experts would need (refused: PEFT has no per-expert adapters to export).
 EXPERT_TARGETS = frozenset({"up", "gate", "down"})
 
@@ -275,14 +277,14 @@ def _dispatch(
         if ep > 1:
             return parallel_capacity_experts(tokens, routing, kernels, act, capacity, ep)
         return capacity_experts(tokens, routing, kernels, act, capacity)
-    blocked = spec.dispatch == "blocks" or (spec.dispatch == "auto" and auto_blocks())
+    path = auto_path() if spec.dispatch == "auto" else spec.dispatch
     if ep > 1:
-        return parallel_dropless_experts(tokens, routing, kernels, act, ep, blocked), None
+        return parallel_dropless_experts(tokens, routing, kernels, act, ep, path), None
     split = data_parallel_size() > 1 or hidden_axis() is not None
     if split and tokens.shape[0] % data_parallel_size() == 0:
         whole = kernels if width_axes(kernels) else whole_width(kernels)  # else gathered inside, in bf16
-        return local_dropless_experts(tokens, routing, whole, act, blocked), None
-    return dropless_experts(tokens, routing, kernels, act, blocked), None
+        return local_dropless_experts(tokens, routing, whole, act, path), None
+    return dropless_experts(tokens, routing, kernels, act, path), None
 
 
 def _sow_scalar(module: nn.Module, collection: str, name: str, value: jax.Array) -> None:
@@ -352,8 +354,8 @@ class MoEKeys(Module):
     dispatch: str = field(
         "architecture/moe/dispatch",
         default="auto",
-        help="dropless dispatch: ragged_dot | blocks | auto (ragged_dot on TPU; blocks on CPU and GPU, "
-        "whose ragged_dot does every group's work)",
+        help="dropless dispatch: ragged_dot | gmm (the megablox TPU kernels) | blocks | auto (ragged_dot on TPU; "
+        "blocks on CPU and GPU, whose ragged_dot does every group's work)",
     )
 
     def moe_spec(self, d_ff: int | None, preset: Mapping[str, Any] | None = None) -> MoESpec:
@@ -386,7 +388,7 @@ class MoE(MoEKeys):
     ``norm_topk_prob``, ``capacity_factor`` (null: dropless), ``aux_loss`` / ``z_loss`` (loss
     coefficients), ``first_k_dense`` (leading layers with a dense MLP instead, read by the model),
     ``n_group`` / ``topk_group`` / ``routed_scaling_factor`` / ``bias_update_rate`` (sigmoid router),
-    ``dispatch`` (dropless: ragged_dot | blocks | auto).
+    ``dispatch`` (dropless: ragged_dot | gmm | blocks | auto).
 
     Parameters: ``router`` ``[embed, n_experts]``, ``router_bias`` ``[expert]`` (sigmoid router),
     ``gate`` / ``up`` ``[expert, embed, mlp]``, ``down`` ``[expert, mlp, embed]``, and the ``shared``
