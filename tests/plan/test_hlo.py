@@ -117,6 +117,33 @@ def test_splash_attention_kernels_count_their_matmuls_in_bf16() -> None:
     assert cost.custom_calls == {"tpu_custom_call": 4}
 
 
+#: A mixture's three megablox kernels as libtpu names them: 2,048 token copies of width 256 through 8
+#: experts' [256, 512] weights (``gmm``), the copies' gradient (``gmm`` of the transposed weights) and the
+#: weights' gradient (``tgmm``); the group metadata and offsets come first, as the kernels take them.
+MEGABLOX = """
+HloModule megablox
+
+ENTRY %main (o: s32[9], x: bf16[2048,256], w: bf16[8,256,512], g: bf16[2048,512]) -> bf16[8,256,512] {
+  %o = s32[9]{0} parameter(0)
+  %x = bf16[2048,256]{1,0} parameter(1)
+  %w = bf16[8,256,512]{2,1,0} parameter(2)
+  %g = bf16[2048,512]{1,0} parameter(3)
+  %x.t = bf16[256,2048]{1,0} transpose(%x), dimensions={1,0}
+  %jvp_jit_gmm__.2 = bf16[2048,512]{1,0:T(8,128)(2,1)S(1)} custom-call(%o, %o, %x, %w), custom_call_target="tpu_custom_call", metadata={op_name="jit(loss)/jvp(jit(gmm))/pallas_call"}
+  %transpose_jvp_jit_gmm___.2 = bf16[2048,256]{1,0:T(8,128)(2,1)S(1)} custom-call(%o, %o, %g, %w), custom_call_target="tpu_custom_call", metadata={op_name="jit(loss)/transpose(jvp(jit(gmm)))/pallas_call"}
+  ROOT %transpose_jvp_jit_tgmm___.2 = bf16[8,256,512]{2,1,0:T(8,128)(2,1)} custom-call(%o, %o, %x.t, %g), custom_call_target="tpu_custom_call", metadata={op_name="jit(loss)/transpose(jvp(jit(tgmm)))/pallas_call"}
+}
+"""
+
+
+def test_megablox_kernels_count_the_routed_work() -> None:
+    """Each megablox product counts its rows through one expert's weights, not through every expert's:
+    forward, the rows' gradient and the weights' gradient, 2 x 2048 x 256 x 512 each."""
+    cost = hlo.analyse(MEGABLOX, devices=1)
+    assert cost.flops == pytest.approx(3 * 2 * 2048 * 256 * 512)
+    assert cost.custom_calls == {"tpu_custom_call": 3}
+
+
 def test_sliced_and_in_place_operands_move_only_their_slices() -> None:
     cost = hlo.analyse(PROGRAM, devices=8)
     by_name = {kernel.name: kernel for kernel in cost.kernels}

@@ -6,7 +6,7 @@ costed once and multiplied by how often it runs: a ``while`` by its known trip c
 call by one. Per device, it gives:
 
 - matmul FLOPs (``dot``, GEMM custom calls, cuDNN attention forward and backward, the splash attention
-  kernels of TPUs);
+  and megablox grouped-matmul kernels of TPUs);
 - the kernels' bytes read and written (a fusion reads its operands and writes its result once);
 - each collective's count, bytes and group size, which the estimate prices by the links it crosses.
 """
@@ -326,11 +326,28 @@ def splash_flops(instruction: Instruction, symbols: dict[str, str]) -> float:
     return 2.0 * _SPLASH_MATMULS[phase.group(1)] * batch * heads * steps * keys * width * 0.5
 
 
+def megablox_flops(instruction: Instruction, symbols: dict[str, str]) -> float:
+    """Matmul FLOPs of a megablox grouped-matmul kernel (TPUs; a mixture's experts), the routed work:
+    ``gmm`` takes rows ``[m, c]`` through their group's ``[c, n]`` (``2 m c n``; its backward for the rows
+    too), ``tgmm`` forms the weights' gradient ``[G, k, n]`` from ``[k, m]`` and ``[m, n]`` (``2 k m n``)."""
+    kernel = re.search(r"jit[_(](t?gmm)[_)]", instruction.name + instruction.attributes)
+    out = shapes(instruction.type)
+    matrices = [shape for op in instruction.operands for _, shape in shapes(symbols.get(op, "")) if len(shape) == 2]
+    if kernel is None or not out or not matrices:
+        return 0.0
+    if kernel.group(1) == "gmm" and len(out[0][1]) == 2:
+        return 2.0 * math.prod(out[0][1]) * matrices[0][1]
+    if kernel.group(1) == "tgmm" and len(out[0][1]) == 3:
+        return 2.0 * math.prod(out[0][1][1:]) * matrices[0][1]
+    return 0.0
+
+
 def custom_call_flops(instruction: Instruction, symbols: dict[str, str]) -> float:
-    """Matmul FLOPs of a cuBLAS GEMM, cuDNN attention or splash attention custom call (0 for others)."""
+    """Matmul FLOPs of a cuBLAS GEMM, cuDNN attention, splash attention or megablox custom call (0 for
+    others)."""
     name = custom_call_target(instruction)
     if name == "tpu_custom_call":
-        return splash_flops(instruction, symbols)
+        return splash_flops(instruction, symbols) or megablox_flops(instruction, symbols)
     operand_shapes = [shapes(symbols.get(op, "")) for op in instruction.operands]
     if "gemm" in name or "matmul" in name:
         config = _backend_config(instruction)
