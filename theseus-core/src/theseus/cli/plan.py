@@ -60,7 +60,7 @@ def plan(
     from theseus.base.job import default_root
     from theseus.config.paths import absolute
     from theseus.plan.build import StepTooLarge
-    from theseus.plan.report import as_dict, make_plan, render, with_batch
+    from theseus.plan.report import as_dict, compiled_remat, make_plan, render, with_batch
     from theseus.registry import get_registry
 
     cls = get_registry().load_job(job)
@@ -85,7 +85,7 @@ def plan(
         if not as_json:
             click.echo(f"  trying batch {batch} ...", err=True)
         try:
-            return plan_of(with_batch(overrides, batch))
+            return plan_of([*with_batch(overrides, batch), *compiled_remat(start)])
         except TheseusError:  # a batch the layout cannot split or the compiler refuses counts as not fitting
             return None
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.errors import ConfigError
-from theseus.plan.build import CompiledStep, build_trainer, compile_train_step
+from theseus.plan.build import CompiledStep, StepTooLarge, build_trainer, compile_train_step
 from theseus.plan.estimate import DEFAULT_OVERLAP, Estimate, estimate
 from theseus.plan.hlo import ProgramCost, analyse
 from theseus.plan.targets import Target, parse_target
@@ -95,17 +95,47 @@ def make_plan(
 
 
 def compiled_as_run(trainer: Any, target: Target) -> tuple[CompiledStep, str]:
-    """The configured step, compiled, and a line about ``model/remat=auto`` (empty without it): the model
-    reads auto as ``none``, the first setting a run on the target tries, so that is what is planned."""
+    """The step a run on ``target`` would call, compiled, and the line about ``model/remat=auto`` (empty
+    without it). With auto, the policies of a run's ladder are compiled in its order (``none``, ``dots``,
+    ``full``) at the configured micro batch, and the first whose step fits the chip is planned, as a run
+    chooses it (:func:`theseus.training.memory.fit`). Where none fits, ``full`` is planned and the line says
+    that a run would go on to halve the micro batch; the compiler's refusal of ``full`` is the plan's."""
     from theseus.training import memory
 
-    line = ""
-    if memory.requested(trainer.context.config):
-        line = (
-            f"{memory.REMAT_KEY}={memory.AUTO}: planned as remat=none, the first setting a run tries; where it "
-            f"does not fit, a run tries dots, full and smaller micro batches (plan them by naming them)"
-        )
-    return compile_train_step(trainer), line
+    if not memory.requested(trainer.context.config):
+        return compile_train_step(trainer), ""
+    room = memory.Budget(target.chip.memory_bytes, f"what a program may use on one {target.chip.name}")
+    rows = int(trainer.args.micro_batch_size or 0) or int(trainer.args.batch_size)
+    trials: list[memory.Trial] = []
+    for policy in memory.REMAT_LADDER:
+        candidate = memory.Candidate(policy, rows)
+        trainer.reconfigure(candidate.values())
+        try:
+            step = compile_train_step(trainer)
+        except StepTooLarge as refused:
+            if policy == memory.REMAT_LADDER[-1]:
+                raise
+            trials.append(memory.Trial(candidate, refused.needed_bytes, refused=True))
+            continue
+        fits = step.fits_in(room.bytes or 0)
+        trials.append(memory.Trial(candidate, step.total_bytes, fits=fits))
+        if fits:
+            return step, memory.Choice(candidate, tuple(trials), room).line()
+    tried = "; ".join(memory.needs(trial) for trial in trials)
+    return step, (
+        f"{memory.REMAT_KEY}={memory.AUTO}: nothing fits {room} at {rows} rows a pass ({tried}); planned as "
+        f"remat=full, and a run would go on to halve {memory.MICRO_KEY} (plan that by naming it)"
+    )
+
+
+def compiled_remat(start: Plan | StepTooLarge) -> list[str]:
+    """``model/remat=<policy>`` of the step ``start`` compiled (a plan, or the compiler's refusal): under
+    auto the policy the ladder came to, else the one named. The search for the largest batch keeps it
+    rather than compiling the ladder again at every batch."""
+    from theseus.training import memory
+
+    policy = start.step.trainer.context.config.get(memory.REMAT_KEY) if isinstance(start, Plan) else start.remat
+    return [] if policy in (None, memory.AUTO) else [f"{memory.REMAT_KEY}={policy}"]
 
 
 def with_batch(overrides: Sequence[str], batch_size: int) -> list[str]:
@@ -271,4 +301,4 @@ def render(plan: Plan) -> list[str]:
     return lines
 
 
-__all__ = ["Plan", "as_dict", "largest_batch", "make_plan", "render", "with_batch"]
+__all__ = ["Plan", "as_dict", "compiled_remat", "largest_batch", "make_plan", "render", "with_batch"]

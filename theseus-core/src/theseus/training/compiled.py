@@ -31,6 +31,7 @@ class StepTooLarge(ResourceError):
         self.batch_size = int(trainer.args.batch_size)
         self.sequence_length = int(trainer.sequence_length)
         self.unit = int(trainer.sharding.data_size)  # batches are tried in multiples of the data-parallel size
+        self.remat = trainer.context.config.get("model/remat")  # the policy refused (where auto had come to)
         super().__init__(
             f"the training step of {self.batch_size} x {self.sequence_length} tokens does not fit in the device's "
             f"memory (the compiler {self.amount()}); {memory_advice(trainer.context.config)}"

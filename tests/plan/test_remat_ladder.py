@@ -1,0 +1,110 @@
+"""``theseus plan`` with ``model/remat=auto`` plans what a run on the target would choose: the ladder's
+policies at the configured micro batch, in a run's order, the first whose step fits the chip. The compiles
+are stood in for by steps of given sizes (tests/plan's matrices compile the real ones)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from theseus.config.configuration import Configuration
+from theseus.plan import report
+from theseus.plan.build import StepTooLarge
+from theseus.plan.targets import parse_target
+
+GB = 10**9
+V5E = parse_target("v5e:1")  # 16.91 GB a program may use
+
+
+@dataclass
+class Step:
+    total_bytes: int
+    batch_bytes: int = 0
+
+    def fits_in(self, limit: int) -> bool:
+        return self.total_bytes + self.batch_bytes <= limit
+
+
+@dataclass
+class Trainer:
+    """What the ladder reads and sets of a trainer: its configuration, batch and micro batch."""
+
+    config: dict[str, Any]
+    batch_size: int = 8
+    compiled: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.context = type("Context", (), {"config": Configuration(self.config)})()
+        self.args = type("Args", (), {"batch_size": self.batch_size, "micro_batch_size": 0})()
+        self.sequence_length = 512
+        self.sharding = type("Sharding", (), {"data_size": 1})()
+
+    def reconfigure(self, values: dict[str, Any]) -> None:
+        self.context.config = self.context.config.with_values(values)
+
+
+def ladder(monkeypatch: pytest.MonkeyPatch, sizes: dict[str, int | None]) -> Trainer:
+    """A trainer whose step under each policy takes ``sizes[policy]`` bytes (None: the compiler refuses)."""
+    trainer = Trainer({"model/remat": "auto", "training/batch_size": 8})
+
+    def compile_train_step(t: Trainer) -> Step:
+        policy = t.context.config["model/remat"]
+        t.compiled.append(policy)
+        if sizes[policy] is None:
+            raise StepTooLarge(int(20 * GB), V5E.chip.memory_bytes, t)
+        return Step(int(sizes[policy] or 0))
+
+    monkeypatch.setattr(report, "compile_train_step", compile_train_step)
+    return trainer
+
+
+def test_auto_plans_the_first_policy_that_fits_the_chip(monkeypatch: pytest.MonkeyPatch) -> None:
+    trainer = ladder(monkeypatch, {"none": None, "dots": 18 * GB, "full": 9 * GB})
+    step, line = report.compiled_as_run(trainer, V5E)
+    assert trainer.compiled == ["none", "dots", "full"] and step.total_bytes == 9 * GB
+    assert line == (
+        "model/remat=auto: chose remat=full, micro_batch_size=8: peak 9 GB of 16.9 GB (what a program may use on "
+        "one TPU v5 lite); none at 8 rows needs 20 GB; dots at 8 rows needs 18 GB"
+    )
+    assert report.compiled_remat(report_plan(step, trainer)) == ["model/remat=full"]
+
+
+def test_auto_stops_at_the_fastest_policy_that_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    trainer = ladder(monkeypatch, {"none": 12 * GB, "dots": 8 * GB, "full": 6 * GB})
+    step, line = report.compiled_as_run(trainer, V5E)
+    assert trainer.compiled == ["none"] and step.total_bytes == 12 * GB
+    assert line.startswith("model/remat=auto: chose remat=none, micro_batch_size=8: peak 12 GB")
+
+
+def test_nothing_fitting_plans_full_and_says_what_a_run_does_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    trainer = ladder(monkeypatch, {"none": 40 * GB, "dots": 30 * GB, "full": 20 * GB})
+    step, line = report.compiled_as_run(trainer, V5E)
+    assert step.total_bytes == 20 * GB
+    assert line == (
+        "model/remat=auto: nothing fits 16.9 GB (what a program may use on one TPU v5 lite) at 8 rows a pass "
+        "(none at 8 rows needs 40 GB; dots at 8 rows needs 30 GB; full at 8 rows needs 20 GB); planned as "
+        "remat=full, and a run would go on to halve training/micro_batch_size (plan that by naming it)"
+    )
+
+
+def test_the_refusal_of_full_is_the_plans_and_names_no_policy_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    trainer = ladder(monkeypatch, {"none": None, "dots": None, "full": None})
+    with pytest.raises(StepTooLarge) as refused:
+        report.compiled_as_run(trainer, V5E)
+    assert trainer.compiled == ["none", "dots", "full"]
+    assert "model/remat=full" not in str(refused.value) and "training/batch_size=4" in str(refused.value)
+    assert report.compiled_remat(refused.value) == ["model/remat=full"]
+
+
+def test_a_named_policy_compiles_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    trainer = ladder(monkeypatch, {"none": None, "dots": 30 * GB, "full": 9 * GB})
+    trainer.reconfigure({"model/remat": "dots"})
+    step, line = report.compiled_as_run(trainer, V5E)
+    assert (trainer.compiled, line, step.total_bytes) == (["dots"], "", 30 * GB)
+
+
+def report_plan(step: Step, trainer: Trainer) -> report.Plan:
+    step.trainer = trainer  # type: ignore[attr-defined]
+    return report.Plan("train/pretrain", V5E, step, None, None, 0.0, 8, 512)  # type: ignore[arg-type]
