@@ -200,3 +200,21 @@ def test_trace_ops_reads_self_time_of_one_step(tmp_path):
     assert times == {"while.3": 30, "fusion.2": 30, "splash_mha_fwd.4": 20, "add_fusion.5": 10}
     assert trace_ops.op_times(events, "hlo_category")[1]["convolution fusion"] == 30
     assert trace_ops.main([str(tmp_path)]) == 0
+
+
+def test_moe_parts_times_each_part_against_the_dense_mlp(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/moe_parts.py at a tiny shape (the megablox kernels interpreted, one tile)."""
+    from benchmarks import moe_parts
+
+    argv = ["--tokens", "64", "--width", "32", "--expert-hidden", "32", "--experts", "4", "--dtype", "float32"]
+    moe_parts.main([*argv, "--tiles", "32,32,32", "--paths", "ragged_dot", "--rounds", "1"])
+    rows = [line.strip("| ").split(" | ") for line in _table_lines(capsys.readouterr().out)]
+    assert [row[0] for row in rows] == [
+        "part",
+        "dense",
+        "dispatch",
+        "products ragged_dot",
+        "products gmm 32x32x32",
+        "layer ragged_dot",
+    ]
+    assert rows[1][2] == "1.00" and all(float(row[1]) > 0 for row in rows[1:])
