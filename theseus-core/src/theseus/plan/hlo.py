@@ -329,7 +329,8 @@ def splash_flops(instruction: Instruction, symbols: dict[str, str]) -> float:
 def megablox_flops(instruction: Instruction, symbols: dict[str, str]) -> float:
     """Matmul FLOPs of a megablox grouped-matmul kernel (TPUs; a mixture's experts), the routed work:
     ``gmm`` takes rows ``[m, c]`` through their group's ``[c, n]`` (``2 m c n``; its backward for the rows
-    too), ``tgmm`` forms the weights' gradient ``[G, k, n]`` from ``[k, m]`` and ``[m, n]`` (``2 k m n``)."""
+    too), ``tgmm`` forms the weights' gradient ``[G, k, n]`` from the rows and the output's gradient ``[m, n]``
+    (``2 k m n``)."""
     kernel = re.search(r"jit[_(](t?gmm)[_)]", instruction.name + instruction.attributes)
     out = shapes(instruction.type)
     matrices = [shape for op in instruction.operands for _, shape in shapes(symbols.get(op, "")) if len(shape) == 2]
@@ -337,8 +338,8 @@ def megablox_flops(instruction: Instruction, symbols: dict[str, str]) -> float:
         return 0.0
     if kernel.group(1) == "gmm" and len(out[0][1]) == 2:
         return 2.0 * math.prod(out[0][1]) * matrices[0][1]
-    if kernel.group(1) == "tgmm" and len(out[0][1]) == 3:
-        return 2.0 * math.prod(out[0][1][1:]) * matrices[0][1]
+    if kernel.group(1) == "tgmm" and len(out[0][1]) == 3:  # the rows come last, as [m, n]
+        return 2.0 * math.prod(out[0][1][1:]) * matrices[-1][0]
     return 0.0
 
 
@@ -526,8 +527,10 @@ def _matmul_dtype(instruction: Instruction, symbols: dict[str, str], computation
             inner, inner_symbols = dots[0], {i.name: i.type for i in body}
             break
     operands = inner.operands
-    if "splash_m" in inner.name:  # a splash kernel's first operands are its mask tables; the queries come next
-        operands = [op for op in operands if any(len(shape) == 4 for _, shape in shapes(inner_symbols.get(op, "")))]
+    if custom_call_target(inner) == "tpu_custom_call":  # a Pallas kernel's first operands are integer tables
+        operands = [
+            op for op in operands if any(t.startswith(("bf", "f")) for t, _ in shapes(inner_symbols.get(op, "")))
+        ]
     found = shapes(inner_symbols.get(operands[0], "")) if operands else []
     return found[0][0] if found else ""
 
