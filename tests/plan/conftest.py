@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,19 +40,82 @@ def compiler_env(**extra: str) -> dict[str, str]:
     return clean_env(PYTHONPATH=path, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(), **extra)
 
 
-def compile_cases(target: str, cases: list[dict[str, Any]], timeout: float = 900) -> list[dict[str, Any]]:
+#: CPU seconds (user + system, its own and its compilers') a compile process may spend: the largest matrix
+#: takes about 200. A limit on CPU, not wall time: on a loaded machine the same work takes longer, not more.
+COMPILE_CPU_LIMIT = 900.0
+#: Wall seconds without a single CPU tick from a compile process: it is stuck (waiting on something that
+#: never comes), however busy the machine, as a process that is scheduled at all uses some CPU.
+COMPILE_STALL_SECONDS = 180.0
+#: Where /proc cannot be read (not Linux): the wall-clock limit instead.
+COMPILE_WALL_LIMIT = 900.0
+#: Seconds between two looks at a compile process.
+POLL_SECONDS = 2.0
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds process ``pid`` and the children it has waited for have used, from ``/proc`` (None
+    where it cannot be read)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command's name, which may hold spaces
+    return sum(int(ticks) for ticks in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+
+
+def watched(process: subprocess.Popen[bytes]) -> str:
+    """Wait for ``process``: '' once it has ended, or why it was killed (:func:`overrun`)."""
+    started = last_tick = time.monotonic()
+    used = 0.0
+    while True:
+        try:
+            process.wait(timeout=POLL_SECONDS)
+            return ""
+        except subprocess.TimeoutExpired:
+            pass
+        now, cpu = time.monotonic(), cpu_seconds(process.pid)
+        if cpu is not None and cpu > used:
+            used, last_tick = cpu, now
+        reason = overrun(cpu, now - started, now - last_tick)
+        if reason:
+            process.kill()
+            process.wait()
+            return reason
+
+
+def overrun(cpu: float | None, elapsed: float, idle: float) -> str:
+    """Why a compile process that has used ``cpu`` seconds in ``elapsed`` wall seconds, the last ``idle`` of
+    them without CPU, is to be killed ('' if it is not): over :data:`COMPILE_CPU_LIMIT`, idle for
+    :data:`COMPILE_STALL_SECONDS`, or, where its CPU cannot be read, over :data:`COMPILE_WALL_LIMIT`."""
+    if cpu is None:
+        return f"ran {elapsed:.0f} s, over {COMPILE_WALL_LIMIT:.0f}" if elapsed > COMPILE_WALL_LIMIT else ""
+    if cpu > COMPILE_CPU_LIMIT:
+        return f"used {cpu:.0f} s of CPU, over {COMPILE_CPU_LIMIT:.0f}"
+    return f"used no CPU for {idle:.0f} s: stuck" if idle > COMPILE_STALL_SECONDS else ""
+
+
+#: The mark of a module whose fixture calls :func:`compile_cases`: pytest's limit of 5 minutes' wall time
+#: (pyproject.toml) would end a compile that a loaded machine only slowed down; :func:`watched` ends one
+#: that is stuck or runs away instead.
+WATCHED = pytest.mark.timeout(0)
+
+
+def compile_cases(target: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What ``theseus plan`` reports for each case (``{"job", "overrides"}`` or ``{"generate": ...}``),
-    compiled in one process; each result holds ``plan`` or ``error``."""
-    done = subprocess.run(
-        [sys.executable, str(RUNNER), target, json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        env=compiler_env(),
-        timeout=timeout,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(results) == len(cases), done.stderr[-3000:]
+    compiled in one process; each result holds ``plan`` or ``error``. A process that is stuck or runs
+    away is killed (:func:`watched`) and the test fails, naming why."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(
+            [sys.executable, str(RUNNER), target, json.dumps(cases)], stdout=out, stderr=err, env=compiler_env()
+        )
+        killed = watched(process)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = (stream.read().decode("utf-8", "replace") for stream in (out, err))
+    assert not killed, f"the compile process {killed}; killed: {stderr[-3000:]}"
+    assert process.returncode == 0, stderr[-3000:]
+    results = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    assert len(results) == len(cases), stderr[-3000:]
     return results
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.plan.conftest import DEVICES, Family, compile_layouts
+from tests.plan.conftest import DEVICES, WATCHED, Family, compile_layouts
+
+pytestmark = WATCHED
 
 #: The TPU slice of the families compiled for a TPU: each family compiles for one target, and each kind of
 #: layer (Llama's, Gemma's sliding and full layers, Qwen3.5's Gated DeltaNet) for both.

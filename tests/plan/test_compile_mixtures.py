@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.plan.conftest import DEVICES, Family, compile_cases, layout_cases
+from tests.plan.conftest import DEVICES, WATCHED, Family, compile_cases, layout_cases
+
+pytestmark = WATCHED
 
 #: The TPU slice of the families compiled for a TPU: each family compiles for one target, and each kind of
 #: layer (Mixtral's experts, Qwen3.5's Gated DeltaNet, DeepSeek Sparse Attention) for both.

@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from tests.plan.conftest import compile_cases, tiny
+from tests.plan.conftest import WATCHED, compile_cases, tiny
+
+pytestmark = WATCHED
 
 #: The small preset at 512 tokens, its six layers scanned (one layer's body to compile instead of six).
 LONG = (
