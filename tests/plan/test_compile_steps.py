@@ -61,9 +61,13 @@ def h100() -> dict[str, dict]:
                 ),
                 "held": True,
             }
-            for base, keys in (("bf16", ["model/param_dtype=bfloat16"]), ("nf4", ["model/quantize=nf4"]))
+            for base, keys in (
+                ("bf16", ["model/param_dtype=bfloat16"]),
+                # computing in float32 changes nothing the step holds: the float32 case of
+                # test_activation_dtype_follows_the_mesh_and_can_be_set, without a compile of its own
+                ("nf4", ["model/quantize=nf4", "model/activation_dtype=float32"]),
+            )
         },
-        "float32": tiny("llama", "fsdp", "model/activation_dtype=float32"),
         **{f"one chip {target}": {**tiny("llama", "dp"), "target": target} for target in ONE_CHIP},
         # two layers: the case whose message docs/errors.md shows (the compiler needs 111.04 GB)
         "one chip too large": {
@@ -109,8 +113,11 @@ def test_padding_reaches_cudnn_as_lengths_not_a_dense_bias(h100: dict) -> None:
 
 @pytest.mark.slow
 def test_activation_dtype_follows_the_mesh_and_can_be_set(h100: dict) -> None:
-    assert _plan(h100["float32"])["activation_dtype"] == "float32"
-    assert "__cudnn$fmhaSoftmax" not in _plan(h100["float32"])["custom_calls"]  # cuDNN is half precision only
+    """model/activation_dtype=float32 on H100 (the NF4 QLoRA step's), where the mesh's default is bfloat16."""
+    plan = _plan(h100["qlora nf4"])
+    assert plan["activation_dtype"] == "float32"
+    assert "__cudnn$fmhaSoftmax" not in plan["custom_calls"]  # cuDNN is half precision only
+    assert _plan(h100["qlora bf16"])["activation_dtype"] == "bfloat16"
 
 
 @pytest.mark.slow
