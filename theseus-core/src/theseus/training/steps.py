@@ -353,23 +353,19 @@ def update(
             total = jnp.sum(counts)
             weights = jnp.where(total > 0, counts / jnp.maximum(total, 1.0), 1.0 / accumulate_steps)
             keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(accumulate_steps))
-            first = jax.tree.map(lambda a: a[0], dict(batch))
-            _loss_shape, meta_shape, _grad_shape = jax.eval_shape(grads_of, state.params, first, keys[0])
-            zeros = (
-                jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params),
-                jnp.zeros((), jnp.float32),
-                jax.tree.map(lambda m: jnp.zeros(m.shape, jnp.float32), meta_shape),
-            )
+            zeros = (jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params), jnp.zeros((), jnp.float32))
 
-            def body(carry: Any, inputs: Any) -> tuple[Any, None]:
-                grad_sum, loss_sum, meta_sum = carry
+            def body(carry: Any, inputs: Any) -> tuple[Any, dict[str, Any]]:
+                grad_sum, loss_sum = carry
                 micro, micro_key, weight = inputs
                 loss, meta, grads = grads_of(state.params, micro, micro_key)
                 grad_sum = jax.tree.map(lambda acc, g: acc + weight * g.astype(jnp.float32), grad_sum, grads)
-                meta_sum = jax.tree.map(lambda acc, m: acc + weight * jnp.asarray(m, jnp.float32), meta_sum, meta)
-                return (grad_sum, loss_sum + weight * loss.astype(jnp.float32), meta_sum), None
+                return (grad_sum, loss_sum + weight * loss.astype(jnp.float32)), meta
 
-            (grad_sum, loss, meta), _ = jax.lax.scan(body, zeros, (dict(batch), keys, weights))
+            # The metadata of each micro-batch leaves the loop and is summed after it: the model and its
+            # gradient are traced once, where a carried sum would need the metadata's structure up front.
+            (grad_sum, loss), metas = jax.lax.scan(body, zeros, (dict(batch), keys, weights))
+            meta = weighted_sum(metas, weights)
             grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grad_sum, state.params)
         grad_norm = optax.tree.norm(grads)
         new_state = state.apply_gradients(grads=grads)
@@ -388,6 +384,18 @@ def update(
             )
             meta = {**meta, "skipped": 1 - finite.astype(jnp.int32)}
     return new_state, loss, meta, grad_norm
+
+
+def weighted_sum(stacked: Any, weights: jax.Array) -> Any:
+    """Each leaf of ``stacked`` (a leading axis of micro-batches) summed with ``weights``, in float32 and in
+    micro-batch order: ``((0 + w0 * m0) + w1 * m1) + ...``."""
+
+    def add(total: Any, inputs: Any) -> tuple[Any, None]:
+        values, weight = inputs
+        return jax.tree.map(lambda acc, m: acc + weight * jnp.asarray(m, jnp.float32), total, values), None
+
+    zeros = jax.tree.map(lambda m: jnp.zeros(m.shape[1:], jnp.float32), stacked)
+    return jax.lax.scan(add, zeros, (stacked, weights))[0]
 
 
 #: Training metadata: the targets (``y != -1``, not padding) of the update's whole batch, which the loop
