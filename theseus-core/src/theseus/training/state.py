@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -13,6 +16,7 @@ from flax import struct
 from flax.training import train_state
 from jax.sharding import NamedSharding, PartitionSpec
 
+from theseus.config import current_configuration
 from theseus.training.optimizer_state import on_host
 from theseus.training.sharding import TrainerSharding, check_divisible
 
@@ -33,10 +37,37 @@ def init_variables(model: nn.Module, key: jax.Array, sequence_length: int) -> An
     return model.init({"params": key, "dropout": key}, x, deterministic=True)
 
 
+def variables_initialiser(model: nn.Module, sharding: TrainerSharding, sequence_length: int) -> Callable[..., Any]:
+    """``init_variables`` of ``model`` jitted, one function per model, sharding, sequence length and active
+    configuration: :func:`abstract_variables` traces it and :func:`create_state` calls it inside its own
+    program, where jax reuses that trace (a model's initialiser is traced once, not twice)."""
+    config = current_configuration()
+    key = (id(model), id(sharding), id(config), sequence_length)
+    found = _INITIALISERS.get(key)
+    if found is None:
+        found = (
+            model,
+            sharding,
+            config,
+            jax.jit(functools.partial(init_variables, model, sequence_length=sequence_length)),
+        )
+        _INITIALISERS[key] = found  # the objects are held with it, so their ids stay theirs
+        while len(_INITIALISERS) > INITIALISERS_KEPT:
+            _INITIALISERS.pop(next(iter(_INITIALISERS)))
+    else:
+        _INITIALISERS.move_to_end(key)
+    return found[-1]
+
+
+#: How many models' jitted initialisers are kept (the newest): one trainer's setup and state share one.
+INITIALISERS_KEPT = 2
+_INITIALISERS: OrderedDict[tuple[int, int, int, int], tuple[Any, Any, Any, Callable[..., Any]]] = OrderedDict()
+
+
 def abstract_variables(model: nn.Module, sharding: TrainerSharding, key: jax.Array, sequence_length: int) -> Any:
     """The model's variables as shapes and dtypes, boxed with their logical axis names (nothing is computed)."""
     with sharding.context():
-        return jax.eval_shape(lambda k: init_variables(model, k, sequence_length), key)
+        return jax.eval_shape(variables_initialiser(model, sharding, sequence_length), key)
 
 
 def state_shardings(
@@ -123,9 +154,11 @@ def create_state(
 ) -> TrainState:
     """Initialise parameters and optimizer state directly with their shardings."""
 
+    initialiser = variables_initialiser(model, sharding, sequence_length)
+
     def init(k: jax.Array) -> TrainState:
         with sharding.context():
-            variables = nn.unbox(init_variables(model, k, sequence_length))
+            variables = nn.unbox(initialiser(k))
         params = variables["params"]
         return TrainState(
             step=jnp.zeros((), jnp.int32),
