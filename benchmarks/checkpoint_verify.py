@@ -203,7 +203,9 @@ def launch(processes: int, megabytes: int, rounds: int) -> list[dict[str, Any]]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    # one host device each, added to the caller's XLA flags (its compiler settings kept; the last count wins)
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=1".strip()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
     with tempfile.TemporaryDirectory(prefix="theseus-verify-") as scratch:
         common = ["--megabytes", str(megabytes), "--rounds", str(rounds), "--directory", scratch]
         common += ["--coordinator", f"127.0.0.1:{port}", "--processes", str(processes)]
