@@ -33,7 +33,9 @@ from theseus.training.sharding import build_sharding
 
 #: Two layers where the import tests save more (their configurations' 3 or 4): still one layer of each kind
 #: the sharding rules meet (Gated DeltaNet and gated full attention, a dense MLP then a mixture, Llama 4's local
-#: RoPE layer then its global NoPE mixture), at about half the tracing and compiling per family.
+#: RoPE layer then its global NoPE mixture), at about half the tracing and compiling per family. One layer for
+#: the families whose layers are all alike: the rules place each kind of parameter, whatever its layer.
+ONE_LAYER = {"num_hidden_layers": 1}
 TWO_LAYERS = {"num_hidden_layers": 2}
 HYBRID = {**TWO_LAYERS, "layer_types": ["linear_attention", "full_attention"]}
 FEWER_LAYERS = {
@@ -42,6 +44,8 @@ FEWER_LAYERS = {
     "glm4_moe": TWO_LAYERS,
     "qwen3_5_text": HYBRID,
     "qwen3_5_moe": HYBRID,
+    "deepseek_v3": TWO_LAYERS,  # the dense layer, then a mixture
+    **dict.fromkeys(("mistral", "qwen3", "olmo2", "phi3", "mixtral", "minimax_m2"), ONE_LAYER),
 }
 
 
@@ -60,9 +64,9 @@ def compare(folder: Path, family: str) -> tuple[int, int, float]:
     mixture = mixture or family in ("deepseek_v32", "glm_moe_dsa", "glm4_moe")
     mixture = mixture or family == "qwen3_5_moe"
     if family == "deepseek_v3":
-        save_deepseek(folder, "plain_query")
+        save_deepseek(folder, "plain_query", **FEWER_LAYERS[family])
     elif family in MIXTURES:
-        save_moe(folder, family)
+        save_moe(folder, family, **FEWER_LAYERS.get(family, {}))
     else:
         save_model(folder, family, tokenizer=False, **FEWER_LAYERS.get(family, {}))
     prepared = prepare(folder)

@@ -61,12 +61,13 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
-def save_deepseek(folder: Path, case: str) -> Any:
-    """A random DeepSeek-V3 of ``case`` saved in ``folder``, with a balancing bias below -0.6, so that
-    every biased score is negative (experts of unselected groups must lose to them, not win)."""
+def save_deepseek(folder: Path, case: str, **overrides: Any) -> Any:
+    """A random DeepSeek-V3 of ``case`` (``overrides`` on top) saved in ``folder``, with a balancing bias
+    below -0.6, so that every biased score is negative (experts of unselected groups must lose to them, not
+    win)."""
     import torch
 
-    model = save_model(folder, "deepseek_v3", 0, **COMMON, **CASES[case])
+    model = save_model(folder, "deepseek_v3", 0, **{**COMMON, **CASES[case], **overrides})
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, buffer in model.named_buffers():

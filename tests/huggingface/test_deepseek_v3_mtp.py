@@ -20,22 +20,23 @@ from tests.huggingface.test_moe_families import VOCAB
 from tests.models.conftest import jitted, random_params
 from theseus.base.sown import AUX_COLLECTIONS, AUX_LOSSES, AUX_METRICS
 
-MTP = "model.layers.3."  # module 1 of a 3-layer model
+LAST = "model.layers.1."  # the mixture layer after the dense one
+MTP = "model.layers.2."  # module 1 of a 2-layer model
 
 
 def add_mtp_module(folder: Path) -> dict[str, np.ndarray]:
     """Random tensors of one MTP module written into ``folder``'s checkpoint (its mixture layer shaped as
-    layer 2's), with the copies of the embedding and the head; returns every tensor."""
+    the last layer's), with the copies of the embedding and the head; returns every tensor."""
     from safetensors.numpy import load_file, save_file
 
     tensors = load_file(folder / "model.safetensors")
     rng = np.random.default_rng(3)
     e = tensors["model.embed_tokens.weight"].shape[1]
     for name, value in list(tensors.items()):
-        if name.startswith("model.layers.2."):
+        if name.startswith(LAST):
             scale = 1.0 if name.endswith("norm.weight") else 0.2
             noise = scale * rng.standard_normal(value.shape).astype(np.float32)
-            tensors[MTP + name.removeprefix("model.layers.2.")] = (1.0 if scale == 1.0 else 0.0) + noise
+            tensors[MTP + name.removeprefix(LAST)] = (1.0 if scale == 1.0 else 0.0) + noise
     for name in ("enorm", "hnorm", "shared_head.norm"):
         tensors[f"{MTP}{name}.weight"] = 1.0 + 0.2 * rng.standard_normal(e).astype(np.float32)
     tensors[MTP + "eh_proj.weight"] = 0.2 * rng.standard_normal((e, 2 * e)).astype(np.float32)
@@ -48,7 +49,7 @@ def add_mtp_module(folder: Path) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def with_mtp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, dict[str, np.ndarray]]:
     folder = tmp_path_factory.mktemp("mtp")
-    model = save_deepseek(folder, "query_lora")
+    model = save_deepseek(folder, "query_lora", num_hidden_layers=2)  # a dense layer, then a mixture
     assert model.config.num_nextn_predict_layers == 1  # transformers' default, written to config.json
     return folder, model, add_mtp_module(folder)
 

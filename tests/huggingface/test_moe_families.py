@@ -38,10 +38,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def save_moe(folder: Path, case: str, seed: int = 0) -> Any:
-    """A random transformers model of ``case`` saved in ``folder`` with a byte tokenizer; returns it."""
+def save_moe(folder: Path, case: str, seed: int = 0, **extra: Any) -> Any:
+    """A random transformers model of ``case`` (``extra`` on top) saved in ``folder`` with a byte tokenizer;
+    returns it."""
     family, overrides = CASES[case]
-    return save_model(folder, family, seed, vocab_size=VOCAB, tie_word_embeddings=False, **overrides)
+    return save_model(folder, family, seed, vocab_size=VOCAB, tie_word_embeddings=False, **{**overrides, **extra})
 
 
 @pytest.fixture(scope="module", params=list(CASES))

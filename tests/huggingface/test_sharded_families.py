@@ -1,10 +1,10 @@
 """Every imported family computes the same logits sharded ``fsdp+tp`` over 4 devices as on one
 (a mixture's experts gathered from their per-expert tensors onto the expert shardings); the families saved
-with more than two layers for the import tests are saved with two here, one of each kind of layer
-(``families_sharded_run.FEWER_LAYERS``). Two families are left to one whose parameters and sharding rules
-they share: OLMo 3 (``olmo3``) to OLMo 2 (its windows and per-layer RoPE bases are masks and constants, sharded as
-Gemma's windowed layers are) and GLM-5 (``glm_moe_dsa``) to DeepSeek-V3.2 (its indexer's rotary pairs
-interleaved instead of halved)."""
+with more than two layers for the import tests are saved with two here, one of each kind of layer, and those
+whose layers are all alike with one (``families_sharded_run.FEWER_LAYERS``). Two families are left to one
+whose parameters and sharding rules they share: OLMo 3 (``olmo3``) to OLMo 2 (its windows and per-layer RoPE
+bases are masks and constants, sharded as Gemma's windowed layers are) and GLM-5 (``glm_moe_dsa``) to
+DeepSeek-V3.2 (its indexer's rotary pairs interleaved instead of halved)."""
 
 from __future__ import annotations
 
