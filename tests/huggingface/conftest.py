@@ -404,6 +404,8 @@ LFM2 = {
 #: DeltaNet layer and a gated full-attention one, a dense MLP then a mixture, Llama 4's chunked RoPE layer then
 #: its NoPE mixture layer), for the tests that need each kind once (about half the tracing and compiling).
 TWO_LAYERS: dict[str, Any] = {"num_hidden_layers": 2}
+#: One layer, for the tests of a family whose layers are all alike (each kind of layer met once all the same).
+ONE_LAYER: dict[str, Any] = {"num_hidden_layers": 1}
 HYBRID: dict[str, Any] = {**TWO_LAYERS, "layer_types": ["linear_attention", "full_attention"]}
 
 

@@ -15,11 +15,11 @@ from tests.conftest import xla_flags
 os.environ["XLA_FLAGS"] = xla_flags(devices=2)
 os.environ["JAX_PLATFORMS"] = "cpu"
 
-from tests.huggingface.conftest import hf_logits, save_model
+from tests.huggingface.conftest import ONE_LAYER, hf_logits, save_model
 from tests.huggingface.test_init_from import QUICK, FixedLlama, cross_entropy, fixed_batch, train_losses
 
 tmp = Path(tempfile.mkdtemp(dir=sys.argv[1]))
-model = save_model(tmp / "hf", "llama", tokenizer=False)
+model = save_model(tmp / "hf", "llama", tokenizer=False, **ONE_LAYER)
 trainer = FixedLlama.create(
     tmp / "root", {**QUICK, "training/init_from": f"hf:{tmp / 'hf'}", "mesh/layout": "fsdp"}, name="fsdp"
 )

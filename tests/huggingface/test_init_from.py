@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.huggingface.conftest import VOCAB, hf_logits, save_model
+from tests.huggingface.conftest import ONE_LAYER, VOCAB, hf_logits, save_model
 from tests.models.conftest import forward
 from theseus.errors import ConfigError, DataError
 from theseus.model.models import GPT, Gemma2, Gemma3, Llama, OLMo2, Phi3, Qwen3
@@ -88,11 +88,12 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> float:
 @pytest.mark.parametrize(
     ("family", "trainer_class", "overrides"),
     [
-        ("llama", FixedLlama, {"head_dim": 16}),
-        ("qwen3", FixedQwen3, {}),
-        ("olmo2", FixedOLMo2, {"head_dim": 16}),
-        ("mistral", FixedLlama, {"head_dim": 16, "sliding_window": 6}),  # sequences of 16 > the window
-        ("phi3", FixedPhi3, {"head_dim": 16, "sliding_window": 6}),  # fused projections, split on import
+        # one layer where the family's layers are all alike; two (a windowed one, a full one) for the Gemmas
+        ("llama", FixedLlama, {"head_dim": 16, **ONE_LAYER}),
+        ("qwen3", FixedQwen3, ONE_LAYER),
+        ("olmo2", FixedOLMo2, {"head_dim": 16, **ONE_LAYER}),
+        ("mistral", FixedLlama, {"head_dim": 16, "sliding_window": 6, **ONE_LAYER}),  # sequences of 16 > the window
+        ("phi3", FixedPhi3, {"head_dim": 16, "sliding_window": 6, **ONE_LAYER}),  # fused projections, split on import
         ("gemma2", FixedGemma2, {"sliding_window": 6}),  # one windowed layer, capped scores and logits
         ("gemma3_text", FixedGemma3, {"sliding_window": 6}),  # q/k norms, a RoPE base per layer type
     ],
