@@ -22,6 +22,11 @@ from theseus.model.finetune import DPOTrainer
 
 pytestmark = pytest.mark.slow
 
+#: TINY_DPO with one layer (nothing here depends on the depth) and the compilation cache a run keeps by
+#: default: every program is kept as it is compiled, so the killed run's processes load the ones this process
+#: compiled, as a user's restart does.
+DPO = {**TINY_DPO, "architecture/n_layers": 1, "training/compilation_cache": True}
+
 METRICS = (
     "rewards/chosen",
     "rewards/rejected",
@@ -42,7 +47,7 @@ def losses(root: Path, run: str) -> np.ndarray:
 
 
 def train(root: Path, run: str, **overrides: Any) -> DPOTrainer:
-    trainer = DPOTrainer.create(root, {**TINY_DPO, **overrides, "run/name": run})
+    trainer = DPOTrainer.create(root, {**DPO, **overrides, "run/name": run})
     trainer.run()
     trainer.close()
     return trainer  # type: ignore[return-value]
@@ -116,10 +121,10 @@ def test_ipo_and_simpo(root: Path) -> None:
 
 def test_killed_dpo_run_resumes_bit_exact(root: Path) -> None:
     changes = {"training/steps": 4, "training/checkpoint_interval": 2, "dpo/precompute_reference": True}
-    settings = {**TINY_DPO, **changes}
+    settings = {**DPO, **changes}
     # the uninterrupted run in this process: it reuses the programs the precomputed-reference test compiled
     # (a third process would compile or load them again); the killed run and its restart are processes of
-    # their own, as a user's are
+    # their own, as a user's are, and load those programs from the compilation cache
     train(root, "whole", **changes)
     command = [sys.executable, "-m", "theseus.cli.main", "run", "train/dpo", "--root", str(root)]
     killed_command = [*command, *cli_settings({**settings, "run/name": "killed"})]
@@ -185,14 +190,14 @@ def test_bad_dpo_settings_are_one_line_errors(
     root: Path, capsys: pytest.CaptureFixture[str], overrides: dict[str, Any], message: str
 ) -> None:
     capsys.readouterr()
-    code = call_cli(["run", "train/dpo", "--root", str(root), *cli_settings({**TINY_DPO, **overrides})])
+    code = call_cli(["run", "train/dpo", "--root", str(root), *cli_settings({**DPO, **overrides})])
     line = error_line(capsys.readouterr().err)
     assert code == 2 and message in line, line
 
 
 def test_responses_cut_by_the_row_length_are_reported(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    DPOTrainer.create(root, {**TINY_DPO, "training/sequence_length": 16, "run/name": "cut"}).setup()
+    DPOTrainer.create(root, {**DPO, "training/sequence_length": 16, "run/name": "cut"}).setup()
     err = capsys.readouterr().err
     assert "note: 112 of 112 training responses are longer than training/sequence_length=16 and are cut" in err
-    DPOTrainer.create(root, {**TINY_DPO, "run/name": "whole"}).setup()
+    DPOTrainer.create(root, {**DPO, "run/name": "whole"}).setup()
     assert "are cut" not in capsys.readouterr().err
