@@ -150,7 +150,10 @@ LORA = ["model/lora/rank=4", "model/lora/targets=[query,value,up,down]"]
 #: Two rollouts of two updates each.
 LAYOUT_RUN = ["training/steps=2", "training/lr=1e-2", "rl/updates_per_rollout=2"]
 #: run name -> settings, on 4 devices (grpo_layouts_run.py): fsdp+tp applies both the fsdp and the tp
-#: rules, whose layouts alone tests/distributed/test_scale_out.py compares with one device.
+#: rules, whose layouts alone tests/distributed/test_scale_out.py compares with one device. Synchronous
+#: rollouts on the run's mesh are checked with LoRA (a rollout samples LoRA and full parameters alike), full
+#: fine-tuning's sharded update with rollouts made ahead (``behind-fsdp+tp``: an update reads its rollouts the
+#: same wherever they were made).
 #: Rollouts made ahead (rl/async_rollouts) by the parameters a step behind: the producer's copies of the
 #: sharded parameters and the sampling correction. (Made ahead by the current parameters, rl/max_staleness=0,
 #: a run is the synchronous one: tests/rl/test_async_rollouts.py, on one device; that path samples as the
@@ -158,7 +161,6 @@ LAYOUT_RUN = ["training/steps=2", "training/lr=1e-2", "rl/updates_per_rollout=2"
 BEHIND = ["rl/async_rollouts=true", "rl/max_staleness=1"]
 FSDP_TP = ["mesh/layout=fsdp+tp", "mesh/data=2", "mesh/model=2"]
 LAYOUTS = {
-    "full-fsdp+tp": FSDP_TP,
     "lora-fsdp+tp": [*FSDP_TP, *LORA],
     "behind-fsdp+tp": [*FSDP_TP, *BEHIND],
     "behind-apart": ["mesh/layout=fsdp", "rl/rollout_devices=2", *BEHIND],  # 2 devices train, 2 generate
@@ -166,10 +168,9 @@ LAYOUTS = {
 
 
 def test_sharded_layouts_roll_out_and_train_as_one_device(tmp_path: Path) -> None:
-    """Full fine-tuning and LoRA in fsdp+tp on 4 devices (data 2 x model 2) with rollouts on the run's mesh,
-    and rollouts made ahead by the parameters a step behind, on the run's mesh or on two devices of their
+    """LoRA in fsdp+tp on 4 devices (data 2 x model 2) with rollouts on the run's mesh, and full fine-tuning
+    with rollouts made ahead by the parameters a step behind, on the run's mesh or on two devices of their
     own: the same rewards, losses and sampling corrections as one device."""
-    assert grpo(tmp_path, *LAYOUT_RUN, "run/name=full-1") == 0
     assert grpo(tmp_path, *LAYOUT_RUN, *LORA, "run/name=lora-1") == 0
     assert grpo(tmp_path, *LAYOUT_RUN, *BEHIND, "run/name=behind-1") == 0
     script = Path(__file__).with_name("grpo_layouts_run.py")
