@@ -8,7 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.huggingface.conftest import HYBRID, TWO_LAYERS, hf_logits, imported_logits, read_json, save_model
+from tests.huggingface.conftest import (
+    HYBRID,
+    ONE_LAYER,
+    TWO_LAYERS,
+    hf_logits,
+    imported_logits,
+    read_json,
+    save_model,
+)
 from tests.huggingface.test_import_parity import LONGROPE, YARN
 
 PROMPT = "def f(x):"
@@ -33,14 +41,17 @@ SHARDED = ("gpt2", "phi3-window-longrope", "gemma4", "qwen3_next")
 
 #: Each family with what it adds; the windows (6) are shorter than the prompt and its 16 new tokens,
 #: so generation runs past them against the KV cache. The families saved with 3 or 4 layers elsewhere have 2
-#: here (TWO_LAYERS, HYBRID): each kind of layer generation meets, once.
+#: here (TWO_LAYERS, HYBRID), and those whose layers are all alike 1 (ONE_LAYER): each kind of layer generation
+#: meets, once.
 FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
-    "gpt2": ("gpt2", {}),
+    "gpt2": ("gpt2", {"n_layer": 1}),
     # YaRN: the prompt of 10 tokens and the new ones are past the original 8 positions
+    # (two layers: with one, transformers' cached greedy decoding leaves its own forward's argmax at the 8th
+    # new token, where theseus keeps to the forward's)
     "llama-yarn": ("llama", {"rope_parameters": YARN}),
-    "mistral-window": ("mistral", {"sliding_window": 6}),
-    "qwen3-window": ("qwen3", {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 0}),
-    "olmo2": ("olmo2", {}),
+    "mistral-window": ("mistral", {"sliding_window": 6, **ONE_LAYER}),
+    "qwen3-window": ("qwen3", {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 0, **ONE_LAYER}),
+    "olmo2": ("olmo2", ONE_LAYER),
     # OLMo 2 with the window on layer 0 only and YaRN on the full layer 1 (rope_scaling: the full layers')
     "olmo3-window-yarn": ("olmo3", {"sliding_window": 6, "rope_scaling": {**YARN, "rope_theta": 5e5}}),
     # the window on layer 0 only; capped scores and logits (Gemma 2), two RoPE bases, linear scaling of the
@@ -60,7 +71,7 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3_5_text": ("qwen3_5_text", HYBRID),
     "qwen3_5_moe": ("qwen3_5_moe", HYBRID),
     # q/k norms over the whole projections, partial RoPE (rotary_dim), a sigmoid router with a balancing bias
-    "minimax_m2": ("minimax_m2", {}),
+    "minimax_m2": ("minimax_m2", ONE_LAYER),
     # fused qkv_proj / gate_up_proj split and fused back; LongRoPE's long factors (the prompt of 10 tokens
     # is past the original 8 positions)
     # DeepSeek Sparse Attention: the indexer keeps 4 keys, its keys cached beside the latents while decoding
@@ -69,7 +80,7 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "glm_moe_dsa-sparse": ("glm_moe_dsa", {}),
     "phi3-window-longrope": (
         "phi3",
-        {"sliding_window": 6, "rope_parameters": LONGROPE, "original_max_position_embeddings": 8},
+        {"sliding_window": 6, "rope_parameters": LONGROPE, "original_max_position_embeddings": 8, **ONE_LAYER},
     ),
     # a NoPE layer (the KV cache of a layer that rotates nothing), attention biases, a tied head
     "smollm3": ("smollm3", {}),
