@@ -83,8 +83,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # q/k RMSNorm over the whole projections, half of each head rotated (rotary_dim), 4 experts chosen by a
     # sigmoid router with a random balancing bias
     "minimax-m2": ("minimax_m2", {}),
-    # fused qkv_proj (GQA: 4 query, 2 key/value heads) and gate_up_proj split on import
-    "phi3-fused": ("phi3", {}),
+    # fused qkv_proj (GQA: 4 query, 2 key/value heads) and gate_up_proj split on import, with a window of 5
+    # (Phi-3 without a window: test_a_window_longer_than_the_context_imports_as_full_attention)
     "phi3-window": ("phi3", {"sliding_window": 5}),
     # latent attention with DeepSeek Sparse Attention: an indexer (rotating halves) keeps 4 of the prompt's 12 keys
     "deepseek-v32-sparse": ("deepseek_v32", {}),
