@@ -25,7 +25,8 @@ import pytest
 from theseus.training.collector import OLDER_THRESHOLD, YOUNG_THRESHOLD
 
 REPO = Path(__file__).resolve().parents[1]
-#: A one-layer, 32-wide GPT reading 4 x 32 tokens per step: the smallest model the training tests run.
+#: A one-layer, 32-wide GPT reading 4 x 32 tokens per step: the smallest model the training tests run (no
+#: plots: matplotlib's import is about half a CPU-second a process; tests of the plots turn them on).
 TINY_GPT = [
     "architecture/n_layers=1",
     "architecture/n_embd=32",
@@ -33,6 +34,7 @@ TINY_GPT = [
     "architecture/block_size=32",
     "training/sequence_length=32",
     "training/batch_size=4",
+    "training/plots=false",
 ]
 
 # One persistent XLA compilation cache for the whole session, shared with every subprocess the

@@ -24,6 +24,7 @@ SETTINGS = [
     "training/checkpoint_interval=2",
     "training/keep_checkpoints=0",
     "training/progress=false",
+    "training/plots=false",
     "training/peak_flops=1e12",
 ]
 

@@ -51,6 +51,7 @@ SETTINGS = [
     "training/checkpoint_interval=2",
     "training/keep_checkpoints=1",
     "training/progress=false",
+    "training/plots=false",
     "training/peak_flops=1e12",
 ]
 #: kill point -> (checkpoints the restart may resume from, last metrics step the killed run wrote)

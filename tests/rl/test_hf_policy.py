@@ -30,6 +30,7 @@ ARGS = [
     "training/log_interval=1",
     "training/eval_batches=0",
     "training/progress=false",
+    "training/plots=false",
     "training/peak_flops=1e12",
 ]
 

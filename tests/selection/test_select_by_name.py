@@ -27,6 +27,7 @@ TINY = [
     "training/checkpoint_interval=0",
     "training/async_checkpoints=false",
     "training/progress=false",
+    "training/plots=false",
     "training/compilation_cache=false",
     "training/peak_flops=1e12",
     "evaluation=",

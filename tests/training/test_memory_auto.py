@@ -27,6 +27,7 @@ SMALL = [
     "training/steps=2",
     "training/eval_batches=0",
     "training/progress=false",
+    "training/plots=false",
     "training/log_interval=1",
     "training/peak_flops=1e12",
     "model/remat=auto",

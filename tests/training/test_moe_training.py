@@ -45,6 +45,7 @@ ARGS = [
     "training/checkpoint_interval=1",
     "training/async_checkpoints=false",
     "training/progress=false",
+    "training/plots=false",
     "training/compilation_cache=false",
     "training/peak_flops=1e12",
     "evaluation=",

@@ -130,6 +130,12 @@ class BaseTrainerConfig:
         help="peak FLOP/s per device for MFU (0 = the accelerator's published figure; measured on CPU)",
     )
     progress: bool = field("training/progress", default=True, help="show a live progress bar on a terminal")
+    plots: bool = field(
+        "training/plots",
+        default=True,
+        help="draw the loss and plotted metrics as PNG files in the run folder (loss.png, ...) after each validation "
+        "and at the end; false: no plots (matplotlib is not loaded)",
+    )
     compilation_cache: bool = field(
         "training/compilation_cache",
         default=True,

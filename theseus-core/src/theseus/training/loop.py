@@ -174,9 +174,11 @@ class TrainingLoop:
         self.run_dir.create()
         self.stop = min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps
         self.profile = ProfileWindow(window, self.run_dir.profile_dir)
-        self.plotters = {"loss": CurvePlotter(self.run_dir.loss_plot, t.run_name)}
-        for name in t.PLOTTED:
-            self.plotters[name] = CurvePlotter(self.run_dir.plot(name), t.run_name, ylabel=name)
+        self.plotters: dict[str, CurvePlotter] = {}
+        if args.plots:
+            self.plotters["loss"] = CurvePlotter(self.run_dir.loss_plot, t.run_name)
+            for name in t.PLOTTED:
+                self.plotters[name] = CurvePlotter(self.run_dir.plot(name), t.run_name, ylabel=name)
         store = LazyCheckpointStore(
             self.run_dir.checkpoints,
             keep=args.keep_checkpoints,
@@ -402,7 +404,7 @@ class TrainingLoop:
         if self.status is not None:
             builtins.append(cb.Status(self.status, lambda: self.eta))
         builtins.append(cb.Preemption(self.guard, self.stop, args.steps, self.run_dir.path))
-        if self.main:  # drawn on a worker thread: the next update does not wait for matplotlib
+        if self.main and self.plotters:  # drawn on a worker thread: the next update does not wait for matplotlib
             builtins.append(cb.Plots(self.plotters, self.logger.curves))
         return cb.CallbackList([*builtins, *added])
 
