@@ -53,7 +53,7 @@ def test_accelerators_plan_flow(tmp_path: Path) -> None:
     assert replicated["memory"]["fits"] is False
     assert replicated["memory"]["parameters"] == pytest.approx(LLAMA3_8B * 4, rel=0.02)
     # even with every layer recomputed: float32 parameters, gradients and AdamW's two moments, 16 bytes a parameter
-    assert replicated["memory"]["total"] >= 0.98 * 16 * LLAMA3_8B > 1.5 * replicated["memory"]["device"]
+    assert replicated["memory"]["total"] >= 0.98 * 16 * LLAMA3_8B
     assert "model/remat=auto" not in dp.stderr  # a named policy is planned as named, one compile
 
 
