@@ -111,6 +111,10 @@ def auto_path() -> str:
     return AUTO_PATHS.get(accelerator().platform, "blocks")
 
 
+#: The path a dispatch split over devices (expert parallelism, or each device's own rows) takes instead: the
+#: megablox kernels are not typed for ``shard_map``'s varying mesh axes (jax 0.10 refuses their call there),
+#: so there the grouped products are ``ragged_dot``'s.
+SHARDED_PATHS = {"gmm": "ragged_dot"}
 #: Dropless dispatches (:data:`~theseus.model.layers.experts.PATHS`); ``auto``: see :func:`auto_path`.
 DISPATCHES = ("auto", *PATHS)
 #: LoRA targets the routed experts would need (refused: PEFT has no per-expert adapters to export).
@@ -281,10 +285,13 @@ def _dispatch(
             return parallel_capacity_experts(tokens, routing, kernels, act, capacity, ep)
         return capacity_experts(tokens, routing, kernels, act, capacity)
     path = auto_path() if spec.dispatch == "auto" else spec.dispatch
+    split = data_parallel_size() > 1 or hidden_axis() is not None
+    local = split and tokens.shape[0] % data_parallel_size() == 0
+    if path == "gmm" and (ep > 1 or local):  # per-device dispatch runs inside shard_map (see SHARDED_PATHS)
+        path = SHARDED_PATHS[path]
     if ep > 1:
         return parallel_dropless_experts(tokens, routing, kernels, act, ep, path), None
-    split = data_parallel_size() > 1 or hidden_axis() is not None
-    if split and tokens.shape[0] % data_parallel_size() == 0:
+    if local:
         whole = kernels if width_axes(kernels) else whole_width(kernels)  # else gathered inside, in bf16
         return local_dropless_experts(tokens, routing, whole, act, path), None
     return dropless_experts(tokens, routing, kernels, act, path), None
@@ -357,8 +364,8 @@ class MoEKeys(Module):
     dispatch: str = field(
         "architecture/moe/dispatch",
         default="auto",
-        help="dropless dispatch: ragged_dot | gmm (the megablox TPU kernels) | blocks | auto (gmm on TPU; "
-        "blocks on CPU and GPU, whose ragged_dot does every group's work)",
+        help="dropless dispatch: ragged_dot | gmm (the megablox TPU kernels; ragged_dot where the dispatch is split "
+        "over devices) | blocks | auto (gmm on TPU; blocks on CPU and GPU, whose ragged_dot does every group's work)",
     )
 
     def moe_spec(self, d_ff: int | None, preset: Mapping[str, Any] | None = None) -> MoESpec:
