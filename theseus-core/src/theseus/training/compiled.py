@@ -24,14 +24,14 @@ class StepTooLarge(ResourceError):
     memory itself): what it said it needs and has, when it said, and the batch that was tried."""
 
     def __init__(self, needed_bytes: int | None, available_bytes: int | None, trainer: Any) -> None:
-        from theseus.base.failures import memory_advice
+        from theseus.base.failures import REMAT_KEY, memory_advice
 
         self.needed_bytes = needed_bytes
         self.available_bytes = available_bytes
         self.batch_size = int(trainer.args.batch_size)
         self.sequence_length = int(trainer.sequence_length)
         self.unit = int(trainer.sharding.data_size)  # batches are tried in multiples of the data-parallel size
-        self.remat = trainer.context.config.get("model/remat")  # the policy refused (where auto had come to)
+        self.remat = trainer.context.config.get(REMAT_KEY)  # the policy refused (where auto had come to)
         super().__init__(
             f"the training step of {self.batch_size} x {self.sequence_length} tokens does not fit in the device's "
             f"memory (the compiler {self.amount()}); {memory_advice(trainer.context.config)}"

@@ -210,11 +210,11 @@ def nothing_fits(trials: list[Trial], room: Budget, trainer: Trainer) -> str:
     accumulator): the row length is left to lower, and the batch when its micro batches could not be
     halved down to one row per device."""
     smallest = trials[-1]
-    needs = "more than the compiler had" if smallest.peak_bytes is None else size(smallest.peak_bytes)
+    needed = "more than the compiler had" if smallest.peak_bytes is None else size(smallest.peak_bytes)
     measured = [trial for trial in trials if trial.peak_bytes is not None]
     closest = min(measured, key=lambda trial: trial.peak_bytes or 0, default=smallest)
     if closest is not smallest and closest.peak_bytes is not None:
-        needs += f" (the closest, {closest.candidate}, {size(closest.peak_bytes)})"
+        needed += f" (the closest, {closest.candidate}, {size(closest.peak_bytes)})"
     rows = smallest.candidate.micro_batch_size
     if rows > trainer.sharding.data_size:
         lower = (
@@ -224,7 +224,7 @@ def nothing_fits(trials: list[Trial], room: Budget, trainer: Trainer) -> str:
     else:
         lower = f"training/sequence_length={trainer.sequence_length} (the micro batch is one row per device)"
     return (
-        f"{REMAT_KEY}={AUTO}: no setting fits in {room}: the smallest ({smallest.candidate}) needs {needs}; "
+        f"{REMAT_KEY}={AUTO}: no setting fits in {room}: the smallest ({smallest.candidate}) needs {needed}; "
         f"{state_advice(trainer.context.config)}lower {lower}, or train a smaller model"
     )
 
