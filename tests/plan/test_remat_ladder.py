@@ -13,6 +13,7 @@ from theseus.config.configuration import Configuration
 from theseus.plan import report
 from theseus.plan.build import StepTooLarge
 from theseus.plan.targets import parse_target
+from theseus.training import compiled
 
 GB = 10**9
 V5E = parse_target("v5e:1")  # 16.91 GB a program may use
@@ -56,7 +57,8 @@ def ladder(monkeypatch: pytest.MonkeyPatch, sizes: dict[str, int | None]) -> Tra
             raise StepTooLarge(int(20 * GB), V5E.chip.memory_bytes, t)
         return Step(int(sizes[policy] or 0))
 
-    monkeypatch.setattr(report, "compile_train_step", compile_train_step)
+    monkeypatch.setattr(report, "compile_train_step", compile_train_step)  # a named policy
+    monkeypatch.setattr(compiled, "compile_train_step", compile_train_step)  # the ladder's (training.memory)
     return trainer
 
 

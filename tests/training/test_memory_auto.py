@@ -75,6 +75,24 @@ def test_auto_trains_with_the_fastest_setting_that_fits(
     assert "trained 'test-memory-gpt' to step 2/2" in err
 
 
+def test_auto_keeps_what_room_is_left_of_an_offloaded_state_on_the_device(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = call_cli(
+        auto_run(tmp_path, "training/batch_size=8", "training/memory_limit_gb=0.02", "optimizer/offload=true")
+    )
+    err = capsys.readouterr().err
+    assert code == 0, err
+    [line] = [text for text in err.splitlines() if text.startswith("model/remat=auto")]
+    kept = re.search(rf"; {SIZE} of the offloaded optimizer state kept on the device", line)
+    assert line.startswith("model/remat=auto: chose remat=none, micro_batch_size=8") and kept, line
+    saved = yaml.safe_load((tmp_path / "runs" / "test-memory-gpt" / "config.yaml").read_text())
+    # the room left (about 16 MB) holds the whole state (0.37 MB at float32: two moments a parameter)
+    assert saved["optimizer"]["offload_keep_gb"] * 1e3 == pytest.approx(megabytes(*kept.group(1, 2)), rel=0.01)
+    assert 0.2 < megabytes(*kept.group(1, 2)) < 0.5
+    assert "trained 'test-memory-gpt' to step 2/2" in err
+
+
 def test_auto_with_nothing_that_fits_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = call_cli(auto_run(tmp_path, "training/batch_size=6", "training/memory_limit_gb=0.0007"))
     assert code == 2

@@ -58,6 +58,17 @@ def test_an_offloaded_state_lives_in_host_memory_and_trains_as_the_plain_one(tmp
     assert held_bytes(abstract.opt_state, shardings.opt_state) == 0
     assert held_bytes(abstract.params, shardings.params) > 0
 
+    # Half the state's bytes kept on the device (optimizer/offload_keep_gb): its first leaves stay there, the
+    # rest crosses as before, and the arithmetic is the same.
+    state_bytes = held_bytes(abstract.opt_state, shardings.opt_state, in_host_memory=True)
+    partly = run(tmp_path, "partly", **OFFLOAD, optimizer__offload_keep_gb=state_bytes / 2 / 1e9)
+    kinds = [leaf.sharding.memory_kind for leaf in jax.tree.leaves(partly.state.opt_state)]
+    assert set(kinds) == {HOST, "device"}
+    kept = held_bytes(partly.abstract_state.opt_state, partly.state_shardings.opt_state)
+    assert state_bytes / 4 < kept <= state_bytes / 2
+    for a, b in zip(leaves(plain.state.params), leaves(partly.state.params), strict=True):
+        np.testing.assert_allclose(b, a, rtol=tolerance, atol=tolerance * magnitude(a))
+
 
 def test_an_offloaded_state_resumes_exactly(tmp_path: Path) -> None:
     straight = run(tmp_path, "straight", **OFFLOAD)

@@ -106,21 +106,12 @@ def compiled_as_run(trainer: Any, target: Target) -> tuple[CompiledStep, str]:
         return compile_train_step(trainer), ""
     room = memory.Budget(target.chip.memory_bytes, f"what a program may use on one {target.chip.name}")
     rows = int(trainer.args.micro_batch_size or 0) or int(trainer.args.batch_size)
-    trials: list[memory.Trial] = []
-    for policy in memory.REMAT_LADDER:
-        candidate = memory.Candidate(policy, rows)
-        trainer.reconfigure(candidate.values())
-        try:
-            step = compile_train_step(trainer)
-        except StepTooLarge as refused:
-            if policy == memory.REMAT_LADDER[-1]:
-                raise
-            trials.append(memory.Trial(candidate, refused.needed_bytes, refused=True))
-            continue
-        fits = step.fits_in(room.bytes or 0)
-        trials.append(memory.Trial(candidate, step.total_bytes, fits=fits))
-        if fits:
-            return step, memory.Choice(candidate, tuple(trials), room).line()
+    trials, step = memory.climb(trainer, [memory.Candidate(policy, rows) for policy in memory.REMAT_LADDER], room)
+    if isinstance(step, StepTooLarge):  # the compiler refused full too: that refusal is the plan's
+        raise step
+    if trials[-1].fits:
+        step, kept = memory.keep_state_on_device(trainer, step, room, trials[-1].candidate)
+        return step, memory.Choice(trials[-1].candidate, tuple(trials), room, kept).line()
     tried = "; ".join(memory.needs(trial) for trial in trials)
     return step, (
         f"{memory.REMAT_KEY}={memory.AUTO}: nothing fits {room} at {rows} rows a pass ({tried}); planned as "

@@ -366,6 +366,7 @@ class BaseTrainer(Job):
                 self.sequence_length,
                 variables,
                 offload=args.optimizer_offload,
+                keep_bytes=int(max(args.optimizer_offload_keep_gb, 0.0) * 1e9),
             )
             if self.init_source is not None:
                 init_from.check_data(self.flywheel, self.init_source)

@@ -43,6 +43,13 @@ class BaseTrainerConfig:
         default=False,
         help="keep the optimizer state in host memory, moved to the device for each update (frees its device memory)",
     )
+    optimizer_offload_keep_gb: float = field(
+        "optimizer/offload_keep_gb",
+        default=-1.0,
+        min=-1.0,
+        help="with optimizer/offload: GB per device of the state kept on the device, which then never crosses "
+        "the host link (-1 = what model/remat=auto's step leaves room for; nothing without auto)",
+    )
     sequence_length: int = field(
         "training/sequence_length", default=0, min=0, help="tokens per row (0 = the model's architecture/block_size)"
     )

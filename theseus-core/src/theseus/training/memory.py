@@ -10,7 +10,10 @@ device reports. That is what the chip runs: on a v5e the
 scanned gpt2-124m step at a compiler peak of 16.82 GB ran under the 16.91 GB limit (``benchmarks/tpu_fit.py``).
 A device that reports no limit (a CPU) keeps ``none`` without compiling. The first candidate that fits is
 kept and its compiled step is the one the run calls; when none fits, one
-:class:`~theseus.errors.ResourceError` names what to lower.
+:class:`~theseus.errors.ResourceError` names what to lower. With the optimizer state in host memory
+(``optimizer/offload``), the room the chosen step leaves is then given to the state: its first leaves stay on
+the device (``optimizer/offload_keep_gb``) and no longer cross the host link each step
+(:func:`keep_state_on_device`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ from theseus.training.protocol import Trainer
 
 AUTO = "auto"
 LIMIT_KEY = "training/memory_limit_gb"
+KEEP_KEY = "optimizer/offload_keep_gb"
+#: The share of the room a fitting step leaves that an offloaded optimizer state may take on the device (the
+#: rest is margin for what the compiler lays out differently once the state's leaves move).
+KEEP_SHARE = 0.9
+#: Room for less than this share of the offloaded state is not worth a second compile.
+KEEP_MIN_SHARE = 0.05
 #: Remat policies tried at the configured micro batch, fastest first; the last is then tried with fewer rows.
 REMAT_LADDER = ("none", "dots", "full")
 GB = 1e9
@@ -71,11 +80,13 @@ class Budget:
 
 @dataclass(frozen=True)
 class Choice:
-    """What ``auto`` chose, from which trials, within which budget."""
+    """What ``auto`` chose, from which trials, within which budget (and, with an offloaded optimizer state,
+    how many of its bytes per device it kept on the device)."""
 
     candidate: Candidate
     trials: tuple[Trial, ...]
     budget: Budget
+    kept_state_bytes: int = 0
 
     def line(self) -> str:
         """The one line a run prints about it."""
@@ -83,7 +94,14 @@ class Choice:
         if not self.trials:
             return f"{head}: {self.budget}"
         chosen, tried = self.trials[-1], self.trials[:-1]
-        return "; ".join([f"{head}: peak {size(chosen.peak_bytes or 0)} of {self.budget}", *map(needs, tried)])
+        kept = [f"{size(self.kept_state_bytes)} of the offloaded optimizer state kept on the device"]
+        return "; ".join(
+            [
+                f"{head}: peak {size(chosen.peak_bytes or 0)} of {self.budget}",
+                *(kept if self.kept_state_bytes else []),
+                *map(needs, tried),
+            ]
+        )
 
 
 def requested(config: Mapping[str, Any]) -> bool:
@@ -138,17 +156,54 @@ def budget(limit_gb: float, device: Any) -> Budget:
     return Budget(limit, "the device's memory")
 
 
-def measure(trainer: Trainer, candidate: Candidate, room: Budget) -> Trial:
-    """Compile the trainer's step as it is configured now (the compiled program stays cached for the run);
-    a step the compiler refuses for memory is a trial that did not fit, with the bytes it said it needed."""
+def measure(trainer: Trainer, candidate: Candidate, room: Budget) -> tuple[Trial, Any]:
+    """Compile the trainer's step as it is configured now (the compiled program stays cached for the run):
+    the trial and the :class:`~theseus.training.compiled.CompiledStep`, or, for a step the compiler refuses
+    for memory, a trial that did not fit (with the bytes it said it needed) and the refusal
+    (:class:`~theseus.training.compiled.StepTooLarge`)."""
     from theseus.training.compiled import StepTooLarge, compile_train_step
 
     try:
         step = compile_train_step(trainer)
     except StepTooLarge as refused:
-        return Trial(candidate, refused.needed_bytes, refused=True)
+        return Trial(candidate, refused.needed_bytes, refused=True), refused
     fits = room.bytes is None or step.fits_in(room.bytes)
-    return Trial(candidate, step.total_bytes, fits=fits)
+    return Trial(candidate, step.total_bytes, fits=fits), step
+
+
+def climb(trainer: Trainer, ladder: list[Candidate], room: Budget) -> tuple[list[Trial], Any]:
+    """Configure and compile ``ladder``'s candidates in order until one fits ``room``: the trials, and the
+    last compiled step (or the compiler's refusal of the last); the trainer stays configured with the last."""
+    trials: list[Trial] = []
+    outcome: Any = None
+    for candidate in ladder:
+        trainer.reconfigure(candidate.values())
+        trial, outcome = measure(trainer, candidate, room)
+        trials.append(trial)
+        if trial.fits:
+            break
+    return trials, outcome
+
+
+def keep_state_on_device(trainer: Trainer, step: Any, room: Budget, candidate: Candidate) -> tuple[Any, int]:
+    """With the optimizer state in host memory and ``optimizer/offload_keep_gb`` left to ``auto`` (-1), give
+    :data:`KEEP_SHARE` of the room that ``step`` (the compiled step of ``candidate``, which fits) leaves to
+    the state's first leaves, which then stay on the device, and compile again; the step the trainer is left
+    configured with and the bytes it keeps. A step that no longer fits goes back to the whole state in host
+    memory."""
+    config = trainer.context.config
+    if not config.get("optimizer/offload") or float(config.get(KEEP_KEY, -1.0)) >= 0 or room.bytes is None:
+        return step, 0
+    spare = int((room.bytes - step.total_bytes - step.batch_bytes) * KEEP_SHARE)
+    keep = min(spare, step.offloaded_bytes)
+    if keep < KEEP_MIN_SHARE * step.offloaded_bytes or keep <= 0:
+        return step, 0
+    trainer.reconfigure({KEEP_KEY: keep / GB})
+    trial, kept = measure(trainer, candidate, room)
+    if trial.fits:
+        return kept, keep
+    trainer.reconfigure({KEEP_KEY: 0.0})
+    return measure(trainer, candidate, room)[1], 0
 
 
 def state_bytes(trainer: Trainer) -> int:
@@ -194,14 +249,12 @@ def fit(trainer: Trainer) -> Choice:
             f"{size(state)}; {state_advice(trainer.context.config)}train a smaller model, or split it over more "
             "devices (mesh/layout=fsdp)"
         )
-    trials: list[Trial] = []
-    for candidate in ladder:
-        trainer.reconfigure(candidate.values())
-        trial = measure(trainer, candidate, room)
-        trials.append(trial)
-        if trial.fits:
-            return Choice(candidate, tuple(trials), room)
-    raise ResourceError(nothing_fits(trials, room, trainer))
+    trials, step = climb(trainer, ladder, room)
+    if not trials[-1].fits:
+        raise ResourceError(nothing_fits(trials, room, trainer))
+    chosen = trials[-1].candidate
+    _, kept = keep_state_on_device(trainer, step, room, chosen)
+    return Choice(chosen, tuple(trials), room, kept)
 
 
 def nothing_fits(trials: list[Trial], room: Budget, trainer: Trainer) -> str:
@@ -240,4 +293,16 @@ def state_advice(config: Mapping[str, Any]) -> str:
     return f"keep the optimizer state {' or '.join(settings)}; "
 
 
-__all__ = ["Budget", "Candidate", "Choice", "Trial", "budget", "candidates", "fit", "needs", "requested"]
+__all__ = [
+    "Budget",
+    "Candidate",
+    "Choice",
+    "Trial",
+    "budget",
+    "candidates",
+    "climb",
+    "fit",
+    "keep_state_on_device",
+    "needs",
+    "requested",
+]

@@ -11,7 +11,10 @@ what the device holds, for every optimizer alike:
   decay ``beta2`` above about 0.99 stalls (the default 0.95 moves it by 5 % a step).
 - ``optimizer/offload`` keeps the state in the host's pinned memory (:data:`HOST`): the state's shardings
   say where it lives (:func:`on_host`), and :func:`one_parameter_at_a_time` moves each parameter's state
-  to the device for its update and back, so the device holds one parameter's state at a time.
+  to the device for its update and back, so the device holds one parameter's state at a time. The first
+  leaves, up to ``optimizer/offload_keep_gb`` a device, stay on the device: every byte kept there is a byte
+  that does not cross the host link twice a step (``model/remat=auto`` keeps as much as its step leaves
+  room for, :func:`theseus.training.memory.keep_state_on_device`).
 
 Either choice runs the update one parameter at a time (a state per parameter path, and per layer of a
 scanned model's stacked parameters), so the widened or transferred moments never exist for the whole
@@ -96,11 +99,12 @@ def one_parameter_at_a_time(tx: optax.GradientTransformation, offload: bool) -> 
             return value if len(finished) < back else jax.lax.optimization_barrier((value, finished[-back]))[0]
 
         def one(path: tuple[Any, ...], gradient: Any, own: Any, param: Any) -> tuple[Any, Any]:
-            if offload:  # brought in while the previous update runs, then used after it
-                own = jax.device_put(after(own, 2), jax.memory.Space.Device)
+            away = jax.tree.map(in_host_memory, own)  # the leaves kept in host memory (optimizer/offload)
+            if offload and any(jax.tree.leaves(away)):  # brought in while the previous update runs, then used after it
+                own = _moved(after(own, 2), away, jax.memory.Space.Device)
             step, own = tx.update(_alone(path, gradient), after(own, 1), None if param is None else _alone(path, param))
             [(_, changed)] = jax.tree_util.tree_flatten_with_path(step)[0]
-            own = jax.device_put(own, jax.memory.Space.Host) if offload else own
+            own = _moved(own, away, jax.memory.Space.Host) if offload else own
             finished.append((changed, own))
             return changed, own
 
@@ -120,6 +124,16 @@ def one_parameter_at_a_time(tx: optax.GradientTransformation, offload: bool) -> 
         return jax.tree_util.tree_unflatten(treedef, new_updates), new_state
 
     return optax.GradientTransformation(init, update)
+
+
+def in_host_memory(leaf: Any) -> bool:
+    """Whether a traced (or concrete) array lives in host memory."""
+    return getattr(jax.typeof(leaf), "memory_space", None) == jax.memory.Space.Host
+
+
+def _moved(state: Any, away: Any, space: Any) -> Any:
+    """``state`` with the leaves ``away`` marks put in memory ``space``, the others as they are."""
+    return jax.tree.map(lambda leaf, move: jax.device_put(leaf, space) if move else leaf, state, away)
 
 
 def _parameters(tree: Any) -> list[tuple[tuple[Any, ...], Any]]:
@@ -144,18 +158,42 @@ def kept(tx: optax.GradientTransformation, dtype: str, offload: bool) -> optax.G
     return one_parameter_at_a_time(tx, offload)
 
 
-def on_host(shardings: Any) -> Any:
-    """The same shardings in the host's pinned memory; a ConfigError where the devices have no such memory
-    (a deviceless GPU topology of ``theseus plan``, whose shardings would drop the memory kind silently)."""
+def on_host(shardings: Any, state: Any = None, keep_bytes: int = 0) -> Any:
+    """The same shardings in the host's pinned memory, but for the first leaves of the abstract ``state``
+    (in its flattened order) whose bytes per device add up to at most ``keep_bytes``, which stay on the
+    device; a ConfigError where the devices have no such memory (a deviceless GPU topology of ``theseus
+    plan``, whose shardings would drop the memory kind silently)."""
     from theseus.errors import ConfigError
 
+    kept = kept_on_device(shardings, state, keep_bytes) if state is not None and keep_bytes > 0 else None
     placed = jax.tree.map(lambda sharding: sharding.with_memory_kind(HOST), shardings)
     if any(sharding.memory_kind != HOST for sharding in jax.tree.leaves(placed)):
         raise ConfigError(
             "optimizer/offload=true needs devices with pinned host memory, and these have none (a GPU target of "
             "theseus plan is compiled without one); set optimizer/offload=false here"
         )
-    return placed
+    if kept is None:
+        return placed
+    return jax.tree.map(lambda host, device, keep: device if keep else host, placed, shardings, kept)
+
+
+def kept_on_device(shardings: Any, state: Any, keep_bytes: int) -> Any:
+    """A tree of booleans over ``state``'s leaves: True for those kept on the device, taken in flattened
+    order while their bytes per device (under ``shardings``) fit in ``keep_bytes``; a leaf too large for
+    what is left is passed over for later, smaller ones."""
+    from theseus.training.compiled import shard_bytes
+
+    left = keep_bytes
+
+    def keep(leaf: Any, sharding: Any) -> bool:
+        nonlocal left
+        size = shard_bytes(leaf, sharding)
+        if size > left:
+            return False
+        left -= size
+        return True
+
+    return jax.tree.map(keep, state, shardings)
 
 
 def on_device(sharding: Any) -> bool:
@@ -169,4 +207,14 @@ def donates_offloaded_state(platform: str) -> bool:
     return platform != "cpu"
 
 
-__all__ = ["HOST", "STATE_DTYPES", "kept", "on_device", "on_host", "one_parameter_at_a_time", "stored_as"]
+__all__ = [
+    "HOST",
+    "STATE_DTYPES",
+    "in_host_memory",
+    "kept",
+    "kept_on_device",
+    "on_device",
+    "on_host",
+    "one_parameter_at_a_time",
+    "stored_as",
+]

@@ -78,11 +78,13 @@ def state_shardings(
     sequence_length: int,
     boxed: Any = None,
     offload: bool = False,
+    keep_bytes: int = 0,
 ) -> tuple[TrainState, TrainState]:
     """The abstract state (shapes/dtypes) and the matching tree of ``NamedSharding``.
 
     ``boxed``: the model's :func:`abstract_variables`, when the caller has them already; ``offload``: the
-    optimizer state lives in host memory (``optimizer/offload``).
+    optimizer state lives in host memory (``optimizer/offload``), but for its first leaves up to
+    ``keep_bytes`` a device (``optimizer/offload_keep_gb``).
     """
     if boxed is None:
         boxed = abstract_variables(model, sharding, key, sequence_length)
@@ -94,7 +96,7 @@ def state_shardings(
     replicated = sharding.replicated
     opt_shardings = optimizer_state_shardings(opt_state, params, param_shardings, replicated)
     if offload:
-        opt_shardings = on_host(opt_shardings)
+        opt_shardings = on_host(opt_shardings, opt_state, keep_bytes)
     abstract = TrainState(
         step=jax.ShapeDtypeStruct((), jnp.int32),  # type: ignore[arg-type]
         apply_fn=model.apply,
