@@ -36,6 +36,8 @@ from theseus.model.layers.context_parallel import spec_of
 #: sequence. On a v5e, 16 heads of 64, forward and backward of 16k tokens: blocks of 1024 took 9.3 ms at
 #: T=2048 and 20.9 ms at 8192, of 512 9.8 and 24.7 ms, of 256 16.6 and 52.1 ms (benchmarks/tpu_attention.py).
 BLOCK = 1024
+#: One backward kernel computing dq beside dk and dv (one pass over the blocks instead of two).
+FUSED_BACKWARD = True
 MIN_BLOCK = 128
 
 _NOTICED: set[str] = set()
@@ -165,8 +167,7 @@ def _kernel(key: _KernelKey, local_heads: int) -> Any:
         block_q_dkv=block,
         block_kv_dkv=block,
         block_kv_dkv_compute=block,
-        block_q_dq=block,
-        block_kv_dq=block,
+        **({"use_fused_bwd_kernel": True} if FUSED_BACKWARD else {"block_q_dq": block, "block_kv_dq": block}),
     )
     mask = splash.MultiHeadMask([_mask(steps, window, chunk)] * local_heads)
     # made in each trace: its block tables become constants of that program (a kernel kept from an earlier
