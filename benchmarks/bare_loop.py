@@ -161,14 +161,15 @@ class _WindowDone(Exception):
     """Raised from ``batch()`` to end a timed ``run()`` once enough steps were seen."""
 
 
-def trainer_class(work: Workload) -> Any:
-    """A ``BaseTrainer`` subclass training the workload's model on its batches (custom batching, ``DATASET = []``)."""
+def trainer_class(work: Workload, base: type | None = None) -> Any:
+    """A subclass of ``base`` (default ``BaseTrainer``; e.g. ``SFTTrainer``, whose quantized base is held out)
+    training the workload's model on its batches (custom batching, ``DATASET = []``)."""
     from theseus.model.models import GPT
     from theseus.training.base import BaseTrainer
 
     batches = work.host_batches()
 
-    class BenchmarkTrainer(BaseTrainer):
+    class BenchmarkTrainer(base or BaseTrainer):  # type: ignore[misc,valid-type]
         MODEL = GPT if work.model is None else type(work.model)
         DATASET: ClassVar[list[Any]] = []
 

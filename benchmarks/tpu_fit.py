@@ -47,6 +47,19 @@ QWEN3_1_7B = {
     "model/remat": "full",
 }
 
+#: Qwen3-8B's shape (36 x 4096, 32/8 heads of 128, d_ff 12288) on the Qwen3-0.6B preset, QLoRA: NF4 base
+#: weights held out of the update, rank-16 adapters on every projection, remat full.
+QWEN3_8B_QLORA = {
+    "architecture/n_layers": 36,
+    "architecture/n_embd": 4096,
+    "architecture/n_heads": 32,
+    "architecture/n_kv_heads": 8,
+    "architecture/d_ff": 12288,
+    "model/quantize": "nf4",
+    "model/lora/rank": 16,
+    "model/remat": "full",
+}
+
 CASES: dict[str, Case] = {
     "gpt2-16x1024-none-scanned": gpt2(16, "none", True),
     "gpt2-16x1024-none": gpt2(16, "none", False),
@@ -77,20 +90,41 @@ CASES: dict[str, Case] = {
         QWEN3_1_7B,
         trainer={"optimizer/state_dtype": "bfloat16"},
     ),
+    # QLoRA SFT of the 8B shape: the fine-tuning trainer's step (random tokens, every one a target)
+    "qwen3-8b-qlora": Case("qwen3", "qwen3-0.6b", 8, 2048, 151936, QWEN3_8B_QLORA, finetune=True),
+    # the 1.1B shape with the state offloaded and model/remat=auto: the room its step leaves keeps state on the device
+    "llama-1b-offload-auto": Case("llama", "tiny", 8, 2048, 32000, LLAMA_1B, trainer={"optimizer/offload": True}),
+    "llama-1b-offload-bf16-auto": Case(
+        "llama",
+        "tiny",
+        8,
+        2048,
+        32000,
+        LLAMA_1B,
+        trainer={"optimizer/offload": True, "optimizer/state_dtype": "bfloat16"},
+    ),
 }
 CPU_CASES: dict[str, Case] = {
     "tiny": Case("gpt", "tiny", 2, 64, 256),
     "tiny-offload": Case("llama", "tiny", 2, 64, 256, {"model/remat": "full"}, trainer={"optimizer/offload": True}),
+    "tiny-qlora": Case("qwen3", "tiny", 2, 64, 256, {"model/quantize": "nf4", "model/lora/rank": 4}, finetune=True),
 }
 
 
 def build_trainer(case: Case, root: str) -> Any:
-    """The benchmark trainer of ``case`` (random batches, no validation), set up, and its workload."""
+    """The benchmark trainer of ``case`` (random batches, no validation), set up (with ``model/remat=auto``,
+    fitted as a run fits it), and its workload."""
     from benchmarks.bare_loop import trainer_class, trainer_overrides
 
     work = case.workload()
-    trainer = trainer_class(work).create(root, trainer_overrides(work, **case.trainer))
+    base = None
+    if case.finetune:
+        from theseus.model.finetune.trainer import SFTTrainer as base
+    trainer = trainer_class(work, base).create(root, trainer_overrides(work, **case.trainer))
     trainer.setup()
+    choice = trainer.fit_memory()
+    if choice is not None:
+        print(choice.line(), file=sys.stderr, flush=True)
     return trainer, work
 
 

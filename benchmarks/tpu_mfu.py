@@ -70,6 +70,7 @@ class Case:
     bare: bool = False
     goal: float | None = None
     trainer: dict[str, Any] = dataclasses.field(default_factory=dict)  # trainer keys (optimizer/offload, ...)
+    finetune: bool = False  # the fine-tuning trainer (SFTTrainer: LoRA over a quantized base held out)
 
     def workload(self, extra: dict[str, Any] | None = None, build: bool = True) -> Any:
         """The case's workload: its model keys (and ``extra``) at bf16 activations, random batches."""
@@ -136,9 +137,12 @@ def measure_case(
     if case.bare:
         others = [PeakLoop(8192 if device.platform == "tpu" else 128, "bfloat16", chain=8), BareLoop(work)]
     try:
-        trace = {"training/profile": f"{3 + 2 * (steps + 2)}:{3 + 2 * (steps + 2)}"} if profile else {}
+        # the update after the first round's boundary, which no timed window covers (any --steps and --repeats)
+        warmup = 2
+        traced = warmup + 3
+        trace = {"training/profile": f"{traced}:{traced}"} if profile else {}
         timings = measure_trainer_loop(
-            work, others, steps=steps, repeats=repeats, warmup=2, extra={**case.trainer, **trace}, keep=profile
+            work, others, steps=steps, repeats=repeats, warmup=warmup, extra={**case.trainer, **trace}, keep=profile
         )
     finally:
         for loop in others:
