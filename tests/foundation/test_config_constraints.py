@@ -131,7 +131,7 @@ def test_nonsense_builtin_values_are_refused_before_training(tmp_path: object) -
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
         "error: architecture/activation='gelu2' is not accepted; use one of: "
-        "gelu, gelu_exact, relu, silu, swiglu, geglu",
+        "gelu, gelu_exact, relu, relu2, silu, swiglu, geglu",
         "error: architecture/dropout=1.0 is out of range; it must be >= 0 and < 1",
         "error: optimizer/adamw/eps=0.0 is out of range; it must be > 0",
         "error: training/lr=-1.0 is out of range; it must be > 0",

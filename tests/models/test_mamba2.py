@@ -1,6 +1,6 @@
 """The Mamba-2 mixer (``layers/mamba2.py``): transformers' Nemotron-H mixer on the same weights (its PyTorch
 path: chunked scan, grouped B and C, gated group norm), the chunked scan against the plain recurrence,
-cached decoding from its state, left padding and packed examples."""
+cached decoding from its state, left padding and packed examples, LoRA on its projections."""
 
 from __future__ import annotations
 
@@ -128,3 +128,24 @@ def test_packed_examples_do_not_read_each_other() -> None:
     scale = np.max(np.abs(packed))
     np.testing.assert_allclose(packed[:, :4], first, atol=2e-5 * scale, rtol=0)
     np.testing.assert_allclose(packed[:, 4:9], second, atol=2e-5 * scale, rtol=0)
+
+
+def test_lora_adapts_in_proj_and_out_proj_as_their_merged_kernels() -> None:
+    """Adapters on ``in_proj`` (target value) and ``out_proj`` (target out) compute what the plain layer computes
+    with the kernels ``W + (alpha / rank) A B``; with key alone only ``in_proj`` is adapted."""
+    from theseus.model.layers import lora
+
+    adapted, params = layer_and_params(lora_rank=2, lora_alpha=4.0, lora_targets=("value", "out"))
+    assert lora.adapter_names(params) == {"in_proj", "out_proj"}
+    plain, _ = layer_and_params()
+    x = jax.random.normal(jax.random.key(5), (2, 7, WIDTH))
+    got = np.asarray(jitted(adapted.apply, {"params": params}, x, deterministic=True))
+    merged = np.asarray(jitted(plain.apply, {"params": lora.merge(params, 4.0, 2)}, x))
+    base = {k: v for k, v in params.items() if "lora" not in k}
+    unadapted = np.asarray(jitted(plain.apply, {"params": base}, x))
+    scale = np.max(np.abs(merged))
+    np.testing.assert_allclose(got, merged, atol=2e-5 * scale, rtol=0)
+    assert np.max(np.abs(got - unadapted)) > 0.1 * scale
+    _, key_only = layer_and_params(lora_rank=2, lora_targets=("key",))
+    assert lora.adapter_names(key_only) == {"in_proj"}
+

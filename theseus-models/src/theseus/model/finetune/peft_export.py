@@ -58,7 +58,8 @@ def peft_tensors(
     for i in range(arch.n_layers):
         block = params[f"blocks_{i}"]
         prefix = family.peft_layer_prefix(i)
-        for module, (a, b) in layer_adapters(family, family.peft_layout(arch, i), block["attn"], block["mlp"]):
+        attn, mlp = block.get("attn", {}), block.get("mlp", {})  # a layer may have one branch (Nemotron-H)
+        for module, (a, b) in layer_adapters(family, family.peft_layout(arch, i), attn, mlp):
             tensors[f"base_model.model.{prefix}{module}.lora_A.weight"] = a.astype(np.float32)
             tensors[f"base_model.model.{prefix}{module}.lora_B.weight"] = b.astype(np.float32)
             ranks[prefix + module] = int(a.shape[0])
@@ -74,7 +75,8 @@ def layer_adapters(
     found += [(module, fused_adapter(attn, mlp, parts)) for module, parts in layout.fused.items()]
     found += [(module, interleaved_adapter(attn, parts)) for module, parts in layout.interleaved.items()]
     for target, module in layout.modules.items():
-        holder, key = (attn, f"{target}_") if target in ATTENTION else (mlp.get(target), "")
+        mixer = target in ATTENTION or f"{target}_lora_a" in attn  # a mixer's own projection (Mamba-2's in_proj)
+        holder, key = (attn, f"{target}_") if mixer else (mlp.get(target), "")
         if isinstance(holder, Mapping) and f"{key}lora_a" in holder:
             found.append((module, _linear(np.asarray(holder[f"{key}lora_a"]), np.asarray(holder[f"{key}lora_b"]))))
     in_attn, in_mlp = adapted(attn, mlp)

@@ -84,6 +84,7 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=True),
     "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
     "relu": jax.nn.relu,
+    "relu2": lambda x: jnp.square(jax.nn.relu(x)),  # squared ReLU (Nemotron-H's MLP)
     "silu": jax.nn.silu,
     "swiglu": jax.nn.silu,
     "geglu": lambda x: jax.nn.gelu(x, approximate=True),

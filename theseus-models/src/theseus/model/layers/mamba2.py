@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from theseus.base.axis import Axis
+from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, constrain, layer_width, normal, param
 from theseus.model.layers.attention import is_segment_ids, missing_cache_error
 from theseus.model.layers.context_parallel import refuse
@@ -31,6 +32,10 @@ from theseus.model.layers.short_conv import causal_conv, segment_taps
 
 #: The ``layer_types`` entry of a Mamba-2 layer.
 MAMBA = "mamba"
+#: The LoRA targets that adapt each projection: ``in_proj`` holds the scan's counterparts of a query
+#: (``C``), a key (``B``) and a value (``x``), so any of the three adapts it (one adapter on the whole
+#: projection); ``out`` adapts ``out_proj``.
+LORA_TARGETS = {"in_proj": ("query", "key", "value"), "out_proj": ("out",)}
 
 
 def segment_sums(a: jax.Array) -> jax.Array:
@@ -113,6 +118,11 @@ class Mamba2(StackLayer):
     the convolution's taps within an example and empty the state where an example starts. With ``decode``
     the ``cache`` collection holds ``conv`` (``[B, conv_kernel - 1, conv_dim]``, the convolution's last
     inputs) and ``ssm`` (``[B, n_heads, head_dim, state_size]``, float32).
+
+    LoRA (``model/lora/*``, see :mod:`theseus.model.layers.lora`): ``in_proj`` takes one adapter
+    (``in_proj_lora_a`` / ``in_proj_lora_b``) when ``query``, ``key`` or ``value`` is a target, ``out_proj``
+    one when ``out`` is (:data:`LORA_TARGETS`); the convolution, ``dt_bias``, ``A_log``, ``D`` and the norm
+    stay as they are.
     """
 
     n_heads: int = 8
@@ -130,6 +140,26 @@ class Mamba2(StackLayer):
     out_std: float | None = None
     #: The model width, for :meth:`flops` on an unbound layer (None: read from a bound layer's ``out_proj``).
     n_embd: int | None = None
+    lora_rank: int = lora.rank_field()
+    lora_alpha: float = lora.alpha_field()
+    lora_dropout: float = lora.dropout_field()
+    lora_targets: tuple[str, ...] = lora.targets_field()
+
+    def _adapted(self, name: str) -> bool:
+        """Whether projection ``name`` (``in_proj`` or ``out_proj``) carries a LoRA adapter."""
+        if self.lora_rank <= 0:
+            return False
+        return bool(set(LORA_TARGETS[name]) & set(lora.check_targets(self.lora_targets)))
+
+    def _project(
+        self, x: jax.Array, name: str, kernel: jax.Array, axes: tuple[str, str], deterministic: bool
+    ) -> jax.Array:
+        """``x`` through projection ``name`` (``kernel`` ``[in, out]``), plus its adapter if any."""
+        y = jnp.einsum("bti,io->bto", x, cast(kernel, x.dtype))
+        if self._adapted(name):
+            shapes, axis_pairs = (kernel.shape[:1], kernel.shape[1:]), ((axes[0],), (axes[1],))
+            y = y + lora.layer_adapter(self, name, x, *shapes, axis_pairs, deterministic)
+        return y
 
     @property
     def inner(self) -> int:
@@ -170,7 +200,7 @@ class Mamba2(StackLayer):
 
     @nn.compact
     def forward(self, x: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
-        padding_mask, _positions, _deterministic, decode = call
+        padding_mask, _positions, deterministic, decode = call
         refuse("the Mamba-2 mixer")
         dtype, width, heads, inner, groups, size = (
             self._activation_dtype,
@@ -185,7 +215,7 @@ class Mamba2(StackLayer):
         x = cast(x, dtype) if keep is None else cast(x, dtype) * keep
         projected_width = inner + self.conv_dim + heads
         kernel = param(self, "in_proj", normal(self.init_std), (width, projected_width), (Axis.EMBED, Axis.MLP))
-        projected = jnp.einsum("bte,ep->btp", x, cast(kernel, dtype))
+        projected = self._project(x, "in_proj", kernel, (Axis.EMBED, Axis.MLP), deterministic)
         if self.use_bias:
             projected = projected + cast(self._bias("in_proj_bias", (projected_width,), (Axis.MLP,)), dtype)
         gate, xbc, dt_raw = jnp.split(projected, [inner, inner + self.conv_dim], axis=-1)
@@ -229,10 +259,10 @@ class Mamba2(StackLayer):
         y = constrain(cast(y, dtype), (Axis.BATCH, Axis.SEQUENCE, Axis.MLP))
         out_std = self.init_std if self.out_std is None else self.out_std
         out_kernel = param(self, "out_proj", normal(out_std), (inner, width), (Axis.MLP, Axis.EMBED))
-        out = jnp.einsum("bti,ie->bte", y, cast(out_kernel, dtype))
+        out = self._project(y, "out_proj", out_kernel, (Axis.MLP, Axis.EMBED), deterministic)
         if self.use_bias:
             out = out + cast(self._bias("out_proj_bias", (width,), (Axis.EMBED,)), dtype)
         return out
 
 
-__all__ = ["MAMBA", "Mamba2", "gated_group_norm", "segment_sums", "ssd"]
+__all__ = ["LORA_TARGETS", "MAMBA", "Mamba2", "gated_group_norm", "segment_sums", "ssd"]

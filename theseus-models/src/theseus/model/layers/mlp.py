@@ -30,6 +30,10 @@ if TYPE_CHECKING:  # the mixture's layer builds on the MLP
     from theseus.model.layers.moe import MoESpec
 
 
+#: The ``layer_types`` entry of a layer that is a feed-forward branch alone (Nemotron-H's ``mlp`` layers).
+MLP_LAYER = "mlp"
+
+
 def hidden_size(n_embd: int, d_ff: int | None, mlp_ratio: float | None, multiple_of: int = 1) -> int:
     """``d_ff`` if given, else ``mlp_ratio * n_embd`` (default ratio 4) rounded up to ``multiple_of``."""
     if d_ff is not None:
@@ -70,7 +74,8 @@ class MLP(Module):
     ``architecture/n_embd`` (input width; inferred from the input when ``None``),
     ``architecture/d_ff`` (hidden width; default ``mlp_ratio * n_embd``),
     ``architecture/mlp_ratio`` (default 4.0), ``architecture/activation``
-    (gelu | gelu_exact | relu | silu | swiglu | geglu; default gelu, the tanh approximation GPT-2 uses),
+    (gelu | gelu_exact | relu | relu2 (squared ReLU) | silu | swiglu | geglu; default gelu, the tanh
+    approximation GPT-2 uses),
     ``architecture/dropout`` (on the output, training only), and the LoRA keys ``model/lora/*``
     (adapters on ``up`` / ``gate`` / ``down`` when named in ``model/lora/targets``), and
     ``model/quantize`` (the frozen kernels stored as nf4 / int8, with LoRA only).

@@ -15,15 +15,16 @@ from theseus.model.layers.attention import (
     SLIDING_ATTENTION,
     AttentionSpec,
 )
-from theseus.model.layers.mlp import FeedForwardSpec, hidden_size
+from theseus.model.layers.mamba2 import MAMBA
+from theseus.model.layers.mlp import MLP_LAYER, FeedForwardSpec, hidden_size
 from theseus.model.layers.moe import MoESpec
 from theseus.model.layers.norms import NormSpec
 from theseus.model.layers.rotary import PositionSpec, RopeScaling
 from theseus.model.layers.short_conv import SHORT_CONV
 
 #: ``Architecture.layer_types`` entries (transformers' names; chunked layers are Llama 4's alone, linear
-#: ones Qwen3-Next's, short-convolution ones LFM2's).
-LAYER_TYPES = (SLIDING_ATTENTION, FULL_ATTENTION, CHUNKED_ATTENTION, LINEAR_ATTENTION, SHORT_CONV)
+#: ones Qwen3-Next's, short-convolution ones LFM2's, Mamba-2 and feed-forward-only ones Nemotron-H's).
+LAYER_TYPES = (SLIDING_ATTENTION, FULL_ATTENTION, CHUNKED_ATTENTION, LINEAR_ATTENTION, SHORT_CONV, MAMBA, MLP_LAYER)
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ class Architecture:
             raise ConfigError(
                 f"architecture/layer_types={types!r} must list {self.n_layers} entries (one per layer), "
                 f"each {LAYER_TYPES[0]!r} or {LAYER_TYPES[1]!r} ({LAYER_TYPES[2]!r}: Llama 4; {LAYER_TYPES[3]!r}: "
-                f"Qwen3-Next; {LAYER_TYPES[4]!r}: LFM2)"
+                f"Qwen3-Next; {LAYER_TYPES[4]!r}: LFM2; {LAYER_TYPES[5]!r}, {LAYER_TYPES[6]!r}: Nemotron-H)"
             )
         if LAYER_TYPES[0] in types and self.attention.sliding_window is None:
             raise ConfigError(

@@ -71,6 +71,10 @@ class Block(StackLayer):
     index, passed by the model only when the architecture has ``layer_types``) tells the attention which
     window and RoPE base it uses.
 
+    Either branch may be absent: a family whose layers are each one kind (Nemotron-H's mixer layers and MLP
+    layers, each with its own norm and residual) says which in :meth:`branches`, and the block has neither
+    the other branch nor its norms.
+
     Takes its sizes from ``architecture`` (the model resolves presets and keys once) and
     passes them to its children; ``out_std`` initialises the residual output projections.
     """
@@ -98,17 +102,40 @@ class Block(StackLayer):
 
     def setup(self) -> None:
         norm = self.arch.norm
-        self.attn_norm = make_norm(self, norm)
-        self.attn = self.attention()
-        self.mlp_norm = make_norm(self, norm)
+        mixes, feeds = self.branches()
+        attn = self.attention() if mixes else None
+        mlp = self.feed_forward() if feeds else None
+        if attn is not None:
+            self.attn_norm = make_norm(self, norm)
+            self.attn = attn
+        if mlp is not None:
+            self.mlp_norm = make_norm(self, norm)
         if norm.placement == "sandwich":
-            self.attn_out_norm = make_norm(self, norm)
-            self.mlp_out_norm = make_norm(self, norm)
-        self.mlp = self.feed_forward()
+            if attn is not None:
+                self.attn_out_norm = make_norm(self, norm)
+            if mlp is not None:
+                self.mlp_out_norm = make_norm(self, norm)
+        if mlp is not None:
+            self.mlp = mlp
+
+    @property
+    def has_attention(self) -> bool:
+        """Whether the block has its token-mixing branch (``attn``; bound blocks only)."""
+        return hasattr(self, "attn")
+
+    @property
+    def has_feed_forward(self) -> bool:
+        """Whether the block has its feed-forward branch (``mlp``; bound blocks only)."""
+        return hasattr(self, "mlp")
+
+    def branches(self) -> tuple[bool, bool]:
+        """Whether the layer has its token-mixing branch (``attn``) and its feed-forward branch (``mlp``):
+        both here; a family whose layers are each one kind leaves one out."""
+        return True, True
 
     def attention(self) -> Module:
         """The layer's attention branch (``attn``): grouped-query attention here; a subclass may return
-        another layer with the same call (multi-head latent attention)."""
+        another layer with the same call (multi-head latent attention, a state-space mixer)."""
         arch = self.arch
         return child(
             self,
@@ -152,22 +179,28 @@ class Block(StackLayer):
         block the model counts with)."""
         if self.scope is None:
             return self.bind({}).flops(seq, layer)
-        attn: Any = self.attn  # an attention layer takes its index; Module.flops does not
-        attention = attn.flops(seq) if layer is None else attn.flops(seq, layer=layer)
-        return int(attention) + int(self.mlp.flops(seq))
+        attention = mlp = 0
+        if self.has_attention:
+            attn: Any = self.attn  # an attention layer takes its index; Module.flops does not
+            attention = attn.flops(seq) if layer is None else attn.flops(seq, layer=layer)
+        if self.has_feed_forward:
+            mlp = self.mlp.flops(seq)
+        return int(attention) + int(mlp)
 
     def forward(self, x: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
-        def attend(h: jax.Array) -> jax.Array:
-            return self.attn(h, *call, layer)
-
         placement = self.arch.norm.placement
-        if placement == "sandwich":
-            x = x + self.attn_out_norm(attend(self.attn_norm(x)))
-            x = x + self.mlp_out_norm(self.mlp(self.mlp_norm(x), call.deterministic))
-        elif placement == "post":
-            x = x + self.attn_norm(attend(x))
-            x = x + self.mlp_norm(self.mlp(x, call.deterministic))
-        else:
-            x = x + attend(self.attn_norm(x))
-            x = x + self.mlp(self.mlp_norm(x), call.deterministic)
+        if self.has_attention:
+            x = x + self.branch(x, lambda h: self.attn(h, *call, layer), "attn", placement)
+        if self.has_feed_forward:
+            x = x + self.branch(x, lambda h: self.mlp(h, call.deterministic), "mlp", placement)
         return constrain(x, ACTIVATION_AXES)
+
+    def branch(self, x: jax.Array, apply: Any, name: str, placement: str) -> jax.Array:
+        """One residual branch's output (``name``: ``attn`` or ``mlp``) with its norms where ``placement``
+        puts them: before it (``pre``), after it (``post``) or both (``sandwich``)."""
+        before = getattr(self, f"{name}_norm")
+        if placement == "sandwich":
+            return getattr(self, f"{name}_out_norm")(apply(before(x)))
+        if placement == "post":
+            return before(apply(x))
+        return apply(before(x))
