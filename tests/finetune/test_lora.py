@@ -129,6 +129,9 @@ PEFT_CASES = {
     # a short-convolution layer (its feed-forward adapted: LINEAR_RANKS) and an attention layer (out_proj,
     # feed_forward.w1 / w3 / w2)
     "lfm2": ("lfm2", False, ALL, 7),
+    # a Mamba-2 layer (LAYER_RANKS: in_proj, adapted for query, key and value; PEFT refuses its out_proj, so
+    # no out), an attention layer and a squared-ReLU MLP layer (up_proj, down_proj: no gate)
+    "nemotron_h": ("nemotron_h", False, ["query", "key", "value", "up", "down"], 0),
 }
 
 #: Latent attention (DeepSeek-V3 and its descendants) at the DSA sizes of tests/huggingface/conftest.py, without
@@ -171,7 +174,15 @@ LINEAR_RANKS = {
     "lfm2": {"feed_forward.w1": 1, "feed_forward.w3": 1, "feed_forward.w2": 1},
 }
 #: The layer types without attention, whose adapters LINEAR_RANKS lists.
-UNATTENDED = ("linear_attention", "conv")
+UNATTENDED = ("linear_attention", "conv", "mamba")
+#: Families whose layers each have their own modules: every layer's PEFT modules (below its prefix).
+LAYER_RANKS = {
+    "nemotron_h": [
+        {"mixer.in_proj": 1},
+        {"mixer.q_proj": 1, "mixer.k_proj": 1, "mixer.v_proj": 1},
+        {"mixer.up_proj": 1, "mixer.down_proj": 1},
+    ],
+}
 
 
 @pytest.mark.slow
@@ -206,8 +217,14 @@ def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tm
     tensors, ranks = peft_tensors(hf_family, params, model.architecture, model.stacked_layers)
     linear = sum(t in UNATTENDED for t in model.architecture.layer_types or ())
     linear_ranks = LINEAR_RANKS.get(case, {})
-    assert len(ranks) == modules * (model.architecture.n_layers - linear) + len(linear_ranks) * linear
-    if name == "phi3":  # a fused module's rank: rank times its adapted projections
+    if case not in LAYER_RANKS:
+        assert len(ranks) == modules * (model.architecture.n_layers - linear) + len(linear_ranks) * linear
+    if case in LAYER_RANKS:  # each layer its own modules, nothing else
+        assert len(ranks) == sum(map(len, LAYER_RANKS[case]))
+        for layer, expected in enumerate(LAYER_RANKS[case]):
+            got = {m.split(".", 3)[3]: r for m, r in ranks.items() if f"layers.{layer}." in m}
+            assert got == {m: rank * k for m, k in expected.items()}
+    elif name == "phi3":  # a fused module's rank: rank times its adapted projections
         fused = {"self_attn.qkv_proj": 3 if "key" in targets else 2, "mlp.gate_up_proj": 2 if "gate" in targets else 1}
         assert {m.split(".", 3)[3]: r for m, r in ranks.items() if "layers.0." in m} == {
             **{m: rank * k for m, k in fused.items()},
@@ -236,7 +253,7 @@ def test_peft_loads_the_exported_adapter_and_gives_the_same_logits(case: str, tm
             plain = peft_model(torch.tensor(x, dtype=torch.long)).logits.float().numpy()
     assert np.max(np.abs(theirs - ours)) <= 1e-4
     assert np.max(np.abs(plain - ours)) > 1e-2  # the adapters change the model: not a vacuous match
-    if linear_ranks:  # and the adapters of the layers without attention do, by themselves
+    if linear_ranks or linear:  # and the adapters of the layers without attention do, by themselves
         kept = without_linear_adapters(params, model.architecture.layer_types or ())
         without = forward(model, kept, x)
         assert np.max(np.abs(without - ours)) > 1e-2

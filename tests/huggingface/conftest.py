@@ -49,6 +49,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         MiniMaxM2Config,
         MistralConfig,
         MixtralConfig,
+        NemotronHConfig,
         Olmo2Config,
         Olmo3Config,
         Phi3Config,
@@ -95,6 +96,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "smollm3": SmolLM3Config,
         "glm4_moe": Glm4MoeConfig,
         "lfm2": Lfm2Config,
+        "nemotron_h": NemotronHConfig,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
@@ -116,6 +118,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
         common.update(DSA)
     if family == "lfm2":  # LFM2 below: a short-convolution layer 0, an attention layer 1, a tied head
         common.update(LFM2)
+    if family == "nemotron_h":  # NEMOTRON_H below: a Mamba-2 layer, an attention layer and a squared-ReLU MLP
+        common.update(NEMOTRON_H)
     if family == "phi3":  # its default pad id (32000) is past this vocabulary
         common["pad_token_id"] = None
     if family in GEMMA:
@@ -397,6 +401,25 @@ LFM2 = {
     "norm_eps": 1e-5,
     "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
     "pad_token_id": None,
+}
+
+
+#: Nemotron-H at a small scale: a Mamba-2 layer (4 heads of 8 in 2 groups, a state of 8, chunks of 4 so that 12
+#: tokens cross chunks), an attention layer without position embeddings (heads of 8) and a squared-ReLU MLP. The
+#: mixture's widths, unused without moe layers, are small too: config.json claims no size its weights cannot hold.
+NEMOTRON_H = {
+    "layers_block_type": ["linear_attention", "full_attention", "mlp"],
+    "num_hidden_layers": 3,
+    "head_dim": 8,
+    "mamba_num_heads": 4,
+    "mamba_head_dim": 8,
+    "ssm_state_size": 8,
+    "n_groups": 2,
+    "conv_kernel": 4,
+    "chunk_size": 4,
+    "layer_norm_epsilon": 1e-5,
+    "moe_intermediate_size": 16,
+    "moe_shared_expert_intermediate_size": 16,
 }
 
 

@@ -94,6 +94,8 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "gemma4": ("gemma4", {"sliding_window": 6}),
     # a gated short-convolution layer decoding through its rolling state, an attention layer with q/k norms
     "lfm2": ("lfm2", {}),
+    # a Mamba-2 layer decoding from its cached state and convolution inputs, a NoPE attention layer, an MLP layer
+    "nemotron_h": ("nemotron_h", {}),
 }
 
 
@@ -176,6 +178,9 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     if family == "lfm2":  # the layer kinds and the feed-forward's width as transformers built them
         assert reloaded.config.layer_types == model.config.layer_types == ["conv", "full_attention"]
         assert reloaded.model.layers[0].feed_forward.w1.weight.shape == (48, 32)
+    if family == "nemotron_h":  # the layer kinds and the mixer's shape as they were
+        assert reloaded.config.layers_block_type == ["linear_attention", "full_attention", "mlp"]
+        assert (reloaded.config.mamba_num_heads, reloaded.config.n_groups, reloaded.config.chunk_size) == (4, 2, 4)
     if family == "smollm3":  # the NoPE layers as they were
         assert reloaded.config.no_rope_layers == model.config.no_rope_layers == [1, 0]
     if family == "olmo3":  # one rope_parameters entry per layer type, the layer types as they were

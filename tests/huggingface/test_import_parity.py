@@ -123,6 +123,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # a gated short-convolution layer (its input masked at the left padding) and an attention layer with
     # per-head q/k norms, the feed-forward's width adjusted from block_ff_dim, a tied head
     "lfm2": ("lfm2", {}),
+    # a Mamba-2 layer (its state carried across chunks of 4, its input masked at the left padding), an attention
+    # layer without position embeddings and a squared-ReLU MLP layer, each with its own norm
+    "nemotron_h": ("nemotron_h", {}),
 }
 
 
@@ -268,6 +271,8 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         params = read_params(prepared)  # not a vacuous match: without the convolution's history the logits differ
         params["blocks_0"]["attn"]["conv"] = np.asarray(params["blocks_0"]["attn"]["conv"]) * np.array([[0], [0], [1]])
         assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
+    if family == "nemotron_h":
+        check_nemotron_h(prepared, ids, mask, expected)
     if family in GEMMA4_FAMILIES:
         check_gemma4(prepared, model, ids, mask, expected, overrides)
     if "head_dim" in overrides:
@@ -275,6 +280,22 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     if overrides.get("rope_parameters", {}).get("rope_type") == "yarn":
         assert (arch.position.scaling.kind, arch.position.scaling.original_max_positions) == ("yarn", 8)
         assert abs(arch.position.scaling.magnitude - 1.1386294361119891) <= 1e-12
+
+
+def check_nemotron_h(prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray) -> None:
+    """The layer kinds and the mixer's shape as transformers built them, and the Mamba-2 state matters: with
+    fast decays (the state forgets each step) the logits differ."""
+    arch = prepared.model.architecture
+    assert (arch.layer_types, arch.position.kind, arch.feed_forward.activation) == (
+        ("mamba", "full_attention", "mlp"),
+        "none",
+        "relu2",
+    )
+    assert (arch.mamba.n_heads, arch.mamba.head_dim, arch.mamba.state_size, arch.mamba.n_groups) == (4, 8, 8, 2)
+    params = read_params(prepared)
+    assert sorted(params["blocks_0"]) == ["attn", "attn_norm"] and sorted(params["blocks_2"]) == ["mlp", "mlp_norm"]
+    params["blocks_0"]["attn"]["A_log"] = np.asarray(params["blocks_0"]["attn"]["A_log"]) + 6.0
+    assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
 
 
 def check_gemma4(

@@ -1,6 +1,6 @@
 """The Mamba-2 mixer (``layers/mamba2.py``): transformers' Nemotron-H mixer on the same weights (its PyTorch
 path: chunked scan, grouped B and C, gated group norm), the chunked scan against the plain recurrence,
-cached decoding from its state, left padding and packed examples, LoRA on its projections."""
+cached decoding from its state, left padding and packed examples; the Nemotron-H presets' published counts."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.models.conftest import decoded_after_left_padding, jitted
+from theseus.config import configuration, configure
 from theseus.model.layers.mamba2 import Mamba2, ssd
 
 WIDTH, HEADS, HEAD_DIM, STATE, GROUPS, TAPS, CHUNK = 24, 4, 6, 8, 2, 4, 4
@@ -149,3 +150,49 @@ def test_lora_adapts_in_proj_and_out_proj_as_their_merged_kernels() -> None:
     _, key_only = layer_and_params(lora_rank=2, lora_targets=("key",))
     assert lora.adapter_names(key_only) == {"in_proj"}
 
+
+def test_the_nemotron_h_presets_have_the_published_shapes_and_counts() -> None:
+    """nemotron-h-8b and -4b against transformers' Nemotron-H built from the releases' config fields (meta
+    device). Ours is counted on one layer of each kind with the preset's shapes (the release pattern's 52
+    layers are 24 Mamba-2, 4 attention and 24 MLP ones), so that nothing traces 52 layers."""
+    import torch
+    from transformers import AutoModelForCausalLM, NemotronHConfig
+
+    from theseus.model.models.nemotron_h.model import RELEASE_PATTERN, NemotronH, pattern_types
+
+    releases = {  # nvidia/Nemotron-H-8B-Base-8K and -4B-Base-8K
+        "nemotron-h-8b": ({"hidden_size": 4096, "intermediate_size": 21504, "mamba_num_heads": 128}, 8_100_852_736),
+        "nemotron-h-4b": ({"hidden_size": 3072, "intermediate_size": 12288, "mamba_num_heads": 112}, 4_489_223_040),
+    }
+    kinds = pattern_types(RELEASE_PATTERN)
+    for preset, (fields, count) in releases.items():
+        values = {
+            "architecture/preset": preset,
+            "architecture/vocab_size": 131072,
+            "architecture/block_size": 8192,
+            "architecture/n_layers": 3,
+            "architecture/layer_types": ["mamba", "full_attention", "mlp"],
+        }
+        with configuration(values):
+            model = configure(NemotronH)
+            shapes = jax.eval_shape(lambda m=model: m.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))
+        sizes = {
+            k: sum(int(np.prod(x.shape)) for x in jax.tree.leaves(v)) for k, v in nn.unbox(shapes["params"]).items()
+        }
+        per_kind = {kind: sizes.pop(f"blocks_{i}") for i, kind in enumerate(("mamba", "full_attention", "mlp"))}
+        total = sum(sizes.values()) + sum(per_kind[kind] for kind in kinds)
+        config = NemotronHConfig(
+            vocab_size=131072,
+            hybrid_override_pattern=RELEASE_PATTERN,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            mamba_head_dim=64,
+            ssm_state_size=128,
+            n_groups=8,
+            **fields,
+        )
+        assert [{"linear_attention": "mamba"}.get(t, t) for t in config.layers_block_type] == list(kinds)
+        with torch.device("meta"):
+            reference = AutoModelForCausalLM.from_config(config)
+        assert total == sum(p.numel() for p in reference.parameters()) == count, preset

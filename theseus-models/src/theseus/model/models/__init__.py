@@ -1,7 +1,7 @@
 """Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``OLMo3``, ``Phi3``, ``Gemma2``,
-``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35``, ``Lfm2`` and the mixtures ``Mixtral``, ``Qwen3MoE``, ``Qwen3Next``,
-``Qwen35MoE``, ``DeepseekV3``, ``DeepseekV32``, ``GlmMoeDsa``, ``Glm4Moe``, ``GptOss``, ``Llama4`` and ``MiniMaxM2``,
-plus KV-cache decoding.
+``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35``, ``Lfm2``, ``NemotronH`` and the mixtures ``Mixtral``, ``Qwen3MoE``,
+``Qwen3Next``, ``Qwen35MoE``, ``DeepseekV3``, ``DeepseekV32``, ``GlmMoeDsa``, ``Glm4Moe``, ``GptOss``, ``Llama4`` and
+``MiniMaxM2``, plus KV-cache decoding.
 
 Each family is a folder, ``models/<family>/``: ``model.py`` (the model class, its layers and presets),
 ``hf.py`` (its Hugging Face families) and an ``__init__.py`` naming the model and presets. What the families
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from theseus.model.models.llama4.model import LLAMA4_PRESETS, Llama4
     from theseus.model.models.minimax_m2.model import MINIMAX_M2_PRESETS, MiniMaxM2
     from theseus.model.models.mixtral.model import MIXTRAL_PRESETS, Mixtral
+    from theseus.model.models.nemotron_h.model import NEMOTRON_H_PRESETS, NemotronH
     from theseus.model.models.olmo2.model import OLMO2_PRESETS, OLMo2
     from theseus.model.models.olmo3.model import OLMO3_PRESETS, OLMo3
     from theseus.model.models.phi3.model import PHI3_PRESETS, Phi3
@@ -92,6 +93,8 @@ _HOMES = {
     "GptOss": "theseus.model.models.gpt_oss.model",
     "LFM2_PRESETS": "theseus.model.models.lfm2.model",
     "Lfm2": "theseus.model.models.lfm2.model",
+    "NEMOTRON_H_PRESETS": "theseus.model.models.nemotron_h.model",
+    "NemotronH": "theseus.model.models.nemotron_h.model",
     "LLAMA_PRESETS": "theseus.model.models.llama.model",
     "Llama": "theseus.model.models.llama.model",
     "LLAMA4_PRESETS": "theseus.model.models.llama4.model",
@@ -152,6 +155,7 @@ __all__ = [
     "LLAMA_PRESETS",
     "MINIMAX_M2_PRESETS",
     "MIXTRAL_PRESETS",
+    "NEMOTRON_H_PRESETS",
     "OLMO2_PRESETS",
     "OLMO3_PRESETS",
     "PHI3_PRESETS",
@@ -177,6 +181,7 @@ __all__ = [
     "MiniMaxM2",
     "Mixtral",
     "MoEBlock",
+    "NemotronH",
     "OLMo2",
     "OLMo3",
     "Phi3",
