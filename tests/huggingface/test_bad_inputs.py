@@ -198,3 +198,45 @@ def test_export_refuses_a_non_empty_folder_and_bad_dtype(tmp_path: Path, theseus
     assert code == 2 and "is not an empty folder" in err
     code, _, err = theseus("run", "hf/export", f"hf/out={tmp_path / 'new'}", "hf/dtype=int8")
     assert code == 2 and "hf/dtype='int8' is not supported" in err
+
+
+#: A Nemotron-H config.json as the older releases write it: the pattern string and the mamba_* names.
+OLDER_NEMOTRON_H = {
+    "vocab_size": 300,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "hybrid_override_pattern": "M*-",
+    "mamba_num_heads": 4,
+    "mamba_head_dim": 8,
+    "ssm_state_size": 8,
+    "mamba_n_groups": 2,
+    "mamba_d_conv": 3,
+}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"hybrid_override_pattern": "M*E-"}, "layers_block_type='moe' is not supported"),
+        ({"hybrid_override_pattern": "M*X"}, "hybrid_override_pattern='M*X' is not supported"),
+        ({"layers_block_type": ["mamba", "cross_attention"]}, "layers_block_type=['cross_attention']"),
+        ({"mlp_hidden_act": "silu"}, "mlp_hidden_act='silu' is not supported by theseus (supported: relu2)"),
+        ({"time_step_limit": [0.0]}, "time_step_limit=[0.0] is not supported"),
+    ],
+)
+def test_nemotron_h_refusals_are_one_line(values: dict[str, Any], message: str) -> None:
+    """What Nemotron-H's import cannot build (mixture layers, unknown kinds, another activation) is one line
+    naming the field; the older pattern and field names read as transformers reads them."""
+    from theseus.errors import ConfigError
+    from theseus.model.models.nemotron_h.hf import NemotronHFamily
+
+    family = NemotronHFamily()
+    keys = family.keys(OLDER_NEMOTRON_H)
+    assert keys["architecture/layer_types"] == ["mamba", "full_attention", "mlp"]
+    assert (keys["architecture/mamba_groups"], keys["architecture/mamba_conv_kernel"]) == (2, 3)
+    assert family.canonical_name("backbone.layers.0.mixer.D") == "model.layers.0.mixer.D"
+    with pytest.raises(ConfigError) as refused:
+        family.keys({**OLDER_NEMOTRON_H, **values})
+    assert message in str(refused.value) and "\n" not in str(refused.value)

@@ -13,6 +13,7 @@ from tests.huggingface.conftest import (
     GEMMA,
     GEMMA3_LINEAR,
     GEMMA4_FAMILIES,
+    NEMOTRON_H,
     QWEN3_5_FAMILIES,
     VISION_LANGUAGE,
     VOCAB,
@@ -358,7 +359,15 @@ SHAPED_UNITS = {
     ),
     # LFM2's short-convolution and attention layers (a cache of a conv state and one of keys), one left over
     "lfm2": ("lfm2", {"num_hidden_layers": 5, "layer_types": ["conv", "full_attention"] * 2 + ["conv"]}, 1e-4),
+    # Nemotron-H's Mamba-2, attention and MLP layers, each one branch alone (a unit of three, NEMOTRON_H's kinds)
+    "nemotron_h": (
+        "nemotron_h",
+        {"num_hidden_layers": 6, "layers_block_type": NEMOTRON_H["layers_block_type"] * 2},
+        1e-4,
+    ),
 }
+#: The layers of a scan step where SHAPED_UNITS's are not two.
+UNIT_PERIODS = {"nemotron_h": 3}
 
 
 @pytest.mark.parametrize("case", list(SHAPED_UNITS))
@@ -378,9 +387,10 @@ def test_units_of_layers_that_differ_in_shape_scan_with_transformers_logits(case
         imported[scan] = params = read_params(prepared)
         logits[scan] = forward(prepared.model, params, ids, mask)
     n_layers = prepared.model.architecture.n_layers
-    assert prepared.model.scans_layers and prepared.model.scan_period == 2
-    assert prepared.model.stacked_layers == (LayerRun("blocks", "blocks", 0, n_layers, 2),)
-    assert sorted(params["blocks"]) == ["periods", *(["rest_0"] if n_layers % 2 else [])]
+    period = UNIT_PERIODS.get(case, 2)
+    assert prepared.model.scans_layers and prepared.model.scan_period == period
+    assert prepared.model.stacked_layers == (LayerRun("blocks", "blocks", 0, n_layers, period),)
+    assert sorted(params["blocks"]) == ["periods", *(["rest_0"] if n_layers % period else [])]
     view = per_layer(jax.tree.map(np.asarray, params), prepared.model.stacked_layers)  # as the export reads it
     assert jax.tree.structure(view) == jax.tree.structure(imported[False])
     for a, b in zip(jax.tree.leaves(view), jax.tree.leaves(imported[False]), strict=True):

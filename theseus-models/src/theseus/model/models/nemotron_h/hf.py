@@ -81,7 +81,7 @@ def block_types(config: Mapping[str, Any]) -> list[str]:
     if not types:
         pattern = str(require(config, "hybrid_override_pattern"))
         if set(pattern) - set(PATTERN):
-            raise unsupported("hybrid_override_pattern", pattern, "expected the letters M, *, - (and E)")
+            raise unsupported("hybrid_override_pattern", pattern, "expected the letters M, * and - (E: refused)")
         types = [PATTERN[letter] for letter in pattern]
     if "moe" in types:
         raise unsupported(
