@@ -17,7 +17,7 @@ import optax
 from theseus.base.logprobs import token_entropy, token_logps
 from theseus.base.sown import AUX_COLLECTIONS, AUX_LOSSES, AUX_METRICS, PARAM_UPDATES
 from theseus.errors import ConfigError, DataError
-from theseus.training import adapters
+from theseus.training import adapters, packing
 from theseus.training.objective import CrossEntropy, Objective, Scores, split_teacher, target_count
 from theseus.training.sharding import TrainerSharding
 from theseus.training.state import TrainState
@@ -167,13 +167,17 @@ def scores(
 ) -> tuple[Scores, dict[str, Any]]:
     """What ``objective`` reads (its :class:`~theseus.training.objective.Needs`) of one micro-batch, and
     the model's metadata. The model's own loss and the full logits come from ``cls.forward`` (so an
-    overridden ``forward`` takes part), the targets' log-probabilities from :func:`target_scores`."""
+    overridden ``forward`` takes part), the targets' log-probabilities from :func:`target_scores`: of the
+    packed rows where the batch carries them (:mod:`theseus.training.packing`), gathered back to its own rows
+    (the packed rows' logits are not kept)."""
     needs = objective.needs
     missing = [name for name in needs.batch if name not in batch]
     if missing:
         raise DataError(f"{type(objective).__qualname__} reads {', '.join(missing)}, which the batch lacks")
     plain = {"x": batch["x"], "padding_mask": batch.get("padding_mask")}
     targets = {**plain, "y": batch["y"]}
+    if needs.model == "target_logps":  # the packed rows where the batch carries them (theseus.training.packing)
+        targets = packing.model_rows(batch)
     found: dict[str, Any] = {}
     if needs.model == "loss":
         found["logits"], found["loss"], meta = cls.forward(state, params, batch, key=key, deterministic=deterministic)
@@ -188,6 +192,8 @@ def scores(
     if needs.frozen_base:
         base = target_scores(state, adapters.switched_off(params), targets, deterministic=True)[1]
         found["base_logps"] = jax.lax.stop_gradient(base)
+    if needs.model == "target_logps" and packing.is_packed(batch):  # back to the batch's own rows
+        found = {name: packing.unpack(v, batch) for name, v in found.items() if name != "logits"}
     if needs.old_policy:
         found["old_logps"] = batch["old_logps"] if "old_logps" in batch else jax.lax.stop_gradient(found["logps"])
     if needs.teacher is not None:
@@ -246,10 +252,13 @@ def old_policy_logps(state: TrainState, batch: Batch, sharding: TrainerSharding)
     (``[accumulate, rows, T]``, no gradient, no dropout): the ``old_logps`` of every update taken on it."""
 
     def one(micro: Batch) -> jax.Array:
-        return target_scores(state, state.params, micro, deterministic=True)[1]
+        return packing.unpack(
+            target_scores(state, state.params, packing.model_rows(micro), deterministic=True)[1], micro
+        )
 
     with sharding.context():
-        return jax.lax.stop_gradient(jax.lax.map(one, {k: batch[k] for k in ("x", "y", "padding_mask") if k in batch}))
+        read = ("x", "y", "padding_mask", *packing.PACKED_ROWS, packing.PACKED_INDEX)
+        return jax.lax.stop_gradient(jax.lax.map(one, {k: batch[k] for k in read if k in batch}))
 
 
 def holding_out(held_out: HeldOut | None, run: Callable[[TrainState], StepResult], state: TrainState) -> StepResult:

@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from theseus.training import steps
+from theseus.training import packing, steps
 
 #: The batch entry holding the reference's log-probabilities of the targets, ``[rows, T]``.
 REF_LOGPS = "ref_logps"
@@ -31,13 +31,16 @@ class TargetLogps:
 
         def logps(params: Any, batch: Mapping[str, Any]) -> jax.Array:
             with mesh.context():
-                return jax.lax.stop_gradient(steps.target_scores(call, params, batch, deterministic=True)[1])
+                found = steps.target_scores(call, params, packing.model_rows(batch), deterministic=True)[1]
+                return jax.lax.stop_gradient(packing.unpack(found, batch))
 
         self._fn = jax.jit(logps)
 
     def __call__(self, params: Any, rows: Mapping[str, np.ndarray]) -> np.ndarray:
-        """``params``' log-probability of each target of ``rows`` ``[rows, T]`` (every process passes all rows)."""
-        placed = self.sharding.put_global({k: rows[k] for k in MODEL_KEYS})
+        """``params``' log-probability of each target of ``rows`` ``[rows, T]`` (every process passes all rows),
+        scored on their packed rows where they carry them (:mod:`theseus.training.packing`)."""
+        read = (*packing.PACKED_ROWS, packing.PACKED_INDEX) if packing.is_packed(rows) else MODEL_KEYS
+        placed = self.sharding.put_global({k: rows[k] for k in read})
         return np.asarray(self.sharding.fetch(self._fn(params, placed)), np.float32)
 
 

@@ -26,7 +26,7 @@ from theseus.model.rl.rollout_source import RolloutConfig, RolloutSource, Sample
 from theseus.model.rl.rollouts import LOGGED, Rollouts
 from theseus.rl.environment import Environment
 from theseus.rl.selection import declared_environment
-from theseus.training import declarations
+from theseus.training import declarations, packing
 from theseus.training.base import Batch
 from theseus.training.sharding import TrainerSharding, build_sharding
 from theseus.training.state import TrainState
@@ -221,8 +221,7 @@ class RolloutTrainer(SFTTrainer):
             groups_dropped=column(sampled.dropped),
             reward_errors=column(sampled.reward_errors),
         )
-        first = self.sharding.feed_index * self.batch_rows
-        return {name: value[first : first + self.batch_rows] for name, value in batch.items()}
+        return packing.share(batch, self.sharding.feed_index, self.sharding.feed_count)  # this process's rows
 
     def _made(self, params: Any, step: int, *, sampled_apart: bool) -> Made:
         """Step ``step``'s rollouts by ``params``, arranged as rows, timed; ``sampled_apart``: made ahead of

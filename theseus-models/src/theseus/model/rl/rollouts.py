@@ -80,6 +80,9 @@ LOGGED = (
     "reward_errors",
     "turns",
 )
+#: Per-row batch entries of ``rl/pack``, logged as their mean: the share of the packed rows' positions that real
+#: tokens take, and how many packed rows the step's passes score (``theseus.training.packing``).
+PACK_FILL, PACK_ROWS = "pack_fill", "pack_rows"
 #: The per-row batch entry of which completions are solved (``Environment.solved``), logged as ``accuracy``.
 SOLVED = "solved"
 
@@ -87,7 +90,11 @@ SOLVED = "solved"
 def rollout_metrics(batch: Batch) -> dict[str, jax.Array]:
     """The means of a rollout's per-row entries (rewards, length, timing), the longest completion, and
     ``accuracy`` where the environment's accuracy reward (``Environment.ACCURACY``) was scored."""
-    logged = {name: jnp.mean(batch[name]) for name in batch if name in LOGGED or name.startswith("reward/")}
+    logged = {
+        name: jnp.mean(batch[name])
+        for name in batch
+        if name in LOGGED or name in (PACK_FILL, PACK_ROWS) or name.startswith("reward/")
+    }
     if "completion_length" in batch:
         logged["completion_length_max"] = jnp.max(batch["completion_length"])
     if SOLVED in batch:
@@ -111,4 +118,13 @@ def completion_entropy(entropy: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(entropy * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
-__all__ = ["LOGGED", "SOLVED", "Rollouts", "completion_entropy", "reward_means", "rollout_metrics"]
+__all__ = [
+    "LOGGED",
+    "PACK_FILL",
+    "PACK_ROWS",
+    "SOLVED",
+    "Rollouts",
+    "completion_entropy",
+    "reward_means",
+    "rollout_metrics",
+]

@@ -30,6 +30,7 @@ checkpoint is the one that scores highest).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -46,7 +47,8 @@ from theseus.model.rl.policy_losses import loss_default
 from theseus.model.rl.reference import REF_LOGPS, Reference, TargetLogps
 from theseus.model.rl.rollout_source import Sampled
 from theseus.model.rl.rollout_trainer import RolloutTrainer
-from theseus.model.rl.rollouts import completion_entropy, reward_means, rollout_metrics
+from theseus.model.rl.rollouts import PACK_FILL, PACK_ROWS, completion_entropy, reward_means, rollout_metrics
+from theseus.training import packing
 from theseus.training.base import Batch
 from theseus.training.objective import Needs, Objective, Scores
 from theseus.training.state import TrainState
@@ -99,6 +101,12 @@ class GRPOConfig(SFTConfig, PolicyLossOptions):
     )
     resample_rounds: int = field(
         "rl/resample_rounds", default=3, min=1, help="rounds of refills at most per step (rl/dynamic_sampling)"
+    )
+    pack: bool = field(
+        "rl/pack",
+        default=False,
+        help="score each step's prompt + completion sequences packed into as few rows as hold them (segment ids) "
+        "in the policy, reference and old-policy passes; the losses are unchanged",
     )
 
     @property
@@ -230,10 +238,25 @@ class GRPOTrainer(RolloutTrainer):
             self._warn_flat(step)
         advantages = group_advantages(jnp.asarray(done.rewards, jnp.float32), size, scale=a.scale_rewards)
         batch = self.rollout_source.rows(done)
+        if a.pack:
+            batch.update(self._packed(batch))
         if self._reference is not None:
             batch[REF_LOGPS] = self._reference.logps(batch)
         batch["advantages"] = np.asarray(advantages, np.float32)
         return batch
+
+    def _packed(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``rl/pack``: the rows packed (:func:`theseus.training.packing.pack`), each process's share apart and
+        in a multiple of the devices its rows are split over (the rollout devices' too, which score rollouts
+        made ahead), with ``pack_fill`` (real tokens ÷ packed positions) and ``pack_rows`` (the packed rows)."""
+        shares = self.sharding.feed_count
+        multiple = self.sharding.data_size // shares
+        if self._rollout_sharding is not None:
+            multiple = math.lcm(multiple, self._rollout_sharding.data_size)
+        packed = packing.pack(batch, shares=shares, multiple=multiple)
+        rows = len(batch["x"])
+        columns = {PACK_FILL: packed.fill, PACK_ROWS: packed.rows}
+        return {**packed.entries, **{name: np.full(rows, v, np.float32) for name, v in columns.items()}}
 
     def sampler_rows(self, params: Any, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """With the sampling correction (``rl/sampling_correction``), the log-probabilities of rollouts made
@@ -269,6 +292,11 @@ class GRPOTrainer(RolloutTrainer):
         shape = (*rows, self.sequence_length)
         for name in self._logps_rows():
             batch[name] = jax.ShapeDtypeStruct(shape, jnp.float32, sharding=batch["x"].sharding)
+        if self.args.pack:  # at most as many packed rows as rows
+            for name in (*packing.PACKED_ROWS, packing.PACKED_INDEX):
+                batch[name] = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=batch["x"].sharding)
+            for name in (PACK_FILL, PACK_ROWS):
+                batch[name] = jax.ShapeDtypeStruct(rows, jnp.float32, sharding=batch["reward"].sharding)
         return batch
 
     def _logps_rows(self) -> list[str]:
