@@ -19,7 +19,9 @@ tokenizer) and, with ``rl/chat``, rendered by its chat template; completions end
 end-of-turn tokens (``theseus.model.rl.prompts``). An environment with stop strings plays episodes of
 several turns, its replies masked from the loss (``theseus.model.rl.episodes``). With ``rl/beta > 0`` a
 KL penalty to the reference is added: the policy with its LoRA adapters off, or, in full fine-tuning, a
-frozen copy of the initial parameters (``theseus.model.rl.reference``).
+frozen copy of the initial parameters (``theseus.model.rl.reference``). With ``rl/pack`` the policy, reference and
+old-policy passes score the rows packed with segment ids and gather their log-probabilities back to one row per
+completion (``theseus.training.packing``), logging ``pack_fill`` and ``pack_rows``.
 
 Every step logs the reward (mean, std, and each reward's mean), accuracy, the completion length (mean
 and max), entropy, the clipped fractions, the mean ratio and KL, the share of groups with equal
