@@ -379,6 +379,35 @@ def test_a_scanned_mixture_keeps_no_more_per_layer_than_a_dense_model_of_its_siz
     assert mixture[1] - mixture[0] <= dense[1] - dense[0], (mixture, dense)
 
 
+@pytest.mark.parametrize("exact", [True, False])
+def test_gmm_rows_padded_to_a_row_tile_give_ragged_dots_values_and_gradients(exact: bool) -> None:
+    """1,040 rows (past one 1,024-row tile and not a multiple of 256) are padded to 1,280 for the megablox
+    kernel, whose padding rows it leaves unwritten both ways; whether the rows are masked (``exact=False``)
+    or every row is a group's and the padding is only cut off after the kernel (``exact``, a dropless
+    dispatch), values and gradients equal ``ragged_dot``'s and hold nothing but finite numbers."""
+    from theseus.model.layers.experts import grouped_matmul
+
+    m, k, n = 1040, 8, 8
+    keys = jax.random.split(jax.random.key(7), 3)
+    rows = jax.random.normal(keys[0], (m, k))
+    kernel = jax.random.normal(keys[1], (3, k, n))
+    sizes = jnp.asarray([500, 0, 540] if exact else [500, 0, 500], jnp.int32)
+    cotangent = jax.random.normal(keys[2], (m, n))
+
+    def run(path: str) -> Any:
+        def loss(r: jax.Array, w: jax.Array) -> jax.Array:
+            out = grouped_matmul(r, w, sizes, path, exact)
+            return jnp.sum(out * cotangent), out
+
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(rows, kernel)
+
+    (_, got), got_grads = run("gmm")
+    (_, want), want_grads = run("ragged_dot")
+    for a, b, ops in [(got, want, k), *((g, w, m) for g, w in zip(got_grads, want_grads, strict=True))]:
+        assert bool(jnp.all(jnp.isfinite(a)))
+        assert float(jnp.max(jnp.abs(a - b))) <= float32_tolerance(ops, float(jnp.max(jnp.abs(b))))
+
+
 def masked_dense_reference(tokens: jax.Array, routing: Any, kernels: Any, kept: jax.Array | None) -> jax.Array:
     """Every expert on every token, each output weighted by the routing weight of the tokens that chose
     that expert (and were ``kept``): no sorting, gathering or grouping."""

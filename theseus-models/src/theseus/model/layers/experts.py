@@ -221,38 +221,46 @@ def gmm_tiling(m: int, k: int, n: int) -> tuple[int, int, int]:
 ROW_MULTIPLE = 256
 
 
-def grouped_matmul(rows: jax.Array, kernel: jax.Array, sizes: jax.Array, path: str) -> jax.Array:
+def grouped_matmul(rows: jax.Array, kernel: jax.Array, sizes: jax.Array, path: str, exact: bool = False) -> jax.Array:
     """``rows`` ``[M, K]`` sorted by group (``sizes`` ``[G]`` rows each; rows past their sum are padding
     and give zero rows) times each group's ``kernel`` ``[G, K, N]``: ``[M, N]`` by ``path``
     (:data:`PATHS`: ``ragged_dot`` or ``gmm``). The megablox kernel leaves padding rows unwritten in both
-    directions, so they are masked on the way in (which masks their gradient) and out."""
+    directions, so they are masked on the way in (which masks their gradient) and out; ``exact``: the sizes
+    add up to ``M`` (every row in a group, as every copy of a dropless dispatch is), so no row needs a mask
+    (the rows added to reach a row tile are cut off after the kernel, in both directions)."""
     if path == "ragged_dot":
         return jax.lax.ragged_dot(rows, kernel, sizes)
     from jax.experimental.pallas.ops.tpu.megablox import ops as megablox
 
     m = rows.shape[0]
     extra = 0 if m <= GMM_TILES[0] or m % ROW_MULTIPLE == 0 else -m % ROW_MULTIPLE  # a row tile of 256 or more
-    valid = (jnp.arange(m + extra, dtype=jnp.int32) < jnp.sum(sizes))[:, None]
-    padded = jnp.where(valid, jnp.pad(rows, ((0, extra), (0, 0))), 0)
+    padded = jnp.pad(rows, ((0, extra), (0, 0)))
+    valid = None if exact else (jnp.arange(m + extra, dtype=jnp.int32) < jnp.sum(sizes))[:, None]
+    if valid is not None:
+        padded = jnp.where(valid, padded, 0)
     kernel = kernel.astype(rows.dtype)
     tiling = gmm_tiling(m + extra, rows.shape[1], kernel.shape[2])
     interpret = accelerator().platform != "tpu"
     out = megablox.gmm(padded, kernel, sizes, rows.dtype, tiling, None, None, False, interpret)
+    if valid is not None:
+        out = jnp.where(valid, out, 0)
     # the policy of :func:`recomputed` keeps a product by name: the kernel is not a dot primitive
-    return checkpoint_name(jnp.where(valid, out, 0)[:m], PRODUCT)
+    return checkpoint_name(out[:m], PRODUCT)
 
 
-def _grouped_rows(rows: jax.Array, sizes: jax.Array, kernels: Kernels, act: Activation, path: str) -> jax.Array:
-    """Rows sorted by expert (``sizes`` per expert; rows past their sum are padding) as grouped matmuls
-    (:func:`grouped_matmul`): a gated expert's gate and up projections are one, over the two concatenated
-    along the hidden width (``[E, D, 2F]``, at call time: the parameters keep their layout)."""
+def _grouped_rows(
+    rows: jax.Array, sizes: jax.Array, kernels: Kernels, act: Activation, path: str, exact: bool = False
+) -> jax.Array:
+    """Rows sorted by expert (``sizes`` per expert; rows past their sum are padding, none where ``exact``) as
+    grouped matmuls (:func:`grouped_matmul`): a gated expert's gate and up projections are one, over the two
+    concatenated along the hidden width (``[E, D, 2F]``, at call time: the parameters keep their layout)."""
     gate, up, down = kernels
     if gate is None:
-        hidden = ffn(None, grouped_matmul(rows, up, sizes, path), act)
+        hidden = ffn(None, grouped_matmul(rows, up, sizes, path, exact), act)
     else:
-        both = grouped_matmul(rows, jnp.concatenate([gate, up], axis=-1), sizes, path)
+        both = grouped_matmul(rows, jnp.concatenate([gate, up], axis=-1), sizes, path, exact)
         hidden = ffn(both[:, : up.shape[-1]], both[:, up.shape[-1] :], act)
-    return grouped_matmul(hidden, down, sizes, path)
+    return grouped_matmul(hidden, down, sizes, path, exact)
 
 
 def _blocked_rows(
@@ -411,9 +419,11 @@ def grouped_ffn(
     path: str,
     skip_empty: bool = False,
     copies: int = 1,
+    padded: bool = True,
 ) -> jax.Array:
     """Each copy of ``rows`` ``[M / copies, D]`` (``copies`` consecutive copies of each row) through
-    expert ``groups[m]`` (``[M]`` int32; ``>= E`` marks padding, whose output row is zero): ``[M, D]``
+    expert ``groups[m]`` (``[M]`` int32; ``>= E`` marks padding, whose output row is zero; ``padded=False``:
+    the caller's groups are all experts, so the grouped products mask nothing): ``[M, D]``
     in copy order. The copies are sorted by expert once (:func:`place`) and run as grouped matmuls
     (``path`` ``ragged_dot`` or ``gmm``, :func:`grouped_matmul`), or with ``path="blocks"`` as one matmul
     per block of one expert's rows (``skip_empty``: blocks of padding only are skipped). Placing the
@@ -422,7 +432,8 @@ def grouped_ffn(
     placed = place(groups, kernels[1].shape[0])
     if path == "blocks":
         return _blocked_rows(rows, groups, placed, kernels, act, skip_empty, copies)
-    out = _grouped_rows(gather_rows(rows, placed.order, placed.slot, copies), placed.sizes, kernels, act, path)
+    gathered = gather_rows(rows, placed.order, placed.slot, copies)
+    out = _grouped_rows(gathered, placed.sizes, kernels, act, path, exact=not padded)
     return permute_rows(out, placed.slot, placed.order)
 
 
@@ -432,7 +443,8 @@ def dropless_experts(
     """Every token copy through its expert (:func:`grouped_ffn`, the copies read straight from
     ``tokens``), summed with the routing weights (a reshape and a weighted sum). ``[N, D]``."""
     n, k = routing.experts.shape
-    out = grouped_ffn(tokens, routing.experts.reshape(-1), kernels, act, path, copies=k).reshape(n, k, -1)
+    groups = routing.experts.reshape(-1)  # every copy routed to an expert: no padding rows
+    out = grouped_ffn(tokens, groups, kernels, act, path, copies=k, padded=False).reshape(n, k, -1)
     return jnp.einsum("nkd,nk->nd", out, routing.weights.astype(out.dtype))
 
 
