@@ -9,7 +9,7 @@ figures are dense (no sparsity), per device as jax counts devices. No import of 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -38,29 +38,32 @@ class Chip:
     device_kinds: tuple[str, ...] = ()
 
 
+#: The H100 SXM; the H200 SXM is the same chip (SMs, clocks, caches, NVLink) with more and faster HBM.
+_H100 = Chip(
+    name="NVIDIA H100 80GB HBM3",
+    platform="cuda",
+    memory_bytes=84_942_979_072,
+    bf16_flops=989e12,
+    fp8_flops=1979e12,
+    hbm_bandwidth=3.35e12,
+    link_bandwidth=450e9,
+    host_link_bandwidth=50e9,
+    compute_capability=(9, 0),
+    core_count=132,
+    clock_ghz=1.98,
+    l2_cache_bytes=50 * 2**20,
+    shared_memory_per_core=233_472,
+    shared_memory_per_block_optin=232_448,
+    description="H100 SXM",
+    device_kinds=("h100",),
+)
+
 #: Published figures (dense, no sparsity), by kind. NVLink: 900 GB/s (H100/H200 SXM, H200 NVL's bridge)
 #: and 600 GB/s (A100, H100 PCIe's and NVL's bridges) in both directions together; between hosts one
 #: 400 Gb/s InfiniBand port per GPU. The PCIe and NVL cards peak lower than the SXM parts of the same
 #: name (lower clocks and power). Memory is recorded for the kinds ``theseus plan`` compiles for.
 CHIPS: dict[str, Chip] = {
-    "h100": Chip(
-        name="NVIDIA H100 80GB HBM3",
-        platform="cuda",
-        memory_bytes=84_942_979_072,
-        bf16_flops=989e12,
-        fp8_flops=1979e12,
-        hbm_bandwidth=3.35e12,
-        link_bandwidth=450e9,
-        host_link_bandwidth=50e9,
-        compute_capability=(9, 0),
-        core_count=132,
-        clock_ghz=1.98,
-        l2_cache_bytes=50 * 2**20,
-        shared_memory_per_core=233_472,
-        shared_memory_per_block_optin=232_448,
-        description="H100 SXM",
-        device_kinds=("h100",),
-    ),
+    "h100": _H100,
     "h100-pcie": Chip(
         name="NVIDIA H100 PCIe",
         platform="cuda",
@@ -83,21 +86,11 @@ CHIPS: dict[str, Chip] = {
         description="H100 NVL",
         device_kinds=("h100 nvl",),
     ),
-    "h200": Chip(
+    "h200": replace(
+        _H100,
         name="NVIDIA H200",
-        platform="cuda",
         memory_bytes=150_754_820_096,
-        bf16_flops=989e12,
-        fp8_flops=1979e12,
         hbm_bandwidth=4.8e12,
-        link_bandwidth=450e9,
-        host_link_bandwidth=50e9,
-        compute_capability=(9, 0),
-        core_count=132,
-        clock_ghz=1.98,
-        l2_cache_bytes=50 * 2**20,
-        shared_memory_per_core=233_472,
-        shared_memory_per_block_optin=232_448,
         description="H200 SXM",
         device_kinds=("h200",),
     ),
