@@ -51,6 +51,23 @@ def _warmup(step: Any, warmup: int, peak_lr: float) -> Any:
     return peak_lr * jnp.minimum(1.0, (step + 1.0) / max(warmup, 1))
 
 
+def _warmup_then(
+    key: str, fraction: float, peak_lr: float, total_steps: int, after: Callable[[Any], Any]
+) -> ScheduleFn:
+    """Linear warmup over ``fraction`` (config key ``key``) of ``total_steps``, then ``after(progress)``
+    with ``progress`` going from 0 at the warmup's end to 1 at ``total_steps``."""
+    _check_fraction(key, fraction)
+    warmup = _warmup_steps(fraction, total_steps)
+    span = max(total_steps - warmup, 1)
+
+    def schedule(step: Any) -> Any:
+        step = jnp.asarray(step, jnp.float32)
+        progress = jnp.clip((step - warmup) / span, 0.0, 1.0)
+        return jnp.where(step < warmup, _warmup(step, warmup, peak_lr), after(progress))
+
+    return schedule
+
+
 # -- warmup, stable, decay ------------------------------------------------------------------
 
 
@@ -103,18 +120,12 @@ class CosineConfig:
 
 def make_cosine(cfg: CosineConfig, peak_lr: float, total_steps: int) -> ScheduleFn:
     """Linear warmup, then cosine decay to ``min_lr_ratio * peak_lr`` at ``total_steps``."""
-    _check_fraction("schedule/cosine/warmup_fraction", cfg.warmup_fraction)
-    warmup = _warmup_steps(cfg.warmup_fraction, total_steps)
-    span = max(total_steps - warmup, 1)
     final = peak_lr * cfg.min_lr_ratio
 
-    def schedule(step: Any) -> Any:
-        step = jnp.asarray(step, jnp.float32)
-        progress = jnp.clip((step - warmup) / span, 0.0, 1.0)
-        cosine = final + 0.5 * (peak_lr - final) * (1.0 + jnp.cos(jnp.pi * progress))
-        return jnp.where(step < warmup, _warmup(step, warmup, peak_lr), cosine)
+    def cosine(progress: Any) -> Any:
+        return final + 0.5 * (peak_lr - final) * (1.0 + jnp.cos(jnp.pi * progress))
 
-    return schedule
+    return _warmup_then("schedule/cosine/warmup_fraction", cfg.warmup_fraction, peak_lr, total_steps, cosine)
 
 
 Cosine = Schedule("cosine", CosineConfig, make_cosine)
@@ -135,17 +146,12 @@ class LinearConfig:
 
 def make_linear(cfg: LinearConfig, peak_lr: float, total_steps: int) -> ScheduleFn:
     """Linear warmup, then a straight line from ``peak_lr`` to ``final_lr_ratio * peak_lr``."""
-    _check_fraction("schedule/linear/warmup_fraction", cfg.warmup_fraction)
-    warmup = _warmup_steps(cfg.warmup_fraction, total_steps)
-    span = max(total_steps - warmup, 1)
     final = peak_lr * cfg.final_lr_ratio
 
-    def schedule(step: Any) -> Any:
-        step = jnp.asarray(step, jnp.float32)
-        progress = jnp.clip((step - warmup) / span, 0.0, 1.0)
-        return jnp.where(step < warmup, _warmup(step, warmup, peak_lr), peak_lr + (final - peak_lr) * progress)
+    def line(progress: Any) -> Any:
+        return peak_lr + (final - peak_lr) * progress
 
-    return schedule
+    return _warmup_then("schedule/linear/warmup_fraction", cfg.warmup_fraction, peak_lr, total_steps, line)
 
 
 Linear = Schedule("linear", LinearConfig, make_linear)
