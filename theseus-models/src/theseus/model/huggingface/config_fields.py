@@ -238,6 +238,34 @@ def decoder_shape(arch: Architecture) -> dict[str, Any]:
     }
 
 
+# ----------------------------------------------------------------- a run's settings
+
+
+def run_setting(settings: Mapping[str, Any], key: str, default: Any) -> Any:
+    """The value of ``key`` in a run's configuration, flat (``a/b/c``) or nested; ``default`` when it
+    has none."""
+    if key in settings:
+        return settings[key]
+    node: Any = settings
+    for part in key.split("/"):
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def setting(settings: Mapping[str, Any], key: str, default: float) -> float:
+    """A number of the run's configuration, flat (``a/b/c``) or nested (``default`` when absent or null)."""
+    value = run_setting(settings, key, None)
+    return default if value is None else float(value)
+
+
+def setting_or_none(settings: Mapping[str, Any], key: str, default: int | None) -> int | None:
+    """A key of the run's configuration that may be null (flat or nested; ``default`` when absent)."""
+    value = run_setting(settings, key, default)
+    return None if value is None else int(value)
+
+
 __all__ = [
     "decoder_shape",
     "interleaved_layer_types",
@@ -248,6 +276,9 @@ __all__ = [
     "qwen_window",
     "rope_config",
     "rope_keys",
+    "run_setting",
+    "setting",
+    "setting_or_none",
     "sliding_window_of",
     "window_config",
     "without_partial_rotary",

@@ -34,13 +34,30 @@ class PeftLayout:
     interleaved: Mapping[str, tuple[str, ...]]
 
 
+@dataclass(frozen=True)
+class Identity:
+    """What names a family: ``config.json``'s ``model_type``, the transformers class written into its
+    ``architectures`` and, for a family that brings a model of its own, that theseus model
+    (``"module:Class"``). A family without one (Mistral and Qwen2 on Llama's model, a multimodal
+    checkpoint's language model) keeps the model class of the family it extends."""
+
+    model_type: str
+    hf_class: str
+    model_class: str | None = None
+
+
 class HFFamily:
     """One ``model_type``: how its ``config.json`` and tensors map onto a theseus model class.
 
-    Subclasses set the three class attributes and implement ``keys``, ``config`` and ``tensor_maps``;
-    a field theseus cannot honour is refused with one line naming it (``unsupported``), never ignored.
+    Subclasses declare their :class:`Identity` (``identity = Identity("qwen3", "Qwen3ForCausalLM",
+    QWEN3_CLASS)``, or set ``model_type``, ``hf_class`` and ``model_class`` themselves) and implement
+    ``keys``, ``config`` and ``tensor_maps``; a field theseus cannot honour is refused with one line
+    naming it (``unsupported``), never ignored.
     """
 
+    #: The family's names; a subclass declaring one gets ``model_type``, ``hf_class``, ``model_class``
+    #: and ``fallback`` from it (``fallback``: whether it names a model class of its own).
+    identity: ClassVar[Identity | None] = None
     #: ``config.json``'s ``model_type`` (also the component name: ``hf/<model_type>``).
     model_type: ClassVar[str]
     #: The transformers class named in ``config.json``'s ``architectures``.
@@ -49,6 +66,17 @@ class HFFamily:
     model_class: ClassVar[str]
     #: Exported as this family when no other family of the same model class describes the model.
     fallback: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        identity = cls.__dict__.get("identity")
+        if identity is None:
+            return
+        cls.model_type, cls.hf_class = identity.model_type, identity.hf_class
+        if identity.model_class is not None:
+            cls.model_class = identity.model_class
+        if "fallback" not in cls.__dict__:
+            cls.fallback = identity.model_class is not None
 
     #: LoRA targets -> the module (below the layer prefix) PEFT adapts; see ``peft_layer_prefix``.
     peft_modules: ClassVar[Mapping[str, str]] = {}
@@ -152,16 +180,14 @@ class NestedLanguageModel(HFFamily):
     ``config.json`` fields in ``text_config`` and its tensors under ``model.language_model.`` (the text
     family's ``model.``); the tensors under the :attr:`towers` prefixes (vision or audio encoders and their
     projections) are set aside on import, as theseus imports the language model only. Export writes the
-    text family's checkpoint (:attr:`text_model_type`, :attr:`text_hf_class`): theseus holds no tower to write.
-    Qwen3.5 and Gemma 4 use it."""
+    text family's checkpoint (:attr:`text`): theseus holds no tower to write. Qwen3.5 and Gemma 4 use it."""
 
     #: The prefix of the language model's tensors (``model.`` in ``*ForCausalLM``).
     language_model: ClassVar[str] = "model.language_model."
     #: Prefixes of the tensors the import sets aside (the towers the text model does not have).
     towers: ClassVar[tuple[str, ...]] = ()
-    #: The text family a run of this family exports as.
-    text_model_type: ClassVar[str]
-    text_hf_class: ClassVar[str]
+    #: The text family a run of this family exports as (its ``identity``).
+    text: ClassVar[Identity]
 
     def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
         text = require(config, "text_config")
@@ -185,7 +211,7 @@ class NestedLanguageModel(HFFamily):
 
     def export_overrides(self, eos_id: int | None) -> dict[str, Any]:
         """The text family's class and ``model_type``: the export holds the language model only."""
-        text = {"architectures": [self.text_hf_class], "model_type": self.text_model_type}
+        text = {"architectures": [self.text.hf_class], "model_type": self.text.model_type}
         return {**super().export_overrides(eos_id), **text}
 
 
@@ -264,6 +290,7 @@ def export_family(model_class: str, arch: Architecture, recorded: str | None = N
 __all__ = [
     "KIND",
     "HFFamily",
+    "Identity",
     "NestedLanguageModel",
     "PeftLayout",
     "cannot",

@@ -78,6 +78,19 @@ def vocab_head(hf: str, path: Path, arch: Architecture) -> TensorMap:
     return TensorMap(hf, (v, arch.n_embd), (path,), lambda w: [_pad_rows(w, vp).T], lambda a: a[0][:, :v].T)
 
 
+def embedding_maps(arch: Architecture) -> list[TensorMap]:
+    """A decoder checkpoint's first tensor: the token embedding ``model.embed_tokens.weight``."""
+    return [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+
+
+def head_maps(arch: Architecture, final_norm: str = "model.norm.weight") -> list[TensorMap]:
+    """A decoder checkpoint's last tensors: the final norm's scale and, untied, the head ``lm_head.weight``."""
+    maps = [same(final_norm, ("final_norm", "scale"), (arch.n_embd,))]
+    if not arch.tied_embeddings:
+        maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+    return maps
+
+
 def heads_in(hf: str, path: Path, width: int, heads: int, head_dim: int) -> TensorMap:
     """A query/key/value ``nn.Linear`` weight ``[heads*head_dim, width]`` <-> ``[width, heads, head_dim]``."""
     return TensorMap(

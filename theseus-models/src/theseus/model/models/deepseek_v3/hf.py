@@ -37,10 +37,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from theseus.model.huggingface.config_fields import rope_config, rope_keys
-from theseus.model.huggingface.family import HFFamily, PeftLayout, cannot, expect, require, unsupported
+from theseus.model.huggingface.family import HFFamily, Identity, PeftLayout, cannot, expect, require, unsupported
 from theseus.model.huggingface.names import (
     TensorMap,
+    embedding_maps,
     fused,
+    head_maps,
     heads_in,
     heads_out,
     same,
@@ -206,10 +208,7 @@ def hf_default(config: Mapping[str, Any], field: str) -> Any:
 class DeepseekV3Family(HFFamily):
     """``model_type: deepseek_v3``."""
 
-    model_type: ClassVar[str] = "deepseek_v3"
-    hf_class: ClassVar[str] = "DeepseekV3ForCausalLM"
-    model_class: ClassVar[str] = DEEPSEEK_V3_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("deepseek_v3", "DeepseekV3ForCausalLM", DEEPSEEK_V3_CLASS)
 
     # -- import ------------------------------------------------------------------------------------
     def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -278,12 +277,10 @@ class DeepseekV3Family(HFFamily):
 
     # -- both ways ---------------------------------------------------------------------------------
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
-        maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+        maps = embedding_maps(arch)
         for i in range(arch.n_layers):
             maps += layer_maps(arch, i)
-        maps.append(same("model.norm.weight", ("final_norm", "scale"), (arch.n_embd,)))
-        if not arch.tied_embeddings:
-            maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+        maps += head_maps(arch)
         for depth in range(1, mtp_depth(arch) + 1):
             maps += mtp_maps(arch, depth)
         return maps

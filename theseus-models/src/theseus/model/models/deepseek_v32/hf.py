@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from theseus.model.huggingface.family import cannot, unsupported
+from theseus.model.huggingface.family import Identity, cannot, unsupported
 from theseus.model.huggingface.names import TensorMap, heads_in, same, transposed
 from theseus.model.layers.sparse_attention import DSASpec
 from theseus.model.models.deepseek_v3.hf import DeepseekV3Family, latent_of
@@ -70,10 +70,7 @@ def indexer_maps(arch: Architecture, layer: int, ours: tuple[str, ...]) -> list[
 class DeepseekV32Family(DeepseekV3Family):
     """``model_type: deepseek_v32``."""
 
-    model_type: ClassVar[str] = "deepseek_v32"
-    hf_class: ClassVar[str] = "DeepseekV32ForCausalLM"
-    model_class: ClassVar[str] = DEEPSEEK_V32_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("deepseek_v32", "DeepseekV32ForCausalLM", DEEPSEEK_V32_CLASS)
     #: transformers' defaults of the fields ``config.json`` may omit.
     hf_defaults: ClassVar[Mapping[str, Any]] = V32_DEFAULTS
     #: Whether the indexer rotates interleaved pairs (GLM-5) rather than halves (DeepSeek-V3.2).

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from theseus.errors import ConfigError
 from theseus.model.huggingface.config_fields import decoder_shape, plain_rope_theta
-from theseus.model.huggingface.family import cannot, require, unsupported
+from theseus.model.huggingface.family import Identity, cannot, require, unsupported
 from theseus.model.huggingface.names import TensorMap, same
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.models.llama.hf import AttentionBiasFamily
@@ -45,10 +45,7 @@ def whole(value: float) -> int | float:
 class Gemma2Family(AttentionBiasFamily):
     """``model_type: gemma2``."""
 
-    model_type: ClassVar[str] = "gemma2"
-    hf_class: ClassVar[str] = "Gemma2ForCausalLM"
-    model_class: ClassVar[str] = GEMMA2_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("gemma2", "Gemma2ForCausalLM", GEMMA2_CLASS)
     #: transformers' layer_types when config.json has none: every this many layers one is full.
     full_every: ClassVar[int] = 2
     #: Whether the family has per-head query/key norms (Gemma 3).
@@ -170,9 +167,7 @@ class Gemma2Family(AttentionBiasFamily):
 class Gemma3TextFamily(Gemma2Family):
     """``model_type: gemma3_text`` (the text-only Gemma 3 models, e.g. gemma-3-1b)."""
 
-    model_type: ClassVar[str] = "gemma3_text"
-    hf_class: ClassVar[str] = "Gemma3ForCausalLM"
-    model_class: ClassVar[str] = GEMMA3_CLASS
+    identity: ClassVar[Identity] = Identity("gemma3_text", "Gemma3ForCausalLM", GEMMA3_CLASS)
     full_every: ClassVar[int] = 6
     qk_norm: ClassVar[bool] = True
     caps_attention: ClassVar[bool] = False

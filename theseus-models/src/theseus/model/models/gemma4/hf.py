@@ -35,8 +35,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from theseus.errors import ConfigError
-from theseus.model.huggingface.family import NestedLanguageModel, PeftLayout, cannot, unsupported
-from theseus.model.huggingface.names import TensorMap, same, transposed, vocab_embedding, vocab_head
+from theseus.model.huggingface.family import Identity, NestedLanguageModel, PeftLayout, cannot, unsupported
+from theseus.model.huggingface.names import (
+    TensorMap,
+    embedding_maps,
+    head_maps,
+    same,
+    transposed,
+)
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.models.gemma.hf import Gemma3TextFamily
 from theseus.model.models.gemma4.model import Gemma4Architecture
@@ -82,9 +88,7 @@ def padded_rows(hf: str, path: tuple[str, ...], rows: int, padded: int, width: i
 class Gemma4TextFamily(Gemma3TextFamily):
     """``model_type: gemma4_text``."""
 
-    model_type: ClassVar[str] = "gemma4_text"
-    hf_class: ClassVar[str] = "Gemma4ForCausalLM"
-    model_class: ClassVar[str] = GEMMA4_CLASS
+    identity: ClassVar[Identity] = Identity("gemma4_text", "Gemma4ForCausalLM", GEMMA4_CLASS)
     rope_scalings: ClassVar[tuple[str, ...]] = ("none", "linear")
 
     # -- import ------------------------------------------------------------------------------------
@@ -183,7 +187,7 @@ class Gemma4TextFamily(Gemma3TextFamily):
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
         g = gemma4(arch)
         e, p = g.n_embd, g.per_layer_dim
-        maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+        maps = embedding_maps(arch)
         if p:
             width = g.n_layers * p
             maps += [
@@ -210,9 +214,7 @@ class Gemma4TextFamily(Gemma3TextFamily):
                     same(hf + "post_per_layer_input_norm.weight", (ours, "per_layer_input", "norm", "scale"), (e,)),
                 ]
             maps.append(same(hf + "layer_scalar", (ours, "layer_scalar", "scale"), (1,)))
-        maps.append(same("model.norm.weight", ("final_norm", "scale"), (e,)))
-        if not arch.tied_embeddings:
-            maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+        maps += head_maps(arch)
         return maps
 
     def peft_layout(self, arch: Architecture, layer: int) -> PeftLayout:
@@ -272,12 +274,9 @@ class Gemma4Family(NestedLanguageModel, Gemma4TextFamily):
     ``model.language_model.``); the vision and audio towers (:data:`TOWERS`) are skipped. A run of it exports
     as ``gemma4_text``."""
 
-    model_type: ClassVar[str] = "gemma4"
-    hf_class: ClassVar[str] = "Gemma4ForConditionalGeneration"
-    fallback: ClassVar[bool] = False
+    identity: ClassVar[Identity] = Identity("gemma4", "Gemma4ForConditionalGeneration")
     towers: ClassVar[tuple[str, ...]] = TOWERS
-    text_model_type: ClassVar[str] = Gemma4TextFamily.model_type
-    text_hf_class: ClassVar[str] = Gemma4TextFamily.hf_class
+    text: ClassVar[Identity] = Gemma4TextFamily.identity
 
 
 __all__ = ["GEMMA4_CLASS", "Gemma4Family", "Gemma4TextFamily", "padded_rows"]

@@ -18,11 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from theseus.model.huggingface.config_fields import partial_rotary_factor, rope_keys, without_partial_rotary
-from theseus.model.huggingface.family import cannot, expect, require, unsupported
-from theseus.model.huggingface.names import TensorMap, same, vocab_embedding, vocab_head
+from theseus.model.huggingface.config_fields import partial_rotary_factor, rope_keys, setting, without_partial_rotary
+from theseus.model.huggingface.family import Identity, cannot, expect, require, unsupported
+from theseus.model.huggingface.names import TensorMap, embedding_maps, head_maps, same
 from theseus.model.models.deepseek_v3.hf import feed_forward_maps, mixture_config, sigmoid_mixture
-from theseus.model.models.gpt_oss.hf import setting
 from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, LlamaFamily, projection_maps
 from theseus.model.stack.architecture import Architecture
 
@@ -51,10 +50,7 @@ def hf_default(config: Mapping[str, Any], field: str) -> Any:
 class Glm4MoeFamily(LlamaFamily):
     """``model_type: glm4_moe``."""
 
-    model_type: ClassVar[str] = "glm4_moe"
-    hf_class: ClassVar[str] = "Glm4MoeForCausalLM"
-    model_class: ClassVar[str] = GLM4_MOE_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("glm4_moe", "Glm4MoeForCausalLM", GLM4_MOE_CLASS)
     peft_modules: ClassVar[Mapping[str, str]] = ATTENTION_PEFT_MODULES
 
     # -- import ------------------------------------------------------------------------------------
@@ -111,7 +107,7 @@ class Glm4MoeFamily(LlamaFamily):
 
     # -- both ways ---------------------------------------------------------------------------------
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
-        maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+        maps = embedding_maps(arch)
         for i in range(arch.n_layers):
             hf, ours = f"model.layers.{i}.self_attn.", (f"blocks_{i}", "attn")
             maps += self.layer_norm_maps(arch, i)
@@ -120,9 +116,7 @@ class Glm4MoeFamily(LlamaFamily):
                 maps.append(same(hf + "q_norm.weight", (*ours, "query_norm", "scale"), (arch.head_dim,)))
                 maps.append(same(hf + "k_norm.weight", (*ours, "key_norm", "scale"), (arch.head_dim,)))
             maps += feed_forward_maps(arch, i)
-        maps.append(same("model.norm.weight", ("final_norm", "scale"), (arch.n_embd,)))
-        if not arch.tied_embeddings:
-            maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+        maps += head_maps(arch)
         return maps
 
     # -- export ------------------------------------------------------------------------------------

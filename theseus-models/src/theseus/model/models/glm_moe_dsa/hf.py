@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from theseus.model.huggingface.family import unsupported
+from theseus.model.huggingface.family import Identity, unsupported
 from theseus.model.models.deepseek_v32.hf import V32_DEFAULTS, DeepseekV32Family
 from theseus.model.stack.architecture import Architecture
 
@@ -43,9 +43,7 @@ def indexer_types(config: Mapping[str, Any]) -> list[str]:
 class GlmMoeDsaFamily(DeepseekV32Family):
     """``model_type: glm_moe_dsa``."""
 
-    model_type: ClassVar[str] = "glm_moe_dsa"
-    hf_class: ClassVar[str] = "GlmMoeDsaForCausalLM"
-    model_class: ClassVar[str] = GLM_MOE_DSA_CLASS
+    identity: ClassVar[Identity] = Identity("glm_moe_dsa", "GlmMoeDsaForCausalLM", GLM_MOE_DSA_CLASS)
     hf_defaults: ClassVar[Mapping[str, Any]] = GLM_DEFAULTS
     indexer_rope_interleave: ClassVar[bool] = True
 

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from theseus.model.huggingface.family import HFFamily, cannot, expect, require, unsupported
+from theseus.model.huggingface.family import HFFamily, Identity, cannot, expect, require, unsupported
 from theseus.model.huggingface.names import Path, TensorMap, same, vocab_embedding, vocab_head
 from theseus.model.stack.architecture import Architecture
 
@@ -76,10 +76,7 @@ def block_maps(arch: Architecture, layer: int) -> list[TensorMap]:
 class GPT2Family(HFFamily):
     """``model_type: gpt2``."""
 
-    model_type: ClassVar[str] = "gpt2"
-    hf_class: ClassVar[str] = "GPT2LMHeadModel"
-    model_class: ClassVar[str] = "theseus.model.models.gpt.model:GPT"
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("gpt2", "GPT2LMHeadModel", "theseus.model.models.gpt.model:GPT")
     peft_modules: ClassVar[Mapping[str, str]] = {"out": "attn.c_proj", "up": "mlp.c_fc", "down": "mlp.c_proj"}
     peft_fused_qkv: ClassVar[str | None] = "attn.c_attn"
     fan_in_fan_out: ClassVar[bool] = True

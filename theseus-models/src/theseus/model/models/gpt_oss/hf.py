@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from theseus.model.huggingface.config_fields import interleaved_layer_types, rope_keys, sliding_window_of
-from theseus.model.huggingface.family import cannot
+from theseus.model.huggingface.config_fields import interleaved_layer_types, rope_keys, setting, sliding_window_of
+from theseus.model.huggingface.family import Identity, cannot
 from theseus.model.huggingface.names import TensorMap, same, transposed
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.models.gpt_oss.model import DEFAULT_ALPHA, DEFAULT_LIMIT
@@ -49,25 +49,10 @@ def interleaved(hf: str, paths: tuple[tuple[str, ...], tuple[str, ...]], shape: 
     return TensorMap(hf, shape, paths, lambda w: [w[..., ::2], w[..., 1::2]], to_hf)
 
 
-def setting(settings: Mapping[str, Any], key: str, default: float) -> float:
-    """A key of the run's configuration, flat (``a/b/c``) or nested."""
-    if key in settings:
-        return float(settings[key])
-    node: Any = settings
-    for part in key.split("/"):
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return default if node is None else float(node)
-
-
 class GptOssFamily(LlamaFamily):
     """``model_type: gpt_oss``."""
 
-    model_type: ClassVar[str] = "gpt_oss"
-    hf_class: ClassVar[str] = "GptOssForCausalLM"
-    model_class: ClassVar[str] = GPT_OSS_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("gpt_oss", "GptOssForCausalLM", GPT_OSS_CLASS)
     holds_window: ClassVar[bool] = True
     peft_modules: ClassVar[Mapping[str, str]] = ATTENTION_PEFT_MODULES
 

@@ -18,15 +18,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from theseus.model.huggingface.family import PeftLayout, cannot, require, unsupported
+from theseus.model.huggingface.family import Identity, PeftLayout, cannot, require, unsupported
 from theseus.model.huggingface.names import (
     TensorMap,
+    embedding_maps,
+    head_maps,
     heads_in,
     heads_out,
     same,
     transposed,
-    vocab_embedding,
-    vocab_head,
 )
 from theseus.model.layers.attention import FULL_ATTENTION
 from theseus.model.layers.short_conv import GATES, SHORT_CONV
@@ -67,15 +67,9 @@ def layer_types(config: Mapping[str, Any]) -> list[str]:
 
 
 def in_proj_map(hf: str, path: tuple[str, ...], width: int) -> TensorMap:
-    """``in_proj.weight`` ``[3 * hidden, hidden]`` (the rows of B, C, x) <-> ``in_proj`` ``[hidden, 3, hidden]``."""
-    gates = len(GATES)
-    return TensorMap(
-        hf,
-        (gates * width, width),
-        (path,),
-        lambda w: [w.T.reshape(width, gates, width)],
-        lambda a: a[0].reshape(width, gates * width).T,
-    )
+    """``in_proj.weight`` ``[3 * hidden, hidden]`` (the rows of B, C, x) <-> ``in_proj`` ``[hidden, 3, hidden]``:
+    a query projection's layout (:func:`heads_in`) with the three gates as its heads."""
+    return heads_in(hf, path, width, len(GATES), width)
 
 
 def conv_map(hf: str, path: tuple[str, ...], width: int, taps: int) -> TensorMap:
@@ -88,10 +82,7 @@ def conv_map(hf: str, path: tuple[str, ...], width: int, taps: int) -> TensorMap
 class Lfm2Family(LlamaFamily):
     """``model_type: lfm2``."""
 
-    model_type: ClassVar[str] = "lfm2"
-    hf_class: ClassVar[str] = "Lfm2ForCausalLM"
-    model_class: ClassVar[str] = LFM2_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("lfm2", "Lfm2ForCausalLM", LFM2_CLASS)
     peft_modules: ClassVar[Mapping[str, str]] = {
         "query": "self_attn.q_proj",
         "key": "self_attn.k_proj",
@@ -150,7 +141,7 @@ class Lfm2Family(LlamaFamily):
             arch.feed_forward.d_ff,
         )
         types = arch.layer_types or (FULL_ATTENTION,) * arch.n_layers
-        maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+        maps = embedding_maps(arch)
         for i in range(arch.n_layers):
             hf, ours = f"model.layers.{i}.", f"blocks_{i}"
             attn = (ours, "attn")
@@ -189,9 +180,7 @@ class Lfm2Family(LlamaFamily):
                 ]
             for name, ours_name, shape in (("w1", "gate", (f, e)), ("w3", "up", (f, e)), ("w2", "down", (e, f))):
                 maps.append(transposed(f"{hf}feed_forward.{name}.weight", (ours, "mlp", ours_name, "kernel"), *shape))
-        maps.append(same("model.embedding_norm.weight", ("final_norm", "scale"), (e,)))
-        if not arch.tied_embeddings:
-            maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+        maps += head_maps(arch, "model.embedding_norm.weight")
         return maps
 
     # -- export ------------------------------------------------------------------------------------

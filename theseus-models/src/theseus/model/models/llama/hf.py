@@ -20,16 +20,16 @@ from theseus.model.huggingface.config_fields import (
     rope_keys,
     window_config,
 )
-from theseus.model.huggingface.family import HFFamily, cannot, require, unsupported
+from theseus.model.huggingface.family import HFFamily, Identity, cannot, require, unsupported
 from theseus.model.huggingface.names import (
     TensorMap,
+    embedding_maps,
+    head_maps,
     heads_bias,
     heads_in,
     heads_out,
     same,
     transposed,
-    vocab_embedding,
-    vocab_head,
 )
 from theseus.model.stack.architecture import Architecture
 
@@ -69,10 +69,7 @@ def projection_maps(arch: Architecture, layer: int) -> list[TensorMap]:
 class LlamaFamily(HFFamily):
     """``model_type: llama`` (Llama 2 and 3); the base of the Mistral and Qwen2 families."""
 
-    model_type: ClassVar[str] = "llama"
-    hf_class: ClassVar[str] = "LlamaForCausalLM"
-    model_class: ClassVar[str] = LLAMA_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("llama", "LlamaForCausalLM", LLAMA_CLASS)
     peft_modules: ClassVar[Mapping[str, str]] = {**ATTENTION_PEFT_MODULES, **MLP_PEFT_MODULES}
 
     # -- import ------------------------------------------------------------------------------------
@@ -137,13 +134,11 @@ class LlamaFamily(HFFamily):
 
     # -- both ways ---------------------------------------------------------------------------------
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
-        maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+        maps = embedding_maps(arch)
         for i in range(arch.n_layers):
             maps.extend(self.layer_norm_maps(arch, i))
             maps.extend(projection_maps(arch, i))
-        maps.append(same("model.norm.weight", ("final_norm", "scale"), (arch.n_embd,)))
-        if not arch.tied_embeddings:
-            maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+        maps += head_maps(arch)
         return maps
 
     def layer_norm_maps(self, arch: Architecture, layer: int) -> list[TensorMap]:
@@ -210,9 +205,7 @@ class AttentionBiasFamily(LlamaFamily):
 class MistralFamily(LlamaFamily):
     """``model_type: mistral``: Llama's layout with a sliding window and no biases."""
 
-    model_type: ClassVar[str] = "mistral"
-    hf_class: ClassVar[str] = "MistralForCausalLM"
-    fallback: ClassVar[bool] = False
+    identity: ClassVar[Identity] = Identity("mistral", "MistralForCausalLM")
     windowed: ClassVar[bool] = True
     holds_window: ClassVar[bool] = True
 
@@ -233,9 +226,7 @@ class MistralFamily(LlamaFamily):
 class Qwen2Family(LlamaFamily):
     """``model_type: qwen2``: Llama's layout with query/key/value biases only."""
 
-    model_type: ClassVar[str] = "qwen2"
-    hf_class: ClassVar[str] = "Qwen2ForCausalLM"
-    fallback: ClassVar[bool] = False
+    identity: ClassVar[Identity] = Identity("qwen2", "Qwen2ForCausalLM")
     holds_window: ClassVar[bool] = True
 
     def describes(self, arch: Architecture) -> bool:

@@ -19,20 +19,19 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from theseus.model.huggingface.config_fields import rope_keys
-from theseus.model.huggingface.family import cannot, expect, require, unsupported
+from theseus.model.huggingface.config_fields import rope_keys, setting, setting_or_none
+from theseus.model.huggingface.family import Identity, cannot, expect, require, unsupported
 from theseus.model.huggingface.names import (
     TensorMap,
+    embedding_maps,
+    head_maps,
     heads_in,
     heads_out,
     same,
     transposed,
-    vocab_embedding,
-    vocab_head,
 )
 from theseus.model.layers.attention import CHUNKED_ATTENTION, FULL_ATTENTION
-from theseus.model.models.gpt_oss.hf import setting
-from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, LlamaFamily
+from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, AttentionBiasFamily
 from theseus.model.models.llama4.model import NOPE_EVERY, mixture_layers
 from theseus.model.models.mixtral.hf import mixture
 from theseus.model.stack.architecture import Architecture
@@ -59,30 +58,15 @@ def swiglu_maps(prefix: str, path: tuple[str, ...], width: int, n_embd: int) -> 
     return [transposed(f"{prefix}{n}_proj.weight", (*path, n, "kernel"), *s) for n, s in shapes.items()]
 
 
-def setting_or_none(settings: Mapping[str, Any], key: str, default: int | None) -> int | None:
-    """A key of the run's configuration that may be null (flat or nested)."""
-    if key in settings:
-        return None if settings[key] is None else int(settings[key])
-    node: Any = settings
-    for part in key.split("/"):
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return None if node is None else int(node)
-
-
 def whole(value: float) -> int | float:
     """``value`` as an int when it is one (transformers types ``floor_scale`` as an int)."""
     return int(value) if float(value).is_integer() else value
 
 
-class Llama4TextFamily(LlamaFamily):
+class Llama4TextFamily(AttentionBiasFamily):
     """``model_type: llama4_text``."""
 
-    model_type: ClassVar[str] = "llama4_text"
-    hf_class: ClassVar[str] = "Llama4ForCausalLM"
-    model_class: ClassVar[str] = LLAMA4_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("llama4_text", "Llama4ForCausalLM", LLAMA4_CLASS)
     peft_modules: ClassVar[Mapping[str, str]] = ATTENTION_PEFT_MODULES
 
     # -- import ------------------------------------------------------------------------------------
@@ -114,14 +98,6 @@ class Llama4TextFamily(LlamaFamily):
         if len(keys["architecture/no_rope_layers"]) != n_layers:
             raise unsupported("no_rope_layers", config.get("no_rope_layers"), f"expected {n_layers} entries of 0 / 1")
         return keys
-
-    def bias_keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        bias = bool(config.get("attention_bias", False))
-        return {
-            "architecture/attention_bias": bias,
-            "architecture/attention_out_bias": bias,
-            "architecture/mlp_bias": False,
-        }
 
     def window(self, config: Mapping[str, Any]) -> int | None:
         """No sliding window: ``layer_types`` (``chunked_attention`` / ``full_attention``) follow
@@ -156,7 +132,7 @@ class Llama4TextFamily(LlamaFamily):
         moe = mixture(arch)
         e, h, kv, d = arch.n_embd, arch.attention.n_heads, arch.attention.kv_heads, arch.head_dim
         mixtures = set(mixture_layers(arch))
-        maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+        maps = embedding_maps(arch)
         for i in range(arch.n_layers):
             hf, ours = f"model.layers.{i}.", f"blocks_{i}"
             attn, mlp = (ours, "attn"), (ours, "mlp")
@@ -177,9 +153,7 @@ class Llama4TextFamily(LlamaFamily):
                 same(hf + "feed_forward.experts.down_proj", (*mlp, "down"), (n, f, e)),
                 *swiglu_maps(hf + "feed_forward.shared_expert.", (*mlp, "shared"), moe.n_shared * f, e),
             ]
-        maps.append(same("model.norm.weight", ("final_norm", "scale"), (arch.n_embd,)))
-        if not arch.tied_embeddings:
-            maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+        maps += head_maps(arch)
         return maps
 
     # -- export ------------------------------------------------------------------------------------
@@ -213,9 +187,6 @@ class Llama4TextFamily(LlamaFamily):
             }
         )
         return config
-
-    def family_config(self, arch: Architecture) -> dict[str, Any]:
-        return {"attention_bias": arch.attention.qkv_bias}
 
 
 __all__ = ["LLAMA4_CLASS", "Llama4TextFamily", "halves"]

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from theseus.model.huggingface.config_fields import partial_rotary_factor, rope_keys, without_partial_rotary
-from theseus.model.huggingface.family import cannot, expect, require, unsupported
+from theseus.model.huggingface.config_fields import partial_rotary_factor, rope_keys, setting, without_partial_rotary
+from theseus.model.huggingface.family import Identity, cannot, expect, require, unsupported
 from theseus.model.huggingface.names import TensorMap, same
-from theseus.model.models.gpt_oss.hf import setting
 from theseus.model.models.mixtral.hf import MixtralFamily, mixture
 from theseus.model.stack.architecture import Architecture
 
@@ -40,10 +39,7 @@ def rotary_fraction(config: Mapping[str, Any]) -> float:
 class MiniMaxM2Family(MixtralFamily):
     """``model_type: minimax_m2``."""
 
-    model_type: ClassVar[str] = "minimax_m2"
-    hf_class: ClassVar[str] = "MiniMaxM2ForCausalLM"
-    model_class: ClassVar[str] = MINIMAX_M2_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("minimax_m2", "MiniMaxM2ForCausalLM", MINIMAX_M2_CLASS)
     holds_window: ClassVar[bool] = False
 
     # -- import ------------------------------------------------------------------------------------

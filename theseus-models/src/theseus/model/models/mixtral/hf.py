@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from theseus.model.huggingface.family import cannot, expect, require
+from theseus.model.huggingface.family import Identity, cannot, expect, require
 from theseus.model.huggingface.names import TensorMap, stacked_slice, transposed
 from theseus.model.layers.moe import MoESpec
 from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, LlamaFamily
@@ -92,10 +92,7 @@ def softmax_mixture(family: str, arch: Architecture) -> MoESpec:
 class MixtralFamily(LlamaFamily):
     """``model_type: mixtral``."""
 
-    model_type: ClassVar[str] = "mixtral"
-    hf_class: ClassVar[str] = "MixtralForCausalLM"
-    model_class: ClassVar[str] = MIXTRAL_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("mixtral", "MixtralForCausalLM", MIXTRAL_CLASS)
     holds_window: ClassVar[bool] = True
     peft_modules: ClassVar[Mapping[str, str]] = ATTENTION_PEFT_MODULES
 

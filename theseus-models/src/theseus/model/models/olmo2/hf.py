@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from theseus.model.huggingface.family import Identity
 from theseus.model.huggingface.names import TensorMap, same
 from theseus.model.models.llama.hf import AttentionBiasFamily
 from theseus.model.stack.architecture import Architecture
@@ -19,10 +20,7 @@ OLMO2_CLASS = "theseus.model.models.olmo2.model:OLMo2"
 class OLMo2Family(AttentionBiasFamily):
     """``model_type: olmo2``."""
 
-    model_type: ClassVar[str] = "olmo2"
-    hf_class: ClassVar[str] = "Olmo2ForCausalLM"
-    model_class: ClassVar[str] = OLMO2_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("olmo2", "Olmo2ForCausalLM", OLMO2_CLASS)
 
     def layer_norm_maps(self, arch: Architecture, layer: int) -> list[TensorMap]:
         """``post_attention_layernorm`` / ``post_feedforward_layernorm`` after the branches, and the

@@ -19,7 +19,7 @@ from theseus.model.huggingface.config_fields import (
     rope_keys,
     sliding_window_of,
 )
-from theseus.model.huggingface.family import cannot
+from theseus.model.huggingface.family import Identity, cannot
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.models.olmo2.hf import OLMo2Family
 from theseus.model.stack.architecture import Architecture
@@ -35,10 +35,7 @@ ROPE_FIELDS = ("rope_parameters", "rope_scaling", "rope_theta")
 class OLMo3Family(OLMo2Family):
     """``model_type: olmo3``."""
 
-    model_type: ClassVar[str] = "olmo3"
-    hf_class: ClassVar[str] = "Olmo3ForCausalLM"
-    model_class: ClassVar[str] = OLMO3_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("olmo3", "Olmo3ForCausalLM", OLMO3_CLASS)
     holds_window: ClassVar[bool] = True
     #: transformers' layer_types when config.json has none: every this many layers one is full.
     full_every: ClassVar[int] = 4

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from theseus.model.huggingface.family import cannot, require, unsupported
+from theseus.model.huggingface.family import Identity, cannot, require, unsupported
 from theseus.model.huggingface.names import TensorMap, fused
 from theseus.model.models.llama.hf import LlamaFamily
 from theseus.model.stack.architecture import Architecture
@@ -77,10 +77,7 @@ def fuse_layer(maps: list[TensorMap], layer: int) -> list[TensorMap]:
 class Phi3Family(LlamaFamily):
     """``model_type: phi3`` (Phi-3 and Phi-3.5 mini and medium; Phi-4-mini's partial RoPE is refused)."""
 
-    model_type: ClassVar[str] = "phi3"
-    hf_class: ClassVar[str] = "Phi3ForCausalLM"
-    model_class: ClassVar[str] = PHI3_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("phi3", "Phi3ForCausalLM", PHI3_CLASS)
     windowed: ClassVar[bool] = True
     holds_window: ClassVar[bool] = True
     peft_modules: ClassVar[Mapping[str, str]] = {"out": "self_attn.o_proj", "down": "mlp.down_proj"}

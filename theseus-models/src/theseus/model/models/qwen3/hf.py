@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from theseus.model.huggingface.config_fields import qwen_window, window_config
+from theseus.model.huggingface.family import Identity
 from theseus.model.huggingface.names import TensorMap, same
 from theseus.model.models.llama.hf import AttentionBiasFamily
 from theseus.model.stack.architecture import Architecture
@@ -20,10 +21,7 @@ QWEN3_CLASS = "theseus.model.models.qwen3.model:Qwen3"
 class Qwen3Family(AttentionBiasFamily):
     """``model_type: qwen3`` (dense Qwen3)."""
 
-    model_type: ClassVar[str] = "qwen3"
-    hf_class: ClassVar[str] = "Qwen3ForCausalLM"
-    model_class: ClassVar[str] = QWEN3_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("qwen3", "Qwen3ForCausalLM", QWEN3_CLASS)
     holds_window: ClassVar[bool] = True
 
     def window(self, config: Mapping[str, Any]) -> int | None:

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from theseus.model.huggingface.family import NestedLanguageModel, cannot, expect, require, unsupported
+from theseus.model.huggingface.family import Identity, NestedLanguageModel, cannot, expect, require, unsupported
 from theseus.model.huggingface.names import TensorMap, heads_in, transposed
 from theseus.model.models.mixtral.hf import mixture
 from theseus.model.models.qwen3_next.hf import HybridFamily, Qwen3NextFamily
@@ -146,7 +146,7 @@ class VisionLanguage(NestedLanguageModel, HybridFamily):
     """A vision-language checkpoint of a Qwen3.5 text family (the next class in the MRO): the language
     model's ``config.json`` fields in ``text_config``, its tensors under ``model.language_model.``; the
     vision tower's tensors (``model.visual.*``) are set aside (:class:`NestedLanguageModel`). Export writes
-    the text family's checkpoint (``text_model_type``, ``text_hf_class``): theseus holds no vision tower to write."""
+    the text family's checkpoint (``text``): theseus holds no vision tower to write."""
 
     towers: ClassVar[tuple[str, ...]] = (VISUAL,)
 
@@ -154,10 +154,7 @@ class VisionLanguage(NestedLanguageModel, HybridFamily):
 class Qwen35TextFamily(Qwen35Layout):
     """``model_type: qwen3_5_text``: dense Qwen3.5 (a SwiGLU ``mlp`` on every layer)."""
 
-    model_type: ClassVar[str] = "qwen3_5_text"
-    hf_class: ClassVar[str] = "Qwen3_5ForCausalLM"
-    model_class: ClassVar[str] = QWEN3_5_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("qwen3_5_text", "Qwen3_5ForCausalLM", QWEN3_5_CLASS)
 
     def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
         if config.get("num_experts"):
@@ -168,11 +165,8 @@ class Qwen35TextFamily(Qwen35Layout):
 class Qwen35Family(VisionLanguage, Qwen35TextFamily):
     """``model_type: qwen3_5``: the language model of a dense Qwen3.5 vision-language checkpoint."""
 
-    model_type: ClassVar[str] = "qwen3_5"
-    hf_class: ClassVar[str] = "Qwen3_5ForConditionalGeneration"
-    fallback: ClassVar[bool] = False
-    text_model_type: ClassVar[str] = Qwen35TextFamily.model_type
-    text_hf_class: ClassVar[str] = Qwen35TextFamily.hf_class
+    identity: ClassVar[Identity] = Identity("qwen3_5", "Qwen3_5ForConditionalGeneration")
+    text: ClassVar[Identity] = Qwen35TextFamily.identity
 
 
 class Qwen35MoETextFamily(Qwen35Layout, Qwen3NextFamily):
@@ -180,10 +174,7 @@ class Qwen35MoETextFamily(Qwen35Layout, Qwen3NextFamily):
     layer). A checkpoint whose experts are fused (the releases) is read as such: :meth:`checkpoint_keys`
     notes it, for :meth:`expert_maps`."""
 
-    model_type: ClassVar[str] = "qwen3_5_moe_text"
-    hf_class: ClassVar[str] = "Qwen3_5MoeForCausalLM"
-    model_class: ClassVar[str] = QWEN3_5_MOE_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", QWEN3_5_MOE_CLASS)
 
     #: Whether the checkpoint being imported stores each layer's experts fused (set by ``checkpoint_keys``).
     fused: bool = False
@@ -227,11 +218,8 @@ class Qwen35MoETextFamily(Qwen35Layout, Qwen3NextFamily):
 class Qwen35MoEFamily(VisionLanguage, Qwen35MoETextFamily):
     """``model_type: qwen3_5_moe``: the language model of a Qwen3.5 MoE vision-language checkpoint."""
 
-    model_type: ClassVar[str] = "qwen3_5_moe"
-    hf_class: ClassVar[str] = "Qwen3_5MoeForConditionalGeneration"
-    fallback: ClassVar[bool] = False
-    text_model_type: ClassVar[str] = Qwen35MoETextFamily.model_type
-    text_hf_class: ClassVar[str] = Qwen35MoETextFamily.hf_class
+    identity: ClassVar[Identity] = Identity("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration")
+    text: ClassVar[Identity] = Qwen35MoETextFamily.identity
 
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from theseus.model.huggingface.family import require, unsupported
+from theseus.model.huggingface.family import Identity, require, unsupported
 from theseus.model.huggingface.names import TensorMap
 from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES
 from theseus.model.models.mixtral.hf import (
@@ -43,10 +43,7 @@ def first_dense_layers(config: Mapping[str, Any]) -> int:
 class Qwen3MoEFamily(Qwen3Family):
     """``model_type: qwen3_moe``."""
 
-    model_type: ClassVar[str] = "qwen3_moe"
-    hf_class: ClassVar[str] = "Qwen3MoeForCausalLM"
-    model_class: ClassVar[str] = QWEN3_MOE_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("qwen3_moe", "Qwen3MoeForCausalLM", QWEN3_MOE_CLASS)
     peft_modules: ClassVar[Mapping[str, str]] = ATTENTION_PEFT_MODULES
 
     def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:

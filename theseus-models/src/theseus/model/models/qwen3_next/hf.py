@@ -21,11 +21,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from theseus.model.huggingface.config_fields import partial_rotary_factor, rope_keys, without_partial_rotary
-from theseus.model.huggingface.family import PeftLayout, cannot, require, unsupported
-from theseus.model.huggingface.names import TensorMap, heads_in, heads_out, same, vocab_embedding, vocab_head
+from theseus.model.huggingface.config_fields import partial_rotary_factor, rope_keys, setting, without_partial_rotary
+from theseus.model.huggingface.family import Identity, PeftLayout, cannot, require, unsupported
+from theseus.model.huggingface.names import (
+    TensorMap,
+    embedding_maps,
+    head_maps,
+    heads_in,
+    heads_out,
+    same,
+)
 from theseus.model.layers.attention import FULL_ATTENTION, LINEAR_ATTENTION
-from theseus.model.models.gpt_oss.hf import setting
 from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, MLP_PEFT_MODULES
 from theseus.model.models.llama4.hf import swiglu_maps
 from theseus.model.models.mixtral.hf import expert_maps, mixture
@@ -140,7 +146,7 @@ class HybridFamily(Qwen3Family):
             raise cannot(self.model_type, "a model without Qwen3-Next's layers")
         e, h, kv, d = arch.n_embd, arch.attention.n_heads, arch.attention.kv_heads, arch.head_dim
         types = arch.layer_types or (LINEAR_ATTENTION,) * arch.n_layers
-        maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+        maps = embedding_maps(arch)
         for i in range(arch.n_layers):
             hf, attn = f"model.layers.{i}.", (f"blocks_{i}", "attn")
             maps += self.layer_norm_maps(arch, i)
@@ -157,9 +163,7 @@ class HybridFamily(Qwen3Family):
             else:
                 maps += self.linear_maps(arch, hf + "linear_attn.", attn)
             maps += self.mlp_maps(arch, i)
-        maps.append(same("model.norm.weight", ("final_norm", "scale"), (arch.n_embd,)))
-        if not arch.tied_embeddings:
-            maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+        maps += head_maps(arch)
         return maps
 
     def mlp_maps(self, arch: Any, layer: int) -> list[TensorMap]:
@@ -229,10 +233,7 @@ class Qwen3NextFamily(HybridFamily, Qwen3MoEFamily):
     """``model_type: qwen3_next``: :class:`HybridFamily`'s layers whose ``mlp`` is the mixture with the gated
     shared expert (dense in ``mlp_only_layers``)."""
 
-    model_type: ClassVar[str] = "qwen3_next"
-    hf_class: ClassVar[str] = "Qwen3NextForCausalLM"
-    model_class: ClassVar[str] = QWEN3_NEXT_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("qwen3_next", "Qwen3NextForCausalLM", QWEN3_NEXT_CLASS)
     peft_modules: ClassVar[Mapping[str, str]] = GATED_ATTENTION_PEFT_MODULES
 
     def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from theseus.errors import ConfigError
 from theseus.model.huggingface.config_fields import rope_keys
-from theseus.model.huggingface.family import cannot, require, unsupported
+from theseus.model.huggingface.family import Identity, cannot, require, unsupported
 from theseus.model.layers.attention import FULL_ATTENTION
 from theseus.model.layers.rotary import rope_layer_flags
 from theseus.model.models.llama.hf import LlamaFamily
@@ -29,10 +29,7 @@ DEFAULT_THETA, DEFAULT_INTERVAL = 2000000.0, 4
 class SmolLM3Family(LlamaFamily):
     """``model_type: smollm3``."""
 
-    model_type: ClassVar[str] = "smollm3"
-    hf_class: ClassVar[str] = "SmolLM3ForCausalLM"
-    model_class: ClassVar[str] = SMOLLM3_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("smollm3", "SmolLM3ForCausalLM", SMOLLM3_CLASS)
 
     # -- import ------------------------------------------------------------------------------------
     def keys(self, config: Mapping[str, Any]) -> dict[str, Any]:
