@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from theseus.base.accelerator import accelerator
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
+from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora, quantization
 from theseus.model.layers._common import (
@@ -914,12 +915,24 @@ class CausalSelfAttention(StackLayer):
         return out
 
 
+def rotary_fraction_field(default: float) -> Any:
+    """The ``architecture/partial_rotary_factor`` field of a family's :class:`PartialRotaryAttention`, with
+    the default of the family's releases."""
+    return field(
+        "architecture/partial_rotary_factor",
+        default=default,
+        above=0.0,
+        max=1.0,
+        help="the fraction of each query/key head that RoPE rotates (the leading dimensions)",
+    )
+
+
 class PartialRotaryAttention(CausalSelfAttention):
     """:class:`CausalSelfAttention` whose RoPE turns only the leading ``partial_rotary_factor`` of each
     query/key head (with frequencies over those dimensions, half-split as :func:`rotate`); the rest pass
     unrotated. Every layer rotates with the position's ``theta`` and ``scaling``. A family's subclass
-    declares ``architecture/partial_rotary_factor`` with its releases' default (Qwen3-Next 0.25,
-    MiniMax-M2 0.5)."""
+    declares ``architecture/partial_rotary_factor`` with its releases' default
+    (:func:`rotary_fraction_field`: Qwen3-Next 0.25, GLM-4.5 and MiniMax-M2 0.5)."""
 
     partial_rotary_factor: float = 1.0
 

@@ -214,19 +214,32 @@ def rotate(
     """:class:`RotaryEmbedding`'s rotation as a function: ``theta`` may be traced (a base per layer).
     ``turning``: only the first that many of the ``head_dim / 2`` pairs turn, the others have frequency 0
     (proportional RoPE, :func:`proportional_pairs`); the frequencies stay those of the whole head."""
+    half = x.shape[-1] // 2
+    angles = head_angles(x, positions, theta, scaling)
+    if turning is not None and turning < half:
+        angles = jnp.where(jnp.arange(half) < turning, angles, 0.0)
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    x32 = x.astype(jnp.float32)
+    first, second = x32[..., :half], x32[..., half:]
+    rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+    return magnified(rotated, scaling, x)
+
+
+def head_angles(
+    x: jax.Array, positions: jax.Array | None, theta: float | jax.Array, scaling: RopeScaling | None
+) -> jax.Array:
+    """The angles ``[B, T, 1, head_dim / 2]`` that rotate ``x`` ``[B, T, N, head_dim]`` at ``positions``
+    (None: 0, 1, ...); one line for an odd head dimension."""
     head_dim = x.shape[-1]
     if head_dim % 2:
         raise ConfigError(f"rotary embedding needs an even head dimension, got {head_dim}; change n_embd or n_heads")
     if positions is None:
         positions = jnp.arange(x.shape[1], dtype=jnp.int32)[None, :]
-    angles = rotary_angles(positions, head_dim, theta, scaling)[:, :, None, :]  # [B, T, 1, H/2]
-    if turning is not None and turning < head_dim // 2:
-        angles = jnp.where(jnp.arange(head_dim // 2) < turning, angles, 0.0)
-    cos, sin = jnp.cos(angles), jnp.sin(angles)
-    half = head_dim // 2
-    x32 = x.astype(jnp.float32)
-    first, second = x32[..., :half], x32[..., half:]
-    rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+    return rotary_angles(positions, head_dim, theta, scaling)[:, :, None, :]
+
+
+def magnified(rotated: jax.Array, scaling: RopeScaling | None, x: jax.Array) -> jax.Array:
+    """``rotated`` (float32) times the scaling's magnitude (longrope, yarn), in ``x``'s dtype."""
     if scaling is not None and scaling.magnitude != 1.0:
         rotated = rotated * scaling.magnitude
     return rotated.astype(x.dtype)

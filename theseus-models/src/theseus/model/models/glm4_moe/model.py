@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from theseus.config import field
-from theseus.model.layers.attention import CausalSelfAttention, PartialRotaryAttention
+from theseus.model.layers.attention import CausalSelfAttention, PartialRotaryAttention, rotary_fraction_field
 from theseus.model.models.llama.model import Llama
 from theseus.model.stack.architecture import Architecture, Preset
 from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
@@ -70,13 +70,7 @@ class Glm4MoeAttention(PartialRotaryAttention):
     """:class:`CausalSelfAttention` whose RoPE turns the leading ``architecture/partial_rotary_factor``
     of each query/key head (GLM-4.5's 0.5); the rest pass unrotated."""
 
-    partial_rotary_factor: float = field(
-        "architecture/partial_rotary_factor",
-        default=0.5,
-        above=0.0,
-        max=1.0,
-        help="the fraction of each query/key head that RoPE rotates (the leading dimensions; GLM-4.5: 0.5)",
-    )
+    partial_rotary_factor: float = rotary_fraction_field(0.5)
 
 
 class Glm4MoeBlock(MoEBlock):

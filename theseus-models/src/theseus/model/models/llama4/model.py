@@ -36,7 +36,7 @@ from theseus.model.layers.attention import (
 from theseus.model.layers.context_parallel import refuse
 from theseus.model.layers.experts import Kernels, Routing
 from theseus.model.layers.moe import MoE, MoESpec
-from theseus.model.layers.rotary import RopeScaling, rope_layer_flags, rotary_angles
+from theseus.model.layers.rotary import RopeScaling, head_angles, magnified, rope_layer_flags
 from theseus.model.models.llama.model import Llama
 from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
 from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
@@ -121,19 +121,12 @@ def rotate_pairs(
     """RoPE of ``x`` ``[B, T, N, H]`` with adjacent elements ``(2i, 2i + 1)`` as the (real, imaginary)
     pairs (Meta's complex form; theseus' :func:`~theseus.model.layers.rotary.rotate` pairs the halves),
     in float32, returned in ``x``'s dtype."""
-    head_dim = x.shape[-1]
-    if head_dim % 2:
-        raise ConfigError(f"rotary embedding needs an even head dimension, got {head_dim}")
-    if positions is None:
-        positions = jnp.arange(x.shape[1], dtype=jnp.int32)[None, :]
-    angles = rotary_angles(positions, head_dim, theta, scaling)[:, :, None, :]  # [B, T, 1, H/2]
+    angles = head_angles(x, positions, theta, scaling)
     cos, sin = jnp.cos(angles), jnp.sin(angles)
-    pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], head_dim // 2, 2)
+    pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
     real, imag = pairs[..., 0], pairs[..., 1]
     rotated = jnp.stack([real * cos - imag * sin, imag * cos + real * sin], axis=-1).reshape(x.shape)
-    if scaling is not None and scaling.magnitude != 1.0:
-        rotated = rotated * scaling.magnitude
-    return rotated.astype(x.dtype)
+    return magnified(rotated, scaling, x)
 
 
 def l2_norm(x: jax.Array, eps: float) -> jax.Array:

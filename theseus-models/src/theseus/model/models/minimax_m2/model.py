@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from theseus.config import field
-from theseus.model.layers.attention import CausalSelfAttention, PartialRotaryAttention
+from theseus.model.layers.attention import CausalSelfAttention, PartialRotaryAttention, rotary_fraction_field
 from theseus.model.models.mixtral.model import Mixtral
 from theseus.model.stack.architecture import Preset
 from theseus.model.stack.mixture import MoEBlock, MoEPreset
@@ -52,13 +51,7 @@ class MiniMaxM2Attention(PartialRotaryAttention):
     """:class:`CausalSelfAttention` whose RoPE turns the leading ``architecture/partial_rotary_factor``
     of each query/key head (MiniMax-M2's ``rotary_dim`` / ``head_dim``: 0.5); the rest pass unrotated."""
 
-    partial_rotary_factor: float = field(
-        "architecture/partial_rotary_factor",
-        default=0.5,
-        above=0.0,
-        max=1.0,
-        help="MiniMax-M2: the fraction of each query/key head that RoPE rotates (the leading dimensions)",
-    )
+    partial_rotary_factor: float = rotary_fraction_field(0.5)
 
 
 class MiniMaxM2Block(MoEBlock):

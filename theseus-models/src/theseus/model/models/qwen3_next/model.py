@@ -30,6 +30,7 @@ from theseus.model.layers.attention import (
     LINEAR_ATTENTION,
     CausalSelfAttention,
     PartialRotaryAttention,
+    rotary_fraction_field,
 )
 from theseus.model.layers.mlp import MLP
 from theseus.model.layers.moe import MoE
@@ -123,12 +124,7 @@ class Qwen3NextAttention(PartialRotaryAttention):
     before the output projection; RoPE turns only the first ``architecture/partial_rotary_factor`` of
     each head (the rest passes; :class:`PartialRotaryAttention`), after the zero-centred query/key norms."""
 
-    partial_rotary_factor: float = field(
-        "architecture/partial_rotary_factor",
-        default=0.25,
-        above=0.0,
-        help="Qwen3-Next: the fraction of each query/key head that RoPE rotates (the leading dimensions)",
-    )
+    partial_rotary_factor: float = rotary_fraction_field(0.25)
 
     def _layer_window(self, layer: int | jax.Array | None) -> int | jax.Array | None:
         return self.attention_spec.sliding_window
