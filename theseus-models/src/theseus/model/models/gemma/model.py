@@ -18,7 +18,6 @@ GEMMA2_PRESETS: dict[str, Preset] = {
         n_kv_heads=2,
         n_embd=128,
         head_dim=32,
-        mlp_ratio=4.0,
         description="~1.03M parameters at vocab 257 (384 padded rows); tests and demos",
     ),
     # google/gemma-2-2b's config.json: 26 layers, 8 query and 4 key/value heads of 256, 2304 wide,
@@ -29,7 +28,6 @@ GEMMA2_PRESETS: dict[str, Preset] = {
         n_kv_heads=4,
         n_embd=2304,
         head_dim=256,
-        mlp_ratio=4.0,
         description="Gemma-2-2B's shape: 2.614B parameters at vocab 256000",
     ),
 }

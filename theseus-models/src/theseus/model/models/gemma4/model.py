@@ -56,7 +56,6 @@ GEMMA4_PRESETS: dict[str, Preset] = {
         head_dim=32,
         global_head_dim=64,
         per_layer_dim=16,
-        mlp_ratio=4.0,
         description="1.59M parameters at vocab 384 (full layer 5: heads of 64), per-layer inputs of 16; tests",
     ),
 }

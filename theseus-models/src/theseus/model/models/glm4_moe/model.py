@@ -39,11 +39,8 @@ GLM4_MOE_PRESETS: dict[str, Preset] = {
         n_embd=64,
         head_dim=16,
         mlp_ratio=3.0,
-        n_experts=8,
-        top_k=2,
         expert_hidden=32,
         n_group=2,
-        topk_group=1,
         description="3 layers (1 dense) of 8 experts (top 2 of 1 group of 2, 1 shared) of 32, 64 wide; tests",
     ),
     # zai-org/GLM-4.5-Air's config.json: 46 layers (the first dense, intermediate 10944), 96 query and 8

@@ -41,7 +41,6 @@ GPT_OSS_PRESETS: dict[str, Preset] = {
         head_dim=16,
         mlp_ratio=1.0,
         n_experts=4,
-        top_k=2,
         description="2 layers of 4 experts (top 2) of width 64, 64 wide; tests and demos",
     ),
     # openai/gpt-oss-20b's config.json: 24 layers, 64 query and 8 key/value heads of 64, 2880 wide,

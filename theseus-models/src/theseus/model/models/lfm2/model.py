@@ -64,7 +64,6 @@ LFM2_PRESETS: dict[str, Preset] = {
         n_heads=32,
         n_kv_heads=8,
         n_embd=2048,
-        mlp_ratio=4.0,
         full_attn_idxs=RELEASE_ATTENTION,
         description="LFM2-1.2B's shape: 1.17B parameters at vocab 65536",
     ),

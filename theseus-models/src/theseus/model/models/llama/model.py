@@ -44,7 +44,6 @@ LLAMA_PRESETS: dict[str, Preset] = {
         n_heads=32,
         n_kv_heads=8,
         n_embd=2048,
-        mlp_ratio=4.0,
         ffn_multiple=256,
         description="Llama 3.2 1B's shape: 1.24B at vocab 128256 with architecture/tied_embeddings=true",
     ),

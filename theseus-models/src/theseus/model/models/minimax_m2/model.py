@@ -24,8 +24,6 @@ MINIMAX_M2_PRESETS: dict[str, Preset] = {
         n_embd=64,
         head_dim=32,
         mlp_ratio=0.5,
-        n_experts=8,
-        top_k=2,
         router="sigmoid",
         description="2 layers of 8 experts (top 2, sigmoid-routed) of width 32, 64 wide; tests and demos",
     ),

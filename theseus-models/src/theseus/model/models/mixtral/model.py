@@ -16,7 +16,6 @@ MIXTRAL_PRESETS: dict[str, Preset] = {
         n_embd=64,
         mlp_ratio=2.0,
         n_experts=4,
-        top_k=2,
         description="2 layers of 4 experts (top 2) of width 128, 64 wide; tests and demos",
     ),
     # mistralai/Mixtral-8x7B-v0.1's config.json: 32 layers, 32 query and 8 key/value heads, 4096 wide,

@@ -12,9 +12,7 @@ OLMO2_PRESETS: dict[str, Preset] = {
     "tiny": Preset(
         n_layers=4,
         n_heads=4,
-        n_kv_heads=4,
         n_embd=128,
-        mlp_ratio=4.0,
         description="~0.9M parameters at vocab 257; tests and demos",
     ),
     # allenai/OLMo-2-0425-1B's config.json: 16 layers, 16 heads of 128 (no grouping), 2048 wide,
@@ -22,9 +20,7 @@ OLMO2_PRESETS: dict[str, Preset] = {
     "olmo2-1b": Preset(
         n_layers=16,
         n_heads=16,
-        n_kv_heads=16,
         n_embd=2048,
-        mlp_ratio=4.0,
         description="OLMo-2-0425-1B's shape: 1.485B parameters at vocab 100352",
     ),
 }

@@ -16,7 +16,6 @@ OLMO3_PRESETS: dict[str, Preset] = {
     "olmo3-7b": Preset(
         n_layers=32,
         n_heads=32,
-        n_kv_heads=32,
         n_embd=4096,
         mlp_ratio=11008 / 4096,
         description="Olmo-3-1025-7B's shape: 7.299B parameters at vocab 100352",

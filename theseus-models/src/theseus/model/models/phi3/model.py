@@ -11,7 +11,6 @@ PHI3_PRESETS: dict[str, Preset] = {
     "tiny": Preset(
         n_layers=4,
         n_heads=4,
-        n_kv_heads=4,
         n_embd=128,
         mlp_ratio=8.0 / 3.0,
         ffn_multiple=32,
@@ -23,7 +22,6 @@ PHI3_PRESETS: dict[str, Preset] = {
     "phi-3-mini": Preset(
         n_layers=32,
         n_heads=32,
-        n_kv_heads=32,
         n_embd=3072,
         mlp_ratio=8192 / 3072,
         description="Phi-3-mini's shape: 3.821B parameters at vocab 32064 (vocab_multiple=1)",

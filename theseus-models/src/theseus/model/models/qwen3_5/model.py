@@ -11,9 +11,16 @@ checkpoint's text positions (multimodal RoPE, which for text is plain RoPE).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
-from theseus.model.models.qwen3_next.model import HybridPreset, Qwen3Next, Qwen3NextHybrid, Qwen3NextPreset
+from theseus.model.models.qwen3_next.model import (
+    QWEN3_NEXT_PRESETS,
+    HybridPreset,
+    Qwen3Next,
+    Qwen3NextHybrid,
+    Qwen3NextPreset,
+)
 from theseus.model.stack.architecture import Preset
 
 QWEN3_5_PRESETS: dict[str, Preset] = {
@@ -47,22 +54,8 @@ QWEN3_5_PRESETS: dict[str, Preset] = {
 }
 
 QWEN3_5_MOE_PRESETS: dict[str, Preset] = {
-    "tiny": Qwen3NextPreset(
-        n_layers=4,
-        n_heads=4,
-        n_kv_heads=2,
-        n_embd=64,
-        head_dim=16,
-        mlp_ratio=0.5,
-        n_experts=4,
-        top_k=2,
-        expert_hidden=32,
-        linear_key_heads=2,
-        linear_value_heads=4,
-        linear_key_dim=16,
-        linear_value_dim=16,
-        description="4 layers (full attention at 3), mixtures of 4 experts of 32 (top 2) + a shared one, 64 wide",
-    ),
+    # Qwen3-Next's, with d_ff the experts' width (no layer is dense)
+    "tiny": dataclasses.replace(QWEN3_NEXT_PRESETS["tiny"], mlp_ratio=0.5),
     # Qwen/Qwen3.5-35B-A3B's config.json (text_config): 40 layers (every 4th full attention: 16 query and
     # 2 key/value heads of 256, a quarter of each rotated; the others Gated DeltaNet: 16 query/key heads and
     # 32 value heads of 128, convolution of 4), 2048 wide, every layer a mixture of 256 experts of 512

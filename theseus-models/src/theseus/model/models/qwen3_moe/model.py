@@ -16,8 +16,6 @@ QWEN3_MOE_PRESETS: dict[str, Preset] = {
         n_embd=64,
         head_dim=16,
         mlp_ratio=3.0,
-        n_experts=8,
-        top_k=2,
         expert_hidden=32,
         description="2 layers of 8 experts (top 2) of width 32, 64 wide; tests and demos",
     ),

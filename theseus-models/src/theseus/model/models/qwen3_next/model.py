@@ -72,7 +72,6 @@ QWEN3_NEXT_PRESETS: dict[str, Preset] = {
         head_dim=16,
         mlp_ratio=2.0,
         n_experts=4,
-        top_k=2,
         expert_hidden=32,
         linear_key_heads=2,
         linear_value_heads=4,
