@@ -22,7 +22,7 @@ from theseus.model.huggingface.config_fields import partial_rotary_factor, rope_
 from theseus.model.huggingface.family import Identity, cannot, expect, require, unsupported
 from theseus.model.huggingface.names import TensorMap, embedding_maps, head_maps, same
 from theseus.model.models.deepseek_v3.hf import feed_forward_maps, mixture_config, sigmoid_mixture
-from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, LlamaFamily, projection_maps
+from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, LlamaFamily, attention_maps
 from theseus.model.stack.architecture import Architecture
 
 GLM4_MOE_CLASS = "theseus.model.models.glm4_moe.model:Glm4Moe"
@@ -111,7 +111,7 @@ class Glm4MoeFamily(LlamaFamily):
         for i in range(arch.n_layers):
             hf, ours = f"model.layers.{i}.self_attn.", (f"blocks_{i}", "attn")
             maps += self.layer_norm_maps(arch, i)
-            maps += [m for m in projection_maps(arch, i) if ".self_attn." in m.hf]
+            maps += attention_maps(arch, i)
             if arch.attention.qk_norm:
                 maps.append(same(hf + "q_norm.weight", (*ours, "query_norm", "scale"), (arch.head_dim,)))
                 maps.append(same(hf + "k_norm.weight", (*ours, "key_norm", "scale"), (arch.head_dim,)))

@@ -24,13 +24,12 @@ from theseus.model.huggingface.names import (
     embedding_maps,
     head_maps,
     heads_in,
-    heads_out,
     same,
     transposed,
 )
 from theseus.model.layers.attention import FULL_ATTENTION
 from theseus.model.layers.short_conv import GATES, SHORT_CONV
-from theseus.model.models.llama.hf import LlamaFamily
+from theseus.model.models.llama.hf import LlamaFamily, attention_maps
 from theseus.model.stack.architecture import Architecture
 
 LFM2_CLASS = "theseus.model.models.lfm2.model:Lfm2"
@@ -133,13 +132,7 @@ class Lfm2Family(LlamaFamily):
 
         if not isinstance(arch, Lfm2Architecture):
             raise cannot(self.model_type, "a model without LFM2's short-convolution layers")
-        e, h, kv, d, f = (
-            arch.n_embd,
-            arch.attention.n_heads,
-            arch.attention.kv_heads,
-            arch.head_dim,
-            arch.feed_forward.d_ff,
-        )
+        e, d, f = arch.n_embd, arch.head_dim, arch.feed_forward.d_ff
         types = arch.layer_types or (FULL_ATTENTION,) * arch.n_layers
         maps = embedding_maps(arch)
         for i in range(arch.n_layers):
@@ -171,10 +164,7 @@ class Lfm2Family(LlamaFamily):
             else:
                 sa = hf + "self_attn."
                 maps += [
-                    heads_in(sa + "q_proj.weight", (*attn, "query"), e, h, d),
-                    heads_in(sa + "k_proj.weight", (*attn, "key"), e, kv, d),
-                    heads_in(sa + "v_proj.weight", (*attn, "value"), e, kv, d),
-                    heads_out(sa + "out_proj.weight", (*attn, "out"), e, h, d),
+                    *attention_maps(arch, i, out="out_proj"),
                     same(sa + "q_layernorm.weight", (*attn, "query_norm", "scale"), (d,)),
                     same(sa + "k_layernorm.weight", (*attn, "key_norm", "scale"), (d,)),
                 ]

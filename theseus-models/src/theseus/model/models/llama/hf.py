@@ -46,18 +46,27 @@ ATTENTION_PEFT_MODULES = {
 MLP_PEFT_MODULES = {"up": "mlp.up_proj", "gate": "mlp.gate_proj", "down": "mlp.down_proj"}
 
 
-def projection_maps(arch: Architecture, layer: int) -> list[TensorMap]:
-    """The attention and MLP projections of one layer (``model.layers.<layer>.``), without its norms."""
-    e, h, kv, d, f = arch.n_embd, arch.attention.n_heads, arch.attention.kv_heads, arch.head_dim, arch.feed_forward.d_ff
-    hf, ours = f"model.layers.{layer}.", f"blocks_{layer}"
+def attention_maps(arch: Architecture, layer: int, out: str = "o_proj") -> list[TensorMap]:
+    """The query, key, value and output (``out``) projections of one layer (``model.layers.<layer>.self_attn.``),
+    with the biases ``arch`` has."""
+    e, h, kv, d = arch.n_embd, arch.attention.n_heads, arch.attention.kv_heads, arch.head_dim
+    hf, ours = f"model.layers.{layer}.self_attn.", (f"blocks_{layer}", "attn")
     maps = []
     for name, ours_name, heads in (("q", "query", h), ("k", "key", kv), ("v", "value", kv)):
-        maps.append(heads_in(hf + f"self_attn.{name}_proj.weight", (ours, "attn", ours_name), e, heads, d))
+        maps.append(heads_in(hf + f"{name}_proj.weight", (*ours, ours_name), e, heads, d))
         if arch.attention.qkv_bias:
-            maps.append(heads_bias(hf + f"self_attn.{name}_proj.bias", (ours, "attn", f"{ours_name}_bias"), heads, d))
-    maps.append(heads_out(hf + "self_attn.o_proj.weight", (ours, "attn", "out"), e, h, d))
+            maps.append(heads_bias(hf + f"{name}_proj.bias", (*ours, f"{ours_name}_bias"), heads, d))
+    maps.append(heads_out(hf + f"{out}.weight", (*ours, "out"), e, h, d))
     if arch.attention.has_out_bias:
-        maps.append(same(hf + "self_attn.o_proj.bias", (ours, "attn", "out_bias"), (e,)))
+        maps.append(same(hf + f"{out}.bias", (*ours, "out_bias"), (e,)))
+    return maps
+
+
+def projection_maps(arch: Architecture, layer: int) -> list[TensorMap]:
+    """The attention and MLP projections of one layer (``model.layers.<layer>.``), without its norms."""
+    e, f = arch.n_embd, arch.feed_forward.d_ff
+    hf, ours = f"model.layers.{layer}.", f"blocks_{layer}"
+    maps = attention_maps(arch, layer)
     for name, out_features, in_features in (("gate", f, e), ("up", f, e), ("down", e, f)):
         kernel = (ours, "mlp", name, "kernel")
         maps.append(transposed(hf + f"mlp.{name}_proj.weight", kernel, out_features, in_features))
@@ -258,5 +267,6 @@ __all__ = [
     "LlamaFamily",
     "MistralFamily",
     "Qwen2Family",
+    "attention_maps",
     "projection_maps",
 ]

@@ -25,13 +25,11 @@ from theseus.model.huggingface.names import (
     TensorMap,
     embedding_maps,
     head_maps,
-    heads_in,
-    heads_out,
     same,
     transposed,
 )
 from theseus.model.layers.attention import CHUNKED_ATTENTION, FULL_ATTENTION
-from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, AttentionBiasFamily
+from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, AttentionBiasFamily, attention_maps
 from theseus.model.models.llama4.model import NOPE_EVERY, mixture_layers
 from theseus.model.models.mixtral.hf import mixture
 from theseus.model.stack.architecture import Architecture
@@ -130,19 +128,13 @@ class Llama4TextFamily(AttentionBiasFamily):
     # -- both ways ---------------------------------------------------------------------------------
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
         moe = mixture(arch)
-        e, h, kv, d = arch.n_embd, arch.attention.n_heads, arch.attention.kv_heads, arch.head_dim
+        e = arch.n_embd
         mixtures = set(mixture_layers(arch))
         maps = embedding_maps(arch)
         for i in range(arch.n_layers):
-            hf, ours = f"model.layers.{i}.", f"blocks_{i}"
-            attn, mlp = (ours, "attn"), (ours, "mlp")
+            hf, mlp = f"model.layers.{i}.", (f"blocks_{i}", "mlp")
             maps += self.layer_norm_maps(arch, i)
-            maps += [
-                heads_in(hf + "self_attn.q_proj.weight", (*attn, "query"), e, h, d),
-                heads_in(hf + "self_attn.k_proj.weight", (*attn, "key"), e, kv, d),
-                heads_in(hf + "self_attn.v_proj.weight", (*attn, "value"), e, kv, d),
-                heads_out(hf + "self_attn.o_proj.weight", (*attn, "out"), e, h, d),
-            ]
+            maps += attention_maps(arch, i)
             if i not in mixtures:
                 maps += swiglu_maps(hf + "feed_forward.", mlp, arch.feed_forward.d_ff, e)
                 continue
