@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from theseus.errors import ConfigError
 from theseus.model.layers.attention import (
@@ -39,6 +39,9 @@ class Preset:
     mlp_ratio: float = 4.0
     ffn_multiple: int = 1
     description: str = ""
+
+
+PresetT = TypeVar("PresetT", bound=Preset)
 
 
 @dataclass(frozen=True)
@@ -221,3 +224,13 @@ def lookup_preset(presets: dict[str, Preset], name: str, family: str) -> Preset:
     if name not in presets:
         raise ConfigError(f"unknown architecture/preset {name!r} for {family}; choose one of {', '.join(presets)}")
     return presets[name]
+
+
+def lookup_preset_as(presets: dict[str, Preset], name: str, family: str, kind: type[PresetT]) -> PresetT:
+    """The preset ``name`` as a ``kind`` (a :class:`Preset` subclass): one of another class (a preset of the
+    family's base, such as a plain :class:`Preset`) keeps its :class:`Preset` fields and takes ``kind``'s
+    defaults for the others."""
+    preset = lookup_preset(presets, name, family)
+    if isinstance(preset, kind):
+        return preset
+    return kind(**{f.name: getattr(preset, f.name) for f in dataclasses.fields(Preset)})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, ClassVar, NamedTuple
 
@@ -262,6 +263,13 @@ class TransformerLM(Module):
         "trainer compiles its step and picks the fastest that fits the device, micro-batches too; none on a device "
         "that reports no memory limit, a CPU); true = full, false = none",
     )
+
+    def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):  # a run's saved configuration reads tuples back as lists: hashable
+            value = getattr(self, spec.name, None)
+            if isinstance(value, list):
+                object.__setattr__(self, spec.name, tuple(value))
+        super().__post_init__()
 
     @classmethod
     def components(cls) -> list[type]:

@@ -32,11 +32,6 @@ class InterleavedWindows(TransformerLM):
         help="sliding_attention | full_attention per layer (None: the family's interleaving)",
     )
 
-    def __post_init__(self) -> None:
-        if isinstance(self.layer_types, list):  # as a run's saved configuration reads back: keep it hashable
-            object.__setattr__(self, "layer_types", tuple(self.layer_types))
-        super().__post_init__()
-
     def _sliding_window(self) -> int | None:
         """The key's window; unset, the family's, at most the block size (longer would change nothing)."""
         if self.sliding_window is None:

@@ -33,7 +33,7 @@ from theseus.model.models.gemma.model import Gemma3, softcap
 from theseus.model.models.llama4.model import l2_norm
 from theseus.model.module import Module
 from theseus.model.stack import pipeline
-from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
+from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
 from theseus.model.stack.block import Block, LayerCall
 from theseus.model.stack.windows import pattern_layer_types
 
@@ -311,10 +311,7 @@ class Gemma4(Gemma3):
     )
 
     def _preset(self) -> Gemma4Preset:
-        preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
-        if isinstance(preset, Gemma4Preset):
-            return preset
-        return Gemma4Preset(**{f.name: getattr(preset, f.name) for f in dataclasses.fields(Preset)})
+        return lookup_preset_as(self.PRESETS, self.preset, self.FAMILY, Gemma4Preset)
 
     def resolved_layer_types(self) -> tuple[str, ...]:
         """``architecture/layer_types``, or every sixth layer full; the last layer is always full (as

@@ -18,7 +18,7 @@ from theseus.model.layers.attention import FULL_ATTENTION, CausalSelfAttention
 from theseus.model.layers.short_conv import SHORT_CONV, ShortConv
 from theseus.model.models.llama.model import Llama
 from theseus.model.module import Module
-from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
+from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
 from theseus.model.stack.block import Block
 
 
@@ -151,16 +151,8 @@ class Lfm2(Llama):
         "architecture/short_conv_bias", default=False, help="LFM2: biases on the short convolution and its projections"
     )
 
-    def __post_init__(self) -> None:
-        if isinstance(self.layer_types, list):  # as a run's saved configuration reads back: hashable
-            object.__setattr__(self, "layer_types", tuple(self.layer_types))
-        super().__post_init__()
-
     def _preset(self) -> Lfm2Preset:
-        preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
-        if isinstance(preset, Lfm2Preset):
-            return preset
-        return Lfm2Preset(**{f.name: getattr(preset, f.name) for f in dataclasses.fields(Preset)})
+        return lookup_preset_as(self.PRESETS, self.preset, self.FAMILY, Lfm2Preset)
 
     def _extra_architecture(self) -> dict[str, Any]:
         preset = self._preset()

@@ -141,12 +141,6 @@ class Llama(TransformerLM):
         help="attention window of every layer: a token sees itself and the window - 1 before it (None: no window)",
     )
 
-    def __post_init__(self) -> None:
-        for name in ("rope_short_factor", "rope_long_factor"):  # a run's saved configuration reads back lists
-            if isinstance(getattr(self, name), list):
-                object.__setattr__(self, name, tuple(getattr(self, name)))
-        super().__post_init__()
-
     def _rope_theta(self) -> float:
         return self.rope_theta
 

@@ -349,12 +349,6 @@ class Llama4(MixtureLM, Llama):
         help="Llama 4: every this many layers one is a mixture, the last of each step (None: the preset's)",
     )
 
-    def __post_init__(self) -> None:
-        for name in ("no_rope_layers", "moe_layers"):  # as a run's saved configuration reads back: hashable
-            if isinstance(getattr(self, name), list):
-                object.__setattr__(self, name, tuple(getattr(self, name)))
-        super().__post_init__()
-
     def _n_layers(self) -> int:
         preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
         return preset.n_layers if self.n_layers is None else self.n_layers

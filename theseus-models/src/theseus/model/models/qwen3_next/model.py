@@ -37,7 +37,7 @@ from theseus.model.layers.moe import MoE
 from theseus.model.models.qwen3.model import Qwen3
 from theseus.model.models.qwen3_next.deltanet import CHUNK, GatedDeltaNet
 from theseus.model.module import Module
-from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
+from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
 from theseus.model.stack.block import Block
 from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
 
@@ -271,16 +271,8 @@ class Qwen3NextHybrid(Qwen3):
         "architecture/linear_chunk_size", default=CHUNK, above=0, help="Qwen3-Next: chunk of the chunked delta rule"
     )
 
-    def __post_init__(self) -> None:
-        if isinstance(self.layer_types, list):  # as a run's saved configuration reads back: hashable
-            object.__setattr__(self, "layer_types", tuple(self.layer_types))
-        super().__post_init__()
-
     def _preset(self) -> HybridPreset:
-        preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
-        if isinstance(preset, HybridPreset):
-            return preset
-        return HybridPreset(**{f.name: getattr(preset, f.name) for f in dataclasses.fields(Preset)})
+        return lookup_preset_as(self.PRESETS, self.preset, self.FAMILY, HybridPreset)
 
     def _extra_architecture(self) -> dict[str, Any]:
         preset = self._preset()

@@ -108,11 +108,6 @@ class SmolLM3(Llama):
         help="SmolLM3: every this many layers one is NoPE, the last of each (when no_rope_layers is None)",
     )
 
-    def __post_init__(self) -> None:
-        if isinstance(self.no_rope_layers, list):  # as a run's saved configuration reads back: hashable
-            object.__setattr__(self, "no_rope_layers", tuple(self.no_rope_layers))
-        super().__post_init__()
-
     def resolve_architecture(self) -> Architecture:
         arch = super().resolve_architecture()
         flags = rope_layer_flags(self.no_rope_layers, arch.n_layers, self.no_rope_layer_interval)
