@@ -31,6 +31,16 @@ class MoEPreset(Preset):
     routed_scaling_factor: float = 1.0
 
 
+@dataclass(frozen=True)
+class SigmoidRoutingPreset(MoEPreset):
+    """A :class:`MoEPreset` with DeepSeek-V3's routing as its defaults (GLM-4.5 routes the same way): the
+    sigmoid router, one shared expert, the first layer dense."""
+
+    router: str = "sigmoid"
+    n_shared: int = 1
+    first_k_dense: int = 1
+
+
 class MoEBlock(Block):
     """:class:`Block` whose ``mlp`` is the architecture's mixture of experts (a dense MLP when ``dense``:
     the leading ``first_k_dense`` layers)."""
@@ -108,4 +118,4 @@ class MixtureLM(MoEKeys):
         return int(self.parameter_count()) - self.inactive_parameter_count()  # type: ignore[attr-defined]
 
 
-__all__ = ["MixtureLM", "MoEBlock", "MoEPreset"]
+__all__ = ["MixtureLM", "MoEBlock", "MoEPreset", "SigmoidRoutingPreset"]

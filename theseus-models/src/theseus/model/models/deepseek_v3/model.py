@@ -25,24 +25,18 @@ from theseus.model.models.llama.model import Llama
 from theseus.model.module import Module
 from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
 from theseus.model.stack.block import LayerCall, detached_child
-from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
+from theseus.model.stack.mixture import MixtureLM, MoEBlock, SigmoidRoutingPreset
 
 
 @dataclass(frozen=True)
-class DeepseekV3Preset(MoEPreset):
-    """A :class:`MoEPreset` with the latent attention's widths and DeepSeek's routing as its defaults."""
+class DeepseekV3Preset(SigmoidRoutingPreset):
+    """A :class:`SigmoidRoutingPreset` (DeepSeek's routing as its defaults) with the latent attention's widths."""
 
     q_lora_rank: int = 0
     kv_lora_rank: int = 16
     qk_nope_head_dim: int = 16
     qk_rope_head_dim: int = 8
     v_head_dim: int = 16
-    router: str = "sigmoid"
-    n_shared: int = 1
-    first_k_dense: int = 1
-    n_group: int = 1
-    topk_group: int = 1
-    routed_scaling_factor: float = 1.0
 
 
 DEEPSEEK_V3_PRESETS: dict[str, Preset] = {

@@ -18,17 +18,13 @@ from theseus.config import field
 from theseus.model.layers.attention import CausalSelfAttention, PartialRotaryAttention, rotary_fraction_field
 from theseus.model.models.llama.model import Llama
 from theseus.model.stack.architecture import Architecture, Preset
-from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
+from theseus.model.stack.mixture import MixtureLM, MoEBlock, SigmoidRoutingPreset
 
 
 @dataclass(frozen=True)
-class Glm4MoePreset(MoEPreset):
-    """A :class:`MoEPreset` with GLM-4.5's routing as its defaults: the sigmoid router, one shared
-    expert, the first layer dense."""
-
-    router: str = "sigmoid"
-    n_shared: int = 1
-    first_k_dense: int = 1
+class Glm4MoePreset(SigmoidRoutingPreset):
+    """A :class:`SigmoidRoutingPreset`: GLM-4.5 routes as DeepSeek-V3 (the sigmoid router, one shared expert,
+    the first layer dense)."""
 
 
 GLM4_MOE_PRESETS: dict[str, Preset] = {
