@@ -78,9 +78,9 @@ def vocab_head(hf: str, path: Path, arch: Architecture) -> TensorMap:
     return TensorMap(hf, (v, arch.n_embd), (path,), lambda w: [_pad_rows(w, vp).T], lambda a: a[0][:, :v].T)
 
 
-def embedding_maps(arch: Architecture) -> list[TensorMap]:
-    """A decoder checkpoint's first tensor: the token embedding ``model.embed_tokens.weight``."""
-    return [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+def embedding_maps(arch: Architecture, name: str = "model.embed_tokens.weight") -> list[TensorMap]:
+    """A decoder checkpoint's first tensor: the token embedding ``name``."""
+    return [vocab_embedding(name, ("token_embedding", "embedding"), arch)]
 
 
 def head_maps(arch: Architecture, final_norm: str = "model.norm.weight") -> list[TensorMap]:

@@ -17,15 +17,15 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from theseus.model.huggingface.family import HFFamily, PeftLayout, cannot, require, unsupported
+from theseus.model.huggingface.family import HFFamily, Identity, PeftLayout, cannot, require, unsupported
 from theseus.model.huggingface.names import (
     TensorMap,
+    embedding_maps,
+    head_maps,
     heads_in,
     heads_out,
     same,
     transposed,
-    vocab_embedding,
-    vocab_head,
 )
 from theseus.model.layers.attention import FULL_ATTENTION
 from theseus.model.layers.mamba2 import MAMBA
@@ -128,10 +128,7 @@ def check_activations(config: Mapping[str, Any]) -> None:
 class NemotronHFamily(HFFamily):
     """``model_type: nemotron_h``."""
 
-    model_type: ClassVar[str] = "nemotron_h"
-    hf_class: ClassVar[str] = "NemotronHForCausalLM"
-    model_class: ClassVar[str] = NEMOTRON_H_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("nemotron_h", "NemotronHForCausalLM", NEMOTRON_H_CLASS)
     peft_modules: ClassVar[Mapping[str, str]] = {
         "query": "mixer.q_proj",
         "key": "mixer.k_proj",
@@ -212,7 +209,7 @@ class NemotronHFamily(HFFamily):
             raise cannot(self.model_type, "a model without Nemotron-H's layer kinds")
         e = arch.n_embd
         types = arch.layer_types or (FULL_ATTENTION,) * arch.n_layers
-        maps = [vocab_embedding("model.embeddings.weight", ("token_embedding", "embedding"), arch)]
+        maps = embedding_maps(arch, "model.embeddings.weight")
         for i, kind in enumerate(types):
             hf, ours = f"model.layers.{i}.", f"blocks_{i}"
             branch = "mlp" if kind == MLP_LAYER else "attn"
@@ -223,9 +220,7 @@ class NemotronHFamily(HFFamily):
                 maps += self.mlp_maps(arch, hf + "mixer.", (ours, "mlp"))
             else:
                 maps += self.attention_maps(arch, hf + "mixer.", (ours, "attn"))
-        maps.append(same("model.norm_f.weight", ("final_norm", "scale"), (e,)))
-        if not arch.tied_embeddings:
-            maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
+        maps += head_maps(arch, "model.norm_f.weight")
         return maps
 
     def mamba_maps(self, arch: Architecture, hf: str, ours: tuple[str, ...]) -> list[TensorMap]:

@@ -18,7 +18,7 @@ from theseus.model.layers.attention import FULL_ATTENTION, CausalSelfAttention
 from theseus.model.layers.mamba2 import MAMBA, Mamba2
 from theseus.model.layers.mlp import MLP_LAYER
 from theseus.model.module import Module
-from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
+from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
 from theseus.model.stack.block import Block
 from theseus.model.stack.transformer import TransformerLM
 
@@ -255,16 +255,8 @@ class NemotronH(TransformerLM):
         help="Nemotron-H: upper clip of Mamba-2's time step (None: no clip)",
     )
 
-    def __post_init__(self) -> None:
-        if isinstance(self.layer_types, list):  # as a run's saved configuration reads back: hashable
-            object.__setattr__(self, "layer_types", tuple(self.layer_types))
-        super().__post_init__()
-
     def _preset(self) -> NemotronHPreset:
-        preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
-        if isinstance(preset, NemotronHPreset):
-            return preset
-        return NemotronHPreset(**{f.name: getattr(preset, f.name) for f in dataclasses.fields(Preset)})
+        return lookup_preset_as(self.PRESETS, self.preset, self.FAMILY, NemotronHPreset)
 
     def _extra_architecture(self) -> dict[str, Any]:
         preset = self._preset()
