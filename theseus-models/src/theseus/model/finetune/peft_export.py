@@ -59,11 +59,24 @@ def peft_tensors(
         block = params[f"blocks_{i}"]
         prefix = family.peft_layer_prefix(i)
         attn, mlp = block.get("attn", {}), block.get("mlp", {})  # a layer may have one branch (Nemotron-H)
-        for module, (a, b) in layer_adapters(family, family.peft_layout(arch, i), attn, mlp):
+        found = layer_adapters(family, family.peft_layout(arch, i), attn, mlp)
+        for name, mixer in parallel_mixers(block):  # beside attn on the same input (Falcon-H1's mamba)
+            found += layer_adapters(family, family.peft_mixer_layout(arch, i, name), mixer, {})
+        for module, (a, b) in found:
             tensors[f"base_model.model.{prefix}{module}.lora_A.weight"] = a.astype(np.float32)
             tensors[f"base_model.model.{prefix}{module}.lora_B.weight"] = b.astype(np.float32)
             ranks[prefix + module] = int(a.shape[0])
     return tensors, ranks
+
+
+def parallel_mixers(block: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """A layer's parallel mixers (:meth:`~theseus.model.stack.block.Block.parallel_mixers`): its entries other
+    than ``attn``, ``mlp`` and the norms."""
+    return [
+        (name, node)
+        for name, node in block.items()
+        if name not in ("attn", "mlp") and not name.endswith("_norm") and isinstance(node, Mapping)
+    ]
 
 
 def layer_adapters(

@@ -146,6 +146,12 @@ class HFFamily:
         same on every layer unless a family overrides this (layers of different kinds)."""
         return PeftLayout(dict(self.peft_modules), self.peft_fused_modules(), dict(self.peft_interleaved))
 
+    def peft_mixer_layout(self, arch: Architecture, layer: int, mixer: str) -> PeftLayout:
+        """The PEFT modules of layer ``layer``'s parallel mixer ``mixer`` (a block's ``parallel_mixers``:
+        Falcon-H1's ``mamba``), its adapters' names -> modules below the layer's prefix: none unless a family
+        names them, so that such an adapter is refused rather than left out."""
+        return PeftLayout({}, {}, {})
+
     def to_config(
         self,
         arch: Architecture,

@@ -18,11 +18,14 @@ and runs the same function over the new tokens, from the cached state.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from theseus.base.axis import Axis
+from theseus.errors import ConfigError
 from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, constrain, layer_width, normal, param
 from theseus.model.layers.attention import is_segment_ids, missing_cache_error
@@ -102,6 +105,41 @@ def gated_group_norm(y: jax.Array, gate: jax.Array, scale: jax.Array, groups: in
     return normed.reshape(gated.shape) * scale.astype(jnp.float32)
 
 
+@dataclass(frozen=True)
+class MambaSpec:
+    """The Mamba-2 mixers of one model, every one alike (Nemotron-H's ``mamba`` layers, Falcon-H1's parallel
+    mixers); ``validate`` names the ``architecture/mamba_*`` keys."""
+
+    n_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int = 4
+    chunk_size: int = 128
+    conv_bias: bool = True
+    bias: bool = False
+    dt_min: float = 0.0
+    dt_max: float | None = None
+
+    def validate(self) -> MambaSpec:
+        for key, value in (
+            ("mamba_heads", self.n_heads),
+            ("mamba_head_dim", self.head_dim),
+            ("mamba_state_size", self.state_size),
+            ("mamba_groups", self.n_groups),
+            ("mamba_conv_kernel", self.conv_kernel),
+            ("mamba_chunk_size", self.chunk_size),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"architecture/{key} must be a positive integer, got {value!r}")
+        if self.n_heads % self.n_groups:
+            raise ConfigError(
+                f"architecture/mamba_heads={self.n_heads} must be a multiple of architecture/mamba_groups="
+                f"{self.n_groups}; change one of them"
+            )
+        return self
+
+
 class Mamba2(StackLayer):
     """The Mamba-2 mixer, called as the stack calls its layers (a :class:`StackLayer`): ``(x, *call, layer)
     -> [B, T, E]`` (the call's positions and ``layer`` unused).
@@ -118,6 +156,11 @@ class Mamba2(StackLayer):
     the convolution's taps within an example and empty the state where an example starts. With ``decode``
     the ``cache`` collection holds ``conv`` (``[B, conv_kernel - 1, conv_dim]``, the convolution's last
     inputs) and ``ssm`` (``[B, n_heads, head_dim, state_size]``, float32).
+
+    Falcon-H1's variant: ``projection_multipliers`` (five numbers) scale ``in_proj``'s output by part (``z``,
+    ``x``, ``B``, ``C``, the time steps; its mup multipliers), ``gated_norm=False`` gates the scan's output
+    as ``y * SiLU(z)`` without the group norm (no ``norm`` parameter), and ``out_bias`` (None: ``use_bias``)
+    gives ``out_proj`` its own bias.
 
     LoRA (``model/lora/*``, see :mod:`theseus.model.layers.lora`): ``in_proj`` takes one adapter
     (``in_proj_lora_a`` / ``in_proj_lora_b``) when ``query``, ``key`` or ``value`` is a target, ``out_proj``
@@ -140,6 +183,9 @@ class Mamba2(StackLayer):
     out_std: float | None = None
     #: The model width, for :meth:`flops` on an unbound layer (None: read from a bound layer's ``out_proj``).
     n_embd: int | None = None
+    projection_multipliers: tuple[float, ...] | None = None
+    gated_norm: bool = True
+    out_bias: bool | None = None
     lora_rank: int = lora.rank_field()
     lora_alpha: float = lora.alpha_field()
     lora_dropout: float = lora.dropout_field()
@@ -218,6 +264,8 @@ class Mamba2(StackLayer):
         projected = self._project(x, "in_proj", kernel, (Axis.EMBED, Axis.MLP), deterministic)
         if self.use_bias:
             projected = projected + cast(self._bias("in_proj_bias", (projected_width,), (Axis.MLP,)), dtype)
+        if self.projection_multipliers is not None:
+            projected = projected * cast(self._part_scales(), dtype)
         gate, xbc, dt_raw = jnp.split(projected, [inner, inner + self.conv_dim], axis=-1)
 
         conv = param(self, "conv1d", normal(self.init_std), (self.conv_kernel, self.conv_dim), (None, Axis.MLP))
@@ -254,15 +302,29 @@ class Mamba2(StackLayer):
         if decode:
             ssm_cache.value = last
         y = y + skip.astype(jnp.float32)[:, None] * xs
-        scale = param(self, "norm", nn.initializers.ones_init(), (inner,), (Axis.MLP,))
-        y = gated_group_norm(y.reshape(batch, steps, inner), gate, scale, groups, self.norm_eps)
+        y = y.reshape(batch, steps, inner)
+        if self.gated_norm:
+            scale = param(self, "norm", nn.initializers.ones_init(), (inner,), (Axis.MLP,))
+            y = gated_group_norm(y, gate, scale, groups, self.norm_eps)
+        else:
+            y = y * jax.nn.silu(gate.astype(jnp.float32))
         y = constrain(cast(y, dtype), (Axis.BATCH, Axis.SEQUENCE, Axis.MLP))
         out_std = self.init_std if self.out_std is None else self.out_std
         out_kernel = param(self, "out_proj", normal(out_std), (inner, width), (Axis.MLP, Axis.EMBED))
         out = self._project(y, "out_proj", out_kernel, (Axis.MLP, Axis.EMBED), deterministic)
-        if self.use_bias:
+        if self.use_bias if self.out_bias is None else self.out_bias:
             out = out + cast(self._bias("out_proj_bias", (width,), (Axis.EMBED,)), dtype)
         return out
 
+    def _part_scales(self) -> jax.Array:
+        """``projection_multipliers`` spread over ``in_proj``'s columns: ``z`` and ``x`` ``inner`` each, ``B``
+        and ``C`` ``n_groups * state_size`` each, the time steps ``n_heads``."""
+        scales = tuple(self.projection_multipliers or ())
+        if len(scales) != 5:
+            raise ConfigError(f"Mamba-2's projection_multipliers={scales!r} must be five numbers (z, x, B, C, dt)")
+        bc = self.n_groups * self.state_size
+        widths = (self.inner, self.inner, bc, bc, self.n_heads)
+        return jnp.concatenate([jnp.full((w,), m, jnp.float32) for w, m in zip(widths, scales, strict=True)])
 
-__all__ = ["LORA_TARGETS", "MAMBA", "Mamba2", "gated_group_norm", "segment_sums", "ssd"]
+
+__all__ = ["LORA_TARGETS", "MAMBA", "Mamba2", "MambaSpec", "gated_group_norm", "segment_sums", "ssd"]

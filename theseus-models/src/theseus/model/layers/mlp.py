@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.errors import ConfigError
@@ -98,6 +99,9 @@ class MLP(Module):
     multiple_of: int = 1
     init_std: float = INIT_STD
     out_std: float | None = None
+    #: mup-style multipliers (Falcon-H1's): the gate's output before the activation, and the output.
+    gate_multiplier: float = 1.0
+    down_multiplier: float = 1.0
 
     @property
     def sharding(self) -> ShardingPlan:
@@ -157,12 +161,16 @@ class MLP(Module):
         up = self._dense("up", x, width, (Axis.EMBED, Axis.MLP), self.init_std, deterministic)
         if self.gated:
             gate = self._dense("gate", x, width, (Axis.EMBED, Axis.MLP), self.init_std, deterministic)
+            if self.gate_multiplier != 1.0:
+                gate = gate * jnp.asarray(self.gate_multiplier, gate.dtype)
             h = act(gate) * up
         else:
             h = act(up)
         h = constrain(h, (Axis.BATCH, Axis.SEQUENCE, Axis.MLP))
         out_std = self.init_std if self.out_std is None else self.out_std
         out = self._dense("down", h, n_embd, (Axis.MLP, Axis.EMBED), out_std, deterministic)
+        if self.down_multiplier != 1.0:
+            out = out * jnp.asarray(self.down_multiplier, out.dtype)
         if self.dropout > 0.0 and not deterministic:
             out = nn.Dropout(rate=self.dropout)(out, deterministic=False)
         return out

@@ -8,6 +8,7 @@ import contextlib
 from typing import Any, ClassVar, TypeVar
 
 import jax
+import jax.numpy as jnp
 
 from theseus.base.axis import ShardingPlan
 from theseus.config import configuration, configure
@@ -71,6 +72,10 @@ class Block(StackLayer):
     index, passed by the model only when the architecture has ``layer_types``) tells the attention which
     window and RoPE base it uses.
 
+    The token-mixing branch may be several mixers in parallel: :meth:`parallel_mixers` adds mixers beside
+    ``attn`` that read the same normed input, and their outputs, each scaled (:meth:`mixer_scales`), are
+    summed into one residual (Falcon-H1's attention and Mamba-2).
+
     Either branch may be absent: a family whose layers are each one kind (Nemotron-H's mixer layers and MLP
     layers, each with its own norm and residual) says which in :meth:`branches`, and the block has neither
     the other branch nor its norms.
@@ -105,9 +110,13 @@ class Block(StackLayer):
         mixes, feeds = self.branches()
         attn = self.attention() if mixes else None
         mlp = self.feed_forward() if feeds else None
+        parallel = self.parallel_mixers() if attn is not None else {}
         if attn is not None:
             self.attn_norm = make_norm(self, norm)
             self.attn = attn
+        for name, mixer in parallel.items():
+            setattr(self, name, mixer)
+        self.parallel_names = tuple(parallel)
         if mlp is not None:
             self.mlp_norm = make_norm(self, norm)
         if norm.placement == "sandwich":
@@ -132,6 +141,17 @@ class Block(StackLayer):
         """Whether the layer has its token-mixing branch (``attn``) and its feed-forward branch (``mlp``):
         both here; a family whose layers are each one kind leaves one out."""
         return True, True
+
+    def parallel_mixers(self) -> dict[str, Module]:
+        """Token mixers beside ``attn``, by attribute name: each reads the same normed input as ``attn`` and
+        their outputs and its are summed into the one residual branch (Falcon-H1's Mamba-2 beside its
+        attention); none here. Their inputs and outputs are scaled by :meth:`mixer_scales`."""
+        return {}
+
+    def mixer_scales(self, name: str) -> tuple[float, float]:
+        """What the input and the output of mixer ``name`` (``attn`` or a parallel one) are multiplied by:
+        1 and 1 here (Falcon-H1: its attention and SSM in and out multipliers)."""
+        return 1.0, 1.0
 
     def attention(self) -> Module:
         """The layer's attention branch (``attn``): grouped-query attention here; a subclass may return
@@ -173,7 +193,8 @@ class Block(StackLayer):
         """Forward + backward FLOPs of ``seq`` tokens: the sum of its parts' own counts, the attention
         branch's (``attn``: projections and scores, of layer ``layer``'s window when the architecture
         has ``layer_types``) and the feed-forward's (``mlp``: a dense MLP, or the weights a token passes
-        through in a mixture). Norms and residual sums are elementwise and not counted. Unbound, the
+        through in a mixture), with the parallel mixers' beside ``attn``. Norms and residual sums are elementwise and
+        not counted. Unbound, the
         parts are counted on a copy bound to no variables (:func:`counting_child`); a subclass that adds
         a branch adds its count: ``super().flops(seq, layer) + self.extra.flops(seq)`` (on the bound
         block the model counts with)."""
@@ -183,6 +204,7 @@ class Block(StackLayer):
         if self.has_attention:
             attn: Any = self.attn  # an attention layer takes its index; Module.flops does not
             attention = attn.flops(seq) if layer is None else attn.flops(seq, layer=layer)
+            attention += sum(int(getattr(self, name).flops(seq)) for name in self.parallel_names)
         if self.has_feed_forward:
             mlp = self.mlp.flops(seq)
         return int(attention) + int(mlp)
@@ -190,10 +212,23 @@ class Block(StackLayer):
     def forward(self, x: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
         placement = self.arch.norm.placement
         if self.has_attention:
-            x = x + self.branch(x, lambda h: self.attn(h, *call, layer), "attn", placement)
+            x = x + self.branch(x, lambda h: self.mix(h, call, layer), "attn", placement)
         if self.has_feed_forward:
             x = x + self.branch(x, lambda h: self.mlp(h, call.deterministic), "mlp", placement)
         return constrain(x, ACTIVATION_AXES)
+
+    def mix(self, h: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
+        """The token-mixing branch of ``h``: ``attn`` alone, or the sum of ``attn`` and the
+        :meth:`parallel_mixers`, each with its input and output scaled (:meth:`mixer_scales`)."""
+        total: jax.Array | None = None
+        for name in ("attn", *self.parallel_names):
+            scale_in, scale_out = self.mixer_scales(name)
+            given = h if scale_in == 1.0 else h * jnp.asarray(scale_in, h.dtype)
+            out = getattr(self, name)(given, *call, layer)
+            out = out if scale_out == 1.0 else out * jnp.asarray(scale_out, out.dtype)
+            total = out if total is None else total + out
+        assert total is not None
+        return total
 
     def branch(self, x: jax.Array, apply: Any, name: str, placement: str) -> jax.Array:
         """One residual branch's output (``name``: ``attn`` or ``mlp``) with its norms where ``placement``

@@ -15,7 +15,7 @@ from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import child
 from theseus.model.layers.attention import FULL_ATTENTION, CausalSelfAttention
-from theseus.model.layers.mamba2 import MAMBA, Mamba2
+from theseus.model.layers.mamba2 import MAMBA, Mamba2, MambaSpec
 from theseus.model.layers.mlp import MLP_LAYER
 from theseus.model.module import Module
 from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
@@ -97,40 +97,6 @@ NEMOTRON_H_PRESETS: dict[str, Preset] = {
         description="Nemotron-H 4B's shape: 4.49B parameters at vocab 131072",
     ),
 }
-
-
-@dataclass(frozen=True)
-class MambaSpec:
-    """The Mamba-2 mixers of one model (every ``mamba`` layer alike)."""
-
-    n_heads: int
-    head_dim: int
-    state_size: int
-    n_groups: int
-    conv_kernel: int = 4
-    chunk_size: int = 128
-    conv_bias: bool = True
-    bias: bool = False
-    dt_min: float = 0.0
-    dt_max: float | None = None
-
-    def validate(self) -> MambaSpec:
-        for key, value in (
-            ("mamba_heads", self.n_heads),
-            ("mamba_head_dim", self.head_dim),
-            ("mamba_state_size", self.state_size),
-            ("mamba_groups", self.n_groups),
-            ("mamba_conv_kernel", self.conv_kernel),
-            ("mamba_chunk_size", self.chunk_size),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"architecture/{key} must be a positive integer, got {value!r}")
-        if self.n_heads % self.n_groups:
-            raise ConfigError(
-                f"architecture/mamba_heads={self.n_heads} must be a multiple of architecture/mamba_groups="
-                f"{self.n_groups}; change one of them"
-            )
-        return self
 
 
 @dataclass(frozen=True)
