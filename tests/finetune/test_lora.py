@@ -132,6 +132,10 @@ PEFT_CASES = {
     # a Mamba-2 layer (LAYER_RANKS: in_proj, adapted for query, key and value; PEFT refuses its out_proj, so
     # no out), an attention layer and a squared-ReLU MLP layer (up_proj, down_proj: no gate)
     "nemotron_h": ("nemotron_h", False, ["query", "key", "value", "up", "down"], 0),
+    # attention and a Mamba-2 mixer in parallel (LAYER_RANKS: the mixer's in_proj adapted for query, key and value;
+    # PEFT refuses its out_proj, so no out), the multipliers applied after the adapted projections as transformers
+    # applies them
+    "falcon_h1": ("falcon_h1", False, ["query", "key", "value", "up", "gate", "down"], 0),
 }
 
 #: Latent attention (DeepSeek-V3 and its descendants) at the DSA sizes of tests/huggingface/conftest.py, without
@@ -181,6 +185,13 @@ LAYER_RANKS = {
         {"mixer.in_proj": 1},
         {"mixer.q_proj": 1, "mixer.k_proj": 1, "mixer.v_proj": 1},
         {"mixer.up_proj": 1, "mixer.down_proj": 1},
+    ],
+    "falcon_h1": [
+        {
+            **{f"self_attn.{p}_proj": 1 for p in "qkv"},
+            "mamba.in_proj": 1,
+            **{f"feed_forward.{p}_proj": 1 for p in ("up", "gate", "down")},
+        }
     ],
 }
 

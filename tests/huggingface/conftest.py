@@ -39,6 +39,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
     from transformers import (
         DeepseekV3Config,
         DeepseekV32Config,
+        FalconH1Config,
         Glm4MoeConfig,
         GlmMoeDsaConfig,
         GPT2Config,
@@ -97,6 +98,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "glm4_moe": Glm4MoeConfig,
         "lfm2": Lfm2Config,
         "nemotron_h": NemotronHConfig,
+        "falcon_h1": FalconH1Config,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
@@ -120,6 +122,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
         common.update(LFM2)
     if family == "nemotron_h":  # NEMOTRON_H below: a Mamba-2 layer, an attention layer and a squared-ReLU MLP
         common.update(NEMOTRON_H)
+    if family == "falcon_h1":  # FALCON_H1 below: one layer of attention and Mamba-2 in parallel, every multiplier
+        common.update(FALCON_H1)
     if family == "phi3":  # its default pad id (32000) is past this vocabulary
         common["pad_token_id"] = None
     if family in GEMMA:
@@ -420,6 +424,34 @@ NEMOTRON_H = {
     "layer_norm_epsilon": 1e-5,
     "moe_intermediate_size": 16,
     "moe_shared_expert_intermediate_size": 16,
+}
+
+
+#: Falcon-H1 at a small scale: one layer, its attention (heads of 8) and its Mamba-2 mixer (4 heads of 8 in 2
+#: groups, a state of 8, chunks of 4 so that 12 tokens cross chunks) in parallel; no gated norm, as the releases;
+#: every multiplier away from 1 (the releases' kind of values), so that each one is read where it applies.
+FALCON_H1 = {
+    "num_hidden_layers": 1,
+    "head_dim": 8,
+    "mamba_d_ssm": 32,
+    "mamba_n_heads": 4,
+    "mamba_d_head": 8,
+    "mamba_n_groups": 2,
+    "mamba_d_state": 8,
+    "mamba_d_conv": 4,
+    "mamba_chunk_size": 4,
+    "mamba_rms_norm": False,
+    "mamba_norm_before_gate": False,
+    "rms_norm_eps": 1e-5,
+    "embedding_multiplier": 2.5,
+    "lm_head_multiplier": 0.5,
+    "attention_in_multiplier": 0.8,
+    "attention_out_multiplier": 0.9,
+    "key_multiplier": 0.4,
+    "ssm_in_multiplier": 1.25,
+    "ssm_out_multiplier": 0.6,
+    "ssm_multipliers": [0.35, 0.25, 0.5, 0.7, 0.3],
+    "mlp_multipliers": [0.9, 0.6],
 }
 
 

@@ -60,7 +60,8 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
         edit_config(model_type="falcon"),
         # the example plugin's family is installed in the test environment too
         "model_type 'falcon' is not supported; installed families: deepseek_v3, deepseek_v32, example_scaled_gpt, "
-        "gemma2, gemma3_text, gemma4, gemma4_text, glm4_moe, glm_moe_dsa, gpt2, gpt_oss, lfm2, llama, llama4_text, "
+        "falcon_h1, gemma2, gemma3_text, gemma4, gemma4_text, glm4_moe, glm_moe_dsa, gpt2, gpt_oss, lfm2, llama, "
+        "llama4_text, "
         "minimax_m2, mistral, mixtral, nemotron_h, "
         "olmo2, olmo3, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, "
         "qwen3_next, smollm3 "
@@ -239,4 +240,53 @@ def test_nemotron_h_refusals_are_one_line(values: dict[str, Any], message: str) 
     assert family.canonical_name("backbone.layers.0.mixer.D") == "model.layers.0.mixer.D"
     with pytest.raises(ConfigError) as refused:
         family.keys({**OLDER_NEMOTRON_H, **values})
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+#: A Falcon-H1 config.json as the releases write it (the 0.5B's fields at a small width): mamba_d_head given,
+#: no gated norm, the norm-before-gate switch off.
+FALCON_H1 = {
+    "vocab_size": 300,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "mamba_d_ssm": 48,
+    "mamba_n_heads": 6,
+    "mamba_d_head": 8,
+    "mamba_d_state": 8,
+    "mamba_rms_norm": False,
+    "mamba_norm_before_gate": False,
+    "mamba_use_mlp": True,
+    "ssm_multipliers": [0.35, 0.25, 0.35, 0.5, 0.35],
+}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"hidden_act": "gelu"}, "hidden_act='gelu' is not supported by theseus (supported: silu)"),
+        ({"mamba_rms_norm": True, "mamba_norm_before_gate": True}, "mamba_norm_before_gate=True is not supported"),
+        ({"mamba_use_mlp": False}, "mamba_use_mlp=False is not supported"),
+        ({"mamba_d_head": 7}, "mamba_d_head=7 is not supported"),
+        ({"ssm_multipliers": [1.0, 1.0]}, "ssm_multipliers=[1.0, 1.0] is not supported"),
+    ],
+)
+def test_falcon_h1_refusals_are_one_line(values: dict[str, Any], message: str) -> None:
+    """What Falcon-H1's import cannot build is one line naming the field; ``mamba_d_ssm`` and the multipliers
+    read as transformers reads them (a missing ``mamba_d_head``: ``mamba_d_ssm / mamba_n_heads``)."""
+    from theseus.errors import ConfigError
+    from theseus.model.models.falcon_h1.hf import FalconH1Family
+
+    family = FalconH1Family()
+    keys = family.keys(FALCON_H1)
+    assert (keys["architecture/mamba_heads"], keys["architecture/mamba_head_dim"]) == (6, 8)
+    assert keys["architecture/ssm_multipliers"] == [0.35, 0.25, 0.35, 0.5, 0.35]
+    assert keys["architecture/mlp_multipliers"] == [1.0, 1.0] and keys["architecture/mamba_rms_norm"] is False
+    auto = family.keys({**FALCON_H1, "mamba_d_head": "auto", "mamba_d_ssm": 64, "mamba_n_heads": 4})
+    assert auto["architecture/mamba_head_dim"] == 16
+    with pytest.raises(ConfigError) as refused:
+        family.keys({**FALCON_H1, **values})
     assert message in str(refused.value) and "\n" not in str(refused.value)

@@ -96,6 +96,8 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "lfm2": ("lfm2", {}),
     # a Mamba-2 layer decoding from its cached state and convolution inputs, a NoPE attention layer, an MLP layer
     "nemotron_h": ("nemotron_h", {}),
+    # attention and a Mamba-2 mixer in parallel, both decoding from their caches; the gated group norm on
+    "falcon_h1": ("falcon_h1", {"mamba_rms_norm": True}),
 }
 
 
@@ -181,6 +183,14 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     if family == "nemotron_h":  # the layer kinds and the mixer's shape as they were
         assert reloaded.config.layers_block_type == ["linear_attention", "full_attention", "mlp"]
         assert (reloaded.config.mamba_num_heads, reloaded.config.n_groups, reloaded.config.chunk_size) == (4, 2, 4)
+    if family == "falcon_h1":  # the mixer's shape, its norm and the multipliers as they were
+        assert (reloaded.config.mamba_n_heads, reloaded.config.mamba_n_groups, reloaded.config.mamba_rms_norm) == (
+            4,
+            2,
+            True,
+        )
+        assert reloaded.config.ssm_multipliers == model.config.ssm_multipliers
+        assert abs(reloaded.config.key_multiplier - 0.4) <= 1e-12
     if family == "smollm3":  # the NoPE layers as they were
         assert reloaded.config.no_rope_layers == model.config.no_rope_layers == [1, 0]
     if family == "olmo3":  # one rope_parameters entry per layer type, the layer types as they were

@@ -127,6 +127,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # a Mamba-2 layer (its state carried across chunks of 4, its input masked at the left padding), an attention
     # layer without position embeddings and a squared-ReLU MLP layer, each with its own norm
     "nemotron_h": ("nemotron_h", {}),
+    # attention and a Mamba-2 mixer in parallel on one norm (its state across chunks of 4, its input masked at the
+    # left padding), every Falcon-H1 multiplier away from 1
+    "falcon_h1": ("falcon_h1", {}),
 }
 
 
@@ -274,6 +277,8 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
     if family == "nemotron_h":
         check_nemotron_h(prepared, ids, mask, expected)
+    if family == "falcon_h1":
+        check_falcon_h1(prepared, ids, mask, expected)
     if family in GEMMA4_FAMILIES:
         check_gemma4(prepared, model, ids, mask, expected, overrides)
     if "head_dim" in overrides:
@@ -296,6 +301,25 @@ def check_nemotron_h(prepared: Any, ids: np.ndarray, mask: np.ndarray, expected:
     params = read_params(prepared)
     assert sorted(params["blocks_0"]) == ["attn", "attn_norm"] and sorted(params["blocks_2"]) == ["mlp", "mlp_norm"]
     params["blocks_0"]["attn"]["A_log"] = np.asarray(params["blocks_0"]["attn"]["A_log"]) + 6.0
+    assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
+
+
+def check_falcon_h1(prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray) -> None:
+    """The mixer's shape and the multipliers as transformers built them, both parallel mixers in one layer, and
+    not a vacuous match: without the Mamba-2 mixer's output the logits differ."""
+    arch = prepared.model.architecture
+    assert (arch.mamba.n_heads, arch.mamba.head_dim, arch.mamba.n_groups, arch.mamba_rms_norm) == (4, 8, 2, False)
+    scales = arch.multipliers
+    assert (scales.embedding, scales.key, scales.ssm_out, scales.ssm, scales.mlp) == (
+        2.5,
+        0.4,
+        0.6,
+        (0.35, 0.25, 0.5, 0.7, 0.3),
+        (0.9, 0.6),
+    )
+    params = read_params(prepared)
+    assert sorted(params["blocks_0"]) == ["attn", "attn_norm", "mamba", "mlp", "mlp_norm"]
+    params["blocks_0"]["mamba"]["out_proj"] = np.zeros_like(params["blocks_0"]["mamba"]["out_proj"])
     assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
 
 

@@ -196,3 +196,45 @@ def test_the_nemotron_h_presets_have_the_published_shapes_and_counts() -> None:
         with torch.device("meta"):
             reference = AutoModelForCausalLM.from_config(config)
         assert total == sum(p.numel() for p in reference.parameters()) == count, preset
+
+
+def test_the_falcon_h1_preset_has_the_published_shape_and_count() -> None:
+    """falcon-h1-0.5b against transformers' Falcon-H1 built from the release's config fields (meta device).
+    Every layer is alike (attention and Mamba-2 in parallel, then the MLP): ours is counted on one."""
+    import torch
+    from transformers import AutoModelForCausalLM, FalconH1Config
+
+    from theseus.model.models.falcon_h1.model import FalconH1
+
+    values = {
+        "architecture/preset": "falcon-h1-0.5b",
+        "architecture/vocab_size": 32784,
+        "architecture/vocab_multiple": 1,  # the release's vocabulary, not padded
+        "architecture/block_size": 16384,
+        "architecture/n_layers": 1,
+    }
+    with configuration(values):
+        model = configure(FalconH1)
+        shapes = jax.eval_shape(lambda m=model: m.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))
+    sizes = {k: sum(int(np.prod(x.shape)) for x in jax.tree.leaves(v)) for k, v in nn.unbox(shapes["params"]).items()}
+    total = sum(sizes.values()) + 35 * sizes["blocks_0"]
+    config = FalconH1Config(  # tiiuae/Falcon-H1-0.5B-Base
+        vocab_size=32784,
+        hidden_size=1024,
+        intermediate_size=2048,
+        num_hidden_layers=36,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
+        mamba_d_ssm=1536,
+        mamba_n_heads=24,
+        mamba_d_head=64,
+        mamba_n_groups=1,
+        mamba_d_state=128,
+        mamba_rms_norm=False,
+        mamba_norm_before_gate=False,
+    )
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    assert total == sum(p.numel() for p in reference.parameters())
+    assert total == 521_411_104

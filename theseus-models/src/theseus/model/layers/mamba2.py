@@ -19,12 +19,14 @@ and runs the same function over the new tokens, from the cached state.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from theseus.base.axis import Axis
+from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora
 from theseus.model.layers._common import INIT_STD, cast, constrain, layer_width, normal, param
@@ -103,6 +105,28 @@ def gated_group_norm(y: jax.Array, gate: jax.Array, scale: jax.Array, groups: in
     sliced = gated.reshape(*gated.shape[:-1], groups, -1)
     normed = sliced * jax.lax.rsqrt(jnp.mean(sliced * sliced, axis=-1, keepdims=True) + eps)
     return normed.reshape(gated.shape) * scale.astype(jnp.float32)
+
+
+#: The ``architecture/mamba_*`` keys of a model with Mamba-2 mixers: ``(default, minimum or None, help)``.
+MAMBA_KEYS: dict[str, tuple[Any, float | None, str]] = {
+    "mamba_heads": (None, None, "Mamba-2 heads (None: the preset's)"),
+    "mamba_head_dim": (None, None, "width of one Mamba-2 head (None: the preset's)"),
+    "mamba_state_size": (None, None, "Mamba-2 state size (None: the preset's)"),
+    "mamba_groups": (None, None, "groups of Mamba-2's B and C (None: the preset's)"),
+    "mamba_conv_kernel": (4, 1, "taps of Mamba-2's causal convolution"),
+    "mamba_chunk_size": (128, 1, "chunk of Mamba-2's chunked scan"),
+    "mamba_conv_bias": (True, None, "a bias on Mamba-2's convolution"),
+    "mamba_bias": (False, None, "biases on Mamba-2's in_proj and out_proj"),
+    "mamba_dt_min": (0.0, 0, "lower clip of Mamba-2's time step"),
+    "mamba_dt_max": (None, None, "upper clip of Mamba-2's time step (None: no clip)"),
+}
+
+
+def mamba_key(name: str) -> Any:
+    """The model field of key ``architecture/<name>`` (:data:`MAMBA_KEYS`), alike in every family that has it."""
+    default, minimum, text = MAMBA_KEYS[name]
+    bounds = {} if minimum is None else {"min": minimum}
+    return field(f"architecture/{name}", default=default, help=text, **bounds)
 
 
 @dataclass(frozen=True)
@@ -327,4 +351,14 @@ class Mamba2(StackLayer):
         return jnp.concatenate([jnp.full((w,), m, jnp.float32) for w, m in zip(widths, scales, strict=True)])
 
 
-__all__ = ["LORA_TARGETS", "MAMBA", "Mamba2", "MambaSpec", "gated_group_norm", "segment_sums", "ssd"]
+__all__ = [
+    "LORA_TARGETS",
+    "MAMBA",
+    "MAMBA_KEYS",
+    "Mamba2",
+    "MambaSpec",
+    "gated_group_norm",
+    "mamba_key",
+    "segment_sums",
+    "ssd",
+]

@@ -1,7 +1,7 @@
 """Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``OLMo3``, ``Phi3``, ``Gemma2``,
-``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35``, ``Lfm2``, ``NemotronH`` and the mixtures ``Mixtral``, ``Qwen3MoE``,
-``Qwen3Next``, ``Qwen35MoE``, ``DeepseekV3``, ``DeepseekV32``, ``GlmMoeDsa``, ``Glm4Moe``, ``GptOss``, ``Llama4`` and
-``MiniMaxM2``, plus KV-cache decoding.
+``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35``, ``Lfm2``, ``NemotronH``, ``FalconH1`` and the mixtures ``Mixtral``,
+``Qwen3MoE``, ``Qwen3Next``, ``Qwen35MoE``, ``DeepseekV3``, ``DeepseekV32``, ``GlmMoeDsa``, ``Glm4Moe``, ``GptOss``,
+``Llama4`` and ``MiniMaxM2``, plus KV-cache decoding.
 
 Each family is a folder, ``models/<family>/``: ``model.py`` (the model class, its layers and presets),
 ``hf.py`` (its Hugging Face families) and an ``__init__.py`` naming the model and presets. What the families
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from theseus.model.models.deepseek_v3.model import DEEPSEEK_V3_PRESETS, DeepseekV3
     from theseus.model.models.deepseek_v32.model import DEEPSEEK_V32_PRESETS, DeepseekV32
+    from theseus.model.models.falcon_h1.model import FALCON_H1_PRESETS, FalconH1
     from theseus.model.models.gemma.model import GEMMA2_PRESETS, GEMMA3_PRESETS, Gemma2, Gemma3
     from theseus.model.models.gemma4.model import GEMMA4_PRESETS, Gemma4
     from theseus.model.models.glm4_moe.model import GLM4_MOE_PRESETS, Glm4Moe
@@ -94,6 +95,8 @@ _HOMES = {
     "LFM2_PRESETS": "theseus.model.models.lfm2.model",
     "Lfm2": "theseus.model.models.lfm2.model",
     "NEMOTRON_H_PRESETS": "theseus.model.models.nemotron_h.model",
+    "FALCON_H1_PRESETS": "theseus.model.models.falcon_h1.model",
+    "FalconH1": "theseus.model.models.falcon_h1.model",
     "NemotronH": "theseus.model.models.nemotron_h.model",
     "LLAMA_PRESETS": "theseus.model.models.llama.model",
     "Llama": "theseus.model.models.llama.model",
@@ -142,6 +145,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "DEEPSEEK_V3_PRESETS",
     "DEEPSEEK_V32_PRESETS",
+    "FALCON_H1_PRESETS",
     "GEMMA2_PRESETS",
     "GEMMA3_PRESETS",
     "GEMMA4_PRESETS",
@@ -169,6 +173,7 @@ __all__ = [
     "Block",
     "DeepseekV3",
     "DeepseekV32",
+    "FalconH1",
     "Gemma2",
     "Gemma3",
     "Gemma4",

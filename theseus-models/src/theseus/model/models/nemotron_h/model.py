@@ -15,7 +15,7 @@ from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import child
 from theseus.model.layers.attention import FULL_ATTENTION, CausalSelfAttention
-from theseus.model.layers.mamba2 import MAMBA, Mamba2, MambaSpec
+from theseus.model.layers.mamba2 import MAMBA, Mamba2, MambaSpec, mamba_key
 from theseus.model.layers.mlp import MLP_LAYER
 from theseus.model.module import Module
 from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
@@ -188,38 +188,16 @@ class NemotronH(TransformerLM):
         default=None,
         help="Nemotron-H: mamba | full_attention | mlp per layer (None: the preset's pattern)",
     )
-    mamba_heads: int | None = field(
-        "architecture/mamba_heads", default=None, help="Nemotron-H: Mamba-2 heads (None: preset's)"
-    )
-    mamba_head_dim: int | None = field(
-        "architecture/mamba_head_dim", default=None, help="Nemotron-H: width of one Mamba-2 head (None: preset's)"
-    )
-    mamba_state_size: int | None = field(
-        "architecture/mamba_state_size", default=None, help="Nemotron-H: Mamba-2 state size (None: preset's)"
-    )
-    mamba_groups: int | None = field(
-        "architecture/mamba_groups", default=None, help="Nemotron-H: groups of Mamba-2's B and C (None: preset's)"
-    )
-    mamba_conv_kernel: int = field(
-        "architecture/mamba_conv_kernel", default=4, min=1, help="Nemotron-H: taps of Mamba-2's causal convolution"
-    )
-    mamba_chunk_size: int = field(
-        "architecture/mamba_chunk_size", default=128, min=1, help="Nemotron-H: chunk of Mamba-2's chunked scan"
-    )
-    mamba_conv_bias: bool = field(
-        "architecture/mamba_conv_bias", default=True, help="Nemotron-H: a bias on Mamba-2's convolution"
-    )
-    mamba_bias: bool = field(
-        "architecture/mamba_bias", default=False, help="Nemotron-H: biases on Mamba-2's in_proj and out_proj"
-    )
-    mamba_dt_min: float = field(
-        "architecture/mamba_dt_min", default=0.0, min=0, help="Nemotron-H: lower clip of Mamba-2's time step"
-    )
-    mamba_dt_max: float | None = field(
-        "architecture/mamba_dt_max",
-        default=None,
-        help="Nemotron-H: upper clip of Mamba-2's time step (None: no clip)",
-    )
+    mamba_heads: int | None = mamba_key("mamba_heads")
+    mamba_head_dim: int | None = mamba_key("mamba_head_dim")
+    mamba_state_size: int | None = mamba_key("mamba_state_size")
+    mamba_groups: int | None = mamba_key("mamba_groups")
+    mamba_conv_kernel: int = mamba_key("mamba_conv_kernel")
+    mamba_chunk_size: int = mamba_key("mamba_chunk_size")
+    mamba_conv_bias: bool = mamba_key("mamba_conv_bias")
+    mamba_bias: bool = mamba_key("mamba_bias")
+    mamba_dt_min: float = mamba_key("mamba_dt_min")
+    mamba_dt_max: float | None = mamba_key("mamba_dt_max")
 
     def _preset(self) -> NemotronHPreset:
         return lookup_preset_as(self.PRESETS, self.preset, self.FAMILY, NemotronHPreset)
