@@ -17,19 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from theseus.model.huggingface.family import PeftLayout, cannot, require, unsupported
-from theseus.model.huggingface.names import (
-    TensorMap,
-    heads_bias,
-    heads_in,
-    heads_out,
-    same,
-    transposed,
-    vocab_embedding,
-    vocab_head,
-)
+from theseus.model.huggingface.family import Identity, PeftLayout, cannot, require, unsupported
+from theseus.model.huggingface.names import TensorMap, embedding_maps, head_maps, same, transposed
 from theseus.model.models.lfm2.hf import conv_map
-from theseus.model.models.llama.hf import LlamaFamily
+from theseus.model.models.llama.hf import LlamaFamily, attention_maps
 from theseus.model.models.nemotron_h.hf import INFINITY, time_step_keys
 from theseus.model.stack.architecture import Architecture
 
@@ -114,10 +105,7 @@ def check(config: Mapping[str, Any]) -> None:
 class FalconH1Family(LlamaFamily):
     """``model_type: falcon_h1``."""
 
-    model_type: ClassVar[str] = "falcon_h1"
-    hf_class: ClassVar[str] = "FalconH1ForCausalLM"
-    model_class: ClassVar[str] = FALCON_H1_CLASS
-    fallback: ClassVar[bool] = True
+    identity: ClassVar[Identity] = Identity("falcon_h1", "FalconH1ForCausalLM", FALCON_H1_CLASS)
     peft_modules: ClassVar[Mapping[str, str]] = {
         "query": "self_attn.q_proj",
         "key": "self_attn.k_proj",
@@ -166,31 +154,15 @@ class FalconH1Family(LlamaFamily):
 
     # -- both ways ---------------------------------------------------------------------------------
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
-        maps = [vocab_embedding("model.embed_tokens.weight", ("token_embedding", "embedding"), arch)]
+        maps = embedding_maps(arch)
         for i in range(arch.n_layers):
             hf, ours = f"model.layers.{i}.", f"blocks_{i}"
             maps.append(same(hf + "input_layernorm.weight", (ours, "attn_norm", "scale"), (arch.n_embd,)))
             maps.append(same(hf + "pre_ff_layernorm.weight", (ours, "mlp_norm", "scale"), (arch.n_embd,)))
-            maps += self.attention_maps(arch, hf + "self_attn.", (ours, "attn"))
+            maps += attention_maps(arch, i)
             maps += self.mamba_maps(arch, hf + "mamba.", (ours, "mamba"))
             maps += self.mlp_maps(arch, hf + "feed_forward.", (ours, "mlp"))
-        maps.append(same("model.final_layernorm.weight", ("final_norm", "scale"), (arch.n_embd,)))
-        if not arch.tied_embeddings:
-            maps.append(vocab_head("lm_head.weight", ("lm_head",), arch))
-        return maps
-
-    def attention_maps(self, arch: Architecture, hf: str, ours: tuple[str, ...]) -> list[TensorMap]:
-        """One attention's projections (and their biases with ``attention_bias``)."""
-        e, h, kv, d = arch.n_embd, arch.attention.n_heads, arch.attention.kv_heads, arch.head_dim
-        maps = []
-        for name, ours_name, heads in (("q", "query", h), ("k", "key", kv), ("v", "value", kv)):
-            maps.append(heads_in(hf + f"{name}_proj.weight", (*ours, ours_name), e, heads, d))
-            if arch.attention.qkv_bias:
-                maps.append(heads_bias(hf + f"{name}_proj.bias", (*ours, f"{ours_name}_bias"), heads, d))
-        maps.append(heads_out(hf + "o_proj.weight", (*ours, "out"), e, h, d))
-        if arch.attention.has_out_bias:
-            maps.append(same(hf + "o_proj.bias", (*ours, "out_bias"), (e,)))
-        return maps
+        return maps + head_maps(arch, "model.final_layernorm.weight")
 
     def mamba_maps(self, arch: Architecture, hf: str, ours: tuple[str, ...]) -> list[TensorMap]:
         """One Mamba-2 mixer's tensors."""

@@ -20,7 +20,7 @@ from theseus.model.layers.mamba2 import Mamba2, MambaSpec, mamba_key
 from theseus.model.layers.mlp import MLP
 from theseus.model.models.llama.model import Llama
 from theseus.model.module import Module
-from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
+from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
 from theseus.model.stack.block import Block
 
 
@@ -217,17 +217,8 @@ class FalconH1(Llama):
         help="Falcon-H1: multipliers of the MLP's gate (before the activation) and output",
     )
 
-    def __post_init__(self) -> None:
-        for name in ("ssm_multipliers", "mlp_multipliers"):  # a run's saved configuration reads back lists
-            if isinstance(getattr(self, name), list):
-                object.__setattr__(self, name, tuple(getattr(self, name)))
-        super().__post_init__()
-
     def _preset(self) -> FalconH1Preset:
-        preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)
-        if isinstance(preset, FalconH1Preset):
-            return preset
-        return FalconH1Preset(**{f.name: getattr(preset, f.name) for f in dataclasses.fields(Preset)})
+        return lookup_preset_as(self.PRESETS, self.preset, self.FAMILY, FalconH1Preset)
 
     def _multipliers(self) -> FalconH1Multipliers:
         return FalconH1Multipliers(
