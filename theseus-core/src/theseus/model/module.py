@@ -84,6 +84,12 @@ class Module(nn.Module):
         ``theseus.checkpoint.layers.per_layer(tree, module.stacked_layers)``."""
         return ()
 
+    def read_params(self, read: Callable[[Any, Any, Any], Any], abstract: Any, shardings: Any) -> Any:
+        """The parameters ``abstract`` names, placed on ``shardings``, from a checkpoint that
+        ``read(module, abstract, shardings)`` reads as it is stored (float kernels). A module whose
+        parameters are laid out otherwise (a quantized base) converts them here, as they are read."""
+        return read(self, abstract, shardings)
+
     @property
     def _param_dtype(self) -> jnp.dtype:
         return jnp.dtype(self.param_dtype)

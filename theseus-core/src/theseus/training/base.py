@@ -35,6 +35,7 @@ from theseus.training import (
     assembly,
     datacheck,
     declarations,
+    frozen,
     init_from,
     keys,
     memory,
@@ -75,8 +76,9 @@ class BaseTrainer(Job):
     #: registered name, which ``objective=`` replaces; None where ``objective()`` builds it from the
     #: trainer's own keys (and no other may be selected).
     OBJECTIVE: ClassVar[Any] = objectives.CrossEntropy
-    #: Parameters every update leaves out (``theseus.training.steps.HeldOut``: a quantized base), or None.
-    HELD_OUT: ClassVar[Any] = None
+    #: Parameters every update leaves out (``theseus.training.steps.HeldOut``): by default a quantized
+    #: base's frozen kernels (``theseus.training.frozen``); None differentiates every parameter.
+    HELD_OUT: ClassVar[Any] = frozen.FROZEN_KERNELS
     #: Names a run may select per kind, e.g. ``{"model": ["gpt", "llama"]}`` (absent kind: any).
     ACCEPTS: ClassVar[Mapping[str, Sequence[str]]] = {}
     #: Logged metrics drawn beside ``loss.png``, each as ``<run>/<metric>.png`` (train and val curves).
@@ -404,16 +406,19 @@ class BaseTrainer(Job):
     def _restrict_optimizer(self, tx: optax.GradientTransformation, params: Any) -> optax.GradientTransformation:
         """The optimizer the run trains with, given the full one and the abstract parameters; a
         subclass that trains part of the parameters narrows it here, before the optimizer state is
-        laid out. A model with adapters (LoRA) trains them alone; ``model/lora/rank`` above 0 with no
-        adapter in the model is refused. Integer parameters (a quantized base) cannot be
-        differentiated, so a trainer that does not hold them out refuses them."""
-        if any(not jnp.issubdtype(leaf.dtype, jnp.inexact) for leaf in jax.tree.leaves(params)):
+        laid out. What ``HELD_OUT`` splits off (a quantized base's frozen kernels) is out of its sight;
+        a model with adapters (LoRA) trains them alone; ``model/lora/rank`` above 0 with no adapter in
+        the model is refused, and so is a quantized base without adapters or integer parameters that
+        ``HELD_OUT`` does not hold out (neither can be trained)."""
+        held, rest = self.HELD_OUT.split(params) if self.HELD_OUT is not None else ({}, params)
+        name = type(self).__name__
+        integers = frozen.integer_paths(rest)
+        if integers:
             raise ConfigError(
-                f"{type(self).__name__} cannot train over a quantized base (model/quantize: integer parameters); "
-                "the fine-tuning jobs hold it out of the update: use train/sft or train/dpo with "
-                "model/lora/rank>0, or set model/quantize=none"
+                f"{name} cannot train integer parameters ({integers[0]}: a quantized base its HELD_OUT does "
+                "not hold out); leave HELD_OUT at BaseTrainer's default, or set model/quantize=none"
             )
-        if not adapters.has_adapters(params):
+        if not adapters.has_adapters(rest):
             rank = int(self.setting("model/lora/rank", 0) or 0)
             if rank > 0:
                 raise ConfigError(
@@ -421,8 +426,14 @@ class BaseTrainer(Job):
                     "(model/lora/targets match none of its projections); choose targets it has, or set "
                     "model/lora/rank=0 to train every parameter"
                 )
+            if held:
+                raise ConfigError(
+                    f"{name} cannot train every parameter of a quantized base (model/quantize keeps its "
+                    "kernels frozen); set model/lora/rank>0 to train adapters over it, or model/quantize=none"
+                )
             return tx
-        return adapters.adapters_only(tx, params)
+        restricted = adapters.adapters_only(tx, rest)
+        return frozen.excluding(self.HELD_OUT, restricted) if held else restricted
 
     def mesh_devices(self) -> list[Any]:
         """The devices the mesh spans: all devices of all processes (override to use fewer)."""
@@ -553,8 +564,9 @@ class BaseTrainer(Job):
 
     def load_base(self, source: Any, abstract: Any, shardings: Any) -> Any:
         """The parameters ``abstract`` names (every one but the adapters) from the ``training/init_from``
-        source, placed on ``shardings``; a trainer whose parameters differ from the source's layout
-        (a quantized base) reads them here."""
+        source, placed on ``shardings``, in the model's layout (a quantized base is quantized as it is
+        read: :meth:`~theseus.training.init_from.InitSource.load`); a trainer whose parameters hold
+        more than the source's (a fresh head) adds them here."""
         return source.load(self.model, abstract, shardings)
 
     @property

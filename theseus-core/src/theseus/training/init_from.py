@@ -37,13 +37,23 @@ Loader = Callable[[Any, Any, Any], Any]
 
 @dataclass
 class InitSource:
-    """Where initial parameters come from: its architecture keys, model class, tokenizer and loader."""
+    """Where initial parameters come from: its architecture keys, model class, tokenizer and reader
+    (``read``: the parameters as the source stores them, see :meth:`load`)."""
 
     spec: str
     keys: dict[str, Any]
     model_class: str | None
     tokenizer: dict[str, Any] | None
-    load: Loader
+    read: Loader
+
+    def load(self, model: Any, abstract: Any, shardings: Any) -> Any:
+        """The parameters ``abstract`` names, placed on ``shardings``, in ``model``'s layout: a model whose
+        parameters differ from what a checkpoint stores (a quantized base: float kernels read and
+        quantized one by one) converts them as they are read (``Module.read_params``)."""
+        convert = getattr(model, "read_params", None)
+        if convert is None:
+            return self.read(model, abstract, shardings)
+        return convert(self.read, abstract, shardings)
 
 
 def open_source(spec: str, root: Path) -> InitSource:
@@ -67,11 +77,11 @@ def run_source(ref: RunRef, spec: str) -> InitSource:
     record = read_provenance(ref.path)
     path = ref.state
 
-    def load(model: Any, abstract: Any, shardings: Any) -> Any:
+    def read(model: Any, abstract: Any, shardings: Any) -> Any:
         what = f"{INIT_FROM}={spec!r} (checkpoint {ref.step} of run {ref.name!r})"
         return restore_params(path, abstract, shardings, what=what, fix="start from a run of the same architecture")
 
-    return InitSource(spec, keys, record.get("model"), record.get("tokenizer"), load)
+    return InitSource(spec, keys, record.get("model"), record.get("tokenizer"), read)
 
 
 # -- the trainer side ----------------------------------------------------------------------------

@@ -3,10 +3,10 @@
 The trainer reads prepared chat data in the ``"packed"`` style by default (several conversations per
 row, kept apart by segment ids, loss on assistant tokens only) and starts from base weights
 (``training/init_from``: a run or a Hugging Face checkpoint; else the model's own initialisation).
-LoRA itself (adapters alone trained over a base kept bit for bit, adapter-only checkpoints that
-refer to the base) is every trainer's, :mod:`theseus.training.adapters`; fine-tuning adds a quantized
-base (``model/quantize``) held out of the update, the check that ``model/lora/targets`` match the
-model's projections, and the chat template kept with the run.
+LoRA and QLoRA (adapters alone trained over a base kept bit for bit, :mod:`theseus.training.adapters`;
+a quantized base held out of the update, :mod:`theseus.training.frozen`, and quantized as the source
+reads it) are every trainer's; fine-tuning adds the check that ``model/lora/targets`` match the
+model's projections and the chat template kept with the run.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import optax
 from theseus.config import configuration
 from theseus.errors import ConfigError
 from theseus.files import replace_file
-from theseus.model.finetune import frozen
 from theseus.model.layers import lora, quantization
-from theseus.model.loading.adapters import load_base, plain_shapes
+from theseus.model.loading.adapters import plain_shapes
 from theseus.model.loading.chat import TEMPLATE_FILE
 from theseus.runs.layout import run_path
 from theseus.training.base import BaseTrainer
@@ -50,8 +49,6 @@ class SFTTrainer(BaseTrainer):
     OPTIMIZER: ClassVar[Any] = AdamW
     SCHEDULE: ClassVar[Any] = None
     EVALUATION: ClassVar[Any] = []
-    #: A quantized base (``model/quantize``) is not differentiated at all, whatever the objective.
-    HELD_OUT: ClassVar[Any] = frozen.QUANTIZED
 
     # -- LoRA ----------------------------------------------------------------------------------
     @property
@@ -59,18 +56,12 @@ class SFTTrainer(BaseTrainer):
         return int(self.setting("model/lora/rank", 0) or 0)
 
     def _restrict_optimizer(self, tx: optax.GradientTransformation, params: Any) -> optax.GradientTransformation:
-        """With LoRA, an optimizer over the adapters only (the targets checked to exist); a quantized base
-        (``model/quantize``) is out of its sight."""
-        if self.lora_rank <= 0:
-            return tx
-        lora.check_coverage(params, self.setting("model/lora/targets", lora.DEFAULT_TARGETS), type(self.model).__name__)
-        return frozen.excluding_quantized(super()._restrict_optimizer(tx, quantization.without_quantized(params)))
-
-    # -- base weights -----------------------------------------------------------------------
-    def load_base(self, source: Any, abstract: Any, shardings: Any) -> Any:
-        """The base from ``training/init_from``; with ``model/quantize``, its float kernels are read and
-        quantized one by one."""
-        return load_base(source, self.model, abstract, shardings)
+        """With LoRA, the targets checked to exist in the model, then the optimizer every trainer restricts
+        (:meth:`BaseTrainer._restrict_optimizer`: the adapters alone, a quantized base out of its sight)."""
+        if self.lora_rank > 0:
+            targets = self.setting("model/lora/targets", lora.DEFAULT_TARGETS)
+            lora.check_coverage(params, targets, type(self.model).__name__)
+        return super()._restrict_optimizer(tx, params)
 
     def run(self) -> None:
         """Train; the chat template of the data is kept in the run folder (``chat_template.json``) so

@@ -32,12 +32,12 @@ def hf_source(target: str, spec: str) -> InitSource:
 
         tokenizer = {**tokenizer, "sha256": hashlib.sha256((folder / "tokenizer.json").read_bytes()).hexdigest()}
 
-    def load(model: Any, abstract: Any, shardings: Any) -> Any:
+    def read(model: Any, abstract: Any, shardings: Any) -> Any:
         maps = plan_import(checkpoint, model.architecture)
         prepared = PreparedImport(checkpoint, model, None, maps, tokenizer, None)  # type: ignore[arg-type]
         return read_params(prepared, flat_paths(shardings), wanted=flat_paths(abstract))
 
-    return InitSource(spec, dict(checkpoint.imported.keys), checkpoint.imported.model_class, tokenizer, load)
+    return InitSource(spec, dict(checkpoint.imported.keys), checkpoint.imported.model_class, tokenizer, read)
 
 
 class HFInitSource:

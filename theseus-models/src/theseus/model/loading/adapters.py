@@ -51,14 +51,38 @@ def _plain_shardings(shardings: Any, plain: Any) -> Any:
     return walk(shardings, plain)
 
 
+def read_quantized(model: Any, read: Any, abstract: Any, shardings: Any) -> Any:
+    """The parameters ``abstract`` names, read by ``read(model, abstract, shardings)`` in the float layout
+    a checkpoint stores; with ``model/quantize``, the float kernels are read and quantized one by one into
+    ``abstract``'s layout (what ``read_params`` of the models does)."""
+    if not quantization.has_quantized(abstract):
+        return read(model, abstract, shardings)
+    plain = _matching(plain_shapes(model), abstract)
+    float_base = read(model, plain, _plain_shardings(shardings, plain))
+    return quantization.quantize_params(float_base, abstract, shardings)
+
+
+def _matching(plain: Any, abstract: Any) -> Any:
+    """``plain`` (float shapes) cut to the parameters ``abstract`` names: a float kernel where ``abstract``
+    holds it quantized, nothing it leaves out (the adapters of a base, a trainer's own head)."""
+    if not isinstance(abstract, Mapping) or not isinstance(plain, Mapping):
+        return plain
+    out: dict[str, Any] = {}
+    for key, value in abstract.items():
+        method = quantization.method_of(key)
+        if method is not None and isinstance(value, Mapping):
+            name = str(key)[: -len(method) - 1]
+            out[name] = plain[name]
+        elif key in plain:
+            out[key] = _matching(plain[key], value)
+    return out
+
+
 def load_base(source: Any, model: Any, abstract: Any, shardings: Any) -> Any:
     """The base parameters (every parameter but the adapters) from an ``init_from`` source; with
-    ``model/quantize``, the float kernels are read and quantized one by one into ``abstract``'s layout."""
-    if not quantization.has_quantized(abstract):
-        return source.load(model, base_only(abstract), base_only(shardings))
-    plain = base_only(plain_shapes(model))
-    float_base = source.load(model, plain, _plain_shardings(base_only(shardings), plain))
-    return quantization.quantize_params(float_base, base_only(abstract), base_only(shardings))
+    ``model/quantize``, the float kernels are read and quantized one by one into ``abstract``'s layout
+    (the source's ``load`` does it, for every trainer)."""
+    return source.load(model, base_only(abstract), base_only(shardings))
 
 
 def restore_adapted(
@@ -76,4 +100,4 @@ def restore_adapted(
     return overlay(base, adapters)
 
 
-__all__ = ["load_base", "plain_shapes", "refers_to_base", "restore_adapted"]
+__all__ = ["load_base", "plain_shapes", "read_quantized", "refers_to_base", "restore_adapted"]

@@ -487,6 +487,13 @@ class TransformerLM(Module):
         shapes = jax.eval_shape(lambda: self.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))
         return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(nn.unbox(shapes["params"])))
 
+    def read_params(self, read: Any, abstract: Any, shardings: Any) -> Any:
+        """The parameters ``abstract`` names from a checkpoint ``read`` reads; with ``model/quantize``, its
+        float kernels are quantized one by one as they are read (:mod:`theseus.model.layers.quantization`)."""
+        from theseus.model.loading.adapters import read_quantized
+
+        return read_quantized(self, read, abstract, shardings)
+
     # ----------------------------------------------------------------- layers
 
     def setup(self) -> None:
