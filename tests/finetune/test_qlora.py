@@ -1,6 +1,7 @@
 """QLoRA (``model/quantize``): LoRA over a tiny Llama imported from a local Hugging Face folder whose
 projection kernels are stored as NF4 / int8: the first loss, the base's bytes in the compiled train
-step, loading from ``hf:`` and ``run:`` sources, a short fine-tune, and both exports."""
+step, loading from ``hf:`` and ``run:`` sources, a short fine-tune, both exports, and ``train/pretrain``
+over the same quantized base (every trainer holds it out alike)."""
 
 from __future__ import annotations
 
@@ -176,3 +177,52 @@ def test_qlora_fine_tune_learns_and_its_adapter_loads_in_peft(root: Path, tmp_pa
     found = lambda part: next(v for k, v in state.items() if f"layers.0.self_attn.q_proj.{part}" in k)  # noqa: E731
     np.testing.assert_allclose(found("lora_A"), np.asarray(query["query_lora_a"]).T, atol=1e-7)
     np.testing.assert_allclose(found("lora_B"), np.asarray(query["query_lora_b"]).reshape(4, -1).T, atol=1e-7)
+
+
+def test_pretrain_trains_lora_over_an_nf4_base_read_from_hf_as_sft_does(root: Path) -> None:
+    """``train/pretrain`` holds a quantized base out as the fine-tuning jobs do: over the chat data's packed
+    rows and an NF4 base quantized as it is read from ``hf:``, it gives SFT's losses step for step and
+    leaves every quantized kernel bit for bit as it was read."""
+    from theseus.training.adapters import base_only
+    from theseus.training.pretrain import Pretrain
+
+    values = {
+        **SETTINGS,
+        "training/init_from": f"hf:{root / 'hf-llama'}",
+        "model/quantize": "nf4",
+        "training/steps": 3,
+        "training/lr": 3e-2,
+    }
+    runs = {
+        "pretrain": Pretrain.create(
+            root,
+            {
+                **values,
+                "run/name": "pretrain-nf4",
+                "dataset": "chat:1:packed",
+                "schedule": "constant",
+                "evaluation": "",
+            },
+        ),
+        "sft": SFTTrainer.create(root, {**values, "run/name": "sft-nf4"}),
+    }
+    losses = {}
+    for name, made in runs.items():
+        made.run()
+        rows = (root / "runs" / made.run_name / "metrics.jsonl").read_text().splitlines()
+        losses[name] = [row["loss"] for row in map(json.loads, rows) if row.get("split") == "train"]
+    print("pretrain", losses["pretrain"], "sft", losses["sft"])
+    assert len(losses["pretrain"]) == 3 and losses["pretrain"][-1] < losses["pretrain"][0]
+    np.testing.assert_allclose(losses["pretrain"], losses["sft"], rtol=1e-6)
+
+    made = runs["pretrain"]
+    with configuration(made.context.config):
+        read = made.load_base(
+            made.init_source, base_only(made.abstract_state.params), base_only(made.state_shardings.params)
+        )
+    trained, _ = quantization.split(made.state.params)
+    as_read, _ = quantization.split(read)
+    assert jax.tree.leaves(trained) and jax.tree.structure(trained) == jax.tree.structure(as_read)
+    for after, before in zip(jax.tree.leaves(trained), jax.tree.leaves(as_read), strict=True):
+        assert after.dtype == before.dtype
+        np.testing.assert_array_equal(np.asarray(after), np.asarray(before))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from statistics import NormalDist
 
 import jax
@@ -11,6 +12,7 @@ import pytest
 
 from theseus.errors import ConfigError
 from theseus.model.layers import quantization
+from theseus.training import frozen
 
 #: The NormalFloat4 levels as bitsandbytes publishes them (``create_normal_map``).
 PUBLISHED_NF4 = [
@@ -138,19 +140,43 @@ def test_a_quantized_model_computes_with_its_dequantized_kernels(method: str, sc
         p for p, _ in jax.tree_util.tree_flatten_with_path(params)[0] if jax.tree_util.keystr(p).endswith("['codes']")
     ]
     assert len(kernels) == (1 if scan else model.architecture.n_layers) * 7
+    # what every trainer holds out (a mapping holding integer arrays) is exactly the quantized kernels
+    held, rest = frozen.split(params)
+    expected_held, expected_rest = quantization.split(params)
+    assert jax.tree.structure(held) == jax.tree.structure(expected_held)
+    assert jax.tree.structure(rest) == jax.tree.structure(expected_rest)
+    assert jax.tree.structure(frozen.join(rest, held)) == jax.tree.structure(params)
     plain = build(Llama, **values)
     dequantized = quantization.dequantize_params(params, plain_shapes(model))
     np.testing.assert_allclose(forward(model, params, x), forward(plain, dequantized, x), atol=1e-5, rtol=0)
 
 
-def test_a_trainer_of_every_parameter_refuses_a_quantized_base() -> None:
+def test_a_trainer_of_every_parameter_refuses_a_quantized_base(tmp_path: Path) -> None:
+    """Every trainer holds a quantized base's kernels out of the update and trains adapters over it; one
+    without adapters, or one whose HELD_OUT lets integer parameters through, stops in one line."""
     import optax
 
     from theseus.training.pretrain import Pretrain
 
-    trainer = object.__new__(Pretrain)
-    params = {"up": {"kernel_nf4": {"codes": jnp.zeros(4, jnp.uint8)}}}
-    with pytest.raises(
-        ConfigError, match=r"Pretrain cannot train over a quantized base \(model/quantize: integer parameters\)"
-    ):
+    trainer = Pretrain.create(tmp_path, {})
+    kernel = {"codes": jnp.zeros(4, jnp.uint8), "absmax_mean": jnp.ones((), jnp.float32)}
+    params = {"up": {"kernel_nf4": kernel, "bias": jnp.zeros(3)}}
+    with pytest.raises(ConfigError) as refused:
         trainer._restrict_optimizer(optax.adam(1e-3), params)
+    assert str(refused.value) == (
+        "Pretrain cannot train every parameter of a quantized base (model/quantize keeps its kernels frozen); "
+        "set model/lora/rank>0 to train adapters over it, or model/quantize=none"
+    )
+
+    adapted = {"up": {**params["up"], "kernel_lora_a": jnp.zeros((4, 2)), "kernel_lora_b": jnp.zeros((2, 3))}}
+    state = trainer._restrict_optimizer(optax.adam(1e-3), adapted).init(adapted)
+    moments = [leaf.shape for leaf in jax.tree.leaves(state) if leaf.ndim]
+    assert sorted(moments) == sorted([(4, 2), (2, 3)] * 2)  # Adam's two moments of the adapters alone
+
+    class EveryParameter(Pretrain):
+        HELD_OUT = None
+
+    with pytest.raises(
+        ConfigError, match=r"^EveryParameter cannot train integer parameters \(\['up'\]\['kernel_nf4'\]"
+    ):
+        EveryParameter.create(tmp_path, {})._restrict_optimizer(optax.adam(1e-3), adapted)
