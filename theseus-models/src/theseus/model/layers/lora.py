@@ -9,8 +9,8 @@ by name alone (:func:`theseus.training.adapters.is_adapter`), and :func:`merge` 
 The standard layers read ``model/lora/rank`` (0: no adapters), ``model/lora/alpha``,
 ``model/lora/dropout`` and ``model/lora/targets`` (``query``, ``key``, ``value``, ``out`` of the
 attention; ``up``, ``gate``, ``down`` of the MLP), so GPT, Llama and plugin models built from
-them all take adapters; Qwen3-Next's Gated DeltaNet reads them too
-(:class:`theseus.model.models.qwen3_next.deltanet.GatedDeltaNet`), and so does multi-head latent
+them all take adapters; the Gated DeltaNet of Qwen3-Next and OLMo Hybrid reads them too
+(:class:`theseus.model.layers.deltanet.GatedDeltaNet`), and so does multi-head latent
 attention (:class:`theseus.model.layers.latent_attention.LatentAttention`), whose key and value
 up-projections take their adapters folded into the kernels (:func:`layer_delta`).
 """

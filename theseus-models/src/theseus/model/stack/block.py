@@ -76,7 +76,9 @@ class Block(StackLayer):
     ``attn`` that read the same normed input, and their outputs, each scaled (:meth:`mixer_scales`), are
     summed into one residual (Falcon-H1's attention and Mamba-2).
 
-    Either branch may be absent: a family whose layers are each one kind (Nemotron-H's mixer layers and MLP
+    A layer may place its norms its own way (:meth:`placement`: OLMo Hybrid's attention layers post-norm,
+    its linear-attention layers pre-norm). Either branch may be absent: a family whose layers are each one
+    kind (Nemotron-H's mixer layers and MLP
     layers, each with its own norm and residual) says which in :meth:`branches`, and the block has neither
     the other branch nor its norms.
 
@@ -119,7 +121,7 @@ class Block(StackLayer):
         self.parallel_names = tuple(parallel)
         if mlp is not None:
             self.mlp_norm = make_norm(self, norm)
-        if norm.placement == "sandwich":
+        if self.placement() == "sandwich":
             if attn is not None:
                 self.attn_out_norm = make_norm(self, norm)
             if mlp is not None:
@@ -136,6 +138,11 @@ class Block(StackLayer):
     def has_feed_forward(self) -> bool:
         """Whether the block has its feed-forward branch (``mlp``; bound blocks only)."""
         return hasattr(self, "mlp")
+
+    def placement(self) -> str:
+        """Where this layer's norms go (``pre``, ``post`` or ``sandwich``; see :meth:`branch`): the
+        architecture's ``norm_placement`` here; a family whose layer kinds differ chooses per layer."""
+        return self.arch.norm.placement
 
     def branches(self) -> tuple[bool, bool]:
         """Whether the layer has its token-mixing branch (``attn``) and its feed-forward branch (``mlp``):
@@ -210,7 +217,7 @@ class Block(StackLayer):
         return int(attention) + int(mlp)
 
     def forward(self, x: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
-        placement = self.arch.norm.placement
+        placement = self.placement()
         if self.has_attention:
             x = x + self.branch(x, lambda h: self.mix(h, call, layer), "attn", placement)
         if self.has_feed_forward:

@@ -1,5 +1,5 @@
 """Qwen3-Next: ``Qwen3Next`` and its presets (``model.py``), the ``hf/qwen3_next`` Hugging Face family (``hf.py``).
-``deltanet.py``: its Gated DeltaNet layer."""
+``deltanet.py``: the old import path of its Gated DeltaNet (:mod:`theseus.model.layers.deltanet`)."""
 
 from __future__ import annotations
 

@@ -2,11 +2,11 @@
 with gated full-attention layers, zero-centred RMSNorms and a mixture of experts with a gated shared
 expert.
 
-The mechanisms only this family has live here and in :mod:`theseus.model.models.qwen3_next.deltanet`:
+The mechanisms only this family has live here (its Gated DeltaNet is the shared :mod:`theseus.model.layers.deltanet`):
 :class:`Qwen3NextAttention` (the full-attention layers: an output gate, ``sigmoid`` of a projection of the
 input, on each head's output; partial RoPE), :class:`Qwen3NextMoE` (the shared expert scaled by
 ``sigmoid(x . shared_gate)``) and :class:`HybridBlock`, which builds a
-:class:`~theseus.model.models.qwen3_next.deltanet.GatedDeltaNet` on the ``linear_attention`` layers.
+:class:`~theseus.model.layers.deltanet.GatedDeltaNet` on the ``linear_attention`` layers.
 :class:`Qwen3NextHybrid` is these layers with dense feed-forwards (the dense Qwen3.5 builds on it),
 :class:`Qwen3Next` adds the mixture (:class:`Qwen3NextBlock`).
 """
@@ -32,10 +32,10 @@ from theseus.model.layers.attention import (
     PartialRotaryAttention,
     rotary_fraction_field,
 )
+from theseus.model.layers.deltanet import CHUNK, GatedDeltaNet
 from theseus.model.layers.mlp import MLP
 from theseus.model.layers.moe import MoE
 from theseus.model.models.qwen3.model import Qwen3
-from theseus.model.models.qwen3_next.deltanet import CHUNK, GatedDeltaNet
 from theseus.model.module import Module
 from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
 from theseus.model.stack.block import Block
@@ -250,25 +250,25 @@ class Qwen3NextHybrid(Qwen3):
     full_attention_interval: int | None = field(
         "architecture/full_attention_interval",
         default=None,
-        help="Qwen3-Next: every this many layers one is full attention, the last of each (None: the preset's)",
+        help="every this many layers one is full attention, the last of each (None: the preset's)",
     )
     linear_key_heads: int | None = field(
-        "architecture/linear_num_key_heads", default=None, help="Qwen3-Next: query/key heads of the linear layers"
+        "architecture/linear_num_key_heads", default=None, help="query/key heads of the linear layers"
     )
     linear_value_heads: int | None = field(
-        "architecture/linear_num_value_heads", default=None, help="Qwen3-Next: value heads of the linear layers"
+        "architecture/linear_num_value_heads", default=None, help="value heads of the linear layers"
     )
     linear_key_dim: int | None = field(
-        "architecture/linear_key_head_dim", default=None, help="Qwen3-Next: query/key head width of the linear layers"
+        "architecture/linear_key_head_dim", default=None, help="query/key head width of the linear layers"
     )
     linear_value_dim: int | None = field(
-        "architecture/linear_value_head_dim", default=None, help="Qwen3-Next: value head width of the linear layers"
+        "architecture/linear_value_head_dim", default=None, help="value head width of the linear layers"
     )
     conv_kernel: int | None = field(
-        "architecture/linear_conv_kernel_dim", default=None, help="Qwen3-Next: taps of the linear layers' convolution"
+        "architecture/linear_conv_kernel_dim", default=None, help="taps of the linear layers' convolution"
     )
     linear_chunk: int = field(
-        "architecture/linear_chunk_size", default=CHUNK, above=0, help="Qwen3-Next: chunk of the chunked delta rule"
+        "architecture/linear_chunk_size", default=CHUNK, above=0, help="chunk of the chunked delta rule"
     )
 
     def _preset(self) -> HybridPreset:
