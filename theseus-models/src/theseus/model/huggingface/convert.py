@@ -89,6 +89,9 @@ def plan_import(checkpoint: HFCheckpoint, arch: Architecture) -> list[TensorMap]
     if arch.tied_embeddings and "lm_head.weight" in tensors:
         tensors.pop("lm_head.weight")  # a tied head saved anyway: the embedding is authoritative
     for tensor_map in maps:
+        if tensor_map.pieces:
+            _check_pieces(checkpoint, tensors, tensor_map)
+            continue
         info = tensors.get(tensor_map.hf)
         if info is None and tensor_map.copy:
             continue
@@ -104,7 +107,7 @@ def plan_import(checkpoint: HFCheckpoint, arch: Architecture) -> list[TensorMap]
             )
         if not np.issubdtype(np.dtype(_float_kind(info.dtype)), np.floating):
             raise CheckpointError(f"tensor {tensor_map.hf!r} in {info.file.name} has dtype {info.dtype}, not a float")
-    known = {m.hf for m in maps}
+    known = {name for m in maps for name in m.stored}
     aside = checkpoint.family.set_aside
     extra = [
         n for n in tensors if n not in known and not n.endswith(IGNORED_SUFFIXES) and not aside(n, checkpoint.config)
@@ -115,6 +118,37 @@ def plan_import(checkpoint: HFCheckpoint, arch: Architecture) -> list[TensorMap]
             f"use ({len(extra)} such); theseus would drop weights, so it refuses this checkpoint"
         )
     return [m for m in maps if not m.copy]  # a copy's parameter is read from its other tensor
+
+
+def _check_pieces(checkpoint: HFCheckpoint, tensors: Mapping[str, TensorInfo], tensor_map: TensorMap) -> None:
+    """CheckpointError (one line) unless the pieces of ``tensor_map`` are there, float, and join to its shape."""
+    shape = tensor_map.hf_shape
+    for name in tensor_map.stored:
+        info = tensors.get(name)
+        if info is None:
+            raise CheckpointError(
+                f"{checkpoint.folder} has no tensor {name!r}, which its config.json implies; "
+                "the weights do not match the configuration"
+            )
+        if tuple(info.shape[1:]) != tuple(shape[1:]) or not np.issubdtype(
+            np.dtype(_float_kind(info.dtype)), np.floating
+        ):
+            raise CheckpointError(
+                f"tensor {name!r} in {info.file.name} has shape {info.shape} ({info.dtype}), not float rows of "
+                f"{tuple(shape[1:])}; the weights do not match the configuration"
+            )
+    rows = sum(tensors[name].shape[0] for name in tensor_map.stored)
+    if rows != shape[0]:
+        raise CheckpointError(
+            f"tensors {', '.join(map(repr, tensor_map.stored))} hold {rows} rows together but config.json implies "
+            f"{shape[0]}; the weights do not match the configuration"
+        )
+
+
+def _read(checkpoint: HFCheckpoint, tensor_map: TensorMap) -> np.ndarray:
+    """The checkpoint's tensor of ``tensor_map``, its pieces joined along the first axis."""
+    parts = [read_tensor(checkpoint.tensors[name]) for name in tensor_map.stored]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
 
 def _float_kind(code: str) -> str:
@@ -134,7 +168,7 @@ def load_params(checkpoint: HFCheckpoint, maps: list[TensorMap], place: Place) -
                 slices[path] = slices.get(path, 0) + 1
     buffers: dict[ParamPath, tuple[np.ndarray, set[int]]] = {}
     for tensor_map in maps:
-        values = read_tensor(checkpoint.tensors[tensor_map.hf])
+        values = _read(checkpoint, tensor_map)
         parts = tensor_map.to_theseus(values)
         del values
         for path, part in zip(tensor_map.paths, parts, strict=True):
@@ -181,5 +215,14 @@ def export_plan(family: HFFamily, arch: Architecture, params: Mapping[str, Any],
             host = [np.asarray(leaf, dtype=np.float32) for leaf in leaves]
             return np.ascontiguousarray(tensor_map.to_hf(host)).astype(dtype, copy=False)
 
-        planned.append(PlannedTensor(tensor_map.hf, tensor_map.hf_shape, code, produce))
+        if not tensor_map.pieces:
+            planned.append(PlannedTensor(tensor_map.hf, tensor_map.hf_shape, code, produce))
+            continue
+        edges = np.cumsum([0, *(rows for _, rows in tensor_map.pieces)]).tolist()
+        for (name, rows), start in zip(tensor_map.pieces, edges, strict=False):
+
+            def piece(produce: Callable[[], np.ndarray] = produce, start: int = start, rows: int = rows) -> np.ndarray:
+                return np.ascontiguousarray(produce()[start : start + rows])
+
+            planned.append(PlannedTensor(name, (rows, *tensor_map.hf_shape[1:]), code, piece))
     return planned

@@ -32,7 +32,10 @@ class TensorMap:
     is slice ``index`` of the leading axis of each of those parameters (see :func:`stacked_slice`).
     ``copy``: the checkpoint holds the same parameter again under this name (DeepSeek-V3's
     multi-token-prediction layer repeats the embedding and the head); export writes it, import checks
-    its shape where present and reads the parameter from its other tensor."""
+    its shape where present and reads the parameter from its other tensor. ``pieces``: the checkpoint
+    stores ``hf`` as these tensors, ``(name, rows)`` each, joined along the first axis (transformers'
+    ``Concatenate`` conversion: OLMo Hybrid's three convolutions are its ``conv1d``); import joins them
+    whatever rows each holds (``save_pretrained`` splits the join evenly), export writes ``rows`` each."""
 
     hf: str
     hf_shape: tuple[int, ...]
@@ -41,6 +44,12 @@ class TensorMap:
     to_hf: Callable[[list[np.ndarray]], np.ndarray]
     index: int | None = None
     copy: bool = False
+    pieces: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def stored(self) -> tuple[str, ...]:
+        """The names the checkpoint holds this tensor under: its pieces', else ``hf``."""
+        return tuple(name for name, _ in self.pieces) or (self.hf,)
 
 
 def stacked_slice(index: int, part: TensorMap) -> TensorMap:
