@@ -136,6 +136,9 @@ PEFT_CASES = {
     # PEFT refuses its out_proj, so no out), the multipliers applied after the adapted projections as transformers
     # applies them
     "falcon_h1": ("falcon_h1", False, ["query", "key", "value", "up", "gate", "down"], 0),
+    # OLMo Hybrid (LAYER_RANKS): a Gated DeltaNet layer's separate projections (value adapts v_proj and the
+    # output gate g_proj) and a post-norm attention layer, a SwiGLU MLP adapted on both
+    "olmo_hybrid": ("olmo_hybrid", False, ["query", "value", "out", "up", "down"], 0),
 }
 
 #: Latent attention (DeepSeek-V3 and its descendants) at the DSA sizes of tests/huggingface/conftest.py, without
@@ -192,6 +195,10 @@ LAYER_RANKS = {
             "mamba.in_proj": 1,
             **{f"feed_forward.{p}_proj": 1 for p in ("up", "gate", "down")},
         }
+    ],
+    "olmo_hybrid": [
+        {f"linear_attn.{p}_proj": 1 for p in ("q", "v", "g", "o")} | {"mlp.up_proj": 1, "mlp.down_proj": 1},
+        {"self_attn.q_proj": 1, "self_attn.v_proj": 1, "self_attn.o_proj": 1, "mlp.up_proj": 1, "mlp.down_proj": 1},
     ],
 }
 

@@ -53,6 +53,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         NemotronHConfig,
         Olmo2Config,
         Olmo3Config,
+        OlmoHybridConfig,
         Phi3Config,
         Qwen2Config,
         Qwen3Config,
@@ -99,6 +100,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "lfm2": Lfm2Config,
         "nemotron_h": NemotronHConfig,
         "falcon_h1": FalconH1Config,
+        "olmo_hybrid": OlmoHybridConfig,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
@@ -124,6 +126,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
         common.update(NEMOTRON_H)
     if family == "falcon_h1":  # FALCON_H1 below: one layer of attention and Mamba-2 in parallel, every multiplier
         common.update(FALCON_H1)
+    if family == "olmo_hybrid":  # OLMO_HYBRID below: a Gated DeltaNet layer 0, an attention layer 1
+        common.update(OLMO_HYBRID)
     if family == "phi3":  # its default pad id (32000) is past this vocabulary
         common["pad_token_id"] = None
     if family in GEMMA:
@@ -453,6 +457,11 @@ FALCON_H1 = {
     "ssm_multipliers": [0.35, 0.25, 0.5, 0.7, 0.3],
     "mlp_multipliers": [0.9, 0.6],
 }
+#: OLMo Hybrid at a small scale: a Gated DeltaNet layer (transformers' default heads: 4 query/key heads of 6, 4
+#: value heads of 12) then an OLMo 3 attention layer; its default pad id (100277) is past this vocabulary.
+OLMO_HYBRID = {"layer_types": ["linear_attention", "full_attention"], "pad_token_id": None}
+#: rope_parameters without a base: no position embedding, as the OLMo Hybrid releases have.
+NOPE = {"rope_type": "default", "rope_theta": None}
 
 
 #: Overrides for two layers where the configurations above have 3 or 4: still one layer of each kind (a Gated

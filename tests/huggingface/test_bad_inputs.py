@@ -63,8 +63,8 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
         "falcon_h1, gemma2, gemma3_text, gemma4, gemma4_text, glm4_moe, glm_moe_dsa, gpt2, gpt_oss, lfm2, llama, "
         "llama4_text, "
         "minimax_m2, mistral, mixtral, nemotron_h, "
-        "olmo2, olmo3, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, "
-        "qwen3_next, smollm3 "
+        "olmo2, olmo3, olmo_hybrid, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, "
+        "qwen3_moe, qwen3_next, smollm3 "
         "(a plugin adds one by registering an 'hf/<model_type>' component",
     ),
     "rope-dynamic": (

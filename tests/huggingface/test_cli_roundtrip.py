@@ -10,6 +10,7 @@ import pytest
 
 from tests.huggingface.conftest import (
     HYBRID,
+    NOPE,
     ONE_LAYER,
     TWO_LAYERS,
     hf_logits,
@@ -98,6 +99,9 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "nemotron_h": ("nemotron_h", {}),
     # attention and a Mamba-2 mixer in parallel, both decoding from their caches; the gated group norm on
     "falcon_h1": ("falcon_h1", {"mamba_rms_norm": True}),
+    # a pre-norm Gated DeltaNet layer decoding from its cached state and convolution inputs, a post-norm OLMo 3
+    # attention layer without position embeddings (the releases' NoPE, exported as such)
+    "olmo_hybrid": ("olmo_hybrid", {"rope_parameters": NOPE}),
 }
 
 
@@ -191,6 +195,9 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
         )
         assert reloaded.config.ssm_multipliers == model.config.ssm_multipliers
         assert abs(reloaded.config.key_multiplier - 0.4) <= 1e-12
+    if family == "olmo_hybrid":  # the layer kinds as they were, and still no position embedding
+        assert reloaded.config.layer_types == ["linear_attention", "full_attention"]
+        assert reloaded.model.rotary_emb is None and reloaded.config.linear_allow_neg_eigval
     if family == "smollm3":  # the NoPE layers as they were
         assert reloaded.config.no_rope_layers == model.config.no_rope_layers == [1, 0]
     if family == "olmo3":  # one rope_parameters entry per layer type, the layer types as they were

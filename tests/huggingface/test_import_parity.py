@@ -14,6 +14,7 @@ from tests.huggingface.conftest import (
     GEMMA3_LINEAR,
     GEMMA4_FAMILIES,
     NEMOTRON_H,
+    NOPE,
     QWEN3_5_FAMILIES,
     VISION_LANGUAGE,
     VOCAB,
@@ -130,6 +131,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # attention and a Mamba-2 mixer in parallel on one norm (its state across chunks of 4, its input masked at the
     # left padding), every Falcon-H1 multiplier away from 1
     "falcon_h1": ("falcon_h1", {}),
+    # a pre-norm Gated DeltaNet layer (separate projections, the write strength doubled, its state carried across
+    # chunks of 4) and a post-norm OLMo 3 attention layer: without position embeddings (the releases) and with RoPE
+    "olmo_hybrid-nope": ("olmo_hybrid", {"rope_parameters": NOPE}),
+    "olmo_hybrid-rope": ("olmo_hybrid", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e3}}),
 }
 
 
@@ -174,13 +179,24 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     arch = prepared.model.architecture
     assert arch.attention.sliding_window == overrides.get("sliding_window", 5 if family in WINDOWED else None)
     assert arch.attention.qk_norm == (
-        family in ("qwen3", "olmo2", "olmo3", "gemma3_text", "qwen3_next", "minimax_m2", "lfm2", *QWEN3_5_FAMILIES)
+        family
+        in (
+            "qwen3",
+            "olmo2",
+            "olmo3",
+            "olmo_hybrid",
+            "gemma3_text",
+            "qwen3_next",
+            "minimax_m2",
+            "lfm2",
+            *QWEN3_5_FAMILIES,
+        )
         or family in GEMMA4_FAMILIES
         or overrides.get("use_qk_norm", family == "glm4_moe")
     )
     assert (arch.attention.qk_norm_span, arch.norm.placement) == (
         ("projection", "post")
-        if family in ("olmo2", "olmo3")
+        if family in ("olmo2", "olmo3", "olmo_hybrid")
         else ("projection", "pre")
         if family == "minimax_m2"
         else ("head", "sandwich" if family in GEMMA else "pre")
@@ -279,6 +295,8 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         check_nemotron_h(prepared, ids, mask, expected)
     if family == "falcon_h1":
         check_falcon_h1(prepared, ids, mask, expected)
+    if family == "olmo_hybrid":
+        check_olmo_hybrid(prepared, ids, mask, expected, overrides)
     if family in GEMMA4_FAMILIES:
         check_gemma4(prepared, model, ids, mask, expected, overrides)
     if "head_dim" in overrides:
@@ -321,6 +339,25 @@ def check_falcon_h1(prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: 
     assert sorted(params["blocks_0"]) == ["attn", "attn_norm", "mamba", "mlp", "mlp_norm"]
     params["blocks_0"]["mamba"]["out_proj"] = np.zeros_like(params["blocks_0"]["mamba"]["out_proj"])
     assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
+def check_olmo_hybrid(
+    prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray, overrides: dict[str, Any]
+) -> None:
+    """The layer kinds, the Gated DeltaNet's shape as transformers' defaults give it and RoPE only with a base;
+    the state carried across chunks of 4 gives the same logits, and the doubled write strength matters."""
+    arch = prepared.model.architecture
+    rotary = overrides["rope_parameters"]["rope_theta"] is not None
+    assert (arch.layer_types, arch.position.kind, arch.linear_beta_scale) == (
+        ("linear_attention", "full_attention"),
+        "rope" if rotary else "none",
+        2.0,
+    )
+    assert (arch.linear_key_heads, arch.linear_key_dim, arch.linear_value_heads, arch.linear_value_dim) == (4, 6, 4, 12)
+    params = read_params(prepared)
+    assert sorted(params["blocks_0"]) == ["attn", "attn_norm", "mlp", "mlp_norm"]
+    chunked = forward(prepared.model.clone(linear_chunk=4), params, ids, mask)
+    assert np.max(np.abs(chunked - expected)[mask]) <= 1e-4
+    halved = forward(prepared.model.clone(linear_allow_neg_eigval=False), params, ids, mask)
+    assert np.max(np.abs(halved - expected)[mask]) > 1e-2
 
 
 def check_gemma4(

@@ -320,6 +320,31 @@ def test_the_olmo3_preset_has_the_published_shape_and_count() -> None:
     assert count(OLMo3, **values) == expected == 7_298_617_344
 
 
+def test_the_olmo_hybrid_preset_has_the_published_shape_and_count() -> None:
+    """olmo-hybrid-7b against transformers' OLMo Hybrid built from its configuration's defaults (meta device)."""
+    import torch
+    from transformers import AutoModelForCausalLM, OlmoHybridConfig
+
+    from theseus.model.models.olmo_hybrid.model import OLMoHybrid
+
+    values = {"architecture/preset": "olmo-hybrid-7b", "architecture/vocab_size": 100352}
+    with configuration(values):
+        arch = configure(OLMoHybrid).architecture
+    assert (*sizes(arch), arch.feed_forward.d_ff, arch.position.kind) == (32, 30, 30, 128, 3840, 11008, "none")
+    config = OlmoHybridConfig()
+    assert tuple(config.layer_types) == arch.layer_types  # every 4th layer full attention
+    assert (arch.linear_key_heads, arch.linear_value_heads, arch.linear_key_dim, arch.linear_value_dim) == (
+        config.linear_num_key_heads,
+        config.linear_num_value_heads,
+        config.linear_key_head_dim,
+        config.linear_value_head_dim,
+    )
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    expected = sum(p.numel() for p in reference.parameters())
+    assert count(OLMoHybrid, **values) == expected == 7_430_870_688
+
+
 #: Gemma presets and the config.json fields of the releases they copy (google/gemma-2-2b, google/gemma-3-1b-pt).
 GEMMA_RELEASES = {
     "gemma2-2b": (

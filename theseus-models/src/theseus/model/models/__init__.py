@@ -1,7 +1,7 @@
 """Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``OLMo3``, ``Phi3``, ``Gemma2``,
-``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35``, ``Lfm2``, ``NemotronH``, ``FalconH1`` and the mixtures ``Mixtral``,
-``Qwen3MoE``, ``Qwen3Next``, ``Qwen35MoE``, ``DeepseekV3``, ``DeepseekV32``, ``GlmMoeDsa``, ``Glm4Moe``, ``GptOss``,
-``Llama4`` and ``MiniMaxM2``, plus KV-cache decoding.
+``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35``, ``Lfm2``, ``NemotronH``, ``FalconH1``, ``OLMoHybrid`` and the
+mixtures ``Mixtral``, ``Qwen3MoE``, ``Qwen3Next``, ``Qwen35MoE``, ``DeepseekV3``, ``DeepseekV32``, ``GlmMoeDsa``,
+``Glm4Moe``, ``GptOss``, ``Llama4`` and ``MiniMaxM2``, plus KV-cache decoding.
 
 Each family is a folder, ``models/<family>/``: ``model.py`` (the model class, its layers and presets),
 ``hf.py`` (its Hugging Face families) and an ``__init__.py`` naming the model and presets. What the families
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from theseus.model.models.nemotron_h.model import NEMOTRON_H_PRESETS, NemotronH
     from theseus.model.models.olmo2.model import OLMO2_PRESETS, OLMo2
     from theseus.model.models.olmo3.model import OLMO3_PRESETS, OLMo3
+    from theseus.model.models.olmo_hybrid.model import OLMO_HYBRID_PRESETS, OLMoHybrid
     from theseus.model.models.phi3.model import PHI3_PRESETS, Phi3
     from theseus.model.models.qwen3.model import QWEN3_PRESETS, Qwen3
     from theseus.model.models.qwen3_5.model import QWEN3_5_MOE_PRESETS, QWEN3_5_PRESETS, Qwen35, Qwen35MoE
@@ -110,6 +111,8 @@ _HOMES = {
     "OLMo2": "theseus.model.models.olmo2.model",
     "OLMO3_PRESETS": "theseus.model.models.olmo3.model",
     "OLMo3": "theseus.model.models.olmo3.model",
+    "OLMO_HYBRID_PRESETS": "theseus.model.models.olmo_hybrid.model",
+    "OLMoHybrid": "theseus.model.models.olmo_hybrid.model",
     "PHI3_PRESETS": "theseus.model.models.phi3.model",
     "Phi3": "theseus.model.models.phi3.model",
     "QWEN3_PRESETS": "theseus.model.models.qwen3.model",
@@ -162,6 +165,7 @@ __all__ = [
     "NEMOTRON_H_PRESETS",
     "OLMO2_PRESETS",
     "OLMO3_PRESETS",
+    "OLMO_HYBRID_PRESETS",
     "PHI3_PRESETS",
     "QWEN3_5_MOE_PRESETS",
     "QWEN3_5_PRESETS",
@@ -189,6 +193,7 @@ __all__ = [
     "NemotronH",
     "OLMo2",
     "OLMo3",
+    "OLMoHybrid",
     "Phi3",
     "Preset",
     "Qwen3",
