@@ -13,7 +13,7 @@ import pytest
 
 from tests.models.conftest import jitted
 from theseus.config import configuration, configure
-from theseus.model.models.qwen3_next.deltanet import (
+from theseus.model.layers.deltanet import (
     GatedDeltaNet,
     _doubling_inverse,
     chunk_gated_delta_rule,
