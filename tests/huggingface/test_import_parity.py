@@ -343,7 +343,8 @@ def check_olmo_hybrid(
     prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray, overrides: dict[str, Any]
 ) -> None:
     """The layer kinds, the Gated DeltaNet's shape as transformers' defaults give it and RoPE only with a base;
-    the state carried across chunks of 4 gives the same logits, and the doubled write strength matters."""
+    without RoPE (once is enough) the state carried across chunks of 4 gives the same logits, and the doubled
+    write strength matters."""
     arch = prepared.model.architecture
     rotary = overrides["rope_parameters"]["rope_theta"] is not None
     assert (arch.layer_types, arch.position.kind, arch.linear_beta_scale) == (
@@ -354,6 +355,8 @@ def check_olmo_hybrid(
     assert (arch.linear_key_heads, arch.linear_key_dim, arch.linear_value_heads, arch.linear_value_dim) == (4, 6, 4, 12)
     params = read_params(prepared)
     assert sorted(params["blocks_0"]) == ["attn", "attn_norm", "mlp", "mlp_norm"]
+    if rotary:
+        return
     chunked = forward(prepared.model.clone(linear_chunk=4), params, ids, mask)
     assert np.max(np.abs(chunked - expected)[mask]) <= 1e-4
     halved = forward(prepared.model.clone(linear_allow_neg_eigval=False), params, ids, mask)
