@@ -339,6 +339,8 @@ def check_falcon_h1(prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: 
     assert sorted(params["blocks_0"]) == ["attn", "attn_norm", "mamba", "mlp", "mlp_norm"]
     params["blocks_0"]["mamba"]["out_proj"] = np.zeros_like(params["blocks_0"]["mamba"]["out_proj"])
     assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
+
+
 def check_olmo_hybrid(
     prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray, overrides: dict[str, Any]
 ) -> None:
