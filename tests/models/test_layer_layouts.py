@@ -163,13 +163,23 @@ def test_optimizers_update_both_layouts_alike(family: type[TransformerLM], optim
     assert (query.reduction_axis, query.output_axis) == ((1,), (2, 3))
 
 
+#: The trainer tests' GPT: two layers (a stack of more than one), 32 wide, the 300 ids ``fixed_batch`` draws from,
+#: no plots (none is read; drawing them imports matplotlib in each run). The trainer's default is 4 layers, 128 wide.
+SMALL_TRAINER = {
+    "architecture/vocab_size": 300,
+    "architecture/n_layers": 2,
+    "architecture/n_embd": 32,
+    "architecture/n_heads": 4,
+    "training/plots": False,
+}
+
+
 def test_the_trainers_optimizer_decays_matrices_only(tmp_path: Path) -> None:
     """The trainer hands its model's axis names to the optimizer it builds: a scanned model's
     stacked norm scales and biases are not decayed, its kernels are."""
-    from tests.huggingface.conftest import VOCAB
     from tests.huggingface.test_init_from import QUICK, FixedGPT
 
-    settings = {**QUICK, "architecture/vocab_size": VOCAB, "model/scan_layers": True}
+    settings = {**QUICK, **SMALL_TRAINER, "model/scan_layers": True}
     trainer = FixedGPT.create(tmp_path, {**settings, "optimizer/adamw/weight_decay": 0.5})
     trainer.setup()
     tx = trainer.tx
@@ -244,12 +254,11 @@ def test_per_layer_views_of_the_cache_and_parameters_round_trip() -> None:
 def test_a_run_resumes_in_the_other_layout(tmp_path: Path) -> None:
     """A run stopped after 2 unrolled steps continues scanned with the losses of the unrolled run that
     was never stopped (the optimizer's moments and the data position come through the conversion)."""
-    from tests.huggingface.conftest import VOCAB
     from tests.huggingface.test_init_from import QUICK, FixedGPT, train_losses
 
     settings = {
         **QUICK,
-        "architecture/vocab_size": VOCAB,
+        **SMALL_TRAINER,
         "training/steps": 4,
         "training/checkpoint_interval": 2,
         "model/scan_layers": False,
