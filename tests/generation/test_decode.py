@@ -153,12 +153,12 @@ def test_invalid_sampling_settings(bad: dict[str, float]) -> None:
         SamplingParams(**bad)  # type: ignore[arg-type]
 
 
-def test_a_generation_in_stretches_equals_one_that_reads_the_whole_cache(
-    family: type[TransformerLM], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_generation_in_stretches_equals_one_that_reads_the_whole_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """The stretches of a long generation read only the filled part of the cache; the tokens, greedy and
-    sampled, are those of reading all of it at every step."""
-    model = build(family)
+    sampled, are those of reading all of it at every step. On Llama: the views are cut in the attention
+    layer's cache, which GPT shares; Llama's keys are cached rotated, and fewer key/value heads than query
+    heads. (GPT's learned positions lie outside the cache: test_greedy_with_cache_equals_rerunning_the_prefix.)"""
+    model = build(Llama)
     params = spread_params(model, seed=3)
     whole = [generate_tokens(model, params, PROMPTS, NEW, sampling=s, seed=4) for s in (SamplingParams(0.0), SAMPLED)]
     assert decode.decode_stretches("cpu") == 1  # on the CPU a stretch's view of the cache is a copy per step
@@ -183,17 +183,18 @@ def test_a_scanned_model_decodes_unrolled_with_the_same_tokens() -> None:
 
 
 def test_a_scanned_model_decodes_with_its_layers_in_a_loop_with_the_same_tokens(
-    family: type[TransformerLM], monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The decoder can run a scanned model's layers in one loop over the stacked parameters and cache (one
     layer in the program instead of every layer per stretch): greedy in stretches, the tokens of rerunning
     each prefix; sampled reading the whole cache, the tokens of the unrolled layers. (The layer loop computes
     the logits; greedy or sampled only picks from them, so each setting is met once: the stretches change the
     cache views the loop reads, the sampled tokens any difference in the logits.) A TPU loops by default, the
-    CPU does not (decode.LOOPED_PLATFORMS)."""
+    CPU does not (decode.LOOPED_PLATFORMS). On Llama: the loop picks each layer's entry of the stacked cache in
+    the attention layer GPT shares; Llama's keys enter it rotated, with fewer key/value heads than query heads."""
     assert decode.layer_loop("tpu") and not decode.layer_loop("cpu")
-    with configuration({**tiny_values(family), "architecture/n_layers": 3, "model/scan_layers": True}):
-        model = configure(family)
+    with configuration({**tiny_values(Llama), "architecture/n_layers": 3, "model/scan_layers": True}):
+        model = configure(Llama)
     assert loops_layers(model)
     params = spread_params(model, seed=5)
     monkeypatch.setattr(decode, "SHORTEST_STRETCH", 3)
