@@ -5,6 +5,7 @@ generation. (Hugging Face import into the scanned runs: tests/huggingface/test_d
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def test_greedy_generation_is_the_same_scanned_and_unrolled() -> None:
     prompts, greedy = [[5, 9, 2, 7], [3, 1]], SamplingParams(temperature=0.0)
     got = generate_tokens(scanned, stacked(params, scanned.stacked_layers), prompts, 6, sampling=greedy)
     assert [len(c.tokens) for c in got] == [6, 6]
-    assert_greedy_picks(unrolled, params, prompts, [c.tokens for c in got])
+    assert_greedy_picks(lambda ids, mask: forward(unrolled, params, ids, mask), prompts, [c.tokens for c in got])
 
 
 @pytest.mark.parametrize("saved_scanned", [False, True], ids=["per-layer-to-runs", "runs-to-per-layer"])
@@ -190,6 +191,12 @@ def test_a_unit_of_layers_that_differ_in_shape_is_held_per_position(case: str) -
 
 
 @functools.cache
+def scanned_unit(case: str, remat: str = "none", unroll: int = 1) -> TransformerLM:
+    """The scanned model of ``case`` (one object per setting, so that its compiled programs are kept)."""
+    return unit_models(case, model__remat=remat, model__scan_unroll=unroll)[1]
+
+
+@functools.cache
 def unrolled_reference(case: str) -> tuple[Any, tuple[Any, Any, Any]]:
     """The unrolled model of ``case``: its parameters and their logits, loss and gradients on ``batch()``
     (computed once for the scanned variants compared with it)."""
@@ -206,7 +213,7 @@ def test_a_scanned_unit_of_layers_that_differ_in_shape_gives_the_same_logits_and
 ) -> None:
     """Also two units per loop iteration, and recomputed in the backward pass (on Llama 4's unit: what
     the unrolled loop carries from one unit to the next is the residual stream, whatever the family)."""
-    _, scanned = unit_models(case, model__remat=remat, model__scan_unroll=unroll)
+    scanned = scanned_unit(case, remat, unroll)
     params, (logits_a, loss_a, grads_a) = unrolled_reference(case)
     logits_b, loss_b, grads_b = logits_loss_grads(scanned, stacked(params, scanned.stacked_layers), *batch())
     np.testing.assert_allclose(np.asarray(logits_a), np.asarray(logits_b), atol=1e-5, rtol=0)
@@ -229,21 +236,35 @@ def test_greedy_generation_is_the_same_with_a_scanned_unit(case: str) -> None:
     from theseus.model.generation.decode import generate_tokens
     from theseus.model.generation.sampling import SamplingParams
 
-    unrolled, scanned = unit_models(case)
-    params = stacked(random_params(unrolled, seed=3, std=0.2), scanned.stacked_layers)
+    scanned = scanned_unit(case)
+    params = stacked(random_params(unit_models(case)[0], seed=3, std=0.2), scanned.stacked_layers)
     prompts = [[5, 9, 2, 7], [3, 1]]
     got = [c.tokens for c in generate_tokens(scanned, params, prompts, 6, sampling=SamplingParams(temperature=0.0))]
-    assert_greedy_picks(scanned, params, prompts, got)
+    assert [len(tokens) for tokens in got] == [6, 6]
+
+    def logits(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """The forward pass of the scanned model's loss and gradients above, at ``batch()``'s shape."""
+        x, y, padding = batch()  # its rows past the prompts' are left as they are
+        rows, width = ids.shape
+        x[:rows], padding[:rows] = 0, False
+        x[:rows, :width], padding[:rows, :width] = ids, mask
+        whole, _, _ = logits_loss_grads(scanned, params, x, y, padding)
+        return np.asarray(whole)[:rows, :width]
+
+    assert_greedy_picks(logits, prompts, got)
 
 
-def assert_greedy_picks(model: TransformerLM, params: Any, prompts: list[list[int]], got: list[list[int]]) -> None:
-    """Each of the tokens ``got`` after each prompt is the one ``model``'s whole-sequence forward pass picks
-    after the tokens before it (greedy decoding without a cache), and they are not all alike."""
+def assert_greedy_picks(
+    logits: Callable[[np.ndarray, np.ndarray], np.ndarray], prompts: list[list[int]], got: list[list[int]]
+) -> None:
+    """Each of the tokens ``got`` after each prompt is the one a whole-sequence forward pass (``logits`` of
+    the ids and their mask) picks after the tokens before it (greedy decoding without a cache), and they
+    are not all alike."""
     width = max(len(prompt) + len(tokens) for prompt, tokens in zip(prompts, got, strict=True))
     ids, mask = np.zeros((len(prompts), width), np.int32), np.zeros((len(prompts), width), bool)
     for i, (prompt, tokens) in enumerate(zip(prompts, got, strict=True)):  # right-padded: after every position read
         ids[i, : len(prompt) + len(tokens)], mask[i, : len(prompt) + len(tokens)] = prompt + tokens, True
-    picks = forward(model, params, ids, mask).argmax(-1)
+    picks = logits(ids, mask).argmax(-1)
     for i, (prompt, tokens) in enumerate(zip(prompts, got, strict=True)):
         assert picks[i, len(prompt) - 1 : len(prompt) + len(tokens) - 1].tolist() == tokens
     assert len({t for tokens in got for t in tokens}) > 2  # a non-trivial continuation
