@@ -110,7 +110,7 @@ def compiled_as_run(trainer: Any, target: Target) -> tuple[CompiledStep, str]:
     if isinstance(step, StepTooLarge):  # the compiler refused full too: that refusal is the plan's
         raise step
     if trials[-1].fits:
-        step, kept = memory.keep_state_on_device(trainer, step, room, trials[-1].candidate)
+        step, kept = memory.keep_state_on_device(trainer, trials, step, room)
         return step, memory.Choice(trials[-1].candidate, tuple(trials), room, kept).line()
     tried = "; ".join(memory.needs(trial) for trial in trials)
     return step, (

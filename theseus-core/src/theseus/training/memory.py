@@ -185,13 +185,13 @@ def climb(trainer: Trainer, ladder: list[Candidate], room: Budget) -> tuple[list
     return trials, outcome
 
 
-def keep_state_on_device(trainer: Trainer, step: Any, room: Budget, candidate: Candidate) -> tuple[Any, int]:
+def keep_state_on_device(trainer: Trainer, trials: list[Trial], step: Any, room: Budget) -> tuple[Any, int]:
     """With the optimizer state in host memory and ``optimizer/offload_keep_gb`` left to ``auto`` (-1), give
-    :data:`KEEP_SHARE` of the room that ``step`` (the compiled step of ``candidate``, which fits) leaves to
-    the state's first leaves, which then stay on the device, and compile again; the step the trainer is left
-    configured with and the bytes it keeps. A step that no longer fits goes back to the whole state in host
-    memory."""
-    config = trainer.context.config
+    :data:`KEEP_SHARE` of the room that ``step`` (the compiled step of the last of ``trials``, which fits)
+    leaves to the state's first leaves, which then stay on the device, and compile again: the step the trainer
+    is left configured with and the bytes it keeps (the last trial becomes that step's). A step that no
+    longer fits goes back to the whole state in host memory."""
+    config, candidate = trainer.context.config, trials[-1].candidate
     if not config.get("optimizer/offload") or float(config.get(KEEP_KEY, -1.0)) >= 0 or room.bytes is None:
         return step, 0
     spare = int((room.bytes - step.total_bytes - step.batch_bytes) * KEEP_SHARE)
@@ -201,6 +201,7 @@ def keep_state_on_device(trainer: Trainer, step: Any, room: Budget, candidate: C
     trainer.reconfigure({KEEP_KEY: keep / GB})
     trial, kept = measure(trainer, candidate, room)
     if trial.fits:
+        trials[-1] = trial
         return kept, keep
     trainer.reconfigure({KEEP_KEY: 0.0})
     return measure(trainer, candidate, room)[1], 0
@@ -252,9 +253,8 @@ def fit(trainer: Trainer) -> Choice:
     trials, step = climb(trainer, ladder, room)
     if not trials[-1].fits:
         raise ResourceError(nothing_fits(trials, room, trainer))
-    chosen = trials[-1].candidate
-    _, kept = keep_state_on_device(trainer, step, room, chosen)
-    return Choice(chosen, tuple(trials), room, kept)
+    _, kept = keep_state_on_device(trainer, trials, step, room)
+    return Choice(trials[-1].candidate, tuple(trials), room, kept)
 
 
 def nothing_fits(trials: list[Trial], room: Budget, trainer: Trainer) -> str:
