@@ -123,6 +123,12 @@ def architecture_field(name: str) -> Any:
     return field(f"architecture/{name}", **ARCHITECTURE_KEYS[name])
 
 
+def optional_key(key: str, what: str, none: str = "the preset's") -> Any:
+    """The field of ``key`` that defaults to None, whose help says ``what`` it sets and what None means
+    (``none``: mostly the preset's value)."""
+    return field(key, default=None, help=f"{what} (None: {none})")
+
+
 def check_activation(name: str) -> str:
     if name not in ACTIVATIONS:
         raise ConfigError(f"unknown architecture/activation {name!r}; choose one of {', '.join(sorted(ACTIVATIONS))}")

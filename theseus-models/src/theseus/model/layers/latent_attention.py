@@ -35,7 +35,17 @@ from theseus.base.axis import Axis, MeshAxis, ShardingPlan
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers import lora
-from theseus.model.layers._common import INIT_STD, architecture_field, cast, child, constrain, normal, param, require
+from theseus.model.layers._common import (
+    INIT_STD,
+    architecture_field,
+    cast,
+    child,
+    constrain,
+    normal,
+    optional_key,
+    param,
+    require,
+)
 from theseus.model.layers.attention import (
     ATTENTION_IMPLEMENTATIONS,
     append_to_cache,
@@ -141,22 +151,16 @@ class MLAKeys(Module):
         default=None,
         help="rank of the query's low-rank bottleneck (0: one query projection; None: the preset's)",
     )
-    kv_lora_rank: int | None = field(
-        "architecture/mla/kv_lora_rank", default=None, help="width of the shared key/value latent (None: preset)"
+    kv_lora_rank: int | None = optional_key(
+        "architecture/mla/kv_lora_rank", "width of the shared key/value latent", "preset"
     )
-    qk_nope_head_dim: int | None = field(
-        "architecture/mla/qk_nope_head_dim",
-        default=None,
-        help="per-head query/key width without rotary embedding (None: the preset's)",
+    qk_nope_head_dim: int | None = optional_key(
+        "architecture/mla/qk_nope_head_dim", "per-head query/key width without rotary embedding"
     )
-    qk_rope_head_dim: int | None = field(
-        "architecture/mla/qk_rope_head_dim",
-        default=None,
-        help="per-head query and shared key width that is rotated (None: the preset's)",
+    qk_rope_head_dim: int | None = optional_key(
+        "architecture/mla/qk_rope_head_dim", "per-head query and shared key width that is rotated"
     )
-    v_head_dim: int | None = field(
-        "architecture/mla/v_head_dim", default=None, help="per-head value width (None: the preset's)"
-    )
+    v_head_dim: int | None = optional_key("architecture/mla/v_head_dim", "per-head value width")
     rope_interleave: bool = field(
         "architecture/mla/rope_interleave",
         default=True,

@@ -164,6 +164,21 @@ class MambaSpec:
             )
         return self
 
+    def layer_options(self) -> dict[str, Any]:
+        """The :class:`Mamba2` fields this spec sets (the time step's clip unbounded where ``dt_max`` is None)."""
+        return {
+            "n_heads": self.n_heads,
+            "head_dim": self.head_dim,
+            "state_size": self.state_size,
+            "n_groups": self.n_groups,
+            "conv_kernel": self.conv_kernel,
+            "chunk_size": self.chunk_size,
+            "conv_bias": self.conv_bias,
+            "use_bias": self.bias,
+            "time_step_min": self.dt_min,
+            "time_step_max": float("inf") if self.dt_max is None else self.dt_max,
+        }
+
 
 class Mamba2(StackLayer):
     """The Mamba-2 mixer, called as the stack calls its layers (a :class:`StackLayer`): ``(x, *call, layer)

@@ -69,6 +69,7 @@ from theseus.model.layers._common import (
     constrain,
     layer_width,
     normal,
+    optional_key,
     param,
 )
 from theseus.model.layers.expert_parallel import (
@@ -305,56 +306,42 @@ class MoEKeys(Module):
     """The ``architecture/moe/*`` keys, shared by the :class:`MoE` layer and the mixture models (which
     resolve them once into ``Architecture.moe``)."""
 
-    n_experts: int | None = field(
-        "architecture/moe/n_experts", default=None, help="routed experts per mixture layer (None: the preset's)"
+    n_experts: int | None = optional_key("architecture/moe/n_experts", "routed experts per mixture layer")
+    top_k: int | None = optional_key("architecture/moe/top_k", "experts each token is routed to")
+    expert_hidden: int | None = optional_key(
+        "architecture/moe/expert_hidden", "hidden width of one expert", "architecture/d_ff"
     )
-    top_k: int | None = field(
-        "architecture/moe/top_k", default=None, help="experts each token is routed to (None: the preset's)"
+    n_shared: int | None = optional_key(
+        "architecture/moe/n_shared", "shared experts every token passes through", "the preset's, else 0"
     )
-    expert_hidden: int | None = field(
-        "architecture/moe/expert_hidden", default=None, help="hidden width of one expert (None: architecture/d_ff)"
-    )
-    n_shared: int | None = field(
-        "architecture/moe/n_shared",
-        default=None,
-        help="shared experts every token passes through (None: the preset's, else 0)",
-    )
-    router: str | None = field(
-        "architecture/moe/router",
-        default=None,
-        help="softmax | sigmoid (DeepSeek-V3) (None: the preset's, else softmax)",
+    router: str | None = optional_key(
+        "architecture/moe/router", "softmax | sigmoid (DeepSeek-V3)", "the preset's, else softmax"
     )
     norm_topk_prob: bool = field(
         "architecture/moe/norm_topk_prob", default=True, help="renormalise the top-k routing weights to sum 1"
     )
-    capacity_factor: float | None = field(
+    capacity_factor: float | None = optional_key(
         "architecture/moe/capacity_factor",
-        default=None,
-        help="token copies per expert = factor * tokens * top_k / n_experts, overflow dropped (None: dropless)",
+        "token copies per expert = factor * tokens * top_k / n_experts, overflow dropped",
+        "dropless",
     )
     aux_loss: float = field(
         "architecture/moe/aux_loss", default=0.01, help="coefficient of the load-balancing loss (0: off)"
     )
     z_loss: float = field("architecture/moe/z_loss", default=0.001, help="coefficient of the router z-loss (0: off)")
-    first_k_dense: int | None = field(
-        "architecture/moe/first_k_dense",
-        default=None,
-        help="leading layers with a dense MLP, as DeepSeek-V3 (None: the preset's, else 0)",
+    first_k_dense: int | None = optional_key(
+        "architecture/moe/first_k_dense", "leading layers with a dense MLP, as DeepSeek-V3", "the preset's, else 0"
     )
-    n_group: int | None = field(
-        "architecture/moe/n_group",
-        default=None,
-        help="expert groups of the sigmoid router (None: the preset's, else 1)",
+    n_group: int | None = optional_key(
+        "architecture/moe/n_group", "expert groups of the sigmoid router", "the preset's, else 1"
     )
-    topk_group: int | None = field(
+    topk_group: int | None = optional_key(
         "architecture/moe/topk_group",
-        default=None,
-        help="groups a token's experts are chosen from, sigmoid router (None: the preset's, else 1)",
+        "groups a token's experts are chosen from, sigmoid router",
+        "the preset's, else 1",
     )
-    routed_scaling_factor: float | None = field(
-        "architecture/moe/routed_scaling_factor",
-        default=None,
-        help="factor on the routed experts' weights (None: the preset's, else 1.0)",
+    routed_scaling_factor: float | None = optional_key(
+        "architecture/moe/routed_scaling_factor", "factor on the routed experts' weights", "the preset's, else 1.0"
     )
     bias_update_rate: float = field(
         "architecture/moe/bias_update_rate",

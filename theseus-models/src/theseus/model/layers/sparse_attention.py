@@ -51,7 +51,7 @@ import jax.numpy as jnp
 from theseus.base.sown import AUX_LOSSES, AUX_METRICS
 from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers._common import INIT_STD, cast, child, normal, param, require
+from theseus.model.layers._common import INIT_STD, cast, child, normal, optional_key, param, require
 from theseus.model.layers.attention import append_to_cache, attention_mask, is_segment_ids
 from theseus.model.layers.latent_attention import LatentAttention, MLAInputs, MLASpec, deinterleave
 from theseus.model.layers.matmul import project
@@ -111,16 +111,10 @@ class DSAKeys(Module):
     """The ``architecture/dsa/*`` keys (and ``model/dsa/indexer_loss_weight``), shared by
     :class:`SparseLatentAttention` and the models that resolve them once (None: the preset's)."""
 
-    index_n_heads: int | None = field(
-        "architecture/dsa/index_n_heads", default=None, help="heads of the lightning indexer (None: the preset's)"
-    )
-    index_head_dim: int | None = field(
-        "architecture/dsa/index_head_dim", default=None, help="width of an indexer head and key (None: the preset's)"
-    )
-    index_topk: int | None = field(
-        "architecture/dsa/index_topk",
-        default=None,
-        help="keys each query attends to in sparse attention (None: the preset's)",
+    index_n_heads: int | None = optional_key("architecture/dsa/index_n_heads", "heads of the lightning indexer")
+    index_head_dim: int | None = optional_key("architecture/dsa/index_head_dim", "width of an indexer head and key")
+    index_topk: int | None = optional_key(
+        "architecture/dsa/index_topk", "keys each query attends to in sparse attention"
     )
     index_rope_interleave: bool | None = field(
         "architecture/dsa/rope_interleave",

@@ -226,6 +226,29 @@ def lookup_preset(presets: dict[str, Preset], name: str, family: str) -> Preset:
     return presets[name]
 
 
+ArchitectureT = TypeVar("ArchitectureT", bound="Architecture")
+
+
+def extend_architecture(arch: Architecture, kind: type[ArchitectureT], **extra: Any) -> ArchitectureT:
+    """``arch``'s :class:`Architecture` fields and a family's ``extra`` ones as a validated ``kind``."""
+    values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
+    built = kind(**values, **extra)
+    built.validate()
+    return built
+
+
+def architecture_as(arch: Architecture, kind: type[ArchitectureT], message: str) -> ArchitectureT:
+    """``arch`` as a family's ``kind``, or ``message`` (which layers need it, which model builds one)."""
+    if not isinstance(arch, kind):
+        raise ConfigError(message)
+    return arch
+
+
+def preset_or(value: int | None, default: int) -> int:
+    """An explicit key's value, or the preset's ``default`` where the key is None."""
+    return default if value is None else int(value)
+
+
 def lookup_preset_as(presets: dict[str, Preset], name: str, family: str, kind: type[PresetT]) -> PresetT:
     """The preset ``name`` as a ``kind`` (a :class:`Preset` subclass): one of another class (a preset of the
     family's base, such as a plain :class:`Preset`) keeps its :class:`Preset` fields and takes ``kind``'s

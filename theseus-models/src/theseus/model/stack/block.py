@@ -88,13 +88,16 @@ class Block(StackLayer):
 
     #: The attention layer ``attention()`` builds; a family may set a subclass with the same fields.
     ATTENTION: ClassVar[type[CausalSelfAttention]] = CausalSelfAttention
+    #: Token mixers a layer builds in place of ``attn`` or beside it (a hybrid's state-space, convolution or
+    #: linear-attention layers), declared among its components.
+    MIXERS: ClassVar[tuple[type, ...]] = ()
 
     architecture: Architecture | None = None
     out_std: float = INIT_STD
 
     @classmethod
     def components(cls) -> list[type]:
-        return [LayerNorm, RMSNorm, cls.ATTENTION, MLP]
+        return [LayerNorm, RMSNorm, cls.ATTENTION, MLP, *cls.MIXERS]
 
     @property
     def sharding(self) -> ShardingPlan:
@@ -194,7 +197,13 @@ class Block(StackLayer):
             dropout=arch.dropout,
             use_bias=spec.bias,
             out_std=self.out_std,
+            **self.feed_forward_options(),
         )
+
+    def feed_forward_options(self) -> dict[str, Any]:
+        """Fields of the dense :class:`MLP` beyond those ``feed_forward()`` sets from the architecture (none
+        here; Falcon-H1's gate and down multipliers)."""
+        return {}
 
     def flops(self, seq: int, layer: int | None = None) -> int:
         """Forward + backward FLOPs of ``seq`` tokens: the sum of its parts' own counts, the attention

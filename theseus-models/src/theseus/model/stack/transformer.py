@@ -25,6 +25,7 @@ from theseus.model.layers._common import (
     child,
     constrain,
     normal,
+    optional_key,
     param,
 )
 from theseus.model.layers.attention import is_segment_ids, missing_cache_error
@@ -202,31 +203,23 @@ class TransformerLM(Module):
     preset: str = field("architecture/preset", default="tiny", help="named model size (see the model's PRESETS)")
     vocab_size: int = architecture_field("vocab_size")
     block_size: int = architecture_field("block_size")
-    n_layers: int | None = field("architecture/n_layers", default=None, help="transformer layers (None: preset)")
+    n_layers: int | None = optional_key("architecture/n_layers", "transformer layers", "preset")
     n_heads: int | None = architecture_field("n_heads")
     n_kv_heads: int | None = architecture_field("n_kv_heads")
     n_embd: int | None = architecture_field("n_embd")
     d_ff: int | None = architecture_field("d_ff")
     mlp_ratio: float | None = architecture_field("mlp_ratio")
     activation: str | None = architecture_field("activation")
-    head_dim: int | None = field(
-        "architecture/head_dim", default=None, help="width of one attention head (None: n_embd / n_heads)"
+    head_dim: int | None = optional_key("architecture/head_dim", "width of one attention head", "n_embd / n_heads")
+    attention_bias: bool | None = optional_key(
+        "architecture/attention_bias", "biases on query/key/value projections", "family's"
     )
-    attention_bias: bool | None = field(
-        "architecture/attention_bias", default=None, help="biases on query/key/value projections (None: family's)"
+    attention_out_bias: bool | None = optional_key(
+        "architecture/attention_out_bias", "bias on the attention output projection", "as attention_bias"
     )
-    attention_out_bias: bool | None = field(
-        "architecture/attention_out_bias",
-        default=None,
-        help="bias on the attention output projection (None: as attention_bias)",
-    )
-    mlp_bias: bool | None = field(
-        "architecture/mlp_bias", default=None, help="biases on MLP projections (None: family's)"
-    )
-    tied_embeddings: bool | None = field(
-        "architecture/tied_embeddings",
-        default=None,
-        help="output head shares the token embedding table (None: the family's own)",
+    mlp_bias: bool | None = optional_key("architecture/mlp_bias", "biases on MLP projections", "family's")
+    tied_embeddings: bool | None = optional_key(
+        "architecture/tied_embeddings", "output head shares the token embedding table", "the family's own"
     )
     dropout: float = architecture_field("dropout")
     norm_eps: float = architecture_field("norm_eps")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from theseus.config import field
+from theseus.model.layers._common import optional_key
 from theseus.model.layers.attention import FULL_ATTENTION, SLIDING_ATTENTION
 from theseus.model.stack.architecture import lookup_preset
 from theseus.model.stack.transformer import TransformerLM
@@ -26,10 +26,8 @@ class InterleavedWindows(TransformerLM):
     #: Every this many layers one is full attention (when ``architecture/layer_types`` is None).
     FULL_EVERY: ClassVar[int] = 2
 
-    layer_types: tuple[str, ...] | None = field(
-        "architecture/layer_types",
-        default=None,
-        help="sliding_attention | full_attention per layer (None: the family's interleaving)",
+    layer_types: tuple[str, ...] | None = optional_key(
+        "architecture/layer_types", "sliding_attention | full_attention per layer", "the family's interleaving"
     )
 
     def _sliding_window(self) -> int | None:

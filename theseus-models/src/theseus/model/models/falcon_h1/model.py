@@ -6,7 +6,6 @@ Mamba-2 projection's parts, the MLP's gate and output and the logits.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -15,23 +14,26 @@ import jax.numpy as jnp
 
 from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers._common import child
-from theseus.model.layers.mamba2 import Mamba2, MambaSpec, mamba_key
-from theseus.model.layers.mlp import MLP
+from theseus.model.layers._common import child, optional_key
+from theseus.model.layers.mamba2 import Mamba2, MambaSpec
 from theseus.model.models.llama.model import Llama
 from theseus.model.module import Module
-from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
+from theseus.model.stack.architecture import (
+    Architecture,
+    Preset,
+    architecture_as,
+    extend_architecture,
+    lookup_preset_as,
+)
 from theseus.model.stack.block import Block
+from theseus.model.stack.mamba import MambaLM, MambaPreset
 
 
 @dataclass(frozen=True)
-class FalconH1Preset(Preset):
-    """A :class:`Preset` with the Mamba-2 mixers' shape."""
+class FalconH1Preset(MambaPreset):
+    """A :class:`MambaPreset`: 4 mixer heads by default."""
 
     mamba_heads: int = 4
-    mamba_head_dim: int = 16
-    mamba_state: int = 16
-    mamba_groups: int = 1
 
 
 FALCON_H1_PRESETS: dict[str, Preset] = {
@@ -95,18 +97,16 @@ class FalconH1Architecture(Architecture):
 
 def falcon_arch(arch: Architecture) -> FalconH1Architecture:
     """``arch`` as a :class:`FalconH1Architecture`, or one line saying which model builds one."""
-    if not isinstance(arch, FalconH1Architecture):
-        raise ConfigError("Falcon-H1's layers need a FalconH1Architecture (model/falcon_h1)")
-    return arch
+    return architecture_as(
+        arch, FalconH1Architecture, "Falcon-H1's layers need a FalconH1Architecture (model/falcon_h1)"
+    )
 
 
 class FalconH1Block(Block):
     """:class:`Block` of one Falcon-H1 layer: ``attn`` (grouped-query attention) and ``mamba`` (Mamba-2) in
     parallel on ``attn_norm``'s output, each scaled in and out by its multipliers, then the MLP."""
 
-    @classmethod
-    def components(cls) -> list[type]:
-        return [*super().components(), Mamba2]
+    MIXERS: ClassVar[tuple[type, ...]] = (Mamba2,)
 
     def parallel_mixers(self) -> dict[str, Module]:
         arch = falcon_arch(self.arch)
@@ -114,18 +114,9 @@ class FalconH1Block(Block):
         layer: Mamba2 = child(
             self,
             Mamba2,
-            n_heads=spec.n_heads,
-            head_dim=spec.head_dim,
-            state_size=spec.state_size,
-            n_groups=spec.n_groups,
-            conv_kernel=spec.conv_kernel,
-            chunk_size=spec.chunk_size,
-            conv_bias=spec.conv_bias,
-            use_bias=spec.bias,
+            **spec.layer_options(),
             out_bias=arch.mamba_out_bias,
             norm_eps=arch.norm.eps,
-            time_step_min=spec.dt_min,
-            time_step_max=float("inf") if spec.dt_max is None else spec.dt_max,
             out_std=self.out_std,
             n_embd=arch.n_embd,
             gated_norm=arch.mamba_rms_norm,
@@ -139,21 +130,9 @@ class FalconH1Block(Block):
             return scales.ssm_in, scales.ssm_out
         return scales.attention_in, scales.attention_out
 
-    def feed_forward(self) -> Module:
-        arch = falcon_arch(self.arch)
-        spec, (gate, down) = arch.feed_forward, arch.multipliers.mlp
-        return child(
-            self,
-            MLP,
-            n_embd=arch.n_embd,
-            d_ff=spec.d_ff,
-            activation=spec.activation,
-            dropout=arch.dropout,
-            use_bias=spec.bias,
-            out_std=self.out_std,
-            gate_multiplier=float(gate),
-            down_multiplier=float(down),
-        )
+    def feed_forward_options(self) -> dict[str, Any]:
+        gate, down = falcon_arch(self.arch).multipliers.mlp
+        return {"gate_multiplier": float(gate), "down_multiplier": float(down)}
 
 
 def multiplier_field(name: str, what: str) -> Any:
@@ -161,7 +140,7 @@ def multiplier_field(name: str, what: str) -> Any:
     return field(f"architecture/{name}_multiplier", default=1.0, help=f"Falcon-H1: multiplier of {what}")
 
 
-class FalconH1(Llama):
+class FalconH1(Llama, MambaLM):
     """Falcon-H1: Llama's attention, RMSNorm and SwiGLU MLP, and in every layer a Mamba-2 mixer beside the
     attention (``mamba``, the stack's parallel arrangement: both read ``attn_norm``'s output, their outputs are
     summed into one residual); no biases, an untied head. The mixers' shape: ``architecture/mamba_heads``,
@@ -179,26 +158,14 @@ class FalconH1(Llama):
     FAMILY: ClassVar[str] = "FalconH1"
     BLOCK = FalconH1Block
 
-    mamba_heads: int | None = mamba_key("mamba_heads")
-    mamba_head_dim: int | None = mamba_key("mamba_head_dim")
-    mamba_state_size: int | None = mamba_key("mamba_state_size")
-    mamba_groups: int | None = mamba_key("mamba_groups")
-    mamba_conv_kernel: int = mamba_key("mamba_conv_kernel")
-    mamba_chunk_size: int = mamba_key("mamba_chunk_size")
-    mamba_conv_bias: bool = mamba_key("mamba_conv_bias")
-    mamba_bias: bool = mamba_key("mamba_bias")
-    mamba_out_bias: bool | None = field(
-        "architecture/mamba_out_bias",
-        default=None,
-        help="Falcon-H1: a bias on Mamba-2's out_proj (None: as architecture/mamba_bias)",
+    mamba_out_bias: bool | None = optional_key(
+        "architecture/mamba_out_bias", "Falcon-H1: a bias on Mamba-2's out_proj", "as architecture/mamba_bias"
     )
     mamba_rms_norm: bool = field(
         "architecture/mamba_rms_norm",
         default=False,
         help="Falcon-H1: Mamba-2's gated group norm (false: the scan's output times SiLU(z), no norm)",
     )
-    mamba_dt_min: float = mamba_key("mamba_dt_min")
-    mamba_dt_max: float | None = mamba_key("mamba_dt_max")
     embedding_multiplier: float = multiplier_field("embedding", "the token embeddings")
     lm_head_multiplier: float = multiplier_field("lm_head", "the logits")
     attention_in_multiplier: float = multiplier_field("attention_in", "the attention's input")
@@ -245,33 +212,16 @@ class FalconH1(Llama):
         return {**super()._extra_architecture(), "query_pre_attn_scalar": None if key == 1.0 else head_dim / key**2}
 
     def resolve_architecture(self) -> Architecture:
-        preset = self._preset()
-        arch = super().resolve_architecture()
-
-        def pick(value: int | None, default: int) -> int:
-            return default if value is None else int(value)
-
-        spec = MambaSpec(
-            n_heads=pick(self.mamba_heads, preset.mamba_heads),
-            head_dim=pick(self.mamba_head_dim, preset.mamba_head_dim),
-            state_size=pick(self.mamba_state_size, preset.mamba_state),
-            n_groups=pick(self.mamba_groups, preset.mamba_groups),
-            conv_kernel=int(self.mamba_conv_kernel),
-            chunk_size=int(self.mamba_chunk_size),
-            conv_bias=bool(self.mamba_conv_bias),
-            bias=bool(self.mamba_bias),
-            dt_min=float(self.mamba_dt_min),
-            dt_max=None if self.mamba_dt_max is None else float(self.mamba_dt_max),
-        ).validate()
-        values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
+        spec = self.mamba_spec(self._preset())
         out_bias = self.mamba_bias if self.mamba_out_bias is None else self.mamba_out_bias
-        return FalconH1Architecture(
-            **values,
+        return extend_architecture(
+            super().resolve_architecture(),
+            FalconH1Architecture,
             mamba=spec,
             mamba_rms_norm=bool(self.mamba_rms_norm),
             mamba_out_bias=bool(out_bias),
             multipliers=self._multipliers(),
-        ).validate()
+        )
 
     def embed_tokens(self, x: jax.Array) -> jax.Array:
         """The token embeddings times ``architecture/embedding_multiplier``."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from theseus.config import field
+from theseus.model.layers._common import optional_key
 from theseus.model.models.llama.model import Llama
 from theseus.model.stack.architecture import Preset
 from theseus.model.stack.windows import InterleavedWindows
@@ -88,25 +88,17 @@ class Gemma2(InterleavedWindows, Llama):
     ATTN_SOFTCAP: ClassVar[float | None] = 50.0
     FINAL_SOFTCAP: ClassVar[float | None] = 30.0
 
-    rope_local_theta: float | None = field(
-        "architecture/rope_local_theta",
-        default=None,
-        help="rotary base of the sliding-window layers (None: architecture/rope_theta)",
+    rope_local_theta: float | None = optional_key(
+        "architecture/rope_local_theta", "rotary base of the sliding-window layers", "architecture/rope_theta"
     )
-    query_pre_attn_scalar: float | None = field(
-        "architecture/query_pre_attn_scalar",
-        default=None,
-        help="attention scores are scaled by this ** -0.5 (None: head_dim)",
+    query_pre_attn_scalar: float | None = optional_key(
+        "architecture/query_pre_attn_scalar", "attention scores are scaled by this ** -0.5", "head_dim"
     )
-    attn_softcap: float | None = field(
-        "architecture/attn_softcap",
-        default=None,
-        help="cap attention scores as tanh(s / cap) * cap (None: the family's; 0: off)",
+    attn_softcap: float | None = optional_key(
+        "architecture/attn_softcap", "cap attention scores as tanh(s / cap) * cap", "the family's; 0: off"
     )
-    final_softcap: float | None = field(
-        "architecture/final_softcap",
-        default=None,
-        help="cap output logits as tanh(x / cap) * cap (None: the family's; 0: off)",
+    final_softcap: float | None = optional_key(
+        "architecture/final_softcap", "cap output logits as tanh(x / cap) * cap", "the family's; 0: off"
     )
 
     def _extra_architecture(self) -> dict[str, Any]:

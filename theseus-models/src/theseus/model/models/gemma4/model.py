@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from theseus.base.axis import Axis
 from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, param
+from theseus.model.layers._common import INIT_STD, cast, child, constrain, normal, optional_key, param
 from theseus.model.layers.attention import FULL_ATTENTION, AttentionSpec, CausalSelfAttention
 from theseus.model.layers.context_parallel import to_balanced
 from theseus.model.layers.embedding import TokenEmbedding
@@ -33,7 +33,12 @@ from theseus.model.models.gemma.model import Gemma3, softcap
 from theseus.model.models.llama4.model import l2_norm
 from theseus.model.module import Module
 from theseus.model.stack import pipeline
-from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
+from theseus.model.stack.architecture import (
+    Architecture,
+    Preset,
+    extend_architecture,
+    lookup_preset_as,
+)
 from theseus.model.stack.block import Block, LayerCall
 from theseus.model.stack.windows import pattern_layer_types
 
@@ -281,13 +286,11 @@ class Gemma4(Gemma3):
     BLOCK = Gemma4Block
     FINAL_SOFTCAP: ClassVar[float | None] = None
 
-    global_head_dim: int | None = field(
-        "architecture/global_head_dim", default=None, help="Gemma 4: head width of the full layers (None: preset's)"
+    global_head_dim: int | None = optional_key(
+        "architecture/global_head_dim", "Gemma 4: head width of the full layers", "preset's"
     )
-    global_kv_heads: int | None = field(
-        "architecture/global_kv_heads",
-        default=None,
-        help="Gemma 4: key/value heads of the full layers (None: architecture/n_kv_heads)",
+    global_kv_heads: int | None = optional_key(
+        "architecture/global_kv_heads", "Gemma 4: key/value heads of the full layers", "architecture/n_kv_heads"
     )
     attention_k_eq_v: bool = field(
         "architecture/attention_k_eq_v",
@@ -299,15 +302,11 @@ class Gemma4(Gemma3):
         default=0.25,
         help="Gemma 4: the fraction of a full layer's RoPE pairs that turn (proportional RoPE)",
     )
-    per_layer_input_dim: int | None = field(
-        "architecture/per_layer_input_dim",
-        default=None,
-        help="Gemma 4: width of each layer's per-layer input (None: the preset's; 0: none)",
+    per_layer_input_dim: int | None = optional_key(
+        "architecture/per_layer_input_dim", "Gemma 4: width of each layer's per-layer input", "the preset's; 0: none"
     )
-    per_layer_vocab_size: int | None = field(
-        "architecture/per_layer_vocab_size",
-        default=None,
-        help="Gemma 4: rows of the per-layer input table (None: architecture/vocab_size)",
+    per_layer_vocab_size: int | None = optional_key(
+        "architecture/per_layer_vocab_size", "Gemma 4: rows of the per-layer input table", "architecture/vocab_size"
     )
 
     def _preset(self) -> Gemma4Preset:
@@ -341,16 +340,16 @@ class Gemma4(Gemma3):
         preset = self._preset()
         global_head_dim = self.global_head_dim or preset.global_head_dim or 2 * arch.head_dim
         per_layer = preset.per_layer_dim if self.per_layer_input_dim is None else self.per_layer_input_dim
-        values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
-        return Gemma4Architecture(
-            **values,
+        return extend_architecture(
+            arch,
+            Gemma4Architecture,
             global_head_dim=int(global_head_dim),
             global_kv_heads=self.global_kv_heads,
             k_eq_v=bool(self.attention_k_eq_v),
             rope_fraction=float(self.partial_rotary_factor),
             per_layer_dim=int(per_layer),
             per_layer_vocab=int(self.per_layer_vocab_size or arch.vocab_size),
-        ).validate()
+        )
 
     def _layer_options(self, layer: int) -> dict[str, Any]:
         arch = self.architecture

@@ -5,7 +5,6 @@ SwiGLU feed-forward; pre-norm RMSNorms and a tied head.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -13,12 +12,18 @@ import jax
 
 from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers._common import child
+from theseus.model.layers._common import child, optional_key
 from theseus.model.layers.attention import FULL_ATTENTION, CausalSelfAttention
 from theseus.model.layers.short_conv import SHORT_CONV, ShortConv
 from theseus.model.models.llama.model import Llama
 from theseus.model.module import Module
-from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
+from theseus.model.stack.architecture import (
+    Architecture,
+    Preset,
+    architecture_as,
+    extend_architecture,
+    lookup_preset_as,
+)
 from theseus.model.stack.block import Block
 
 
@@ -93,18 +98,15 @@ class Lfm2Block(Block):
 
     ATTENTION: ClassVar[type[CausalSelfAttention]] = Lfm2Attention
 
-    conv: bool = False
+    MIXERS: ClassVar[tuple[type, ...]] = (ShortConv,)
 
-    @classmethod
-    def components(cls) -> list[type]:
-        return [*super().components(), ShortConv]
+    conv: bool = False
 
     def attention(self) -> Module:
         if not self.conv:
             return super().attention()
-        arch = self.arch
-        if not isinstance(arch, Lfm2Architecture):
-            raise ConfigError("LFM2's short-convolution layers need an Lfm2Architecture (model/lfm2)")
+        message = "LFM2's short-convolution layers need an Lfm2Architecture (model/lfm2)"
+        arch = architecture_as(self.arch, Lfm2Architecture, message)
         layer: ShortConv = child(
             self,
             ShortConv,
@@ -137,15 +139,13 @@ class Lfm2(Llama):
     QK_NORM: ClassVar[bool] = True
 
     rope_theta: float = field("architecture/rope_theta", default=1000000.0, help="rotary embedding base frequency")
-    layer_types: tuple[str, ...] | None = field(
+    layer_types: tuple[str, ...] | None = optional_key(
         "architecture/layer_types",
-        default=None,
-        help="LFM2: conv | full_attention per layer (None: the preset's attention layers, the others conv)",
+        "LFM2: conv | full_attention per layer",
+        "the preset's attention layers, the others conv",
     )
-    conv_kernel: int | None = field(
-        "architecture/short_conv_kernel",
-        default=None,
-        help="LFM2: taps of the gated short convolution, conv_L_cache (None: the preset's, 3)",
+    conv_kernel: int | None = optional_key(
+        "architecture/short_conv_kernel", "LFM2: taps of the gated short convolution, conv_L_cache", "the preset's, 3"
     )
     conv_bias: bool = field(
         "architecture/short_conv_bias", default=False, help="LFM2: biases on the short convolution and its projections"
@@ -169,8 +169,7 @@ class Lfm2(Llama):
         kernel = self._preset().conv_kernel if self.conv_kernel is None else int(self.conv_kernel)
         if kernel < 1:
             raise ConfigError(f"architecture/short_conv_kernel={kernel} must be at least 1")
-        values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
-        return Lfm2Architecture(**values, conv_kernel=kernel, conv_bias=bool(self.conv_bias)).validate()
+        return extend_architecture(arch, Lfm2Architecture, conv_kernel=kernel, conv_bias=bool(self.conv_bias))
 
     def _layer_options(self, layer: int) -> dict[str, Any]:
         types = self.architecture.layer_types or ()

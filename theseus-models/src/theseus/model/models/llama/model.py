@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from theseus.config import field
+from theseus.model.layers._common import optional_key
 from theseus.model.layers.rotary import RopeScaling
 from theseus.model.stack.architecture import Preset
 from theseus.model.stack.transformer import TransformerLM
@@ -135,10 +136,10 @@ class Llama(TransformerLM):
     rope_truncate: bool = field(
         "architecture/rope_truncate", default=True, help="yarn: round the ramp's ends to whole frequencies"
     )
-    sliding_window: int | None = field(
+    sliding_window: int | None = optional_key(
         "architecture/sliding_window",
-        default=None,
-        help="attention window of every layer: a token sees itself and the window - 1 before it (None: no window)",
+        "attention window of every layer: a token sees itself and the window - 1 before it",
+        "no window",
     )
 
     def _rope_theta(self) -> float:

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from theseus.config import field
 from theseus.errors import ConfigError
+from theseus.model.layers._common import optional_key
 from theseus.model.layers.attention import (
     CHUNKED_ATTENTION,
     FULL_ATTENTION,
@@ -333,20 +334,19 @@ class Llama4(MixtureLM, Llama):
     FAMILY: ClassVar[str] = "Llama4"
     BLOCK = Llama4Block
 
-    no_rope_layers: tuple[int, ...] | None = field(
+    no_rope_layers: tuple[int, ...] | None = optional_key(
         "architecture/no_rope_layers",
-        default=None,
-        help="Llama 4: per layer 1 (RoPE, chunked, local) or 0 (NoPE, global) (None: every 4th layer 0)",
+        "Llama 4: per layer 1 (RoPE, chunked, local) or 0 (NoPE, global)",
+        "every 4th layer 0",
     )
-    moe_layers: tuple[int, ...] | None = field(
+    moe_layers: tuple[int, ...] | None = optional_key(
         "architecture/moe/moe_layers",
-        default=None,
-        help="Llama 4: the layers whose feed-forward is the mixture (None: from interleave_moe_layer_step)",
+        "Llama 4: the layers whose feed-forward is the mixture",
+        "from interleave_moe_layer_step",
     )
-    interleave_moe_layer_step: int | None = field(
+    interleave_moe_layer_step: int | None = optional_key(
         "architecture/moe/interleave_moe_layer_step",
-        default=None,
-        help="Llama 4: every this many layers one is a mixture, the last of each step (None: the preset's)",
+        "Llama 4: every this many layers one is a mixture, the last of each step",
     )
 
     def _n_layers(self) -> int:

@@ -5,22 +5,26 @@ without position embeddings (``full_attention``) or a squared-ReLU MLP without a
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import jax
 
-from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers._common import child
+from theseus.model.layers._common import child, optional_key
 from theseus.model.layers.attention import FULL_ATTENTION, CausalSelfAttention
-from theseus.model.layers.mamba2 import MAMBA, Mamba2, MambaSpec, mamba_key
+from theseus.model.layers.mamba2 import MAMBA, Mamba2, MambaSpec
 from theseus.model.layers.mlp import MLP_LAYER
 from theseus.model.module import Module
-from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
+from theseus.model.stack.architecture import (
+    Architecture,
+    Preset,
+    architecture_as,
+    extend_architecture,
+    lookup_preset_as,
+)
 from theseus.model.stack.block import Block
-from theseus.model.stack.transformer import TransformerLM
+from theseus.model.stack.mamba import MambaLM, MambaPreset
 
 #: The layer kinds of a Nemotron-H model, and the letters of transformers' ``hybrid_override_pattern``.
 KINDS = (MAMBA, FULL_ATTENTION, MLP_LAYER)
@@ -40,13 +44,10 @@ def pattern_types(pattern: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class NemotronHPreset(Preset):
-    """A :class:`Preset` with the layer pattern and the Mamba-2 mixers' shape."""
+class NemotronHPreset(MambaPreset):
+    """A :class:`MambaPreset` with the layer pattern."""
 
     pattern: str = "M*-"
-    mamba_heads: int = 8
-    mamba_head_dim: int = 16
-    mamba_state: int = 16
     mamba_groups: int = 2
 
 
@@ -122,11 +123,9 @@ class NemotronHBlock(Block):
 
     ATTENTION: ClassVar[type[CausalSelfAttention]] = NemotronHAttention
 
-    kind: str = FULL_ATTENTION
+    MIXERS: ClassVar[tuple[type, ...]] = (Mamba2,)
 
-    @classmethod
-    def components(cls) -> list[type]:
-        return [*super().components(), Mamba2]
+    kind: str = FULL_ATTENTION
 
     def branches(self) -> tuple[bool, bool]:
         return self.kind != MLP_LAYER, self.kind == MLP_LAYER
@@ -134,31 +133,15 @@ class NemotronHBlock(Block):
     def attention(self) -> Module:
         if self.kind != MAMBA:
             return super().attention()
-        arch = self.arch
-        if not isinstance(arch, NemotronHArchitecture):
-            raise ConfigError("Nemotron-H's Mamba-2 layers need a NemotronHArchitecture (model/nemotron_h)")
-        spec = arch.mamba
+        message = "Nemotron-H's Mamba-2 layers need a NemotronHArchitecture (model/nemotron_h)"
+        arch = architecture_as(self.arch, NemotronHArchitecture, message)
         layer: Mamba2 = child(
-            self,
-            Mamba2,
-            n_heads=spec.n_heads,
-            head_dim=spec.head_dim,
-            state_size=spec.state_size,
-            n_groups=spec.n_groups,
-            conv_kernel=spec.conv_kernel,
-            chunk_size=spec.chunk_size,
-            conv_bias=spec.conv_bias,
-            use_bias=spec.bias,
-            norm_eps=arch.norm.eps,
-            time_step_min=spec.dt_min,
-            time_step_max=float("inf") if spec.dt_max is None else spec.dt_max,
-            out_std=self.out_std,
-            n_embd=arch.n_embd,
+            self, Mamba2, **arch.mamba.layer_options(), norm_eps=arch.norm.eps, out_std=self.out_std, n_embd=arch.n_embd
         )
         return layer
 
 
-class NemotronH(TransformerLM):
+class NemotronH(MambaLM):
     """Nemotron-H: per ``architecture/layer_types`` each layer is a Mamba-2 mixer (``mamba``: the chunked
     state-space scan, its state cached for decoding), grouped-query attention without position embeddings
     (``full_attention``) or a feed-forward ``down(relu(up(x))^2)`` without a gate (``mlp``), each with its
@@ -183,21 +166,9 @@ class NemotronH(TransformerLM):
     TIED_EMBEDDINGS: ClassVar[bool] = False
     LEARNED_POSITIONS: ClassVar[bool] = False
 
-    layer_types: tuple[str, ...] | None = field(
-        "architecture/layer_types",
-        default=None,
-        help="Nemotron-H: mamba | full_attention | mlp per layer (None: the preset's pattern)",
+    layer_types: tuple[str, ...] | None = optional_key(
+        "architecture/layer_types", "Nemotron-H: mamba | full_attention | mlp per layer", "the preset's pattern"
     )
-    mamba_heads: int | None = mamba_key("mamba_heads")
-    mamba_head_dim: int | None = mamba_key("mamba_head_dim")
-    mamba_state_size: int | None = mamba_key("mamba_state_size")
-    mamba_groups: int | None = mamba_key("mamba_groups")
-    mamba_conv_kernel: int = mamba_key("mamba_conv_kernel")
-    mamba_chunk_size: int = mamba_key("mamba_chunk_size")
-    mamba_conv_bias: bool = mamba_key("mamba_conv_bias")
-    mamba_bias: bool = mamba_key("mamba_bias")
-    mamba_dt_min: float = mamba_key("mamba_dt_min")
-    mamba_dt_max: float | None = mamba_key("mamba_dt_max")
 
     def _preset(self) -> NemotronHPreset:
         return lookup_preset_as(self.PRESETS, self.preset, self.FAMILY, NemotronHPreset)
@@ -219,26 +190,8 @@ class NemotronH(TransformerLM):
         return {"layer_types": tuple(types)}
 
     def resolve_architecture(self) -> Architecture:
-        preset = self._preset()
-        arch = super().resolve_architecture()
-
-        def pick(value: int | None, default: int) -> int:
-            return default if value is None else int(value)
-
-        spec = MambaSpec(
-            n_heads=pick(self.mamba_heads, preset.mamba_heads),
-            head_dim=pick(self.mamba_head_dim, preset.mamba_head_dim),
-            state_size=pick(self.mamba_state_size, preset.mamba_state),
-            n_groups=pick(self.mamba_groups, preset.mamba_groups),
-            conv_kernel=int(self.mamba_conv_kernel),
-            chunk_size=int(self.mamba_chunk_size),
-            conv_bias=bool(self.mamba_conv_bias),
-            bias=bool(self.mamba_bias),
-            dt_min=float(self.mamba_dt_min),
-            dt_max=None if self.mamba_dt_max is None else float(self.mamba_dt_max),
-        ).validate()
-        values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
-        return NemotronHArchitecture(**values, mamba=spec).validate()
+        spec = self.mamba_spec(self._preset())
+        return extend_architecture(super().resolve_architecture(), NemotronHArchitecture, mamba=spec)
 
     def _layer_options(self, layer: int) -> dict[str, Any]:
         types = self.architecture.layer_types or ()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from theseus.config import field
+from theseus.model.layers._common import optional_key
 from theseus.model.models.olmo2.model import OLMO2_PRESETS, OLMo2
 from theseus.model.stack.architecture import Preset
 from theseus.model.stack.windows import InterleavedWindows
@@ -40,10 +40,8 @@ class OLMo3(InterleavedWindows, OLMo2):
     DEFAULT_WINDOW: ClassVar[int] = 4096
     FULL_EVERY: ClassVar[int] = 4
 
-    rope_local_theta: float | None = field(
-        "architecture/rope_local_theta",
-        default=None,
-        help="rotary base of the sliding-window layers (None: architecture/rope_theta)",
+    rope_local_theta: float | None = optional_key(
+        "architecture/rope_local_theta", "rotary base of the sliding-window layers", "architecture/rope_theta"
     )
 
     def _extra_architecture(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from theseus.base.axis import Axis
 from theseus.config import field
 from theseus.errors import ConfigError
-from theseus.model.layers._common import GATED, cast, child, normal, param
+from theseus.model.layers._common import GATED, cast, child, normal, optional_key, param
 from theseus.model.layers.attention import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
@@ -37,7 +37,14 @@ from theseus.model.layers.mlp import MLP
 from theseus.model.layers.moe import MoE
 from theseus.model.models.qwen3.model import Qwen3
 from theseus.model.module import Module
-from theseus.model.stack.architecture import Architecture, Preset, lookup_preset_as
+from theseus.model.stack.architecture import (
+    Architecture,
+    Preset,
+    architecture_as,
+    extend_architecture,
+    lookup_preset_as,
+    preset_or,
+)
 from theseus.model.stack.block import Block
 from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
 
@@ -183,18 +190,15 @@ class HybridBlock(Block):
 
     ATTENTION: ClassVar[type[CausalSelfAttention]] = Qwen3NextAttention
 
+    MIXERS: ClassVar[tuple[type, ...]] = (GatedDeltaNet,)
+
     linear: bool = False
 
-    @classmethod
-    def components(cls) -> list[type]:
-        return [*super().components(), GatedDeltaNet]
-
     def attention(self) -> Module:
-        arch = self.arch
         if not self.linear:
             return super().attention()
-        if not isinstance(arch, Qwen3NextArchitecture):
-            raise ConfigError("Qwen3-Next's linear-attention layers need a Qwen3NextArchitecture (model/qwen3_next)")
+        message = "Qwen3-Next's linear-attention layers need a Qwen3NextArchitecture (model/qwen3_next)"
+        arch = architecture_as(self.arch, Qwen3NextArchitecture, message)
         layer: GatedDeltaNet = child(
             self,
             GatedDeltaNet,
@@ -242,15 +246,14 @@ class Qwen3NextHybrid(Qwen3):
     BLOCK = HybridBlock
     TIED_EMBEDDINGS: ClassVar[bool] = False
 
-    layer_types: tuple[str, ...] | None = field(
+    layer_types: tuple[str, ...] | None = optional_key(
         "architecture/layer_types",
-        default=None,
-        help="linear_attention | full_attention per layer (None: every full_attention_interval-th layer full)",
+        "linear_attention | full_attention per layer",
+        "every full_attention_interval-th layer full",
     )
-    full_attention_interval: int | None = field(
+    full_attention_interval: int | None = optional_key(
         "architecture/full_attention_interval",
-        default=None,
-        help="every this many layers one is full attention, the last of each (None: the preset's)",
+        "every this many layers one is full attention, the last of each",
     )
     linear_key_heads: int | None = field(
         "architecture/linear_num_key_heads", default=None, help="query/key heads of the linear layers"
@@ -295,19 +298,16 @@ class Qwen3NextHybrid(Qwen3):
         arch = super().resolve_architecture()
         preset = self._preset()
 
-        def pick(value: int | None, default: int) -> int:
-            return default if value is None else int(value)
-
-        values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
-        return Qwen3NextArchitecture(
-            **values,
-            linear_key_heads=pick(self.linear_key_heads, preset.linear_key_heads),
-            linear_value_heads=pick(self.linear_value_heads, preset.linear_value_heads),
-            linear_key_dim=pick(self.linear_key_dim, preset.linear_key_dim),
-            linear_value_dim=pick(self.linear_value_dim, preset.linear_value_dim),
-            conv_kernel=pick(self.conv_kernel, preset.conv_kernel),
+        return extend_architecture(
+            arch,
+            Qwen3NextArchitecture,
+            linear_key_heads=preset_or(self.linear_key_heads, preset.linear_key_heads),
+            linear_value_heads=preset_or(self.linear_value_heads, preset.linear_value_heads),
+            linear_key_dim=preset_or(self.linear_key_dim, preset.linear_key_dim),
+            linear_value_dim=preset_or(self.linear_value_dim, preset.linear_value_dim),
+            conv_kernel=preset_or(self.conv_kernel, preset.conv_kernel),
             linear_chunk=int(self.linear_chunk),
-        ).validate()
+        )
 
     def _linear_option(self, layer: int) -> dict[str, Any]:
         """The block's ``linear`` (:class:`HybridBlock`): whether ``layer`` is a ``linear_attention`` layer."""
@@ -335,10 +335,10 @@ class Qwen3Next(MixtureLM, Qwen3NextHybrid):
     FAMILY: ClassVar[str] = "Qwen3Next"
     BLOCK = Qwen3NextBlock  # type: ignore[assignment]  # a HybridBlock with Qwen3-Next's shared expert
 
-    shared_expert_hidden: int | None = field(
+    shared_expert_hidden: int | None = optional_key(
         "architecture/moe/shared_expert_hidden",
-        default=None,
-        help="Qwen3-Next: width of the gated shared expert (None: the preset's, else expert_hidden; 0: none)",
+        "Qwen3-Next: width of the gated shared expert",
+        "the preset's, else expert_hidden; 0: none",
     )
 
     def resolve_architecture(self) -> Architecture:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import jax
 
 from theseus.config import field
+from theseus.model.layers._common import optional_key
 from theseus.model.layers.attention import CausalSelfAttention
 from theseus.model.layers.rotary import rope_layer_flags
 from theseus.model.models.llama.model import Llama
@@ -96,10 +97,10 @@ class SmolLM3(Llama):
     TIED_EMBEDDINGS: ClassVar[bool] = True
     BLOCK = SmolLM3Block
 
-    no_rope_layers: tuple[int, ...] | None = field(
+    no_rope_layers: tuple[int, ...] | None = optional_key(
         "architecture/no_rope_layers",
-        default=None,
-        help="per layer 1 (RoPE) or 0 (NoPE) (None: the family's pattern; SmolLM3: no_rope_layer_interval)",
+        "per layer 1 (RoPE) or 0 (NoPE)",
+        "the family's pattern; SmolLM3: no_rope_layer_interval",
     )
     no_rope_layer_interval: int = field(
         "architecture/no_rope_layer_interval",
