@@ -18,10 +18,15 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from theseus.model.huggingface.family import Identity, PeftLayout, cannot, require, unsupported
-from theseus.model.huggingface.names import TensorMap, embedding_maps, head_maps, same, transposed
-from theseus.model.models.lfm2.hf import conv_map
-from theseus.model.models.llama.hf import LlamaFamily, attention_maps
-from theseus.model.models.nemotron_h.hf import INFINITY, time_step_keys
+from theseus.model.huggingface.names import TensorMap, embedding_maps, head_maps, same
+from theseus.model.models.llama.hf import (
+    ATTENTION_PEFT_MODULES,
+    LlamaFamily,
+    attention_maps,
+    mlp_maps,
+    mlp_peft_modules,
+)
+from theseus.model.models.nemotron_h.hf import INFINITY, mamba_maps, time_step_keys
 from theseus.model.stack.architecture import Architecture
 
 FALCON_H1_CLASS = "theseus.model.models.falcon_h1.model:FalconH1"
@@ -106,15 +111,7 @@ class FalconH1Family(LlamaFamily):
     """``model_type: falcon_h1``."""
 
     identity: ClassVar[Identity] = Identity("falcon_h1", "FalconH1ForCausalLM", FALCON_H1_CLASS)
-    peft_modules: ClassVar[Mapping[str, str]] = {
-        "query": "self_attn.q_proj",
-        "key": "self_attn.k_proj",
-        "value": "self_attn.v_proj",
-        "out": "self_attn.o_proj",
-        "up": "feed_forward.up_proj",
-        "gate": "feed_forward.gate_proj",
-        "down": "feed_forward.down_proj",
-    }
+    peft_modules: ClassVar[Mapping[str, str]] = {**ATTENTION_PEFT_MODULES, **mlp_peft_modules("feed_forward.")}
 
     #: The Mamba-2 mixer's adapted projections -> their PEFT modules. PEFT refuses LoRA on a Mamba model's
     #: ``out_proj``, so an ``out_proj`` adapter (target ``out``) has no module and the export refuses it: merge it
@@ -161,7 +158,7 @@ class FalconH1Family(LlamaFamily):
             maps.append(same(hf + "pre_ff_layernorm.weight", (ours, "mlp_norm", "scale"), (arch.n_embd,)))
             maps += attention_maps(arch, i)
             maps += self.mamba_maps(arch, hf + "mamba.", (ours, "mamba"))
-            maps += self.mlp_maps(arch, hf + "feed_forward.", (ours, "mlp"))
+            maps += mlp_maps(arch, hf + "feed_forward.", (ours, "mlp"))
         return maps + head_maps(arch, "model.final_layernorm.weight")
 
     def mamba_maps(self, arch: Architecture, hf: str, ours: tuple[str, ...]) -> list[TensorMap]:
@@ -169,37 +166,9 @@ class FalconH1Family(LlamaFamily):
         from theseus.model.models.falcon_h1.model import falcon_arch
 
         falcon = falcon_arch(arch)
-        spec, e = falcon.mamba, arch.n_embd
-        inner = spec.n_heads * spec.head_dim
-        conv_dim = inner + 2 * spec.n_groups * spec.state_size
-        projected = inner + conv_dim + spec.n_heads
-        maps = [
-            transposed(hf + "in_proj.weight", (*ours, "in_proj"), projected, e),
-            conv_map(hf + "conv1d.weight", (*ours, "conv1d"), conv_dim, spec.conv_kernel),
-            same(hf + "dt_bias", (*ours, "dt_bias"), (spec.n_heads,)),
-            same(hf + "A_log", (*ours, "A_log"), (spec.n_heads,)),
-            same(hf + "D", (*ours, "D"), (spec.n_heads,)),
-            transposed(hf + "out_proj.weight", (*ours, "out_proj"), e, inner),
-        ]
-        if falcon.mamba_rms_norm:
-            maps.append(same(hf + "norm.weight", (*ours, "norm"), (inner,)))
-        if spec.conv_bias:
-            maps.append(same(hf + "conv1d.bias", (*ours, "conv1d_bias"), (conv_dim,)))
-        if spec.bias:
-            maps.append(same(hf + "in_proj.bias", (*ours, "in_proj_bias"), (projected,)))
-        if falcon.mamba_out_bias:
-            maps.append(same(hf + "out_proj.bias", (*ours, "out_proj_bias"), (e,)))
-        return maps
-
-    def mlp_maps(self, arch: Architecture, hf: str, ours: tuple[str, ...]) -> list[TensorMap]:
-        """The SwiGLU MLP's projections (and their biases with ``mlp_bias``)."""
-        e, f = arch.n_embd, arch.feed_forward.d_ff
-        maps = []
-        for name, out_features, in_features in (("gate", f, e), ("up", f, e), ("down", e, f)):
-            maps.append(transposed(hf + f"{name}_proj.weight", (*ours, name, "kernel"), out_features, in_features))
-            if arch.feed_forward.bias:
-                maps.append(same(hf + f"{name}_proj.bias", (*ours, name, "bias"), (out_features,)))
-        return maps
+        return mamba_maps(
+            falcon.mamba, arch.n_embd, hf, ours, norm=falcon.mamba_rms_norm, out_bias=falcon.mamba_out_bias
+        )
 
     # -- export ------------------------------------------------------------------------------------
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:

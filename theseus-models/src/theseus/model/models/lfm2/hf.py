@@ -29,7 +29,7 @@ from theseus.model.huggingface.names import (
 )
 from theseus.model.layers.attention import FULL_ATTENTION
 from theseus.model.layers.short_conv import GATES, SHORT_CONV
-from theseus.model.models.llama.hf import LlamaFamily, attention_maps
+from theseus.model.models.llama.hf import LlamaFamily, attention_maps, attention_peft_modules
 from theseus.model.stack.architecture import Architecture
 
 LFM2_CLASS = "theseus.model.models.lfm2.model:Lfm2"
@@ -83,10 +83,7 @@ class Lfm2Family(LlamaFamily):
 
     identity: ClassVar[Identity] = Identity("lfm2", "Lfm2ForCausalLM", LFM2_CLASS)
     peft_modules: ClassVar[Mapping[str, str]] = {
-        "query": "self_attn.q_proj",
-        "key": "self_attn.k_proj",
-        "value": "self_attn.v_proj",
-        "out": "self_attn.out_proj",
+        **attention_peft_modules(out="out_proj"),
         "gate": "feed_forward.w1",
         "up": "feed_forward.w3",
         "down": "feed_forward.w2",

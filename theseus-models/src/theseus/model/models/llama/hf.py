@@ -35,15 +35,21 @@ from theseus.model.stack.architecture import Architecture
 
 LLAMA_CLASS = "theseus.model.models.llama.model:Llama"
 
+
+def attention_peft_modules(prefix: str = "self_attn.", out: str = "o_proj") -> dict[str, str]:
+    """The PEFT modules of the query, key, value and output (``out``) projections under ``prefix``."""
+    return {"query": prefix + "q_proj", "key": prefix + "k_proj", "value": prefix + "v_proj", "out": prefix + out}
+
+
+def mlp_peft_modules(prefix: str = "mlp.", targets: tuple[str, ...] = ("up", "gate", "down")) -> dict[str, str]:
+    """The PEFT modules ``<target>_proj`` of the MLP's ``targets`` under ``prefix``."""
+    return {target: f"{prefix}{target}_proj" for target in targets}
+
+
 #: The attention projections' PEFT modules (alone: a mixture's families, as LoRA on its experts is refused).
-ATTENTION_PEFT_MODULES = {
-    "query": "self_attn.q_proj",
-    "key": "self_attn.k_proj",
-    "value": "self_attn.v_proj",
-    "out": "self_attn.o_proj",
-}
+ATTENTION_PEFT_MODULES = attention_peft_modules()
 #: The dense SwiGLU MLP's PEFT modules.
-MLP_PEFT_MODULES = {"up": "mlp.up_proj", "gate": "mlp.gate_proj", "down": "mlp.down_proj"}
+MLP_PEFT_MODULES = mlp_peft_modules()
 
 
 def attention_maps(arch: Architecture, layer: int, out: str = "o_proj") -> list[TensorMap]:
@@ -62,17 +68,24 @@ def attention_maps(arch: Architecture, layer: int, out: str = "o_proj") -> list[
     return maps
 
 
+def mlp_maps(
+    arch: Architecture, hf: str, ours: tuple[str, ...], names: tuple[str, ...] = ("gate", "up", "down")
+) -> list[TensorMap]:
+    """The MLP's ``<name>_proj`` projections under ``hf`` (and their biases with ``mlp_bias``): ``gate``, ``up``
+    and ``down`` of a gated MLP, ``up`` and ``down`` of one without a gate."""
+    e, f = arch.n_embd, arch.feed_forward.d_ff
+    maps = []
+    for name in names:
+        out_features, in_features = (e, f) if name == "down" else (f, e)
+        maps.append(transposed(hf + f"{name}_proj.weight", (*ours, name, "kernel"), out_features, in_features))
+        if arch.feed_forward.bias:
+            maps.append(same(hf + f"{name}_proj.bias", (*ours, name, "bias"), (out_features,)))
+    return maps
+
+
 def projection_maps(arch: Architecture, layer: int) -> list[TensorMap]:
     """The attention and MLP projections of one layer (``model.layers.<layer>.``), without its norms."""
-    e, f = arch.n_embd, arch.feed_forward.d_ff
-    hf, ours = f"model.layers.{layer}.", f"blocks_{layer}"
-    maps = attention_maps(arch, layer)
-    for name, out_features, in_features in (("gate", f, e), ("up", f, e), ("down", e, f)):
-        kernel = (ours, "mlp", name, "kernel")
-        maps.append(transposed(hf + f"mlp.{name}_proj.weight", kernel, out_features, in_features))
-        if arch.feed_forward.bias:
-            maps.append(same(hf + f"mlp.{name}_proj.bias", (ours, "mlp", name, "bias"), (out_features,)))
-    return maps
+    return attention_maps(arch, layer) + mlp_maps(arch, f"model.layers.{layer}.mlp.", (f"blocks_{layer}", "mlp"))
 
 
 class LlamaFamily(HFFamily):

@@ -28,9 +28,10 @@ from theseus.model.huggingface.names import (
     transposed,
 )
 from theseus.model.layers.attention import FULL_ATTENTION
-from theseus.model.layers.mamba2 import MAMBA
+from theseus.model.layers.mamba2 import MAMBA, MambaSpec
 from theseus.model.layers.mlp import MLP_LAYER
 from theseus.model.models.lfm2.hf import conv_map
+from theseus.model.models.llama.hf import attention_peft_modules, mlp_maps, mlp_peft_modules
 from theseus.model.stack.architecture import Architecture
 
 NEMOTRON_H_CLASS = "theseus.model.models.nemotron_h.model:NemotronH"
@@ -125,17 +126,39 @@ def check_activations(config: Mapping[str, Any]) -> None:
             raise unsupported(name, value, f"supported: {allowed}")
 
 
+def mamba_maps(
+    spec: MambaSpec, e: int, hf: str, ours: tuple[str, ...], *, norm: bool = True, out_bias: bool | None = None
+) -> list[TensorMap]:
+    """One Mamba-2 mixer's tensors under ``hf``: the gated group ``norm`` with ``norm``, ``out_proj``'s bias with
+    ``out_bias`` (None: with ``in_proj``'s, ``spec.bias``)."""
+    inner = spec.n_heads * spec.head_dim
+    conv_dim = inner + 2 * spec.n_groups * spec.state_size
+    projected = inner + conv_dim + spec.n_heads
+    maps = [
+        transposed(hf + "in_proj.weight", (*ours, "in_proj"), projected, e),
+        conv_map(hf + "conv1d.weight", (*ours, "conv1d"), conv_dim, spec.conv_kernel),
+        same(hf + "dt_bias", (*ours, "dt_bias"), (spec.n_heads,)),
+        same(hf + "A_log", (*ours, "A_log"), (spec.n_heads,)),
+        same(hf + "D", (*ours, "D"), (spec.n_heads,)),
+        transposed(hf + "out_proj.weight", (*ours, "out_proj"), e, inner),
+    ]
+    optional = (
+        (norm, "norm.weight", "norm", inner),
+        (spec.conv_bias, "conv1d.bias", "conv1d_bias", conv_dim),
+        (spec.bias, "in_proj.bias", "in_proj_bias", projected),
+        (spec.bias if out_bias is None else out_bias, "out_proj.bias", "out_proj_bias", e),
+    )
+    maps += [same(hf + name, (*ours, path), (width,)) for present, name, path, width in optional if present]
+    return maps
+
+
 class NemotronHFamily(HFFamily):
     """``model_type: nemotron_h``."""
 
     identity: ClassVar[Identity] = Identity("nemotron_h", "NemotronHForCausalLM", NEMOTRON_H_CLASS)
     peft_modules: ClassVar[Mapping[str, str]] = {
-        "query": "mixer.q_proj",
-        "key": "mixer.k_proj",
-        "value": "mixer.v_proj",
-        "out": "mixer.o_proj",
-        "up": "mixer.up_proj",
-        "down": "mixer.down_proj",
+        **attention_peft_modules("mixer."),
+        **mlp_peft_modules("mixer.", ("up", "down")),
     }
     #: A Mamba-2 layer's adapted projections (``Mamba2``'s adapter names) -> their PEFT modules. PEFT refuses LoRA
     #: on a Mamba model's ``out_proj`` (its fused kernels read the weight directly), so an ``out_proj`` adapter
@@ -215,37 +238,12 @@ class NemotronHFamily(HFFamily):
             branch = "mlp" if kind == MLP_LAYER else "attn"
             maps.append(same(hf + "norm.weight", (ours, f"{branch}_norm", "scale"), (e,)))
             if kind == MAMBA:
-                maps += self.mamba_maps(arch, hf + "mixer.", (ours, "attn"))
+                maps += mamba_maps(arch.mamba, e, hf + "mixer.", (ours, "attn"))
             elif kind == MLP_LAYER:
-                maps += self.mlp_maps(arch, hf + "mixer.", (ours, "mlp"))
+                maps += mlp_maps(arch, hf + "mixer.", (ours, "mlp"), ("up", "down"))
             else:
                 maps += self.attention_maps(arch, hf + "mixer.", (ours, "attn"))
         maps += head_maps(arch, "model.norm_f.weight")
-        return maps
-
-    def mamba_maps(self, arch: Architecture, hf: str, ours: tuple[str, ...]) -> list[TensorMap]:
-        """One Mamba-2 mixer's tensors."""
-        from theseus.model.models.nemotron_h.model import NemotronHArchitecture
-
-        assert isinstance(arch, NemotronHArchitecture)
-        spec, e = arch.mamba, arch.n_embd
-        inner = spec.n_heads * spec.head_dim
-        conv_dim = inner + 2 * spec.n_groups * spec.state_size
-        projected = inner + conv_dim + spec.n_heads
-        maps = [
-            transposed(hf + "in_proj.weight", (*ours, "in_proj"), projected, e),
-            conv_map(hf + "conv1d.weight", (*ours, "conv1d"), conv_dim, spec.conv_kernel),
-            same(hf + "dt_bias", (*ours, "dt_bias"), (spec.n_heads,)),
-            same(hf + "A_log", (*ours, "A_log"), (spec.n_heads,)),
-            same(hf + "D", (*ours, "D"), (spec.n_heads,)),
-            same(hf + "norm.weight", (*ours, "norm"), (inner,)),
-            transposed(hf + "out_proj.weight", (*ours, "out_proj"), e, inner),
-        ]
-        if spec.conv_bias:
-            maps.append(same(hf + "conv1d.bias", (*ours, "conv1d_bias"), (conv_dim,)))
-        if spec.bias:
-            maps.append(same(hf + "in_proj.bias", (*ours, "in_proj_bias"), (projected,)))
-            maps.append(same(hf + "out_proj.bias", (*ours, "out_proj_bias"), (e,)))
         return maps
 
     def attention_maps(self, arch: Architecture, hf: str, ours: tuple[str, ...]) -> list[TensorMap]:
@@ -257,16 +255,6 @@ class NemotronHFamily(HFFamily):
             heads_in(hf + "v_proj.weight", (*ours, "value"), e, kv, d),
             heads_out(hf + "o_proj.weight", (*ours, "out"), e, h, d),
         ]
-
-    def mlp_maps(self, arch: Architecture, hf: str, ours: tuple[str, ...]) -> list[TensorMap]:
-        """One MLP layer's ``up_proj`` and ``down_proj`` (and their biases with ``mlp_bias``)."""
-        e, f = arch.n_embd, arch.feed_forward.d_ff
-        maps = []
-        for name, out_features, in_features in (("up", f, e), ("down", e, f)):
-            maps.append(transposed(hf + f"{name}_proj.weight", (*ours, name, "kernel"), out_features, in_features))
-            if arch.feed_forward.bias:
-                maps.append(same(hf + f"{name}_proj.bias", (*ours, name, "bias"), (out_features,)))
-        return maps
 
     # -- export ------------------------------------------------------------------------------------
     def config(self, arch: Architecture, settings: Mapping[str, Any]) -> dict[str, Any]:
