@@ -146,15 +146,24 @@ class MambaSpec:
     dt_min: float = 0.0
     dt_max: float | None = None
 
+    def keys(self) -> dict[str, Any]:
+        """The values of the ``architecture/mamba_*`` keys (by name, without ``architecture/``) but the time
+        step's clip."""
+        return {
+            "mamba_heads": self.n_heads,
+            "mamba_head_dim": self.head_dim,
+            "mamba_state_size": self.state_size,
+            "mamba_groups": self.n_groups,
+            "mamba_conv_kernel": self.conv_kernel,
+            "mamba_chunk_size": self.chunk_size,
+            "mamba_conv_bias": self.conv_bias,
+            "mamba_bias": self.bias,
+        }
+
     def validate(self) -> MambaSpec:
-        for key, value in (
-            ("mamba_heads", self.n_heads),
-            ("mamba_head_dim", self.head_dim),
-            ("mamba_state_size", self.state_size),
-            ("mamba_groups", self.n_groups),
-            ("mamba_conv_kernel", self.conv_kernel),
-            ("mamba_chunk_size", self.chunk_size),
-        ):
+        for key, value in self.keys().items():
+            if isinstance(MAMBA_KEYS[key][0], bool):
+                continue
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"architecture/{key} must be a positive integer, got {value!r}")
         if self.n_heads % self.n_groups:

@@ -26,7 +26,7 @@ from theseus.model.models.llama.hf import (
     mlp_maps,
     mlp_peft_modules,
 )
-from theseus.model.models.nemotron_h.hf import INFINITY, mamba_maps, time_step_keys
+from theseus.model.models.nemotron_h.hf import mamba_config, mamba_keys, mamba_maps, time_step_keys
 from theseus.model.stack.architecture import Architecture
 
 FALCON_H1_CLASS = "theseus.model.models.falcon_h1.model:FalconH1"
@@ -50,6 +50,18 @@ DEFAULTS: dict[str, Any] = {
 MULTIPLIERS = {
     f"{name}_multiplier": f"architecture/{name}_multiplier"
     for name in ("embedding", "lm_head", "attention_in", "attention_out", "key", "ssm_in", "ssm_out")
+}
+
+
+#: theseus' ``architecture/mamba_*`` keys -> Falcon-H1's ``config.json`` fields (the heads and their width
+#: are read by :func:`mamba_shape`).
+MAMBA_FIELDS = {
+    "mamba_state_size": "mamba_d_state",
+    "mamba_groups": "mamba_n_groups",
+    "mamba_conv_kernel": "mamba_d_conv",
+    "mamba_chunk_size": "mamba_chunk_size",
+    "mamba_conv_bias": "mamba_conv_bias",
+    "mamba_bias": "mamba_proj_bias",
 }
 
 
@@ -133,12 +145,7 @@ class FalconH1Family(LlamaFamily):
             {
                 "architecture/mamba_heads": heads,
                 "architecture/mamba_head_dim": head_dim,
-                "architecture/mamba_state_size": int(read(config, "mamba_d_state")),
-                "architecture/mamba_groups": int(read(config, "mamba_n_groups")),
-                "architecture/mamba_conv_kernel": int(read(config, "mamba_d_conv")),
-                "architecture/mamba_chunk_size": int(read(config, "mamba_chunk_size")),
-                "architecture/mamba_conv_bias": bool(read(config, "mamba_conv_bias")),
-                "architecture/mamba_bias": bool(read(config, "mamba_proj_bias")),
+                **mamba_keys(MAMBA_FIELDS, lambda name: read(config, name)),
                 "architecture/mamba_out_bias": bool(read(config, "projectors_bias")),
                 "architecture/mamba_rms_norm": bool(read(config, "mamba_rms_norm")),
                 **time_step_keys(config),
@@ -184,18 +191,10 @@ class FalconH1Family(LlamaFamily):
         return {
             **config,
             "mamba_d_ssm": spec.n_heads * spec.head_dim,
-            "mamba_n_heads": spec.n_heads,
-            "mamba_d_head": spec.head_dim,
-            "mamba_n_groups": spec.n_groups,
-            "mamba_d_state": spec.state_size,
-            "mamba_d_conv": spec.conv_kernel,
-            "mamba_chunk_size": spec.chunk_size,
-            "mamba_conv_bias": spec.conv_bias,
-            "mamba_proj_bias": spec.bias,
+            **mamba_config(spec, {**MAMBA_FIELDS, "mamba_heads": "mamba_n_heads", "mamba_head_dim": "mamba_d_head"}),
             "projectors_bias": arch.mamba_out_bias,
             "mamba_rms_norm": arch.mamba_rms_norm,
             "mamba_norm_before_gate": False,
-            "time_step_limit": [spec.dt_min, INFINITY if spec.dt_max is None else spec.dt_max],
             "embedding_multiplier": scales.embedding,
             "lm_head_multiplier": scales.lm_head,
             "attention_in_multiplier": scales.attention_in,

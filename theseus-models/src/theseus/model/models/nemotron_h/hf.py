@@ -14,7 +14,7 @@ aside, as transformers does.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from theseus.model.huggingface.family import HFFamily, Identity, PeftLayout, cannot, require, unsupported
@@ -28,7 +28,7 @@ from theseus.model.huggingface.names import (
     transposed,
 )
 from theseus.model.layers.attention import FULL_ATTENTION
-from theseus.model.layers.mamba2 import MAMBA, MambaSpec
+from theseus.model.layers.mamba2 import MAMBA, MAMBA_KEYS, MambaSpec
 from theseus.model.layers.mlp import MLP_LAYER
 from theseus.model.models.lfm2.hf import conv_map
 from theseus.model.models.llama.hf import attention_peft_modules, mlp_maps, mlp_peft_modules
@@ -65,6 +65,35 @@ ALIASES = {
     "chunk_size": "mamba_chunk_size",
     "time_step_limit": "mamba_dt_limit",
 }
+
+
+#: theseus' ``architecture/mamba_*`` keys -> Nemotron-H's ``config.json`` fields.
+MAMBA_FIELDS = {
+    "mamba_heads": "mamba_num_heads",
+    "mamba_head_dim": "mamba_head_dim",
+    "mamba_state_size": "ssm_state_size",
+    "mamba_groups": "n_groups",
+    "mamba_conv_kernel": "conv_kernel",
+    "mamba_chunk_size": "chunk_size",
+    "mamba_conv_bias": "use_conv_bias",
+    "mamba_bias": "use_bias",
+}
+
+
+def mamba_keys(fields: Mapping[str, str], read: Callable[[str], Any]) -> dict[str, Any]:
+    """The ``architecture/mamba_*`` keys of the ``config.json`` fields ``fields`` names (key -> field), each
+    ``read(field)``: a boolean where the key's default is one, else an integer."""
+    return {
+        f"architecture/{key}": (bool if isinstance(MAMBA_KEYS[key][0], bool) else int)(read(field))
+        for key, field in fields.items()
+    }
+
+
+def mamba_config(spec: MambaSpec, fields: Mapping[str, str]) -> dict[str, Any]:
+    """The ``config.json`` fields ``fields`` names (key -> field) of ``spec``, and its ``time_step_limit``."""
+    values = spec.keys()
+    limit = [spec.dt_min, INFINITY if spec.dt_max is None else spec.dt_max]
+    return {**{field: values[key] for key, field in fields.items()}, "time_step_limit": limit}
 
 
 def read(config: Mapping[str, Any], name: str) -> Any:
@@ -213,14 +242,7 @@ class NemotronHFamily(HFFamily):
             "architecture/mlp_bias": bool(config.get("mlp_bias", False)),
             "architecture/dropout": 0.0,
             "architecture/block_size": int(config.get("max_position_embeddings", 4096)),
-            "architecture/mamba_heads": int(read(config, "mamba_num_heads")),
-            "architecture/mamba_head_dim": int(read(config, "mamba_head_dim")),
-            "architecture/mamba_state_size": int(read(config, "ssm_state_size")),
-            "architecture/mamba_groups": int(read(config, "n_groups")),
-            "architecture/mamba_conv_kernel": int(read(config, "conv_kernel")),
-            "architecture/mamba_chunk_size": int(read(config, "chunk_size")),
-            "architecture/mamba_conv_bias": bool(read(config, "use_conv_bias")),
-            "architecture/mamba_bias": bool(config.get("use_bias", False)),
+            **mamba_keys(MAMBA_FIELDS, lambda name: read(config, name)),
             **time_step_keys(config),
         }
 
@@ -270,7 +292,6 @@ class NemotronHFamily(HFFamily):
             raise cannot(self.model_type, "attention biases")
         if arch.attention.qk_norm or arch.position.kind != "none":
             raise cannot(self.model_type, "query/key norms or position embeddings")
-        spec = arch.mamba
         kinds = [EXPORT_KINDS[t] for t in arch.layer_types or (FULL_ATTENTION,) * arch.n_layers]
         return {
             "hidden_size": arch.n_embd,
@@ -286,16 +307,8 @@ class NemotronHFamily(HFFamily):
             "attention_bias": False,
             "max_position_embeddings": arch.block_size,
             "layer_norm_epsilon": arch.norm.eps,
-            "mamba_num_heads": spec.n_heads,
-            "mamba_head_dim": spec.head_dim,
-            "ssm_state_size": spec.state_size,
-            "n_groups": spec.n_groups,
-            "conv_kernel": spec.conv_kernel,
-            "chunk_size": spec.chunk_size,
-            "use_conv_bias": spec.conv_bias,
-            "use_bias": spec.bias,
+            **mamba_config(arch.mamba, MAMBA_FIELDS),
             "mamba_hidden_act": "silu",
-            "time_step_limit": [spec.dt_min, INFINITY if spec.dt_max is None else spec.dt_max],
         }
 
 
