@@ -35,6 +35,7 @@ def test_configure_writes_the_selected_components_keys(capsys: pytest.CaptureFix
     assert {k for k in values if k.startswith(("optimizer/", "schedule/"))} == {
         "optimizer/state_dtype",
         "optimizer/offload",
+        "optimizer/offload_keep_gb",
         "optimizer/lion/beta1",
         "optimizer/lion/beta2",
         "optimizer/lion/weight_decay",
@@ -136,7 +137,7 @@ def test_a_key_of_an_unselected_model_names_the_model() -> None:
     assert str(caught.value) == "architecture/rope_theta belongs to model 'llama'; this run selects 'gpt' (model=gpt)"
     with pytest.raises(ConfigError) as caught:  # models neither declared nor selected: named, sorted
         Pretrain.selected({}, {"architecture/rope_theta": 5.0})
-    named = "architecture/rope_theta belongs to models 'deepseek_v3', 'deepseek_v32', 'gemma2', "
+    named = "architecture/rope_theta belongs to models 'deepseek_v3', 'deepseek_v32', 'falcon_h1', 'gemma2' and "
     assert str(caught.value).startswith(named)
     assert str(caught.value).endswith(" more; this run selects 'gpt' (model=gpt)")
     with pytest.raises(ConfigError) as caught:  # a key of mixtures only, on a dense model

@@ -21,6 +21,9 @@ import click
 
 from theseus.registry import Registry
 
+#: The helper that declares a key defaulting to None (``theseus.model.layers._common.optional_key``).
+OPTIONAL_KEY = "optional_key"
+
 
 @dataclass
 class KeyRow:
@@ -269,14 +272,17 @@ class KeyCollector:
     def _field(self, module: str, statement: ast.AnnAssign) -> None:
         call = statement.value
         assert isinstance(call, ast.Call)
-        callee = _dotted(call.func) or ""
-        if callee.rsplit(".", 1)[-1] != "field" or not call.args:
+        callee = (_dotted(call.func) or "").rsplit(".", 1)[-1]
+        if callee not in ("field", OPTIONAL_KEY) or not call.args:
             return
         try:
             key = self._value(module, call.args[0])
         except Unresolved:
             return
         if not isinstance(key, str):
+            return
+        if callee == OPTIONAL_KEY:
+            self._optional_key(module, statement, key)
             return
         keywords = {k.arg: k.value for k in call.keywords if k.arg}
         if "default" in keywords:
@@ -300,6 +306,18 @@ class KeyCollector:
         if bounds:
             text = f"{text} [{' and '.join(bounds)}]".strip()
         self.rows.setdefault(key, KeyRow(key, ast.unparse(statement.annotation), default, text))
+
+    def _optional_key(self, module: str, statement: ast.AnnAssign, key: str) -> None:
+        """A key declared by ``optional_key(key, what, none="the preset's")``: default None, and help saying
+        what it sets and what None means."""
+        call = statement.value
+        assert isinstance(call, ast.Call)
+        given = dict(zip(("what", "none"), call.args[1:3], strict=False))
+        given.update({k.arg: k.value for k in call.keywords if k.arg in ("what", "none")})
+        what = self._shown(module, given["what"], str) if "what" in given else ""
+        none = self._shown(module, given["none"], str) if "none" in given else "the preset's"
+        text = f"{what} (None: {none})"
+        self.rows.setdefault(key, KeyRow(key, ast.unparse(statement.annotation), "None", text))
 
     def _components(
         self, module: str, node: ast.ClassDef, attributes: dict[str, tuple[str, ast.expr]]

@@ -311,8 +311,9 @@ def custom_call_target(instruction: Instruction) -> str:
 
 #: Matmuls of each splash attention kernel (TPUs), by phase: the forward's scores and values; the query
 #: gradient recomputes the scores and forms dP and dQ; the key/value gradient recomputes the scores and
-#: forms dP, dV and dK.
+#: forms dP, dV and dK, and dQ as well where it is the fused backward (three gradients out, no dq kernel).
 _SPLASH_MATMULS = {"fwd": 2, "dq": 3, "dkv": 4}
+_FUSED_DKV_MATMULS = 5
 
 
 def splash_flops(instruction: Instruction, symbols: dict[str, str]) -> float:
@@ -323,7 +324,10 @@ def splash_flops(instruction: Instruction, symbols: dict[str, str]) -> float:
     if phase is None or len(heads_major) < 2:
         return 0.0
     (batch, heads, steps, width), keys = heads_major[0], heads_major[1][2]
-    return 2.0 * _SPLASH_MATMULS[phase.group(1)] * batch * heads * steps * keys * width * 0.5
+    matmuls = _SPLASH_MATMULS[phase.group(1)]
+    if phase.group(1) == "dkv" and sum(len(shape) == 4 for _, shape in shapes(instruction.type)) >= 3:
+        matmuls = _FUSED_DKV_MATMULS
+    return 2.0 * matmuls * batch * heads * steps * keys * width * 0.5
 
 
 def megablox_flops(instruction: Instruction, symbols: dict[str, str]) -> float:

@@ -181,13 +181,15 @@ def kept_on_device(shardings: Any, state: Any, keep_bytes: int) -> Any:
     """A tree of booleans over ``state``'s leaves: True for those kept on the device, taken in flattened
     order while their bytes per device (under ``shardings``) fit in ``keep_bytes``; a leaf too large for
     what is left is passed over for later, smaller ones."""
-    from theseus.training.compiled import shard_bytes
+    import math
+
+    import numpy as np
 
     left = keep_bytes
 
     def keep(leaf: Any, sharding: Any) -> bool:
         nonlocal left
-        size = shard_bytes(leaf, sharding)
+        size = math.prod(sharding.shard_shape(leaf.shape)) * np.dtype(leaf.dtype).itemsize
         if size > left:
             return False
         left -= size

@@ -9,8 +9,8 @@ from typing import Any
 
 import jax
 
-from theseus.config import Configuration, configuration, current_configuration
-from theseus.model.layers import quantization
+from theseus.config import configuration
+from theseus.model.layers.quantized_base import plain_shapes, read_quantized
 from theseus.runs.layout import state_path
 from theseus.runs.params import restore_params
 from theseus.training.adapters import base_only, overlay, prune
@@ -20,62 +20,6 @@ from theseus.training.init_from import open_source
 def refers_to_base(config: Mapping[str, Any]) -> bool:
     """Whether a run's checkpoints hold adapters only (LoRA started from ``training/init_from``)."""
     return int(config.get("model/lora/rank") or 0) > 0 and bool(config.get("training/init_from"))
-
-
-def plain_shapes(model: Any) -> Any:
-    """The parameter shapes of ``model`` built without ``model/quantize`` (float kernels)."""
-    import flax.linen as nn
-    import jax.numpy as jnp
-
-    own = getattr(model, "theseus_config", None) or current_configuration() or {}
-    plain = model.clone(theseus_config=Configuration({**own, "model/quantize": "none"}))
-    shapes = jax.eval_shape(lambda: plain.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32), deterministic=True))
-    return nn.unbox(shapes["params"])
-
-
-def _plain_shardings(shardings: Any, plain: Any) -> Any:
-    """``shardings`` in the float layout: a quantized kernel's float form is placed as its codes are."""
-
-    def walk(node: Any, shapes: Any) -> Any:
-        if not isinstance(node, Mapping):
-            return node
-        out = {}
-        for key, value in node.items():
-            method = quantization.method_of(key)
-            if method is not None and isinstance(value, Mapping):
-                out[str(key)[: -len(method) - 1]] = value["codes"]
-            else:
-                out[key] = walk(value, shapes.get(key, {}) if isinstance(shapes, Mapping) else {})
-        return out
-
-    return walk(shardings, plain)
-
-
-def read_quantized(model: Any, read: Any, abstract: Any, shardings: Any) -> Any:
-    """The parameters ``abstract`` names, read by ``read(model, abstract, shardings)`` in the float layout
-    a checkpoint stores; with ``model/quantize``, the float kernels are read and quantized one by one into
-    ``abstract``'s layout (what ``read_params`` of the models does)."""
-    if not quantization.has_quantized(abstract):
-        return read(model, abstract, shardings)
-    plain = _matching(plain_shapes(model), abstract)
-    float_base = read(model, plain, _plain_shardings(shardings, plain))
-    return quantization.quantize_params(float_base, abstract, shardings)
-
-
-def _matching(plain: Any, abstract: Any) -> Any:
-    """``plain`` (float shapes) cut to the parameters ``abstract`` names: a float kernel where ``abstract``
-    holds it quantized, nothing it leaves out (the adapters of a base, a trainer's own head)."""
-    if not isinstance(abstract, Mapping) or not isinstance(plain, Mapping):
-        return plain
-    out: dict[str, Any] = {}
-    for key, value in abstract.items():
-        method = quantization.method_of(key)
-        if method is not None and isinstance(value, Mapping):
-            name = str(key)[: -len(method) - 1]
-            out[name] = plain[name]
-        elif key in plain:
-            out[key] = _matching(plain[key], value)
-    return out
 
 
 def load_base(source: Any, model: Any, abstract: Any, shardings: Any) -> Any:

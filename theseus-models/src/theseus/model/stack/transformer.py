@@ -483,7 +483,7 @@ class TransformerLM(Module):
     def read_params(self, read: Any, abstract: Any, shardings: Any) -> Any:
         """The parameters ``abstract`` names from a checkpoint ``read`` reads; with ``model/quantize``, its
         float kernels are quantized one by one as they are read (:mod:`theseus.model.layers.quantization`)."""
-        from theseus.model.loading.adapters import read_quantized
+        from theseus.model.layers.quantized_base import read_quantized
 
         return read_quantized(self, read, abstract, shardings)
 
