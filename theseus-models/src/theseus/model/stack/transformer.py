@@ -252,9 +252,9 @@ class TransformerLM(Module):
     remat: str | bool = field(
         "model/remat",
         default="auto",
-        help="recompute in the backward pass: none | full (whole layers) | dots (keep matmul outputs) | auto (the "
-        "trainer compiles its step and picks the fastest that fits the device, micro-batches too; none on a device "
-        "that reports no memory limit, a CPU); true = full, false = none",
+        help="recompute in the backward pass: none | full (whole layers) | dots (keep matmul and splash attention "
+        "outputs) | auto (the trainer compiles its step and picks the fastest that fits the device, micro-batches "
+        "too; none on a device that reports no memory limit, a CPU); true = full, false = none",
     )
 
     def __post_init__(self) -> None:
