@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -58,7 +59,9 @@ class Architecture:
     ``final_softcap``: output logits capped as ``tanh(x / cap) * cap``. ``layer_types``: one
     ``"sliding_attention"`` / ``"full_attention"`` per layer: only the sliding layers have the
     attention's ``sliding_window``, and they rotate with the position's ``local_theta`` and without
-    its ``scaling``, which then scales the full layers only (Gemma 3).
+    its ``scaling``, which then scales the full layers only (Gemma 3). The mup-style multipliers of
+    Falcon-H1 and Granite: ``embedding_multiplier`` on the token embeddings, ``residual_multiplier`` on
+    every branch's output before its residual sum, ``logits_multiplier`` on the logits (before the cap).
     """
 
     n_layers: int
@@ -75,6 +78,9 @@ class Architecture:
     scale_embeddings: bool = False
     final_softcap: float | None = None
     layer_types: tuple[str, ...] | None = None
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    logits_multiplier: float = 1.0
 
     @classmethod
     def from_keys(cls, **keys: Any) -> Architecture:
@@ -144,6 +150,12 @@ class Architecture:
                 "change architecture/head_dim, architecture/n_embd or architecture/n_heads"
             )
 
+    def _validate_multipliers(self) -> None:
+        for key in ("embedding_multiplier", "residual_multiplier", "logits_multiplier"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ConfigError(f"architecture/{key} must be a finite number, got {value!r}")
+
     def _validate_layer_types(self) -> None:
         if self.layer_types is None:
             return
@@ -175,6 +187,7 @@ class Architecture:
         self.feed_forward.validate(self.n_layers)
         self.norm.validate()
         self._validate_layer_types()
+        self._validate_multipliers()
         if self.final_softcap is not None and not self.final_softcap > 0:
             raise ConfigError(f"architecture/final_softcap must be positive or null, got {self.final_softcap!r}")
         if not 0.0 <= self.dropout < 1.0:

@@ -228,10 +228,16 @@ class Block(StackLayer):
     def forward(self, x: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
         placement = self.placement()
         if self.has_attention:
-            x = x + self.branch(x, lambda h: self.mix(h, call, layer), "attn", placement)
+            x = x + self.residual(self.branch(x, lambda h: self.mix(h, call, layer), "attn", placement))
         if self.has_feed_forward:
-            x = x + self.branch(x, lambda h: self.mlp(h, call.deterministic), "mlp", placement)
+            x = x + self.residual(self.branch(x, lambda h: self.mlp(h, call.deterministic), "mlp", placement))
         return constrain(x, ACTIVATION_AXES)
+
+    def residual(self, out: jax.Array) -> jax.Array:
+        """A branch's output as it joins the residual stream: times the architecture's
+        ``residual_multiplier`` (Granite's; 1 elsewhere)."""
+        scale = self.arch.residual_multiplier
+        return out if scale == 1.0 else out * jnp.asarray(scale, out.dtype)
 
     def mix(self, h: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
         """The token-mixing branch of ``h``: ``attn`` alone, or the sum of ``attn`` and the

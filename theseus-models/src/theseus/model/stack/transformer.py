@@ -610,10 +610,12 @@ class TransformerLM(Module):
 
     def embed_tokens(self, x: jax.Array) -> jax.Array:
         """The token embeddings of ids ``x``, times ``sqrt(n_embd)`` with ``scale_embeddings`` (the
-        normaliser rounded to the activation dtype, as transformers does)."""
+        normaliser rounded to the activation dtype, as transformers does) and times the architecture's
+        ``embedding_multiplier``."""
         h = self.token_embedding(x)
         arch = self.architecture
-        return h * jnp.asarray(math.sqrt(arch.n_embd), h.dtype) if arch.scale_embeddings else h
+        h = h * jnp.asarray(math.sqrt(arch.n_embd), h.dtype) if arch.scale_embeddings else h
+        return h if arch.embedding_multiplier == 1.0 else h * jnp.asarray(arch.embedding_multiplier, h.dtype)
 
     def _layers(self, h: jax.Array, call: LayerCall) -> jax.Array:
         """``h`` through every layer, each called with ``call``: pipelined, scanned (one stack per run, or per
@@ -682,10 +684,13 @@ class TransformerLM(Module):
 
     def project(self, weights: jax.Array, h: jax.Array) -> jax.Array:
         """:meth:`head` with the head's ``weights`` given (:meth:`head_weights`): a pure function of its
-        arguments, which the loss applies to one chunk of positions at a time."""
+        arguments, which the loss applies to one chunk of positions at a time. The logits are times the
+        architecture's ``logits_multiplier``, then capped (``final_softcap``)."""
         arch = self.architecture
         spec = "bte,ve->btv" if arch.tied_embeddings else "bte,ev->btv"
         logits = jnp.einsum(spec, cast(h, weights.dtype), weights, preferred_element_type=jnp.float32)
+        if arch.logits_multiplier != 1.0:
+            logits = logits * arch.logits_multiplier
         if arch.final_softcap is not None:
             logits = jnp.tanh(logits / arch.final_softcap) * arch.final_softcap
         return constrain(logits, (Axis.BATCH, Axis.SEQUENCE, Axis.VOCAB))
