@@ -1,7 +1,7 @@
 """Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``OLMo3``, ``Phi3``, ``Gemma2``,
 ``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35``, ``Lfm2``, ``NemotronH``, ``FalconH1``, ``OLMoHybrid`` and the
 mixtures ``Mixtral``, ``Qwen3MoE``, ``Qwen3Next``, ``Qwen35MoE``, ``DeepseekV3``, ``DeepseekV32``, ``GlmMoeDsa``,
-``Glm4Moe``, ``GptOss``, ``Llama4`` and ``MiniMaxM2``, plus KV-cache decoding.
+``Glm4Moe``, ``GptOss``, ``Llama4``, ``MiniMaxM2`` and ``GraniteMoeHybrid``, plus KV-cache decoding.
 
 Each family is a folder, ``models/<family>/``: ``model.py`` (the model class, its layers and presets),
 ``hf.py`` (its Hugging Face families) and an ``__init__.py`` naming the model and presets. What the families
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from theseus.model.models.glm_moe_dsa.model import GLM_MOE_DSA_PRESETS, GlmMoeDsa
     from theseus.model.models.gpt.model import GPT, GPT_PRESETS
     from theseus.model.models.gpt_oss.model import GPT_OSS_PRESETS, GptOss
+    from theseus.model.models.granitemoehybrid.model import GRANITE_MOE_HYBRID_PRESETS, GraniteMoeHybrid
     from theseus.model.models.lfm2.model import LFM2_PRESETS, Lfm2
     from theseus.model.models.llama.model import LLAMA_PRESETS, Llama
     from theseus.model.models.llama4.model import LLAMA4_PRESETS, Llama4
@@ -98,6 +99,8 @@ _HOMES = {
     "NEMOTRON_H_PRESETS": "theseus.model.models.nemotron_h.model",
     "FALCON_H1_PRESETS": "theseus.model.models.falcon_h1.model",
     "FalconH1": "theseus.model.models.falcon_h1.model",
+    "GRANITE_MOE_HYBRID_PRESETS": "theseus.model.models.granitemoehybrid.model",
+    "GraniteMoeHybrid": "theseus.model.models.granitemoehybrid.model",
     "NemotronH": "theseus.model.models.nemotron_h.model",
     "LLAMA_PRESETS": "theseus.model.models.llama.model",
     "Llama": "theseus.model.models.llama.model",
@@ -157,6 +160,7 @@ __all__ = [
     "GPT",
     "GPT_OSS_PRESETS",
     "GPT_PRESETS",
+    "GRANITE_MOE_HYBRID_PRESETS",
     "LFM2_PRESETS",
     "LLAMA4_PRESETS",
     "LLAMA_PRESETS",
@@ -184,6 +188,7 @@ __all__ = [
     "Glm4Moe",
     "GlmMoeDsa",
     "GptOss",
+    "GraniteMoeHybrid",
     "Lfm2",
     "Llama",
     "Llama4",
