@@ -44,6 +44,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         GlmMoeDsaConfig,
         GPT2Config,
         GptOssConfig,
+        GraniteMoeHybridConfig,
         Lfm2Config,
         Llama4TextConfig,
         LlamaConfig,
@@ -101,6 +102,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "nemotron_h": NemotronHConfig,
         "falcon_h1": FalconH1Config,
         "olmo_hybrid": OlmoHybridConfig,
+        "granitemoehybrid": GraniteMoeHybridConfig,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
@@ -128,6 +130,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
         common.update(FALCON_H1)
     if family == "olmo_hybrid":  # OLMO_HYBRID below: a Gated DeltaNet layer 0, an attention layer 1
         common.update(OLMO_HYBRID)
+    if family == "granitemoehybrid":  # GRANITE below: a Mamba-2 layer then an attention layer, each with experts
+        common.update(GRANITE)
     if family == "phi3":  # its default pad id (32000) is past this vocabulary
         common["pad_token_id"] = None
     if family in GEMMA:
@@ -462,6 +466,32 @@ FALCON_H1 = {
 OLMO_HYBRID = {"layer_types": ["linear_attention", "full_attention"], "pad_token_id": None}
 #: rope_parameters without a base: no position embedding, as the OLMo Hybrid releases have.
 NOPE = {"rope_type": "default", "rope_theta": None}
+
+
+#: Granite 4 at a small scale: a Mamba-2 layer (4 heads of 8 in 2 groups, a state of 8, chunks of 4 so that 12
+#: tokens cross chunks) then an attention layer (heads of 8, no position embedding, as the releases), each
+#: followed by 4 experts of 16 (top 2) beside a shared MLP of 24; every multiplier away from 1 (the releases'
+#: kind of values), so that each one is read where it applies.
+GRANITE = {
+    "layer_types": ["mamba", "attention"],
+    "intermediate_size": 16,
+    "shared_intermediate_size": 24,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "mamba_n_heads": 4,
+    "mamba_d_head": 8,
+    "mamba_expand": 1,
+    "mamba_n_groups": 2,
+    "mamba_d_state": 8,
+    "mamba_d_conv": 4,
+    "mamba_chunk_size": 4,
+    "position_embedding_type": "nope",
+    "embedding_multiplier": 12.0,
+    "residual_multiplier": 0.22,
+    "attention_multiplier": 0.25,
+    "logits_scaling": 4.0,
+    "pad_token_id": None,
+}
 
 
 #: Overrides for two layers where the configurations above have 3 or 4: still one layer of each kind (a Gated

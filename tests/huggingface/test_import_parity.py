@@ -135,6 +135,15 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # chunks of 4) and a post-norm OLMo 3 attention layer: without position embeddings (the releases) and with RoPE
     "olmo_hybrid-nope": ("olmo_hybrid", {"rope_parameters": NOPE}),
     "olmo_hybrid-rope": ("olmo_hybrid", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e3}}),
+    # a Mamba-2 layer (its state across chunks of 4, its input masked at the left padding) and an attention layer
+    # without position embeddings, each followed by 4 experts (top 2, fused gate/up rows) beside a shared MLP,
+    # every Granite multiplier away from 1; then without experts (the shared MLP alone) and with RoPE
+    "granitemoehybrid": ("granitemoehybrid", {}),
+    "granitemoehybrid-dense-rope": (
+        "granitemoehybrid",
+        {"num_local_experts": 0, "position_embedding_type": "rope", "tie_word_embeddings": True}
+        | {"rope_parameters": {"rope_type": "default", "rope_theta": 1e3}},
+    ),
 }
 
 
@@ -297,6 +306,8 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         check_falcon_h1(prepared, ids, mask, expected)
     if family == "olmo_hybrid":
         check_olmo_hybrid(prepared, ids, mask, expected, overrides)
+    if family == "granitemoehybrid":
+        check_granite(prepared, ids, mask, expected, overrides)
     if family in GEMMA4_FAMILIES:
         check_gemma4(prepared, model, ids, mask, expected, overrides)
     if "head_dim" in overrides:
@@ -363,6 +374,30 @@ def check_olmo_hybrid(
     assert np.max(np.abs(chunked - expected)[mask]) <= 1e-4
     halved = forward(prepared.model.clone(linear_allow_neg_eigval=False), params, ids, mask)
     assert np.max(np.abs(halved - expected)[mask]) > 1e-2
+
+
+def check_granite(
+    prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray, overrides: dict[str, Any]
+) -> None:
+    """The layer kinds, RoPE only with position_embedding_type rope, the mixture and its shared MLP (or the shared
+    MLP alone as the dense one) and the multipliers as transformers built them; not a vacuous match: without
+    the shared MLP's output the logits differ."""
+    arch, params = prepared.model.architecture, read_params(prepared)
+    rotary, dense = "rope_parameters" in overrides, overrides.get("num_local_experts") == 0
+    assert (arch.layer_types, arch.position.kind) == (("mamba", "full_attention"), "rope" if rotary else "none")
+    assert (arch.mamba.n_heads, arch.mamba.head_dim, arch.mamba.n_groups, arch.mamba.state_size) == (4, 8, 2, 8)
+    assert (arch.embedding_multiplier, arch.residual_multiplier, arch.logits_multiplier) == (12.0, 0.22, 0.25)
+    assert arch.attention.score_scale() == 0.25
+    if dense:
+        assert arch.moe is None and arch.feed_forward.d_ff == 24
+        shared = params["blocks_0"]["mlp"]
+    else:
+        moe = arch.moe
+        assert moe is not None and (moe.n_experts, moe.top_k, moe.expert_hidden, moe.shared_width) == (4, 2, 16, 24)
+        shared = params["blocks_0"]["mlp"]["shared"]
+    assert sorted(params["blocks_0"]) == ["attn", "attn_norm", "mlp", "mlp_norm"]
+    shared["down"]["kernel"] = np.zeros_like(shared["down"]["kernel"])
+    assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
 
 
 def check_gemma4(
