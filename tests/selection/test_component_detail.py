@@ -45,6 +45,9 @@ def test_keys_declared_through_helpers_that_return_a_field_are_listed() -> None:
     gpt = rows(run_cli(["components", "model/gpt"]).stdout)
     assert gpt["architecture/n_embd"][:2] == ["int | None", "None"]
     assert gpt["architecture/dropout"][:2] == ["float", "0.0"]
+    # help built by joining a dict's keys, choices by tuple(): the names, not the source text
+    activation = gpt["architecture/activation"][2]
+    assert activation.startswith("gelu | gelu_exact | relu") and "[one of gelu, gelu_exact, relu" in activation
     nemotron = rows(run_cli(["components", "model/nemotron_h"]).stdout)
     assert nemotron["architecture/n_layers"] == ["int | None", "None", "transformer layers (None: preset)"]
     assert nemotron["architecture/mamba_chunk_size"] == ["int", "128", "chunk of Mamba-2's chunked scan [>= 1]"]

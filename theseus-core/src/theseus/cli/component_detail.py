@@ -187,6 +187,8 @@ def literal(
             raise Unresolved from None
     if isinstance(node, ast.Name) and node.id in local:
         return local[node.id]
+    if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+        return _call(index, module, node, depth, local)
     if isinstance(node, (ast.Name, ast.Attribute)):
         name = _dotted(node)
         found = index.resolve(module, name) if name else None
@@ -220,6 +222,32 @@ def literal(
                 parts.append(value(part))
         return "".join(parts)
     raise Unresolved
+
+
+#: Calls of one iterable that constant expressions may use (``tuple(ACTIVATIONS)``; ``", ".join(NAMES)``).
+_CALLS: dict[str, Callable[[Any], Any]] = {"tuple": tuple, "list": list, "sorted": sorted}
+
+
+def _call(index: SourceIndex, module: str, node: ast.Call, depth: int, local: Mapping[str, Any]) -> Any:
+    """``tuple(x)``, ``list(x)``, ``sorted(x)`` or ``"sep".join(x)`` of a constant iterable ``x``; a
+    module-level dict literal iterates over its keys, whatever its values are."""
+    function = node.func
+    if isinstance(function, ast.Name) and function.id in _CALLS:
+        apply = _CALLS[function.id]
+    elif isinstance(function, ast.Attribute) and function.attr == "join" and _text(function.value) is not None:
+        apply = str(_text(function.value)).join
+    else:
+        raise Unresolved
+    name = _dotted(node.args[0])
+    found = index.resolve(module, name) if name and name not in local else None
+    if found is not None and isinstance(found[1], ast.Dict) and None not in found[1].keys:
+        items = [literal(index, found[0], key, depth + 1) for key in found[1].keys if key is not None]
+    else:
+        items = literal(index, module, node.args[0], depth + 1, local)
+    try:
+        return apply(items)
+    except TypeError:
+        raise Unresolved from None
 
 
 def _choice(value: Any) -> str:
