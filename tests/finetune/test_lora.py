@@ -143,6 +143,9 @@ PEFT_CASES = {
     # refuses its out_proj, so no out) and an attention layer's, each with the shared MLP (input_linear: the
     # gate rows then the up rows, output_linear), the multipliers applied as transformers applies them
     "granitemoehybrid-dense": ("granitemoehybrid", False, ["query", "key", "value", "up", "gate", "down"], 0),
+    # Kimi Linear (LAYER_RANKS): a Kimi Delta Attention layer's q/k/v/o projections (the gates' low-rank pairs take
+    # none) and a NoPE latent-attention layer (q_proj, kv_b_proj with key and value rows, o_proj)
+    "kimi_linear": ("kimi_linear", False, ["query", "key", "value", "out"], 0),
 }
 
 #: Latent attention (DeepSeek-V3 and its descendants) at the DSA sizes of tests/huggingface/conftest.py, without
@@ -208,6 +211,10 @@ LAYER_RANKS = {
     "granitemoehybrid-dense": [
         {"mamba.in_proj": 1, "shared_mlp.input_linear": 2, "shared_mlp.output_linear": 1},
         {**{f"self_attn.{p}_proj": 1 for p in "qkv"}, "shared_mlp.input_linear": 2, "shared_mlp.output_linear": 1},
+    ],
+    "kimi_linear": [
+        {f"self_attn.{p}_proj": 1 for p in "qkvo"},
+        {"self_attn.q_proj": 1, "self_attn.kv_b_proj": 2, "self_attn.o_proj": 1},
     ],
 }
 

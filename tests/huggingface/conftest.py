@@ -45,6 +45,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         GPT2Config,
         GptOssConfig,
         GraniteMoeHybridConfig,
+        KimiLinearConfig,
         Lfm2Config,
         Llama4TextConfig,
         LlamaConfig,
@@ -103,6 +104,7 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "falcon_h1": FalconH1Config,
         "olmo_hybrid": OlmoHybridConfig,
         "granitemoehybrid": GraniteMoeHybridConfig,
+        "kimi_linear": KimiLinearConfig,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
@@ -132,6 +134,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
         common.update(OLMO_HYBRID)
     if family == "granitemoehybrid":  # GRANITE below: a Mamba-2 layer then an attention layer, each with experts
         common.update(GRANITE)
+    if family == "kimi_linear":  # KIMI_LINEAR below: a KDA layer 0 (dense MLP), a latent-attention layer 1 (experts)
+        common.update(KIMI_LINEAR)
     if family == "phi3":  # its default pad id (32000) is past this vocabulary
         common["pad_token_id"] = None
     if family in GEMMA:
@@ -466,6 +470,28 @@ FALCON_H1 = {
 OLMO_HYBRID = {"layer_types": ["linear_attention", "full_attention"], "pad_token_id": None}
 #: rope_parameters without a base: no position embedding, as the OLMo Hybrid releases have.
 NOPE = {"rope_type": "default", "rope_theta": None}
+#: Kimi Linear at a small scale: a Kimi Delta Attention layer (2 heads of 8) with a dense MLP, then a NoPE
+#: latent-attention layer (latent 8, heads of 8 + 4 unrotated, values 6; one key/value per head) with a mixture of
+#: 4 experts of 16 in 2 groups (top 2 from 1 group, scaled 2.446) and a shared one; its pad id is past the vocabulary.
+KIMI_LINEAR = {
+    "num_key_value_heads": 4,
+    "layer_types": ["linear_attention", "full_attention"],
+    "mlp_layer_types": ["dense", "sparse"],
+    "linear_num_heads": 2,
+    "linear_head_dim": 8,
+    "kv_lora_rank": 8,
+    "q_lora_rank": None,
+    "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 4,
+    "v_head_dim": 6,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "n_group": 2,
+    "topk_group": 1,
+    "moe_intermediate_size": 16,
+    "n_shared_experts": 1,
+    "pad_token_id": None,
+}
 
 
 #: Granite 4 at a small scale: a Mamba-2 layer (4 heads of 8 in 2 groups, a state of 8, chunks of 4 so that 12
@@ -524,7 +550,7 @@ def save_model(folder: Path, family: str, seed: int = 0, *, tokenizer: bool = Tr
             else:
                 parameter.copy_(0.15 * torch.randn_like(parameter))
         for name, buffer in model.named_buffers():  # MiniMax-M2's router bias is a buffer (zero by default)
-            if family in ("minimax_m2", "glm4_moe") and name.endswith("e_score_correction_bias"):
+            if family in ("minimax_m2", "glm4_moe", "kimi_linear") and name.endswith("e_score_correction_bias"):
                 buffer.copy_(0.5 * torch.randn_like(buffer))
             if name.endswith("layer_scalar"):  # Gemma 4's layer scalars are buffers (ones by default)
                 buffer.copy_(0.5 + torch.rand_like(buffer))

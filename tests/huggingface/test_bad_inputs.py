@@ -61,7 +61,7 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
         # the example plugin's family is installed in the test environment too
         "model_type 'falcon' is not supported; installed families: deepseek_v3, deepseek_v32, example_scaled_gpt, "
         "falcon_h1, gemma2, gemma3_text, gemma4, gemma4_text, glm4_moe, glm_moe_dsa, gpt2, gpt_oss, "
-        "granitemoehybrid, lfm2, llama, llama4_text, "
+        "granitemoehybrid, kimi_linear, lfm2, llama, llama4_text, "
         "minimax_m2, mistral, mixtral, nemotron_h, "
         "olmo2, olmo3, olmo_hybrid, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, "
         "qwen3_moe, qwen3_next, smollm3 "

@@ -105,6 +105,9 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     # a Mamba-2 layer decoding from its cached state and convolution inputs, a NoPE attention layer, each with 4
     # experts (fused gate/up rows read and written back) beside a shared MLP; Granite's multipliers
     "granitemoehybrid": ("granitemoehybrid", {}),
+    # Kimi Delta Attention decoding from its cached state and convolution inputs, NoPE latent attention from its
+    # compressed cache, a dense MLP then a mixture with a shared expert
+    "kimi_linear": ("kimi_linear", {}),
 }
 
 
@@ -211,6 +214,9 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
         )
         assert (reloaded.config.embedding_multiplier, reloaded.config.logits_scaling) == (12.0, 4.0)
         assert reloaded.config.attention_multiplier == 0.25 and reloaded.model.rotary_emb is None
+    if family == "kimi_linear":  # the layer kinds and the feed-forwards as they were
+        assert reloaded.config.layer_types == ["linear_attention", "full_attention"]
+        assert reloaded.config.mlp_layer_types == ["dense", "sparse"]
     if family == "smollm3":  # the NoPE layers as they were
         assert reloaded.config.no_rope_layers == model.config.no_rope_layers == [1, 0]
     if family == "olmo3":  # one rope_parameters entry per layer type, the layer types as they were

@@ -144,7 +144,15 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         {"num_local_experts": 0, "position_embedding_type": "rope", "tie_word_embeddings": True}
         | {"rope_parameters": {"rope_type": "default", "rope_theta": 1e3}},
     ),
+    # a Kimi Delta Attention layer (a forget gate per key channel from a low-rank pair, its state carried across
+    # chunks of 4, a sigmoid-gated output norm) with a dense MLP, then a NoPE latent-attention layer with a mixture
+    # of experts routed by sigmoid scores with a random balancing bias, from 1 of 2 groups, and a shared expert
+    "kimi_linear": ("kimi_linear", {}),
 }
+
+#: Settings on top of an imported case's own: Kimi Delta Attention's prompt of 12 in chunks of 4 (its state carried
+#: across them; transformers' chunks are 64).
+SETTINGS: dict[str, dict[str, Any]] = {"kimi_linear": {"architecture/linear_chunk_size": 4}}
 
 
 def fuse_experts(path: Path) -> None:
@@ -182,7 +190,7 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     ids = np.random.default_rng(1).integers(0, VOCAB, (2, 12))
     mask = np.ones_like(ids, dtype=bool)
     mask[0, :4] = False  # a left-padded row: positions count real tokens only
-    got, prepared = imported_logits(tmp_path, ids, mask)
+    got, prepared = imported_logits(tmp_path, ids, mask, **SETTINGS.get(case, {}))
     expected = hf_logits(model, ids, mask)
     assert np.max(np.abs(got - expected)[mask]) <= 1e-4
     arch = prepared.model.architecture
@@ -308,6 +316,8 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         check_olmo_hybrid(prepared, ids, mask, expected, overrides)
     if family == "granitemoehybrid":
         check_granite(prepared, ids, mask, expected, overrides)
+    if family == "kimi_linear":
+        check_kimi_linear(prepared, ids, mask, expected)
     if family in GEMMA4_FAMILIES:
         check_gemma4(prepared, model, ids, mask, expected, overrides)
     if "head_dim" in overrides:
@@ -398,6 +408,25 @@ def check_granite(
     assert sorted(params["blocks_0"]) == ["attn", "attn_norm", "mlp", "mlp_norm"]
     shared["down"]["kernel"] = np.zeros_like(shared["down"]["kernel"])
     assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
+
+
+def check_kimi_linear(prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray) -> None:
+    """The layer kinds, no position embedding, the chunks of 4 (SETTINGS), the shapes and the mixture as transformers
+    built them (the per-channel decay against transformers' rule: tests/models/test_qwen3_next_deltanet.py)."""
+    arch = prepared.model.architecture
+    assert (arch.layer_types, arch.position.kind, arch.linear_chunk, arch.linear_heads, arch.linear_head_dim) == (
+        ("linear_attention", "full_attention"),
+        "none",
+        4,
+        2,
+        8,
+    )
+    moe = arch.moe
+    assert moe is not None and (moe.router, moe.first_k_dense, moe.n_shared, moe.n_group) == ("sigmoid", 1, 1, 2)
+    assert sorted(read_params(prepared)["blocks_0"]["attn"]) == [
+        *("A_log", "b", "conv_key", "conv_query", "conv_value", "dt_bias", "f_down", "f_up", "g_down", "g_up"),
+        *("key", "norm", "out", "query", "value"),
+    ]
 
 
 def check_gemma4(

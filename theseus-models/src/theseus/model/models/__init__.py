@@ -1,7 +1,8 @@
 """Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``OLMo3``, ``Phi3``, ``Gemma2``,
 ``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35``, ``Lfm2``, ``NemotronH``, ``FalconH1``, ``OLMoHybrid`` and the
 mixtures ``Mixtral``, ``Qwen3MoE``, ``Qwen3Next``, ``Qwen35MoE``, ``DeepseekV3``, ``DeepseekV32``, ``GlmMoeDsa``,
-``Glm4Moe``, ``GptOss``, ``Llama4``, ``MiniMaxM2`` and ``GraniteMoeHybrid``, plus KV-cache decoding.
+``Glm4Moe``, ``GptOss``, ``GraniteMoeHybrid``, ``KimiLinear``, ``Llama4`` and ``MiniMaxM2``, plus KV-cache
+decoding.
 
 Each family is a folder, ``models/<family>/``: ``model.py`` (the model class, its layers and presets),
 ``hf.py`` (its Hugging Face families) and an ``__init__.py`` naming the model and presets. What the families
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from theseus.model.models.gpt.model import GPT, GPT_PRESETS
     from theseus.model.models.gpt_oss.model import GPT_OSS_PRESETS, GptOss
     from theseus.model.models.granitemoehybrid.model import GRANITE_MOE_HYBRID_PRESETS, GraniteMoeHybrid
+    from theseus.model.models.kimi_linear.model import KIMI_LINEAR_PRESETS, KimiLinear
     from theseus.model.models.lfm2.model import LFM2_PRESETS, Lfm2
     from theseus.model.models.llama.model import LLAMA_PRESETS, Llama
     from theseus.model.models.llama4.model import LLAMA4_PRESETS, Llama4
@@ -108,6 +110,8 @@ _HOMES = {
     "Llama4": "theseus.model.models.llama4.model",
     "MINIMAX_M2_PRESETS": "theseus.model.models.minimax_m2.model",
     "MiniMaxM2": "theseus.model.models.minimax_m2.model",
+    "KIMI_LINEAR_PRESETS": "theseus.model.models.kimi_linear.model",
+    "KimiLinear": "theseus.model.models.kimi_linear.model",
     "MIXTRAL_PRESETS": "theseus.model.models.mixtral.model",
     "Mixtral": "theseus.model.models.mixtral.model",
     "OLMO2_PRESETS": "theseus.model.models.olmo2.model",
@@ -161,6 +165,7 @@ __all__ = [
     "GPT_OSS_PRESETS",
     "GPT_PRESETS",
     "GRANITE_MOE_HYBRID_PRESETS",
+    "KIMI_LINEAR_PRESETS",
     "LFM2_PRESETS",
     "LLAMA4_PRESETS",
     "LLAMA_PRESETS",
@@ -189,6 +194,7 @@ __all__ = [
     "GlmMoeDsa",
     "GptOss",
     "GraniteMoeHybrid",
+    "KimiLinear",
     "Lfm2",
     "Llama",
     "Llama4",
