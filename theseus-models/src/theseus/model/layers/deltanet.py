@@ -222,7 +222,8 @@ class GatedDeltaNet(StackLayer):
     ``beta = beta_scale * sigmoid(b)`` and the decay ``g = -exp(A_log) * softplus(a + dt_bias)``), ``A_log``
     and ``dt_bias`` ``[value_heads]``, the depthwise causal convolutions ``conv_query`` / ``conv_key``
     ``[conv_kernel, key_heads, key_dim]`` and ``conv_value`` ``[conv_kernel, value_heads, value_dim]``
-    (SiLU after), the output norm ``norm`` (an RMSNorm of ``value_dim``, plain scale, times ``SiLU(z)``)
+    (SiLU after), the output norm ``norm`` (an RMSNorm of ``value_dim``, plain scale, times ``SiLU(z)``, or
+    ``sigmoid(z)`` with ``gate_activation="sigmoid"``)
     and ``out`` ``[value_heads, value_dim, embed]``. Queries and keys are L2-normalised. ``beta_scale`` 2
     lets the state's transition have negative eigenvalues (OLMo Hybrid's ``linear_allow_neg_eigval``).
 
@@ -247,6 +248,8 @@ class GatedDeltaNet(StackLayer):
     chunk_size: int = CHUNK
     norm_eps: float = 1e-6
     beta_scale: float = 1.0
+    #: The output gate's activation on ``z``: ``silu`` (Qwen3-Next, Qwen3.5, OLMo Hybrid) or ``sigmoid``.
+    gate_activation: str = "silu"
     init_std: float = INIT_STD
     out_std: float | None = None
     #: The model width, for :meth:`flops` on an unbound layer (None: read from a bound layer's ``out``).
@@ -420,7 +423,8 @@ class GatedDeltaNet(StackLayer):
             beta = beta * self.beta_scale
         y = self._delta_rule(qkv, g, beta, mask, state, decode)
         norm = child(self, RMSNorm, eps=self.norm_eps, zero_centred=False, name="norm")
-        y = (norm(y).astype(jnp.float32) * nn.silu(z.astype(jnp.float32))).astype(dtype)
+        gate = nn.sigmoid if self.gate_activation == "sigmoid" else nn.silu
+        y = (norm(y).astype(jnp.float32) * gate(z.astype(jnp.float32))).astype(dtype)
         return self._out(y, x.shape[-1], deterministic)
 
 

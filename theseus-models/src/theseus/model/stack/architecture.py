@@ -16,6 +16,7 @@ from theseus.model.layers.attention import (
     SLIDING_ATTENTION,
     AttentionSpec,
 )
+from theseus.model.layers.hyper_connections import HyperSpec
 from theseus.model.layers.mamba2 import MAMBA
 from theseus.model.layers.mlp import MLP_LAYER, FeedForwardSpec, hidden_size
 from theseus.model.layers.moe import MoESpec
@@ -62,6 +63,8 @@ class Architecture:
     its ``scaling``, which then scales the full layers only (Gemma 3). The mup-style multipliers of
     Falcon-H1 and Granite: ``embedding_multiplier`` on the token embeddings, ``residual_multiplier`` on
     every branch's output before its residual sum, ``logits_multiplier`` on the logits (before the cap).
+    ``hyper``: the residual is :class:`~theseus.model.layers.hyper_connections.HyperSpec`'s streams (None:
+    one residual sum).
     """
 
     n_layers: int
@@ -81,6 +84,7 @@ class Architecture:
     embedding_multiplier: float = 1.0
     residual_multiplier: float = 1.0
     logits_multiplier: float = 1.0
+    hyper: HyperSpec | None = None
 
     @classmethod
     def from_keys(cls, **keys: Any) -> Architecture:
@@ -188,6 +192,8 @@ class Architecture:
         self.norm.validate()
         self._validate_layer_types()
         self._validate_multipliers()
+        if self.hyper is not None:
+            self.hyper.validate()
         if self.final_softcap is not None and not self.final_softcap > 0:
             raise ConfigError(f"architecture/final_softcap must be positive or null, got {self.final_softcap!r}")
         if not 0.0 <= self.dropout < 1.0:

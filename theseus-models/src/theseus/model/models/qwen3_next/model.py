@@ -211,8 +211,14 @@ class HybridBlock(Block):
             norm_eps=arch.norm.eps,
             out_std=self.out_std,
             n_embd=arch.n_embd,
+            **self.linear_options(),
         )
         return layer
+
+    def linear_options(self) -> dict[str, Any]:
+        """Fields of the :class:`GatedDeltaNet` beyond those ``attention()`` sets from the architecture (none
+        here; Qwen4-Exp's output gate activation)."""
+        return {}
 
 
 class Qwen3NextBlock(HybridBlock, MoEBlock):
