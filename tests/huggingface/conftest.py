@@ -142,6 +142,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
         return gemma_config(family, common, overrides)
     if family in QWEN3_5_FAMILIES:  # QWEN3_5 below: Qwen3-Next's layers; the vision-language ones nest them
         return qwen3_5_config(family, common, overrides)
+    if family == "qwen4_exp_text":  # QWEN4_EXP below: Qwen3.5-MoE's layers on hyper-connections, n-grams, QSA
+        return qwen4_exp_config(common, overrides)
     return classes[family](**{**common, **overrides})
 
 
@@ -382,6 +384,43 @@ def qwen3_5_config(family: str, common: dict[str, Any], overrides: dict[str, Any
     return (Qwen3_5MoeConfig if moe else Qwen3_5Config)(
         text_config=text, vision_config=vision, tie_word_embeddings=tied
     )
+
+
+#: Qwen4-Exp at a small scale: Qwen3.5-MoE's layers (a Gated DeltaNet layer 0, a gated full-attention layer 1,
+#: mixtures of 4 experts with a gated shared expert) on 3 hyper-connection streams (gates of rank 8), hashed
+#: n-gram embeddings on layer 1 (bigrams and trigrams, 2 tables each of the primes from 61 on, 16 wide in all,
+#: stored in 2 shards), the attention layer's indexer keeping 2 blocks of 2 of the prompt's 12 keys (4 heads of 8).
+QWEN4_EXP = {
+    "head_dim": 16,
+    "layer_types": ["linear_attention", "indexed_attention"],
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+    "hc_count": 3,
+    "hc_lowrank": 8,
+    "ple_layer_ids": [1],
+    "ple_embed_dim": 16,
+    "heads_per_ngram": 2,
+    "ngram_vocab_size_base": 61,
+    "make_ngram_vocab_size_divisible_by": 8,
+    "split_ngram_parts": 2,
+    "indexer_n_heads": 4,
+    "indexer_kv_heads": 1,
+    "indexer_head_dim": 8,
+    "indexer_budget": 4,
+    "indexer_compress_ratio": 2,
+    "pad_token_id": None,
+}
+
+
+def qwen4_exp_config(common: dict[str, Any], overrides: dict[str, Any]) -> Any:
+    from transformers import Qwen4ExpTextConfig
+
+    text = {**common, **QWEN4_EXP, **QWEN3_5_MOE, **overrides}
+    text.pop("intermediate_size")  # every layer a mixture: transformers' configuration has no such field
+    return Qwen4ExpTextConfig(**text)
 
 
 #: GLM-4.5 at a small scale: heads of 16 with query/key/value biases, half of each rotated, per-head query/key

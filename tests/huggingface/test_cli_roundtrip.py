@@ -108,6 +108,9 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     # Kimi Delta Attention decoding from its cached state and convolution inputs, NoPE latent attention from its
     # compressed cache, a dense MLP then a mixture with a shared expert
     "kimi_linear": ("kimi_linear", {}),
+    # hyper-connection streams, n-gram embeddings decoding from the previous ids and the convolution's inputs,
+    # the indexer's keys cached beside the attention's
+    "qwen4_exp_text": ("qwen4_exp_text", {}),
 }
 
 
@@ -217,6 +220,9 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     if family == "kimi_linear":  # the layer kinds and the feed-forwards as they were
         assert reloaded.config.layer_types == ["linear_attention", "full_attention"]
         assert reloaded.config.mlp_layer_types == ["dense", "sparse"]
+    if family == "qwen4_exp_text":  # the streams, the n-gram layer and the indexer as they were
+        assert (reloaded.config.hc_count, reloaded.config.ple_layer_ids, reloaded.config.indexer_budget) == (3, [1], 4)
+        assert reloaded.config.layer_types == ["linear_attention", "indexed_attention"]
     if family == "smollm3":  # the NoPE layers as they were
         assert reloaded.config.no_rope_layers == model.config.no_rope_layers == [1, 0]
     if family == "olmo3":  # one rope_parameters entry per layer type, the layer types as they were

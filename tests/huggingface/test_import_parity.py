@@ -148,6 +148,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # chunks of 4, a sigmoid-gated output norm) with a dense MLP, then a NoPE latent-attention layer with a mixture
     # of experts routed by sigmoid scores with a random balancing bias, from 1 of 2 groups, and a shared expert
     "kimi_linear": ("kimi_linear", {}),
+    # Qwen3.5-MoE's layers on 3 hyper-connection streams, hashed n-gram embeddings on the Gated DeltaNet layer
+    # (their tables stored in 2 shards), the attention layer's indexer keeping 2 blocks of 2 keys; the same
+    # logits scanned
+    "qwen4_exp": ("qwen4_exp_text", {}),
 }
 
 #: Settings on top of an imported case's own: Kimi Delta Attention's prompt of 12 in chunks of 4 (its state carried
@@ -206,6 +210,7 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
             "qwen3_next",
             "minimax_m2",
             "lfm2",
+            "qwen4_exp_text",
             *QWEN3_5_FAMILIES,
         )
         or family in GEMMA4_FAMILIES
@@ -216,7 +221,7 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         if family in ("olmo2", "olmo3", "olmo_hybrid")
         else ("projection", "pre")
         if family == "minimax_m2"
-        else ("head", "sandwich" if family in GEMMA else "pre")
+        else ("head", "sandwich" if family in GEMMA else "none" if family == "qwen4_exp_text" else "pre")
     )
     if arch.attention.sliding_window is not None:  # not a vacuous match: without the window the logits differ
         assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
@@ -320,6 +325,8 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         check_kimi_linear(prepared, ids, mask, expected)
     if family in GEMMA4_FAMILIES:
         check_gemma4(prepared, model, ids, mask, expected, overrides)
+    if family == "qwen4_exp_text":
+        check_qwen4_exp(tmp_path, prepared, ids, mask, expected)
     if "head_dim" in overrides:
         assert arch.head_dim == overrides["head_dim"] and arch.n_embd == 32
     if overrides.get("rope_parameters", {}).get("rope_type") == "yarn":
@@ -427,6 +434,23 @@ def check_kimi_linear(prepared: Any, ids: np.ndarray, mask: np.ndarray, expected
         *("A_log", "b", "conv_key", "conv_query", "conv_value", "dt_bias", "f_down", "f_up", "g_down", "g_up"),
         *("key", "norm", "out", "query", "value"),
     ]
+
+
+def check_qwen4_exp(folder: Path, prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray) -> None:
+    """The streams, n-gram tables and indexer as transformers built them; each matters (the indexer's selection,
+    the n-gram tables), and the scanned layout gives the same logits."""
+    arch = prepared.model.architecture
+    assert (arch.layer_types, arch.hyper.streams, arch.hyper.rank) == (("linear_attention", "full_attention"), 3, 8)
+    assert (arch.ngram.layers, arch.ngram.table_rows(0), arch.qsa.blocks) == ((0,), 272, 2)
+    params = read_params(prepared)
+    assert sorted(params["blocks_0"]) == ["attn", "attn_hyper", "mlp", "mlp_hyper", "ngram_injection"]
+    dense = forward(prepared.model.clone(indexer_budget=64), params, ids, mask)
+    assert np.max(np.abs(dense - expected)[mask]) > 1e-2
+    table = params["blocks_0"]["ngram_injection"]["table"]
+    params["blocks_0"]["ngram_injection"]["table"] = np.zeros_like(table)
+    assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
+    scanned, _ = imported_logits(folder, ids, mask, **{"model/scan_layers": True})
+    assert np.max(np.abs(scanned - expected)[mask]) <= 1e-4
 
 
 def check_gemma4(

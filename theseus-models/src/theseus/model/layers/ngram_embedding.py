@@ -191,7 +191,8 @@ def ngram_rows(history: jax.Array, spec: NGramSpec, index: int) -> jax.Array:
 class NGramContext(nn.Module):
     """The n-grams ``[B, T, order]`` of a step's ids (:func:`ngram_history`): the first step reads ``eos``
     before them; in decoding the ``cache`` collection's ``ids`` ``[B, order - 1]`` keeps each row's last
-    ids for the next step. Padded positions (``mask`` False) read as ``eos``."""
+    ids for the next step (each plus one: a zero, as a new cache holds, reads as ``eos``). Padded positions
+    (``mask`` False) read as ``eos``."""
 
     order: int = 3
     eos: int = 0
@@ -207,9 +208,10 @@ class NGramContext(nn.Module):
         exists = self.has_variable("cache", "ids")
         if not exists and not self.is_initializing():
             raise missing_cache_error()
-        kept = self.variable("cache", "ids", lambda: fresh)
-        context = kept.value
-        kept.value = jnp.concatenate([context, ids], axis=1)[:, -(self.order - 1) :]
+        # kept as id + 1: a cache of zeros (as decoding creates it) reads as eos, the start of a sequence
+        kept = self.variable("cache", "ids", jnp.zeros, fresh.shape, jnp.int32)
+        context = jnp.where(kept.value == 0, self.eos, kept.value - 1)
+        kept.value = jnp.concatenate([kept.value, ids + 1], axis=1)[:, -(self.order - 1) :]
         return ngram_history(ids, context, self.order, self.eos)
 
 

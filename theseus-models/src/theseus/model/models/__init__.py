@@ -1,8 +1,8 @@
 """Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``OLMo3``, ``Phi3``, ``Gemma2``,
 ``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35``, ``Lfm2``, ``NemotronH``, ``FalconH1``, ``OLMoHybrid`` and the
-mixtures ``Mixtral``, ``Qwen3MoE``, ``Qwen3Next``, ``Qwen35MoE``, ``DeepseekV3``, ``DeepseekV32``, ``GlmMoeDsa``,
-``Glm4Moe``, ``GptOss``, ``GraniteMoeHybrid``, ``KimiLinear``, ``Llama4`` and ``MiniMaxM2``, plus KV-cache
-decoding.
+mixtures ``Mixtral``, ``Qwen3MoE``, ``Qwen3Next``, ``Qwen35MoE``, ``Qwen4Exp``, ``DeepseekV3``, ``DeepseekV32``,
+``GlmMoeDsa``, ``Glm4Moe``, ``GptOss``, ``GraniteMoeHybrid``, ``KimiLinear``, ``Llama4`` and ``MiniMaxM2``, plus
+KV-cache decoding.
 
 Each family is a folder, ``models/<family>/``: ``model.py`` (the model class, its layers and presets),
 ``hf.py`` (its Hugging Face families) and an ``__init__.py`` naming the model and presets. What the families
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from theseus.model.models.qwen3_5.model import QWEN3_5_MOE_PRESETS, QWEN3_5_PRESETS, Qwen35, Qwen35MoE
     from theseus.model.models.qwen3_moe.model import QWEN3_MOE_PRESETS, Qwen3MoE
     from theseus.model.models.qwen3_next.model import QWEN3_NEXT_PRESETS, Qwen3Next
+    from theseus.model.models.qwen4_exp.model import Qwen4Exp
     from theseus.model.models.smollm3.model import SMOLLM3_PRESETS, SmolLM3
     from theseus.model.stack.architecture import Architecture, Preset
     from theseus.model.stack.block import Block
@@ -130,6 +131,7 @@ _HOMES = {
     "QWEN3_5_MOE_PRESETS": "theseus.model.models.qwen3_5.model",
     "Qwen35": "theseus.model.models.qwen3_5.model",
     "Qwen35MoE": "theseus.model.models.qwen3_5.model",
+    "Qwen4Exp": "theseus.model.models.qwen4_exp.model",
     "QWEN3_NEXT_PRESETS": "theseus.model.models.qwen3_next.model",
     "Qwen3Next": "theseus.model.models.qwen3_next.model",
     "SMOLLM3_PRESETS": "theseus.model.models.smollm3.model",
@@ -210,6 +212,7 @@ __all__ = [
     "Qwen3",
     "Qwen3MoE",
     "Qwen3Next",
+    "Qwen4Exp",
     "Qwen35",
     "Qwen35MoE",
     "SmolLM3",
