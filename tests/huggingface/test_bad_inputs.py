@@ -64,7 +64,7 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
         "granitemoehybrid, kimi_linear, lfm2, llama, llama4_text, "
         "minimax_m2, mistral, mixtral, nemotron_h, "
         "olmo2, olmo3, olmo_hybrid, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, "
-        "qwen3_moe, qwen3_next, smollm3 "
+        "qwen3_moe, qwen3_next, qwen4_exp, qwen4_exp_text, smollm3 "
         "(a plugin adds one by registering an 'hf/<model_type>' component",
     ),
     "rope-dynamic": (
@@ -343,4 +343,37 @@ def test_granitemoehybrid_refusals_are_one_line(values: dict[str, Any], message:
     assert family.keys({**GRANITE, "num_local_experts": 0})["architecture/moe/n_experts"] == 0
     with pytest.raises(ConfigError) as refused:
         family.keys({**GRANITE, **values})
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"output_gate_type": "gelu"}, "output_gate_type='gelu' is not supported"),
+        ({"indexer_kv_heads": 2}, "indexer_kv_heads=2 is not supported"),
+        (
+            {"layer_types": ["linear_attention", "sliding_attention"]},
+            "layer_types=['linear_attention', 'sliding_attention']",
+        ),
+    ],
+)
+def test_qwen4_exp_refusals_are_one_line(values: dict[str, Any], message: str) -> None:
+    """What Qwen4-Exp's import cannot build is one line naming the field; its own fields read as transformers'
+    configuration holds them (the full layers as transformers' ``indexed_attention``)."""
+    from tests.huggingface.conftest import hf_config
+    from theseus.errors import ConfigError
+    from theseus.model.models.qwen4_exp.hf import Qwen4ExpTextFamily
+
+    config = hf_config("qwen4_exp_text").to_dict()
+    family = Qwen4ExpTextFamily()
+    keys = family.keys(config)
+    assert keys["architecture/layer_types"] == ["linear_attention", "full_attention"]
+    assert (keys["architecture/hc_count"], keys["architecture/ple_layer_ids"], keys["architecture/ngram_eos_id"]) == (
+        3,
+        [1],
+        256,
+    )
+    assert (keys["architecture/indexer_budget"], keys["architecture/partial_rotary_factor"]) == (4, 0.25)
+    with pytest.raises(ConfigError) as refused:
+        family.keys({**config, **values})
     assert message in str(refused.value) and "\n" not in str(refused.value)

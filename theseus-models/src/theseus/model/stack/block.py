@@ -15,7 +15,7 @@ from theseus.config import configuration, configure
 from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, child, constrain
 from theseus.model.layers.attention import CausalSelfAttention
-from theseus.model.layers.hyper_connections import GatedHyperConnection, HyperConnection, hyper_class
+from theseus.model.layers.hyper_connections import HyperConnection, hyper_class
 from theseus.model.layers.layer_call import LayerCall, StackLayer
 from theseus.model.layers.mlp import MLP
 from theseus.model.layers.norms import LayerNorm, NormSpec, RMSNorm
@@ -102,7 +102,7 @@ class Block(StackLayer):
 
     @classmethod
     def components(cls) -> list[type]:
-        return [LayerNorm, RMSNorm, GatedHyperConnection, cls.ATTENTION, MLP, *cls.MIXERS]
+        return [LayerNorm, RMSNorm, cls.ATTENTION, MLP, *cls.MIXERS]
 
     @property
     def sharding(self) -> ShardingPlan:

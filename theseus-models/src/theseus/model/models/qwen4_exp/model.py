@@ -33,7 +33,7 @@ from theseus.errors import ConfigError
 from theseus.model.layers._common import child, optional_key
 from theseus.model.layers.attention import LINEAR_ATTENTION, CausalSelfAttention, rotary_fraction_field
 from theseus.model.layers.context_parallel import to_balanced
-from theseus.model.layers.hyper_connections import HyperSpec
+from theseus.model.layers.hyper_connections import GatedHyperConnection, HyperSpec
 from theseus.model.layers.layer_call import LayerCall
 from theseus.model.layers.ngram_embedding import NGramContext, NGramInjection, NGramSpec
 from theseus.model.layers.qsa import QSAIndexer, QSASpec
@@ -138,7 +138,7 @@ class Qwen4ExpBlock(Qwen3NextBlock):
 
     @classmethod
     def components(cls) -> list[type]:
-        return [*super().components(), NGramInjection]
+        return [*super().components(), GatedHyperConnection, NGramInjection]
 
     @property
     def qwen4(self) -> Qwen4ExpArchitecture:
@@ -236,10 +236,14 @@ class Qwen4Exp(Qwen3Next):
     indexer_heads: int | None = optional_key(
         "architecture/indexer_n_heads", "Qwen4-Exp: query heads of the full layers' indexer", "no indexer"
     )
-    indexer_head_dim: int | None = optional_key("architecture/indexer_head_dim", "Qwen4-Exp: indexer head width")
-    indexer_budget: int | None = optional_key("architecture/indexer_budget", "Qwen4-Exp: tokens a query selects")
+    indexer_head_dim: int | None = optional_key(
+        "architecture/indexer_head_dim", "Qwen4-Exp: indexer head width", "no indexer"
+    )
+    indexer_budget: int | None = optional_key(
+        "architecture/indexer_budget", "Qwen4-Exp: tokens a query selects", "no indexer"
+    )
     indexer_ratio: int | None = optional_key(
-        "architecture/indexer_compress_ratio", "Qwen4-Exp: tokens per indexer block"
+        "architecture/indexer_compress_ratio", "Qwen4-Exp: tokens per indexer block", "no indexer"
     )
     partial_rotary_factor: float = rotary_fraction_field(0.25)
     output_gate: str = field(
