@@ -146,9 +146,6 @@ PEFT_CASES = {
     # Kimi Linear (LAYER_RANKS): a Kimi Delta Attention layer's q/k/v/o projections (the gates' low-rank pairs take
     # none) and a NoPE latent-attention layer (q_proj, kv_b_proj with key and value rows, o_proj)
     "kimi_linear": ("kimi_linear", False, ["query", "key", "value", "out"], 0),
-    # Qwen4-Exp: Qwen3.5-MoE's adapted projections read from and written to hyper-connection streams, beside the
-    # n-gram layer and the indexer (not adapted); experts not adapted
-    "qwen4_exp_text": ("qwen4_exp_text", False, ["key", "value", "out"], 3),
 }
 
 #: Latent attention (DeepSeek-V3 and its descendants) at the DSA sizes of tests/huggingface/conftest.py, without
@@ -188,7 +185,6 @@ LINEAR_RANKS = {
         "mlp.down_proj": 1,
     },
     "qwen3_5_moe_text": {"linear_attn.in_proj_qkv": 2, "linear_attn.in_proj_z": 1, "linear_attn.out_proj": 1},
-    "qwen4_exp_text": {"linear_attn.in_proj_qkv": 2, "linear_attn.in_proj_z": 1, "linear_attn.out_proj": 1},
     # LFM2's short-convolution layers: only their feed-forward is adapted
     "lfm2": {"feed_forward.w1": 1, "feed_forward.w3": 1, "feed_forward.w2": 1},
 }

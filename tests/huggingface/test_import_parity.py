@@ -326,7 +326,7 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     if family in GEMMA4_FAMILIES:
         check_gemma4(prepared, model, ids, mask, expected, overrides)
     if family == "qwen4_exp_text":
-        check_qwen4_exp(tmp_path, prepared, ids, mask, expected)
+        check_qwen4_exp(tmp_path, model, prepared, ids, mask, expected)
     if "head_dim" in overrides:
         assert arch.head_dim == overrides["head_dim"] and arch.n_embd == 32
     if overrides.get("rope_parameters", {}).get("rope_type") == "yarn":
@@ -436,20 +436,33 @@ def check_kimi_linear(prepared: Any, ids: np.ndarray, mask: np.ndarray, expected
     ]
 
 
-def check_qwen4_exp(folder: Path, prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray) -> None:
-    """The streams, n-gram tables and indexer as transformers built them; each matters (the indexer's selection,
-    the n-gram tables), and the scanned layout gives the same logits."""
+def check_qwen4_exp(
+    folder: Path, model: Any, prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray
+) -> None:
+    """The streams, n-gram tables and indexer as transformers built them; each matters in transformers' logits
+    (the indexer's selection, the n-gram tables: the match is not vacuous); rows with end-of-text ids and the
+    scanned layout give transformers' logits too."""
+    import torch
+
     arch = prepared.model.architecture
     assert (arch.layer_types, arch.hyper.streams, arch.hyper.rank) == (("linear_attention", "full_attention"), 3, 8)
     assert (arch.ngram.layers, arch.ngram.table_rows(0), arch.qsa.blocks) == ((0,), 272, 2)
-    params = read_params(prepared)
-    assert sorted(params["blocks_0"]) == ["attn", "attn_hyper", "mlp", "mlp_hyper", "ngram_injection"]
-    dense = forward(prepared.model.clone(indexer_budget=64), params, ids, mask)
-    assert np.max(np.abs(dense - expected)[mask]) > 1e-2
-    table = params["blocks_0"]["ngram_injection"]["table"]
-    params["blocks_0"]["ngram_injection"]["table"] = np.zeros_like(table)
-    assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
-    scanned, _ = imported_logits(folder, ids, mask, **{"model/scan_layers": True})
+    indexer = model.model.layers[1].self_attn.indexer
+    indexer.token_budget, indexer.block_topk = 64, 32  # every block kept: dense attention
+    assert np.max(np.abs(hf_logits(model, ids, mask) - expected)[mask]) > 1e-2
+    indexer.token_budget, indexer.block_topk = 4, 2
+    table = model.model.layers[0].ple.ple_embedding.ngram_embedding.weight
+    kept = table.detach().clone()
+    with torch.no_grad():
+        table.zero_()
+        assert np.max(np.abs(hf_logits(model, ids, mask) - expected)[mask]) > 1e-2
+        table.copy_(kept)
+    documents = ids.copy()  # end-of-text ids inside a row: the n-grams restart after each (transformers' rule)
+    documents[1, [3, 4, 8]] = 256
+    ours = forward(prepared.model, read_params(prepared), documents, mask)
+    assert np.max(np.abs(ours - hf_logits(model, documents, mask))[mask]) <= 1e-4
+    scanned, again = imported_logits(folder, ids, mask, **{"model/scan_layers": True})
+    assert again.model.stacked_layers[0].name == "linear_ngram0_blocks"
     assert np.max(np.abs(scanned - expected)[mask]) <= 1e-4
 
 
