@@ -233,5 +233,9 @@ def export_plan(family: HFFamily, arch: Architecture, params: Mapping[str, Any],
 
             planned.append(PlannedTensor(name, (rows, *tensor_map.hf_shape[1:]), code, piece))
     for name, value in family.constant_tensors(arch).items():
-        planned.append(PlannedTensor(name, value.shape, dtype_code(value.dtype), lambda value=value: value))
+
+        def constant(value: np.ndarray = value) -> np.ndarray:
+            return value
+
+        planned.append(PlannedTensor(name, value.shape, dtype_code(value.dtype), constant))
     return planned

@@ -28,7 +28,7 @@ import numpy as np
 
 from theseus.model.huggingface.config_fields import partial_rotary_factor
 from theseus.model.huggingface.family import Identity, cannot, unsupported
-from theseus.model.huggingface.names import TensorMap, same, transposed, vocab_head
+from theseus.model.huggingface.names import TensorMap, heads_in, same, transposed, vocab_head
 from theseus.model.layers.attention import FULL_ATTENTION
 from theseus.model.layers.ngram_embedding import hash_multipliers, head_primes
 from theseus.model.models.qwen3_5.hf import Qwen35MoETextFamily, VisionLanguage
@@ -158,13 +158,7 @@ class Qwen4ExpTextFamily(Qwen35MoETextFamily):
             e, h, d = arch.n_embd, qsa.heads, qsa.head_dim
             path = (ours, "attn", "indexer")
             maps += [
-                TensorMap(
-                    hf + "self_attn.indexer.index_qk_proj.weight",
-                    ((h + 1) * d, e),
-                    ((*path, "query_key"),),
-                    lambda w, e=e, h=h, d=d: [w.T.reshape(e, h + 1, d)],
-                    lambda a, e=e: a[0].reshape(e, -1).T,
-                ),
+                heads_in(hf + "self_attn.indexer.index_qk_proj.weight", (*path, "query_key"), e, h + 1, d),
                 same(hf + "self_attn.indexer.q_layernorm.weight", (*path, "query_norm"), (d,)),
                 same(hf + "self_attn.indexer.k_layernorm.weight", (*path, "key_norm"), (d,)),
             ]

@@ -297,9 +297,8 @@ class Qwen4Exp(Qwen3Next):
         missing = [f"architecture/{key}" for key, value in fields.items() if value is None]
         if missing:
             raise ConfigError(f"the indexer needs {', '.join(missing)} as well; set them or none of the four")
-        spec = QSASpec(
-            int(self.indexer_heads), int(self.indexer_head_dim), int(self.indexer_budget), int(self.indexer_ratio)
-        )  # type: ignore[arg-type]
+        heads, width, budget, ratio = (int(value) for value in fields.values() if value is not None)
+        spec = QSASpec(heads, width, budget, ratio)
         rotary = int(arch.head_dim * self.partial_rotary_factor)
         return spec.validate(rotary)
 
