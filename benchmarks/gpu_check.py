@@ -64,6 +64,10 @@ TRAIN_CONFIGS: dict[str, list[str]] = {
 #: The families of 2025 (measured on an H200) and of late 2026 (measured on a TPU v5e chip).
 FAMILIES_2025 = ("gpt_oss", "llama4_text", "qwen3_next", "olmo3", "deepseek_v3", "gemma3")
 FAMILIES_2026 = ("qwen3_5", "qwen3_5_moe", "gemma4", "glm4_moe", "minimax_m2", "smollm3", "deepseek_v32", "glm_moe_dsa")
+#: The hybrids of late 2026: Mamba-2, short convolutions, delta rules and hyper-connections beside attention.
+FAMILIES_HYBRID = (
+    "lfm2", "nemotron_h", "falcon_h1", "olmo_hybrid", "granitemoehybrid", "kimi_linear", "qwen4_exp"
+)  # fmt: skip
 #: The newest families' tiny presets (``--configs families``, or ``families-2026``): each trains on an
 #: accelerator as it does on the CPU.
 FAMILY_CONFIGS: dict[str, list[str]] = {
@@ -74,7 +78,7 @@ FAMILY_CONFIGS: dict[str, list[str]] = {
         "training/batch_size=8",
         "training/sequence_length=256",
     ]
-    for family in (*FAMILIES_2025, *FAMILIES_2026)
+    for family in (*FAMILIES_2025, *FAMILIES_2026, *FAMILIES_HYBRID)
 }
 SMOKE_CONFIGS: dict[str, list[str]] = {
     "tiny": [
@@ -584,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--configs",
         default="",
-        help="comma-separated TRAIN_CONFIGS or FAMILY_CONFIGS names, 'families' or 'families-2026' "
+        help="comma-separated TRAIN_CONFIGS or FAMILY_CONFIGS names, 'families', 'families-2026' or 'families-hybrid' "
         "(default: TRAIN_CONFIGS)",
     )
     parser.add_argument("--steps", type=int, default=30, help="training steps per configuration")
@@ -612,8 +616,9 @@ def main(argv: list[str] | None = None) -> int:
     configs = SMOKE_CONFIGS if args.cpu_smoke else TRAIN_CONFIGS
     if args.configs == "families":
         configs = FAMILY_CONFIGS
-    elif args.configs == "families-2026":
-        configs = {f"{family}-tiny": FAMILY_CONFIGS[f"{family}-tiny"] for family in FAMILIES_2026}
+    elif args.configs in ("families-2026", "families-hybrid"):
+        chosen = FAMILIES_2026 if args.configs == "families-2026" else FAMILIES_HYBRID
+        configs = {f"{family}-tiny": FAMILY_CONFIGS[f"{family}-tiny"] for family in chosen}
     elif args.configs:
         configs = {name: {**TRAIN_CONFIGS, **FAMILY_CONFIGS}[name] for name in args.configs.split(",")}
     rec.results["argv"] = sys.argv

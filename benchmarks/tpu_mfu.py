@@ -54,6 +54,21 @@ LLAMA_1B = {  # the 1.1B Llama shape: 16 x 2048, d_ff 8192, 32k vocabulary (Tiny
     "architecture/n_embd": 2048,
     "architecture/d_ff": 8192,
 }
+#: A 350M-shaped Mamba-2 hybrid (Nemotron-H's one-branch layers at the 350M Llama's width and depth): per
+#: Llama layer a Mamba-2 mixer and an MLP, one in four of the mixers attention instead; Mamba-2 at 2x the
+#: width in heads of 64, state 128, 8 groups (Nemotron-H 8B's).
+HYBRID_350M = {
+    "architecture/n_layers": 48,
+    "architecture/layer_types": ["mamba", "mlp", "mamba", "mlp", "mamba", "mlp", "full_attention", "mlp"] * 6,
+    "architecture/n_heads": 16,
+    "architecture/n_kv_heads": 8,
+    "architecture/n_embd": 1024,
+    "architecture/d_ff": 2816,
+    "architecture/mamba_heads": 32,
+    "architecture/mamba_head_dim": 64,
+    "architecture/mamba_state_size": 128,
+    "architecture/mamba_groups": 8,
+}
 BF16_STATE = {"optimizer/state_dtype": "bfloat16"}
 OFFLOAD = {"optimizer/offload": True}
 DENSE_SHAPE = {key: value for key, value in MIXTRAL_SHAPE.items() if not key.startswith("architecture/moe/")}
@@ -95,6 +110,7 @@ CASES: dict[str, Case] = {
     "llama-350m-2k": Case("llama", "tiny", 8, 2048, 32000, LLAMA_350M, goal=0.42),
     "llama-350m-8k": Case("llama", "tiny", 2, 8192, 32000, LLAMA_350M),
     "llama-350m-32k": Case("llama", "tiny", 1, 32768, 32000, LLAMA_350M),
+    "hybrid-350m-2k": Case("nemotron_h", "tiny", 8, 2048, 32000, HYBRID_350M),
     # the 1.1B shape with AdamW's state in bfloat16, or in host memory: no other key
     "llama-1b-bf16-state": Case("llama", "tiny", 8, 2048, 32000, LLAMA_1B, goal=0.35, trainer=BF16_STATE),
     "llama-1b-offload": Case("llama", "tiny", 8, 2048, 32000, LLAMA_1B, goal=0.35, trainer=OFFLOAD),

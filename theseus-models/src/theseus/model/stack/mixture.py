@@ -66,19 +66,18 @@ class MoEBlock(Block):
         moe: MoE = child(
             self,
             self.MOE,
-            **dataclasses.asdict(arch.moe),
+            **{**dataclasses.asdict(arch.moe), **self.moe_options()},  # a family's own fields over the spec's
             n_embd=arch.n_embd,
             d_ff=arch.feed_forward.d_ff,
             activation=arch.feed_forward.activation,
             out_std=self.out_std,
             loss_weight=1.0 / arch.moe_layers,
-            **self.moe_options(),
         )
         return moe
 
     def moe_options(self) -> dict[str, Any]:
-        """Fields of a family's :attr:`MOE` beyond :class:`MoE`'s, which ``feed_forward()`` passes on
-        (none here)."""
+        """Fields of a family's :attr:`MOE` beyond :class:`MoE`'s, or in place of the spec's (Qwen3-Next's
+        gated ``shared_hidden``), which ``feed_forward()`` passes on (none here)."""
         return {}
 
 
