@@ -455,3 +455,17 @@ def test_the_gather_dispatch_equals_a_masked_dense_reference_in_float32(dispatch
         # the backward pass about twice the forward's operations again, and a weight's sums over the tokens
         assert float(jnp.max(jnp.abs(g - r))) <= float32_tolerance(3 * forward + N, float(jnp.max(jnp.abs(r))))
         assert float(jnp.max(jnp.abs(r))) > 0
+
+
+def test_auto_takes_the_megablox_kernels_on_a_tpu_only_where_they_can_tile_the_widths() -> None:
+    """The kernels tile a width in multiples of 128 lanes (a tile of one width also tiles the other in the
+    backward pass): the Mixtral shape's 768 x 2688 takes them; the tiny presets' 64 x 32 (which the TPU
+    compiler refused) and a width of 200 take ``ragged_dot``; off a TPU ``auto`` takes the blocks."""
+    from theseus.base.accelerator import Accelerator, targeting
+    from theseus.model.layers.moe import auto_path
+
+    with targeting(Accelerator("tpu", "TPU v5 lite")):
+        assert auto_path(768, 2688) == "gmm"
+        assert auto_path(64, 32) == auto_path(200, 256) == auto_path(256, 200) == "ragged_dot"
+    with targeting(Accelerator("cpu", "cpu")):
+        assert auto_path(768, 2688) == "blocks"

@@ -107,9 +107,20 @@ ROUTERS = ("softmax", "sigmoid")
 AUTO_PATHS = {"tpu": "gmm"}
 
 
-def auto_path() -> str:
-    """The dropless path ``dispatch=auto`` takes for the accelerator the program targets."""
-    return AUTO_PATHS.get(accelerator().platform, "blocks")
+#: The megablox kernels tile each weight dimension in multiples of a TPU's 128 lanes, or whole (a tile chosen
+#: for one dimension also tiles the other in the backward pass), so ``auto`` takes them only where the
+#: model width and the expert width are such multiples (the tiny presets' 64 and 32 are not).
+GMM_LANES = 128
+
+
+def auto_path(width: int | None = None, expert_hidden: int | None = None) -> str:
+    """The dropless path ``dispatch=auto`` takes for the accelerator the program targets, for experts of
+    ``expert_hidden`` over a model ``width`` (``ragged_dot`` where the megablox kernels cannot tile them)."""
+    path = AUTO_PATHS.get(accelerator().platform, "blocks")
+    widths = [w for w in (width, expert_hidden) if w is not None]
+    if path == "gmm" and any(w % GMM_LANES for w in widths):
+        return "ragged_dot"
+    return path
 
 
 #: The path a dispatch split over devices (expert parallelism, or each device's own rows) takes instead: the
@@ -301,7 +312,7 @@ def _dispatch(
         if ep > 1:
             return parallel_capacity_experts(tokens, routing, kernels, act, capacity, ep)
         return capacity_experts(tokens, routing, kernels, act, capacity)
-    path = auto_path() if spec.dispatch == "auto" else spec.dispatch
+    path = auto_path(tokens.shape[-1], spec.expert_hidden) if spec.dispatch == "auto" else spec.dispatch
     split = data_parallel_size() > 1 or hidden_axis() is not None
     local = split and tokens.shape[0] % data_parallel_size() == 0
     if path == "gmm" and (ep > 1 or local):  # per-device dispatch runs inside shard_map (see SHARDED_PATHS)
