@@ -230,9 +230,10 @@ ArchitectureT = TypeVar("ArchitectureT", bound="Architecture")
 
 
 def extend_architecture(arch: Architecture, kind: type[ArchitectureT], **extra: Any) -> ArchitectureT:
-    """``arch``'s :class:`Architecture` fields and a family's ``extra`` ones as a validated ``kind``."""
+    """``arch``'s :class:`Architecture` fields and a family's ``extra`` ones (which may set one of those
+    fields its own way) as a validated ``kind``."""
     values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
-    built = kind(**values, **extra)
+    built = kind(**{**values, **extra})
     built.validate()
     return built
 
