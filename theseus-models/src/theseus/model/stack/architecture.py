@@ -250,6 +250,14 @@ def preset_or(value: int | None, default: int) -> int:
     return default if value is None else int(value)
 
 
+def preset_as(preset: Preset, kind: type[PresetT], **changes: Any) -> PresetT:
+    """``preset`` as a ``kind``: each field of ``kind`` that ``preset`` has keeps its value (the others take
+    ``kind``'s defaults), then ``changes`` (another family's preset, or one of the same family, restated)."""
+    names = {f.name for f in dataclasses.fields(kind)}
+    values = {f.name: getattr(preset, f.name) for f in dataclasses.fields(preset) if f.name in names}
+    return kind(**{**values, **changes})
+
+
 def lookup_preset_as(presets: dict[str, Preset], name: str, family: str, kind: type[PresetT]) -> PresetT:
     """The preset ``name`` as a ``kind`` (a :class:`Preset` subclass): one of another class (a preset of the
     family's base, such as a plain :class:`Preset`) keeps its :class:`Preset` fields and takes ``kind``'s
