@@ -50,16 +50,23 @@ from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
 from theseus.model.stack.transformer import TransformerLM
 
 
-@dataclass(frozen=True)
-class HybridPreset(Preset):
-    """A :class:`Preset` with the Gated DeltaNet's shape and every ``full_attention_interval``-th layer
-    full attention (the others linear): the layers of :class:`Qwen3NextHybrid`."""
+@dataclass(frozen=True, kw_only=True)
+class DeltaNetShape:
+    """The Gated DeltaNet's shape (Qwen3-Next's by default): what a hybrid preset gives, its architecture
+    keeps and the ``architecture/linear_*`` keys of the same names override (:class:`LinearAttentionLM`)."""
 
     linear_key_heads: int = 16
     linear_value_heads: int = 32
     linear_key_dim: int = 128
     linear_value_dim: int = 128
     conv_kernel: int = 4
+
+
+@dataclass(frozen=True)
+class HybridPreset(Preset, DeltaNetShape):
+    """A :class:`Preset` with the Gated DeltaNet's shape and every ``full_attention_interval``-th layer
+    full attention (the others linear): the layers of :class:`Qwen3NextHybrid`."""
+
     full_attention_interval: int = 4
 
 
@@ -108,15 +115,10 @@ QWEN3_NEXT_PRESETS: dict[str, Preset] = {
 
 
 @dataclass(frozen=True)
-class Qwen3NextArchitecture(Architecture):
+class Qwen3NextArchitecture(Architecture, DeltaNetShape):
     """An :class:`Architecture` with the Gated DeltaNet's shape (the ``linear_attention`` layers of
     ``layer_types``) and the gated shared expert's width, which its blocks build their layers with."""
 
-    linear_key_heads: int = 16
-    linear_value_heads: int = 32
-    linear_key_dim: int = 128
-    linear_value_dim: int = 128
-    conv_kernel: int = 4
     linear_chunk: int = CHUNK
     shared_expert_hidden: int = 0
 
@@ -298,23 +300,16 @@ class LinearAttentionLM(TransformerLM):
         return {**super()._extra_architecture(), "layer_types": tuple(types)}
 
     def linear_extras(self, arch: Architecture) -> dict[str, Any]:
-        """A family's own fields of ``LINEAR_ARCHITECTURE`` (or ``arch``'s that it sets otherwise)."""
+        """A family's own fields of its linear layers' architecture (or ``arch``'s that it sets otherwise)."""
         return {}
 
     def resolve_architecture(self) -> Architecture:
         arch = super().resolve_architecture()
         preset = self._preset()
-        return extend_architecture(
-            arch,
-            getattr(self.BLOCK, "LINEAR_ARCHITECTURE", Qwen3NextArchitecture),
-            linear_key_heads=preset_or(self.linear_key_heads, preset.linear_key_heads),
-            linear_value_heads=preset_or(self.linear_value_heads, preset.linear_value_heads),
-            linear_key_dim=preset_or(self.linear_key_dim, preset.linear_key_dim),
-            linear_value_dim=preset_or(self.linear_value_dim, preset.linear_value_dim),
-            conv_kernel=preset_or(self.conv_kernel, preset.conv_kernel),
-            linear_chunk=int(self.linear_chunk),
-            **self.linear_extras(arch),
-        )
+        names = [f.name for f in dataclasses.fields(DeltaNetShape)]  # the model's keys of the same names
+        shape = {name: preset_or(getattr(self, name), getattr(preset, name)) for name in names}
+        kind = getattr(self.BLOCK, "LINEAR_ARCHITECTURE", Qwen3NextArchitecture)
+        return extend_architecture(arch, kind, **shape, linear_chunk=int(self.linear_chunk), **self.linear_extras(arch))
 
     def _linear_option(self, layer: int) -> dict[str, Any]:
         """The block's ``linear`` (:class:`HybridBlock`): whether ``layer`` is a ``linear_attention`` layer."""
@@ -386,6 +381,7 @@ class Qwen3Next(MixtureLM, Qwen3NextHybrid):
 
 __all__ = [
     "QWEN3_NEXT_PRESETS",
+    "DeltaNetShape",
     "HybridBlock",
     "HybridPreset",
     "LinearAttentionLM",
