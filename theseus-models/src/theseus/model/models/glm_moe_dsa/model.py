@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
-from theseus.model.models.deepseek_v32.model import DEEPSEEK_V32_PRESETS, DeepseekV32
-from theseus.model.stack.architecture import Preset
+from theseus.model.models.deepseek_v32.model import DEEPSEEK_V32_PRESETS, DeepseekV32, DeepseekV32Preset
+from theseus.model.stack.architecture import Preset, preset_as
 
 GLM_MOE_DSA_PRESETS: dict[str, Preset] = {
     "tiny": DEEPSEEK_V32_PRESETS["tiny"],
@@ -16,8 +15,9 @@ GLM_MOE_DSA_PRESETS: dict[str, Preset] = {
     # an indexer of 32 heads of 128 keeping 2048 keys: 743,911,218,432 parameters at vocab 154880 (the
     # routers' biases counted, the multi-token-prediction module not). DeepSeek-V3.2's experts, latent,
     # rotated head width and indexer heads, with these sizes:
-    "glm-5": dataclasses.replace(
+    "glm-5": preset_as(
         DEEPSEEK_V32_PRESETS["deepseek-v3.2"],
+        DeepseekV32Preset,
         n_layers=78,
         n_heads=64,
         n_embd=6144,

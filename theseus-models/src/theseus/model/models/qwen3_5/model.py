@@ -19,6 +19,7 @@ from theseus.model.models.qwen3_next.model import (
     HybridPreset,
     Qwen3Next,
     Qwen3NextHybrid,
+    Qwen3NextPreset,
 )
 from theseus.model.stack.architecture import Preset, preset_as
 
@@ -55,8 +56,9 @@ QWEN3_5_MOE_PRESETS: dict[str, Preset] = {
     # (top 8) with a gated shared expert of 512, untied head; 34,660,610,688 parameters (3.45B active) at vocab 248320
     # (transformers' count of the language model on the meta device). It has no dense layer, so d_ff
     # (mlp_ratio) is the experts' width. Qwen3-Next-80B-A3B's heads, width and experts, fewer and fewer per token:
-    "qwen3.5-35b-a3b": dataclasses.replace(
+    "qwen3.5-35b-a3b": preset_as(
         QWEN3_NEXT_PRESETS["qwen3-next-80b-a3b"],
+        Qwen3NextPreset,
         n_layers=40,
         mlp_ratio=0.25,
         n_experts=256,
