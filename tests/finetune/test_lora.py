@@ -139,6 +139,13 @@ PEFT_CASES = {
     # OLMo Hybrid (LAYER_RANKS): a Gated DeltaNet layer's separate projections (value adapts v_proj and the
     # output gate g_proj) and a post-norm attention layer, a SwiGLU MLP adapted on both
     "olmo_hybrid": ("olmo_hybrid", False, ["query", "value", "out", "up", "down"], 0),
+    # Granite without experts (LAYER_RANKS): a Mamba-2 layer's in_proj (adapted for query, key and value; PEFT
+    # refuses its out_proj, so no out) and an attention layer's, each with the shared MLP (input_linear: the
+    # gate rows then the up rows, output_linear), the multipliers applied as transformers applies them
+    "granitemoehybrid-dense": ("granitemoehybrid", False, ["query", "key", "value", "up", "gate", "down"], 0),
+    # Kimi Linear (LAYER_RANKS): a Kimi Delta Attention layer's q/k/v/o projections (the gates' low-rank pairs take
+    # none) and a NoPE latent-attention layer (q_proj, kv_b_proj with key and value rows, o_proj)
+    "kimi_linear": ("kimi_linear", False, ["query", "key", "value", "out"], 0),
 }
 
 #: Latent attention (DeepSeek-V3 and its descendants) at the DSA sizes of tests/huggingface/conftest.py, without
@@ -154,6 +161,7 @@ HF_OVERRIDES: dict[str, dict[str, Any]] = {
     "qwen3_5_text": HYBRID,
     "qwen3_5_moe_text": HYBRID,
     "glm4_moe": TWO_LAYERS,
+    "granitemoehybrid-dense": {"num_local_experts": 0},
 }
 #: The latent attention's PEFT modules and each one's rank in units of the LoRA rank (kv_b_proj: one block of B
 #: per adapted projection of key and value).
@@ -199,6 +207,14 @@ LAYER_RANKS = {
     "olmo_hybrid": [
         {f"linear_attn.{p}_proj": 1 for p in ("q", "v", "g", "o")} | {"mlp.up_proj": 1, "mlp.down_proj": 1},
         {"self_attn.q_proj": 1, "self_attn.v_proj": 1, "self_attn.o_proj": 1, "mlp.up_proj": 1, "mlp.down_proj": 1},
+    ],
+    "granitemoehybrid-dense": [
+        {"mamba.in_proj": 1, "shared_mlp.input_linear": 2, "shared_mlp.output_linear": 1},
+        {**{f"self_attn.{p}_proj": 1 for p in "qkv"}, "shared_mlp.input_linear": 2, "shared_mlp.output_linear": 1},
+    ],
+    "kimi_linear": [
+        {f"self_attn.{p}_proj": 1 for p in "qkvo"},
+        {"self_attn.q_proj": 1, "self_attn.kv_b_proj": 2, "self_attn.o_proj": 1},
     ],
 }
 

@@ -44,6 +44,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
         GlmMoeDsaConfig,
         GPT2Config,
         GptOssConfig,
+        GraniteMoeHybridConfig,
+        KimiLinearConfig,
         Lfm2Config,
         Llama4TextConfig,
         LlamaConfig,
@@ -101,6 +103,8 @@ def hf_config(family: str, **overrides: Any) -> Any:
         "nemotron_h": NemotronHConfig,
         "falcon_h1": FalconH1Config,
         "olmo_hybrid": OlmoHybridConfig,
+        "granitemoehybrid": GraniteMoeHybridConfig,
+        "kimi_linear": KimiLinearConfig,
     }
     if family == "qwen3":  # its own head width (4 x 16 != 32) and a tied head, as the small releases have
         common.update({"head_dim": 16, "tie_word_embeddings": True})
@@ -128,12 +132,18 @@ def hf_config(family: str, **overrides: Any) -> Any:
         common.update(FALCON_H1)
     if family == "olmo_hybrid":  # OLMO_HYBRID below: a Gated DeltaNet layer 0, an attention layer 1
         common.update(OLMO_HYBRID)
+    if family == "granitemoehybrid":  # GRANITE below: a Mamba-2 layer then an attention layer, each with experts
+        common.update(GRANITE)
+    if family == "kimi_linear":  # KIMI_LINEAR below: a KDA layer 0 (dense MLP), a latent-attention layer 1 (experts)
+        common.update(KIMI_LINEAR)
     if family == "phi3":  # its default pad id (32000) is past this vocabulary
         common["pad_token_id"] = None
     if family in GEMMA:
         return gemma_config(family, common, overrides)
     if family in QWEN3_5_FAMILIES:  # QWEN3_5 below: Qwen3-Next's layers; the vision-language ones nest them
         return qwen3_5_config(family, common, overrides)
+    if family == "qwen4_exp_text":  # QWEN4_EXP below: Qwen3.5-MoE's layers on hyper-connections, n-grams, QSA
+        return qwen4_exp_config(common, overrides)
     return classes[family](**{**common, **overrides})
 
 
@@ -376,6 +386,43 @@ def qwen3_5_config(family: str, common: dict[str, Any], overrides: dict[str, Any
     )
 
 
+#: Qwen4-Exp at a small scale: Qwen3.5-MoE's layers (a Gated DeltaNet layer 0, a gated full-attention layer 1,
+#: mixtures of 4 experts with a gated shared expert) on 3 hyper-connection streams (gates of rank 8), hashed
+#: n-gram embeddings on layer 1 (bigrams and trigrams, 2 tables each of the primes from 61 on, 16 wide in all,
+#: stored in 2 shards), the attention layer's indexer keeping 2 blocks of 2 of the prompt's 12 keys (4 heads of 8).
+QWEN4_EXP = {
+    "head_dim": 16,
+    "layer_types": ["linear_attention", "indexed_attention"],
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+    "hc_count": 3,
+    "hc_lowrank": 8,
+    "ple_layer_ids": [1],
+    "ple_embed_dim": 16,
+    "heads_per_ngram": 2,
+    "ngram_vocab_size_base": 61,
+    "make_ngram_vocab_size_divisible_by": 8,
+    "split_ngram_parts": 2,
+    "indexer_n_heads": 4,
+    "indexer_kv_heads": 1,
+    "indexer_head_dim": 8,
+    "indexer_budget": 4,
+    "indexer_compress_ratio": 2,
+    "pad_token_id": None,
+}
+
+
+def qwen4_exp_config(common: dict[str, Any], overrides: dict[str, Any]) -> Any:
+    from transformers import Qwen4ExpTextConfig
+
+    text = {**common, **QWEN4_EXP, **QWEN3_5_MOE, **overrides}
+    text.pop("intermediate_size")  # every layer a mixture: transformers' configuration has no such field
+    return Qwen4ExpTextConfig(**text)
+
+
 #: GLM-4.5 at a small scale: heads of 16 with query/key/value biases, half of each rotated, per-head query/key
 #: norms; a dense first layer (intermediate 48), then mixtures of 8 experts of 24 (top 2 from 1 of 2 groups,
 #: renormalised, scaled 2.5, a random selection bias) with a shared expert.
@@ -462,6 +509,54 @@ FALCON_H1 = {
 OLMO_HYBRID = {"layer_types": ["linear_attention", "full_attention"], "pad_token_id": None}
 #: rope_parameters without a base: no position embedding, as the OLMo Hybrid releases have.
 NOPE = {"rope_type": "default", "rope_theta": None}
+#: Kimi Linear at a small scale: a Kimi Delta Attention layer (2 heads of 8) with a dense MLP, then a NoPE
+#: latent-attention layer (latent 8, heads of 8 + 4 unrotated, values 6; one key/value per head) with a mixture of
+#: 4 experts of 16 in 2 groups (top 2 from 1 group, scaled 2.446) and a shared one; its pad id is past the vocabulary.
+KIMI_LINEAR = {
+    "num_key_value_heads": 4,
+    "layer_types": ["linear_attention", "full_attention"],
+    "mlp_layer_types": ["dense", "sparse"],
+    "linear_num_heads": 2,
+    "linear_head_dim": 8,
+    "kv_lora_rank": 8,
+    "q_lora_rank": None,
+    "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 4,
+    "v_head_dim": 6,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "n_group": 2,
+    "topk_group": 1,
+    "moe_intermediate_size": 16,
+    "n_shared_experts": 1,
+    "pad_token_id": None,
+}
+
+
+#: Granite 4 at a small scale: a Mamba-2 layer (4 heads of 8 in 2 groups, a state of 8, chunks of 4 so that 12
+#: tokens cross chunks) then an attention layer (heads of 8, no position embedding, as the releases), each
+#: followed by 4 experts of 16 (top 2) beside a shared MLP of 24; every multiplier away from 1 (the releases'
+#: kind of values), so that each one is read where it applies.
+GRANITE = {
+    "layer_types": ["mamba", "attention"],
+    "intermediate_size": 16,
+    "shared_intermediate_size": 24,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "mamba_n_heads": 4,
+    "mamba_d_head": 8,
+    "mamba_expand": 1,
+    "mamba_n_groups": 2,
+    "mamba_d_state": 8,
+    "mamba_d_conv": 4,
+    "mamba_chunk_size": 4,
+    "position_embedding_type": "nope",
+    "embedding_multiplier": 12.0,
+    "residual_multiplier": 0.22,
+    "attention_multiplier": 0.25,
+    "logits_scaling": 4.0,
+    "pad_token_id": None,
+}
 
 
 #: Overrides for two layers where the configurations above have 3 or 4: still one layer of each kind (a Gated
@@ -494,7 +589,7 @@ def save_model(folder: Path, family: str, seed: int = 0, *, tokenizer: bool = Tr
             else:
                 parameter.copy_(0.15 * torch.randn_like(parameter))
         for name, buffer in model.named_buffers():  # MiniMax-M2's router bias is a buffer (zero by default)
-            if family in ("minimax_m2", "glm4_moe") and name.endswith("e_score_correction_bias"):
+            if family in ("minimax_m2", "glm4_moe", "kimi_linear") and name.endswith("e_score_correction_bias"):
                 buffer.copy_(0.5 * torch.randn_like(buffer))
             if name.endswith("layer_scalar"):  # Gemma 4's layer scalars are buffers (ones by default)
                 buffer.copy_(0.5 + torch.rand_like(buffer))

@@ -60,11 +60,11 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
         edit_config(model_type="falcon"),
         # the example plugin's family is installed in the test environment too
         "model_type 'falcon' is not supported; installed families: deepseek_v3, deepseek_v32, example_scaled_gpt, "
-        "falcon_h1, gemma2, gemma3_text, gemma4, gemma4_text, glm4_moe, glm_moe_dsa, gpt2, gpt_oss, lfm2, llama, "
-        "llama4_text, "
+        "falcon_h1, gemma2, gemma3_text, gemma4, gemma4_text, glm4_moe, glm_moe_dsa, gpt2, gpt_oss, "
+        "granitemoehybrid, kimi_linear, lfm2, llama, llama4_text, "
         "minimax_m2, mistral, mixtral, nemotron_h, "
         "olmo2, olmo3, olmo_hybrid, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, "
-        "qwen3_moe, qwen3_next, smollm3 "
+        "qwen3_moe, qwen3_next, qwen4_exp, qwen4_exp_text, smollm3 "
         "(a plugin adds one by registering an 'hf/<model_type>' component",
     ),
     "rope-dynamic": (
@@ -289,4 +289,91 @@ def test_falcon_h1_refusals_are_one_line(values: dict[str, Any], message: str) -
     assert auto["architecture/mamba_head_dim"] == 16
     with pytest.raises(ConfigError) as refused:
         family.keys({**FALCON_H1, **values})
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+#: A Granite 4 hybrid config.json as the releases write it (Granite-4.0-H's fields at a small width): the older
+#: layer names, mamba_d_head auto, no position embedding, the multipliers.
+GRANITE = {
+    "vocab_size": 300,
+    "hidden_size": 32,
+    "intermediate_size": 16,
+    "shared_intermediate_size": 24,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "layer_types": ["mamba", "attention"],
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "mamba_n_heads": 8,
+    "mamba_d_head": "auto",
+    "mamba_d_state": 8,
+    "position_embedding_type": "nope",
+    "embedding_multiplier": 12.0,
+    "residual_multiplier": 0.22,
+    "attention_multiplier": 0.0078125,
+    "logits_scaling": 6.0,
+}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"hidden_act": "gelu"}, "hidden_act='gelu' is not supported by theseus (supported: silu)"),
+        ({"position_embedding_type": "alibi"}, "position_embedding_type='alibi' is not supported"),
+        ({"layer_types": ["mamba", "sliding_attention"]}, "layer_types=['sliding_attention'] is not supported"),
+        ({"mamba_d_head": 7}, "mamba_d_head=7 is not supported"),
+        ({"sliding_window": 8}, "sliding_window=8 is not supported"),
+        ({"residual_multiplier": "0.2"}, "residual_multiplier='0.2' is not supported"),
+    ],
+)
+def test_granitemoehybrid_refusals_are_one_line(values: dict[str, Any], message: str) -> None:
+    """What Granite's import cannot build is one line naming the field; the releases' layer names, the Mamba-2
+    heads' width (auto: mamba_expand * hidden_size over the heads), the mixture and the multipliers read as
+    transformers reads them."""
+    from theseus.errors import ConfigError
+    from theseus.model.models.granitemoehybrid.hf import GraniteMoeHybridFamily
+
+    family = GraniteMoeHybridFamily()
+    keys = family.keys(GRANITE)
+    assert keys["architecture/layer_types"] == ["mamba", "full_attention"] and keys["architecture/rotary"] is False
+    assert (keys["architecture/mamba_heads"], keys["architecture/mamba_head_dim"]) == (8, 8)
+    assert (keys["architecture/moe/expert_hidden"], keys["architecture/moe/shared_hidden"]) == (16, 24)
+    assert (keys["architecture/d_ff"], keys["architecture/logits_scaling"]) == (24, 6.0)
+    assert family.keys({**GRANITE, "num_local_experts": 0})["architecture/moe/n_experts"] == 0
+    with pytest.raises(ConfigError) as refused:
+        family.keys({**GRANITE, **values})
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"output_gate_type": "gelu"}, "output_gate_type='gelu' is not supported"),
+        ({"indexer_kv_heads": 2}, "indexer_kv_heads=2 is not supported"),
+        (
+            {"layer_types": ["linear_attention", "sliding_attention"]},
+            "layer_types=['linear_attention', 'sliding_attention']",
+        ),
+    ],
+)
+def test_qwen4_exp_refusals_are_one_line(values: dict[str, Any], message: str) -> None:
+    """What Qwen4-Exp's import cannot build is one line naming the field; its own fields read as transformers'
+    configuration holds them (the full layers as transformers' ``indexed_attention``)."""
+    from tests.huggingface.conftest import hf_config
+    from theseus.errors import ConfigError
+    from theseus.model.models.qwen4_exp.hf import Qwen4ExpTextFamily
+
+    config = hf_config("qwen4_exp_text").to_dict()
+    family = Qwen4ExpTextFamily()
+    keys = family.keys(config)
+    assert keys["architecture/layer_types"] == ["linear_attention", "full_attention"]
+    assert (keys["architecture/hc_count"], keys["architecture/ple_layer_ids"], keys["architecture/ngram_eos_id"]) == (
+        3,
+        [1],
+        256,
+    )
+    assert (keys["architecture/indexer_budget"], keys["architecture/partial_rotary_factor"]) == (4, 0.25)
+    with pytest.raises(ConfigError) as refused:
+        family.keys({**config, **values})
     assert message in str(refused.value) and "\n" not in str(refused.value)

@@ -102,6 +102,15 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     # a pre-norm Gated DeltaNet layer decoding from its cached state and convolution inputs, a post-norm OLMo 3
     # attention layer without position embeddings (the releases' NoPE, exported as such)
     "olmo_hybrid": ("olmo_hybrid", {"rope_parameters": NOPE}),
+    # a Mamba-2 layer decoding from its cached state and convolution inputs, a NoPE attention layer, each with 4
+    # experts (fused gate/up rows read and written back) beside a shared MLP; Granite's multipliers
+    "granitemoehybrid": ("granitemoehybrid", {}),
+    # Kimi Delta Attention decoding from its cached state and convolution inputs, NoPE latent attention from its
+    # compressed cache, a dense MLP then a mixture with a shared expert
+    "kimi_linear": ("kimi_linear", {}),
+    # hyper-connection streams, n-gram embeddings decoding from the previous ids and the convolution's inputs,
+    # the indexer's keys cached beside the attention's
+    "qwen4_exp_text": ("qwen4_exp_text", {}),
 }
 
 
@@ -198,6 +207,22 @@ def test_import_generate_export_round_trip(case: str, tmp_path: Path, theseus: A
     if family == "olmo_hybrid":  # the layer kinds as they were, and still no position embedding
         assert reloaded.config.layer_types == ["linear_attention", "full_attention"]
         assert reloaded.model.rotary_emb is None and reloaded.config.linear_allow_neg_eigval
+    if family == "granitemoehybrid":  # the layer kinds, the mixture and the multipliers as they were
+        assert reloaded.config.layer_types == ["linear_attention", "full_attention"]
+        assert (reloaded.config.num_local_experts, reloaded.config.shared_intermediate_size) == (4, 24)
+        assert (reloaded.config.mamba_n_heads, reloaded.config.mamba_n_groups, reloaded.config.mamba_expand) == (
+            4,
+            2,
+            1,
+        )
+        assert (reloaded.config.embedding_multiplier, reloaded.config.logits_scaling) == (12.0, 4.0)
+        assert reloaded.config.attention_multiplier == 0.25 and reloaded.model.rotary_emb is None
+    if family == "kimi_linear":  # the layer kinds and the feed-forwards as they were
+        assert reloaded.config.layer_types == ["linear_attention", "full_attention"]
+        assert reloaded.config.mlp_layer_types == ["dense", "sparse"]
+    if family == "qwen4_exp_text":  # the streams, the n-gram layer and the indexer as they were
+        assert (reloaded.config.hc_count, reloaded.config.ple_layer_ids, reloaded.config.indexer_budget) == (3, [1], 4)
+        assert reloaded.config.layer_types == ["linear_attention", "indexed_attention"]
     if family == "smollm3":  # the NoPE layers as they were
         assert reloaded.config.no_rope_layers == model.config.no_rope_layers == [1, 0]
     if family == "olmo3":  # one rope_parameters entry per layer type, the layer types as they were

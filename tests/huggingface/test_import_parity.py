@@ -135,7 +135,28 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # chunks of 4) and a post-norm OLMo 3 attention layer: without position embeddings (the releases) and with RoPE
     "olmo_hybrid-nope": ("olmo_hybrid", {"rope_parameters": NOPE}),
     "olmo_hybrid-rope": ("olmo_hybrid", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e3}}),
+    # a Mamba-2 layer (its state across chunks of 4, its input masked at the left padding) and an attention layer
+    # without position embeddings, each followed by 4 experts (top 2, fused gate/up rows) beside a shared MLP,
+    # every Granite multiplier away from 1; then without experts (the shared MLP alone) and with RoPE
+    "granitemoehybrid": ("granitemoehybrid", {}),
+    "granitemoehybrid-dense-rope": (
+        "granitemoehybrid",
+        {"num_local_experts": 0, "position_embedding_type": "rope", "tie_word_embeddings": True}
+        | {"rope_parameters": {"rope_type": "default", "rope_theta": 1e3}},
+    ),
+    # a Kimi Delta Attention layer (a forget gate per key channel from a low-rank pair, its state carried across
+    # chunks of 4, a sigmoid-gated output norm) with a dense MLP, then a NoPE latent-attention layer with a mixture
+    # of experts routed by sigmoid scores with a random balancing bias, from 1 of 2 groups, and a shared expert
+    "kimi_linear": ("kimi_linear", {}),
+    # Qwen3.5-MoE's layers on 3 hyper-connection streams, hashed n-gram embeddings on the Gated DeltaNet layer
+    # (their tables stored in 2 shards), the attention layer's indexer keeping 2 blocks of 2 keys; the same
+    # logits scanned
+    "qwen4_exp": ("qwen4_exp_text", {}),
 }
+
+#: Settings on top of an imported case's own: Kimi Delta Attention's prompt of 12 in chunks of 4 (its state carried
+#: across them; transformers' chunks are 64).
+SETTINGS: dict[str, dict[str, Any]] = {"kimi_linear": {"architecture/linear_chunk_size": 4}}
 
 
 def fuse_experts(path: Path) -> None:
@@ -173,7 +194,7 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
     ids = np.random.default_rng(1).integers(0, VOCAB, (2, 12))
     mask = np.ones_like(ids, dtype=bool)
     mask[0, :4] = False  # a left-padded row: positions count real tokens only
-    got, prepared = imported_logits(tmp_path, ids, mask)
+    got, prepared = imported_logits(tmp_path, ids, mask, **SETTINGS.get(case, {}))
     expected = hf_logits(model, ids, mask)
     assert np.max(np.abs(got - expected)[mask]) <= 1e-4
     arch = prepared.model.architecture
@@ -189,6 +210,7 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
             "qwen3_next",
             "minimax_m2",
             "lfm2",
+            "qwen4_exp_text",
             *QWEN3_5_FAMILIES,
         )
         or family in GEMMA4_FAMILIES
@@ -199,7 +221,7 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         if family in ("olmo2", "olmo3", "olmo_hybrid")
         else ("projection", "pre")
         if family == "minimax_m2"
-        else ("head", "sandwich" if family in GEMMA else "pre")
+        else ("head", "sandwich" if family in GEMMA else "none" if family == "qwen4_exp_text" else "pre")
     )
     if arch.attention.sliding_window is not None:  # not a vacuous match: without the window the logits differ
         assert np.max(np.abs(got - full_attention_logits(prepared, ids, mask))[mask]) > 1e-2
@@ -297,8 +319,14 @@ def test_logits_match_transformers(case: str, tmp_path: Path) -> None:
         check_falcon_h1(prepared, ids, mask, expected)
     if family == "olmo_hybrid":
         check_olmo_hybrid(prepared, ids, mask, expected, overrides)
+    if family == "granitemoehybrid":
+        check_granite(prepared, ids, mask, expected, overrides)
+    if family == "kimi_linear":
+        check_kimi_linear(prepared, ids, mask, expected)
     if family in GEMMA4_FAMILIES:
         check_gemma4(prepared, model, ids, mask, expected, overrides)
+    if family == "qwen4_exp_text":
+        check_qwen4_exp(tmp_path, model, prepared, ids, mask, expected)
     if "head_dim" in overrides:
         assert arch.head_dim == overrides["head_dim"] and arch.n_embd == 32
     if overrides.get("rope_parameters", {}).get("rope_type") == "yarn":
@@ -363,6 +391,79 @@ def check_olmo_hybrid(
     assert np.max(np.abs(chunked - expected)[mask]) <= 1e-4
     halved = forward(prepared.model.clone(linear_allow_neg_eigval=False), params, ids, mask)
     assert np.max(np.abs(halved - expected)[mask]) > 1e-2
+
+
+def check_granite(
+    prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray, overrides: dict[str, Any]
+) -> None:
+    """The layer kinds, RoPE only with position_embedding_type rope, the mixture and its shared MLP (or the shared
+    MLP alone as the dense one) and the multipliers as transformers built them; not a vacuous match: without
+    the shared MLP's output the logits differ."""
+    arch, params = prepared.model.architecture, read_params(prepared)
+    rotary, dense = "rope_parameters" in overrides, overrides.get("num_local_experts") == 0
+    assert (arch.layer_types, arch.position.kind) == (("mamba", "full_attention"), "rope" if rotary else "none")
+    assert (arch.mamba.n_heads, arch.mamba.head_dim, arch.mamba.n_groups, arch.mamba.state_size) == (4, 8, 2, 8)
+    assert (arch.embedding_multiplier, arch.residual_multiplier, arch.logits_multiplier) == (12.0, 0.22, 0.25)
+    assert arch.attention.score_scale() == 0.25
+    if dense:
+        assert arch.moe is None and arch.feed_forward.d_ff == 24
+        shared = params["blocks_0"]["mlp"]
+    else:
+        moe = arch.moe
+        assert moe is not None and (moe.n_experts, moe.top_k, moe.expert_hidden, moe.shared_width) == (4, 2, 16, 24)
+        shared = params["blocks_0"]["mlp"]["shared"]
+    assert sorted(params["blocks_0"]) == ["attn", "attn_norm", "mlp", "mlp_norm"]
+    shared["down"]["kernel"] = np.zeros_like(shared["down"]["kernel"])
+    assert np.max(np.abs(forward(prepared.model, params, ids, mask) - expected)[mask]) > 1e-2
+
+
+def check_kimi_linear(prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray) -> None:
+    """The layer kinds, no position embedding, the chunks of 4 (SETTINGS), the shapes and the mixture as transformers
+    built them (the per-channel decay against transformers' rule: tests/models/test_qwen3_next_deltanet.py)."""
+    arch = prepared.model.architecture
+    assert (arch.layer_types, arch.position.kind, arch.linear_chunk, arch.linear_heads, arch.linear_head_dim) == (
+        ("linear_attention", "full_attention"),
+        "none",
+        4,
+        2,
+        8,
+    )
+    moe = arch.moe
+    assert moe is not None and (moe.router, moe.first_k_dense, moe.n_shared, moe.n_group) == ("sigmoid", 1, 1, 2)
+    assert sorted(read_params(prepared)["blocks_0"]["attn"]) == [
+        *("A_log", "b", "conv_key", "conv_query", "conv_value", "dt_bias", "f_down", "f_up", "g_down", "g_up"),
+        *("key", "norm", "out", "query", "value"),
+    ]
+
+
+def check_qwen4_exp(
+    folder: Path, model: Any, prepared: Any, ids: np.ndarray, mask: np.ndarray, expected: np.ndarray
+) -> None:
+    """The streams, n-gram tables and indexer as transformers built them; each matters in transformers' logits
+    (the indexer's selection, the n-gram tables: the match is not vacuous); rows with end-of-text ids and the
+    scanned layout give transformers' logits too."""
+    import torch
+
+    arch = prepared.model.architecture
+    assert (arch.layer_types, arch.hyper.streams, arch.hyper.rank) == (("linear_attention", "full_attention"), 3, 8)
+    assert (arch.ngram.layers, arch.ngram.table_rows(0), arch.qsa.blocks) == ((0,), 272, 2)
+    indexer = model.model.layers[1].self_attn.indexer
+    indexer.token_budget, indexer.block_topk = 64, 32  # every block kept: dense attention
+    assert np.max(np.abs(hf_logits(model, ids, mask) - expected)[mask]) > 1e-2
+    indexer.token_budget, indexer.block_topk = 4, 2
+    table = model.model.layers[0].ple.ple_embedding.ngram_embedding.weight
+    kept = table.detach().clone()
+    with torch.no_grad():
+        table.zero_()
+        assert np.max(np.abs(hf_logits(model, ids, mask) - expected)[mask]) > 1e-2
+        table.copy_(kept)
+    documents = ids.copy()  # end-of-text ids inside a row: the n-grams restart after each (transformers' rule)
+    documents[1, [3, 4, 8]] = 256
+    ours = forward(prepared.model, read_params(prepared), documents, mask)
+    assert np.max(np.abs(ours - hf_logits(model, documents, mask))[mask]) <= 1e-4
+    scanned, again = imported_logits(folder, ids, mask, **{"model/scan_layers": True})
+    assert again.model.stacked_layers[0].name == "linear_ngram0_blocks"
+    assert np.max(np.abs(scanned - expected)[mask]) <= 1e-4
 
 
 def check_gemma4(

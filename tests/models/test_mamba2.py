@@ -238,3 +238,29 @@ def test_the_falcon_h1_preset_has_the_published_shape_and_count() -> None:
         reference = AutoModelForCausalLM.from_config(config)
     assert total == sum(p.numel() for p in reference.parameters())
     assert total == 521_411_104
+
+
+def test_the_granitemoehybrid_preset_has_transformers_default_shape_and_count() -> None:
+    """granitemoehybrid-defaults against transformers' Granite 4 hybrid of its configuration's defaults (meta
+    device; the class states no released size). Every layer is alike (Mamba-2, then 8 experts beside the shared
+    MLP): ours is counted on one."""
+    import torch
+    from transformers import AutoModelForCausalLM, GraniteMoeHybridConfig
+
+    from theseus.model.models.granitemoehybrid.model import GraniteMoeHybrid
+
+    values = {
+        "architecture/preset": "granitemoehybrid-defaults",
+        "architecture/vocab_size": 32000,
+        "architecture/block_size": 2048,
+        "architecture/n_layers": 1,
+        "architecture/layer_types": ["mamba"],
+    }
+    with configuration(values):
+        model = configure(GraniteMoeHybrid)
+        shapes = jax.eval_shape(lambda m=model: m.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))
+    sizes = {k: sum(int(np.prod(x.shape)) for x in jax.tree.leaves(v)) for k, v in nn.unbox(shapes["params"]).items()}
+    total = sum(sizes.values()) + 31 * sizes["blocks_0"]
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(GraniteMoeHybridConfig())
+    assert total == sum(p.numel() for p in reference.parameters()) == 38_601_064_448

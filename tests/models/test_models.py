@@ -345,6 +345,38 @@ def test_the_olmo_hybrid_preset_has_the_published_shape_and_count() -> None:
     assert count(OLMoHybrid, **values) == expected == 7_430_870_688
 
 
+def test_the_kimi_linear_preset_has_the_published_shape_and_count() -> None:
+    """kimi-linear-48b-a3b against transformers' Kimi Linear built from its configuration's defaults and the
+    release's layer placement (linear_attn_config, counted from 1; meta device); the routers' balancing biases
+    count as parameters (transformers keeps them as buffers)."""
+    import torch
+    from transformers import AutoModelForCausalLM, KimiLinearConfig
+
+    from theseus.model.models.kimi_linear.model import KimiLinear
+
+    values = {"architecture/preset": "kimi-linear-48b-a3b", "architecture/vocab_size": 163840}
+    with configuration(values):
+        arch = configure(KimiLinear).architecture
+    full = [4, 8, 12, 16, 20, 24, 27]
+    placement = {"full_attn_layers": full, "kda_layers": [i for i in range(1, 28) if i not in full]}
+    config = KimiLinearConfig(linear_attn_config=placement)
+    assert tuple(config.layer_types) == arch.layer_types and arch.position.kind == "none"
+    assert (arch.n_layers, arch.n_embd, arch.linear_heads, arch.linear_head_dim, arch.conv_kernel) == (
+        config.num_hidden_layers,
+        config.hidden_size,
+        config.linear_num_heads,
+        config.linear_head_dim,
+        config.linear_conv_kernel_dim,
+    )
+    moe = arch.moe
+    assert moe is not None and (moe.n_experts, moe.top_k, moe.expert_hidden, moe.first_k_dense) == (256, 8, 1024, 1)
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(config)
+    biases = sum(b.numel() for n, b in reference.named_buffers() if n.endswith("e_score_correction_bias"))
+    expected = sum(p.numel() for p in reference.parameters()) + biases
+    assert count(KimiLinear, **values) == expected == 49_122_681_728
+
+
 #: Gemma presets and the config.json fields of the releases they copy (google/gemma-2-2b, google/gemma-3-1b-pt).
 GEMMA_RELEASES = {
     "gemma2-2b": (

@@ -56,6 +56,29 @@ def test_chunked_rule_equals_recurrent_and_transformers(chunk: int) -> None:
     assert np.max(np.abs(np.asarray(s_r) - s_t.numpy())) <= 1e-5
 
 
+def test_per_channel_decay_equals_transformers_kimi_delta_attention() -> None:
+    """With a decay per key channel (Kimi Delta Attention) the chunked rule (chunks of 4 over 19 positions) and
+    the recurrent one compute transformers' torch fallbacks."""
+    import torch
+    from transformers.models.kimi_linear import modeling_kimi_linear as hf
+
+    q, k, _, _, beta, state = random_inputs(19)
+    q, k = np.repeat(q, 2, axis=2), np.repeat(k, 2, axis=2)  # [2, 19, 4, 8]: one query/key head per value head
+    v = np.random.default_rng(1).normal(size=(2, 19, 4, 8)).astype(np.float32)
+    g = -np.random.default_rng(2).uniform(0.01, 0.8, size=(2, 19, 4, 8)).astype(np.float32)
+    state = np.random.default_rng(3).normal(size=(2, 4, 8, 8)).astype(np.float32)
+    out_c, s_c = jitted(chunk_gated_delta_rule, *map(jnp.asarray, (q, k, v, g, beta, state)), chunk_size=4)
+    out_r, s_r = jitted(recurrent_gated_delta_rule, *map(jnp.asarray, (q, k, v, g, beta, state)))
+    t = [torch.tensor(x) for x in (q, k, v, g, beta, state)]
+    kwargs = {"initial_state": t[5], "output_final_state": True, "use_qk_l2norm_in_kernel": True}
+    out_t, s_t = hf.chunk_kimi_delta_attention(*t[:3], g=t[3], beta=t[4], chunk_size=4, **kwargs)
+    assert np.max(np.abs(np.asarray(out_c) - out_t.numpy())) <= 1e-5
+    assert np.max(np.abs(np.asarray(s_c) - s_t.numpy())) <= 1e-5
+    out_t, s_t = hf.recurrent_kimi_delta_attention(*t[:3], g=t[3], beta=t[4], **kwargs)
+    assert np.max(np.abs(np.asarray(out_r) - out_t.numpy())) <= 1e-5
+    assert np.max(np.abs(np.asarray(s_r) - s_t.numpy())) <= 1e-5
+
+
 @pytest.mark.parametrize("size", [1, 6, 64])
 def test_unit_lower_inverse_and_its_gradient(size: int) -> None:
     rng = np.random.default_rng(size)

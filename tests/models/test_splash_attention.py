@@ -19,6 +19,7 @@ from theseus.base.accelerator import Accelerator, targeting
 from theseus.errors import ConfigError
 from theseus.model.layers import splash
 from theseus.model.layers.attention import attention_backend, dot_product_attention
+from theseus.model.stack.scan import REMAT_POLICIES
 
 B, T, HEADS, KV, WIDTH = 2, 200, 4, 2, 16  # T is padded to 256 inside the kernel call
 
@@ -166,3 +167,22 @@ def test_a_call_splash_cannot_take_says_so_once_and_equals_xla(capsys: pytest.Ca
         "notice: splash attention does not take a window chosen per layer at run time; this layer uses XLA attention"
     ]
     np.testing.assert_array_equal(np.asarray(first), np.asarray(reference))
+
+
+def test_remat_dots_keeps_the_kernels_output_so_the_backward_pass_does_not_run_it_again() -> None:
+    """``model/remat=dots`` saves splash's named residuals: the compiled backward holds as many forward
+    kernels as one that saves everything, fewer than ``full``, which runs the forward again."""
+    q = jnp.ones((1, 256, 2, 16))
+    k = jnp.ones((1, 256, 1, 16))
+
+    def layer(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+        out = dot_product_attention(jnp.sin(q), k, v, mask=None, is_causal=True, implementation="splash")
+        return jnp.sum(out**2)
+
+    def forward_kernels(policy: Any) -> int:
+        step = jax.jit(jax.grad(jax.checkpoint(layer, policy=policy)))
+        return step.lower(q, k, k).compile().as_text().count("splash_mha_fwd")
+
+    kept = forward_kernels(jax.checkpoint_policies.everything_saveable)
+    assert forward_kernels(REMAT_POLICIES["dots"]) == kept
+    assert forward_kernels(REMAT_POLICIES["full"]) > kept

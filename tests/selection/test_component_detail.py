@@ -38,6 +38,22 @@ def test_detail_of_a_core_optimizer_and_a_plugin_model() -> None:
     assert llama["architecture/rope_theta"][:2] == ["float", "10000.0"]
 
 
+def test_keys_declared_through_helpers_that_return_a_field_are_listed() -> None:
+    """``architecture_field(name)`` (a shared table of keyword arguments), ``optional_key(key, what)`` and
+    ``mamba_key(name)`` (a tuple unpacked, ``min=None`` meaning no bound) return ``field(...)``: their keys
+    are read through the helper, with its arguments bound."""
+    gpt = rows(run_cli(["components", "model/gpt"]).stdout)
+    assert gpt["architecture/n_embd"][:2] == ["int | None", "None"]
+    assert gpt["architecture/dropout"][:2] == ["float", "0.0"]
+    # help built by joining a dict's keys, choices by tuple(): the names, not the source text
+    activation = gpt["architecture/activation"][2]
+    assert activation.startswith("gelu | gelu_exact | relu") and "[one of gelu, gelu_exact, relu" in activation
+    nemotron = rows(run_cli(["components", "model/nemotron_h"]).stdout)
+    assert nemotron["architecture/n_layers"] == ["int | None", "None", "transformer layers (None: preset)"]
+    assert nemotron["architecture/mamba_chunk_size"] == ["int", "128", "chunk of Mamba-2's chunked scan [>= 1]"]
+    assert nemotron["architecture/mamba_bias"] == ["bool", "False", "biases on Mamba-2's in_proj and out_proj"]
+
+
 def test_a_kind_alone_lists_that_kind() -> None:
     done = run_cli(["components", "optimizer"])
     assert done.returncode == 0, done.stderr

@@ -144,7 +144,7 @@ def test_a_key_of_an_unselected_model_names_the_model() -> None:
         Pretrain.selected({}, {"architecture/moe/n_experts": 8})
     expected = (
         "architecture/moe/n_experts belongs to models 'deepseek_v3', 'deepseek_v32', 'glm4_moe', 'glm_moe_dsa' "
-        "and 7 more; this run selects 'gpt' (model=gpt)"
+        "and 10 more; this run selects 'gpt' (model=gpt)"
     )
     assert str(caught.value) == expected
     chosen, _, _given = LlamaPretrain.selected({}, {"architecture/rope_theta": 5.0})

@@ -3,7 +3,9 @@
 The source files are parsed, never imported, so this stays fast and does not load jax: the
 ``field()`` declarations of the component's configuration class (optimizers and schedules),
 of the class itself and its bases (datasets, evaluations, analyses), and, for models, of the
-child types listed by ``components()``, followed recursively. Keys, defaults, choices, bounds and
+child types listed by ``components()``, followed recursively; a declaration through a helper function
+that returns ``field(...)`` (``optional_key(key, what)``) is read through it, its arguments bound. Keys,
+defaults, choices, bounds and
 help given by module-level constants (``choices=("", *EXTRACT_MODES)``, ``default=DEFAULT_TAG``, imports
 followed) are shown as their values.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +22,6 @@ from typing import Any
 import click
 
 from theseus.registry import Registry
-
-#: The helper that declares a key defaulting to None (``theseus.model.layers._common.optional_key``).
-OPTIONAL_KEY = "optional_key"
 
 
 @dataclass
@@ -156,22 +155,40 @@ _OPERATORS: dict[type, Any] = {
 }
 
 
-def literal(index: SourceIndex, module: str, node: ast.AST, depth: int = 0) -> Any:
-    """The value of a constant expression in ``module``: literals, tuples and lists (``*`` unpacking
-    included), names of module-level constants (imports followed), signs, arithmetic and f-strings of
-    such values; ``Unresolved`` for anything else."""
+def literal(
+    index: SourceIndex, module: str, node: ast.AST, depth: int = 0, local: Mapping[str, Any] | None = None
+) -> Any:
+    """The value of a constant expression in ``module``: literals, tuples, lists and dicts (``*`` unpacking
+    included), names of module-level constants (imports followed) or of ``local`` values, subscripts,
+    signs, arithmetic and f-strings of such values; ``Unresolved`` for anything else."""
     if depth > 16:
         raise Unresolved
+    local = local or {}
+
+    def value(of: ast.AST) -> Any:
+        return literal(index, module, of, depth + 1, local)
+
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, (ast.Tuple, ast.List)):
         items: list[Any] = []
         for element in node.elts:
             if isinstance(element, ast.Starred):
-                items.extend(literal(index, module, element.value, depth + 1))
+                items.extend(value(element.value))
             else:
-                items.append(literal(index, module, element, depth + 1))
+                items.append(value(element))
         return tuple(items) if isinstance(node, ast.Tuple) else items
+    if isinstance(node, ast.Dict) and None not in node.keys:
+        return {value(key): value(item) for key, item in zip(node.keys, node.values, strict=True) if key}
+    if isinstance(node, ast.Subscript):
+        try:
+            return value(node.value)[value(node.slice)]
+        except (KeyError, IndexError, TypeError):
+            raise Unresolved from None
+    if isinstance(node, ast.Name) and node.id in local:
+        return local[node.id]
+    if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+        return _call(index, module, node, depth, local)
     if isinstance(node, (ast.Name, ast.Attribute)):
         name = _dotted(node)
         found = index.resolve(module, name) if name else None
@@ -179,12 +196,12 @@ def literal(index: SourceIndex, module: str, node: ast.AST, depth: int = 0) -> A
             raise Unresolved
         return literal(index, found[0], found[1], depth + 1)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = literal(index, module, node.operand, depth + 1)
-        if not isinstance(value, (int, float)):
+        operand = value(node.operand)
+        if not isinstance(operand, (int, float)):
             raise Unresolved
-        return -value if isinstance(node.op, ast.USub) else value
+        return -operand if isinstance(node.op, ast.USub) else operand
     if isinstance(node, ast.BinOp):
-        left, right = literal(index, module, node.left, depth + 1), literal(index, module, node.right, depth + 1)
+        left, right = value(node.left), value(node.right)
         if isinstance(node.op, ast.Pow) and isinstance(right, int) and 0 <= right <= 256:
             return left**right
         operator = _OPERATORS.get(type(node.op))
@@ -198,15 +215,39 @@ def literal(index: SourceIndex, module: str, node: ast.AST, depth: int = 0) -> A
         parts = []
         for part in node.values:
             if isinstance(part, ast.FormattedValue):
-                value = literal(index, module, part.value, depth + 1)
                 conversions: dict[int, Callable[[Any], Any]] = {ord("r"): repr, ord("a"): ascii, ord("s"): str}
-                value = conversions.get(part.conversion, lambda v: v)(value)
-                spec = literal(index, module, part.format_spec, depth + 1) if part.format_spec else ""
-                parts.append(format(value, spec))
+                shown = conversions.get(part.conversion, lambda v: v)(value(part.value))
+                parts.append(format(shown, value(part.format_spec) if part.format_spec else ""))
             else:
-                parts.append(literal(index, module, part, depth + 1))
+                parts.append(value(part))
         return "".join(parts)
     raise Unresolved
+
+
+#: Calls of one iterable that constant expressions may use (``tuple(ACTIVATIONS)``; ``", ".join(NAMES)``).
+_CALLS: dict[str, Callable[[Any], Any]] = {"tuple": tuple, "list": list, "sorted": sorted}
+
+
+def _call(index: SourceIndex, module: str, node: ast.Call, depth: int, local: Mapping[str, Any]) -> Any:
+    """``tuple(x)``, ``list(x)``, ``sorted(x)`` or ``"sep".join(x)`` of a constant iterable ``x``; a
+    module-level dict literal iterates over its keys, whatever its values are."""
+    function = node.func
+    if isinstance(function, ast.Name) and function.id in _CALLS:
+        apply = _CALLS[function.id]
+    elif isinstance(function, ast.Attribute) and function.attr == "join" and _text(function.value) is not None:
+        apply = str(_text(function.value)).join
+    else:
+        raise Unresolved
+    name = _dotted(node.args[0])
+    found = index.resolve(module, name) if name and name not in local else None
+    if found is not None and isinstance(found[1], ast.Dict) and None not in found[1].keys:
+        items = [literal(index, found[0], key, depth + 1) for key in found[1].keys if key is not None]
+    else:
+        items = literal(index, module, node.args[0], depth + 1, local)
+    try:
+        return apply(items)
+    except TypeError:
+        raise Unresolved from None
 
 
 def _choice(value: Any) -> str:
@@ -258,66 +299,150 @@ class KeyCollector:
         for child in self._components(module, node, attributes):
             self._from_reference(*child)
 
-    def _value(self, module: str, node: ast.AST) -> Any:
+    def _value(self, module: str, node: ast.AST, local: Mapping[str, Any] | None = None) -> Any:
         """The value of ``node`` (see :func:`literal`); ``Unresolved`` when it is not a constant."""
-        return literal(self.index, module, node)
+        return literal(self.index, module, node, local=local)
 
-    def _shown(self, module: str, node: ast.AST, show: Any = repr) -> str:
+    def _shown(self, module: str, node: ast.AST, show: Any = repr, local: Mapping[str, Any] | None = None) -> str:
         """``node``'s value as ``show`` writes it, else its source text."""
         try:
-            return str(show(self._value(module, node)))
+            return str(show(self._value(module, node, local)))
         except Unresolved:
             return _constant(node)
 
     def _field(self, module: str, statement: ast.AnnAssign) -> None:
-        call = statement.value
-        assert isinstance(call, ast.Call)
-        callee = (_dotted(call.func) or "").rsplit(".", 1)[-1]
-        if callee not in ("field", OPTIONAL_KEY) or not call.args:
+        assert isinstance(statement.value, ast.Call)
+        found = self._field_call(module, statement.value, {}, 0)
+        if found is None:
             return
+        where, call, local = found
         try:
-            key = self._value(module, call.args[0])
+            key = self._value(where, call.args[0], local)
         except Unresolved:
             return
         if not isinstance(key, str):
             return
-        if callee == OPTIONAL_KEY:
-            self._optional_key(module, statement, key)
-            return
-        keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        keywords = self._keywords(where, call, local)
+
+        def shown(name: str, show: Any = repr) -> str:
+            place, node = keywords[name]
+            return self._shown(place, node, show, local if place == where else None)
+
         if "default" in keywords:
-            default = self._shown(module, keywords["default"])
+            default = shown("default")
         elif "default_factory" in keywords:
-            default = f"{ast.unparse(keywords['default_factory'])}()"
+            default = f"{_constant(keywords['default_factory'][1])}()"
         else:
             default = "<required>"
         bounds = [
-            f"{sign} {self._shown(module, keywords[name])}"
+            f"{sign} {shown(name)}"
             for name, sign in (("min", ">="), ("above", ">"), ("max", "<="), ("below", "<"))
-            if name in keywords
+            if name in keywords and shown(name) != "None"  # min=None: no bound
         ]
         if "choices" in keywords:
+            place, node = keywords["choices"]
             try:
-                choices = self._value(module, keywords["choices"])
+                choices = self._value(place, node, local if place == where else None)
                 bounds.append("one of " + ", ".join(_choice(c) for c in choices))
             except (Unresolved, TypeError):
-                bounds.append(f"one of {ast.unparse(keywords['choices'])}")
-        text = self._shown(module, keywords["help"], str) if "help" in keywords else ""
+                bounds.append(f"one of {_constant(node)}")
+        text = shown("help", str) if "help" in keywords else ""
         if bounds:
             text = f"{text} [{' and '.join(bounds)}]".strip()
         self.rows.setdefault(key, KeyRow(key, ast.unparse(statement.annotation), default, text))
 
-    def _optional_key(self, module: str, statement: ast.AnnAssign, key: str) -> None:
-        """A key declared by ``optional_key(key, what, none="the preset's")``: default None, and help saying
-        what it sets and what None means."""
-        call = statement.value
-        assert isinstance(call, ast.Call)
-        given = dict(zip(("what", "none"), call.args[1:3], strict=False))
-        given.update({k.arg: k.value for k in call.keywords if k.arg in ("what", "none")})
-        what = self._shown(module, given["what"], str) if "what" in given else ""
-        none = self._shown(module, given["none"], str) if "none" in given else "the preset's"
-        text = f"{what} (None: {none})"
-        self.rows.setdefault(key, KeyRow(key, ast.unparse(statement.annotation), "None", text))
+    def _keywords(self, module: str, call: ast.Call, local: Mapping[str, Any]) -> dict[str, tuple[str, ast.AST]]:
+        """``call``'s keywords as (module, expression), ``**TABLE[name]`` unpacked where ``TABLE`` is a
+        module-level dict literal and ``name`` a constant (each entry read in the table's module)."""
+        found: dict[str, tuple[str, ast.AST]] = {}
+        for keyword in call.keywords:
+            if keyword.arg is not None:
+                found[keyword.arg] = (module, keyword.value)
+                continue
+            entry = self._dict_entry(module, keyword.value, local)
+            if entry is not None:
+                place, table = entry
+                for name, value in zip(table.keys, table.values, strict=True):
+                    text = _text(name)
+                    if text is not None:
+                        found[text] = (place, value)
+        return found
+
+    def _dict_entry(self, module: str, node: ast.AST, local: Mapping[str, Any]) -> tuple[str, ast.Dict] | None:
+        """The dict literal ``node`` names: ``TABLE[key]`` of a module-level dict of dict literals."""
+        if not isinstance(node, ast.Subscript):
+            return None
+        name = _dotted(node.value)
+        found = self.index.resolve(module, name) if name else None
+        try:
+            key = self._value(module, node.slice, local)
+        except Unresolved:
+            return None
+        if found is None or not isinstance(found[1], ast.Dict):
+            return None
+        for candidate, value in zip(found[1].keys, found[1].values, strict=True):
+            if candidate is not None and _text(candidate) == key and isinstance(value, ast.Dict):
+                return found[0], value
+        return None
+
+    def _field_call(
+        self, module: str, call: ast.Call, local: dict[str, Any], depth: int
+    ) -> tuple[str, ast.Call, dict[str, Any]] | None:
+        """The ``field(key, ...)`` call that ``call`` makes, directly or through helper functions returning one
+        (``optional_key(key, what)``, ``mamba_key(name)``), with the helper's arguments bound as local values:
+        (its module, the call, the values). None for anything else."""
+        name = _dotted(call.func)
+        if name is None or depth > 4 or not call.args:
+            return None
+        if name.rsplit(".", 1)[-1] == "field":
+            return module, call, local
+        found = self.index.resolve(module, name)
+        where, helper = found or ("", None)
+        if not isinstance(helper, ast.FunctionDef):
+            return None
+        bound = self._bind(module, call, local, where, helper)
+        if bound is None:
+            return None
+        for statement in helper.body:
+            if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+                continue  # the docstring
+            if isinstance(statement, ast.Return) and isinstance(statement.value, ast.Call):
+                return self._field_call(where, statement.value, bound, depth + 1)
+            if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+                return None
+            try:
+                value = self._value(where, statement.value, bound)
+            except Unresolved:
+                return None
+            if not _assign(statement.targets[0], value, bound):
+                return None
+        return None
+
+    def _bind(
+        self, module: str, call: ast.Call, local: dict[str, Any], where: str, helper: ast.FunctionDef
+    ) -> dict[str, Any] | None:
+        """``helper``'s parameters bound to ``call``'s constant arguments and its own constant defaults."""
+        positional = [a.arg for a in [*helper.args.posonlyargs, *helper.args.args]]
+        parameters = [*positional, *(a.arg for a in helper.args.kwonlyargs)]
+        defaults = dict(
+            zip(positional[len(positional) - len(helper.args.defaults) :], helper.args.defaults, strict=True)
+        )
+        keyword_defaults = zip(helper.args.kwonlyargs, helper.args.kw_defaults, strict=True)
+        defaults.update({a.arg: d for a, d in keyword_defaults if d is not None})
+        given: dict[str, ast.AST] = dict(zip(parameters, call.args, strict=False))
+        given.update({k.arg: k.value for k in call.keywords if k.arg in parameters})
+        bound: dict[str, Any] = {}
+        try:
+            for parameter in parameters:
+                if parameter in given:
+                    bound[parameter] = self._value(module, given[parameter], local)
+                elif parameter in defaults:
+                    bound[parameter] = self._value(where, defaults[parameter])
+                else:
+                    return None
+        except Unresolved:
+            return None
+        return bound
 
     def _components(
         self, module: str, node: ast.ClassDef, attributes: dict[str, tuple[str, ast.expr]]
@@ -348,6 +473,24 @@ class KeyCollector:
                 elif isinstance(sub, ast.Name) and sub.id[:1].isupper():
                     found.append((where, sub))
         return found
+
+
+def _text(node: ast.AST | None) -> str | None:
+    """The string a constant node holds, else None."""
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _assign(target: ast.expr, value: Any, local: dict[str, Any]) -> bool:
+    """Bind ``target = value`` (a name, or a tuple of names unpacking ``value``) in ``local``; False for any
+    other target."""
+    if isinstance(target, ast.Name):
+        local[target.id] = value
+        return True
+    names = getattr(target, "elts", None)
+    if names is None or not all(isinstance(n, ast.Name) for n in names) or len(names) != len(value):
+        return False
+    local.update(zip((n.id for n in names), value, strict=True))
+    return True
 
 
 def _class_attributes(module: str, node: ast.ClassDef) -> dict[str, tuple[str, ast.expr]]:

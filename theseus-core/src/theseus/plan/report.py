@@ -96,17 +96,18 @@ def make_plan(
 
 def compiled_as_run(trainer: Any, target: Target) -> tuple[CompiledStep, str]:
     """The step a run on ``target`` would call, compiled, and the line about ``model/remat=auto`` (empty
-    without it). With auto, the policies of a run's ladder are compiled in its order (``none``, ``dots``,
-    ``full``) at the configured micro batch, and the first whose step fits the chip is planned, as a run
-    chooses it (:func:`theseus.training.memory.fit`). Where none fits, ``full`` is planned and the line says
-    that a run would go on to halve the micro batch; the compiler's refusal of ``full`` is the plan's."""
+    without it). With auto, the first pass of a run's ladder (:func:`~theseus.training.memory.first_pass`:
+    ``none`` and ``dots`` at the configured micro batch, ``dots`` at half of it, ``full``) is compiled in its
+    order, and the first whose step fits the chip is planned, as a run chooses it
+    (:func:`theseus.training.memory.fit`). Where none fits, ``full`` is planned and the line says that a run
+    would go on to halve the micro batch; the compiler's refusal of ``full`` is the plan's."""
     from theseus.training import memory
 
     if not memory.requested(trainer.context.config):
         return compile_train_step(trainer), ""
     room = memory.Budget(target.chip.memory_bytes, f"what a program may use on one {target.chip.name}")
     rows = int(trainer.args.micro_batch_size or 0) or int(trainer.args.batch_size)
-    trials, step = memory.climb(trainer, [memory.Candidate(policy, rows) for policy in memory.REMAT_LADDER], room)
+    trials, step = memory.climb(trainer, memory.first_pass(rows, memory.splitter(trainer)), room)
     if isinstance(step, StepTooLarge):  # the compiler refused full too: that refusal is the plan's
         raise step
     if trials[-1].fits:

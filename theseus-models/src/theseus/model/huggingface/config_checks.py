@@ -56,7 +56,6 @@ FIELDS: dict[str, Check] = {
             "max_position_embeddings",
             "original_max_position_embeddings",
             "sliding_window",
-            "num_local_experts",
             "num_experts",
             "num_experts_per_tok",
             "n_embd",
@@ -69,6 +68,7 @@ FIELDS: dict[str, Check] = {
         POSITIVE_INTEGER,
     ),
     "max_window_layers": COUNT,
+    "num_local_experts": COUNT,  # 0: Granite's dense releases (the mixture families refuse it themselves)
     **dict.fromkeys(("rope_theta", "rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"), POSITIVE_NUMBER),
     "partial_rotary_factor": FRACTION,
     **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window"), BOOLEAN),

@@ -107,7 +107,14 @@ def plan_import(checkpoint: HFCheckpoint, arch: Architecture) -> list[TensorMap]
             )
         if not np.issubdtype(np.dtype(_float_kind(info.dtype)), np.floating):
             raise CheckpointError(f"tensor {tensor_map.hf!r} in {info.file.name} has dtype {info.dtype}, not a float")
-    known = {name for m in maps for name in m.stored}
+    constants = checkpoint.family.constant_tensors(arch)
+    for name, value in constants.items():
+        if name in tensors and not np.array_equal(read_tensor(tensors[name]), value):
+            raise CheckpointError(
+                f"tensor {name!r} in {tensors[name].file.name} differs from what config.json derives; "
+                "the weights do not match the configuration"
+            )
+    known = {name for m in maps for name in m.stored} | set(constants)
     aside = checkpoint.family.set_aside
     extra = [
         n for n in tensors if n not in known and not n.endswith(IGNORED_SUFFIXES) and not aside(n, checkpoint.config)
@@ -225,4 +232,10 @@ def export_plan(family: HFFamily, arch: Architecture, params: Mapping[str, Any],
                 return np.ascontiguousarray(produce()[start : start + rows])
 
             planned.append(PlannedTensor(name, (rows, *tensor_map.hf_shape[1:]), code, piece))
+    for name, value in family.constant_tensors(arch).items():
+
+        def constant(value: np.ndarray = value) -> np.ndarray:
+            return value
+
+        planned.append(PlannedTensor(name, value.shape, dtype_code(value.dtype), constant))
     return planned

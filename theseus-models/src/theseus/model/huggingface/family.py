@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from theseus.errors import ConfigError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from theseus.model.huggingface.names import TensorMap
     from theseus.model.stack.architecture import Architecture
 
@@ -117,6 +119,12 @@ class HFFamily:
     def tensor_maps(self, arch: Architecture) -> list[TensorMap]:
         """Every checkpoint tensor of ``arch`` with the theseus parameters it holds."""
         raise NotImplementedError
+
+    def constant_tensors(self, arch: Architecture) -> dict[str, np.ndarray]:
+        """Checkpoint tensors that follow from the config alone (buffers such as Qwen4-Exp's n-gram hash
+        multipliers), by name: import checks each one present equals its value, export writes it in its
+        own dtype. None here."""
+        return {}
 
     # -- export ------------------------------------------------------------------------------------
     def describes(self, arch: Architecture) -> bool:

@@ -829,19 +829,24 @@ class CausalSelfAttention(lora.LoRAKeys, StackLayer):
         padding_mask: jax.Array | None,
         window: int | jax.Array | None,
         decode: bool,
+        selection: jax.Array | None = None,
     ) -> jax.Array:
         """The heads' outputs ``[B, T, heads, head_dim]`` of rotated ``q`` and ``k``, ``v`` (the step's,
-        appended to the KV cache first when ``decode``). A subclass may compute them otherwise."""
+        appended to the KV cache first when ``decode``), each query reading only the keys ``selection``
+        ``[B, 1, T, L]`` keeps (None: all it may see; :meth:`_selection`). A subclass may compute them otherwise."""
         scale, softcap, sinks = self._scale(), self.attention_spec.softcap, self._sinks(q.shape[2])
         if context_size() > 1:  # the sequence is split over the context axis, in the balanced order
             if decode:
                 refuse("decoding with a KV cache")
+            if selection is not None:
+                refuse("block-selected attention")
             return context_parallel_attention(
                 q, k, v, padding_mask, window=window, scale=scale, softcap=softcap, sinks=sinks
             )
         cached = self._cached(k, v, padding_mask, window) if decode else None
         if cached is not None:
             keys, values, mask = cached
+            mask = mask if selection is None else mask & selection
             return cached_attention(q, keys, values, mask, scale=scale, softcap=softcap, sinks=sinks)
         implementation = self.attention_spec.implementation
 
@@ -850,7 +855,7 @@ class CausalSelfAttention(lora.LoRAKeys, StackLayer):
                 q,
                 k,
                 v,
-                mask=None,
+                mask=selection,
                 padding_mask=padding_mask,
                 is_causal=True,
                 implementation=implementation,
@@ -865,6 +870,13 @@ class CausalSelfAttention(lora.LoRAKeys, StackLayer):
             fixed = self.attention_spec.sliding_window
             return jax.lax.cond(window < NO_WINDOW, lambda: attend(fixed), lambda: attend(None))
         return attend(window)
+
+    def _selection(
+        self, x: jax.Array, positions: jax.Array | None, padding_mask: jax.Array | None, decode: bool
+    ) -> jax.Array | None:
+        """Which keys each query of input ``x`` reads, ``[B, 1, T, L]`` (True: read), or None for all it may
+        see: None here; a layer with an indexer chooses (Qwen4-Exp's block selection)."""
+        return None
 
     def _values(self, x: jax.Array, k: jax.Array, n_kv: int, head_dim: int, deterministic: bool) -> jax.Array:
         """The values ``[B, T, kv_heads, head_dim]`` of input ``x`` (``k``: the keys as projected, before any
@@ -895,7 +907,11 @@ class CausalSelfAttention(lora.LoRAKeys, StackLayer):
         if self.position_spec.rotary:
             q, k = self._rotate(q, k, positions, layer)
 
-        y = self._attend(q, k, v, padding_mask, window, decode)
+        selection = self._selection(x, positions, padding_mask, decode)
+        if selection is None:
+            y = self._attend(q, k, v, padding_mask, window, decode)
+        else:
+            y = self._attend(q, k, v, padding_mask, window, decode, selection=selection)
         y = self._gate_output(x, y, n_heads, head_dim, deterministic)
         y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
 

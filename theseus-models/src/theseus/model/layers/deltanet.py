@@ -9,7 +9,9 @@ the cached state). Both compute, per value head, with the state ``S`` ``[key_dim
     o_t = (q_t / sqrt(key_dim))^T S_t
 
 (``g_t <= 0`` the decay in log space, ``beta_t`` in ``(0, 1)`` the write strength, or ``(0, 2)`` with OLMo
-Hybrid's negative eigenvalues), in float32.
+Hybrid's negative eigenvalues), in float32. ``g_t`` is one number per head (the Gated DeltaNet) or one per
+key channel (Kimi Delta Attention, :mod:`theseus.model.layers.kda`: ``S_t = diag(exp(g_t)) S_{t-1}``); both
+rules take either, and only the chunk's pairwise decays differ (:func:`_decayed_products`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def _prepare(
     if n_v % n_k:
         raise ConfigError(f"{n_v} value heads cannot share {n_k} query/key heads evenly")
     q, k = (jnp.repeat(x, n_v // n_k, axis=2) if n_v != n_k else x for x in (q, k))
+    if g.ndim == 3:  # one decay per head: a trailing axis of one broadcasts it over the key channels
+        g = g[..., None]
     q, k, v, g, beta = (jnp.swapaxes(x.astype(jnp.float32), 1, 2) for x in (q, k, v, g, beta))
     if l2:
         q, k = l2_normalise(q), l2_normalise(k)
@@ -67,7 +71,8 @@ def recurrent_gated_delta_rule(
     l2: bool = True,
 ) -> tuple[jax.Array, jax.Array]:
     """The gated delta rule one position at a time. ``q``/``k`` ``[B, T, Hk, Dk]``, ``v`` ``[B, T, Hv, Dv]``
-    (each query/key head serves ``Hv / Hk`` consecutive value heads), ``g``/``beta`` ``[B, T, Hv]``;
+    (each query/key head serves ``Hv / Hk`` consecutive value heads), ``beta`` ``[B, T, Hv]``, ``g`` the
+    same (one decay per head) or ``[B, T, Hv, Dk]`` (one per key channel);
     ``initial_state`` ``[B, Hv, Dk, Dv]`` (None: zeros). Returns the output ``[B, T, Hv, Dv]`` in ``q``'s
     dtype and the final state (float32)."""
     dtype = q.dtype
@@ -78,7 +83,7 @@ def recurrent_gated_delta_rule(
 
     def step(s: jax.Array, xs: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
         q_t, k_t, v_t, g_t, b_t = xs
-        s = s * jnp.exp(g_t)[..., None, None]
+        s = s * jnp.exp(g_t)[..., None]  # g_t [B, H, Dk or 1]: per key row of the state
         remembered = jnp.einsum("bhk,bhkv->bhv", k_t, s)
         s = s + k_t[..., :, None] * ((v_t - remembered) * b_t[..., None])[..., None, :]
         return s, jnp.einsum("bhk,bhkv->bhv", q_t, s)
@@ -133,6 +138,18 @@ def _inverse_backward(inverse: jax.Array, grad: jax.Array) -> tuple[jax.Array]:
 unit_lower_inverse.defvjp(_inverse_forward, _inverse_backward)
 
 
+def _decayed_products(a: jax.Array, b: jax.Array, cum: jax.Array, lower: np.ndarray) -> jax.Array:
+    """``sum_d a[i, d] b[j, d] exp(cum[i, d] - cum[j, d])`` for ``j <= i`` (0 above the diagonal), per chunk:
+    ``a``/``b`` ``[..., C, Dk]``, ``cum`` ``[..., C, 1]`` (one decay per head: the decay leaves the sum) or
+    ``[..., C, Dk]`` (per key channel: it stays inside, a ``[C, C, Dk]`` product per chunk)."""
+    if cum.shape[-1] == 1:
+        cum = cum[..., 0]
+        decay = jnp.exp(jnp.where(lower, cum[..., :, None] - cum[..., None, :], -jnp.inf))
+        return jnp.einsum("...id,...jd->...ij", a, b) * decay
+    gap = jnp.where(lower[..., None], cum[..., :, None, :] - cum[..., None, :, :], -jnp.inf)
+    return jnp.einsum("...id,...jd,...ijd->...ij", a, b, jnp.exp(gap))
+
+
 def chunk_gated_delta_rule(
     q: jax.Array,
     k: jax.Array,
@@ -153,23 +170,22 @@ def chunk_gated_delta_rule(
     dv = v.shape[-1]
     pad = -steps % chunk_size
     if pad:
-        q, k, v = (jnp.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0))) for x in (q, k, v))
-        g, beta = (jnp.pad(x, ((0, 0), (0, 0), (0, pad))) for x in (g, beta))
+        q, k, v, g = (jnp.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0))) for x in (q, k, v, g))
+        beta = jnp.pad(beta, ((0, 0), (0, 0), (0, pad)))
     n = (steps + pad) // chunk_size
-    q, k, v = (x.reshape(batch, heads, n, chunk_size, -1) for x in (q, k, v))
-    g, beta = (x.reshape(batch, heads, n, chunk_size) for x in (g, beta))
+    q, k, v, g = (x.reshape(batch, heads, n, chunk_size, -1) for x in (q, k, v, g))
+    beta = beta.reshape(batch, heads, n, chunk_size)
     k_beta, v_beta = k * beta[..., None], v * beta[..., None]
-    cum = jnp.cumsum(g, axis=-1)  # log of the decay from the chunk's start to each position
+    cum = jnp.cumsum(g, axis=-2)  # log of the decay from the chunk's start to each position: [.., C, Dk or 1]
     lower = np.tril(np.ones((chunk_size, chunk_size), np.bool_))  # a constant of the program
-    decay = jnp.exp(jnp.where(lower, cum[..., :, None] - cum[..., None, :], -jnp.inf))  # [.., i, j], j <= i
     # the system is the identity plus this product's strictly lower triangle, the only part the inverse reads
-    inverse = unit_lower_inverse(jnp.einsum("...id,...jd->...ij", k_beta, k) * decay)
+    inverse = unit_lower_inverse(_decayed_products(k_beta, k, cum, lower))
     values = inverse @ v_beta  # the chunk's new values before the state's prediction is taken out
-    reads = inverse @ (k_beta * jnp.exp(cum)[..., None])  # what each of them reads of the incoming state
-    within = jnp.einsum("...id,...jd->...ij", q, k) * decay
-    q_in = q * jnp.exp(cum)[..., None]
-    k_out = k * jnp.exp(cum[..., -1:] - cum)[..., None]
-    chunk_decay = jnp.exp(cum[..., -1])[..., None, None]
+    reads = inverse @ (k_beta * jnp.exp(cum))  # what each of them reads of the incoming state
+    within = _decayed_products(q, k, cum, lower)
+    q_in = q * jnp.exp(cum)
+    k_out = k * jnp.exp(cum[..., -1:, :] - cum)
+    chunk_decay = jnp.swapaxes(jnp.exp(cum[..., -1:, :]), -1, -2)  # [.., Dk or 1, 1]: per key row of the state
 
     def step(s: jax.Array, xs: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
         values_c, reads_c, within_c, q_c, k_c, decay_c = xs
@@ -206,7 +222,8 @@ class GatedDeltaNet(lora.LoRAKeys, StackLayer):
     ``beta = beta_scale * sigmoid(b)`` and the decay ``g = -exp(A_log) * softplus(a + dt_bias)``), ``A_log``
     and ``dt_bias`` ``[value_heads]``, the depthwise causal convolutions ``conv_query`` / ``conv_key``
     ``[conv_kernel, key_heads, key_dim]`` and ``conv_value`` ``[conv_kernel, value_heads, value_dim]``
-    (SiLU after), the output norm ``norm`` (an RMSNorm of ``value_dim``, plain scale, times ``SiLU(z)``)
+    (SiLU after), the output norm ``norm`` (an RMSNorm of ``value_dim``, plain scale, times ``SiLU(z)``, or
+    ``sigmoid(z)`` with ``gate_activation="sigmoid"``)
     and ``out`` ``[value_heads, value_dim, embed]``. Queries and keys are L2-normalised. ``beta_scale`` 2
     lets the state's transition have negative eigenvalues (OLMo Hybrid's ``linear_allow_neg_eigval``).
 
@@ -231,11 +248,15 @@ class GatedDeltaNet(lora.LoRAKeys, StackLayer):
     chunk_size: int = CHUNK
     norm_eps: float = 1e-6
     beta_scale: float = 1.0
+    #: The output gate's activation on ``z``: ``silu`` (Qwen3-Next, Qwen3.5, OLMo Hybrid) or ``sigmoid``.
+    gate_activation: str = "silu"
     init_std: float = INIT_STD
     out_std: float | None = None
     #: The model width, for :meth:`flops` on an unbound layer (None: read from a bound layer's ``out``).
     n_embd: int | None = None
 
+    #: What the layer is called in its one-line refusals.
+    KIND: ClassVar[str] = "The Gated DeltaNet (linear attention)"
     #: The LoRA target that adapts each projection (``b`` and ``a`` have none).
     LORA_TARGETS: ClassVar[Mapping[str, str]] = {
         "query": "query",
@@ -303,6 +324,77 @@ class GatedDeltaNet(lora.LoRAKeys, StackLayer):
             out = out + lora.layer_adapter(self, "out", y, y.shape[2:], (width,), (heads, (Axis.EMBED,)), deterministic)
         return out
 
+    def _masked_input(self, x: jax.Array, padding_mask: jax.Array | None) -> tuple[jax.Array, jax.Array | None]:
+        """``x`` in the activation dtype with padded positions zeroed, and the padding mask (None: none);
+        packed examples (segment ids) are refused: the state runs along each whole row."""
+        mask = None
+        if padding_mask is not None:
+            if padding_mask.dtype != jnp.bool_:
+                raise ConfigError(
+                    f"{self.KIND} carries one state along each row, so packed examples (segment ids) are "
+                    "not supported; feed one example per row"
+                )
+            mask = padding_mask
+        x = cast(x, self._activation_dtype)
+        return (x if mask is None else x * mask[..., None].astype(x.dtype)), mask
+
+    def _short_conv(self, parts: list[jax.Array], decode: bool) -> tuple[list[jax.Array], jax.Array | None]:
+        """The depthwise causal convolutions ``conv_query`` / ``conv_key`` / ``conv_value`` (SiLU after) of
+        ``parts`` (the query, key and value projections, ``[B, T, heads, dim]`` each), as one over their
+        joined channels; with ``decode`` from and into the ``cache`` collection's ``conv``. Returns the
+        convolved parts and the cached delta-rule ``state`` (None without ``decode``)."""
+        taps, dtype = self.conv_kernel, self._activation_dtype
+        convs = [
+            param(self, f"conv_{name}", normal(self.init_std), (taps, *p.shape[2:]), (None, Axis.HEADS, Axis.HEAD_DIM))
+            for name, p in zip(("query", "key", "value"), parts, strict=True)
+        ]
+        batch, steps = parts[0].shape[:2]
+        mixed = jnp.concatenate([t.reshape(batch, steps, -1) for t in parts], axis=-1)
+        kernel = jnp.concatenate([c.reshape(taps, -1) for c in convs], axis=-1)
+        history = state = None
+        if decode:
+            if not self.has_variable("cache", "state") and not self.is_initializing():
+                raise missing_cache_error()
+            conv_cache = self.variable("cache", "conv", jnp.zeros, (batch, taps - 1, mixed.shape[-1]), dtype)
+            shape = (batch, self.value_heads, self.key_dim, self.value_dim)
+            state = self.variable("cache", "state", jnp.zeros, shape, jnp.float32).value
+            history = conv_cache.value
+            conv_cache.value = jnp.concatenate([history, mixed.astype(dtype)], axis=1)[:, -(taps - 1) :]
+        mixed = nn.silu(causal_conv(mixed, kernel, history)).astype(dtype)
+        edges = np.cumsum([int(np.prod(p.shape[2:])) for p in parts])[:-1]
+        return [m.reshape(p.shape) for m, p in zip(jnp.split(mixed, edges, axis=-1), parts, strict=True)], state
+
+    def _delta_rule(
+        self,
+        qkv: list[jax.Array],
+        g: jax.Array,
+        beta: jax.Array,
+        mask: jax.Array | None,
+        state: jax.Array | None,
+        decode: bool,
+    ) -> jax.Array:
+        """The gated delta rule on ``qkv`` from ``state``: recurrent for a decoding step of one token, else
+        chunked; padded positions neither decay nor write; with ``decode`` the final state is cached.
+        ``[B, T, value_heads, value_dim]``."""
+        q, k, v = qkv
+        if mask is not None:
+            g = jnp.where(mask.reshape(*mask.shape, *(1,) * (g.ndim - 2)), g, 0.0)
+        if decode and q.shape[1] == 1:
+            y, state = recurrent_gated_delta_rule(q, k, v, g, beta, state)
+        else:
+            y, state = chunk_gated_delta_rule(q, k, v, g, beta, state, self.chunk_size)
+        if decode:
+            self.put_variable("cache", "state", state)
+        return constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
+
+    def _decay_params(self, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+        """``A_log`` ``[value_heads]`` and ``dt_bias`` ``shape``, in float32."""
+        heads = self.value_heads
+        a_log = param(self, "A_log", nn.initializers.zeros_init(), (heads,), (Axis.HEADS,))
+        axes = (Axis.HEADS, Axis.HEAD_DIM)[: len(shape)]
+        dt_bias = param(self, "dt_bias", nn.initializers.ones_init(), shape, axes)
+        return a_log.astype(jnp.float32), dt_bias.astype(jnp.float32)
+
     @nn.compact
     def forward(self, x: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
         padding_mask, _positions, deterministic, decode = call
@@ -311,17 +403,7 @@ class GatedDeltaNet(lora.LoRAKeys, StackLayer):
         hk, hv, dk, dv = self.key_heads, self.value_heads, self.key_dim, self.value_dim
         if hv % hk:
             raise ConfigError(f"architecture/linear_num_value_heads={hv} must be a multiple of the key heads {hk}")
-        mask = None
-        if padding_mask is not None:
-            if padding_mask.dtype != jnp.bool_:
-                raise ConfigError(
-                    "The Gated DeltaNet (linear attention) carries one state along each row, so packed examples "
-                    "(segment ids) are not supported; feed one example per row"
-                )
-            mask = padding_mask
-        x = cast(x, dtype)
-        if mask is not None:
-            x = x * mask[..., None].astype(dtype)
+        x, mask = self._masked_input(x, padding_mask)
         heads = (Axis.HEADS, Axis.HEAD_DIM)
         q = self._proj(x, "query", (hk, dk), heads, deterministic)
         k = self._proj(x, "key", (hk, dk), heads, deterministic)
@@ -329,45 +411,16 @@ class GatedDeltaNet(lora.LoRAKeys, StackLayer):
         z = self._proj(x, "z", (hv, dv), heads, deterministic)
         b = self._proj(x, "b", (hv,), (Axis.HEADS,))
         a = self._proj(x, "a", (hv,), (Axis.HEADS,))
-        taps = self.conv_kernel
-        convs = [
-            param(self, f"conv_{name}", normal(self.init_std), (taps, heads, dim), (None, Axis.HEADS, Axis.HEAD_DIM))
-            for name, heads, dim in (("query", hk, dk), ("key", hk, dk), ("value", hv, dv))
-        ]
-        batch, steps = x.shape[:2]
-        mixed = jnp.concatenate([t.reshape(batch, steps, -1) for t in (q, k, v)], axis=-1)
-        kernel = jnp.concatenate([c.reshape(taps, -1) for c in convs], axis=-1)
-        channels = mixed.shape[-1]
-        history = state = None
-        if decode:
-            exists = self.has_variable("cache", "state")
-            if not exists and not self.is_initializing():
-                raise missing_cache_error()
-            conv_cache = self.variable("cache", "conv", jnp.zeros, (batch, taps - 1, channels), dtype)
-            state_cache = self.variable("cache", "state", jnp.zeros, (batch, hv, dk, dv), jnp.float32)
-            history, state = conv_cache.value, state_cache.value
-            conv_cache.value = jnp.concatenate([history, mixed.astype(dtype)], axis=1)[:, -(taps - 1) :]
-        mixed = nn.silu(causal_conv(mixed, kernel, history)).astype(dtype)
-        q, k, v = jnp.split(mixed, [hk * dk, 2 * hk * dk], axis=-1)
-        q, k = q.reshape(batch, steps, hk, dk), k.reshape(batch, steps, hk, dk)
-        v = v.reshape(batch, steps, hv, dv)
-        a_log = param(self, "A_log", nn.initializers.zeros_init(), (hv,), (Axis.HEADS,))
-        dt_bias = param(self, "dt_bias", nn.initializers.ones_init(), (hv,), (Axis.HEADS,))
-        g = -jnp.exp(a_log.astype(jnp.float32)) * jax.nn.softplus(a.astype(jnp.float32) + dt_bias.astype(jnp.float32))
+        qkv, state = self._short_conv([q, k, v], decode)
+        a_log, dt_bias = self._decay_params((hv,))
+        g = -jnp.exp(a_log) * jax.nn.softplus(a.astype(jnp.float32) + dt_bias)
         beta = jax.nn.sigmoid(b.astype(jnp.float32))
         if self.beta_scale != 1.0:
             beta = beta * self.beta_scale
-        if mask is not None:
-            g = jnp.where(mask[..., None], g, 0.0)
-        if decode and steps == 1:
-            y, state = recurrent_gated_delta_rule(q, k, v, g, beta, state)
-        else:
-            y, state = chunk_gated_delta_rule(q, k, v, g, beta, state, self.chunk_size)
-        if decode:
-            state_cache.value = state
-        y = constrain(y, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
+        y = self._delta_rule(qkv, g, beta, mask, state, decode)
         norm = child(self, RMSNorm, eps=self.norm_eps, zero_centred=False, name="norm")
-        y = (norm(y).astype(jnp.float32) * nn.silu(z.astype(jnp.float32))).astype(dtype)
+        gate = nn.sigmoid if self.gate_activation == "sigmoid" else nn.silu
+        y = (norm(y).astype(jnp.float32) * gate(z.astype(jnp.float32))).astype(dtype)
         return self._out(y, x.shape[-1], deterministic)
 
 

@@ -213,7 +213,8 @@ class LatentAttention(MLAKeys, lora.LoRAKeys, StackLayer):
     ``[kv_lora_rank, heads, v_head_dim]``; ``out`` ``[heads, v_head_dim, embed]``. Heads shard over the
     ``model`` mesh axis and the width over ``data``; the ranks are replicated.
 
-    ``position`` (its ``theta`` and ``scaling``) rotates the rotary parts (passed by the model); scores are scaled by
+    ``position`` (its ``theta`` and ``scaling``) rotates the rotary parts (passed by the model; a ``position`` of
+    kind ``none`` leaves them unrotated: Kimi Linear's NoPE); scores are scaled by
     ``qk_head_dim ** -0.5`` (and by ``architecture/mla/mscale_all_dim``'s correction under rope scaling,
     :meth:`MLASpec.score_scale`).
     """
@@ -293,7 +294,10 @@ class LatentAttention(MLAKeys, lora.LoRAKeys, StackLayer):
         return constrain(q, (Axis.BATCH, Axis.SEQUENCE, Axis.HEADS, Axis.HEAD_DIM))
 
     def _rotate(self, x: jax.Array, positions: jax.Array | None, spec: MLASpec) -> jax.Array:
-        """RoPE of ``[B, T, N, qk_rope_head_dim]`` (interleaved pairs gathered into halves first)."""
+        """RoPE of ``[B, T, N, qk_rope_head_dim]`` (interleaved pairs gathered into halves first); unrotated
+        where ``position`` is not rotary (Kimi Linear's NoPE: the part is still there, shared by the heads)."""
+        if not self.position.rotary:
+            return x
         return rotate(
             deinterleave(x) if spec.rope_interleave else x, positions, self.position.theta, self.position.scaled
         )

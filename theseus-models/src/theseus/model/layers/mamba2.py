@@ -125,8 +125,6 @@ MAMBA_KEYS: dict[str, tuple[Any, float | None, str]] = {
 def mamba_key(name: str) -> Any:
     """The model field of key ``architecture/<name>`` (:data:`MAMBA_KEYS`), alike in every family that has it."""
     default, minimum, text = MAMBA_KEYS[name]
-    if minimum is None:
-        return field(f"architecture/{name}", default=default, help=text)
     return field(f"architecture/{name}", default=default, help=text, min=minimum)
 
 

@@ -128,6 +128,7 @@ PRESET_KEYS = (
     "top_k",
     "expert_hidden",
     "n_shared",
+    "shared_hidden",
     "router",
     "first_k_dense",
     "n_group",
@@ -144,6 +145,7 @@ class MoESpec:
     top_k: int
     expert_hidden: int
     n_shared: int = 0
+    shared_hidden: int | None = None
     router: str = "softmax"
     norm_topk_prob: bool = True
     capacity_factor: float | None = None
@@ -180,6 +182,11 @@ class MoESpec:
                 f"architecture/moe/capacity_factor={self.capacity_factor} must be positive "
                 "(e.g. 1.25), or null for dropless routing"
             )
+        if self.shared_hidden is not None and (not isinstance(self.shared_hidden, int) or self.shared_hidden < 1):
+            raise ConfigError(
+                f"architecture/moe/shared_hidden={self.shared_hidden!r} must be a positive integer, or null for "
+                "n_shared * expert_hidden"
+            )
         if self.n_shared < 0 or self.first_k_dense < 0:
             raise ConfigError(
                 f"architecture/moe/n_shared={self.n_shared} and first_k_dense={self.first_k_dense} must be zero or more"
@@ -206,6 +213,14 @@ class MoESpec:
             raise ConfigError("architecture/moe/aux_loss, z_loss and bias_update_rate must be zero or more")
         return self
 
+    @property
+    def shared_width(self) -> int:
+        """Hidden width of the one MLP the shared experts form: ``shared_hidden``, else ``n_shared *
+        expert_hidden`` (0: none)."""
+        if self.n_shared == 0:
+            return 0
+        return self.n_shared * self.expert_hidden if self.shared_hidden is None else self.shared_hidden
+
     def expert_params(self, n_embd: int, gated: bool) -> int:
         """Weights of one routed expert."""
         return (3 if gated else 2) * n_embd * self.expert_hidden
@@ -213,7 +228,8 @@ class MoESpec:
     def active_matmul_params(self, n_embd: int, gated: bool) -> int:
         """Matmul weights one token passes through in a mixture layer: its ``top_k`` experts, the
         shared experts and the router."""
-        return (self.top_k + self.n_shared) * self.expert_params(n_embd, gated) + n_embd * self.n_experts
+        shared = (3 if gated else 2) * n_embd * self.shared_width
+        return self.top_k * self.expert_params(n_embd, gated) + shared + n_embd * self.n_experts
 
     def inactive_params(self, n_embd: int, gated: bool) -> int:
         """Weights of one mixture layer a token does not pass through (the experts it did not choose)."""
@@ -314,6 +330,11 @@ class MoEKeys(Module):
     n_shared: int | None = optional_key(
         "architecture/moe/n_shared", "shared experts every token passes through", "the preset's, else 0"
     )
+    shared_hidden: int | None = optional_key(
+        "architecture/moe/shared_hidden",
+        "hidden width of the one MLP the shared experts form (Granite's shared_mlp)",
+        "the preset's, else n_shared * expert_hidden",
+    )
     router: str | None = optional_key(
         "architecture/moe/router", "softmax | sigmoid (DeepSeek-V3)", "the preset's, else softmax"
     )
@@ -381,7 +402,7 @@ class MoE(MoEKeys):
 
     Config keys (``architecture/moe/*``): ``n_experts``, ``top_k``, ``expert_hidden`` (each expert's
     hidden width; None: ``architecture/d_ff``), ``n_shared`` (shared experts every token passes
-    through, one MLP of ``n_shared * expert_hidden``), ``router`` (softmax | sigmoid),
+    through, one MLP of ``n_shared * expert_hidden``, or of ``shared_hidden``), ``router`` (softmax | sigmoid),
     ``norm_topk_prob``, ``capacity_factor`` (null: dropless), ``aux_loss`` / ``z_loss`` (loss
     coefficients), ``first_k_dense`` (leading layers with a dense MLP instead, read by the model),
     ``n_group`` / ``topk_group`` / ``routed_scaling_factor`` / ``bias_update_rate`` (sigmoid router),
@@ -463,12 +484,12 @@ class MoE(MoEKeys):
         kernels = self._kernels(n_embd, spec, gated)
         out, kept = self._experts(tokens, routing, kernels, act, spec)
         out = out.reshape(x.shape).astype(self._activation_dtype)
-        if spec.n_shared > 0:
+        if spec.shared_width > 0:
             shared = child(
                 self,
                 MLP,
                 n_embd=n_embd,
-                d_ff=spec.n_shared * spec.expert_hidden,
+                d_ff=spec.shared_width,
                 activation=activation,
                 use_bias=False,
                 lora_rank=0,

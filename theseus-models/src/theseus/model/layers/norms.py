@@ -15,8 +15,9 @@ from theseus.model.module import Module
 
 #: ``NormSpec.kind`` values.
 NORM_KINDS = ("layernorm", "rmsnorm")
-#: ``NormSpec.placement`` values: norms before each branch, after it, or both.
-NORM_PLACEMENTS = ("pre", "post", "sandwich")
+#: ``NormSpec.placement`` values: norms before each branch, after it, both, or neither (a residual scheme
+#: that normalises what a branch reads: hyper-connections).
+NORM_PLACEMENTS = ("pre", "post", "sandwich", "none")
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,8 @@ class NormSpec:
     """The normalisation layers of every block: ``kind`` (:class:`LayerNorm`, with a bias when
     ``bias``, or :class:`RMSNorm`) of epsilon ``eps``; ``placement`` ``"pre"`` normalises each branch's
     input, ``"post"`` its output before the residual sum (``x + norm(attn(x))``, OLMo 2),
-    ``"sandwich"`` both (``x + norm(attn(norm(x)))``, Gemma 2 and 3); ``zero_centred``: every RMSNorm
+    ``"sandwich"`` both (``x + norm(attn(norm(x)))``, Gemma 2 and 3), ``"none"`` neither (the
+    hyper-connections normalise what each branch reads, Qwen4-Exp); ``zero_centred``: every RMSNorm
     multiplies by ``1 + scale``, its scale starting at zeros (Gemma)."""
 
     kind: str = "rmsnorm"

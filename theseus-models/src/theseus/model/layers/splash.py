@@ -39,6 +39,9 @@ BLOCK = 1024
 #: One backward kernel computing dq beside dk and dv (one pass over the blocks instead of two).
 FUSED_BACKWARD = True
 MIN_BLOCK = 128
+#: The name of the kernel's residuals (its output and log-sum-exp): a remat policy that saves it keeps
+#: the backward pass from running the forward kernel again (``model/remat=dots`` does).
+RESIDUALS = "splash_residuals"
 
 _NOTICED: set[str] = set()
 
@@ -178,6 +181,7 @@ def _kernel(key: _KernelKey, local_heads: int) -> Any:
         head_shards=1,
         q_seq_shards=1,
         attn_logits_soft_cap=softcap,
+        residual_checkpoint_name=RESIDUALS,
         interpret=interpret,
     )
 

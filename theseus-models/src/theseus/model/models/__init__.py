@@ -1,7 +1,8 @@
 """Language models: ``GPT`` (GPT-2), ``Llama`` (Llama-style), ``Qwen3``, ``OLMo2``, ``OLMo3``, ``Phi3``, ``Gemma2``,
 ``Gemma3``, ``Gemma4``, ``SmolLM3``, ``Qwen35``, ``Lfm2``, ``NemotronH``, ``FalconH1``, ``OLMoHybrid`` and the
-mixtures ``Mixtral``, ``Qwen3MoE``, ``Qwen3Next``, ``Qwen35MoE``, ``DeepseekV3``, ``DeepseekV32``, ``GlmMoeDsa``,
-``Glm4Moe``, ``GptOss``, ``Llama4`` and ``MiniMaxM2``, plus KV-cache decoding.
+mixtures ``Mixtral``, ``Qwen3MoE``, ``Qwen3Next``, ``Qwen35MoE``, ``Qwen4Exp``, ``DeepseekV3``, ``DeepseekV32``,
+``GlmMoeDsa``, ``Glm4Moe``, ``GptOss``, ``GraniteMoeHybrid``, ``KimiLinear``, ``Llama4`` and ``MiniMaxM2``, plus
+KV-cache decoding.
 
 Each family is a folder, ``models/<family>/``: ``model.py`` (the model class, its layers and presets),
 ``hf.py`` (its Hugging Face families) and an ``__init__.py`` naming the model and presets. What the families
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from theseus.model.models.glm_moe_dsa.model import GLM_MOE_DSA_PRESETS, GlmMoeDsa
     from theseus.model.models.gpt.model import GPT, GPT_PRESETS
     from theseus.model.models.gpt_oss.model import GPT_OSS_PRESETS, GptOss
+    from theseus.model.models.granitemoehybrid.model import GRANITE_MOE_HYBRID_PRESETS, GraniteMoeHybrid
+    from theseus.model.models.kimi_linear.model import KIMI_LINEAR_PRESETS, KimiLinear
     from theseus.model.models.lfm2.model import LFM2_PRESETS, Lfm2
     from theseus.model.models.llama.model import LLAMA_PRESETS, Llama
     from theseus.model.models.llama4.model import LLAMA4_PRESETS, Llama4
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
     from theseus.model.models.qwen3_5.model import QWEN3_5_MOE_PRESETS, QWEN3_5_PRESETS, Qwen35, Qwen35MoE
     from theseus.model.models.qwen3_moe.model import QWEN3_MOE_PRESETS, Qwen3MoE
     from theseus.model.models.qwen3_next.model import QWEN3_NEXT_PRESETS, Qwen3Next
+    from theseus.model.models.qwen4_exp.model import Qwen4Exp
     from theseus.model.models.smollm3.model import SMOLLM3_PRESETS, SmolLM3
     from theseus.model.stack.architecture import Architecture, Preset
     from theseus.model.stack.block import Block
@@ -98,6 +102,8 @@ _HOMES = {
     "NEMOTRON_H_PRESETS": "theseus.model.models.nemotron_h.model",
     "FALCON_H1_PRESETS": "theseus.model.models.falcon_h1.model",
     "FalconH1": "theseus.model.models.falcon_h1.model",
+    "GRANITE_MOE_HYBRID_PRESETS": "theseus.model.models.granitemoehybrid.model",
+    "GraniteMoeHybrid": "theseus.model.models.granitemoehybrid.model",
     "NemotronH": "theseus.model.models.nemotron_h.model",
     "LLAMA_PRESETS": "theseus.model.models.llama.model",
     "Llama": "theseus.model.models.llama.model",
@@ -105,6 +111,8 @@ _HOMES = {
     "Llama4": "theseus.model.models.llama4.model",
     "MINIMAX_M2_PRESETS": "theseus.model.models.minimax_m2.model",
     "MiniMaxM2": "theseus.model.models.minimax_m2.model",
+    "KIMI_LINEAR_PRESETS": "theseus.model.models.kimi_linear.model",
+    "KimiLinear": "theseus.model.models.kimi_linear.model",
     "MIXTRAL_PRESETS": "theseus.model.models.mixtral.model",
     "Mixtral": "theseus.model.models.mixtral.model",
     "OLMO2_PRESETS": "theseus.model.models.olmo2.model",
@@ -123,6 +131,7 @@ _HOMES = {
     "QWEN3_5_MOE_PRESETS": "theseus.model.models.qwen3_5.model",
     "Qwen35": "theseus.model.models.qwen3_5.model",
     "Qwen35MoE": "theseus.model.models.qwen3_5.model",
+    "Qwen4Exp": "theseus.model.models.qwen4_exp.model",
     "QWEN3_NEXT_PRESETS": "theseus.model.models.qwen3_next.model",
     "Qwen3Next": "theseus.model.models.qwen3_next.model",
     "SMOLLM3_PRESETS": "theseus.model.models.smollm3.model",
@@ -157,6 +166,8 @@ __all__ = [
     "GPT",
     "GPT_OSS_PRESETS",
     "GPT_PRESETS",
+    "GRANITE_MOE_HYBRID_PRESETS",
+    "KIMI_LINEAR_PRESETS",
     "LFM2_PRESETS",
     "LLAMA4_PRESETS",
     "LLAMA_PRESETS",
@@ -184,6 +195,8 @@ __all__ = [
     "Glm4Moe",
     "GlmMoeDsa",
     "GptOss",
+    "GraniteMoeHybrid",
+    "KimiLinear",
     "Lfm2",
     "Llama",
     "Llama4",
@@ -199,6 +212,7 @@ __all__ = [
     "Qwen3",
     "Qwen3MoE",
     "Qwen3Next",
+    "Qwen4Exp",
     "Qwen35",
     "Qwen35MoE",
     "SmolLM3",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -15,6 +16,7 @@ from theseus.model.layers.attention import (
     SLIDING_ATTENTION,
     AttentionSpec,
 )
+from theseus.model.layers.hyper_connections import HyperSpec
 from theseus.model.layers.mamba2 import MAMBA
 from theseus.model.layers.mlp import MLP_LAYER, FeedForwardSpec, hidden_size
 from theseus.model.layers.moe import MoESpec
@@ -58,7 +60,11 @@ class Architecture:
     ``final_softcap``: output logits capped as ``tanh(x / cap) * cap``. ``layer_types``: one
     ``"sliding_attention"`` / ``"full_attention"`` per layer: only the sliding layers have the
     attention's ``sliding_window``, and they rotate with the position's ``local_theta`` and without
-    its ``scaling``, which then scales the full layers only (Gemma 3).
+    its ``scaling``, which then scales the full layers only (Gemma 3). The mup-style multipliers of
+    Falcon-H1 and Granite: ``embedding_multiplier`` on the token embeddings, ``residual_multiplier`` on
+    every branch's output before its residual sum, ``logits_multiplier`` on the logits (before the cap).
+    ``hyper``: the residual is :class:`~theseus.model.layers.hyper_connections.HyperSpec`'s streams (None:
+    one residual sum).
     """
 
     n_layers: int
@@ -75,6 +81,10 @@ class Architecture:
     scale_embeddings: bool = False
     final_softcap: float | None = None
     layer_types: tuple[str, ...] | None = None
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    logits_multiplier: float = 1.0
+    hyper: HyperSpec | None = None
 
     @classmethod
     def from_keys(cls, **keys: Any) -> Architecture:
@@ -144,6 +154,12 @@ class Architecture:
                 "change architecture/head_dim, architecture/n_embd or architecture/n_heads"
             )
 
+    def _validate_multipliers(self) -> None:
+        for key in ("embedding_multiplier", "residual_multiplier", "logits_multiplier"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ConfigError(f"architecture/{key} must be a finite number, got {value!r}")
+
     def _validate_layer_types(self) -> None:
         if self.layer_types is None:
             return
@@ -175,6 +191,9 @@ class Architecture:
         self.feed_forward.validate(self.n_layers)
         self.norm.validate()
         self._validate_layer_types()
+        self._validate_multipliers()
+        if self.hyper is not None:
+            self.hyper.validate()
         if self.final_softcap is not None and not self.final_softcap > 0:
             raise ConfigError(f"architecture/final_softcap must be positive or null, got {self.final_softcap!r}")
         if not 0.0 <= self.dropout < 1.0:

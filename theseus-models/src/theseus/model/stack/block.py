@@ -15,6 +15,7 @@ from theseus.config import configuration, configure
 from theseus.errors import ConfigError
 from theseus.model.layers._common import ACTIVATION_AXES, INIT_STD, child, constrain
 from theseus.model.layers.attention import CausalSelfAttention
+from theseus.model.layers.hyper_connections import HyperConnection, hyper_class
 from theseus.model.layers.layer_call import LayerCall, StackLayer
 from theseus.model.layers.mlp import MLP
 from theseus.model.layers.norms import LayerNorm, NormSpec, RMSNorm
@@ -76,6 +77,10 @@ class Block(StackLayer):
     ``attn`` that read the same normed input, and their outputs, each scaled (:meth:`mixer_scales`), are
     summed into one residual (Falcon-H1's attention and Mamba-2).
 
+    With the architecture's ``hyper`` (:mod:`~theseus.model.layers.hyper_connections`), ``x`` is the
+    residual streams: each branch reads its input from them through its connection (``attn_hyper``,
+    ``mlp_hyper``: :meth:`hyper_connection`) and writes its output back through it, in place of the sum.
+
     A layer may place its norms its own way (:meth:`placement`: OLMo Hybrid's attention layers post-norm,
     its linear-attention layers pre-norm). Either branch may be absent: a family whose layers are each one
     kind (Nemotron-H's mixer layers and MLP
@@ -116,14 +121,21 @@ class Block(StackLayer):
         attn = self.attention() if mixes else None
         mlp = self.feed_forward() if feeds else None
         parallel = self.parallel_mixers() if attn is not None else {}
+        normed = self.placement() != "none"
         if attn is not None:
-            self.attn_norm = make_norm(self, norm)
+            if normed:
+                self.attn_norm = make_norm(self, norm)
             self.attn = attn
         for name, mixer in parallel.items():
             setattr(self, name, mixer)
         self.parallel_names = tuple(parallel)
-        if mlp is not None:
+        if mlp is not None and normed:
             self.mlp_norm = make_norm(self, norm)
+        if self.arch.hyper is not None:
+            if attn is not None:
+                self.attn_hyper = self.hyper_connection()
+            if mlp is not None:
+                self.mlp_hyper = self.hyper_connection()
         if self.placement() == "sandwich":
             if attn is not None:
                 self.attn_out_norm = make_norm(self, norm)
@@ -142,8 +154,15 @@ class Block(StackLayer):
         """Whether the block has its feed-forward branch (``mlp``; bound blocks only)."""
         return hasattr(self, "mlp")
 
+    def hyper_connection(self) -> HyperConnection:
+        """A branch's connection to the residual streams (the architecture's ``hyper``), which the
+        branch reads its input from and writes its output to."""
+        spec = self.arch.hyper
+        assert spec is not None
+        return child(self, hyper_class(spec), streams=spec.streams, rank=spec.rank, eps=spec.eps)
+
     def placement(self) -> str:
-        """Where this layer's norms go (``pre``, ``post`` or ``sandwich``; see :meth:`branch`): the
+        """Where this layer's norms go (``pre``, ``post``, ``sandwich`` or ``none``; see :meth:`branch`): the
         architecture's ``norm_placement`` here; a family whose layer kinds differ chooses per layer."""
         return self.arch.norm.placement
 
@@ -228,10 +247,25 @@ class Block(StackLayer):
     def forward(self, x: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
         placement = self.placement()
         if self.has_attention:
-            x = x + self.branch(x, lambda h: self.mix(h, call, layer), "attn", placement)
+            x = self.residual(x, lambda h: self.mix(h, call, layer), "attn", placement)
         if self.has_feed_forward:
-            x = x + self.branch(x, lambda h: self.mlp(h, call.deterministic), "mlp", placement)
+            x = self.residual(x, lambda h: self.mlp(h, call.deterministic), "mlp", placement)
         return constrain(x, ACTIVATION_AXES)
+
+    def residual(self, x: jax.Array, apply: Any, name: str, placement: str) -> jax.Array:
+        """``x`` after branch ``name``: ``x + branch(x)``, or with hyper-connections the streams ``x`` with
+        the branch's output written back (its input read from them); the output times :meth:`scaled`."""
+        hyper: HyperConnection | None = getattr(self, f"{name}_hyper", None)
+        if hyper is None:
+            return x + self.scaled(self.branch(x, apply, name, placement))
+        h, weights = hyper.read(x)
+        return hyper.write(x, self.scaled(self.branch(h, apply, name, placement)), weights)
+
+    def scaled(self, out: jax.Array) -> jax.Array:
+        """A branch's output as it joins the residual stream: times the architecture's
+        ``residual_multiplier`` (Granite's; 1 elsewhere)."""
+        scale = self.arch.residual_multiplier
+        return out if scale == 1.0 else out * jnp.asarray(scale, out.dtype)
 
     def mix(self, h: jax.Array, call: LayerCall, layer: int | jax.Array | None) -> jax.Array:
         """The token-mixing branch of ``h``: ``attn`` alone, or the sum of ``attn`` and the
@@ -248,7 +282,9 @@ class Block(StackLayer):
 
     def branch(self, x: jax.Array, apply: Any, name: str, placement: str) -> jax.Array:
         """One residual branch's output (``name``: ``attn`` or ``mlp``) with its norms where ``placement``
-        puts them: before it (``pre``), after it (``post``) or both (``sandwich``)."""
+        puts them: before it (``pre``), after it (``post``), both (``sandwich``) or none."""
+        if placement == "none":
+            return apply(x)
         before = getattr(self, f"{name}_norm")
         if placement == "sandwich":
             return getattr(self, f"{name}_out_norm")(apply(before(x)))

@@ -24,6 +24,7 @@ class MoEPreset(Preset):
     top_k: int = 2
     expert_hidden: int | None = None
     n_shared: int = 0
+    shared_hidden: int | None = None
     router: str = "softmax"
     first_k_dense: int = 0
     n_group: int = 1
@@ -83,7 +84,8 @@ class MoEBlock(Block):
 
 class MixtureLM(MoEKeys):
     """Mixin for a :class:`TransformerLM` family whose layers from ``architecture/moe/first_k_dense`` on
-    route each token through ``top_k`` of ``n_experts`` experts (``class Mixtral(MixtureLM, Llama)``).
+    route each token through ``top_k`` of ``n_experts`` experts (``class Mixtral(MixtureLM, Llama)``);
+    ``n_experts`` 0 leaves every layer a dense MLP of ``architecture/d_ff`` (Granite's dense releases).
 
     The ``architecture/moe/*`` keys left None take the preset's values (:class:`MoEPreset`); the
     resolved mixture is ``architecture.moe``. FLOPs and MFU count the active weights (the chosen
@@ -99,10 +101,14 @@ class MixtureLM(MoEKeys):
         arch: Architecture = super().resolve_architecture()  # type: ignore[misc]
         return arch.with_mixture(self.mixture(arch.feed_forward.d_ff)).validate()
 
-    def mixture(self, d_ff: int) -> MoESpec:
-        """The ``architecture/moe/*`` keys resolved, the preset's values where they are left None."""
+    def mixture(self, d_ff: int) -> MoESpec | None:
+        """The ``architecture/moe/*`` keys resolved, the preset's values where they are left None; None
+        (every layer a dense MLP of ``architecture/d_ff``) where ``n_experts`` is 0."""
         preset = lookup_preset(self.PRESETS, self.preset, self.FAMILY)  # type: ignore[attr-defined]
         given = {key: getattr(preset, key) for key in PRESET_KEYS} if isinstance(preset, MoEPreset) else {}
+        experts = given.get("n_experts") if self.n_experts is None else self.n_experts
+        if experts == 0:
+            return None
         return self.moe_spec(d_ff, given)
 
     def _layer_options(self, layer: int) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from theseus.base.axis import Axis
 from theseus.base.sown import AUX_COLLECTIONS
+from theseus.model.layers import splash
 from theseus.model.layers._common import INIT_STD, child
 from theseus.model.module import Module
 from theseus.model.stack.architecture import Architecture
@@ -29,7 +30,11 @@ LAYERS = "blocks"
 REMAT_POLICIES: dict[str, Any] = {
     "none": None,  # everything (no recomputation)
     "full": jax.checkpoint_policies.nothing_saveable,  # only the layer's input
-    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # the projections' outputs
+    # the projections' outputs and splash attention's (its forward kernel is not run again)
+    "dots": jax.checkpoint_policies.save_from_both_policies(
+        jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+        jax.checkpoint_policies.save_only_these_names(splash.RESIDUALS),
+    ),
 }
 
 #: The collections a scan stacks per step (every one a layer variable lives in).

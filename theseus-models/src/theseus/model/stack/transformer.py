@@ -31,6 +31,7 @@ from theseus.model.layers._common import (
 from theseus.model.layers.attention import is_segment_ids, missing_cache_error
 from theseus.model.layers.context_parallel import balanced_order, context_size, from_balanced, to_balanced
 from theseus.model.layers.embedding import PositionEmbedding, TokenEmbedding
+from theseus.model.layers.hyper_connections import hyper_class, widen
 from theseus.model.layers.rotary import RopeScaling
 from theseus.model.module import Module
 from theseus.model.stack import one_f_one_b, pipeline
@@ -79,6 +80,26 @@ class DecodePositions(nn.Module):
         if exists:
             length.value = length.value + jnp.sum(mask, axis=1, dtype=jnp.int32)
         return positions
+
+
+class StreamHead(Module):
+    """The narrowing of hyper-connection streams ``[B, T, n * n_embd]`` to ``[B, T, n_embd]`` before the
+    head: a read-only connection (``narrow``), then the final norm (``norm``) when the architecture's
+    ``hyper.final_norm``."""
+
+    architecture: Architecture | None = None
+
+    def setup(self) -> None:
+        arch = self.architecture
+        assert arch is not None and arch.hyper is not None
+        spec = arch.hyper
+        self.narrow = child(self, hyper_class(spec), streams=spec.streams, rank=spec.rank, eps=spec.eps, combine=False)
+        if spec.final_norm:
+            self.norm = make_norm(self, arch.norm)
+
+    def __call__(self, h: jax.Array) -> jax.Array:
+        narrowed = self.narrow(h)
+        return self.norm(narrowed) if hasattr(self, "norm") else narrowed
 
 
 class Run(NamedTuple):
@@ -252,9 +273,9 @@ class TransformerLM(Module):
     remat: str | bool = field(
         "model/remat",
         default="auto",
-        help="recompute in the backward pass: none | full (whole layers) | dots (keep matmul outputs) | auto (the "
-        "trainer compiles its step and picks the fastest that fits the device, micro-batches too; none on a device "
-        "that reports no memory limit, a CPU); true = full, false = none",
+        help="recompute in the backward pass: none | full (whole layers) | dots (keep matmul and splash attention "
+        "outputs) | auto (the trainer compiles its step and picks the fastest that fits the device, micro-batches "
+        "too; none on a device that reports no memory limit, a CPU); true = full, false = none",
     )
 
     def __post_init__(self) -> None:
@@ -510,13 +531,22 @@ class TransformerLM(Module):
                 child(self, block_cls, architecture=arch, out_std=out_std, **self._layer_options(i))
                 for i in range(arch.n_layers)
             ]
-        self.final_norm = make_norm(self, arch.norm)
+        self.final_norm = self.make_final_norm()
         if not arch.tied_embeddings:
             self.lm_head = param(
                 self, "lm_head", normal(INIT_STD), (arch.n_embd, arch.padded_vocab_size), (Axis.EMBED, Axis.VOCAB)
             )
         self.embedding_dropout = nn.Dropout(rate=arch.dropout)
         self.decode_positions = DecodePositions()
+
+    def make_final_norm(self) -> Module:
+        """What the last layer's output passes through before the head: the final norm; with
+        hyper-connections, the streams' narrowing read (:class:`StreamHead`) and then, when the
+        architecture's ``hyper.final_norm`` says so, the final norm."""
+        arch = self.architecture
+        if arch.hyper is None:
+            return make_norm(self, arch.norm)
+        return child(self, StreamHead, architecture=arch)
 
     def _positions(
         self, x: jax.Array, padding_mask: jax.Array | None, decode: bool
@@ -605,15 +635,19 @@ class TransformerLM(Module):
             h = h + self.position_embedding(steps if positions is None else positions)
         if arch.dropout > 0.0 and not deterministic:
             h = self.embedding_dropout(h, deterministic=False)
+        if arch.hyper is not None:  # the residual streams, each a copy (the final norm narrows them)
+            h = widen(h, arch.hyper.streams)
         call = LayerCall(mask, positions, deterministic, decode)
         return constrain(cast(h, self._activation_dtype), ACTIVATION_AXES), call, order, given
 
     def embed_tokens(self, x: jax.Array) -> jax.Array:
         """The token embeddings of ids ``x``, times ``sqrt(n_embd)`` with ``scale_embeddings`` (the
-        normaliser rounded to the activation dtype, as transformers does)."""
+        normaliser rounded to the activation dtype, as transformers does) and times the architecture's
+        ``embedding_multiplier``."""
         h = self.token_embedding(x)
         arch = self.architecture
-        return h * jnp.asarray(math.sqrt(arch.n_embd), h.dtype) if arch.scale_embeddings else h
+        h = h * jnp.asarray(math.sqrt(arch.n_embd), h.dtype) if arch.scale_embeddings else h
+        return h if arch.embedding_multiplier == 1.0 else h * jnp.asarray(arch.embedding_multiplier, h.dtype)
 
     def _layers(self, h: jax.Array, call: LayerCall) -> jax.Array:
         """``h`` through every layer, each called with ``call``: pipelined, scanned (one stack per run, or per
@@ -682,10 +716,13 @@ class TransformerLM(Module):
 
     def project(self, weights: jax.Array, h: jax.Array) -> jax.Array:
         """:meth:`head` with the head's ``weights`` given (:meth:`head_weights`): a pure function of its
-        arguments, which the loss applies to one chunk of positions at a time."""
+        arguments, which the loss applies to one chunk of positions at a time. The logits are times the
+        architecture's ``logits_multiplier``, then capped (``final_softcap``)."""
         arch = self.architecture
         spec = "bte,ve->btv" if arch.tied_embeddings else "bte,ev->btv"
         logits = jnp.einsum(spec, cast(h, weights.dtype), weights, preferred_element_type=jnp.float32)
+        if arch.logits_multiplier != 1.0:
+            logits = logits * arch.logits_multiplier
         if arch.final_softcap is not None:
             logits = jnp.tanh(logits / arch.final_softcap) * arch.final_softcap
         return constrain(logits, (Axis.BATCH, Axis.SEQUENCE, Axis.VOCAB))

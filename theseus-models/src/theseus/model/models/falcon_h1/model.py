@@ -9,9 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import jax
-import jax.numpy as jnp
-
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import child, optional_key
@@ -202,14 +199,20 @@ class FalconH1(Llama, MambaLM):
 
     def _extra_architecture(self) -> dict[str, Any]:
         """The key multiplier as the attention's score scale: ``(q . k m) / sqrt(d)`` is ``q . k`` over
-        ``sqrt(d / m^2)``."""
+        ``sqrt(d / m^2)``; the embedding and lm_head multipliers as the architecture's
+        ``embedding_multiplier`` and ``logits_multiplier``."""
         preset, key = self._preset(), float(self.key_multiplier)
         if not key > 0:
             raise ConfigError(f"architecture/key_multiplier={key} must be > 0")
         head_dim = (
             self.head_dim or preset.head_dim or (self.n_embd or preset.n_embd) // (self.n_heads or preset.n_heads)
         )
-        return {**super()._extra_architecture(), "query_pre_attn_scalar": None if key == 1.0 else head_dim / key**2}
+        return {
+            **super()._extra_architecture(),
+            "query_pre_attn_scalar": None if key == 1.0 else head_dim / key**2,
+            "embedding_multiplier": float(self.embedding_multiplier),
+            "logits_multiplier": float(self.lm_head_multiplier),
+        }
 
     def resolve_architecture(self) -> Architecture:
         spec = self.mamba_spec(self._preset())
@@ -222,18 +225,6 @@ class FalconH1(Llama, MambaLM):
             mamba_out_bias=bool(out_bias),
             multipliers=self._multipliers(),
         )
-
-    def embed_tokens(self, x: jax.Array) -> jax.Array:
-        """The token embeddings times ``architecture/embedding_multiplier``."""
-        h = super().embed_tokens(x)
-        scale = falcon_arch(self.architecture).multipliers.embedding
-        return h if scale == 1.0 else h * jnp.asarray(scale, h.dtype)
-
-    def project(self, weights: jax.Array, h: jax.Array) -> jax.Array:
-        """The head's logits times ``architecture/lm_head_multiplier``."""
-        logits = super().project(weights, h)
-        scale = falcon_arch(self.architecture).multipliers.lm_head
-        return logits if scale == 1.0 else logits * scale
 
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from theseus.model.huggingface.family import Identity, cannot, expect, require
+from theseus.model.huggingface.family import Identity, cannot, expect, require, unsupported
 from theseus.model.huggingface.names import TensorMap, stacked_slice, transposed
 from theseus.model.layers.moe import MoESpec
 from theseus.model.models.llama.hf import ATTENTION_PEFT_MODULES, LlamaFamily
@@ -69,8 +69,11 @@ def check_routing(family: str, moe: MoESpec, *, normalised: bool | None) -> None
 def softmax_mixture_keys(config: Mapping[str, Any]) -> dict[str, Any]:
     """The ``architecture/moe/*`` keys of a softmax-routed mixture in every layer, renormalised top-k and no
     shared experts (Mixtral, GPT-OSS): experts, top-k and expert width from ``config.json``."""
+    experts = int(require(config, "num_local_experts"))
+    if experts < 1:
+        raise unsupported("num_local_experts", experts, "a mixture needs at least one expert")
     return {
-        "architecture/moe/n_experts": int(require(config, "num_local_experts")),
+        "architecture/moe/n_experts": experts,
         "architecture/moe/top_k": int(require(config, "num_experts_per_tok")),
         "architecture/moe/expert_hidden": int(require(config, "intermediate_size")),
         "architecture/moe/norm_topk_prob": True,

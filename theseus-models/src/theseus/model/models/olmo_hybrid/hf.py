@@ -54,11 +54,19 @@ def conv_map(hf: str, path: tuple[str, ...], arch: Any) -> TensorMap:
     """A Gated DeltaNet's depthwise convolution, stored as ``{q,k,v}_conv1d.weight`` ``[channels, 1, taps]``
     (joined: transformers' ``conv1d``) <-> ``conv_query`` / ``conv_key`` ``[taps, key_heads, key_dim]`` and
     ``conv_value`` ``[taps, value_heads, value_dim]`` at ``path``."""
-    taps, keys, values = arch.conv_kernel, arch.linear_key_heads * arch.linear_key_dim, arch.linear_value_heads
-    values *= arch.linear_value_dim
-    shapes = [(taps, arch.linear_key_heads, arch.linear_key_dim)] * 2
-    shapes.append((taps, arch.linear_value_heads, arch.linear_value_dim))
-    edges = [0, keys, 2 * keys, 2 * keys + values]
+    keys = (arch.linear_key_heads, arch.linear_key_dim)
+    return qkv_conv_map(hf, path, arch.conv_kernel, keys, (arch.linear_value_heads, arch.linear_value_dim))
+
+
+def qkv_conv_map(
+    hf: str, path: tuple[str, ...], taps: int, keys: tuple[int, int], values: tuple[int, int]
+) -> TensorMap:
+    """The query, key and value convolutions stored as ``{hf}{q,k,v}_conv1d.weight`` ``[channels, 1, taps]``
+    (joined: ``{hf}conv1d.weight``) <-> ``conv_query`` / ``conv_key`` ``[taps, *keys]`` and ``conv_value``
+    ``[taps, *values]`` at ``path`` (``keys`` / ``values``: heads and head width)."""
+    shapes = [(taps, *keys), (taps, *keys), (taps, *values)]
+    rows = [keys[0] * keys[1], keys[0] * keys[1], values[0] * values[1]]
+    edges = list(np.cumsum([0, *rows]))
 
     def to_theseus(w: np.ndarray) -> list[np.ndarray]:
         taps_major = w[:, 0, :].T  # [taps, channels]
@@ -68,10 +76,9 @@ def conv_map(hf: str, path: tuple[str, ...], arch: Any) -> TensorMap:
         return np.concatenate([a.reshape(taps, -1) for a in arrays], axis=1).T[:, None, :]
 
     names = ("conv_query", "conv_key", "conv_value")
-    pieces = tuple((f"{hf}{p}_conv1d.weight", rows) for p, rows in zip("qkv", (keys, keys, values), strict=True))
-    channels = 2 * keys + values
+    pieces = tuple((f"{hf}{p}_conv1d.weight", n) for p, n in zip("qkv", rows, strict=True))
     paths = tuple((*path, n) for n in names)
-    return TensorMap(hf + "conv1d.weight", (channels, 1, taps), paths, to_theseus, to_hf, pieces=pieces)
+    return TensorMap(hf + "conv1d.weight", (sum(rows), 1, taps), paths, to_theseus, to_hf, pieces=pieces)
 
 
 def layer_types(config: Mapping[str, Any]) -> list[str]:
@@ -210,4 +217,4 @@ class OLMoHybridFamily(OLMo2Family):
         return {**super().family_config(arch), "sliding_window": None}
 
 
-__all__ = ["LINEAR_PEFT_MODULES", "OLMO_HYBRID_CLASS", "OLMoHybridFamily", "conv_map", "layer_types"]
+__all__ = ["LINEAR_PEFT_MODULES", "OLMO_HYBRID_CLASS", "OLMoHybridFamily", "conv_map", "layer_types", "qkv_conv_map"]

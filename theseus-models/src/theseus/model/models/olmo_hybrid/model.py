@@ -90,9 +90,10 @@ class OLMoHybridBlock(HybridBlock):
     def placement(self) -> str:
         return "pre" if self.linear else super().placement()
 
-    def delta_net_options(self, arch: Qwen3NextArchitecture) -> dict[str, Any]:
+    def linear_options(self) -> dict[str, Any]:
+        arch = self.arch
         beta_scale = arch.linear_beta_scale if isinstance(arch, OLMoHybridArchitecture) else 1.0
-        return {"norm_eps": GATE_NORM_EPS, "beta_scale": beta_scale}
+        return {**super().linear_options(), "norm_eps": GATE_NORM_EPS, "beta_scale": beta_scale}
 
 
 class OLMoHybrid(LinearAttentionLM, OLMo2):

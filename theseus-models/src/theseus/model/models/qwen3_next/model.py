@@ -191,7 +191,7 @@ class HybridBlock(Block):
     """:class:`Block` of Qwen3-Next's layers with a dense MLP: its ``attn`` is a :class:`GatedDeltaNet`
     when ``linear``, else :class:`Qwen3NextAttention` (the block of :class:`Qwen3NextHybrid`). A family
     with these layers sets the architecture its linear layers read (``LINEAR_ARCHITECTURE``, its class
-    named in ``LINEAR_NEEDS``' refusal) and the Gated DeltaNet's own options (:meth:`delta_net_options`)."""
+    named in ``LINEAR_NEEDS``' refusal) and the Gated DeltaNet's own options (:meth:`linear_options`)."""
 
     ATTENTION: ClassVar[type[CausalSelfAttention]] = Qwen3NextAttention
 
@@ -200,10 +200,6 @@ class HybridBlock(Block):
     LINEAR_NEEDS: ClassVar[str] = "Qwen3-Next's linear-attention layers need a Qwen3NextArchitecture (model/qwen3_next)"
 
     linear: bool = False
-
-    def delta_net_options(self, arch: Qwen3NextArchitecture) -> dict[str, Any]:
-        """The Gated DeltaNet's options beyond its shape: its gated output norm's epsilon, the model's."""
-        return {"norm_eps": arch.norm.eps}
 
     def attention(self) -> Module:
         if not self.linear:
@@ -220,9 +216,15 @@ class HybridBlock(Block):
             chunk_size=arch.linear_chunk,
             out_std=self.out_std,
             n_embd=arch.n_embd,
-            **self.delta_net_options(arch),
+            **self.linear_options(),
         )
         return layer
+
+    def linear_options(self) -> dict[str, Any]:
+        """Fields of the :class:`GatedDeltaNet` beyond its shape, which ``attention()`` sets from the
+        architecture: its gated output norm's epsilon, the model's here (OLMo Hybrid's own epsilon and write
+        strength, Qwen4-Exp's output gate activation)."""
+        return {"norm_eps": self.arch.norm.eps}
 
 
 class Qwen3NextBlock(HybridBlock, MoEBlock):
