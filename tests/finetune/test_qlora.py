@@ -21,6 +21,7 @@ from theseus.config import configuration
 from theseus.model.finetune import SFTTrainer
 from theseus.model.layers import quantization
 from theseus.model.loading.adapters import load_base
+from theseus.training import frozen
 from theseus.training.init_from import open_source
 
 pytestmark = pytest.mark.slow
@@ -220,8 +221,8 @@ def test_pretrain_trains_lora_over_an_nf4_base_read_from_hf_as_sft_does(root: Pa
         read = made.load_base(
             made.init_source, base_only(made.abstract_state.params), base_only(made.state_shardings.params)
         )
-    trained, _ = quantization.split(made.state.params)
-    as_read, _ = quantization.split(read)
+    trained, _ = frozen.split(made.state.params)
+    as_read, _ = frozen.split(read)
     assert jax.tree.leaves(trained) and jax.tree.structure(trained) == jax.tree.structure(as_read)
     for after, before in zip(jax.tree.leaves(trained), jax.tree.leaves(as_read), strict=True):
         assert after.dtype == before.dtype

@@ -140,11 +140,14 @@ def test_a_quantized_model_computes_with_its_dequantized_kernels(method: str, sc
         p for p, _ in jax.tree_util.tree_flatten_with_path(params)[0] if jax.tree_util.keystr(p).endswith("['codes']")
     ]
     assert len(kernels) == (1 if scan else model.architecture.n_layers) * 7
-    # what every trainer holds out (a mapping holding integer arrays) is exactly the quantized kernels
+    # what every trainer holds out (a mapping holding integer arrays) is exactly the quantized kernels,
+    # the parameters named <name>_<method>, whole
     held, rest = frozen.split(params)
-    expected_held, expected_rest = quantization.split(params)
-    assert jax.tree.structure(held) == jax.tree.structure(expected_held)
-    assert jax.tree.structure(rest) == jax.tree.structure(expected_rest)
+    held_paths = [path for path, _ in jax.tree_util.tree_flatten_with_path(held)[0]]
+    assert {quantization.method_of(path[-2]) for path in held_paths} == {method}
+    assert len({path[:-1] for path in held_paths}) == len(kernels)
+    rest_keys = {key for path, _ in jax.tree_util.tree_flatten_with_path(rest)[0] for key in path}
+    assert not [key for key in rest_keys if quantization.method_of(key) is not None]
     assert jax.tree.structure(frozen.join(rest, held)) == jax.tree.structure(params)
     plain = build(Llama, **values)
     dequantized = quantization.dequantize_params(params, plain_shapes(model))

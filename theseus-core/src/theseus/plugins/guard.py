@@ -72,6 +72,22 @@ def _wrapper(
             _record(plugin_name, item)  # what the wrapper added is the plugin's
         return result
 
+    def resume(step: Callable[[], Any], inner: BaseException | None = None) -> tuple[str, Any]:
+        """Run the teardown's ``step``: ``("returned", its value)``, ``("failed", None)`` (reported, unless
+        it raised ``inner``, the exception it was given) or ``("yielded", None)``."""
+        try:
+            with around():
+                step()
+        except StopIteration as stop:
+            return "returned", adopt(stop.value)
+        except PluginError:
+            raise
+        except Exception as exc:
+            if exc is not inner:
+                failed(hook, exc)
+            return "failed", None
+        return "yielded", None
+
     @functools.wraps(function)
     def wrap(*args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
         try:
@@ -86,29 +102,16 @@ def _wrapper(
         try:
             result = yield
         except BaseException as inner:  # a PluginError or an interrupt: the wrapper may see it
-            try:
-                with around():
-                    teardown.throw(inner)
-            except StopIteration as stop:
-                return adopt(stop.value)
-            except PluginError:
-                raise
-            except Exception as exc:
-                if exc is not inner:
-                    failed(hook, exc)
+            outcome, value = resume(functools.partial(teardown.throw, inner), inner)
+            if outcome == "returned":
+                return value
             raise inner
-        try:
-            with around():
-                teardown.send(result)
-        except StopIteration as stop:
-            return adopt(stop.value)
-        except PluginError:
-            raise
-        except Exception as exc:
-            failed(hook, exc)
-            return result
-        teardown.close()
-        failed(hook, RuntimeError("the wrapper yielded more than once"))
+        outcome, value = resume(functools.partial(teardown.send, result))
+        if outcome == "returned":
+            return value
+        if outcome == "yielded":
+            teardown.close()
+            failed(hook, RuntimeError("the wrapper yielded more than once"))
         return result
 
     return wrap

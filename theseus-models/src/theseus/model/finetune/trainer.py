@@ -25,6 +25,7 @@ from theseus.model.layers import lora, quantization
 from theseus.model.loading.adapters import plain_shapes
 from theseus.model.loading.chat import TEMPLATE_FILE
 from theseus.runs.layout import run_path
+from theseus.training import frozen
 from theseus.training.base import BaseTrainer
 from theseus.training.config import BaseTrainerConfig
 from theseus.training.flywheel.strategy import Sampling
@@ -94,7 +95,7 @@ class SFTTrainer(BaseTrainer):
         if self.lora_rank <= 0:
             return state.params
         params = state.params
-        if quantization.has_quantized(params):
+        if frozen.has_frozen(params):
             with configuration(self.context.config):
                 params = quantization.dequantize_params(params, plain_shapes(self.model))
         return lora.merge(params, float(self.setting("model/lora/alpha", 16.0)), self.lora_rank)

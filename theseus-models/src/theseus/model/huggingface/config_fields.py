@@ -112,41 +112,44 @@ def plain_rope_theta(
     return float(parameters.get("rope_theta", default))
 
 
+#: The fields each RoPE scaling writes into ``rope_parameters``: ``config.json``'s name, then the
+#: :class:`~theseus.model.layers.rotary.RopeScaling` attribute it holds.
+ROPE_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "linear": (("factor", "factor"),),
+    "llama3": (
+        ("factor", "factor"),
+        ("low_freq_factor", "low_freq_factor"),
+        ("high_freq_factor", "high_freq_factor"),
+        ("original_max_position_embeddings", "original_max_positions"),
+    ),
+    "longrope": (
+        ("short_factor", "short_factor"),
+        ("long_factor", "long_factor"),
+        ("original_max_position_embeddings", "original_max_positions"),
+        ("attention_factor", "magnitude"),
+    ),
+    "yarn": (
+        ("factor", "factor"),
+        ("original_max_position_embeddings", "original_max_positions"),
+        ("beta_fast", "beta_fast"),
+        ("beta_slow", "beta_slow"),
+        ("attention_factor", "magnitude"),
+    ),
+}
+
+
 def rope_config(arch: Architecture) -> dict[str, Any]:
-    """``rope_parameters`` / ``rope_scaling`` of ``arch`` as transformers writes them."""
+    """``rope_parameters`` / ``rope_scaling`` of ``arch`` as transformers writes them (:data:`ROPE_FIELDS`;
+    a yarn scaling that does not truncate says so)."""
     scaling = arch.position.scaling
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": arch.position.theta}
-    if scaling.kind == "linear":
-        rope = {**rope, "rope_type": "linear", "factor": scaling.factor}
-    elif scaling.kind == "llama3":
-        rope = {
-            **rope,
-            "rope_type": "llama3",
-            "factor": scaling.factor,
-            "low_freq_factor": scaling.low_freq_factor,
-            "high_freq_factor": scaling.high_freq_factor,
-            "original_max_position_embeddings": scaling.original_max_positions,
-        }
-    elif scaling.kind == "longrope":
-        rope = {
-            **rope,
-            "rope_type": "longrope",
-            "short_factor": list(scaling.short_factor),
-            "long_factor": list(scaling.long_factor),
-            "original_max_position_embeddings": scaling.original_max_positions,
-            "attention_factor": scaling.magnitude,
-        }
-    elif scaling.kind == "yarn":
-        rope = {
-            **rope,
-            "rope_type": "yarn",
-            "factor": scaling.factor,
-            "original_max_position_embeddings": scaling.original_max_positions,
-            "beta_fast": scaling.beta_fast,
-            "beta_slow": scaling.beta_slow,
-            "attention_factor": scaling.magnitude,
-            **({} if scaling.truncate else {"truncate": False}),
-        }
+    if scaling.kind in ROPE_FIELDS:
+        rope["rope_type"] = scaling.kind
+        for name, attribute in ROPE_FIELDS[scaling.kind]:
+            value = getattr(scaling, attribute)
+            rope[name] = list(value) if isinstance(value, tuple) else value
+    if scaling.kind == "yarn" and not scaling.truncate:
+        rope["truncate"] = False
     return {"rope_parameters": rope, "rope_scaling": None if scaling.kind == "none" else rope}
 
 

@@ -174,9 +174,10 @@ def merged_params(loaded: Any) -> Any:
     from theseus.checkpoint.layers import per_layer
     from theseus.config import configuration
     from theseus.model.layers import lora, quantization
+    from theseus.training import frozen
 
     params = loaded.params
-    if quantization.has_quantized(params):
+    if frozen.has_frozen(params):
         from theseus.model.loading.adapters import plain_shapes
 
         with configuration(loaded.config):

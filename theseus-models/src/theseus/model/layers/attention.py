@@ -570,7 +570,7 @@ def merged_heads(
     return out
 
 
-class CausalSelfAttention(StackLayer):
+class CausalSelfAttention(lora.LoRAKeys, StackLayer):
     """Causal self-attention with grouped-query heads, optional RoPE, padding masks and a KV cache.
 
     Config keys: ``architecture/n_heads`` (query heads, required when used alone),
@@ -622,10 +622,6 @@ class CausalSelfAttention(StackLayer):
     n_kv_heads: int | None = architecture_field("n_kv_heads")
     dropout: float = architecture_field("dropout")
     attention_impl: str = architecture_field("attention_impl")
-    lora_rank: int = lora.rank_field()
-    lora_alpha: float = lora.alpha_field()
-    lora_dropout: float = lora.dropout_field()
-    lora_targets: tuple[str, ...] = lora.targets_field()
     quantize: str = quantization.quantize_field()
     spec: AttentionSpec | None = None
     position: PositionSpec | None = None

@@ -212,7 +212,7 @@ def causal_conv(x: jax.Array, kernel: jax.Array, history: jax.Array | None = Non
     return sum(full[:, j : j + steps] * kernel[j].astype(jnp.float32) for j in range(taps))  # type: ignore[return-value]
 
 
-class GatedDeltaNet(StackLayer):
+class GatedDeltaNet(lora.LoRAKeys, StackLayer):
     """The ``linear_attention`` layer of Qwen3-Next, Qwen3.5 and OLMo Hybrid, called as an attention layer:
     ``(x, *call, layer) -> [B, T, E]`` with a :class:`~theseus.model.stack.block.LayerCall` (its positions
     and ``layer`` unused).
@@ -254,10 +254,6 @@ class GatedDeltaNet(StackLayer):
     out_std: float | None = None
     #: The model width, for :meth:`flops` on an unbound layer (None: read from a bound layer's ``out``).
     n_embd: int | None = None
-    lora_rank: int = lora.rank_field()
-    lora_alpha: float = lora.alpha_field()
-    lora_dropout: float = lora.dropout_field()
-    lora_targets: tuple[str, ...] = lora.targets_field()
 
     #: What the layer is called in its one-line refusals.
     KIND: ClassVar[str] = "The Gated DeltaNet (linear attention)"

@@ -187,7 +187,7 @@ class MLAKeys(Module):
         ).validate()
 
 
-class LatentAttention(MLAKeys, StackLayer):
+class LatentAttention(MLAKeys, lora.LoRAKeys, StackLayer):
     """Causal multi-head latent attention (see the module docstring), with padding masks and a
     compressed KV cache; the call is :class:`~theseus.model.layers.attention.CausalSelfAttention`'s.
 
@@ -223,10 +223,6 @@ class LatentAttention(MLAKeys, StackLayer):
     n_heads: int | None = architecture_field("n_heads")
     dropout: float = architecture_field("dropout")
     attention_impl: str = architecture_field("attention_impl")
-    lora_rank: int = lora.rank_field()
-    lora_alpha: float = lora.alpha_field()
-    lora_dropout: float = lora.dropout_field()
-    lora_targets: tuple[str, ...] = lora.targets_field()
     position: PositionSpec = PositionSpec()
     init_std: float = INIT_STD
     out_std: float | None = None

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from theseus.config import field
 from theseus.errors import ConfigError
 from theseus.model.layers._common import cast, normal, param
+from theseus.model.module import Module
 from theseus.training.adapters import SUFFIX_A, SUFFIX_B, adapter_labels, is_adapter
 
 #: Projections that can carry adapters: attention ``query``/``key``/``value``/``out``, MLP ``up``/``gate``/``down``.
@@ -61,6 +62,15 @@ def targets_field() -> Any:
         default=DEFAULT_TARGETS,
         help="projections with adapters: query, key, value, out (attention), up, gate, down (MLP)",
     )
+
+
+class LoRAKeys(Module):
+    """The ``model/lora/*`` keys of a layer whose projections take adapters (its base class)."""
+
+    lora_rank: int = rank_field()
+    lora_alpha: float = alpha_field()
+    lora_dropout: float = dropout_field()
+    lora_targets: tuple[str, ...] = targets_field()
 
 
 def check_targets(targets: Iterable[str]) -> tuple[str, ...]:

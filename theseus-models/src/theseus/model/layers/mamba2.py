@@ -187,7 +187,7 @@ class MambaSpec:
         }
 
 
-class Mamba2(StackLayer):
+class Mamba2(lora.LoRAKeys, StackLayer):
     """The Mamba-2 mixer, called as the stack calls its layers (a :class:`StackLayer`): ``(x, *call, layer)
     -> [B, T, E]`` (the call's positions and ``layer`` unused).
 
@@ -233,10 +233,6 @@ class Mamba2(StackLayer):
     projection_multipliers: tuple[float, ...] | None = None
     gated_norm: bool = True
     out_bias: bool | None = None
-    lora_rank: int = lora.rank_field()
-    lora_alpha: float = lora.alpha_field()
-    lora_dropout: float = lora.dropout_field()
-    lora_targets: tuple[str, ...] = lora.targets_field()
 
     def _adapted(self, name: str) -> bool:
         """Whether projection ``name`` (``in_proj`` or ``out_proj``) carries a LoRA adapter."""

@@ -25,7 +25,6 @@ from theseus.model.layers._common import (
     layer_width,
 )
 from theseus.model.layers.dense import Dense
-from theseus.model.module import Module
 
 if TYPE_CHECKING:  # the mixture's layer builds on the MLP
     from theseus.model.layers.moe import MoESpec
@@ -68,7 +67,7 @@ class FeedForwardSpec:
         return self
 
 
-class MLP(Module):
+class MLP(lora.LoRAKeys):
     """Feed-forward layer: ``down(act(up(x)))``, or ``down(act(gate(x)) * up(x))`` for gated activations.
 
     Config keys (``None`` = decided by the surrounding model, or the layer default):
@@ -90,10 +89,6 @@ class MLP(Module):
     mlp_ratio: float | None = architecture_field("mlp_ratio")
     activation: str | None = architecture_field("activation")
     dropout: float = architecture_field("dropout")
-    lora_rank: int = lora.rank_field()
-    lora_alpha: float = lora.alpha_field()
-    lora_dropout: float = lora.dropout_field()
-    lora_targets: tuple[str, ...] = lora.targets_field()
     quantize: str = quantization.quantize_field()
     use_bias: bool = True
     multiple_of: int = 1

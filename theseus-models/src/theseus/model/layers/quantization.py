@@ -11,7 +11,8 @@ dimensions.
 
 A quantized kernel is a parameter ``<name>_<method>`` holding a small dict of arrays in place of the
 float parameter ``<name>`` (:func:`kernel`); it is meant for the frozen base of a LoRA run, whose
-adapters stay in floating point. Its arrays carry logical axes, so they shard as the kernel does
+adapters stay in floating point (every trainer holds such kernels out of the update by their integer
+arrays: :mod:`theseus.training.frozen`). Its arrays carry logical axes, so they shard as the kernel does
 (NF4 codes keep the kernel's shape when whole blocks tile its last dimension, else they are flat and
 replicated). :func:`quantize_like` / :func:`dequantize_like` convert between the
 two layouts for whole kernels, layers stacked on a leading axis (a scanned model) included.
@@ -215,43 +216,6 @@ def method_of(key: Any) -> str | None:
     return None
 
 
-def has_quantized(params: Any) -> bool:
-    """Whether ``params`` (arrays or shapes) hold a quantized kernel (decided from names: static under jit)."""
-    if not isinstance(params, Mapping):
-        return False
-    return any((method_of(k) is not None and isinstance(v, Mapping)) or has_quantized(v) for k, v in params.items())
-
-
-def split(params: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(quantized, rest)``: the quantized kernels of ``params`` and everything else, nested as in ``params``."""
-    quantized: dict[str, Any] = {}
-    rest: dict[str, Any] = {}
-    for key, value in params.items():
-        if method_of(key) is not None and isinstance(value, Mapping):
-            quantized[key] = value
-        elif isinstance(value, Mapping):
-            q, r = split(value)
-            if q:
-                quantized[key] = q
-            rest[key] = r
-        else:
-            rest[key] = value
-    return quantized, rest
-
-
-def join(rest: Mapping[str, Any], quantized: Mapping[str, Any]) -> dict[str, Any]:
-    """The inverse of :func:`split`."""
-    out = dict(rest)
-    for key, value in quantized.items():
-        out[key] = value if method_of(key) is not None else join(rest.get(key, {}), value)
-    return out
-
-
-def without_quantized(params: Any) -> Any:
-    """``params`` without its quantized kernels."""
-    return split(params)[1] if isinstance(params, Mapping) else params
-
-
 def _nf4_stacked(q: Mapping[str, Any]) -> bool:
     """Whether NF4 arrays ``q`` carry a leading layer axis (a scanned model): one mean per layer."""
     return len(q["absmax_mean"].shape) == 1
@@ -334,10 +298,8 @@ __all__ = [
     "dequantize",
     "dequantize_like",
     "dequantize_params",
-    "has_quantized",
     "int8_dequantize",
     "int8_quantize",
-    "join",
     "kernel",
     "method_of",
     "nbytes",
@@ -348,6 +310,4 @@ __all__ = [
     "quantize_field",
     "quantize_like",
     "quantize_params",
-    "split",
-    "without_quantized",
 ]

@@ -10,6 +10,7 @@ import jax
 
 from theseus.config import Configuration, current_configuration
 from theseus.model.layers import quantization
+from theseus.training import frozen
 
 
 def plain_shapes(model: Any) -> Any:
@@ -45,7 +46,7 @@ def read_quantized(model: Any, read: Any, abstract: Any, shardings: Any) -> Any:
     """The parameters ``abstract`` names, read by ``read(model, abstract, shardings)`` in the float layout
     a checkpoint stores; with ``model/quantize``, the float kernels are read and quantized one by one into
     ``abstract``'s layout (what ``read_params`` of the models does)."""
-    if not quantization.has_quantized(abstract):
+    if not frozen.has_frozen(abstract):
         return read(model, abstract, shardings)
     plain = _matching(plain_shapes(model), abstract)
     float_base = read(model, plain, _plain_shardings(shardings, plain))

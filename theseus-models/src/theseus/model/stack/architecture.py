@@ -249,9 +249,10 @@ ArchitectureT = TypeVar("ArchitectureT", bound="Architecture")
 
 
 def extend_architecture(arch: Architecture, kind: type[ArchitectureT], **extra: Any) -> ArchitectureT:
-    """``arch``'s :class:`Architecture` fields and a family's ``extra`` ones as a validated ``kind``."""
+    """``arch``'s :class:`Architecture` fields and a family's ``extra`` ones (which may set one of those
+    fields its own way) as a validated ``kind``."""
     values = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
-    built = kind(**values, **extra)
+    built = kind(**{**values, **extra})
     built.validate()
     return built
 
@@ -266,6 +267,14 @@ def architecture_as(arch: Architecture, kind: type[ArchitectureT], message: str)
 def preset_or(value: int | None, default: int) -> int:
     """An explicit key's value, or the preset's ``default`` where the key is None."""
     return default if value is None else int(value)
+
+
+def preset_as(preset: Preset, kind: type[PresetT], **changes: Any) -> PresetT:
+    """``preset`` as a ``kind``: each field of ``kind`` that ``preset`` has keeps its value (the others take
+    ``kind``'s defaults), then ``changes`` (another family's preset, or one of the same family, restated)."""
+    names = {f.name for f in dataclasses.fields(kind)}
+    values = {f.name: getattr(preset, f.name) for f in dataclasses.fields(preset) if f.name in names}
+    return kind(**{**values, **changes})
 
 
 def lookup_preset_as(presets: dict[str, Preset], name: str, family: str, kind: type[PresetT]) -> PresetT:

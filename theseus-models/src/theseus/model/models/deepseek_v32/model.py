@@ -16,7 +16,7 @@ from theseus.model.models.deepseek_v3.model import (
 )
 from theseus.model.models.deepseek_v3.mtp import DeepseekV3Architecture, MTPModule, latent
 from theseus.model.module import Module
-from theseus.model.stack.architecture import Architecture, Preset, lookup_preset
+from theseus.model.stack.architecture import Architecture, Preset, lookup_preset, preset_as
 from theseus.model.stack.mixture import MoEBlock
 
 
@@ -51,9 +51,8 @@ def with_indexer(
     base: Preset, description: str, *, index_n_heads: int, index_head_dim: int, index_topk: int
 ) -> DeepseekV32Preset:
     """DeepSeek-V3's preset ``base`` with a lightning indexer of these sizes in every layer."""
-    values = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
-    values |= {"description": description, "index_n_heads": index_n_heads, "index_head_dim": index_head_dim}
-    return DeepseekV32Preset(**values, index_topk=index_topk)
+    indexer = {"index_n_heads": index_n_heads, "index_head_dim": index_head_dim, "index_topk": index_topk}
+    return preset_as(base, DeepseekV32Preset, description=description, **indexer)
 
 
 DEEPSEEK_V32_PRESETS: dict[str, Preset] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from theseus.model.models.deepseek_v32.model import DEEPSEEK_V32_PRESETS, DeepseekV32, DeepseekV32Preset
-from theseus.model.stack.architecture import Preset
+from theseus.model.stack.architecture import Preset, preset_as
 
 GLM_MOE_DSA_PRESETS: dict[str, Preset] = {
     "tiny": DEEPSEEK_V32_PRESETS["tiny"],
@@ -13,27 +13,21 @@ GLM_MOE_DSA_PRESETS: dict[str, Preset] = {
     # intermediate 12288), 64 heads, 6144 wide, 256 routed experts of 2048 (8 per token, one group, scaled
     # 2.5) and 1 shared, query rank 2048, latent 512, heads of 192 + 64 rotated, values 256, untied head,
     # an indexer of 32 heads of 128 keeping 2048 keys: 743,911,218,432 parameters at vocab 154880 (the
-    # routers' biases counted, the multi-token-prediction module not).
-    "glm-5": DeepseekV32Preset(
+    # routers' biases counted, the multi-token-prediction module not). DeepSeek-V3.2's experts, latent,
+    # rotated head width and indexer heads, with these sizes:
+    "glm-5": preset_as(
+        DEEPSEEK_V32_PRESETS["deepseek-v3.2"],
+        DeepseekV32Preset,
         n_layers=78,
         n_heads=64,
         n_embd=6144,
         mlp_ratio=12288 / 6144,
-        n_experts=256,
-        top_k=8,
-        expert_hidden=2048,
         q_lora_rank=2048,
-        kv_lora_rank=512,
         qk_nope_head_dim=192,
-        qk_rope_head_dim=64,
         v_head_dim=256,
-        first_k_dense=3,
         n_group=1,
         topk_group=1,
-        routed_scaling_factor=2.5,
         index_n_heads=32,
-        index_head_dim=128,
-        index_topk=2048,
         description="GLM-5's shape: 743.9B parameters at vocab 154880",
     ),
 }

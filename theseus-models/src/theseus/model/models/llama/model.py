@@ -12,34 +12,16 @@ from theseus.model.stack.transformer import TransformerLM
 
 _SWIGLU = 8.0 / 3.0
 
+
+def _swiglu(n_layers: int, n_heads: int, n_kv_heads: int, n_embd: int, description: str) -> Preset:
+    """A small Llama of this shape: the SwiGLU MLP 8/3 wide, rounded up to a multiple of 32."""
+    return Preset(n_layers, n_heads, n_embd, n_kv_heads, mlp_ratio=_SWIGLU, ffn_multiple=32, description=description)
+
+
 LLAMA_PRESETS: dict[str, Preset] = {
-    "tiny": Preset(
-        n_layers=4,
-        n_heads=4,
-        n_kv_heads=2,
-        n_embd=128,
-        mlp_ratio=_SWIGLU,
-        ffn_multiple=32,
-        description="~0.84M parameters at vocab 257 (384 padded rows); tests and demos",
-    ),
-    "small": Preset(
-        n_layers=6,
-        n_heads=6,
-        n_kv_heads=2,
-        n_embd=384,
-        mlp_ratio=_SWIGLU,
-        ffn_multiple=32,
-        description="~9.7M parameters at vocab 257 (padded to 384)",
-    ),
-    "llama-124m": Preset(
-        n_layers=12,
-        n_heads=12,
-        n_kv_heads=4,
-        n_embd=768,
-        mlp_ratio=_SWIGLU,
-        ffn_multiple=32,
-        description="GPT-2-small class: 124.7M at vocab 32000",
-    ),
+    "tiny": _swiglu(4, 4, 2, 128, "~0.84M parameters at vocab 257 (384 padded rows); tests and demos"),
+    "small": _swiglu(6, 6, 2, 384, "~9.7M parameters at vocab 257 (padded to 384)"),
+    "llama-124m": _swiglu(12, 12, 4, 768, "GPT-2-small class: 124.7M at vocab 32000"),
     "llama3-1b": Preset(
         n_layers=16,
         n_heads=32,

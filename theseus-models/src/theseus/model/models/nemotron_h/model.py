@@ -5,6 +5,7 @@ without position embeddings (``full_attention``) or a squared-ReLU MLP without a
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -54,6 +55,24 @@ class NemotronHPreset(MambaPreset):
 #: Nemotron-H 8B and 4B: 52 layers, 24 Mamba-2, 4 attention and 24 MLP ones.
 RELEASE_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 
+# nvidia/Nemotron-H-8B-Base-8K: 4096 wide; attention of 32 query and 8 key/value heads of 128; a squared-ReLU
+# MLP of 21504; Mamba-2 mixers of 128 heads of 64, 8 groups, a state of 128; 8.10B parameters at vocab
+# 131072 (transformers' count of the same configuration on the meta device).
+_NEMOTRON_H_8B = NemotronHPreset(
+    n_layers=52,
+    n_heads=32,
+    n_kv_heads=8,
+    n_embd=4096,
+    head_dim=128,
+    mlp_ratio=21504 / 4096,
+    pattern=RELEASE_PATTERN,
+    mamba_heads=128,
+    mamba_head_dim=64,
+    mamba_state=128,
+    mamba_groups=8,
+    description="Nemotron-H 8B's shape: 8.10B parameters at vocab 131072",
+)
+
 NEMOTRON_H_PRESETS: dict[str, Preset] = {
     "tiny": NemotronHPreset(
         n_layers=3,
@@ -64,37 +83,14 @@ NEMOTRON_H_PRESETS: dict[str, Preset] = {
         pattern="M*-",
         description="3 layers (mamba, attention, MLP), 64 wide; tests",
     ),
-    # nvidia/Nemotron-H-8B-Base-8K: 4096 wide; attention of 32 query and 8 key/value heads of 128; a squared-ReLU
-    # MLP of 21504; Mamba-2 mixers of 128 heads of 64, 8 groups, a state of 128; 8.10B parameters at vocab
-    # 131072 (transformers' count of the same configuration on the meta device).
-    "nemotron-h-8b": NemotronHPreset(
-        n_layers=52,
-        n_heads=32,
-        n_kv_heads=8,
-        n_embd=4096,
-        head_dim=128,
-        mlp_ratio=21504 / 4096,
-        pattern=RELEASE_PATTERN,
-        mamba_heads=128,
-        mamba_head_dim=64,
-        mamba_state=128,
-        mamba_groups=8,
-        description="Nemotron-H 8B's shape: 8.10B parameters at vocab 131072",
-    ),
+    "nemotron-h-8b": _NEMOTRON_H_8B,
     # nvidia/Nemotron-H-4B-Base-8K: 3072 wide, an MLP of 12288, Mamba-2 mixers of 112 heads of 64, otherwise as
     # the 8B; 4.49B parameters at vocab 131072 (transformers' count on the meta device).
-    "nemotron-h-4b": NemotronHPreset(
-        n_layers=52,
-        n_heads=32,
-        n_kv_heads=8,
+    "nemotron-h-4b": dataclasses.replace(
+        _NEMOTRON_H_8B,
         n_embd=3072,
-        head_dim=128,
         mlp_ratio=4.0,
-        pattern=RELEASE_PATTERN,
         mamba_heads=112,
-        mamba_head_dim=64,
-        mamba_state=128,
-        mamba_groups=8,
         description="Nemotron-H 4B's shape: 4.49B parameters at vocab 131072",
     ),
 }

@@ -21,20 +21,14 @@ from theseus.model.models.qwen3_next.model import (
     Qwen3NextHybrid,
     Qwen3NextPreset,
 )
-from theseus.model.stack.architecture import Preset
+from theseus.model.stack.architecture import Preset, preset_as
 
 QWEN3_5_PRESETS: dict[str, Preset] = {
-    "tiny": HybridPreset(
-        n_layers=4,
-        n_heads=4,
-        n_kv_heads=2,
-        n_embd=64,
-        head_dim=16,
+    # Qwen3-Next's layers, with a dense MLP of 192
+    "tiny": preset_as(
+        QWEN3_NEXT_PRESETS["tiny"],
+        HybridPreset,
         mlp_ratio=3.0,
-        linear_key_heads=2,
-        linear_value_heads=4,
-        linear_key_dim=16,
-        linear_value_dim=16,
         description="4 layers (full attention at 3), 64 wide, d_ff 192; tests",
     ),
     # Qwen/Qwen3.5-9B's config.json (text_config): 32 layers (every 4th full attention: 16 query and 4
@@ -61,17 +55,14 @@ QWEN3_5_MOE_PRESETS: dict[str, Preset] = {
     # 32 value heads of 128, convolution of 4), 2048 wide, every layer a mixture of 256 experts of 512
     # (top 8) with a gated shared expert of 512, untied head; 34,660,610,688 parameters (3.45B active) at vocab 248320
     # (transformers' count of the language model on the meta device). It has no dense layer, so d_ff
-    # (mlp_ratio) is the experts' width.
-    "qwen3.5-35b-a3b": Qwen3NextPreset(
+    # (mlp_ratio) is the experts' width. Qwen3-Next-80B-A3B's heads, width and experts, fewer and fewer per token:
+    "qwen3.5-35b-a3b": preset_as(
+        QWEN3_NEXT_PRESETS["qwen3-next-80b-a3b"],
+        Qwen3NextPreset,
         n_layers=40,
-        n_heads=16,
-        n_kv_heads=2,
-        n_embd=2048,
-        head_dim=256,
         mlp_ratio=0.25,
         n_experts=256,
         top_k=8,
-        expert_hidden=512,
         description="Qwen3.5-35B-A3B's language model: 34.7B parameters (3.45B active) at vocab 248320",
     ),
 }

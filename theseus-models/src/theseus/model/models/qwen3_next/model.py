@@ -47,18 +47,26 @@ from theseus.model.stack.architecture import (
 )
 from theseus.model.stack.block import Block
 from theseus.model.stack.mixture import MixtureLM, MoEBlock, MoEPreset
+from theseus.model.stack.transformer import TransformerLM
 
 
-@dataclass(frozen=True)
-class HybridPreset(Preset):
-    """A :class:`Preset` with the Gated DeltaNet's shape and every ``full_attention_interval``-th layer
-    full attention (the others linear): the layers of :class:`Qwen3NextHybrid`."""
+@dataclass(frozen=True, kw_only=True)
+class DeltaNetShape:
+    """The Gated DeltaNet's shape (Qwen3-Next's by default): what a hybrid preset gives, its architecture
+    keeps and the ``architecture/linear_*`` keys of the same names override (:class:`LinearAttentionLM`)."""
 
     linear_key_heads: int = 16
     linear_value_heads: int = 32
     linear_key_dim: int = 128
     linear_value_dim: int = 128
     conv_kernel: int = 4
+
+
+@dataclass(frozen=True)
+class HybridPreset(Preset, DeltaNetShape):
+    """A :class:`Preset` with the Gated DeltaNet's shape and every ``full_attention_interval``-th layer
+    full attention (the others linear): the layers of :class:`Qwen3NextHybrid`."""
+
     full_attention_interval: int = 4
 
 
@@ -107,15 +115,10 @@ QWEN3_NEXT_PRESETS: dict[str, Preset] = {
 
 
 @dataclass(frozen=True)
-class Qwen3NextArchitecture(Architecture):
+class Qwen3NextArchitecture(Architecture, DeltaNetShape):
     """An :class:`Architecture` with the Gated DeltaNet's shape (the ``linear_attention`` layers of
     ``layer_types``) and the gated shared expert's width, which its blocks build their layers with."""
 
-    linear_key_heads: int = 16
-    linear_value_heads: int = 32
-    linear_key_dim: int = 128
-    linear_value_dim: int = 128
-    conv_kernel: int = 4
     linear_chunk: int = CHUNK
     shared_expert_hidden: int = 0
 
@@ -186,19 +189,22 @@ class Qwen3NextMoE(MoE):
 
 class HybridBlock(Block):
     """:class:`Block` of Qwen3-Next's layers with a dense MLP: its ``attn`` is a :class:`GatedDeltaNet`
-    when ``linear``, else :class:`Qwen3NextAttention` (the block of :class:`Qwen3NextHybrid`)."""
+    when ``linear``, else :class:`Qwen3NextAttention` (the block of :class:`Qwen3NextHybrid`). A family
+    with these layers sets the architecture its linear layers read (``LINEAR_ARCHITECTURE``, its class
+    named in ``LINEAR_NEEDS``' refusal) and the Gated DeltaNet's own options (:meth:`linear_options`)."""
 
     ATTENTION: ClassVar[type[CausalSelfAttention]] = Qwen3NextAttention
 
     MIXERS: ClassVar[tuple[type, ...]] = (GatedDeltaNet,)
+    LINEAR_ARCHITECTURE: ClassVar[type[Qwen3NextArchitecture]] = Qwen3NextArchitecture
+    LINEAR_NEEDS: ClassVar[str] = "Qwen3-Next's linear-attention layers need a Qwen3NextArchitecture (model/qwen3_next)"
 
     linear: bool = False
 
     def attention(self) -> Module:
         if not self.linear:
             return super().attention()
-        message = "Qwen3-Next's linear-attention layers need a Qwen3NextArchitecture (model/qwen3_next)"
-        arch = architecture_as(self.arch, Qwen3NextArchitecture, message)
+        arch = architecture_as(self.arch, self.LINEAR_ARCHITECTURE, self.LINEAR_NEEDS)
         layer: GatedDeltaNet = child(
             self,
             GatedDeltaNet,
@@ -208,7 +214,6 @@ class HybridBlock(Block):
             value_dim=arch.linear_value_dim,
             conv_kernel=arch.conv_kernel,
             chunk_size=arch.linear_chunk,
-            norm_eps=arch.norm.eps,
             out_std=self.out_std,
             n_embd=arch.n_embd,
             **self.linear_options(),
@@ -216,9 +221,10 @@ class HybridBlock(Block):
         return layer
 
     def linear_options(self) -> dict[str, Any]:
-        """Fields of the :class:`GatedDeltaNet` beyond those ``attention()`` sets from the architecture (none
-        here; Qwen4-Exp's output gate activation)."""
-        return {}
+        """Fields of the :class:`GatedDeltaNet` beyond its shape, which ``attention()`` sets from the
+        architecture: its gated output norm's epsilon, the model's here (OLMo Hybrid's own epsilon and write
+        strength, Qwen4-Exp's output gate activation)."""
+        return {"norm_eps": self.arch.norm.eps}
 
 
 class Qwen3NextBlock(HybridBlock, MoEBlock):
@@ -233,24 +239,16 @@ class Qwen3NextBlock(HybridBlock, MoEBlock):
         return {"shared_hidden": arch.shared_expert_hidden if isinstance(arch, Qwen3NextArchitecture) else 0}
 
 
-class Qwen3NextHybrid(Qwen3):
-    """Qwen3-Next's layers with dense SwiGLU feed-forwards, the base of :class:`Qwen3Next` and of the dense
-    Qwen3.5: pre-norm blocks whose RMSNorms are zero-centred (``1 + scale``: the block norms, the final
-    norm and the per-head query/key norms; the Gated DeltaNet's output norm has a plain scale),
-    ``architecture/layer_types`` of ``linear_attention`` (a :class:`GatedDeltaNet`: ``architecture/
-    linear_num_key_heads`` query/key heads of ``linear_key_head_dim``, ``linear_num_value_heads`` value
-    heads of ``linear_value_head_dim``, a causal convolution of ``linear_conv_kernel_dim``, the delta
-    rule in chunks of ``architecture/linear_chunk_size``) and ``full_attention`` layers
-    (:class:`Qwen3NextAttention`: gated outputs, partial RoPE); default every
-    ``architecture/full_attention_interval``-th layer full. The head is untied. Its presets are
-    :class:`HybridPreset` (a plain :class:`Preset` takes the Gated DeltaNet's default shape).
+class LinearAttentionLM(TransformerLM):
+    """A :class:`TransformerLM` whose ``architecture/layer_types`` are ``linear_attention`` (a
+    :class:`GatedDeltaNet` of the ``architecture/linear_*`` keys, each None key the :class:`HybridPreset`'s)
+    and ``full_attention`` layers, by default every ``architecture/full_attention_interval``-th layer full
+    (:meth:`default_layer_types`): the keys and the resolution Qwen3-Next's and OLMo Hybrid's layers share.
+    Its blocks are :class:`HybridBlock` s (``linear`` per layer); its architecture is the one their linear
+    layers read (``HybridBlock.LINEAR_ARCHITECTURE``) with :meth:`linear_extras`."""
 
-    The two kinds of layer have different parameters: a scanned model (``model/scan_layers``) runs one
-    period of ``layer_types`` per scan step, each position a layer of its own.
-    """
-
-    BLOCK = HybridBlock
-    TIED_EMBEDDINGS: ClassVar[bool] = False
+    #: The family's name where ``layer_types`` are refused.
+    LINEAR_FAMILY: ClassVar[str] = "Qwen3-Next"
 
     layer_types: tuple[str, ...] | None = optional_key(
         "architecture/layer_types",
@@ -283,37 +281,37 @@ class Qwen3NextHybrid(Qwen3):
     def _preset(self) -> HybridPreset:
         return lookup_preset_as(self.PRESETS, self.preset, self.FAMILY, HybridPreset)
 
+    def default_layer_types(self, n_layers: int, every: int) -> tuple[str, ...]:
+        """``layer_types`` when the key is None: every ``every``-th layer full attention, the rest linear."""
+        return tuple(FULL_ATTENTION if (i + 1) % every == 0 else LINEAR_ATTENTION for i in range(n_layers))
+
     def _extra_architecture(self) -> dict[str, Any]:
         preset = self._preset()
-        n_layers = preset.n_layers if self.n_layers is None else self.n_layers
+        n_layers = preset_or(self.n_layers, preset.n_layers)
         types = self.layer_types
         if types is None:
-            every = (
-                preset.full_attention_interval if self.full_attention_interval is None else self.full_attention_interval
-            )
+            every = preset_or(self.full_attention_interval, preset.full_attention_interval)
             if every < 1:
                 raise ConfigError(f"architecture/full_attention_interval={every} must be at least 1")
-            types = tuple(FULL_ATTENTION if (i + 1) % every == 0 else LINEAR_ATTENTION for i in range(n_layers))
+            types = self.default_layer_types(n_layers, every)
         if not set(types) <= {FULL_ATTENTION, LINEAR_ATTENTION}:
             raise ConfigError(
-                f"architecture/layer_types={list(types)}: Qwen3-Next has linear_attention and full_attention"
+                f"architecture/layer_types={list(types)}: {self.LINEAR_FAMILY} has linear_attention and "
+                "full_attention; use those"
             )
-        return {**super()._extra_architecture(), "layer_types": tuple(types), "zero_centred_norm": True}
+        return {**super()._extra_architecture(), "layer_types": tuple(types)}
+
+    def linear_extras(self, arch: Architecture) -> dict[str, Any]:
+        """A family's own fields of its linear layers' architecture (or ``arch``'s that it sets otherwise)."""
+        return {}
 
     def resolve_architecture(self) -> Architecture:
         arch = super().resolve_architecture()
         preset = self._preset()
-
-        return extend_architecture(
-            arch,
-            Qwen3NextArchitecture,
-            linear_key_heads=preset_or(self.linear_key_heads, preset.linear_key_heads),
-            linear_value_heads=preset_or(self.linear_value_heads, preset.linear_value_heads),
-            linear_key_dim=preset_or(self.linear_key_dim, preset.linear_key_dim),
-            linear_value_dim=preset_or(self.linear_value_dim, preset.linear_value_dim),
-            conv_kernel=preset_or(self.conv_kernel, preset.conv_kernel),
-            linear_chunk=int(self.linear_chunk),
-        )
+        names = [f.name for f in dataclasses.fields(DeltaNetShape)]  # the model's keys of the same names
+        shape = {name: preset_or(getattr(self, name), getattr(preset, name)) for name in names}
+        kind = getattr(self.BLOCK, "LINEAR_ARCHITECTURE", Qwen3NextArchitecture)
+        return extend_architecture(arch, kind, **shape, linear_chunk=int(self.linear_chunk), **self.linear_extras(arch))
 
     def _linear_option(self, layer: int) -> dict[str, Any]:
         """The block's ``linear`` (:class:`HybridBlock`): whether ``layer`` is a ``linear_attention`` layer."""
@@ -322,6 +320,29 @@ class Qwen3NextHybrid(Qwen3):
 
     def _layer_options(self, layer: int) -> dict[str, Any]:
         return {**super()._layer_options(layer), **self._linear_option(layer)}
+
+
+class Qwen3NextHybrid(LinearAttentionLM, Qwen3):
+    """Qwen3-Next's layers with dense SwiGLU feed-forwards, the base of :class:`Qwen3Next` and of the dense
+    Qwen3.5: pre-norm blocks whose RMSNorms are zero-centred (``1 + scale``: the block norms, the final
+    norm and the per-head query/key norms; the Gated DeltaNet's output norm has a plain scale),
+    ``architecture/layer_types`` of ``linear_attention`` (a :class:`GatedDeltaNet`: ``architecture/
+    linear_num_key_heads`` query/key heads of ``linear_key_head_dim``, ``linear_num_value_heads`` value
+    heads of ``linear_value_head_dim``, a causal convolution of ``linear_conv_kernel_dim``, the delta
+    rule in chunks of ``architecture/linear_chunk_size``) and ``full_attention`` layers
+    (:class:`Qwen3NextAttention`: gated outputs, partial RoPE); default every
+    ``architecture/full_attention_interval``-th layer full (:class:`LinearAttentionLM`). The head is untied.
+    Its presets are :class:`HybridPreset` (a plain :class:`Preset` takes the Gated DeltaNet's default shape).
+
+    The two kinds of layer have different parameters: a scanned model (``model/scan_layers``) runs one
+    period of ``layer_types`` per scan step, each position a layer of its own.
+    """
+
+    BLOCK = HybridBlock
+    TIED_EMBEDDINGS: ClassVar[bool] = False
+
+    def _extra_architecture(self) -> dict[str, Any]:
+        return {**super()._extra_architecture(), "zero_centred_norm": True}
 
 
 class Qwen3Next(MixtureLM, Qwen3NextHybrid):
@@ -362,8 +383,10 @@ class Qwen3Next(MixtureLM, Qwen3NextHybrid):
 
 __all__ = [
     "QWEN3_NEXT_PRESETS",
+    "DeltaNetShape",
     "HybridBlock",
     "HybridPreset",
+    "LinearAttentionLM",
     "Qwen3Next",
     "Qwen3NextArchitecture",
     "Qwen3NextAttention",
