@@ -222,7 +222,9 @@ class Llama4Attention(CausalSelfAttention):
         padding_mask: jax.Array | None,
         window: int | jax.Array | None,
         decode: bool,
+        selection: jax.Array | None = None,
     ) -> jax.Array:
+        del selection  # None: Llama 4's attention has no indexer (CausalSelfAttention._selection)
         refuse("Llama 4's chunked and temperature-tuned attention")
         batch, steps = q.shape[:2]
         step_mask = jnp.ones((batch, steps), jnp.bool_) if padding_mask is None else padding_mask
