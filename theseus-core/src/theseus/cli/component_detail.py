@@ -5,9 +5,8 @@ The source files are parsed, never imported, so this stays fast and does not loa
 of the class itself and its bases (datasets, evaluations, analyses), and, for models, of the
 child types listed by ``components()``, followed recursively; a declaration through a helper function
 that returns ``field(...)`` (``optional_key(key, what)``) is read through it, its arguments bound. Keys,
-defaults, choices, bounds and
-help given by module-level constants (``choices=("", *EXTRACT_MODES)``, ``default=DEFAULT_TAG``, imports
-followed) are shown as their values.
+defaults, choices, bounds and help given by module-level constants (``choices=("", *EXTRACT_MODES)``,
+``default=DEFAULT_TAG``, imports followed) are shown as their values.
 """
 
 from __future__ import annotations
